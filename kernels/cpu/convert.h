@@ -1,0 +1,26 @@
+// Bulk fp32 <-> bf16/fp16 conversions (round to nearest even), dispatched on the active ISA.
+// Every path gives the bits of kernels/common/half.h. Tested in tests/unit/core/test_half.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/isa.h"
+
+namespace mt::kernels::cpu {
+
+void fp32_to_bf16(const float* in, uint16_t* out, size_t n);
+void bf16_to_fp32(const uint16_t* in, float* out, size_t n);
+void fp32_to_fp16(const float* in, uint16_t* out, size_t n);
+void fp16_to_fp32(const uint16_t* in, float* out, size_t n);
+
+// Per-ISA entry points, exposed so tests can compare every path against the scalar one.
+void fp32_to_bf16_isa(CpuIsa isa, const float* in, uint16_t* out, size_t n);
+
+namespace detail {
+void fp32_to_bf16_scalar(const float* in, uint16_t* out, size_t n);
+void fp32_to_bf16_avx2(const float* in, uint16_t* out, size_t n);
+void fp32_to_bf16_avx512(const float* in, uint16_t* out, size_t n);
+}  // namespace detail
+
+}  // namespace mt::kernels::cpu

@@ -1,0 +1,55 @@
+// MPI process lifetime (see mpi_runtime.h).
+#include "comm/mpi_runtime.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace mt::comm {
+namespace {
+bool g_active = false;
+int g_rank = 0;
+int g_size = 1;
+}  // namespace
+
+bool launched_under_mpi() { return std::getenv("PMIX_RANK") || std::getenv("OMPI_COMM_WORLD_SIZE"); }
+
+void MpiRuntime::init() {
+  if (g_active || !launched_under_mpi()) return;
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    throw Error("MPI_Init", "failed to initialise MPI");
+  }
+  g_active = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+}
+
+void MpiRuntime::finalize() {
+  if (!g_active) return;
+  MPI_Finalize();
+  g_active = false;
+}
+
+bool MpiRuntime::active() { return g_active; }
+int MpiRuntime::rank() { return g_rank; }
+int MpiRuntime::size() { return g_size; }
+
+void MpiRuntime::abort_job(int exit_code) {
+  if (g_active) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+std::string MpiRuntime::library_version() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  std::string text(version, static_cast<size_t>(length));
+  if (auto comma = text.find(','); comma != std::string::npos) text.resize(comma);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  return text;
+}
+
+}  // namespace mt::comm

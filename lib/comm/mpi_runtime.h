@@ -1,0 +1,26 @@
+// MPI process lifetime: started only under a launcher (mpirun/srun set PMIX_RANK or
+// OMPI_COMM_WORLD_SIZE), never for --help/--version; a failing rank aborts the whole job.
+// Tested in tests/mpi/test_mpi_runtime.cpp (mpirun -np 2).
+#pragma once
+
+#include <string>
+
+namespace mt::comm {
+
+// True when this process was started by an MPI launcher.
+bool launched_under_mpi();
+
+class MpiRuntime {
+ public:
+  // Initialises MPI when launched_under_mpi(); otherwise a world of one.
+  static void init();
+  static void finalize();
+  static bool active();
+  static int rank();
+  static int size();
+  // Aborts every rank of the job (MPI_Abort) with the given exit code; a no-op without MPI.
+  [[noreturn]] static void abort_job(int exit_code);
+  static std::string library_version();
+};
+
+}  // namespace mt::comm

@@ -1,0 +1,27 @@
+# Shared set-up for the Bats suites: finds the built tools and loads bats-support/bats-assert.
+# MT_BIN may point at another build's bin/ directory.
+MT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MT_BIN="${MT_BIN:-$MT_ROOT/build/bin}"
+MT_TOOLS=(mt-tokenize mt-shard mt-train mt-ckpt mt-mfu mt-memreport)
+export PATH="$MT_BIN:$PATH"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+
+mt_load_libs() {
+  bats_load_library bats-support
+  bats_load_library bats-assert
+}
+
+# Runs a command with stdout and stderr captured separately: $status, $out, $err.
+run_split() {
+  local out_file err_file
+  out_file="$(mktemp)" err_file="$(mktemp)"
+  set +e
+  "$@" >"$out_file" 2>"$err_file"
+  status=$?
+  set -e
+  out="$(cat "$out_file")" err="$(cat "$err_file")"
+  rm -f "$out_file" "$err_file"
+}
+
+# Number of lines in a string (0 for empty).
+line_count() { if [[ -z "$1" ]]; then echo 0; else printf '%s\n' "$1" | wc -l; fi; }

@@ -1,0 +1,123 @@
+#!/usr/bin/env bats
+# Meta-test: every mt-* tool follows the CLI conventions of DESIGN.md section 5 (help, version,
+# usage errors, one-line errors, stdout holds only data, JSON that parses, MPI behaviour).
+
+setup() {
+  load common
+  mt_load_libs
+}
+
+# A tool's data invocation: prints records on stdout. Empty for tools whose job has not landed:
+# those must print nothing on stdout and exit 1 (never made-up output).
+json_invocation() {
+  case "$1" in
+    *) echo "" ;;
+  esac
+}
+
+@test "all six tools are built" {
+  for tool in "${MT_TOOLS[@]}"; do
+    [[ -x "$MT_BIN/$tool" ]] || fail "$tool missing from $MT_BIN"
+  done
+}
+
+@test "--help and -h print usage on stdout, nothing on stderr, exit 0" {
+  for tool in "${MT_TOOLS[@]}"; do
+    for flag in --help -h; do
+      run_split "$tool" "$flag"
+      [[ $status -eq 0 ]] || fail "$tool $flag exited $status"
+      [[ "$out" == *"Usage: $tool"* ]] || fail "$tool $flag: no usage on stdout"
+      [[ "$out" == *"--version"* ]] || fail "$tool $flag: --version not listed"
+      [[ -z "$err" ]] || fail "$tool $flag wrote to stderr: $err"
+    done
+  done
+}
+
+@test "--version names version, git commit and build flags" {
+  for tool in "${MT_TOOLS[@]}"; do
+    run_split "$tool" --version
+    [[ $status -eq 0 ]] || fail "$tool --version exited $status"
+    [[ "$out" =~ ^$tool\ [0-9]+\.[0-9]+\.[0-9]+\ \(git\ [0-9a-f]+(-dirty)?|unknown ]] || fail "$tool: bad version line: $out"
+    for key in cuda= nccl= mpi= blas=; do
+      [[ "$out" == *"$key"* ]] || fail "$tool --version lacks $key"
+    done
+    [[ -z "$err" ]] || fail "$tool --version wrote to stderr"
+  done
+}
+
+@test "an unknown flag is a one-line usage error on stderr with exit 2" {
+  for tool in "${MT_TOOLS[@]}"; do
+    run_split "$tool" --no-such-flag
+    [[ $status -eq 2 ]] || fail "$tool --no-such-flag exited $status"
+    [[ -z "$out" ]] || fail "$tool wrote to stdout on a usage error: $out"
+    [[ "$(line_count "$err")" -eq 1 ]] || fail "$tool: error is not one line: $err"
+    [[ "$err" == "$tool: error: "*"--no-such-flag"* ]] || fail "$tool: bad error line: $err"
+  done
+}
+
+@test "a stray positional argument is a usage error" {
+  for tool in "${MT_TOOLS[@]}"; do
+    run_split "$tool" stray-argument-xyz
+    [[ $status -eq 2 ]] || fail "$tool stray argument exited $status"
+    [[ "$err" == "$tool: error: "* ]] || fail "$tool: bad error line: $err"
+  done
+}
+
+@test "tools whose job has not landed say so on stderr, print nothing on stdout, exit 1" {
+  for tool in "${MT_TOOLS[@]}"; do
+    [[ -z "$(json_invocation "$tool")" ]] || continue
+    run_split "$tool"
+    [[ $status -eq 1 ]] || fail "$tool exited $status"
+    [[ -z "$out" ]] || fail "$tool printed on stdout: $out"
+    [[ "$err" == "$tool: error: "*"not built yet"* ]] || fail "$tool: $err"
+    [[ "$(line_count "$err")" -eq 1 ]] || fail "$tool: error is not one line"
+  done
+}
+
+@test "JSON output of every built tool parses and stdout holds only data" {
+  local checked=0
+  for tool in "${MT_TOOLS[@]}"; do
+    local invocation
+    invocation="$(json_invocation "$tool")"
+    [[ -n "$invocation" ]] || continue
+    run_split bash -c "$invocation --json"
+    [[ $status -eq 0 ]] || fail "$tool: '$invocation --json' exited $status: $err"
+    printf '%s' "$out" | jq -e . >/dev/null || fail "$tool: --json output does not parse: $out"
+    run_split bash -c "$invocation --format jsonl"
+    printf '%s\n' "$out" | jq -e -s '.[0].record == "run"' >/dev/null || fail "$tool: jsonl does not lead with a run record"
+    # tools re-execute themselves so that idle OpenMP threads wait passively
+    printf '%s\n' "$out" | jq -e -s '.[0].openmp_wait_policy == "passive"' >/dev/null || fail "$tool: OpenMP not passive"
+    checked=$((checked + 1))
+  done
+  if [[ $checked -eq 0 ]]; then skip "no tool produces records yet"; fi
+}
+
+@test "MT_CPU_ISA unknown or above the CPU's level is a usage error; --help ignores it" {
+  run_split env MT_CPU_ISA=sse9 mt-train
+  [[ $status -eq 2 ]] || fail "unknown MT_CPU_ISA exited $status"
+  [[ "$err" == "mt-train: error: MT_CPU_ISA: MT_CPU_ISA=sse9: unknown level"* ]] || fail "$err"
+  run_split env MT_CPU_ISA=sse9 mt-train --help
+  [[ $status -eq 0 ]] || fail "--help must not depend on MT_CPU_ISA"
+  if ! grep -q avx512_bf16 /proc/cpuinfo; then
+    run_split env MT_CPU_ISA=avx512-bf16 mt-train
+    [[ $status -eq 2 && "$err" == *"not supported by this CPU"* ]] || fail "$status: $err"
+  fi
+  run_split env MT_CPU_ISA=x86-64-v2 mt-train
+  [[ $status -eq 1 && "$err" == *"not built yet"* ]] || fail "a lower level must be accepted: $err"
+}
+
+@test "--help and --version never start MPI, even with launcher variables set" {
+  for tool in "${MT_TOOLS[@]}"; do
+    run_split env PMIX_RANK=0 OMPI_COMM_WORLD_SIZE=2 timeout 20 "$tool" --help
+    [[ $status -eq 0 ]] || fail "$tool --help with launcher env exited $status"
+    run_split env PMIX_RANK=0 OMPI_COMM_WORLD_SIZE=2 timeout 20 "$tool" --version
+    [[ $status -eq 0 ]] || fail "$tool --version with launcher env exited $status"
+  done
+}
+
+@test "under mpirun a failing tool aborts the job with rank-prefixed one-line errors" {
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train
+  [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-train exited $status (124 = hung)"
+  [[ -z "$out" ]] || fail "stdout not empty: $out"
+  [[ "$err" == *"[rank "*"] mt-train: error: training: not built yet"* ]] || fail "no rank-prefixed error: $err"
+}

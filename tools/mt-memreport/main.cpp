@@ -1,0 +1,10 @@
+// mt-memreport: Per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL.
+// Conventions tested by tests/tools/conventions.bats.
+#include "common/tool_main.h"
+
+int main(int argc, char** argv) {
+  return mt::tools::tool_main(
+      argc, argv, "mt-memreport", "Per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL.",
+      [](mt::tools::ToolCli&) {},
+      [](mt::tools::ToolCli&) -> int { mt::tools::job_not_built("memory reporting"); });
+}
