@@ -56,4 +56,17 @@ MT_HOST_DEVICE Philox4x32Counter philox_block(uint64_t seed, uint64_t stream, ui
       Philox4x32Key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
 }
 
+// Uniform [0, 1) for element (row, col) of a keyed site, e.g. a dropout mask: a pure function of
+// (seed, stream, iteration, global row id, global column). One Philox call serves 4 columns.
+// Counter = (col/4, row lo, row hi, iteration); key = seed xor stream.
+MT_HOST_DEVICE float keyed_uniform(uint64_t seed, uint64_t stream, uint64_t iteration, int64_t row, int64_t col) {
+  const uint64_t key = seed ^ stream;
+  const uint64_t urow = static_cast<uint64_t>(row);
+  const Philox4x32Counter bits = philox4x32_10(
+      Philox4x32Counter{{static_cast<uint32_t>(static_cast<uint64_t>(col) >> 2), static_cast<uint32_t>(urow),
+                         static_cast<uint32_t>(urow >> 32), static_cast<uint32_t>(iteration)}},
+      Philox4x32Key{{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)}});
+  return uint_to_unit_float(bits.v[col & 3]);
+}
+
 }  // namespace mt::kernels

@@ -1,0 +1,16 @@
+// Dense matrix multiply on the CPU through oneDNN (which picks its kernels from the CPU's
+// feature flags): C = alpha * op(A) * op(B) + beta * C, row-major, op = transpose or not.
+// The bf16 variant takes bf16 A and B (uint16 bits) and accumulates in fp32 into fp32 C.
+// Tested in tests/unit/kernels/test_gemm.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace mt::kernels::cpu {
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace mt::kernels::cpu

@@ -1,0 +1,163 @@
+// The CPU op table: every fused, vectorised CPU kernel mt trains with, as one struct of function
+// pointers. The implementations (cpu/impl/*.inc) are compiled once per ISA level
+// (ops_x86_64_v2.cpp, ops_avx2.cpp, ops_avx512.cpp, each with its own -m flags) and the table
+// for the active level is picked at run time (cpu/isa.h). Tests run every entry at every level
+// the CPU has against simple reference loops (tests/unit/kernels/).
+//
+// Conventions for every op:
+//   - Row-major; `rows` is the number of tokens (B*T), `cols` the feature width.
+//   - Backward ops WRITE input gradients (dx = ...) and ACCUMULATE parameter gradients
+//     (dweight += ...), so micro-batches accumulate into the fp32 main grads.
+//   - Threads: OpenMP over the process's threads; results do not depend on the thread count
+//     unless noted (reductions over rows into parameter grads use a fixed row partition).
+//   - No op allocates per call on the hot path beyond small per-thread scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/isa.h"
+
+namespace mt::kernels::cpu {
+
+// Causal attention over one block of queries and keys (the whole sequence, or one context-
+// parallel block). Query token t of sample b sits at global position q_pos0 + t; key s at
+// kv_pos0 + s. A query attends key s iff kv_pos0+s <= q_pos0+t and, when doc_start is given,
+// kv_pos0+s >= doc_start[b*q_len+t] (the first position of the query's document).
+// Query head h reads kv head h / (q_heads / kv_heads) (GQA; MHA when equal).
+// Element (b, t, h, d) of Q is q[(b*q_len + t)*q_stride + h*head_dim + d]; K, V likewise with
+// kv_len, k_stride/v_stride and kv heads; O with o_stride and q heads.
+// lse is (batch, q_heads, q_len): the log-sum-exp of the scaled scores of each query row,
+// -inf (and an all-zero output row) when a query sees no key.
+// The kernel works in tiles of at most 128 keys (online softmax): memory does not grow with T^2.
+struct AttentionShape {
+  int batch = 1;
+  int q_len = 0;
+  int kv_len = 0;
+  int q_heads = 1;
+  int kv_heads = 1;
+  int head_dim = 0;
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  int64_t v_stride = 0;
+  int64_t o_stride = 0;
+  int64_t q_pos0 = 0;
+  int64_t kv_pos0 = 0;
+  float scale = 1.0f;
+};
+
+struct AdamWParams {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;
+  float bias_correction1 = 1;  // 1 - beta1^step
+  float bias_correction2 = 1;  // 1 - beta2^step
+  float grad_scale = 1;        // grads are multiplied by this first (clipping, loss-scale unscale)
+};
+
+// Dropout keys: every element's keep decision is a pure function of (seed, stream, iteration,
+// global row id, global column), never of rank, micro-batch or local offset (DESIGN.md sec. 3).
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t stream = 0;     // stream_id of the dropout site mixed with the global layer index
+  uint64_t iteration = 0;
+  float p = 0;             // drop probability
+};
+
+struct CpuOps {
+  // --- normalisation -------------------------------------------------------------------------
+  // y = (x - mean) * rstd * weight + bias; mean, rstd (rows) saved for backward; bias nullable.
+  void (*layernorm_forward)(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                            float* rstd, int64_t rows, int cols, float eps);
+  // dx written; dweight, dbias (nullable) accumulated.
+  void (*layernorm_backward)(const float* dy, const float* x, const float* weight, const float* mean,
+                             const float* rstd, float* dx, float* dweight, float* dbias, int64_t rows, int cols);
+  // y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps) saved (rows).
+  void (*rmsnorm_forward)(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int cols,
+                          float eps);
+  void (*rmsnorm_backward)(const float* dy, const float* x, const float* weight, const float* rstd, float* dx,
+                           float* dweight, int64_t rows, int cols);
+
+  // --- activations ---------------------------------------------------------------------------
+  // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  void (*gelu_forward)(const float* x, float* y, int64_t n);
+  void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n);
+  // SwiGLU on a packed (rows, 2*ffn) input: gate = row[0:ffn], up = row[ffn:2 ffn];
+  // y (rows, ffn) = silu(gate) * up. Backward writes d_gate_up (rows, 2*ffn).
+  void (*swiglu_forward)(const float* gate_up, float* y, int64_t rows, int ffn);
+  void (*swiglu_backward)(const float* dy, const float* gate_up, float* d_gate_up, int64_t rows, int ffn);
+
+  // --- rotary position embedding (rotate-half layout, as Megatron/HF LLaMA) ----------------------
+  // In place on `heads` heads of head_dim starting at x + row*row_stride: pairs (i, i + D/2) are
+  // rotated by angle pos * base^(-2i/D), computed in fp32 as PyTorch does
+  // (inv_freq = 1 / base^(2i/D) in fp32, angle = float(pos) * inv_freq). positions: (rows).
+  void (*rope_forward)(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                       const int32_t* positions, float base);
+  // The transpose rotation (gradient of rope_forward), in place on dx.
+  void (*rope_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                        const int32_t* positions, float base);
+
+  // --- attention -----------------------------------------------------------------------------
+  void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                            const int32_t* doc_start, float* out, float* lse);
+  // dq, dk, dv written (same strides as q, k, v); out and lse are the forward's results.
+  void (*attention_backward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                             const int32_t* doc_start, const float* out, const float* dout, const float* lse,
+                             float* dq, float* dk, float* dv);
+
+  // --- embedding -----------------------------------------------------------------------------
+  // y[r] = wte[tokens[r] - vocab_start] (+ wpe[positions[r]] when wpe is given); tokens outside
+  // [vocab_start, vocab_end) give a zero row (vocab-parallel shard). wte: (vocab_end-vocab_start, cols).
+  void (*embedding_forward)(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                            float* y, int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end);
+  // Sparse: only the rows of dwte that tokens touch are accumulated (+=); dwpe (nullable) likewise.
+  // Deterministic: the result does not depend on the thread count.
+  void (*embedding_backward)(const int32_t* tokens, const int32_t* positions, const float* dy, float* dwte,
+                             float* dwpe, int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end);
+
+  // --- cross-entropy on a stored logits block (the vocab-parallel steps of Megatron) ----------
+  // logits: (rows, ld), of which columns [0, valid_cols) are real vocabulary (global ids
+  // vocab_start + c); padded columns never enter the softmax.
+  void (*xent_row_max)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, float* row_max);
+  // row_sumexp[r] = sum_c exp(logits[r,c] - row_max[r]) over the valid columns.
+  void (*xent_row_sumexp)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols,
+                          const float* row_max, float* row_sumexp);
+  // target_logit[r] = logits[r, targets[r] - vocab_start] when that column is in this block's
+  // valid range, else 0.
+  void (*xent_target_logit)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                            const int32_t* targets, float* target_logit);
+  // In place: logits -> dlogits = dloss[r] * (softmax - onehot(target)); padded columns -> 0.
+  // row_max/row_sumexp are the global (all-shard) values.
+  void (*xent_backward)(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                        const int32_t* targets, const float* row_max, const float* row_sumexp, const float* dloss);
+
+  // --- elementwise, bias, reductions ------------------------------------------------------------
+  void (*add_inplace)(float* y, const float* x, int64_t n);            // y += x
+  void (*scale_inplace)(float* x, int64_t n, float s);                 // x *= s
+  void (*bias_add)(float* y, const float* bias, int64_t rows, int cols);       // y[r,:] += bias
+  void (*bias_backward)(const float* dy, float* dbias, int64_t rows, int cols);  // dbias += sum_r dy[r,:]
+  double (*sum_squares)(const float* x, int64_t n);                    // fp64 accumulation
+  bool (*all_finite)(const float* x, int64_t n);
+
+  // --- dropout (in place; the mask is regenerated from the key in backward, never stored) ------
+  // row_ids: (rows) global token ids (global sample * seq_length + position); col0: global column
+  // of column 0. Kept elements are scaled by 1/(1-p).
+  void (*dropout_forward)(float* x, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,
+                          const DropoutKey& key);
+  void (*dropout_backward)(float* dx, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,
+                           const DropoutKey& key);
+
+  // --- optimizer -----------------------------------------------------------------------------
+  // One pass of AdamW (PyTorch's formula: decoupled decay p *= 1 - lr*wd, then the Adam step
+  // with bias corrections) over n elements; refreshes the bf16 copy when param_bf16 is given.
+  void (*adamw_update)(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       int64_t n, const AdamWParams& params);
+};
+
+// The table for a given level (at or below detected_isa()); cpu_ops() uses active_isa().
+const CpuOps& cpu_ops(CpuIsa isa);
+const CpuOps& cpu_ops();
+
+}  // namespace mt::kernels::cpu
