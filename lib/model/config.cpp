@@ -1,0 +1,138 @@
+// Model configuration, presets and parameter counts (see config.h).
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace mt::model {
+
+int64_t ModelConfig::padded_vocab_size() const {
+  const int64_t multiple = make_vocab_size_divisible_by > 0 ? make_vocab_size_divisible_by : 1;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void ModelConfig::validate() const {
+  auto positive = [](int64_t value, const char* flag) {
+    if (value <= 0) throw UsageError(flag, "must be positive (got " + std::to_string(value) + ")");
+  };
+  positive(num_layers, "--num-layers");
+  positive(hidden_size, "--hidden-size");
+  positive(ffn_hidden_size, "--ffn-hidden-size");
+  positive(num_attention_heads, "--num-attention-heads");
+  positive(seq_length, "--seq-length");
+  positive(vocab_size, "--vocab-size");
+  positive(make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
+  if (kv_channels <= 0 && hidden_size % num_attention_heads != 0) {
+    throw UsageError("--hidden-size " + std::to_string(hidden_size),
+                     "not divisible by --num-attention-heads " + std::to_string(num_attention_heads) +
+                         " (or set --kv-channels)");
+  }
+  if (query_groups() <= 0 || num_attention_heads % query_groups() != 0) {
+    throw UsageError("--num-query-groups " + std::to_string(query_groups()),
+                     "must divide --num-attention-heads " + std::to_string(num_attention_heads));
+  }
+  if (position_embedding == PositionEmbedding::rope && head_dim() % 2 != 0) {
+    throw UsageError("--kv-channels " + std::to_string(head_dim()), "rotary embeddings need an even head dimension");
+  }
+  if (position_embedding == PositionEmbedding::learned_absolute && max_position_embeddings < seq_length) {
+    throw UsageError("--seq-length " + std::to_string(seq_length),
+                     "exceeds --max-position-embeddings " + std::to_string(max_position_embeddings));
+  }
+  if (hidden_dropout < 0 || hidden_dropout >= 1) throw UsageError("--hidden-dropout", "must be in [0, 1)");
+  if (attention_dropout != 0.0f) {
+    throw UsageError("--attention-dropout " + std::to_string(attention_dropout),
+                     "not supported: mt's fused attention kernel has no dropout (use 0)");
+  }
+  if (norm_epsilon <= 0) throw UsageError("--norm-epsilon", "must be positive");
+  if (init_method_std <= 0) throw UsageError("--init-method-std", "must be positive");
+}
+
+namespace {
+
+ModelConfig gpt2(const std::string& name, int layers, int hidden, int heads) {
+  ModelConfig c;
+  c.name = name;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.ffn_hidden_size = 4 * hidden;
+  c.num_attention_heads = heads;
+  c.num_query_groups = heads;
+  c.seq_length = 1024;
+  c.max_position_embeddings = 1024;
+  c.vocab_size = 50257;
+  c.hidden_dropout = 0.1f;  // Megatron's default
+  return c;
+}
+
+ModelConfig llama3(const std::string& name, int layers, int hidden, int ffn, int heads) {
+  ModelConfig c;
+  c.name = name;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.ffn_hidden_size = ffn;
+  c.num_attention_heads = heads;
+  c.num_query_groups = 8;
+  c.seq_length = 8192;
+  c.max_position_embeddings = 8192;
+  c.vocab_size = 128256;
+  c.swiglu = true;
+  c.normalization = Normalization::rmsnorm;
+  c.norm_epsilon = 1e-5f;
+  c.position_embedding = PositionEmbedding::rope;
+  c.rotary_base = 500000.0f;
+  c.untie_embeddings_and_output_weights = true;
+  c.add_bias_linear = false;
+  return c;
+}
+
+}  // namespace
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names{"gpt2-124m", "gpt2-345m",   "llama3-8b", "llama3-70b",
+                                              "llama3.1-405b", "tiny-gpt", "tiny-llama"};
+  return names;
+}
+
+ModelConfig preset(const std::string& name) {
+  if (name == "gpt2-124m") return gpt2(name, 12, 768, 12);
+  if (name == "gpt2-345m") return gpt2(name, 24, 1024, 16);
+  if (name == "llama3-8b") return llama3(name, 32, 4096, 14336, 32);
+  if (name == "llama3-70b") return llama3(name, 80, 8192, 28672, 64);
+  if (name == "llama3.1-405b") return llama3(name, 126, 16384, 53248, 128);
+  if (name == "tiny-gpt") {
+    ModelConfig c = gpt2(name, 2, 64, 4);
+    c.seq_length = 64;
+    c.max_position_embeddings = 64;
+    c.vocab_size = 256;  // bytes: the demo trains on raw UTF-8 until a tokenizer lands
+    c.make_vocab_size_divisible_by = 128;
+    c.hidden_dropout = 0.0f;
+    return c;
+  }
+  if (name == "tiny-llama") {
+    ModelConfig c = llama3(name, 2, 64, 176, 4);
+    c.num_query_groups = 2;
+    c.seq_length = 64;
+    c.max_position_embeddings = 64;
+    c.vocab_size = 256;
+    c.rotary_base = 10000.0f;
+    return c;
+  }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("--model " + name, "unknown preset (" + known + ")");
+}
+
+int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
+  const int64_t vocab = padded_vocabulary ? c.padded_vocab_size() : c.vocab_size;
+  const int64_t hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
+  const int64_t q = static_cast<int64_t>(c.num_attention_heads) * d, kv = static_cast<int64_t>(c.query_groups()) * d;
+  const int64_t bias = c.add_bias_linear ? 1 : 0;
+  const int64_t norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
+  int64_t layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
+  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;     // MLP
+  int64_t total = c.num_layers * layer + norm + vocab * hidden;
+  if (c.position_embedding == PositionEmbedding::learned_absolute) total += static_cast<int64_t>(c.max_position_embeddings) * hidden;
+  if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
+  return total;
+}
+
+}  // namespace mt::model

@@ -1,0 +1,299 @@
+// The training loop (see trainer.h).
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/init.h"
+
+namespace mt::train {
+namespace {
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return -1;
+}
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+void validate(const model::ModelConfig& model, const TrainConfig& c) {
+  model.validate();
+  if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be positive");
+  const int global = c.global_batch_size > 0 ? c.global_batch_size : c.micro_batch_size;
+  if (global % c.micro_batch_size != 0) {
+    throw UsageError("--global-batch-size " + std::to_string(global),
+                     "not divisible by --micro-batch-size " + std::to_string(c.micro_batch_size));
+  }
+  if ((c.train_iters > 0) == (c.train_samples > 0)) {
+    throw UsageError("--train-iters/--train-samples", "give exactly one of them");
+  }
+  if (c.lr < 0 || c.min_lr < 0 || c.min_lr > c.lr) throw UsageError("--lr/--min-lr", "need 0 <= min-lr <= lr");
+  if (c.lr_warmup_fraction >= 0 && (c.lr_warmup_iters > 0 || c.lr_warmup_samples > 0)) {
+    throw UsageError("--lr-warmup-fraction", "conflicts with --lr-warmup-iters/--lr-warmup-samples");
+  }
+  if (c.clip_grad < 0) throw UsageError("--clip-grad", "must be >= 0");
+  if (c.log_interval <= 0) throw UsageError("--log-interval", "must be positive");
+  if (c.eval_interval <= 0) throw UsageError("--eval-interval", "must be positive");
+  if (c.eval_iters < 0) throw UsageError("--eval-iters", "must be >= 0");
+  if (c.adam.beta1 < 0 || c.adam.beta1 >= 1 || c.adam.beta2 < 0 || c.adam.beta2 >= 1) {
+    throw UsageError("--adam-beta1/--adam-beta2", "must be in [0, 1)");
+  }
+  if (c.recompute.num_layers <= 0) throw UsageError("--recompute-num-layers", "must be positive");
+  if (c.loss_scale < 0) throw UsageError("--loss-scale", "must be positive");
+  if (c.loss_scale > 0 && c.precision != Precision::fp16) throw UsageError("--loss-scale", "applies to --fp16 only");
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train) {
+  const model::ParamLayout layout = model::build_layout(model);
+  const int64_t elements = layout.total_elements;
+  MemoryPlan plan;
+  plan.weights = elements * 4;
+  if (train.precision == Precision::bf16) plan.weights += elements * 2;
+  if (train.precision == Precision::fp16) plan.weights += elements * 4;
+  plan.grads = elements * 4;
+  plan.optimizer = elements * 8;
+  plan.activations = model::Transformer::planned_activation_bytes(model, train.precision, train.recompute,
+                                                                  train.micro_batch_size, model.num_layers);
+  return plan;
+}
+
+Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data)
+    : model_config_(model), config_(train), data_(data) {
+  validate(model_config_, config_);
+  if (data_.vocab_size() > model_config_.vocab_size) {
+    throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
+                     "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
+  }
+  if (config_.global_batch_size <= 0) config_.global_batch_size = config_.micro_batch_size;
+  const MemoryPlan plan = plan_memory(model_config_, config_);
+  const int64_t available = available_memory_bytes();
+  if (available > 0 && plan.total() > available) {
+    throw Error("model " + model_config_.name,
+                "needs " + gib(plan.total()) + " (weights " + gib(plan.weights) + ", grads " + gib(plan.grads) +
+                    ", optimizer " + gib(plan.optimizer) + ", activations " + gib(plan.activations) + ") but only " +
+                    gib(available) + " is available; use a smaller model, micro-batch or recompute");
+  }
+
+  layout_ = model::build_layout(model_config_);
+  params_.allocate(layout_.total_elements);
+  grads_.allocate(layout_.total_elements);
+  model::initialize_parameters(model_config_, layout_, config_.seed, params_.data());
+  model_ = std::make_unique<model::Transformer>(model_config_, layout_, config_.precision, config_.recompute,
+                                                config_.micro_batch_size, config_.seed);
+  model_->bind(params_.data(), grads_.data());
+  optimizer_ = std::make_unique<optim::AdamW>(layout_, config_.adam);
+  scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
+            : config_.loss_scale > 0
+                ? optim::LossScaler::fixed(config_.loss_scale)
+                : optim::LossScaler::dynamic(config_.initial_loss_scale, config_.min_loss_scale,
+                                             config_.loss_scale_window, config_.hysteresis);
+
+  const int64_t global = config_.global_batch_size;
+  total_iters_ = config_.train_iters > 0 ? config_.train_iters : config_.train_samples / global;
+  if (total_iters_ <= 0) throw UsageError("--train-samples", "fewer than one global batch");
+  const int64_t total_samples = total_iters_ * global;
+  schedule_.max_lr = config_.lr;
+  schedule_.min_lr = config_.min_lr;
+  schedule_.style = config_.lr_decay_style;
+  schedule_.decay_samples = config_.lr_decay_samples > 0 ? config_.lr_decay_samples
+                            : config_.lr_decay_iters > 0 ? config_.lr_decay_iters * global
+                                                          : total_samples;
+  if (config_.lr_warmup_fraction >= 0) {
+    schedule_.warmup_samples = static_cast<int64_t>(config_.lr_warmup_fraction * schedule_.decay_samples);
+  } else {
+    schedule_.warmup_samples = config_.lr_warmup_samples > 0 ? config_.lr_warmup_samples : config_.lr_warmup_iters * global;
+  }
+  if (schedule_.style != optim::LrDecayStyle::constant && schedule_.warmup_samples >= schedule_.decay_samples) {
+    throw UsageError("--lr-warmup-*", "warm-up must end before the decay does (--lr-decay-iters/--lr-decay-samples)");
+  }
+  flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
+
+  const int64_t rows = static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length;
+  sample_tokens_.allocate(model_config_.seq_length + 1);
+  tokens_.allocate(rows);
+  labels_.allocate(rows);
+  positions_.allocate(rows);
+  loss_mask_.allocate(rows);
+  row_ids_.allocate(rows);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::fill_micro_batch(data::Split split, int64_t first_sample, int count) {
+  const int seq = model_config_.seq_length;
+  for (int b = 0; b < count; ++b) {
+    data_.sample(split, first_sample + b, sample_tokens_.data());
+    for (int t = 0; t < seq; ++t) {
+      const int64_t r = static_cast<int64_t>(b) * seq + t;
+      tokens_[r] = sample_tokens_[t];
+      labels_[r] = sample_tokens_[t + 1];
+      positions_[r] = t;
+      loss_mask_[r] = 1.0f;
+      row_ids_[r] = (first_sample + b) * seq + t;
+    }
+  }
+}
+
+StepStats Trainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const int micro = config_.micro_batch_size;
+  const int global = config_.global_batch_size;
+  const int num_micro = global / micro;
+  const int seq = model_config_.seq_length;
+  ++iteration_;
+  StepStats stats;
+  stats.iteration = iteration_;
+  stats.lr = schedule_.lr_at(consumed_samples_);
+  stats.loss_scale = scaler_.scale();
+  stats.global_batch_size = global;
+
+  float* grads = grads_.data();
+  const int64_t total = layout_.total_elements;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < total; ++i) grads[i] = 0.0f;
+
+  // Every sample counts every token (no loss mask from the data yet), so the token totals are
+  // known before the forward passes.
+  const double tokens_per_micro = static_cast<double>(micro) * seq;
+  const double total_tokens = tokens_per_micro * num_micro;
+  double loss_sum_of_means = 0, loss_sum = 0;
+  for (int m = 0; m < num_micro; ++m) {
+    fill_micro_batch(data::Split::train, consumed_samples_ + static_cast<int64_t>(m) * micro, micro);
+    model::MicroBatch batch{micro, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
+                            row_ids_.data()};
+    const double denominator = config_.calculate_per_token_loss ? total_tokens : tokens_per_micro * num_micro;
+    const float dloss_scale = static_cast<float>(scaler_.scale() / denominator);
+    const model::LossSums sums = model_->forward_backward(batch, dloss_scale, static_cast<uint64_t>(iteration_));
+    loss_sum += sums.loss;
+    loss_sum_of_means += sums.loss / sums.tokens;
+  }
+  stats.lm_loss = config_.calculate_per_token_loss ? loss_sum / total_tokens : loss_sum_of_means / num_micro;
+
+  const double unscale = 1.0 / scaler_.scale();
+  stats.grad_norm = optimizer_->grad_norm(grads, unscale);
+  const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
+  if (nonfinite && config_.precision != Precision::fp16) {
+    ++nan_iters_;
+    if (config_.check_for_nan_in_loss_and_grad) {
+      throw Error("iteration " + std::to_string(iteration_), "NaN or Inf in the loss or the gradients");
+    }
+  }
+  if (nonfinite) {
+    ++skipped_iters_;
+    stats.skipped = true;
+  } else {
+    const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
+    optimizer_->step(params_.data(), model_->bf16_weights(), grads, stats.lr, unscale * clip);
+    if (config_.precision == Precision::fp16) model_->refresh_gemm_weights();
+  }
+  scaler_.update(nonfinite);
+  consumed_samples_ += global;
+
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.consumed_samples = consumed_samples_;
+  stats.step_ms = seconds * 1e3;
+  stats.tokens_per_s = global * static_cast<double>(seq) / seconds;
+  stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12;
+  stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
+  stats.mem_weights_bytes = total * 4 + (config_.precision == Precision::bf16   ? total * 2
+                                         : config_.precision == Precision::fp16 ? total * 4
+                                                                                : 0);
+  stats.mem_grads_bytes = total * 4;
+  stats.mem_optim_bytes = optimizer_->state_bytes();
+  stats.mem_activations_bytes = model_->activation_bytes();
+  stats.skipped_iters = skipped_iters_;
+  stats.nan_iters = nan_iters_;
+  return stats;
+}
+
+EvalStats Trainer::evaluate() {
+  const int micro = config_.micro_batch_size;
+  const int seq = model_config_.seq_length;
+  const int64_t samples = config_.eval_iters * config_.global_batch_size;
+  double loss = 0, tokens = 0;
+  for (int64_t first = 0; first < samples; first += micro) {
+    const int count = static_cast<int>(std::min<int64_t>(micro, samples - first));
+    fill_micro_batch(data::Split::valid, first, count);
+    model::MicroBatch batch{count, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
+                            row_ids_.data()};
+    const model::LossSums sums = model_->forward_loss(batch);
+    loss += sums.loss;
+    tokens += sums.tokens;
+  }
+  EvalStats stats;
+  stats.iteration = iteration_;
+  stats.lm_loss = tokens > 0 ? loss / tokens : 0;
+  stats.ppl = std::exp(std::min(stats.lm_loss, 20.0));
+  return stats;
+}
+
+void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
+  const int micro = config_.micro_batch_size;
+  const int seq = model_config_.seq_length;
+  for (int done = 0; done < count; done += micro) {
+    const int n = std::min(micro, count - done);
+    fill_micro_batch(data::Split::train, first_sample + done, n);
+    model::MicroBatch batch{n, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
+                            row_ids_.data()};
+    model_->forward_logits(batch, logits + static_cast<int64_t>(done) * seq * model_config_.vocab_size);
+  }
+}
+
+namespace {
+
+std::string megatron_log_line(const StepStats& s, int64_t total_iters) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+                static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
+                static_cast<long long>(s.consumed_samples), s.step_ms, s.lr, s.global_batch_size, s.lm_loss,
+                s.loss_scale, s.grad_norm, static_cast<long long>(s.skipped_iters),
+                static_cast<long long>(s.nan_iters));
+  return line;
+}
+
+}  // namespace
+
+void Trainer::run(const TrainObservers& observers) {
+  while (iteration_ < total_iters_) {
+    const StepStats stats = train_step();
+    if (observers.on_step) observers.on_step(stats);
+    if (observers.on_log_line && (stats.iteration % config_.log_interval == 0 || stats.iteration == 1)) {
+      observers.on_log_line(megatron_log_line(stats, total_iters_));
+    }
+    const bool last = iteration_ == total_iters_;
+    if (config_.eval_iters > 0 && (iteration_ % config_.eval_interval == 0 || last)) {
+      const EvalStats eval = evaluate();
+      if (observers.on_eval) observers.on_eval(eval);
+      if (observers.on_log_line) {
+        char line[256];
+        std::snprintf(line, sizeof line, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |",
+                      static_cast<long long>(eval.iteration), eval.lm_loss, eval.ppl);
+        observers.on_log_line(line);
+      }
+    }
+  }
+}
+
+}  // namespace mt::train

@@ -1,0 +1,143 @@
+// The single-rank training loop: Megatron's batch arithmetic (micro-batches accumulated into a
+// global batch), loss normalisation, LR schedule in samples, global grad norm and clipping, AdamW,
+// fp16 loss scaling with skipped steps, NaN checks, periodic evaluation. It reports through
+// callbacks (lib never prints): step, eval and log-line observers the tool turns into records.
+// Tested in tests/unit/train/test_trainer.cpp and end to end by tests/tools/mt-train.bats.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/buffer.h"
+#include "core/dtype.h"
+#include "data/sample_source.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "perf/flops.h"
+
+namespace mt::train {
+
+struct TrainConfig {
+  int micro_batch_size = 1;
+  int global_batch_size = 0;  // 0: micro_batch_size (one micro-batch per step)
+  int64_t train_iters = 0;
+  int64_t train_samples = 0;  // alternative to train_iters
+  double lr = 1e-4;
+  double min_lr = 0;
+  optim::LrDecayStyle lr_decay_style = optim::LrDecayStyle::linear;
+  int64_t lr_warmup_iters = 0;
+  int64_t lr_warmup_samples = 0;
+  double lr_warmup_fraction = -1;  // < 0: unset
+  int64_t lr_decay_iters = 0;      // 0: the whole run
+  int64_t lr_decay_samples = 0;
+  optim::AdamWConfig adam;
+  double clip_grad = 1.0;
+  Precision precision = Precision::fp32;
+  double loss_scale = 0;  // fp16: 0 = dynamic
+  double initial_loss_scale = 4294967296.0;
+  double min_loss_scale = 1.0;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool calculate_per_token_loss = false;
+  bool check_for_nan_in_loss_and_grad = false;
+  int log_interval = 100;
+  int64_t eval_interval = 1000;
+  int64_t eval_iters = 100;
+  uint64_t seed = 1234;
+  model::RecomputeConfig recompute;
+  double peak_flops_per_second = 0;  // for MFU; 0: not reported
+  perf::FlopsConvention flops_convention = perf::FlopsConvention::full_attention;
+};
+
+struct StepStats {
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;
+  double lm_loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double loss_scale = 1;
+  int global_batch_size = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  double tflops_per_device = 0;
+  double mfu = 0;  // 0 when no peak is known
+  int64_t mem_weights_bytes = 0, mem_grads_bytes = 0, mem_optim_bytes = 0, mem_activations_bytes = 0;
+  int64_t skipped_iters = 0;
+  int64_t nan_iters = 0;
+  bool skipped = false;
+};
+
+struct EvalStats {
+  int64_t iteration = 0;
+  double lm_loss = 0;
+  double ppl = 0;
+};
+
+struct TrainObservers {
+  std::function<void(const StepStats&)> on_step;
+  std::function<void(const EvalStats&)> on_eval;
+  std::function<void(const std::string&)> on_log_line;  // Megatron's human log line
+};
+
+// Bytes a configuration needs (weights incl. the GEMM copy, grads, optimizer, activations).
+struct MemoryPlan {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t total() const { return weights + grads + optimizer + activations; }
+};
+MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train);
+
+class Trainer {
+ public:
+  // Validates the configs, refuses a plan larger than the memory available, allocates
+  // everything and initialises the parameters from the seed.
+  Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data);
+  ~Trainer();
+
+  int64_t total_iterations() const { return total_iters_; }
+  const model::ParamLayout& layout() const { return layout_; }
+  float* parameters() { return params_.data(); }
+  // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
+  void parameters_changed() { model_->refresh_gemm_weights(); }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  int64_t iteration() const { return iteration_; }
+
+  // Runs the remaining iterations (with evaluations every eval_interval and at the end).
+  void run(const TrainObservers& observers);
+  StepStats train_step();
+  EvalStats evaluate();
+  // Logits over the real vocabulary of training samples [first_sample, first_sample + count),
+  // (count * seq_length, vocab_size), under the current parameters.
+  void forward_logits(int64_t first_sample, int count, float* logits);
+
+ private:
+  void fill_micro_batch(data::Split split, int64_t first_sample, int count);
+
+  model::ModelConfig model_config_;
+  TrainConfig config_;
+  const data::SampleSource& data_;
+  model::ParamLayout layout_;
+  Buffer<float> params_;
+  Buffer<float> grads_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::LossScaler scaler_;
+  optim::LrSchedule schedule_;
+  int64_t total_iters_ = 0;
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t skipped_iters_ = 0;
+  int64_t nan_iters_ = 0;
+  double flops_per_token_ = 0;
+  // Micro-batch staging.
+  Buffer<int32_t> sample_tokens_, tokens_, labels_, positions_;
+  Buffer<float> loss_mask_;
+  Buffer<int64_t> row_ids_;
+};
+
+}  // namespace mt::train

@@ -1,0 +1,67 @@
+// Model presets, validation, parameter counts and FLOPs per token.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "perf/flops.h"
+
+using namespace mt::model;
+
+TEST(ModelConfig, PublishedParameterCountsOnTheUnpaddedVocabulary) {
+  EXPECT_EQ(parameter_count(preset("gpt2-124m")), 124439808);
+  EXPECT_EQ(parameter_count(preset("llama3-8b")), 8030261248);
+  EXPECT_EQ(parameter_count(preset("llama3-70b")), 70553706496);
+  EXPECT_EQ(parameter_count(preset("llama3.1-405b")), 405853388800);
+}
+
+TEST(ModelConfig, PresetShapesFollowThePublishedConfigs) {
+  const ModelConfig gpt = preset("gpt2-345m");
+  EXPECT_EQ(gpt.num_layers, 24);
+  EXPECT_EQ(gpt.hidden_size, 1024);
+  EXPECT_EQ(gpt.num_attention_heads, 16);
+  const ModelConfig llama = preset("llama3-70b");
+  EXPECT_EQ(llama.num_query_groups, 8);
+  EXPECT_EQ(llama.ffn_hidden_size, 28672);
+  EXPECT_FLOAT_EQ(llama.rotary_base, 500000.0f);
+  EXPECT_TRUE(llama.swiglu);
+  EXPECT_TRUE(llama.untie_embeddings_and_output_weights);
+  EXPECT_FALSE(llama.add_bias_linear);
+  EXPECT_THROW(preset("gpt5"), mt::UsageError);
+}
+
+TEST(ModelConfig, VocabularyPaddingIgnoresTheLayout) {
+  ModelConfig c = preset("gpt2-124m");
+  EXPECT_EQ(c.padded_vocab_size(), 50304);
+  c.make_vocab_size_divisible_by = 16;
+  c.vocab_size = 101;
+  EXPECT_EQ(c.padded_vocab_size(), 112);
+}
+
+TEST(ModelConfig, ValidationNamesTheFlag) {
+  ModelConfig c = preset("tiny-llama");
+  c.num_query_groups = 3;
+  try {
+    c.validate();
+    FAIL() << "expected a usage error";
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--num-query-groups"), std::string::npos);
+  }
+  c = preset("tiny-gpt");
+  c.seq_length = 65;
+  EXPECT_THROW(c.validate(), mt::UsageError);
+  c = preset("tiny-gpt");
+  c.attention_dropout = 0.1f;
+  EXPECT_THROW(c.validate(), mt::UsageError);
+}
+
+TEST(Flops, GptTwoConventionMatchesTheBaselineNotes) {
+  const ModelConfig c = preset("gpt2-124m");
+  EXPECT_EQ(mt::perf::flops_parameter_count(c), 123653376);  // 123.65M: positions excluded, tied head once
+  ModelConfig short_seq = c;
+  short_seq.seq_length = 64;
+  // 191.7 GFLOP per step at B=4, T=64 (cpu-baselines.md).
+  const double step = 4 * 64 * mt::perf::flops_per_token(short_seq, mt::perf::FlopsConvention::full_attention);
+  EXPECT_NEAR(step / 1e9, 191.7, 0.1);
+  EXPECT_LT(mt::perf::flops_per_token(c, mt::perf::FlopsConvention::causal_attention),
+            mt::perf::flops_per_token(c, mt::perf::FlopsConvention::full_attention));
+}

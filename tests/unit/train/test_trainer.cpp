@@ -1,0 +1,159 @@
+// The training loop: loss goes down, gradient accumulation equals one big micro-batch, fp16
+// overflow skips the step without touching parameters and lowers the scale, NaN checks, memory
+// refusal before allocation, mock data determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "data/sample_source.h"
+#include "train/trainer.h"
+
+using namespace mt;
+
+namespace {
+
+model::ModelConfig tiny() {
+  model::ModelConfig c = model::preset("tiny-llama");
+  c.num_layers = 2;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.num_query_groups = 2;
+  c.ffn_hidden_size = 48;
+  c.vocab_size = 50;
+  c.make_vocab_size_divisible_by = 16;
+  c.seq_length = 16;
+  c.max_position_embeddings = 16;
+  return c;
+}
+
+train::TrainConfig quick(int iters) {
+  train::TrainConfig t;
+  t.micro_batch_size = 2;
+  t.global_batch_size = 4;
+  t.train_iters = iters;
+  t.lr = 1e-2;
+  t.eval_iters = 0;
+  return t;
+}
+
+}  // namespace
+
+TEST(MockData, DeterministicAndInVocabulary) {
+  auto a = data::make_mock_data(50, 16, 7);
+  auto b = data::make_mock_data(50, 16, 7);
+  auto c = data::make_mock_data(50, 16, 8);
+  std::vector<int32_t> x(17), y(17), z(17), v(17);
+  a->sample(data::Split::train, 5, x.data());
+  b->sample(data::Split::train, 5, y.data());
+  c->sample(data::Split::train, 5, z.data());
+  a->sample(data::Split::valid, 5, v.data());
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  EXPECT_NE(x, v);
+  for (int32_t t : x) EXPECT_TRUE(t >= 0 && t < 50);
+}
+
+TEST(Trainer, LossDecreasesOnRepetitiveData) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(4, c.seq_length, 1);  // 4 distinct tokens: easy to learn
+  train::Trainer trainer(c, quick(30), *data);
+  std::vector<double> losses;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) { losses.push_back(s.lm_loss); };
+  trainer.run(observers);
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5);
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneMicroBatch) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::TrainConfig accumulate = quick(3), single = quick(3);
+  single.micro_batch_size = 4;
+  train::Trainer a(c, accumulate, *data), b(c, single, *data);
+  for (int i = 0; i < 3; ++i) {
+    const auto sa = a.train_step();
+    const auto sb = b.train_step();
+    EXPECT_NEAR(sa.lm_loss, sb.lm_loss, 1e-5);
+    EXPECT_NEAR(sa.grad_norm, sb.grad_norm, 1e-4 * sb.grad_norm);
+  }
+  const int64_t n = a.layout().total_elements;
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a.parameters()[i], b.parameters()[i], 2e-5) << i;
+}
+
+TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::TrainConfig t = quick(4);
+  t.precision = Precision::fp16;
+  t.initial_loss_scale = 1099511627776.0;  // 2^40: the scaled grads overflow fp16
+  t.hysteresis = 1;
+  train::Trainer trainer(c, t, *data);
+  const int64_t n = trainer.layout().total_elements;
+  std::vector<float> before(trainer.parameters(), trainer.parameters() + n);
+  const auto first = trainer.train_step();
+  EXPECT_TRUE(first.skipped);
+  EXPECT_EQ(first.skipped_iters, 1);
+  EXPECT_EQ(std::memcmp(before.data(), trainer.parameters(), sizeof(float) * n), 0);
+  const auto second = trainer.train_step();
+  EXPECT_LT(second.loss_scale, first.loss_scale);
+  // With a sane static scale fp16 trains.
+  t.loss_scale = 1024;
+  train::Trainer fixed(c, t, *data);
+  const auto step = fixed.train_step();
+  EXPECT_FALSE(step.skipped);
+  EXPECT_EQ(step.loss_scale, 1024);
+}
+
+TEST(Trainer, NanCheckStopsWithAnError) {
+  auto c = tiny();
+  c.init_method_std = 1e30f;  // logits overflow to inf
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::TrainConfig t = quick(2);
+  {
+    train::Trainer lenient(c, t, *data);
+    const auto s = lenient.train_step();
+    EXPECT_TRUE(s.skipped);
+    EXPECT_EQ(s.nan_iters, 1);
+  }
+  t.check_for_nan_in_loss_and_grad = true;
+  train::Trainer strict(c, t, *data);
+  EXPECT_THROW(strict.train_step(), Error);
+}
+
+TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
+  const auto c = model::preset("llama3-70b");
+  auto data = data::make_mock_data(100, c.seq_length, 1);
+  train::TrainConfig t = quick(1);
+  t.micro_batch_size = 1;
+  t.global_batch_size = 1;
+  try {
+    train::Trainer trainer(c, t, *data);
+    FAIL() << "a 70B model was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs"), std::string::npos) << what;
+    EXPECT_NE(what.find("available"), std::string::npos) << what;
+  }
+  const auto plan = train::plan_memory(c, t);
+  EXPECT_EQ(plan.optimizer, 2 * plan.grads);
+  EXPECT_EQ(plan.weights, 70553706496LL * 4);  // fp32 master weights; 128256 is already a multiple of 128
+}
+
+TEST(Trainer, ValidatesBatchAndScheduleFlags) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::TrainConfig t = quick(2);
+  t.global_batch_size = 5;
+  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  t = quick(2);
+  t.train_samples = 8;
+  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  t = quick(2);
+  t.lr_warmup_iters = 5;
+  t.lr_decay_style = optim::LrDecayStyle::cosine;
+  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+}
