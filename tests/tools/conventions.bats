@@ -11,6 +11,7 @@ setup() {
 # those must print nothing on stdout and exit 1 (never made-up output).
 json_invocation() {
   case "$1" in
+    mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
     *) echo "" ;;
   esac
 }
@@ -93,16 +94,16 @@ json_invocation() {
 }
 
 @test "MT_CPU_ISA unknown or above the CPU's level is a usage error; --help ignores it" {
-  run_split env MT_CPU_ISA=sse9 mt-train
+  run_split env MT_CPU_ISA=sse9 mt-shard
   [[ $status -eq 2 ]] || fail "unknown MT_CPU_ISA exited $status"
-  [[ "$err" == "mt-train: error: MT_CPU_ISA: MT_CPU_ISA=sse9: unknown level"* ]] || fail "$err"
-  run_split env MT_CPU_ISA=sse9 mt-train --help
+  [[ "$err" == "mt-shard: error: MT_CPU_ISA: MT_CPU_ISA=sse9: unknown level"* ]] || fail "$err"
+  run_split env MT_CPU_ISA=sse9 mt-shard --help
   [[ $status -eq 0 ]] || fail "--help must not depend on MT_CPU_ISA"
   if ! grep -q avx512_bf16 /proc/cpuinfo; then
-    run_split env MT_CPU_ISA=avx512-bf16 mt-train
+    run_split env MT_CPU_ISA=avx512-bf16 mt-shard
     [[ $status -eq 2 && "$err" == *"not supported by this CPU"* ]] || fail "$status: $err"
   fi
-  run_split env MT_CPU_ISA=x86-64-v2 mt-train
+  run_split env MT_CPU_ISA=x86-64-v2 mt-shard
   [[ $status -eq 1 && "$err" == *"not built yet"* ]] || fail "a lower level must be accepted: $err"
 }
 
@@ -116,8 +117,11 @@ json_invocation() {
 }
 
 @test "under mpirun a failing tool aborts the job with rank-prefixed one-line errors" {
-  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train --model tiny-gpt --mock-data --train-iters 1
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-train exited $status (124 = hung)"
   [[ -z "$out" ]] || fail "stdout not empty: $out"
-  [[ "$err" == *"[rank "*"] mt-train: error: training: not built yet"* ]] || fail "no rank-prefixed error: $err"
+  [[ "$err" == *"[rank "*"] mt-train: error: world size 2: mt-train runs on one rank"* ]] || fail "no rank-prefixed error: $err"
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-shard
+  [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-shard exited $status (124 = hung)"
+  [[ "$err" == *"[rank "*"] mt-shard: error: sharding: not built yet"* ]] || fail "no rank-prefixed error: $err"
 }

@@ -1,0 +1,201 @@
+#!/usr/bin/env bats
+# mt-train end to end: records, log lines, checkpoints, and one check per accepted flag that
+# fails if the flag were ignored.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+}
+
+teardown() { rm -rf "$TMP"; }
+
+# Tiny GPT on mock data; extra flags appended. JSONL in $TMP/out.jsonl, log in $TMP/err.log.
+train_tiny() {
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-iters 2 --eval-iters 0 --peak-tflops 1 "$@" >"$TMP/out.jsonl" 2>"$TMP/err.log"
+}
+
+# jq over the JSONL records as one array; fails the test with the records when false.
+check() {
+  jq -e -s "$1" "$TMP/out.jsonl" >/dev/null || fail "jq '$1' is false for: $(cat "$TMP/out.jsonl" "$TMP/err.log")"
+}
+
+steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; }
+
+@test "trains tiny-gpt on the bytes of a text: run, step, eval and summary records; Megatron log lines" {
+  head -c 200000 "$MT_ROOT/../shared/data/corpus/tinyshakespeare.txt" >"$TMP/text.txt"
+  run_split mt-train --model tiny-gpt --byte-data "$TMP/text.txt" --micro-batch-size 4 --global-batch-size 8 \
+    --train-iters 30 --lr 3e-3 --lr-warmup-iters 3 --lr-decay-style cosine --eval-interval 15 --eval-iters 2 \
+    --log-interval 10 --peak-tflops 1
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" >"$TMP/out.jsonl"
+  check '.[0].record == "run" and .[0].model.vocab_size == 256 and .[0].flops_convention == "6N+12LCT"'
+  check '[.[] | select(.record=="step")] | length == 30'
+  check '[.[] | select(.record=="eval") | .iteration] == [15, 30]'
+  check '.[-1].record == "summary" and .[-1].iterations == 30'
+  check '[.[] | select(.record=="step")] | (.[0].lm_loss - .[-1].lm_loss) > 1.0'
+  check '[.[] | select(.record=="step")][0] | keys == (["consumed_samples","global_batch_size","grad_norm","iteration","lm_loss","loss_scale","lr","mem_activations_bytes","mem_grads_bytes","mem_optim_bytes","mem_weights_bytes","mfu","nan_iters","record","skipped_iters","step_ms","tflops_per_device","tokens_per_s"])'
+  [[ "$err" == *" iteration       10/      30 | consumed samples:"* ]] || fail "no Megatron log line: $err"
+  [[ "$err" == *"validation loss at iteration 30"* ]] || fail "no validation line"
+}
+
+@test "--save-init and --save-final write HDF5 checkpoints of global tensors" {
+  train_tiny --save-init "$TMP/init.h5" --save-final "$TMP/final.h5"
+  check '[.[] | select(.record=="ckpt") | .path] == ["'"$TMP"'/init.h5", "'"$TMP"'/final.h5"]'
+  run h5ls -r "$TMP/final.h5"
+  assert_success
+  assert_output --partial "/model/embedding.word_embeddings.weight Dataset {128, 64}"
+  assert_output --partial "/model/decoder.layers.1.mlp.linear_fc1.weight Dataset {256, 64}"
+  ! cmp -s "$TMP/init.h5" "$TMP/final.h5"
+  ls "$TMP" | grep -q tmp && fail "temporary file left behind" || true
+}
+
+@test "model flags reach the model (run record)" {
+  train_tiny --num-layers 3 --hidden-size 48 --ffn-hidden-size 40 --num-attention-heads 6 --kv-channels 4 \
+    --max-position-embeddings 24 --make-vocab-size-divisible-by 64 --train-iters 1
+  check '.[0].model | .num_layers == 3 and .hidden_size == 48 and .ffn_hidden_size == 40 and .num_attention_heads == 6 and .kv_channels == 4 and .max_position_embeddings == 24 and .padded_vocab_size == 128 and .vocab_size == 97 and .seq_length == 16'
+  train_tiny --normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights \
+    --disable-bias-linear --group-query-attention --num-query-groups 2 --rotary-base 500 --train-iters 1
+  check '.[0].model | .normalization == "RMSNorm" and .position_embedding_type == "rope" and .swiglu and .untie_embeddings_and_output_weights and (.add_bias_linear | not) and .num_query_groups == 2 and .rotary_base == 500'
+}
+
+@test "numeric model flags change the numbers" {
+  train_tiny --train-iters 1; base="$(steps .lm_loss)"
+  for flags in "--init-method-std 0.3" "--norm-epsilon 0.5" "--hidden-dropout 0.3" "--seed 99" "--seq-length 12"; do
+    # shellcheck disable=SC2086
+    train_tiny --train-iters 1 $flags
+    [[ "$(steps .lm_loss)" != "$base" ]] || fail "$flags did not change the loss"
+  done
+  train_tiny --train-iters 1 --position-embedding-type rope; rope="$(steps .lm_loss)"
+  train_tiny --train-iters 1 --position-embedding-type rope --rotary-base 7; [[ "$(steps .lm_loss)" != "$rope" ]] || fail "--rotary-base ignored"
+}
+
+@test "optimizer flags change the trajectory" {
+  train_tiny --train-iters 3 --lr 0.01; base="$(steps .lm_loss)"
+  for flags in "--weight-decay 0.9" "--adam-beta1 0.5" "--adam-beta2 0.5" "--adam-eps 0.1" "--clip-grad 0.001" \
+      "--lr 0.02" "--bf16" "--fp16 --loss-scale 1024"; do
+    # shellcheck disable=SC2086
+    train_tiny --train-iters 3 --lr 0.01 $flags
+    [[ "$(steps .lm_loss)" != "$base" ]] || fail "$flags did not change the losses: $base"
+  done
+}
+
+@test "learning-rate schedule flags follow Megatron (in samples, iteration 1 at 0 during warm-up)" {
+  train_tiny --train-iters 4 --lr 0.1 --lr-warmup-iters 2 --lr-decay-style constant
+  [[ "$(steps .lr)" == "[0,0.05,0.1,0.1]" ]] || fail "warmup: $(steps .lr)"
+  train_tiny --train-iters 3 --lr 0.1 --min-lr 0.01 --lr-decay-style linear
+  check '[.[] | select(.record=="step") | .lr] as $lr | ($lr | length) == 3 and ([$lr, [0.1, 0.07, 0.04]] | transpose | all(.[0] - .[1] | fabs < 1e-12))' 
+  train_tiny --train-iters 3 --lr 0.1 --lr-warmup-samples 4 --lr-decay-style constant
+  [[ "$(steps .lr)" == "[0,0.1,0.1]" ]] || fail "warmup samples: $(steps .lr)"
+  train_tiny --train-iters 5 --lr 0.1 --min-lr 0 --lr-decay-iters 2 --lr-decay-style linear
+  [[ "$(steps .lr)" == "[0.1,0.05,0,0,0]" ]] || fail "decay iters: $(steps .lr)"
+  train_tiny --train-iters 5 --lr 0.1 --min-lr 0 --lr-decay-samples 8 --lr-decay-style cosine
+  check '[.[] | select(.record=="step") | .lr] | .[0] == 0.1 and (.[1] - 0.05 | fabs) < 1e-12 and .[2] == 0'
+  train_tiny --train-iters 4 --lr 0.1 --lr-warmup-fraction 0.5 --lr-decay-style linear
+  [[ "$(steps .lr)" == "[0,0.05,0.1,0.05]" ]] || fail "warmup fraction: $(steps .lr)"
+}
+
+@test "batch flags: global batch, train-samples, micro-batch" {
+  train_tiny --global-batch-size 8 --micro-batch-size 2 --train-iters 2
+  [[ "$(steps .consumed_samples)" == "[8,16]" ]] || fail "$(steps .consumed_samples)"
+  train_tiny --train-samples 12 --train-iters 0
+  run_split train_tiny --train-samples 12
+  [[ $status -eq 2 && "$(cat "$TMP/err.log")" == *"--train-iters/--train-samples"* ]] || fail "both given must be refused: $status"
+  train_tiny --micro-batch-size 4 --train-iters 1; a="$(steps .lm_loss)"
+  train_tiny --micro-batch-size 1 --train-iters 1; b="$(steps .lm_loss)"
+  jq -n -e "($a[0] - $b[0]) | fabs < 1e-5" >/dev/null || fail "micro-batching changed the loss: $a $b"
+}
+
+@test "--train-samples sets the number of iterations" {
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-samples 12 --eval-iters 0 --peak-tflops 1 >"$TMP/out.jsonl" 2>"$TMP/err.log"
+  [[ "$(steps .iteration)" == "[1,2,3]" ]] || fail "$(steps .iteration)"
+}
+
+@test "fp16 loss scaling flags" {
+  train_tiny --fp16 --initial-loss-scale 1024 --loss-scale-window 2 --train-iters 3
+  [[ "$(steps .loss_scale)" == "[1024,1024,2048]" ]] || fail "window: $(steps .loss_scale)"
+  train_tiny --fp16 --initial-loss-scale 1099511627776 --hysteresis 1 --train-iters 3
+  check '[.[] | select(.record=="step")] | .[0].skipped_iters == 1 and .[1].loss_scale < .[0].loss_scale'
+  train_tiny --fp16 --initial-loss-scale 1099511627776 --hysteresis 1 --min-loss-scale 1099511627776 --train-iters 3
+  [[ "$(steps .loss_scale)" == "[1099511627776,1099511627776,1099511627776]" ]] || fail "min scale: $(steps .loss_scale)"
+  train_tiny --fp16 --initial-loss-scale 1099511627776 --hysteresis 3 --train-iters 3
+  [[ "$(steps .loss_scale)" == "[1099511627776,1099511627776,1099511627776]" ]] || fail "hysteresis 3: $(steps .loss_scale)"
+  run_split train_tiny --loss-scale 8
+  [[ $status -eq 2 && "$(cat "$TMP/err.log")" == *"--loss-scale: applies to --fp16 only"* ]] || fail "--loss-scale without --fp16 must be refused"
+}
+
+@test "recompute flags lower the activation memory, never the numbers" {
+  train_tiny --num-layers 4; none_loss="$(steps .lm_loss)"; none="$(steps .mem_activations_bytes)"
+  train_tiny --num-layers 4 --recompute-granularity selective; sel="$(steps .mem_activations_bytes)"
+  [[ "$(steps .lm_loss)" == "$none_loss" ]] || fail "selective changed the loss"
+  train_tiny --num-layers 4 --recompute-granularity full; full="$(steps .mem_activations_bytes)"
+  [[ "$(steps .lm_loss)" == "$none_loss" ]] || fail "full changed the loss"
+  train_tiny --num-layers 4 --recompute-granularity full --recompute-num-layers 2; chunk="$(steps .mem_activations_bytes)"
+  train_tiny --num-layers 4 --recompute-granularity full --recompute-method block --recompute-num-layers 2; block="$(steps .mem_activations_bytes)"
+  jq -n -e "$full[0] < $sel[0] and $sel[0] < $none[0] and $full[0] < $chunk[0] and $block[0] > $full[0] and $block[0] < $none[0]" >/dev/null \
+    || fail "memory order: none $none selective $sel full $full chunk $chunk block $block"
+}
+
+@test "evaluation and logging intervals" {
+  train_tiny --train-iters 4 --eval-interval 2 --eval-iters 1 --log-interval 2
+  check '[.[] | select(.record=="eval") | .iteration] == [2, 4]'
+  check '[.[] | select(.record=="eval")] | all(.ppl == (.lm_loss | exp))'
+  [[ "$(grep -c '^ iteration ' "$TMP/err.log")" -eq 3 ]] || fail "log lines: $(cat "$TMP/err.log")"  # 1, 2, 4
+}
+
+@test "MFU from --peak-tflops; precision and flops convention in the run record" {
+  train_tiny --peak-tflops 0.5 --bf16
+  check '.[0].peak_tflops == 0.5 and .[0].precision == "bf16" and .[0].peak_source == "--peak-tflops"'
+  check '[.[] | select(.record=="step")] | all((.mfu - .tflops_per_device / 0.5) | fabs < 1e-9)'
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --train-iters 1 --eval-iters 0 >"$TMP/out.jsonl" 2>/dev/null
+  check '.[0].peak_tflops > 0 and (.[0].peak_source | startswith("measured"))'
+}
+
+@test "--check-for-nan-in-loss-and-grad stops; without it the step is skipped and counted" {
+  # An absurd LR blows the parameters up after the first step.
+  train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3
+  check '[.[] | select(.record=="step") | [.nan_iters, .skipped_iters, (.lm_loss == null)]] == [[0, 0, false], [1, 1, true], [2, 2, true]]'
+  run_split train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3 --check-for-nan-in-loss-and-grad
+  [[ $status -eq 1 && "$(cat "$TMP/err.log")" == *"mt-train: error: iteration 2: NaN or Inf"* ]] || fail "$status $(cat "$TMP/err.log")"
+}
+
+@test "--calculate-per-token-loss is accepted and gives the per-token mean" {
+  # Every token counts until the data issue brings loss masks, so both normalisations agree.
+  train_tiny --calculate-per-token-loss; a="$(steps .lm_loss)"
+  train_tiny; b="$(steps .lm_loss)"
+  jq -n -e "($a[0] - $b[0]) | fabs < 1e-6" >/dev/null || fail "$a vs $b"
+}
+
+@test "output formats: table, csv and json carry no run record" {
+  train_tiny --format table
+  grep -q '^# step' "$TMP/out.jsonl" || fail "no table header"
+  train_tiny --format csv
+  head -1 "$TMP/out.jsonl" | grep -q '^record,iteration,consumed_samples,lm_loss' || fail "csv header"
+  train_tiny --json
+  check '.[0] | length == 3 and all(.[]; .record != "run")'
+}
+
+@test "bad input: usage errors name the flag, nothing on stdout" {
+  for args in "--model nope --mock-data --train-iters 1" \
+              "--model tiny-gpt --train-iters 1" \
+              "--model tiny-gpt --mock-data --train-iters 1 --tensor-model-parallel-size 2" \
+              "--model tiny-gpt --mock-data --train-iters 1 --attention-dropout 0.1" \
+              "--model tiny-gpt --mock-data --train-iters 1 --bf16 --fp16" \
+              "--model tiny-gpt --mock-data --train-iters 1 --normalization BatchNorm" \
+              "--model tiny-gpt --mock-data --train-iters 1 --num-attention-heads 5" \
+              "--model tiny-gpt --mock-data --train-iters 1 --num-query-groups 2" \
+              "--model tiny-gpt --mock-data --train-iters 1 --data-path /tmp/x" \
+              "--model tiny-gpt --mock-data --train-iters 1 --recompute-method block"; do
+    # shellcheck disable=SC2086
+    run_split mt-train $args
+    [[ $status -eq 2 ]] || fail "'$args' exited $status: $err"
+    [[ -z "$out" ]] || fail "'$args' printed on stdout"
+    [[ "$(line_count "$err")" -eq 1 && "$err" == "mt-train: error: "* ]] || fail "'$args': $err"
+  done
+  run_split mt-train --model tiny-gpt --byte-data /nonexistent --train-iters 1
+  [[ $status -eq 1 && "$err" == "mt-train: error: /nonexistent: cannot open" ]] || fail "$status $err"
+  run_split mt-train --model llama3-70b --mock-data --train-iters 1 --peak-tflops 1
+  [[ $status -eq 1 && "$err" == *"needs"*"GiB"*"available"* ]] || fail "70B on a laptop: $status $err"
+}
