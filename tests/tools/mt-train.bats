@@ -24,7 +24,7 @@ check() {
 steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; }
 
 @test "trains tiny-gpt on the bytes of a text: run, step, eval and summary records; Megatron log lines" {
-  head -c 200000 "$MT_ROOT/../shared/data/corpus/tinyshakespeare.txt" >"$TMP/text.txt"
+  head -c 200000 "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/text.txt"
   run_split mt-train --model tiny-gpt --byte-data "$TMP/text.txt" --micro-batch-size 4 --global-batch-size 8 \
     --train-iters 30 --lr 3e-3 --lr-warmup-iters 3 --lr-decay-style cosine --eval-interval 15 --eval-iters 2 \
     --log-interval 10 --peak-tflops 1
