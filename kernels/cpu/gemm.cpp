@@ -3,6 +3,8 @@
 // a training step repeats the same few shapes.
 #include "cpu/gemm.h"
 
+#include "cpu/isa.h"
+
 #include <oneapi/dnnl/dnnl.h>
 
 #include <map>
@@ -34,6 +36,8 @@ MatmulCache& matmul_cache() {
 }
 
 }  // namespace
+
+bool native_bf16_gemm() { return active_isa() == CpuIsa::avx512_bf16; }
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -8,6 +8,11 @@
 
 namespace mt::kernels::cpu {
 
+// True when bf16 GEMMs run in hardware (AVX512-BF16 at the active ISA level). Elsewhere callers
+// get the same products faster from gemm_f32 over bf16-rounded operands (a bf16 x bf16 product
+// is exact in fp32); oneDNN's bf16 emulation is slower than that.
+bool native_bf16_gemm();
+
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,

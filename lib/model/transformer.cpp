@@ -32,6 +32,20 @@ uint64_t dropout_stream(const char* site, int layer) {
 
 }  // namespace
 
+namespace {
+
+void round_fp16(const float* in, float* out, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(in[i]));
+}
+
+void round_bf16(const float* in, float* out, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = kernels::round_to_bf16(in[i]);
+}
+
+}  // namespace
+
 // Offsets (into the flat buffers) of one layer's parameters; -1 when absent.
 struct Transformer::LayerWeights {
   int64_t norm1_weight, norm1_bias, qkv_weight, qkv_bias, proj_weight, proj_bias;
@@ -83,10 +97,7 @@ struct Transformer::Workspace {
   float* d_qkv = nullptr;                   // (N, (H + 2G) D)
   float* d_fc1 = nullptr;                   // (N, F or 2F)
   float* d_act = nullptr;                   // (N, F)
-  Buffer<uint16_t> operand_a;               // bf16 GEMM operands
-  Buffer<uint16_t> operand_b;
-  Buffer<float> rounded_a;                  // fp16-rounded GEMM operands
-  Buffer<float> rounded_b;
+  Buffer<float> operands[2];                // GEMM operands converted to the precision (bf16 bits or fp16-rounded)
   int64_t rows = 0;
 };
 
@@ -117,8 +128,13 @@ Transformer::Transformer(const ModelConfig& config, const ParamLayout& layout, P
         offset_of(layout_, p + fc1 + ".weight"), offset_or_none(layout_, p + fc1 + ".bias"),
         offset_of(layout_, p + "mlp.linear_fc2.weight"), offset_or_none(layout_, p + "mlp.linear_fc2.bias")});
   }
+  // bf16 GEMMs run natively with AVX512-BF16, elsewhere as fp32 GEMMs over bf16-rounded operands
+  // (cpu/gemm.h): only the speed differs.
+  native_bf16_ = kernels::cpu::native_bf16_gemm();
   if (precision_ == Precision::bf16) bf16_weights_.allocate(layout_.total_elements);
-  if (precision_ == Precision::fp16) fp16_weights_.allocate(layout_.total_elements);
+  if (precision_ == Precision::fp16 || (precision_ == Precision::bf16 && !native_bf16_)) {
+    rounded_weights_.allocate(layout_.total_elements);
+  }
   work_ = std::make_unique<Workspace>();
   plan_workspace(config_, precision_, recompute_, micro_batch_size, last_layer_ - first_layer_, work_.get(),
                  &activation_counter_);
@@ -228,20 +244,20 @@ int64_t Transformer::plan_workspace(const ModelConfig& config, Precision precisi
   w.d_fc1 = take(n * fc1_width);
   w.d_act = take(n * f);
   const int64_t widest = std::max({c, qkv_width, fc1_width, vocab});
-  if (precision_ == Precision::bf16) {
-    planned_bytes += 2 * ((n * widest * 2 + 63) / 64 * 64);
+  if (precision_ != Precision::fp32) {
+    const int64_t elements = n * widest;
+    planned_bytes += 2 * ((elements * 4 + 63) / 64 * 64);
     if (!dry_run) {
-      w.operand_a.allocate(n * widest, counter);
-      w.operand_b.allocate(n * widest, counter);
-    }
-  } else if (precision_ == Precision::fp16) {
-    planned_bytes += 2 * ((n * widest * 4 + 63) / 64 * 64);
-    if (!dry_run) {
-      w.rounded_a.allocate(n * widest, counter);
-      w.rounded_b.allocate(n * widest, counter);
+      w.operands[0].allocate(elements, counter);
+      w.operands[1].allocate(elements, counter);
     }
   }
   return planned_bytes;
+}
+
+int64_t Transformer::gemm_weight_copy_bytes(Precision precision, int64_t elements) {
+  if (precision == Precision::fp32) return 0;
+  return precision == Precision::bf16 && kernels::cpu::native_bf16_gemm() ? elements * 2 : elements * 4;
 }
 
 int64_t Transformer::planned_activation_bytes(const ModelConfig& config, Precision precision,
@@ -256,94 +272,80 @@ void Transformer::bind(const float* params, float* grads) {
   refresh_gemm_weights();
 }
 
-uint16_t* Transformer::bf16_weights() { return bf16_weights_.empty() ? nullptr : bf16_weights_.data(); }
+uint16_t* Transformer::bf16_weights() { return native_bf16_ && !bf16_weights_.empty() ? bf16_weights_.data() : nullptr; }
 
 void Transformer::refresh_gemm_weights() {
-  if (precision_ == Precision::bf16) {
+  if (precision_ == Precision::bf16 && native_bf16_) {
     kernels::cpu::fp32_to_bf16(params_, bf16_weights_.data(), static_cast<size_t>(layout_.total_elements));
+  } else if (precision_ == Precision::bf16) {
+    round_bf16(params_, rounded_weights_.data(), layout_.total_elements);
   } else if (precision_ == Precision::fp16) {
-    float* out = fp16_weights_.data();
-    const int64_t count = layout_.total_elements;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < count; ++i) out[i] = kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(params_[i]));
+    round_fp16(params_, rounded_weights_.data(), layout_.total_elements);
   }
 }
 
 // --- GEMMs ------------------------------------------------------------------------------------
 
-namespace {
 
-void round_fp16(const float* in, float* out, int64_t count) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) out[i] = kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(in[i]));
+const void* Transformer::activation_operand(const float* x, int64_t count, int slot) {
+  float* scratch = work_->operands[slot].data();
+  switch (precision_) {
+    case Precision::fp32: return x;
+    case Precision::bf16: {
+      if (!native_bf16_) {
+        round_bf16(x, scratch, count);
+        return scratch;
+      }
+      auto* bits = reinterpret_cast<uint16_t*>(scratch);
+      kernels::cpu::fp32_to_bf16(x, bits, static_cast<size_t>(count));
+      return bits;
+    }
+    case Precision::fp16: round_fp16(x, scratch, count); return scratch;
+  }
+  return x;
 }
 
-}  // namespace
+const void* Transformer::weight_operand(int64_t offset) const {
+  switch (precision_) {
+    case Precision::fp32: return params_ + offset;
+    case Precision::bf16:
+      return native_bf16_ ? static_cast<const void*>(bf16_weights_.data() + offset)
+                          : static_cast<const void*>(rounded_weights_.data() + offset);
+    case Precision::fp16: return rounded_weights_.data() + offset;
+  }
+  return params_ + offset;
+}
 
+void Transformer::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                       const void* b, int64_t ldb, float beta, float* c, int64_t ldc) const {
+  if (precision_ == Precision::bf16 && native_bf16_) {
+    kernels::cpu::gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, static_cast<const uint16_t*>(a), lda,
+                            static_cast<const uint16_t*>(b), ldb, beta, c, ldc);
+  } else {
+    kernels::cpu::gemm_f32(trans_a, trans_b, m, n, k, 1.0f, static_cast<const float*>(a), lda,
+                           static_cast<const float*>(b), ldb, beta, c, ldc);
+  }
+}
+
+// y (rows, out) = x (rows, in) . W^T, W (out, in)
 void Transformer::linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
                                  int64_t out_features, float* y) {
-  using namespace kernels::cpu;
-  switch (precision_) {
-    case Precision::fp32:
-      gemm_f32(false, true, rows, out_features, in_features, 1.0f, x, in_features, params_ + weight_offset,
-               in_features, 0.0f, y, out_features);
-      return;
-    case Precision::bf16:
-      fp32_to_bf16(x, work_->operand_a.data(), static_cast<size_t>(rows * in_features));
-      gemm_bf16(false, true, rows, out_features, in_features, 1.0f, work_->operand_a.data(), in_features,
-                bf16_weights_.data() + weight_offset, in_features, 0.0f, y, out_features);
-      return;
-    case Precision::fp16:
-      round_fp16(x, work_->rounded_a.data(), rows * in_features);
-      gemm_f32(false, true, rows, out_features, in_features, 1.0f, work_->rounded_a.data(), in_features,
-               fp16_weights_.data() + weight_offset, in_features, 0.0f, y, out_features);
-      return;
-  }
+  gemm(false, true, rows, out_features, in_features, activation_operand(x, rows * in_features, 0), in_features,
+       weight_operand(weight_offset), in_features, 0.0f, y, out_features);
 }
 
+// dx (rows, in) = dy (rows, out) . W
 void Transformer::linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                                         int64_t in_features, float* dx) {
-  using namespace kernels::cpu;
-  switch (precision_) {
-    case Precision::fp32:
-      gemm_f32(false, false, rows, in_features, out_features, 1.0f, dy, out_features, params_ + weight_offset,
-               in_features, 0.0f, dx, in_features);
-      return;
-    case Precision::bf16:
-      fp32_to_bf16(dy, work_->operand_a.data(), static_cast<size_t>(rows * out_features));
-      gemm_bf16(false, false, rows, in_features, out_features, 1.0f, work_->operand_a.data(), out_features,
-                bf16_weights_.data() + weight_offset, in_features, 0.0f, dx, in_features);
-      return;
-    case Precision::fp16:
-      round_fp16(dy, work_->rounded_a.data(), rows * out_features);
-      gemm_f32(false, false, rows, in_features, out_features, 1.0f, work_->rounded_a.data(), out_features,
-               fp16_weights_.data() + weight_offset, in_features, 0.0f, dx, in_features);
-      return;
-  }
+  gemm(false, false, rows, in_features, out_features, activation_operand(dy, rows * out_features, 0), out_features,
+       weight_operand(weight_offset), in_features, 0.0f, dx, in_features);
 }
 
+// dW (out, in) += dy^T . x
 void Transformer::linear_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                          int64_t in_features, int64_t weight_offset) {
-  using namespace kernels::cpu;
-  float* dw = grads_ + weight_offset;
-  switch (precision_) {
-    case Precision::fp32:
-      gemm_f32(true, false, out_features, in_features, rows, 1.0f, dy, out_features, x, in_features, 1.0f, dw,
-               in_features);
-      return;
-    case Precision::bf16:
-      fp32_to_bf16(dy, work_->operand_a.data(), static_cast<size_t>(rows * out_features));
-      fp32_to_bf16(x, work_->operand_b.data(), static_cast<size_t>(rows * in_features));
-      gemm_bf16(true, false, out_features, in_features, rows, 1.0f, work_->operand_a.data(), out_features,
-                work_->operand_b.data(), in_features, 1.0f, dw, in_features);
-      return;
-    case Precision::fp16:
-      round_fp16(dy, work_->rounded_a.data(), rows * out_features);
-      round_fp16(x, work_->rounded_b.data(), rows * in_features);
-      gemm_f32(true, false, out_features, in_features, rows, 1.0f, work_->rounded_a.data(), out_features,
-               work_->rounded_b.data(), in_features, 1.0f, dw, in_features);
-      return;
-  }
+  gemm(true, false, out_features, in_features, rows, activation_operand(dy, rows * out_features, 0), out_features,
+       activation_operand(x, rows * in_features, 1), in_features, 1.0f, grads_ + weight_offset, in_features);
 }
 
 // --- layers ----------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ class Transformer {
   // Re-derives the GEMM weight copy (bf16 bits, or fp16-rounded fp32) from the master weights;
   // call after every parameter change. No-op in fp32.
   void refresh_gemm_weights();
-  // The bf16 GEMM weight copy (bf16 runs only), for a fused optimizer pass to refresh directly.
+  // The bf16 GEMM weight copy (bf16 runs on AVX512-BF16 CPUs only; else nullptr), for a fused
+  // optimizer pass to refresh directly. Callers must call refresh_gemm_weights() when it is null.
   uint16_t* bf16_weights();
 
   // Forward and backward of one micro-batch: grads += d(loss)/d(params) where the loss is
@@ -70,6 +71,8 @@ class Transformer {
 
   // Activation bytes the buffers of a model with `layers` layers will hold, without allocating
   // (used to refuse a configuration that cannot fit before anything is allocated).
+  // Bytes of the GEMM weight copy a precision keeps beside the fp32 master weights.
+  static int64_t gemm_weight_copy_bytes(Precision precision, int64_t elements);
   static int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, RecomputeConfig recompute,
                                           int micro_batch_size, int layers);
 
@@ -92,7 +95,12 @@ class Transformer {
                       uint64_t iteration);
   void attention_forward(LayerActivations& acts, const MicroBatch& batch);
 
-  // GEMM helpers over the precision's operand rounding.
+  // GEMMs in the run's precision: activations are converted into operand slot 0 or 1, weights
+  // come from the matching copy (fp32 master, bf16 bits or fp16-rounded fp32).
+  const void* activation_operand(const float* x, int64_t count, int slot);
+  const void* weight_operand(int64_t offset) const;
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+            int64_t ldb, float beta, float* c, int64_t ldc) const;
   void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
                       float* y);
   void linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
@@ -108,8 +116,9 @@ class Transformer {
   int micro_batch_size_;
   const float* params_ = nullptr;
   float* grads_ = nullptr;
-  Buffer<uint16_t> bf16_weights_;
-  Buffer<float> fp16_weights_;
+  bool native_bf16_ = false;      // bf16 GEMMs in hardware (AVX512-BF16)
+  Buffer<uint16_t> bf16_weights_; // bf16 bits of the weights (native bf16)
+  Buffer<float> rounded_weights_; // fp16-rounded or bf16-rounded fp32 weights
   ByteCounter activation_counter_;
   std::vector<LayerWeights> weights_;
   std::unique_ptr<Workspace> work_;

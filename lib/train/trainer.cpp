@@ -66,9 +66,7 @@ MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train
   const model::ParamLayout layout = model::build_layout(model);
   const int64_t elements = layout.total_elements;
   MemoryPlan plan;
-  plan.weights = elements * 4;
-  if (train.precision == Precision::bf16) plan.weights += elements * 2;
-  if (train.precision == Precision::fp16) plan.weights += elements * 4;
+  plan.weights = elements * 4 + model::Transformer::gemm_weight_copy_bytes(train.precision, elements);
   plan.grads = elements * 4;
   plan.optimizer = elements * 8;
   plan.activations = model::Transformer::planned_activation_bytes(model, train.precision, train.recompute,
@@ -202,8 +200,9 @@ StepStats Trainer::train_step() {
     stats.skipped = true;
   } else {
     const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
-    optimizer_->step(params_.data(), model_->bf16_weights(), grads, stats.lr, unscale * clip);
-    if (config_.precision == Precision::fp16) model_->refresh_gemm_weights();
+    uint16_t* fused_bf16_copy = model_->bf16_weights();
+    optimizer_->step(params_.data(), fused_bf16_copy, grads, stats.lr, unscale * clip);
+    if (config_.precision != Precision::fp32 && !fused_bf16_copy) model_->refresh_gemm_weights();
   }
   scaler_.update(nonfinite);
   consumed_samples_ += global;
@@ -214,9 +213,7 @@ StepStats Trainer::train_step() {
   stats.tokens_per_s = global * static_cast<double>(seq) / seconds;
   stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12;
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
-  stats.mem_weights_bytes = total * 4 + (config_.precision == Precision::bf16   ? total * 2
-                                         : config_.precision == Precision::fp16 ? total * 4
-                                                                                : 0);
+  stats.mem_weights_bytes = total * 4 + model::Transformer::gemm_weight_copy_bytes(config_.precision, total);
   stats.mem_grads_bytes = total * 4;
   stats.mem_optim_bytes = optimizer_->state_bytes();
   stats.mem_activations_bytes = model_->activation_bytes();
