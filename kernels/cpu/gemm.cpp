@@ -1,4 +1,5 @@
-// oneDNN GEMM wrappers (see gemm.h). fp32 goes through dnnl_sgemm; bf16 through the matmul
+// oneDNN GEMM wrappers (see gemm.h). fp32 goes through dnnl_sgemm, which measured 5-90% faster
+// than the fp32 matmul primitive on GPT-2's training shapes here; bf16 goes through the matmul
 // primitive (oneDNN 2.6 has no bf16 BLAS-style call), created once per shape and cached, since
 // a training step repeats the same few shapes.
 #include "cpu/gemm.h"
@@ -21,7 +22,7 @@ void check(dnnl_status_t status, const char* what) {
   if (status != dnnl_success) throw std::runtime_error(std::string(what) + " failed: oneDNN status " + std::to_string(status));
 }
 
-using MatmulKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+using MatmulKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, int>;
 
 struct MatmulCache {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -46,17 +47,19 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
         "dnnl_sgemm");
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
+namespace {
+
+// C = alpha op(A) op(B) + beta C through a oneDNN matmul primitive built once per shape.
+void matmul(dnnl::memory::data_type input_type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   using dnnl::memory;
   MatmulCache& cache = matmul_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
-  const MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
+  const MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, static_cast<int>(input_type)};
   auto it = cache.entries.find(key);
   if (it == cache.entries.end()) {
-    const memory::desc a_md({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
-    const memory::desc b_md({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    const memory::desc a_md({m, k}, input_type, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+    const memory::desc b_md({k, n}, input_type, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -69,10 +72,18 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     it = cache.entries.emplace(key, std::make_tuple(dnnl::matmul(pd), a_md, b_md, c_md)).first;
   }
   auto& [primitive, a_md, b_md, c_md] = it->second;
-  primitive.execute(cache.stream, {{DNNL_ARG_SRC, memory(a_md, cache.engine, const_cast<uint16_t*>(a))},
-                                   {DNNL_ARG_WEIGHTS, memory(b_md, cache.engine, const_cast<uint16_t*>(b))},
+  primitive.execute(cache.stream, {{DNNL_ARG_SRC, memory(a_md, cache.engine, const_cast<void*>(a))},
+                                   {DNNL_ARG_WEIGHTS, memory(b_md, cache.engine, const_cast<void*>(b))},
                                    {DNNL_ARG_DST, memory(c_md, cache.engine, c)}});
   cache.stream.wait();
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  matmul(dnnl::memory::data_type::bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace mt::kernels::cpu
