@@ -102,7 +102,8 @@ void write_parameters(const std::string& path, const model::ParamLayout& layout,
       shard_selection(entry, start, count);
       H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
       Handle memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-      if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, params + entry.offset) < 0) {
+      const Tensor shard = layout.view(entry, const_cast<float*>(params));
+      if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, shard.data<float>()) < 0) {
         throw Error(path, "write of " + entry.name + " failed");
       }
     }
@@ -139,7 +140,8 @@ CheckpointInfo read_parameters(const std::string& path, const model::ParamLayout
     shard_selection(entry, start, count);
     H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
     Handle memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-    if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, params + entry.offset) < 0) {
+    const Tensor shard = layout.view(entry, params);
+    if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, shard.data<float>()) < 0) {
       throw Error(path, "read of " + entry.name + " failed");
     }
   }

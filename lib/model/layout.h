@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "model/config.h"
 #include "parallel/parallel_config.h"
 
@@ -44,6 +45,8 @@ struct ParamLayout {
   const ParamEntry& find(const std::string& name) const;  // throws mt::Error
   const ParamEntry* try_find(const std::string& name) const;
   int64_t parameter_elements() const;  // sum of numel (no gaps)
+  // This rank's shard of a parameter as a tensor view into a flat fp32 buffer of this layout.
+  Tensor view(const ParamEntry& entry, float* buffer) const;
 };
 
 // Layers [first_layer, last_layer) on this rank; the embedding on the first pipeline stage and
