@@ -150,8 +150,8 @@ Record model_json(const mt::model::ModelConfig& c) {
                 {"parameters", mt::model::parameter_count(c)}};
 }
 
-// Peak FLOP/s of this process's GEMM at the run's precision (the path the model's GEMMs take),
-// the best of a few 2048^3 products.
+// Peak FLOP/s of this process's GEMM at the run's precision (the path the model's GEMMs take):
+// the best of eight 2048^3 products after a warm-up (about a second; shared machines are noisy).
 double measure_peak_flops(mt::Precision precision) {
   const int64_t n = 2048;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
@@ -165,7 +165,7 @@ double measure_peak_flops(mt::Precision precision) {
   };
   run();
   double best = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 8; ++i) {
     const auto start = std::chrono::steady_clock::now();
     run();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
