@@ -131,6 +131,8 @@ Transformer::Transformer(const ModelConfig& config, const ParamLayout& layout, P
   // bf16 GEMMs run natively with AVX512-BF16, elsewhere as fp32 GEMMs over bf16-rounded operands
   // (cpu/gemm.h): only the speed differs.
   native_bf16_ = kernels::cpu::native_bf16_gemm();
+  final_norm_weight_ = offset_of(layout_, "decoder.final_layernorm.weight");
+  final_norm_bias_ = offset_or_none(layout_, "decoder.final_layernorm.bias");
   if (precision_ == Precision::bf16) bf16_weights_.allocate(layout_.total_elements);
   if (precision_ == Precision::fp16 || (precision_ == Precision::bf16 && !native_bf16_)) {
     rounded_weights_.allocate(layout_.total_elements);
@@ -348,9 +350,39 @@ void Transformer::linear_backward_weight(const float* dy, const float* x, int64_
        activation_operand(x, rows * in_features, 1), in_features, 1.0f, grads_ + weight_offset, in_features);
 }
 
-// --- layers ----------------------------------------------------------------------------------
+// y = norm(x) with this config's normalisation; mean is unused (nullable) for RMSNorm.
+void Transformer::norm_forward(const float* x, int64_t weight_offset, int64_t bias_offset, float* y, float* mean,
+                               float* rstd, int64_t rows) {
+  const int c = config_.hidden_size;
+  if (config_.normalization == Normalization::layernorm) {
+    ops().layernorm_forward(x, params_ + weight_offset, bias_offset >= 0 ? params_ + bias_offset : nullptr, y, mean,
+                            rstd, rows, c, config_.norm_epsilon);
+  } else {
+    ops().rmsnorm_forward(x, params_ + weight_offset, y, rstd, rows, c, config_.norm_epsilon);
+  }
+}
 
-void Transformer::attention_forward(LayerActivations& a, const MicroBatch& batch) {
+// dx = d norm(x) / dx . dy; the norm's weight (and bias) grads accumulate.
+void Transformer::norm_backward(const float* dy, const float* x, int64_t weight_offset, int64_t bias_offset,
+                                const float* mean, const float* rstd, float* dx, int64_t rows) {
+  const int c = config_.hidden_size;
+  if (config_.normalization == Normalization::layernorm) {
+    ops().layernorm_backward(dy, x, params_ + weight_offset, mean, rstd, dx, grads_ + weight_offset,
+                             bias_offset >= 0 ? grads_ + bias_offset : nullptr, rows, c);
+  } else {
+    ops().rmsnorm_backward(dy, x, params_ + weight_offset, rstd, dx, grads_ + weight_offset, rows, c);
+  }
+}
+
+// Backward of y = x W^T (+ b): dW (and db) accumulate, dx (rows, in) is written.
+void Transformer::linear_backward(const float* dy, const float* x, int64_t rows, int64_t out_features,
+                                  int64_t in_features, int64_t weight_offset, int64_t bias_offset, float* dx) {
+  linear_backward_weight(dy, x, rows, out_features, in_features, weight_offset);
+  if (bias_offset >= 0) ops().bias_backward(dy, grads_ + bias_offset, rows, static_cast<int>(out_features));
+  linear_backward_input(dy, rows, out_features, weight_offset, in_features, dx);
+}
+
+kernels::cpu::AttentionShape Transformer::attention_shape(const MicroBatch& batch) const {
   const int64_t h = config_.num_attention_heads, g = config_.query_groups(), d = config_.head_dim();
   kernels::cpu::AttentionShape shape;
   shape.batch = batch.batch;
@@ -361,7 +393,15 @@ void Transformer::attention_forward(LayerActivations& a, const MicroBatch& batch
   shape.q_stride = shape.k_stride = shape.v_stride = (h + 2 * g) * d;
   shape.o_stride = h * d;
   shape.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  ops().attention_forward(shape, a.qkv, a.qkv + h * d, a.qkv + (h + g) * d, batch.doc_start, a.attn, a.lse);
+  return shape;
+}
+
+// --- layers ----------------------------------------------------------------------------------
+
+void Transformer::attention_forward(LayerActivations& a, const MicroBatch& batch) {
+  const int64_t h = config_.num_attention_heads, g = config_.query_groups(), d = config_.head_dim();
+  ops().attention_forward(attention_shape(batch), a.qkv, a.qkv + h * d, a.qkv + (h + g) * d, batch.doc_start, a.attn,
+                          a.lse);
 }
 
 void Transformer::layer_forward(int layer, LayerActivations& a, const float* x_in, float* x_out,
@@ -372,18 +412,11 @@ void Transformer::layer_forward(int layer, LayerActivations& a, const float* x_i
   const int64_t c = config_.hidden_size, d = config_.head_dim(), f = config_.ffn_hidden_size;
   const int64_t h = config_.num_attention_heads, g = config_.query_groups();
   const int64_t qkv_width = (h + 2 * g) * d, fc1_width = config_.swiglu ? 2 * f : f;
-  const float eps = config_.norm_epsilon;
-  const bool layernorm = config_.normalization == Normalization::layernorm;
   const float* p = params_;
   Workspace& w = *work_;
 
   if (a.x_in != x_in) std::memcpy(a.x_in, x_in, sizeof(float) * n * c);
-  if (layernorm) {
-    k.layernorm_forward(a.x_in, p + wt.norm1_weight, wt.norm1_bias >= 0 ? p + wt.norm1_bias : nullptr, a.norm1,
-                        a.mean1, a.rstd1, n, static_cast<int>(c), eps);
-  } else {
-    k.rmsnorm_forward(a.x_in, p + wt.norm1_weight, a.norm1, a.rstd1, n, static_cast<int>(c), eps);
-  }
+  norm_forward(a.x_in, wt.norm1_weight, wt.norm1_bias, a.norm1, a.mean1, a.rstd1, n);
   linear_forward(a.norm1, n, c, wt.qkv_weight, qkv_width, a.qkv);
   if (wt.qkv_bias >= 0) k.bias_add(a.qkv, p + wt.qkv_bias, n, static_cast<int>(qkv_width));
   if (config_.position_embedding == PositionEmbedding::rope) {
@@ -401,12 +434,7 @@ void Transformer::layer_forward(int layer, LayerActivations& a, const float* x_i
   std::memcpy(a.x_mid, a.x_in, sizeof(float) * n * c);
   k.add_inplace(a.x_mid, w.tmp, n * c);
 
-  if (layernorm) {
-    k.layernorm_forward(a.x_mid, p + wt.norm2_weight, wt.norm2_bias >= 0 ? p + wt.norm2_bias : nullptr, a.norm2,
-                        a.mean2, a.rstd2, n, static_cast<int>(c), eps);
-  } else {
-    k.rmsnorm_forward(a.x_mid, p + wt.norm2_weight, a.norm2, a.rstd2, n, static_cast<int>(c), eps);
-  }
+  norm_forward(a.x_mid, wt.norm2_weight, wt.norm2_bias, a.norm2, a.mean2, a.rstd2, n);
   linear_forward(a.norm2, n, c, wt.fc1_weight, fc1_width, a.fc1);
   if (wt.fc1_bias >= 0) k.bias_add(a.fc1, p + wt.fc1_bias, n, static_cast<int>(fc1_width));
   if (config_.swiglu) {
@@ -430,33 +458,20 @@ void Transformer::layer_backward(int layer, LayerActivations& a, const float* d_
   const int64_t c = config_.hidden_size, d = config_.head_dim(), f = config_.ffn_hidden_size;
   const int64_t h = config_.num_attention_heads, g = config_.query_groups();
   const int64_t qkv_width = (h + 2 * g) * d, fc1_width = config_.swiglu ? 2 * f : f;
-  const bool layernorm = config_.normalization == Normalization::layernorm;
-  const float* p = params_;
-  float* gr = grads_;
   Workspace& w = *work_;
   kernels::cpu::DropoutKey key{seed_, dropout_stream("mlp-output", layer), iteration, config_.hidden_dropout};
 
   // MLP branch: x_out = x_mid + dropout(fc2(act(fc1(norm2(x_mid))))).
   std::memcpy(w.tmp, d_out, sizeof(float) * n * c);
   if (key.p > 0) k.dropout_backward(w.tmp, n, static_cast<int>(c), batch.row_ids, 0, key);
-  linear_backward_weight(w.tmp, a.act, n, c, f, wt.fc2_weight);
-  if (wt.fc2_bias >= 0) k.bias_backward(w.tmp, gr + wt.fc2_bias, n, static_cast<int>(c));
-  linear_backward_input(w.tmp, n, c, wt.fc2_weight, f, w.d_act);
+  linear_backward(w.tmp, a.act, n, c, f, wt.fc2_weight, wt.fc2_bias, w.d_act);
   if (config_.swiglu) {
     k.swiglu_backward(w.d_act, a.fc1, w.d_fc1, n, static_cast<int>(f));
   } else {
     k.gelu_backward(w.d_act, a.fc1, w.d_fc1, n * f);
   }
-  linear_backward_weight(w.d_fc1, a.norm2, n, fc1_width, c, wt.fc1_weight);
-  if (wt.fc1_bias >= 0) k.bias_backward(w.d_fc1, gr + wt.fc1_bias, n, static_cast<int>(fc1_width));
-  linear_backward_input(w.d_fc1, n, fc1_width, wt.fc1_weight, c, w.d_norm);
-  if (layernorm) {
-    k.layernorm_backward(w.d_norm, a.x_mid, p + wt.norm2_weight, a.mean2, a.rstd2, w.d_part, gr + wt.norm2_weight,
-                         wt.norm2_bias >= 0 ? gr + wt.norm2_bias : nullptr, n, static_cast<int>(c));
-  } else {
-    k.rmsnorm_backward(w.d_norm, a.x_mid, p + wt.norm2_weight, a.rstd2, w.d_part, gr + wt.norm2_weight, n,
-                       static_cast<int>(c));
-  }
+  linear_backward(w.d_fc1, a.norm2, n, fc1_width, c, wt.fc1_weight, wt.fc1_bias, w.d_norm);
+  norm_backward(w.d_norm, a.x_mid, wt.norm2_weight, wt.norm2_bias, a.mean2, a.rstd2, w.d_part, n);
   std::memcpy(w.d_mid, d_out, sizeof(float) * n * c);
   k.add_inplace(w.d_mid, w.d_part, n * c);
 
@@ -469,20 +484,8 @@ void Transformer::layer_backward(int layer, LayerActivations& a, const float* d_
   std::memcpy(w.tmp, w.d_mid, sizeof(float) * n * c);
   key.stream = dropout_stream("attention-output", layer);
   if (key.p > 0) k.dropout_backward(w.tmp, n, static_cast<int>(c), batch.row_ids, 0, key);
-  linear_backward_weight(w.tmp, core.attn, n, c, h * d, wt.proj_weight);
-  if (wt.proj_bias >= 0) k.bias_backward(w.tmp, gr + wt.proj_bias, n, static_cast<int>(c));
-  linear_backward_input(w.tmp, n, c, wt.proj_weight, h * d, w.d_attn);
-
-  kernels::cpu::AttentionShape shape;
-  shape.batch = batch.batch;
-  shape.q_len = shape.kv_len = batch.seq;
-  shape.q_heads = static_cast<int>(h);
-  shape.kv_heads = static_cast<int>(g);
-  shape.head_dim = static_cast<int>(d);
-  shape.q_stride = shape.k_stride = shape.v_stride = qkv_width;
-  shape.o_stride = h * d;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  k.attention_backward(shape, a.qkv, a.qkv + h * d, a.qkv + (h + g) * d, batch.doc_start, core.attn, w.d_attn,
+  linear_backward(w.tmp, core.attn, n, c, h * d, wt.proj_weight, wt.proj_bias, w.d_attn);
+  k.attention_backward(attention_shape(batch), a.qkv, a.qkv + h * d, a.qkv + (h + g) * d, batch.doc_start, core.attn, w.d_attn,
                        core.lse, w.d_qkv, w.d_qkv + h * d, w.d_qkv + (h + g) * d);
   if (config_.position_embedding == PositionEmbedding::rope) {
     k.rope_backward(w.d_qkv, n, qkv_width, static_cast<int>(h), static_cast<int>(d), batch.positions,
@@ -490,16 +493,8 @@ void Transformer::layer_backward(int layer, LayerActivations& a, const float* d_
     k.rope_backward(w.d_qkv + h * d, n, qkv_width, static_cast<int>(g), static_cast<int>(d), batch.positions,
                     config_.rotary_base);
   }
-  linear_backward_weight(w.d_qkv, a.norm1, n, qkv_width, c, wt.qkv_weight);
-  if (wt.qkv_bias >= 0) k.bias_backward(w.d_qkv, gr + wt.qkv_bias, n, static_cast<int>(qkv_width));
-  linear_backward_input(w.d_qkv, n, qkv_width, wt.qkv_weight, c, w.d_norm);
-  if (layernorm) {
-    k.layernorm_backward(w.d_norm, a.x_in, p + wt.norm1_weight, a.mean1, a.rstd1, w.d_part, gr + wt.norm1_weight,
-                         wt.norm1_bias >= 0 ? gr + wt.norm1_bias : nullptr, n, static_cast<int>(c));
-  } else {
-    k.rmsnorm_backward(w.d_norm, a.x_in, p + wt.norm1_weight, a.rstd1, w.d_part, gr + wt.norm1_weight, n,
-                       static_cast<int>(c));
-  }
+  linear_backward(w.d_qkv, a.norm1, n, qkv_width, c, wt.qkv_weight, wt.qkv_bias, w.d_norm);
+  norm_backward(w.d_norm, a.x_in, wt.norm1_weight, wt.norm1_bias, a.mean1, a.rstd1, w.d_part, n);
   std::memcpy(d_in, w.d_mid, sizeof(float) * n * c);
   k.add_inplace(d_in, w.d_part, n * c);
 }
@@ -546,14 +541,7 @@ void Transformer::forward_pass(const MicroBatch& batch, uint64_t iteration, bool
   }
   if (layers == 0) std::memcpy(w.final_hidden, w.embedded, sizeof(float) * n * c);
 
-  const ParamEntry& norm = layout_.find("decoder.final_layernorm.weight");
-  if (config_.normalization == Normalization::layernorm) {
-    k.layernorm_forward(w.final_hidden, params_ + norm.offset,
-                        params_ + layout_.find("decoder.final_layernorm.bias").offset, w.final_norm, w.final_mean,
-                        w.final_rstd, n, c, config_.norm_epsilon);
-  } else {
-    k.rmsnorm_forward(w.final_hidden, params_ + norm.offset, w.final_norm, w.final_rstd, n, c, config_.norm_epsilon);
-  }
+  norm_forward(w.final_hidden, final_norm_weight_, final_norm_bias_, w.final_norm, w.final_mean, w.final_rstd, n);
   const ParamEntry& out = layout_.find(config_.untie_embeddings_and_output_weights ? "output_layer.weight"
                                                                                    : "embedding.word_embeddings.weight");
   linear_forward(w.final_norm, n, c, out.offset, out.local_shape[0], w.logits);
@@ -590,15 +578,8 @@ void Transformer::head_backward(const MicroBatch& batch, float dloss_scale) {
                                                                                    : "embedding.word_embeddings.weight");
   linear_backward_weight(w.logits, w.final_norm, n, out.local_shape[0], c, out.offset);
   linear_backward_input(w.logits, n, out.local_shape[0], out.offset, c, w.d_norm);
-  const ParamEntry& norm = layout_.find("decoder.final_layernorm.weight");
-  float* d_final = w.d_stream[0];
-  if (config_.normalization == Normalization::layernorm) {
-    k.layernorm_backward(w.d_norm, w.final_hidden, params_ + norm.offset, w.final_mean, w.final_rstd, d_final,
-                         grads_ + norm.offset, grads_ + layout_.find("decoder.final_layernorm.bias").offset, n, c);
-  } else {
-    k.rmsnorm_backward(w.d_norm, w.final_hidden, params_ + norm.offset, w.final_rstd, d_final, grads_ + norm.offset, n,
-                       c);
-  }
+  norm_backward(w.d_norm, w.final_hidden, final_norm_weight_, final_norm_bias_, w.final_mean, w.final_rstd,
+                w.d_stream[0], n);
 }
 
 LossSums Transformer::forward_backward(const MicroBatch& batch, float dloss_scale, uint64_t iteration) {

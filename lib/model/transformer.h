@@ -13,6 +13,7 @@
 
 #include "core/buffer.h"
 #include "core/dtype.h"
+#include "cpu/ops.h"
 #include "model/config.h"
 #include "model/layout.h"
 
@@ -94,6 +95,13 @@ class Transformer {
   void layer_backward(int layer, LayerActivations& acts, const float* d_out, float* d_in, const MicroBatch& batch,
                       uint64_t iteration);
   void attention_forward(LayerActivations& acts, const MicroBatch& batch);
+  kernels::cpu::AttentionShape attention_shape(const MicroBatch& batch) const;
+  void norm_forward(const float* x, int64_t weight_offset, int64_t bias_offset, float* y, float* mean, float* rstd,
+                    int64_t rows);
+  void norm_backward(const float* dy, const float* x, int64_t weight_offset, int64_t bias_offset, const float* mean,
+                     const float* rstd, float* dx, int64_t rows);
+  void linear_backward(const float* dy, const float* x, int64_t rows, int64_t out_features, int64_t in_features,
+                       int64_t weight_offset, int64_t bias_offset, float* dx);
 
   // GEMMs in the run's precision: activations are converted into operand slot 0 or 1, weights
   // come from the matching copy (fp32 master, bf16 bits or fp16-rounded fp32).
@@ -123,6 +131,7 @@ class Transformer {
   std::vector<LayerWeights> weights_;
   std::unique_ptr<Workspace> work_;
   int first_layer_ = 0, last_layer_ = 0;
+  int64_t final_norm_weight_ = -1, final_norm_bias_ = -1;
 };
 
 }  // namespace mt::model
