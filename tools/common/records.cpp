@@ -99,19 +99,27 @@ std::string csv_escape(const std::string& text) {
 
 }  // namespace
 
-// Tables are streamed: a header whenever the record kind (or its keys) changes, column widths
-// from the header and the first row.
-void RecordWriter::write_table(const Record& record) {
+// Table and CSV output is streamed in sections: a new header whenever the record kind (or its
+// keys) changes, separated from the previous section by a blank line. Returns true when `record`
+// starts a section.
+bool RecordWriter::begin_section(const Record& record) {
   const std::string kind = record_kind(record);
   std::vector<std::string> columns = record_columns(record);
-  if (kind != current_kind_ || columns != columns_) {
-    if (!columns_.empty()) std::fprintf(out_, "\n");
-    current_kind_ = kind;
-    columns_ = columns;
+  if (kind == current_kind_ && columns == columns_) return false;
+  if (!columns_.empty()) std::fprintf(out_, "\n");
+  current_kind_ = kind;
+  columns_ = std::move(columns);
+  return true;
+}
+
+// Column widths come from the header and the first row (at least 10, so later rows mostly fit).
+void RecordWriter::write_table(const Record& record) {
+  if (begin_section(record)) {
+    const std::string& kind = current_kind_;
     widths_.clear();
     std::string header, rule;
     for (const auto& column : columns_) {
-      const size_t width = std::max(column.size(), format_value(record[column]).size());
+      const size_t width = std::max({column.size(), format_value(record[column]).size(), size_t{10}});
       widths_.push_back(width);
       char cell[256];
       std::snprintf(cell, sizeof cell, "%*s  ", static_cast<int>(width), column.c_str());
@@ -130,12 +138,7 @@ void RecordWriter::write_table(const Record& record) {
 }
 
 void RecordWriter::write_csv(const Record& record) {
-  const std::string kind = record_kind(record);
-  std::vector<std::string> columns = record_columns(record);
-  if (kind != current_kind_ || columns != columns_) {
-    if (!columns_.empty()) std::fprintf(out_, "\n");
-    current_kind_ = kind;
-    columns_ = columns;
+  if (begin_section(record)) {
     std::string header = "record";
     for (const auto& column : columns_) {
       header += ',';
@@ -143,7 +146,7 @@ void RecordWriter::write_csv(const Record& record) {
     }
     std::fprintf(out_, "%s\n", header.c_str());
   }
-  std::string row = csv_escape(kind);
+  std::string row = csv_escape(current_kind_);
   for (const auto& column : columns_) {
     row += ',';
     row += csv_escape(format_value(record[column]));

@@ -36,6 +36,7 @@ class RecordWriter {
   OutputFormat format() const { return format_; }
 
  private:
+  bool begin_section(const Record& record);
   void write_table(const Record& record);
   void write_csv(const Record& record);
 
