@@ -1,0 +1,135 @@
+// Token datasets (DESIGN.md sec. 4): sequences of token ids grouped into documents, stored either
+// as mt's HDF5 token dataset (`<prefix>.h5`) or as Megatron-LM's indexed dataset (`<prefix>.bin`
+// + `<prefix>.idx`, byte-compatible with megatron/core/datasets/indexed_dataset.py).
+//
+// Megatron's .idx (little-endian): magic "MMIDIDX\0\0" (9 bytes), uint64 version = 1, uint8 dtype
+// code (TokenDtype below), uint64 sequence count S, uint64 document-index count D (= documents
+// + 1), int32 sequence lengths[S], int64 sequence pointers[S] (byte offsets into .bin), int64
+// document indices[D] (0, then after each document the number of sequences written so far).
+// The .bin holds the tokens back to back in the dtype.
+//
+// The HDF5 file mirrors it: /tokens (1-D, contiguous, unfiltered, so it is memory-mapped at its
+// file offset), /sequence_lengths (int32), /sequence_offsets (int64, in tokens, not bytes),
+// /document_indices (int64, as Megatron's), root attributes mt_format = "mt-token-dataset",
+// mt_format_version = 1, tokenizer, tokenizer_hash, vocab_size, eod_id (-1 when none).
+//
+// Tested in tests/unit/data/test_token_dataset.cpp (with tests/data/read_megatron_idx.py as an
+// independent numpy reader of the .bin/.idx).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mt::data {
+
+// Megatron's DType enum: the code stored in the .idx. Only the integer types hold tokens.
+enum class TokenDtype : uint8_t {
+  uint8 = 1,
+  int8 = 2,
+  int16 = 3,
+  int32 = 4,
+  int64 = 5,
+  float64 = 6,
+  float32 = 7,
+  uint16 = 8,
+};
+
+std::string_view dtype_name(TokenDtype dtype);
+size_t dtype_size(TokenDtype dtype);
+// Megatron's DType.optimal_dtype: uint16 when vocab_size < 65500, else int32.
+TokenDtype optimal_token_dtype(int64_t vocab_size);
+
+enum class TokenDatasetFormat { hdf5, megatron, both };
+
+// "hdf5", "megatron" (alias "bin") or "both"; anything else is an mt::UsageError.
+TokenDatasetFormat parse_token_dataset_format(std::string_view text);
+
+// What the HDF5 file records about the tokenizer; the .bin/.idx format has no place for it.
+struct TokenDatasetMetadata {
+  std::string tokenizer;       // e.g. "gpt2-bpe"
+  std::string tokenizer_hash;  // e.g. a hex digest of the tokenizer files
+  int64_t eod_id = -1;         // end-of-document token id, -1 when none
+};
+
+// Streams sequences into the chosen format(s) under temporary names (`<final>.tmp-<pid>`) and
+// renames them into place on finish(); a writer destroyed without finish() (an exception, a
+// failed run) removes its temporaries, so no file ever appears under a final name half-written.
+// Final names: `<prefix>.h5`, `<prefix>.bin`, `<prefix>.idx`. Tokens are stored in
+// optimal_token_dtype(vocab_size).
+class TokenDatasetWriter {
+ public:
+  // Throws mt::UsageError for vocab_size < 1, mt::Error when the temporaries cannot be created.
+  static TokenDatasetWriter create(const std::string& prefix, TokenDatasetFormat format, int64_t vocab_size,
+                                   const TokenDatasetMetadata& metadata = {});
+  TokenDatasetWriter(TokenDatasetWriter&&) noexcept;
+  TokenDatasetWriter& operator=(TokenDatasetWriter&&) noexcept;
+  ~TokenDatasetWriter();
+
+  // Appends one sequence (possibly empty) to the current document. Every token must be in
+  // [0, vocab_size); throws mt::Error otherwise (nothing of that sequence is written).
+  void add_sequence(std::span<const int32_t> tokens);
+  // Closes the current document (Megatron's end_document: an empty document is allowed).
+  void end_document();
+  // Closes an open document (sequences added since the last end_document), writes the index and
+  // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
+  // first so a stale index never pairs with a new .bin). No call is allowed afterwards.
+  void finish();
+
+  int64_t sequence_count() const;
+  int64_t document_count() const;  // documents closed so far
+  int64_t token_count() const;
+  TokenDtype dtype() const;
+  std::vector<std::string> final_paths() const;
+
+ private:
+  struct State;
+  explicit TokenDatasetWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// A read-only token dataset with its tokens memory-mapped. open(X) looks for `X.h5`, then for
+// `X.bin` + `X.idx` (when both kinds exist the HDF5 file is used); a path naming one of those
+// files directly (`X.h5`, `X.bin`, `X.idx`) works too. Everything is validated on open (header,
+// version, dtype, sizes, monotonic non-overlapping offsets inside the token storage, document
+// indices from 0 to the sequence count): a bad file is an mt::Error naming it, never a crash.
+class TokenDataset {
+ public:
+  static TokenDataset open(const std::string& path_prefix);
+  TokenDataset(TokenDataset&&) noexcept;
+  TokenDataset& operator=(TokenDataset&&) noexcept;
+  ~TokenDataset();
+
+  TokenDatasetFormat format() const;  // hdf5 or megatron
+  const std::string& path() const;    // the .h5 file, or the .bin file
+  int64_t sequence_count() const;
+  int64_t document_count() const;  // document_indices().size() - 1
+  int64_t token_count() const;
+  TokenDtype dtype() const;
+  int64_t vocab_size() const;  // -1 for .bin/.idx (Megatron's format does not record it)
+  const TokenDatasetMetadata& metadata() const;  // empty strings and eod_id -1 for .bin/.idx
+
+  std::span<const int32_t> sequence_lengths() const;
+  std::span<const int64_t> sequence_offsets() const;  // in tokens from the start of the storage
+  std::span<const int64_t> document_indices() const;  // document d = sequences [i[d], i[d+1])
+
+  // Tokens [offset, offset + length) of a sequence as int32 (length defaults to the rest of the
+  // sequence, as Megatron's IndexedDataset.get). Out-of-range arguments, or a stored value that
+  // does not fit int32, throw mt::Error.
+  std::vector<int32_t> get(int64_t sequence_index, int64_t offset = 0,
+                           std::optional<int64_t> length = std::nullopt) const;
+  // The same into caller storage: out.size() tokens starting at `offset`.
+  void read(int64_t sequence_index, int64_t offset, std::span<int32_t> out) const;
+
+ private:
+  struct State;
+  explicit TokenDataset(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace mt::data
