@@ -243,7 +243,9 @@ void write_index_dataset(const std::string& path, hid_t file, const char* name, 
                          const void* data, size_t count) {
   const hsize_t dims[1] = {count};
   Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  Handle dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_obj_track_times(properties.get(), false);  // no timestamps: equal inputs give equal files
+  Handle dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) throw Error(path, std::string("cannot create dataset /") + name);
   if (count > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     throw Error(path, std::string("cannot write dataset /") + name);
@@ -443,6 +445,7 @@ struct TokenDatasetWriter::State {
       H5Pset_layout(properties.get(), H5D_CONTIGUOUS);
       H5Pset_alloc_time(properties.get(), H5D_ALLOC_TIME_EARLY);
       H5Pset_fill_time(properties.get(), H5D_FILL_TIME_NEVER);
+      H5Pset_obj_track_times(properties.get(), false);
       Handle dataset(H5Dcreate2(file.get(), "tokens", hdf5_file_type(dtype), space.get(), H5P_DEFAULT,
                                 properties.get(), H5P_DEFAULT),
                      H5Dclose);
