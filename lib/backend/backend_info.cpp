@@ -14,7 +14,7 @@
 namespace mt::backend {
 namespace {
 
-std::string dotted(int version, int major_div, int minor_div) {
+[[maybe_unused]] std::string dotted(int version, int major_div, int minor_div) {  // used with CUDA only
   return std::to_string(version / major_div) + "." + std::to_string((version % major_div) / minor_div) + "." +
          std::to_string(version % minor_div);
 }
