@@ -1,0 +1,661 @@
+// Loading and running the byte-level BPE tokenizers of data/tokenizer.h: file parsers for GPT-2's
+// encoder.json + vocab.bpe, tiktoken rank files, Megatron's TikTokenizer JSON vocabulary and Hugging
+// Face tokenizer.json, all feeding one BpeModel (data/bpe_model.h) behind one Tokenizer class.
+// Tested in tests/unit/data/test_tokenizer.cpp and tests/unit/data/test_tokenizer_golden.cpp.
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "data/bpe_model.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
+
+namespace mt::data {
+
+namespace {
+
+using nlohmann::json;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path, "read failed");
+  return buffer.str();
+}
+
+json parse_json(const std::string& path, const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(path, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// FNV-1a 64 over a sequence of byte strings (each followed by its length, so boundaries count).
+class Fnv1a64 {
+ public:
+  void add(std::string_view bytes) {
+    for (unsigned char byte : bytes) mix(byte);
+    uint64_t length = bytes.size();
+    for (int i = 0; i < 8; ++i) mix(static_cast<unsigned char>(length >> (8 * i)));
+  }
+  std::string hex() const {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string text = "fnv1a64:";
+    for (int shift = 60; shift >= 0; shift -= 4) text.push_back(kDigits[(state_ >> shift) & 0xF]);
+    return text;
+  }
+
+ private:
+  void mix(unsigned char byte) {
+    state_ ^= byte;
+    state_ *= 0x100000001B3ull;
+  }
+  uint64_t state_ = 0xCBF29CE484222325ull;
+};
+
+// Standard base64 with '=' padding (tiktoken files); nullopt when malformed.
+std::optional<std::string> base64_decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+  size_t padding = 0;
+  while (padding < 2 && text[text.size() - 1 - padding] == '=') ++padding;
+  std::string out;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (size_t i = 0; i < text.size() - padding; ++i) {
+    int v = value(text[i]);
+    if (v < 0) return std::nullopt;
+    buffer = (buffer << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((buffer >> bits) & 0xFF));
+    }
+  }
+  if ((buffer & ((1u << bits) - 1)) != 0) return std::nullopt;
+  return out;
+}
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 onwards
+// in byte order. Token strings of encoder.json / tokenizer.json are written in this alphabet.
+struct ByteLevelAlphabet {
+  std::unordered_map<char32_t, uint8_t> byte_of_char;
+
+  ByteLevelAlphabet() {
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    char32_t next_extra = 256;
+    for (int b = 0; b < 256; ++b) {
+      char32_t c = printable(b) ? static_cast<char32_t>(b) : next_extra++;
+      byte_of_char[c] = static_cast<uint8_t>(b);
+    }
+  }
+  // The bytes a token string of the alphabet stands for; nullopt when a character is outside it.
+  std::optional<std::string> decode(std::string_view token) const {
+    std::string bytes;
+    size_t pos = 0;
+    while (pos < token.size()) {
+      auto it = byte_of_char.find(decode_utf8(token, pos));
+      if (it == byte_of_char.end()) return std::nullopt;
+      bytes.push_back(static_cast<char>(it->second));
+    }
+    return bytes;
+  }
+};
+
+const ByteLevelAlphabet& byte_level_alphabet() {
+  static const ByteLevelAlphabet alphabet;
+  return alphabet;
+}
+
+struct SpecialToken {
+  std::string text;
+  int32_t id;
+};
+
+// Everything a loader produces; BpeTokenizer runs it.
+struct TokenizerSpec {
+  std::string name;
+  std::string hash;
+  PretokenizePattern pattern = PretokenizePattern::gpt2;
+  bool whole_piece_lookup = false;
+  int64_t vocab_size = 0;
+  std::optional<int32_t> eod;
+  std::vector<SpecialToken> specials;
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  BpeTokenizer(TokenizerSpec spec, BpeModel model) : spec_(std::move(spec)), model_(std::move(model)) {
+    special_of_id_.assign(static_cast<size_t>(spec_.vocab_size), -1);
+    for (size_t i = 0; i < spec_.specials.size(); ++i) {
+      const SpecialToken& special = spec_.specials[i];
+      if (special.id < 0 || special.id >= spec_.vocab_size) {
+        throw Error(spec_.name, "special token " + special.text + " has id " + std::to_string(special.id) +
+                                    " outside the vocabulary");
+      }
+      special_of_id_[special.id] = static_cast<int32_t>(i);
+      if (!special.text.empty()) specials_by_first_byte_[static_cast<unsigned char>(special.text[0])].push_back(i);
+    }
+    // Longest first, so a special token that extends another wins at the same position.
+    for (auto& candidates : specials_by_first_byte_) {
+      std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+        return spec_.specials[a].text.size() > spec_.specials[b].text.size();
+      });
+    }
+  }
+
+  void encode(std::string_view text, std::vector<int32_t>& out, bool allow_special) const override {
+    if (!allow_special || spec_.specials.empty()) {
+      encode_ordinary(text, out);
+      return;
+    }
+    size_t start = 0;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const SpecialToken* found = nullptr;
+      for (size_t index : specials_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+        const SpecialToken& special = spec_.specials[index];
+        if (text.substr(pos, special.text.size()) == special.text) {
+          found = &special;
+          break;
+        }
+      }
+      if (found == nullptr) {
+        ++pos;
+        continue;
+      }
+      encode_ordinary(text.substr(start, pos - start), out);
+      out.push_back(found->id);
+      pos += found->text.size();
+      start = pos;
+    }
+    encode_ordinary(text.substr(start), out);
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string bytes;
+    for (int32_t id : ids) append_token_bytes(id, bytes);
+    if (is_valid_utf8(bytes)) return bytes;
+    std::string text;
+    sanitize_utf8(bytes, text);
+    return text;
+  }
+
+  std::string token_bytes(int32_t id) const override {
+    std::string bytes;
+    append_token_bytes(id, bytes);
+    return bytes;
+  }
+
+  int64_t vocab_size() const override { return spec_.vocab_size; }
+  std::optional<int32_t> eod_id() const override { return spec_.eod; }
+  std::optional<int32_t> special_token_id(std::string_view text) const override {
+    for (const SpecialToken& special : spec_.specials) {
+      if (special.text == text) return special.id;
+    }
+    return std::nullopt;
+  }
+  std::string name() const override { return spec_.name; }
+  std::string hash() const override { return spec_.hash; }
+
+ private:
+  void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t length = next_piece_length(spec_.pattern, text, pos);
+      model_.encode_piece(text.substr(pos, length), spec_.whole_piece_lookup, out);
+      pos += length;
+    }
+  }
+
+  void append_token_bytes(int32_t id, std::string& bytes) const {
+    if (id >= 0 && id < spec_.vocab_size && special_of_id_[id] >= 0) {
+      bytes += spec_.specials[special_of_id_[id]].text;
+    } else if (model_.has_id(id)) {
+      bytes += model_.bytes_of(id);
+    } else if (id < 0 || id >= spec_.vocab_size) {
+      throw Error(spec_.name,
+                  "token id " + std::to_string(id) + " outside [0, " + std::to_string(spec_.vocab_size) + ")");
+    } else {
+      throw Error(spec_.name, "token id " + std::to_string(id) + " is not assigned to any token");
+    }
+  }
+
+  TokenizerSpec spec_;
+  BpeModel model_;
+  std::vector<int32_t> special_of_id_;
+  std::array<std::vector<size_t>, 256> specials_by_first_byte_;  // indices into spec_.specials
+};
+
+std::unique_ptr<Tokenizer> make_tokenizer(TokenizerSpec spec, BpeModel model) {
+  return std::make_unique<BpeTokenizer>(std::move(spec), std::move(model));
+}
+
+void require_option(const std::string& value, const std::string& flag, const std::string& type) {
+  if (value.empty()) throw UsageError(flag, type + " needs this file");
+}
+
+// ---- GPT2BPETokenizer: encoder.json + vocab.bpe ------------------------------------------------
+
+// Reads a token -> id object of byte-level strings into `model`; returns the largest id.
+int32_t add_byte_level_vocab(const json& vocab, const std::string& path, BpeModel& model,
+                             std::unordered_map<std::string, int32_t>& id_of_text) {
+  if (!vocab.is_object()) throw Error(path, "the vocabulary is not a JSON object of token -> id");
+  int32_t max_id = -1;
+  for (const auto& [text, value] : vocab.items()) {
+    if (!value.is_number_integer()) throw Error(path, "token " + text + " has no integer id");
+    auto id = value.get<int64_t>();
+    if (id < 0 || id > INT32_MAX)
+      throw Error(path, "token " + text + " has id " + std::to_string(id) + " out of range");
+    auto bytes = byte_level_alphabet().decode(text);
+    if (!bytes) throw Error(path, "token " + text + " is not in the byte-level alphabet (not a byte-level BPE)");
+    model.add_token(static_cast<int32_t>(id), *bytes, path);
+    id_of_text.emplace(text, static_cast<int32_t>(id));
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+  }
+  model.index_tokens(path);
+  return max_id;
+}
+
+// `where()` names the merge in an error (built only then: a vocabulary has 10^5 merges).
+template <class Where>
+void add_merge_line(std::string_view left, std::string_view right, uint32_t priority, Where where,
+                    const std::unordered_map<std::string, int32_t>& id_of_text, BpeModel& model) {
+  auto find = [&](std::string_view text) {
+    auto it = id_of_text.find(std::string(text));
+    if (it == id_of_text.end()) throw Error(where(), "merge refers to unknown token " + std::string(text));
+    return it->second;
+  };
+  int32_t left_id = find(left);
+  int32_t right_id = find(right);
+  int32_t merged_id = find(std::string(left) + std::string(right));
+  model.add_merge(left_id, right_id, priority, merged_id);
+}
+
+std::unique_ptr<Tokenizer> load_gpt2(const TokenizerOptions& options) {
+  require_option(options.vocab_file, "--vocab-file", "GPT2BPETokenizer");
+  require_option(options.merge_file, "--merge-file", "GPT2BPETokenizer");
+  std::string vocab_text = read_file(options.vocab_file);
+  std::string merges_text = read_file(options.merge_file);
+  BpeModel model;
+  std::unordered_map<std::string, int32_t> id_of_text;
+  int32_t max_id =
+      add_byte_level_vocab(parse_json(options.vocab_file, vocab_text), options.vocab_file, model, id_of_text);
+
+  std::istringstream lines(merges_text);
+  std::string line;
+  uint32_t priority = 0;
+  size_t line_number = 0;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files, as Python's line split
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
+    size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      throw Error(options.merge_file, "line " + std::to_string(line_number) + ": not two tokens separated by a space");
+    }
+    auto where = [&] { return options.merge_file + ": line " + std::to_string(line_number); };
+    add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), priority++, where,
+                   id_of_text, model);
+  }
+  model.finish(options.vocab_file);
+  model.find_self_merging_tokens();
+
+  TokenizerSpec spec;
+  spec.name = "GPT2BPETokenizer";
+  spec.pattern = PretokenizePattern::gpt2;
+  spec.vocab_size = int64_t{max_id} + 1;
+  auto eod = id_of_text.find("<|endoftext|>");
+  if (eod != id_of_text.end()) {
+    spec.eod = eod->second;
+    spec.specials.push_back({"<|endoftext|>", eod->second});
+  }
+  Fnv1a64 hash;
+  hash.add(spec.name);
+  hash.add(vocab_text);
+  hash.add(merges_text);
+  spec.hash = hash.hex();
+  return make_tokenizer(std::move(spec), std::move(model));
+}
+
+// ---- TikTokenizer: tiktoken rank files and Megatron's JSON vocabulary -------------------------
+
+std::optional<PretokenizePattern> tiktoken_pattern_option(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  if (value == "v1") return PretokenizePattern::megatron_v1;
+  if (value == "v2") return PretokenizePattern::megatron_v2;
+  if (value == "gpt2") return PretokenizePattern::gpt2;
+  if (value == "cl100k") return PretokenizePattern::cl100k;
+  throw UsageError("--tiktoken-pattern", "expected v1, v2, gpt2 or cl100k, got " + value);
+}
+
+std::vector<SpecialToken> llama3_special_tokens() {
+  std::vector<std::string> names = {"<|begin_of_text|>",
+                                    "<|end_of_text|>",
+                                    "<|reserved_special_token_0|>",
+                                    "<|reserved_special_token_1|>",
+                                    "<|reserved_special_token_2|>",
+                                    "<|reserved_special_token_3|>",
+                                    "<|start_header_id|>",
+                                    "<|end_header_id|>",
+                                    "<|reserved_special_token_4|>",
+                                    "<|eot_id|>"};
+  for (int i = 5; i < 251; ++i) names.push_back("<|reserved_special_token_" + std::to_string(i) + "|>");
+  std::vector<SpecialToken> specials;
+  for (size_t i = 0; i < names.size(); ++i) specials.push_back({names[i], static_cast<int32_t>(128000 + i)});
+  return specials;
+}
+
+std::unique_ptr<Tokenizer> load_tiktoken_ranks(const TokenizerOptions& options, const std::string& text) {
+  const std::string& path = options.tokenizer_model;
+  BpeModel model;
+  std::istringstream lines(text);
+  std::string line;
+  size_t line_number = 0;
+  int64_t rank_count = 0;
+  int32_t max_rank = -1;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files, as Python's line split
+    if (line.empty()) continue;
+    auto where = [&] { return path + ": line " + std::to_string(line_number); };
+    size_t space = line.find(' ');
+    if (space == std::string::npos) throw Error(where(), "expected `base64 rank`");
+    auto bytes = base64_decode(std::string_view(line).substr(0, space));
+    if (!bytes) throw Error(where(), "bad base64 token");
+    std::string rank_text = line.substr(space + 1);
+    char* end = nullptr;
+    errno = 0;
+    long long rank = std::strtoll(rank_text.c_str(), &end, 10);
+    if (rank_text.empty() || *end != '\0' || errno != 0 || rank < 0 || rank > INT32_MAX - 1024) {
+      throw Error(where(), "bad rank " + rank_text);
+    }
+    model.add_token(static_cast<int32_t>(rank), *bytes, path);
+    max_rank = std::max(max_rank, static_cast<int32_t>(rank));
+    ++rank_count;
+  }
+  model.index_tokens(path);
+  model.add_merges_from_vocabulary([](int32_t id) { return static_cast<uint32_t>(id); });
+  model.finish(path);
+
+  auto token_256 = model.has_id(256) ? std::string(model.bytes_of(256)) : std::string();
+  TokenizerSpec spec;
+  spec.whole_piece_lookup = true;
+  std::string encoding;
+  if (rank_count == 50256 && token_256 == " t") {
+    encoding = "r50k_base";
+    spec.pattern = PretokenizePattern::gpt2;
+    spec.specials = {{"<|endoftext|>", 50256}};
+    spec.eod = 50256;
+    spec.vocab_size = 50257;
+  } else if (rank_count == 100256 && token_256 == "  ") {
+    encoding = "cl100k_base";
+    spec.pattern = PretokenizePattern::cl100k;
+    spec.specials = {{"<|endoftext|>", 100257},
+                     {"<|fim_prefix|>", 100258},
+                     {"<|fim_middle|>", 100259},
+                     {"<|fim_suffix|>", 100260},
+                     {"<|endofprompt|>", 100276}};
+    spec.eod = 100257;
+    spec.vocab_size = 100277;
+  } else if (rank_count == 128000 && token_256 == "  ") {
+    encoding = "llama3";
+    spec.pattern = PretokenizePattern::cl100k;
+    spec.specials = llama3_special_tokens();
+    spec.eod = 128001;
+    spec.vocab_size = 128256;
+  } else {
+    encoding = "custom";
+    spec.pattern = PretokenizePattern::cl100k;
+    spec.vocab_size = int64_t{max_rank} + 1;
+  }
+  if (auto pattern = tiktoken_pattern_option(options.tiktoken_pattern)) spec.pattern = *pattern;
+  spec.name = "TikTokenizer:" + encoding;
+  Fnv1a64 hash;
+  hash.add("TikTokenizer");
+  hash.add(text);
+  hash.add(pattern_regex(spec.pattern));
+  spec.hash = hash.hex();
+  return make_tokenizer(std::move(spec), std::move(model));
+}
+
+// Megatron's CustomTikTokenizer (megatron/training/tokenizer/tokenizer.py): a JSON list of
+// {rank, token_bytes (base64), token_str}, rank i at position i, the first 256 the single bytes;
+// special tokens take ids 0 .. num_special - 1 ("<unk>", "<s>", "</s>", then "<SPECIAL_i>"), and
+// rank r becomes id r + num_special. eod (and eos) is "</s>" = 2, bos "<s>" = 1.
+std::unique_ptr<Tokenizer> load_megatron_tiktoken_json(const TokenizerOptions& options, const std::string& text) {
+  const std::string& path = options.tokenizer_model;
+  const int num_special = options.tiktoken_num_special_tokens;
+  if (num_special < 3) {
+    throw UsageError("--tiktoken-num-special-tokens", "Megatron's TikTokenizer needs at least 3 (<unk>, <s>, </s>)");
+  }
+  json vocab = parse_json(path, text);
+  if (!vocab.is_array()) throw Error(path, "expected a JSON list of {rank, token_bytes, token_str}");
+  BpeModel model;
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const json& entry = vocab[i];
+    auto where = path + ": entry " + std::to_string(i);
+    if (!entry.is_object() || entry.size() != 3 || !entry.contains("rank") || !entry.contains("token_bytes") ||
+        !entry.contains("token_str")) {
+      throw Error(where, "expected exactly the keys rank, token_bytes, token_str");
+    }
+    if (!entry["rank"].is_number_integer() || entry["rank"].get<int64_t>() != static_cast<int64_t>(i)) {
+      throw Error(where, "rank is not " + std::to_string(i));
+    }
+    if (!entry["token_bytes"].is_string()) throw Error(where, "token_bytes is not a string");
+    auto bytes = base64_decode(entry["token_bytes"].get<std::string>());
+    if (!bytes) throw Error(where, "bad base64 token_bytes");
+    if (i < 256 && *bytes != std::string(1, static_cast<char>(i))) throw Error(where, "rank below 256 is not its byte");
+    model.add_token(static_cast<int32_t>(i) + num_special, *bytes, path);
+  }
+  model.index_tokens(path);
+  model.add_merges_from_vocabulary([num_special](int32_t id) { return static_cast<uint32_t>(id - num_special); });
+  model.finish(path);
+
+  TokenizerSpec spec;
+  spec.name = "TikTokenizer:megatron";
+  spec.whole_piece_lookup = true;
+  spec.pattern = tiktoken_pattern_option(options.tiktoken_pattern).value_or(PretokenizePattern::megatron_v2);
+  spec.vocab_size = int64_t{num_special} + static_cast<int64_t>(vocab.size());
+  std::vector<std::string> names = {"<unk>", "<s>", "</s>"};
+  for (int i = 3; i < num_special; ++i) names.push_back("<SPECIAL_" + std::to_string(i) + ">");
+  for (int i = 0; i < num_special; ++i) spec.specials.push_back({names[i], i});
+  spec.eod = 2;
+  Fnv1a64 hash;
+  hash.add("TikTokenizer:megatron");
+  hash.add(text);
+  hash.add(pattern_regex(spec.pattern));
+  hash.add(std::to_string(num_special));
+  spec.hash = hash.hex();
+  return make_tokenizer(std::move(spec), std::move(model));
+}
+
+std::unique_ptr<Tokenizer> load_tiktoken(const TokenizerOptions& options) {
+  require_option(options.tokenizer_model, "--tokenizer-model", "TikTokenizer");
+  std::string text = read_file(options.tokenizer_model);
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '[') return load_megatron_tiktoken_json(options, text);
+  return load_tiktoken_ranks(options, text);
+}
+
+// ---- HuggingFaceTokenizer: tokenizer.json ------------------------------------------------------
+
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool is_false_or_null(const json& object, const char* key) {
+  const json* value = member(object, key);
+  return value == nullptr || (value->is_boolean() && !value->get<bool>());
+}
+
+bool is_empty_or_null(const json& object, const char* key) {
+  const json* value = member(object, key);
+  return value == nullptr || (value->is_string() && value->get<std::string>().empty());
+}
+
+// The pattern of a byte-level pre-tokenizer: ByteLevel(use_regex = true) is GPT-2's, or a
+// Sequence of Split(Regex, Isolated) and ByteLevel(use_regex = false).
+PretokenizePattern hf_pattern(const json& pre_tokenizer, const std::string& path) {
+  auto type_of = [](const json& node) {
+    const json* type = member(node, "type");
+    return type != nullptr && type->is_string() ? type->get<std::string>() : std::string();
+  };
+  auto check_byte_level = [&](const json& node, bool expect_regex) {
+    if (!is_false_or_null(node, "add_prefix_space")) {
+      throw Error(path, "ByteLevel pre-tokenizer with add_prefix_space is not supported");
+    }
+    const json* use_regex = member(node, "use_regex");
+    bool regex = use_regex == nullptr || (use_regex->is_boolean() && use_regex->get<bool>());
+    if (regex != expect_regex) throw Error(path, "unsupported ByteLevel use_regex setting in this pre-tokenizer");
+  };
+  std::string type = type_of(pre_tokenizer);
+  if (type == "ByteLevel") {
+    check_byte_level(pre_tokenizer, true);
+    return PretokenizePattern::gpt2;
+  }
+  const json* steps = member(pre_tokenizer, "pretokenizers");
+  if (type == "Sequence" && steps != nullptr && steps->is_array() && steps->size() == 2 &&
+      type_of((*steps)[0]) == "Split" && type_of((*steps)[1]) == "ByteLevel") {
+    const json& split = (*steps)[0];
+    const json* regex = member(split, "pattern") ? member(*member(split, "pattern"), "Regex") : nullptr;
+    const json* behavior = member(split, "behavior");
+    if (regex == nullptr || !regex->is_string()) throw Error(path, "Split pre-tokenizer without a Regex pattern");
+    if (behavior == nullptr || *behavior != "Isolated" || !is_false_or_null(split, "invert")) {
+      throw Error(path, "Split pre-tokenizer must be behavior Isolated, invert false");
+    }
+    check_byte_level((*steps)[1], false);
+    try {
+      return pattern_from_regex(regex->get<std::string>());
+    } catch (const Error& e) {
+      throw Error(path, e.what());
+    }
+  }
+  throw Error(path, "pre-tokenizer is not byte-level (ByteLevel, or Split(Regex) + ByteLevel): " +
+                        pre_tokenizer.dump().substr(0, 200));
+}
+
+std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
+  require_option(options.tokenizer_model, "--tokenizer-model", "HuggingFaceTokenizer");
+  const std::string& path = options.tokenizer_model;
+  std::string text = read_file(path);
+  json root = parse_json(path, text);
+  const json* model_json = member(root, "model");
+  if (model_json == nullptr || !model_json->is_object()) throw Error(path, "no model object");
+  const json* model_type = member(*model_json, "type");
+  if (model_type != nullptr && *model_type != "BPE") {
+    throw Error(path, "model type " + model_type->dump() + " is not BPE");
+  }
+  if (member(root, "normalizer") != nullptr)
+    throw Error(path, "normalizers are not supported (byte-level BPE has none)");
+  const json* pre_tokenizer = member(root, "pre_tokenizer");
+  if (pre_tokenizer == nullptr) throw Error(path, "no pre_tokenizer: not a byte-level BPE");
+  PretokenizePattern pattern = hf_pattern(*pre_tokenizer, path);
+  if (!is_empty_or_null(*model_json, "continuing_subword_prefix") ||
+      !is_empty_or_null(*model_json, "end_of_word_suffix") || !is_false_or_null(*model_json, "byte_fallback") ||
+      member(*model_json, "dropout") != nullptr) {
+    throw Error(path,
+                "BPE options continuing_subword_prefix, end_of_word_suffix, byte_fallback, dropout are not supported");
+  }
+  const json* vocab = member(*model_json, "vocab");
+  const json* merges = member(*model_json, "merges");
+  if (vocab == nullptr) throw Error(path, "model has no vocab");
+  if (merges == nullptr || !merges->is_array()) throw Error(path, "model has no merges list");
+
+  BpeModel model;
+  std::unordered_map<std::string, int32_t> id_of_text;
+  int32_t max_id = add_byte_level_vocab(*vocab, path, model, id_of_text);
+  uint32_t priority = 0;
+  for (const json& merge : *merges) {
+    auto where = [&] { return path + ": merge " + std::to_string(priority); };
+    if (merge.is_string()) {
+      const std::string& line = merge.get_ref<const std::string&>();
+      size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+        throw Error(where(), "not two tokens separated by a space: " + line);
+      }
+      add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), priority, where,
+                     id_of_text, model);
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      add_merge_line(merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>(), priority, where,
+                     id_of_text, model);
+    } else {
+      throw Error(where(), "not a \"a b\" string or an [a, b] pair");
+    }
+    ++priority;
+  }
+  model.finish(path);
+  model.find_self_merging_tokens();
+
+  TokenizerSpec spec;
+  spec.name = "HuggingFaceTokenizer";
+  spec.pattern = pattern;
+  const json* ignore_merges = member(*model_json, "ignore_merges");
+  spec.whole_piece_lookup = ignore_merges != nullptr && ignore_merges->is_boolean() && ignore_merges->get<bool>();
+  if (const json* added = member(root, "added_tokens")) {
+    if (!added->is_array()) throw Error(path, "added_tokens is not a list");
+    for (const json& token : *added) {
+      const json* id = member(token, "id");
+      const json* content = member(token, "content");
+      if (id == nullptr || !id->is_number_integer() || content == nullptr || !content->is_string()) {
+        throw Error(path, "added token without integer id and string content");
+      }
+      std::string token_text = content->get<std::string>();
+      if (!is_false_or_null(token, "lstrip") || !is_false_or_null(token, "rstrip") ||
+          !is_false_or_null(token, "single_word")) {
+        throw Error(path, "added token " + token_text + " uses lstrip/rstrip/single_word, which is not supported");
+      }
+      spec.specials.push_back({token_text, id->get<int32_t>()});
+      max_id = std::max(max_id, id->get<int32_t>());
+    }
+  }
+  spec.vocab_size = int64_t{max_id} + 1;
+  for (const char* eod : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+    auto it =
+        std::find_if(spec.specials.begin(), spec.specials.end(), [&](const SpecialToken& s) { return s.text == eod; });
+    if (it != spec.specials.end()) {
+      spec.eod = it->id;
+      break;
+    }
+  }
+  Fnv1a64 hash;
+  hash.add(spec.name);
+  hash.add(text);
+  spec.hash = hash.hex();
+  return make_tokenizer(std::move(spec), std::move(model));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
+  if (options.type == "GPT2BPETokenizer") return load_gpt2(options);
+  if (options.type == "TikTokenizer") return load_tiktoken(options);
+  if (options.type == "HuggingFaceTokenizer") return load_huggingface(options);
+  throw UsageError("--tokenizer-type", "expected GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer, got " +
+                                           (options.type.empty() ? std::string("nothing") : options.type));
+}
+
+}  // namespace mt::data

@@ -1,0 +1,86 @@
+// Exact byte-level BPE tokenizers, Megatron's --tokenizer-type names:
+//   GPT2BPETokenizer      --vocab-file encoder.json --merge-file vocab.bpe (GPT-2's two files);
+//                         eod = "<|endoftext|>" (50256), vocab_size 50257
+//   TikTokenizer          --tokenizer-model FILE, one of:
+//                         - a tiktoken rank file (`base64 rank` lines); ids equal tiktoken's. The
+//                           encoding is recognised by its rank count and rank 256:
+//                             r50k_base   50256 ranks: gpt2 pattern, "<|endoftext|>" = 50256
+//                             cl100k_base 100256 ranks: cl100k pattern, "<|endoftext|>" = 100257,
+//                                         "<|fim_prefix|>" 100258, "<|fim_middle|>" 100259,
+//                                         "<|fim_suffix|>" 100260, "<|endofprompt|>" 100276;
+//                                         vocab_size 100277 (ids 100256, 100261..100275 unused)
+//                             LLaMA-3     128000 ranks (tokenizer.model): cl100k pattern, Meta's 256
+//                                         specials 128000..128255, eod "<|end_of_text|>" = 128001
+//                           any other rank file: cl100k pattern, no special tokens, no eod,
+//                           vocab_size = largest rank + 1. --tiktoken-pattern overrides the pattern.
+//                         - Megatron's TikTokenizer JSON vocabulary (a list of {rank, token_bytes,
+//                           token_str}; recognised by starting with '['), as CustomTikTokenizer in
+//                           megatron/training/tokenizer/tokenizer.py: pattern v2 unless
+//                           --tiktoken-pattern v1; --tiktoken-num-special-tokens N (>= 3) specials
+//                           first: "<unk>" 0, "<s>" 1, "</s>" 2, "<SPECIAL_3>" .. "<SPECIAL_N-1>";
+//                           rank r has id r + N; eod = "</s>" = 2; vocab_size = N + ranks (Megatron
+//                           takes it from --vocab-size; we use the whole file).
+//                         tiktoken_pattern accepts v1, v2 (Megatron's PATTERN_TIKTOKEN and
+//                         PATTERN_TIKTOKEN_V2), gpt2 and cl100k.
+//   HuggingFaceTokenizer  --tokenizer-model tokenizer.json of a byte-level BPE: model type "BPE"
+//                         (or absent), no normalizer, pre_tokenizer ByteLevel (use_regex, no
+//                         add_prefix_space) = gpt2 pattern, or Sequence[Split(Regex of a supported
+//                         pattern, Isolated), ByteLevel(use_regex false)]; merges as "a b" strings
+//                         or [a, b] pairs; ignore_merges honoured. Anything else is an mt::Error.
+//                         Every added token is a special token; eod is the first of
+//                         "<|endoftext|>", "<|end_of_text|>", "</s>" among them (tokenizer.json
+//                         does not name an eos); vocab_size = largest id + 1. No post-processor
+//                         is applied (no BOS is added).
+// Pre-tokenization follows each reference's regex exactly (data/pretokenize.h), merging stays
+// O(n log n) on pathological pieces, whole pieces found in the vocabulary are taken as one token
+// before merging where the reference does so (tiktoken, HF ignore_merges). Special tokens are
+// recognised in text only when asked (allow_special); otherwise "<|endoftext|>" is plain text.
+// (HF tokenizers itself always splits out added tokens: pass allow_special to match it.)
+// Tested in tests/unit/data/test_tokenizer.cpp and tests/unit/data/test_tokenizer_golden.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mt::data {
+
+struct TokenizerOptions {
+  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer
+  std::string vocab_file;       // GPT2BPETokenizer: encoder.json
+  std::string merge_file;       // GPT2BPETokenizer: vocab.bpe
+  std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer
+  std::string tiktoken_pattern;             // "" = the file's own (or v2 for Megatron's JSON); v1|v2
+  int tiktoken_num_special_tokens = 1000;   // Megatron's JSON layout only
+};
+
+class Tokenizer {
+ public:
+  // Throws mt::UsageError for a bad combination of options (missing file flag, unknown type or
+  // pattern) and mt::Error naming the file for unreadable or malformed tokenizer files.
+  static std::unique_ptr<Tokenizer> load(const TokenizerOptions& options);
+  virtual ~Tokenizer() = default;
+
+  // Appends the ids of `text` (valid UTF-8: sanitize first; invalid bytes are still encoded, as
+  // bytes of no Unicode class, so the ids' bytes give the input back) to `out`. With allow_special, the
+  // tokenizer's special-token strings in the text become their ids. Thread-safe (any cache is
+  // per thread).
+  virtual void encode(std::string_view text, std::vector<int32_t>& out, bool allow_special = false) const = 0;
+  // The bytes of the ids concatenated, as UTF-8 with invalid sequences replaced (Python's
+  // 'replace'); throws mt::Error for an id outside [0, vocab_size).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The raw bytes of one id (special tokens: their text).
+  virtual std::string token_bytes(int32_t id) const = 0;
+
+  virtual int64_t vocab_size() const = 0;  // every id, special tokens included (Megatron's vocab_size)
+  virtual std::optional<int32_t> eod_id() const = 0;
+  virtual std::optional<int32_t> special_token_id(std::string_view text) const = 0;
+  virtual std::string name() const = 0;  // e.g. "GPT2BPETokenizer", "TikTokenizer:cl100k_base"
+  virtual std::string hash() const = 0;  // "fnv1a64:<16 hex digits>" over the files' bytes and options
+};
+
+}  // namespace mt::data
