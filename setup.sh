@@ -18,6 +18,7 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools                           # parallel HDF5: datasets, checkpoints
   libdnnl-dev                                              # oneDNN: CPU GEMM chosen by CPU features
   libcli11-dev nlohmann-json3-dev                          # the one CLI parser; JSON records
+  libsimdjson-dev                                          # mt-tokenize's JSONL parser (GB/s)
   libgtest-dev bats bats-support bats-assert jq            # tests
   python3-numpy python3-h5py                               # test oracles read mt's files
 )

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -219,8 +220,11 @@ std::optional<std::string> read_string_attribute(hid_t object, const char* name)
     }
     return value;
   }
-  value.assign(H5Tget_size(type.get()), '\0');
+  // Null-padded, one byte longer than stored: a string that fills its size exactly (as h5py
+  // writes numpy.bytes_) keeps its last character.
+  value.assign(H5Tget_size(type.get()) + 1, '\0');
   H5Tset_size(memory_type.get(), value.size());
+  H5Tset_strpad(memory_type.get(), H5T_STR_NULLPAD);
   if (H5Aread(attribute.get(), memory_type.get(), value.data()) < 0) return std::nullopt;
   value.resize(std::strlen(value.c_str()));
   return value;
@@ -840,6 +844,54 @@ void TokenDataset::read(int64_t sequence_index, int64_t offset, std::span<int32_
     case TokenDtype::float32:
     case TokenDtype::float64: throw Error(s.path, "dtype does not hold token ids");
   }
+}
+
+std::vector<std::string> merge_token_datasets(const std::vector<std::string>& inputs, const std::string& output_prefix,
+                                              TokenDatasetFormat format, int64_t vocab_size) {
+  if (inputs.empty()) throw UsageError("--input", "no dataset to merge");
+  std::vector<TokenDataset> datasets;
+  std::optional<TokenDatasetMetadata> metadata;
+  int64_t known_vocab = 0;
+  std::string metadata_source;
+  for (const std::string& input : inputs) {
+    TokenDataset dataset = TokenDataset::open(input);
+    if (dataset.vocab_size() > 0) {
+      const TokenDatasetMetadata& m = dataset.metadata();
+      if (!metadata) {
+        metadata = m;
+        known_vocab = dataset.vocab_size();
+        metadata_source = dataset.path();
+      } else if (m.tokenizer != metadata->tokenizer || m.tokenizer_hash != metadata->tokenizer_hash ||
+                 m.eod_id != metadata->eod_id || dataset.vocab_size() != known_vocab) {
+        throw Error(dataset.path(), "made with another tokenizer than " + metadata_source + " (" + m.tokenizer + " " +
+                                        m.tokenizer_hash + ", vocab " + std::to_string(dataset.vocab_size()) + ")");
+      }
+    }
+    datasets.push_back(std::move(dataset));
+  }
+  if (vocab_size > 0 && known_vocab > 0 && vocab_size != known_vocab) {
+    throw UsageError("--vocab-size", "the inputs record vocab size " + std::to_string(known_vocab));
+  }
+  if (known_vocab == 0 && vocab_size <= 0) {
+    throw UsageError("--vocab-size", "is required: .bin/.idx inputs do not record their vocabulary size");
+  }
+  TokenDatasetWriter writer = TokenDatasetWriter::create(output_prefix, format, known_vocab > 0 ? known_vocab : vocab_size,
+                                                         metadata.value_or(TokenDatasetMetadata{}));
+  std::vector<int32_t> tokens;
+  for (const TokenDataset& dataset : datasets) {
+    const auto documents = dataset.document_indices();
+    const auto lengths = dataset.sequence_lengths();
+    for (size_t d = 0; d + 1 < documents.size(); ++d) {
+      for (int64_t sequence = documents[d]; sequence < documents[d + 1]; ++sequence) {
+        tokens.resize(static_cast<size_t>(lengths[sequence]));
+        dataset.read(sequence, 0, tokens);
+        writer.add_sequence(tokens);
+      }
+      writer.end_document();
+    }
+  }
+  writer.finish();
+  return writer.final_paths();
 }
 
 }  // namespace mt::data

@@ -132,4 +132,12 @@ class TokenDataset {
   std::unique_ptr<State> state_;
 };
 
+// Megatron's tools/merge_datasets.py: the documents of `inputs` (prefixes or paths TokenDataset::
+// open accepts) one after another into `output_prefix`, so tokenizing files separately and
+// merging equals tokenizing them in one run. HDF5 inputs must agree on tokenizer, hash, vocab
+// size and EOD id (their metadata is kept); `vocab_size` (> 0) is needed when every input is a
+// .bin/.idx, which records none, and must cover every token. Returns the final paths.
+std::vector<std::string> merge_token_datasets(const std::vector<std::string>& inputs, const std::string& output_prefix,
+                                              TokenDatasetFormat format, int64_t vocab_size = 0);
+
 }  // namespace mt::data

@@ -1,10 +1,423 @@
-// mt-tokenize: Tokenize JSONL or text with exact byte-level BPE (GPT-2, tiktoken, Hugging Face) into HDF5 and Megatron .bin/.idx token datasets.
-// Conventions tested by tests/tools/conventions.bats.
+// mt-tokenize: exact byte-level BPE over JSONL or text. The default command is Megatron's
+// tools/preprocess_data.py (JSONL in, HDF5 and/or Megatron .bin/.idx token datasets out, a
+// summary record on stdout); `encode` and `decode` turn text into ids and back for debugging
+// and shell pipes; `train` learns a byte-level BPE vocabulary in GPT-2's two-file format.
+// Tested by tests/tools/mt-tokenize.bats and tests/tools/conventions.bats.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "common/tool_main.h"
+#include "core/error.h"
+#include "data/bpe_trainer.h"
+#include "data/pretokenize.h"
+#include "data/preprocess.h"
+#include "data/tokenizer.h"
+
+namespace {
+
+using mt::tools::Record;
+
+struct TokenizeOptions {
+  mt::data::TokenizerOptions tokenizer;
+  std::vector<std::string> inputs;
+  std::vector<std::string> json_keys{"text"};
+  std::string output_prefix;
+  std::string output_format = "hdf5";
+  int workers = 1;
+  bool append_eod = false, allow_special = false, skip_bad_lines = false, split_sentences = false, keep_newlines = false;
+  int64_t max_line_bytes = int64_t{64} << 20;
+  int64_t log_interval = 100000;
+  int partitions = 1;
+  // encode / decode
+  bool raw = false;
+  std::string ids_format = "text";
+  // train
+  int64_t vocab_size = 0;
+  int64_t min_frequency = 2;
+  std::string output_dir;
+  std::string pattern = "gpt2";
+};
+
+void add_tokenizer_options(CLI::App& app, mt::data::TokenizerOptions& options, bool required) {
+  auto* type = app.add_option("--tokenizer-type", options.type, "GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer")
+                   ->check(CLI::IsMember({"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}));
+  if (required) type->required();
+  app.add_option("--vocab-file", options.vocab_file, "GPT2BPETokenizer: encoder.json");
+  app.add_option("--merge-file", options.merge_file, "GPT2BPETokenizer: vocab.bpe");
+  app.add_option("--tokenizer-model", options.tokenizer_model,
+                 "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
+                 "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json");
+  app.add_option("--tiktoken-pattern", options.tiktoken_pattern,
+                 "TikTokenizer pre-tokenizer: v1 or v2 (Megatron's patterns); default: the file's own")
+      ->check(CLI::IsMember({"v1", "v2"}));
+  app.add_option("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens,
+                 "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
+      ->capture_default_str();
+}
+
+void add_input_options(CLI::App& app, TokenizeOptions& options, const std::string& default_input) {
+  app.add_option("--input", options.inputs, "Input files, read one after another ('-' = stdin)")
+      ->expected(1, -1)
+      ->default_str(default_input);
+  app.add_option("--workers", options.workers, "Tokenizing threads; output is identical for every count")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--allow-special", options.allow_special,
+               "Turn special-token text (e.g. <|endoftext|>) into its id; by default it is ordinary text");
+  app.add_option("--max-line-bytes", options.max_line_bytes, "Longest input line accepted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+mt::data::LineInputOptions line_input(const TokenizeOptions& options) {
+  mt::data::LineInputOptions input;
+  input.inputs = options.inputs;
+  input.max_line_bytes = static_cast<size_t>(options.max_line_bytes);
+  return input;
+}
+
+double megabytes_per_second(int64_t bytes, double seconds) { return seconds > 0 ? bytes / 1e6 / seconds : 0; }
+
+Record summary_record(const mt::data::PreprocessStats& stats, const TokenizeOptions& options, const std::string& tokenizer) {
+  Record record;
+  record["record"] = "summary";
+  record["tokenizer"] = tokenizer;
+  record["workers"] = options.workers;
+  record["documents"] = stats.documents;
+  record["empty_documents"] = stats.empty_documents;
+  record["sequences"] = stats.sequences;
+  record["tokens"] = stats.tokens;
+  record["bytes"] = stats.input_bytes;
+  record["text_bytes"] = stats.text_bytes;
+  record["seconds"] = stats.seconds;
+  record["mb_per_s"] = megabytes_per_second(stats.input_bytes, stats.seconds);
+  record["replaced"] = stats.replaced;
+  record["bad_lines"] = stats.bad_lines;
+  record["outputs"] = stats.outputs;
+  return record;
+}
+
+// A progress line on stderr every `interval` documents (Megatron's --log-interval).
+mt::data::PreprocessProgress progress_every(int64_t interval) {
+  auto next = std::make_shared<int64_t>(interval);
+  return [next, interval](const mt::data::PreprocessStats& stats) {
+    if (interval <= 0 || stats.documents < *next) return;
+    *next = (stats.documents / interval + 1) * interval;
+    std::fprintf(stderr, "mt-tokenize: processed %lld documents (%.2f MB/s, %lld tokens)\n",
+                 static_cast<long long>(stats.documents), megabytes_per_second(stats.input_bytes, stats.seconds),
+                 static_cast<long long>(stats.tokens));
+  };
+}
+
+int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
+  if (options.split_sentences || options.keep_newlines) {
+    throw mt::UsageError(options.split_sentences ? "--split-sentences" : "--keep-newlines",
+                         "sentence splitting is not implemented in mt-tokenize yet; give pre-split sentences as a JSON list");
+  }
+  if (options.partitions != 1) {
+    throw mt::UsageError("--partitions", "not implemented yet; --workers N tokenizes in parallel with identical output");
+  }
+  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
+  mt::data::PreprocessOptions preprocess;
+  preprocess.input = line_input(options);
+  preprocess.json_keys = options.json_keys;
+  preprocess.output_prefix = options.output_prefix;
+  preprocess.output_format = mt::data::parse_token_dataset_format(options.output_format);
+  preprocess.workers = options.workers;
+  preprocess.append_eod = options.append_eod;
+  preprocess.allow_special = options.allow_special;
+  preprocess.skip_bad_lines = options.skip_bad_lines;
+  const auto stats = mt::data::preprocess_jsonl(*tokenizer, preprocess, progress_every(options.log_interval));
+  mt::tools::RecordWriter writer(cli.output_format());
+  writer.write_run(mt::tools::run_record(cli));
+  writer.write(summary_record(stats, options, tokenizer->name()));
+  if (stats.bad_lines > 0) {
+    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld malformed lines\n", static_cast<long long>(stats.bad_lines));
+  }
+  return 0;
+}
+
+// Buffered stdout for id and text streams (flushed per document when stdout is a terminal).
+class StreamOut {
+ public:
+  StreamOut() : interactive_(isatty(STDOUT_FILENO)) { buffer_.reserve(1 << 20); }
+  ~StreamOut() { flush(); }
+  std::string& buffer() { return buffer_; }
+  void end_record() {
+    if (interactive_ || buffer_.size() >= (1 << 20)) flush();
+  }
+  void flush() {
+    if (!buffer_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), stdout) != buffer_.size()) {
+      throw mt::Error("stdout", "write failed");
+    }
+    buffer_.clear();
+    if (interactive_) std::fflush(stdout);
+  }
+
+ private:
+  bool interactive_;
+  std::string buffer_;
+};
+
+int run_encode(const TokenizeOptions& options) {
+  if (options.json_keys.size() != 1) throw mt::UsageError("--json-keys", "encode takes exactly one key");
+  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
+  mt::data::EncodeOptions encode;
+  encode.input = line_input(options);
+  encode.json_key = options.json_keys[0];
+  encode.raw = options.raw;
+  encode.workers = options.workers;
+  encode.allow_special = options.allow_special;
+  encode.skip_bad_lines = options.skip_bad_lines;
+  const bool as_json = options.ids_format == "jsonl";
+  StreamOut out;
+  bool document_open = false, first_id = true;
+  const auto stats = mt::data::encode_stream(*tokenizer, encode, [&](std::span<const int32_t> ids, bool end_of_document) {
+    std::string& text = out.buffer();
+    if (!document_open && as_json) text.push_back('[');
+    document_open = true;
+    for (int32_t id : ids) {
+      if (!first_id) text.push_back(as_json ? ',' : ' ');
+      text += std::to_string(id);
+      first_id = false;
+    }
+    if (!end_of_document) return;
+    if (as_json) text.push_back(']');
+    text.push_back('\n');
+    document_open = false;
+    first_id = true;
+    out.end_record();
+  });
+  out.flush();
+  std::fprintf(stderr, "mt-tokenize encode: %lld documents, %lld tokens, %lld bytes, %.2f MB/s, %lld replaced\n",
+               static_cast<long long>(stats.documents), static_cast<long long>(stats.tokens),
+               static_cast<long long>(stats.text_bytes), megabytes_per_second(stats.text_bytes, stats.seconds),
+               static_cast<long long>(stats.replaced));
+  return 0;
+}
+
+// One line of ids: space-separated integers or a JSON array.
+std::vector<int32_t> parse_ids(const std::string& line, const std::string& where) {
+  std::vector<int32_t> ids;
+  size_t start = line.find_first_not_of(" \t\r");
+  if (start != std::string::npos && line[start] == '[') {
+    nlohmann::json array;
+    try {
+      array = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw mt::Error(where, "not a JSON array of ids");
+    }
+    if (!array.is_array()) throw mt::Error(where, "not a JSON array of ids");
+    for (const auto& value : array) {
+      if (!value.is_number_integer()) throw mt::Error(where, "ids must be integers");
+      ids.push_back(value.get<int32_t>());
+    }
+    return ids;
+  }
+  const char* p = line.c_str();
+  while (*p) {
+    while (*p == ' ' || *p == '\t' || *p == '\r') ++p;
+    if (!*p) break;
+    char* end = nullptr;
+    errno = 0;
+    const long long value = std::strtoll(p, &end, 10);
+    if (end == p || errno || value < INT32_MIN || value > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
+      throw mt::Error(where, "not a list of integer ids");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+    p = end;
+  }
+  return ids;
+}
+
+int run_decode(const TokenizeOptions& options) {
+  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
+  StreamOut out;
+  for (const std::string& input : options.inputs) {
+    std::FILE* file = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
+    if (!file) throw mt::Error("input " + input, std::strerror(errno));
+    std::string line;
+    int64_t line_number = 0;
+    char* buffer = nullptr;
+    size_t capacity = 0;
+    ssize_t length;
+    while ((length = getline(&buffer, &capacity, file)) >= 0) {
+      ++line_number;
+      line.assign(buffer, static_cast<size_t>(length));
+      if (!line.empty() && line.back() == '\n') line.pop_back();
+      const std::string where = input + ":" + std::to_string(line_number);
+      std::string text;
+      try {
+        text = tokenizer->decode(parse_ids(line, where));
+      } catch (const mt::Error& e) {
+        std::free(buffer);
+        if (file != stdin) std::fclose(file);
+        if (std::string(e.what()).starts_with(where)) throw;
+        throw mt::Error(where, e.what());
+      }
+      if (options.raw) {
+        out.buffer() += text;
+      } else {
+        out.buffer() += nlohmann::json{{"text", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        out.buffer().push_back('\n');
+      }
+      out.end_record();
+    }
+    std::free(buffer);
+    if (file != stdin) std::fclose(file);
+  }
+  out.flush();
+  return 0;
+}
+
+int run_train(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
+  if (options.json_keys.size() != 1) throw mt::UsageError("--json-keys", "train takes exactly one key");
+  mt::data::BpeTrainerOptions trainer_options;
+  trainer_options.vocab_size = options.vocab_size;
+  trainer_options.min_frequency = options.min_frequency;
+  trainer_options.pattern = options.pattern == "cl100k" ? mt::data::PretokenizePattern::cl100k : mt::data::PretokenizePattern::gpt2;
+  mt::data::BpeTrainer trainer(trainer_options);
+  const auto start = std::chrono::steady_clock::now();
+  const auto read = mt::data::read_texts(line_input(options), options.raw, options.json_keys[0], options.skip_bad_lines,
+                                         [&](std::string_view text) { trainer.add_text(text); });
+  const mt::data::BpeVocabulary vocabulary = trainer.train();
+  std::filesystem::create_directories(options.output_dir);
+  const std::string vocab_file = options.output_dir + "/encoder.json", merge_file = options.output_dir + "/vocab.bpe";
+  mt::data::write_gpt2_files(vocabulary, vocab_file, merge_file);
+  mt::tools::RecordWriter writer(cli.output_format());
+  writer.write_run(mt::tools::run_record(cli));
+  Record record;
+  record["record"] = "summary";
+  record["documents"] = read.documents;
+  record["text_bytes"] = read.text_bytes;
+  record["replaced"] = read.replaced;
+  record["bad_lines"] = read.bad_lines;
+  record["vocab_size"] = static_cast<int64_t>(vocabulary.tokens.size());
+  record["merges"] = static_cast<int64_t>(vocabulary.merges.size());
+  record["exhausted"] = vocabulary.exhausted;
+  record["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record["vocab_file"] = vocab_file;
+  record["merge_file"] = merge_file;
+  writer.write(record);
+  if (vocabulary.exhausted) {
+    std::fprintf(stderr, "mt-tokenize train: warning: no pair left with count >= --min-frequency; vocabulary has %zu tokens\n",
+                 vocabulary.tokens.size());
+  }
+  return 0;
+}
+
+int run_merge(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
+  const auto outputs = mt::data::merge_token_datasets(
+      options.inputs, options.output_prefix, mt::data::parse_token_dataset_format(options.output_format), options.vocab_size);
+  const auto merged = mt::data::TokenDataset::open(outputs.front());
+  mt::tools::RecordWriter writer(cli.output_format());
+  writer.write_run(mt::tools::run_record(cli));
+  Record record;
+  record["record"] = "summary";
+  record["inputs"] = options.inputs;
+  record["documents"] = merged.document_count();
+  record["sequences"] = merged.sequence_count();
+  record["tokens"] = merged.token_count();
+  record["outputs"] = outputs;
+  writer.write(record);
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  TokenizeOptions options;
+  CLI::App* encode = nullptr;
+  CLI::App* decode = nullptr;
+  CLI::App* train = nullptr;
+  CLI::App* merge = nullptr;
   return mt::tools::tool_main(
-      argc, argv, "mt-tokenize", "Tokenize JSONL or text with exact byte-level BPE (GPT-2, tiktoken, Hugging Face) into HDF5 and Megatron .bin/.idx token datasets.",
-      [](mt::tools::ToolCli&) {},
-      [](mt::tools::ToolCli&) -> int { mt::tools::job_not_built("tokenizing", 4); });
+      argc, argv, "mt-tokenize",
+      "Exact byte-level BPE (GPT-2, tiktoken, Hugging Face) over JSONL or text. Without a subcommand: Megatron's "
+      "preprocess_data (JSONL in, <prefix>_<key>_document.h5 and/or .bin/.idx out, a summary record on stdout).",
+      [&](mt::tools::ToolCli& cli) {
+        CLI::App& app = cli.app();
+        app.require_subcommand(0, 1);
+        add_tokenizer_options(app, options.tokenizer, false);
+        add_input_options(app, options, "");
+        app.add_option("--json-keys", options.json_keys, "Keys whose values are tokenized, one dataset each")
+            ->expected(1, -1)
+            ->default_str("text");
+        app.add_option("--output-prefix", options.output_prefix, "Output path prefix: <prefix>_<key>_document.{h5,bin,idx}");
+        app.add_option("--output-format", options.output_format, "hdf5, megatron (.bin/.idx) or both")
+            ->check(CLI::IsMember({"hdf5", "megatron", "both"}))
+            ->capture_default_str();
+        app.add_flag("--append-eod", options.append_eod, "Append the end-of-document id to every document with tokens");
+        app.add_flag("--skip-bad-lines", options.skip_bad_lines, "Count and skip malformed lines instead of failing");
+        app.add_flag("--split-sentences", options.split_sentences, "Reserved (Megatron's NLTK splitting): refused until implemented");
+        app.add_flag("--keep-newlines", options.keep_newlines, "Reserved with --split-sentences: refused until implemented");
+        app.add_option("--partitions", options.partitions, "Reserved (Megatron's input partitions): only 1 for now")
+            ->capture_default_str();
+        app.add_option("--log-interval", options.log_interval, "Progress line on stderr every N documents (0: none)")
+            ->capture_default_str();
+        cli.add_output_format(app, mt::tools::OutputFormat::jsonl);
+
+        encode = app.add_subcommand("encode", "Text to ids: one line of ids per document (JSONL line, or the whole --raw input)");
+        add_tokenizer_options(*encode, options.tokenizer, true);
+        add_input_options(*encode, options, "-");
+        encode->add_flag("--raw", options.raw, "The input is plain text, one document");
+        encode->add_option("--json-keys", options.json_keys, "The key to tokenize (one)")->default_str("text");
+        encode->add_flag("--skip-bad-lines", options.skip_bad_lines, "Skip malformed lines instead of failing");
+        encode->add_option("--format", options.ids_format, "Ids as space-separated text or a JSON array per line")
+            ->check(CLI::IsMember({"text", "jsonl"}))
+            ->capture_default_str();
+
+        decode = app.add_subcommand("decode", "Ids to text: each input line of ids (text or a JSON array) to {\"text\": ...}");
+        add_tokenizer_options(*decode, options.tokenizer, true);
+        decode->add_option("--input", options.inputs, "Files of ids ('-' = stdin)")->expected(1, -1)->default_str("-");
+        decode->add_flag("--raw", options.raw, "Write the decoded text only, documents back to back");
+
+        train = app.add_subcommand("train", "Learn a byte-level BPE vocabulary; writes <dir>/encoder.json and <dir>/vocab.bpe");
+        train->add_option("--input", options.inputs, "Training text: JSONL (--json-keys) or plain text (--raw)")
+            ->expected(1, -1)
+            ->required();
+        train->add_flag("--raw", options.raw, "The inputs are plain text");
+        train->add_option("--json-keys", options.json_keys, "The key holding the text (one)")->default_str("text");
+        train->add_flag("--skip-bad-lines", options.skip_bad_lines, "Skip malformed lines instead of failing");
+        train->add_option("--vocab-size", options.vocab_size, "Vocabulary size, special token included")->required();
+        train->add_option("--min-frequency", options.min_frequency, "Least count of a pair to merge")->capture_default_str();
+        train->add_option("--pattern", options.pattern, "Pre-tokenizer: gpt2 or cl100k")
+            ->check(CLI::IsMember({"gpt2", "cl100k"}))
+            ->capture_default_str();
+        train->add_option("--output-dir", options.output_dir, "Directory for encoder.json and vocab.bpe")->required();
+        cli.add_output_format(*train, mt::tools::OutputFormat::jsonl);
+
+        merge = app.add_subcommand("merge", "Concatenate token datasets (Megatron's merge_datasets.py): tokenizing "
+                                            "files apart and merging equals tokenizing them in one run");
+        merge->add_option("--input", options.inputs, "Token datasets (prefixes, .h5, .bin or .idx), in order")
+            ->expected(1, -1)
+            ->required();
+        merge->add_option("--output-prefix", options.output_prefix, "Output: <prefix>.h5 and/or .bin/.idx")->required();
+        merge->add_option("--output-format", options.output_format, "hdf5, megatron (.bin/.idx) or both")
+            ->check(CLI::IsMember({"hdf5", "megatron", "both"}))
+            ->capture_default_str();
+        merge->add_option("--vocab-size", options.vocab_size, "Needed when every input is .bin/.idx (they record none)");
+        cli.add_output_format(*merge, mt::tools::OutputFormat::jsonl);
+      },
+      [&](mt::tools::ToolCli& cli) -> int {
+        if ((encode->parsed() || decode->parsed()) && options.inputs.empty()) options.inputs = {"-"};
+        if (encode->parsed()) return run_encode(options);
+        if (decode->parsed()) return run_decode(options);
+        if (train->parsed()) return run_train(cli, options);
+        if (merge->parsed()) return run_merge(cli, options);
+        if (options.tokenizer.type.empty()) throw mt::UsageError("--tokenizer-type", "is required");
+        if (options.inputs.empty()) throw mt::UsageError("--input", "is required");
+        if (options.output_prefix.empty()) throw mt::UsageError("--output-prefix", "is required");
+        return run_preprocess(cli, options);
+      });
 }

@@ -1,0 +1,466 @@
+// Corpus tokenization: Megatron's preprocess_data and the streaming encoder (see preprocess.h).
+// Tested in tests/unit/data/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+#include "data/preprocess.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "core/error.h"
+#include "core/ordered_pipeline.h"
+#include "data/jsonl.h"
+#include "data/unicode.h"
+
+namespace mt::data {
+namespace {
+
+// Whole lines of one input file; `error` set means the input stops here with that message.
+struct LineBatch {
+  std::string bytes;
+  std::string file;
+  int64_t first_line = 1;
+  std::string error;
+};
+
+// Reads the inputs one after another in batches of whole lines.
+class LineReader {
+ public:
+  explicit LineReader(const LineInputOptions& options) : options_(options) {
+    if (options_.inputs.empty()) throw UsageError("--input", "no input given");
+    if (options_.batch_bytes == 0 || options_.max_line_bytes == 0) throw UsageError("--max-line-bytes", "must be positive");
+    for (const std::string& input : options_.inputs) {  // fail before any work on a missing file
+      if (input == "-") continue;
+      std::FILE* file = std::fopen(input.c_str(), "rb");
+      if (!file) throw Error("input " + input, std::strerror(errno));
+      std::fclose(file);
+    }
+  }
+  ~LineReader() { close(); }
+
+  // Fills `batch` with whole lines of the current input; false when every input is exhausted
+  // (or after a batch carrying an error).
+  bool next(LineBatch& batch) {
+    if (stopped_) return false;
+    while (file_ || open_next()) {
+      batch.file = name_;
+      batch.first_line = line_;
+      std::string& bytes = batch.bytes;
+      bytes.swap(carry_);
+      carry_.clear();
+      size_t last_newline = bytes.rfind('\n');
+      bool at_eof = false;
+      while (last_newline == std::string::npos || bytes.size() < options_.batch_bytes) {
+        if (last_newline == std::string::npos && bytes.size() > options_.max_line_bytes) {
+          batch.error = name_ + ":" + std::to_string(line_) + ": longer than --max-line-bytes: " +
+                        std::to_string(options_.max_line_bytes);
+          stopped_ = true;
+          return true;
+        }
+        const size_t old_size = bytes.size();
+        const size_t chunk = std::max<size_t>(options_.batch_bytes / 2, size_t{1} << 16);
+        bytes.resize(old_size + chunk);
+        const size_t got = std::fread(bytes.data() + old_size, 1, chunk, file_);
+        bytes.resize(old_size + got);
+        input_bytes_ += static_cast<int64_t>(got);
+        if (got < chunk && std::ferror(file_)) throw Error("input " + name_, "read failed");
+        if (got > 0) {
+          const void* found = memrchr(bytes.data() + old_size, '\n', got);
+          if (found) last_newline = static_cast<size_t>(static_cast<const char*>(found) - bytes.data());
+        }
+        if (got < chunk) {
+          at_eof = true;
+          break;
+        }
+      }
+      if (at_eof) {
+        close();
+        if (!bytes.empty() && bytes.back() != '\n') bytes.push_back('\n');  // the unterminated last line
+      } else {
+        carry_.assign(bytes, last_newline + 1);
+        bytes.resize(last_newline + 1);
+      }
+      line_ += std::count(bytes.begin(), bytes.end(), '\n');
+      if (!bytes.empty()) return true;
+    }
+    return false;
+  }
+
+  int64_t input_bytes() const { return input_bytes_; }
+
+  // Everything left, as one string (raw text mode).
+  std::string read_all() {
+    std::string all;
+    while (file_ || open_next()) {
+      char buffer[1 << 16];
+      size_t got;
+      while ((got = std::fread(buffer, 1, sizeof buffer, file_)) > 0) {
+        all.append(buffer, got);
+        input_bytes_ += static_cast<int64_t>(got);
+      }
+      if (std::ferror(file_)) throw Error("input " + name_, "read failed");
+      close();
+    }
+    return all;
+  }
+
+ private:
+  bool open_next() {
+    if (next_input_ >= options_.inputs.size()) return false;
+    name_ = options_.inputs[next_input_++];
+    file_ = name_ == "-" ? stdin : std::fopen(name_.c_str(), "rb");
+    if (!file_) throw Error("input " + name_, std::strerror(errno));
+    line_ = 1;
+    return true;
+  }
+  void close() {
+    if (file_ && file_ != stdin) std::fclose(file_);
+    file_ = nullptr;
+  }
+
+  const LineInputOptions& options_;
+  size_t next_input_ = 0;
+  std::FILE* file_ = nullptr;
+  std::string name_;
+  int64_t line_ = 1;
+  std::string carry_;
+  int64_t input_bytes_ = 0;
+  bool stopped_ = false;
+};
+
+// One JSONL line parser per worker thread, handed out from a pool.
+class ParserPool {
+ public:
+  explicit ParserPool(std::vector<std::string> keys) : keys_(std::move(keys)) { JsonlLineParser check(keys_); }
+  std::unique_ptr<JsonlLineParser> acquire() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) return std::make_unique<JsonlLineParser>(keys_);
+    auto parser = std::move(free_.back());
+    free_.pop_back();
+    return parser;
+  }
+  void release(std::unique_ptr<JsonlLineParser> parser) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(std::move(parser));
+  }
+
+ private:
+  std::vector<std::string> keys_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<JsonlLineParser>> free_;
+};
+
+// The tokens of one key over the documents of a batch.
+struct KeyOutput {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> sequence_lengths;
+  std::vector<int32_t> sequences_per_document;
+};
+
+struct TokenizedBatch {
+  LineBatch lines;
+  std::vector<KeyOutput> keys;  // one per json key
+  PreprocessStats stats;        // documents, empty, sequences, tokens, text bytes, replaced, bad lines
+  std::string error;            // "<file>:<line>: <reason>" of the first bad line (not skipping)
+};
+
+// Calls line_fn(line, line_number) for each line of the batch (without '\n'); stops early when
+// it returns false.
+template <class LineFn>
+void for_each_line(const LineBatch& batch, LineFn&& line_fn) {
+  std::string_view bytes = batch.bytes;
+  int64_t line_number = batch.first_line;
+  size_t start = 0;
+  while (start < bytes.size()) {
+    size_t end = bytes.find('\n', start);
+    if (end == std::string_view::npos) end = bytes.size();
+    if (!line_fn(bytes.substr(start, end - start), line_number)) return;
+    start = end + 1;
+    ++line_number;
+  }
+}
+
+// Tokenizes every line of `batch`: per key, Megatron's sequences and documents.
+void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const PreprocessOptions& options,
+                    const std::optional<int32_t>& eod, TokenizedBatch& batch) {
+  auto parser = pool.acquire();
+  std::vector<KeyTexts> texts;
+  const size_t key_count = options.json_keys.size();
+  batch.keys.resize(key_count);
+  for_each_line(batch.lines, [&](std::string_view line, int64_t line_number) {
+    size_t replaced;
+    try {
+      if (line.size() > options.input.max_line_bytes) {
+        throw Error("longer than --max-line-bytes", std::to_string(options.input.max_line_bytes));
+      }
+      replaced = parser->parse(line, texts);
+    } catch (const Error& e) {
+      if (options.skip_bad_lines) {
+        ++batch.stats.bad_lines;
+        return true;
+      }
+      batch.error = batch.lines.file + ":" + std::to_string(line_number) + ": " + e.what();
+      return false;
+    }
+    batch.stats.replaced += static_cast<int64_t>(replaced);
+    ++batch.stats.documents;
+    for (size_t k = 0; k < key_count; ++k) {
+      KeyOutput& out = batch.keys[k];
+      const size_t document_start = out.tokens.size();
+      int32_t sequences = 0;
+      for (const std::string& sentence : texts[k]) {
+        batch.stats.text_bytes += static_cast<int64_t>(sentence.size());
+        const size_t before = out.tokens.size();
+        tokenizer.encode(sentence, out.tokens, options.allow_special);
+        const size_t added = out.tokens.size() - before;
+        if (added == 0) continue;  // Megatron drops sentences without tokens
+        out.sequence_lengths.push_back(static_cast<int32_t>(added));
+        ++sequences;
+      }
+      if (options.append_eod && out.tokens.size() > document_start) {
+        out.tokens.push_back(*eod);
+        ++out.sequence_lengths.back();
+      }
+      if (sequences == 0) ++batch.stats.empty_documents;
+      batch.stats.sequences += sequences;
+      batch.stats.tokens += static_cast<int64_t>(out.tokens.size() - document_start);
+      out.sequences_per_document.push_back(sequences);
+    }
+    return true;
+  });
+  pool.release(std::move(parser));
+}
+
+void add_counts(PreprocessStats& total, const PreprocessStats& part) {
+  total.documents += part.documents;
+  total.empty_documents += part.empty_documents;
+  total.sequences += part.sequences;
+  total.tokens += part.tokens;
+  total.text_bytes += part.text_bytes;
+  total.replaced += part.replaced;
+  total.bad_lines += part.bad_lines;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void check_workers(int workers) {
+  if (workers < 1) throw UsageError("--workers", "must be at least 1");
+}
+
+}  // namespace
+
+std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes) {
+  std::vector<size_t> points;
+  if (target_bytes == 0) return points;
+  size_t from = target_bytes;
+  while (from < text.size()) {
+    size_t pos = text.find('\n', from);
+    bool found = false;
+    while (pos != std::string_view::npos && pos + 1 < text.size()) {
+      const unsigned char before = pos > 0 ? static_cast<unsigned char>(text[pos - 1]) : ' ';
+      const unsigned char after = static_cast<unsigned char>(text[pos + 1]);
+      const bool printable_before = before > 0x20 && before < 0x7f;
+      const bool letter_after = (after >= 'a' && after <= 'z') || (after >= 'A' && after <= 'Z');
+      if (printable_before && letter_after) {
+        found = true;
+        break;
+      }
+      pos = text.find('\n', pos + 1);
+    }
+    if (!found) break;
+    points.push_back(pos + 1);
+    from = pos + 1 + target_bytes;
+  }
+  return points;
+}
+
+PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOptions& options,
+                                 const PreprocessProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  check_workers(options.workers);
+  if (options.output_prefix.empty()) throw UsageError("--output-prefix", "is required");
+  const std::optional<int32_t> eod = tokenizer.eod_id();
+  if (options.append_eod && !eod) throw UsageError("--append-eod", "the tokenizer " + tokenizer.name() + " has no end-of-document token");
+  ParserPool pool(options.json_keys);
+  LineReader reader(options.input);
+
+  TokenDatasetMetadata metadata;
+  metadata.tokenizer = tokenizer.name();
+  metadata.tokenizer_hash = tokenizer.hash();
+  metadata.eod_id = eod ? *eod : -1;
+  std::vector<TokenDatasetWriter> writers;
+  for (const std::string& key : options.json_keys) {
+    writers.push_back(TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document", options.output_format,
+                                                 tokenizer.vocab_size(), metadata));
+  }
+
+  PreprocessStats total;
+  run_ordered_pipeline<TokenizedBatch>(
+      options.workers, [&](TokenizedBatch& batch) { return reader.next(batch.lines); },
+      [&](TokenizedBatch& batch) {
+        if (batch.lines.error.empty()) tokenize_batch(tokenizer, pool, options, eod, batch);
+      },
+      [&](TokenizedBatch& batch) {
+        if (!batch.lines.error.empty()) throw Error(batch.lines.error, "");
+        for (size_t k = 0; k < writers.size(); ++k) {
+          const KeyOutput& out = batch.keys[k];
+          const int32_t* tokens = out.tokens.data();
+          size_t sequence = 0;
+          for (int32_t count : out.sequences_per_document) {
+            for (int32_t s = 0; s < count; ++s, ++sequence) {
+              const size_t length = static_cast<size_t>(out.sequence_lengths[sequence]);
+              writers[k].add_sequence({tokens, length});
+              tokens += length;
+            }
+            writers[k].end_document();
+          }
+        }
+        if (!batch.error.empty()) throw Error(batch.error, "");
+        add_counts(total, batch.stats);
+        total.input_bytes = reader.input_bytes();
+        total.seconds = seconds_since(start);
+        if (progress) progress(total);
+      });
+  for (TokenDatasetWriter& writer : writers) {
+    writer.finish();
+    for (const std::string& path : writer.final_paths()) total.outputs.push_back(path);
+  }
+  total.input_bytes = reader.input_bytes();
+  total.seconds = seconds_since(start);
+  return total;
+}
+
+PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& options,
+                              const std::function<void(std::span<const int32_t>, bool)>& emit,
+                              const PreprocessProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  check_workers(options.workers);
+  LineReader reader(options.input);
+  PreprocessStats total;
+
+  if (options.raw) {
+    struct Chunk {
+      std::string_view text;
+      bool last = false;
+      std::vector<int32_t> ids;
+    };
+    std::string text = reader.read_all();
+    std::string sanitized;
+    if (!is_valid_utf8(text)) {
+      total.replaced = static_cast<int64_t>(sanitize_utf8(text, sanitized));
+      text.swap(sanitized);
+    }
+    total.input_bytes = reader.input_bytes();
+    total.text_bytes = static_cast<int64_t>(text.size());
+    total.documents = 1;
+    std::vector<size_t> cuts;
+    if (options.workers > 1) cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
+    cuts.push_back(text.size());
+    size_t next_cut = 0, begin = 0;
+    run_ordered_pipeline<Chunk>(
+        options.workers,
+        [&](Chunk& chunk) {
+          if (next_cut == cuts.size()) return false;
+          chunk.text = std::string_view(text).substr(begin, cuts[next_cut] - begin);
+          begin = cuts[next_cut++];
+          chunk.last = next_cut == cuts.size();
+          return true;
+        },
+        [&](Chunk& chunk) { tokenizer.encode(chunk.text, chunk.ids, options.allow_special); },
+        [&](Chunk& chunk) {
+          total.tokens += static_cast<int64_t>(chunk.ids.size());
+          emit(chunk.ids, chunk.last);
+        });
+    total.sequences = total.tokens > 0 ? 1 : 0;
+    total.empty_documents = total.tokens > 0 ? 0 : 1;
+    total.seconds = seconds_since(start);
+    return total;
+  }
+
+  PreprocessOptions jsonl;
+  jsonl.json_keys = {options.json_key};
+  jsonl.allow_special = options.allow_special;
+  jsonl.skip_bad_lines = options.skip_bad_lines;
+  jsonl.input = options.input;
+  ParserPool pool(jsonl.json_keys);
+  run_ordered_pipeline<TokenizedBatch>(
+      options.workers, [&](TokenizedBatch& batch) { return reader.next(batch.lines); },
+      [&](TokenizedBatch& batch) {
+        if (batch.lines.error.empty()) tokenize_batch(tokenizer, pool, jsonl, std::nullopt, batch);
+      },
+      [&](TokenizedBatch& batch) {
+        if (!batch.lines.error.empty()) throw Error(batch.lines.error, "");
+        const KeyOutput& out = batch.keys[0];
+        const int32_t* tokens = out.tokens.data();
+        size_t sequence = 0;
+        for (int32_t count : out.sequences_per_document) {
+          size_t length = 0;
+          for (int32_t s = 0; s < count; ++s) length += static_cast<size_t>(out.sequence_lengths[sequence++]);
+          emit({tokens, length}, true);
+          tokens += length;
+        }
+        if (!batch.error.empty()) throw Error(batch.error, "");
+        add_counts(total, batch.stats);
+        total.input_bytes = reader.input_bytes();
+        total.seconds = seconds_since(start);
+        if (progress) progress(total);
+      });
+  total.input_bytes = reader.input_bytes();
+  total.seconds = seconds_since(start);
+  return total;
+}
+
+PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::string& json_key, bool skip_bad_lines,
+                           const std::function<void(std::string_view)>& text_fn) {
+  const auto start = std::chrono::steady_clock::now();
+  LineReader reader(input);
+  PreprocessStats total;
+  if (raw) {
+    std::string text = reader.read_all();
+    std::string sanitized;
+    if (!is_valid_utf8(text)) {
+      total.replaced = static_cast<int64_t>(sanitize_utf8(text, sanitized));
+      text.swap(sanitized);
+    }
+    total.documents = 1;
+    total.text_bytes = static_cast<int64_t>(text.size());
+    text_fn(text);
+  } else {
+    JsonlLineParser parser({json_key});
+    std::vector<KeyTexts> texts;
+    LineBatch batch;
+    while (reader.next(batch)) {
+      if (!batch.error.empty()) throw Error(batch.error, "");
+      for_each_line(batch, [&](std::string_view line, int64_t line_number) {
+        try {
+          if (line.size() > input.max_line_bytes) {
+            throw Error("longer than --max-line-bytes", std::to_string(input.max_line_bytes));
+          }
+          total.replaced += static_cast<int64_t>(parser.parse(line, texts));
+        } catch (const Error& e) {
+          if (!skip_bad_lines) throw Error(batch.file + ":" + std::to_string(line_number) + ": " + e.what(), "");
+          ++total.bad_lines;
+          return true;
+        }
+        ++total.documents;
+        for (const std::string& text : texts[0]) {
+          total.text_bytes += static_cast<int64_t>(text.size());
+          text_fn(text);
+        }
+        return true;
+      });
+      batch = LineBatch{};
+    }
+  }
+  total.input_bytes = reader.input_bytes();
+  total.seconds = seconds_since(start);
+  return total;
+}
+
+}  // namespace mt::data

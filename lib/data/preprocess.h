@@ -1,0 +1,92 @@
+// Tokenizing corpora: Megatron's tools/preprocess_data.py as a library, plus the streaming
+// encoder behind `mt-tokenize encode`. Input is read in batches of whole lines; batches are
+// tokenized by `workers` threads and written in input order (core/ordered_pipeline.h), so the
+// output is byte-identical for every worker count and for several inputs given one after another.
+//
+// Megatron's semantics, per JSONL line and per --json-keys key: a string value is one sequence,
+// a list of strings is one sequence per string (pre-split sentences); sentences that encode to
+// no tokens are dropped; with append_eod a document with tokens gets the EOD id appended to its
+// last sequence; every line is one document, so empty text is written as a document with no
+// sequences. Key k goes to `<output_prefix>_<key>_document` (.h5 and/or .bin/.idx).
+// Tested in tests/unit/data/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
+
+namespace mt::data {
+
+struct LineInputOptions {
+  std::vector<std::string> inputs;     // files read one after another; "-" is stdin
+  size_t batch_bytes = size_t{1} << 20;  // input bytes per work item (whole lines)
+  size_t max_line_bytes = size_t{64} << 20;
+};
+
+struct PreprocessOptions {
+  LineInputOptions input;
+  std::vector<std::string> json_keys{"text"};
+  std::string output_prefix;
+  TokenDatasetFormat output_format = TokenDatasetFormat::hdf5;
+  int workers = 1;
+  bool append_eod = false;
+  bool allow_special = false;
+  bool skip_bad_lines = false;  // count malformed lines instead of failing on the first
+};
+
+struct PreprocessStats {
+  int64_t documents = 0;        // lines written as documents
+  int64_t empty_documents = 0;  // (document, key) pairs that encoded to no tokens
+  int64_t sequences = 0;
+  int64_t tokens = 0;
+  int64_t input_bytes = 0;      // bytes of input read
+  int64_t text_bytes = 0;       // UTF-8 bytes of the texts tokenized
+  int64_t replaced = 0;         // U+FFFD substitutions (invalid UTF-8, lone surrogates)
+  int64_t bad_lines = 0;        // skipped with skip_bad_lines
+  double seconds = 0;
+  std::vector<std::string> outputs;  // final file paths
+};
+
+using PreprocessProgress = std::function<void(const PreprocessStats&)>;
+
+// Throws mt::Error "<file>:<line>: <reason>" for the first bad line (in input order) unless
+// skip_bad_lines; no output file exists under its final name unless the whole run succeeded.
+PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOptions& options,
+                                 const PreprocessProgress& progress = {});
+
+struct EncodeOptions {
+  LineInputOptions input;
+  std::string json_key = "text";
+  bool raw = false;  // the whole input is one plain-text document
+  int workers = 1;
+  bool allow_special = false;
+  bool skip_bad_lines = false;
+};
+
+// Calls emit(ids, end_of_document) in input order: for JSONL one call per line (the key's
+// sentences concatenated), for raw text the document's ids in pieces, the last with
+// end_of_document. Raw text is cut for the workers only where every supported pre-tokenizer
+// pattern has a piece boundary whatever follows (see split_points_for_parallel_encoding), so
+// the ids equal encoding the whole text at once.
+PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& options,
+                              const std::function<void(std::span<const int32_t>, bool)>& emit,
+                              const PreprocessProgress& progress = {});
+
+// Calls text_fn for every text of the inputs, in order: each string of `json_key` per JSONL
+// line (invalid UTF-8 and lone surrogates replaced), or with `raw` the whole input as one text.
+// Returns the counts (documents, text bytes, replaced, bad lines).
+PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::string& json_key, bool skip_bad_lines,
+                           const std::function<void(std::string_view)>& text_fn);
+
+// Offsets in `text` after which the text may be cut without changing any pre-tokenizer's
+// pieces: just after a '\n' that follows a printable ASCII non-space byte and precedes an ASCII
+// letter (no pattern's piece can hold both the '\n' and that letter, and the '\n' ends its
+// whitespace run whether or not the letter follows). Roughly every `target_bytes`.
+std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes);
+
+}  // namespace mt::data

@@ -1,0 +1,209 @@
+#!/usr/bin/env bats
+# mt-tokenize end to end: encode/decode against known ids, round trips, Megatron preprocessing
+# into HDF5 and .bin/.idx (read back by an independent numpy reader), identical output for every
+# worker count and input split, each flag through an effect that would vanish if it were
+# ignored, bad input (one-line error with file and line, non-zero exit, nothing written), a
+# killed run leaving no file under a final name, and BPE training.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
+  TOK="$SHARED/data/tokenizers"
+  CORPUS="$SHARED/data/corpus"
+  GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$TOK/gpt2/encoder.json" --merge-file "$TOK/gpt2/vocab.bpe")
+  LLAMA3=(--tokenizer-type TikTokenizer --tokenizer-model "$TOK/llama3/tokenizer.model")
+  CL100K=(--tokenizer-type TikTokenizer --tokenizer-model "$TOK/cl100k_base/cl100k_base.tiktoken")
+  HF=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK/gpt2-hf/tokenizer.json")
+}
+
+teardown() { rm -rf "$TMP"; }
+
+summary() { jq -c 'select(.record=="summary")' "$TMP/out.jsonl"; }
+
+@test "encode gives the reference ids and decode gives the text back" {
+  run_split bash -c "printf 'Hello world' | mt-tokenize encode --raw ${GPT2[*]}"
+  [[ $status -eq 0 ]] || fail "$err"
+  [[ "$out" == "15496 995" ]] || fail "GPT-2 ids: $out"
+  run_split bash -c "printf 'Hello world' | mt-tokenize encode --raw ${LLAMA3[*]} --format jsonl"
+  [[ "$out" == "[9906,1917]" ]] || fail "LLaMA-3 ids: $out"
+  run_split bash -c "echo '15496 995' | mt-tokenize decode ${GPT2[*]}"
+  [[ "$out" == '{"text":"Hello world"}' ]] || fail "decode: $out"
+  run_split bash -c "echo '[9906,1917]' | mt-tokenize decode --raw ${LLAMA3[*]}"
+  [[ "$out" == "Hello world" ]] || fail "decode --raw: $out"
+}
+
+@test "raw text round-trips byte for byte with every tokenizer and worker count" {
+  head -c 400000 "$CORPUS/war_and_peace_pg2600.txt" >"$TMP/text.txt"
+  for tokenizer in GPT2 LLAMA3 CL100K HF; do
+    local -n flags="$tokenizer"
+    mt-tokenize encode --raw --input "$TMP/text.txt" "${flags[@]}" >"$TMP/ids1" 2>/dev/null
+    mt-tokenize encode --raw --input "$TMP/text.txt" "${flags[@]}" --workers 2 >"$TMP/ids2" 2>/dev/null
+    cmp -s "$TMP/ids1" "$TMP/ids2" || fail "$tokenizer: --workers 2 changed the ids"
+    [[ "$(wc -l <"$TMP/ids1")" -eq 1 ]] || fail "$tokenizer: raw input is one document"
+    mt-tokenize decode --raw "${flags[@]}" <"$TMP/ids1" >"$TMP/back.txt"
+    cmp "$TMP/text.txt" "$TMP/back.txt" || fail "$tokenizer: decode(encode(text)) differs"
+  done
+}
+
+@test "special tokens are text unless --allow-special" {
+  run_split bash -c "printf 'a<|endoftext|>' | mt-tokenize encode --raw ${GPT2[*]}"
+  [[ "$out" != *50256* && "$out" == *" "*" "* ]] || fail "special token recognised without --allow-special: $out"
+  run_split bash -c "printf 'a<|endoftext|>' | mt-tokenize encode --raw --allow-special ${GPT2[*]}"
+  [[ "$out" == "64 50256" ]] || fail "--allow-special: $out"
+}
+
+@test "encode reads JSONL: one line of ids per document, --json-keys picks the key" {
+  printf '%s\n' '{"text": "Hello", "other": " world"}' '{"text": ["Hello", " world"], "other": ""}' >"$TMP/in.jsonl"
+  run_split mt-tokenize encode --input "$TMP/in.jsonl" "${GPT2[@]}"
+  [[ "$out" == $'15496\n15496 995' ]] || fail "$out"
+  run_split mt-tokenize encode --input "$TMP/in.jsonl" --json-keys other "${GPT2[@]}" --format jsonl
+  [[ "$out" == $'[995]\n[]' ]] || fail "$out"
+  run_split mt-tokenize encode --input "$TMP/in.jsonl" --json-keys text other "${GPT2[@]}"
+  [[ $status -eq 2 && "$err" == *"--json-keys"* ]] || fail "two keys for encode: $status $err"
+}
+
+@test "preprocessing writes HDF5 and Megatron .bin/.idx that an independent reader agrees with" {
+  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${GPT2[@]}" --output-prefix "$TMP/shake" \
+    --output-format both --append-eod >"$TMP/out.jsonl"
+  jq -e -s '.[0].record == "run"' "$TMP/out.jsonl" >/dev/null || fail "no run record"
+  summary | jq -e '.documents == 7222 and .empty_documents == 0 and .sequences == 7222 and .bad_lines == 0 and .replaced == 0 and .tokens > 300000 and .mb_per_s > 0' >/dev/null || fail "$(summary)"
+  local tokens
+  tokens=$(summary | jq .tokens)
+  for f in shake_text_document.h5 shake_text_document.bin shake_text_document.idx; do
+    [[ -s "$TMP/$f" ]] || fail "$f missing"
+  done
+  local read_tokens
+  read_tokens=$(/usr/bin/python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$TMP/shake_text_document" |
+    awk '/^sequence [0-9]+:/ { n += NF - 2 } END { print n }')
+  [[ "$read_tokens" -eq "$tokens" ]] || fail "numpy reader found $read_tokens tokens, mt-tokenize wrote $tokens"
+  run h5dump -A "$TMP/shake_text_document.h5"
+  assert_output --partial "GPT2BPETokenizer"
+  # every document ends with the EOD id 50256
+  /usr/bin/python3 - "$TMP/shake_text_document" <<'PY' || fail "EOD not at every document end"
+import sys, numpy as np
+prefix = sys.argv[1]
+idx = open(prefix + ".idx", "rb").read()
+count = int.from_bytes(idx[18:26], "little")
+lengths = np.frombuffer(idx, np.int32, count, 34)
+tokens = np.memmap(prefix + ".bin", np.uint16, "r")
+ends = np.cumsum(lengths) - 1
+sys.exit(0 if (tokens[ends] == 50256).all() else 1)
+PY
+}
+
+@test "--workers and several inputs give byte-identical datasets" {
+  head -n 3000 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/a.jsonl"
+  tail -n +3001 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/b.jsonl"
+  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${LLAMA3[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
+  mt-tokenize --input "$TMP/a.jsonl" "$TMP/b.jsonl" "${LLAMA3[@]}" --output-prefix "$TMP/two" --output-format both --workers 2 >"$TMP/out.jsonl"
+  summary | jq -e '.workers == 2 and .documents == 7222' >/dev/null || fail "$(summary)"
+  for ext in h5 bin idx; do
+    cmp "$TMP/one_text_document.$ext" "$TMP/two_text_document.$ext" || fail ".$ext differs"
+  done
+}
+
+@test "merge: tokenizing files apart and merging equals one run; mismatched tokenizers are refused" {
+  head -n 3000 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/a.jsonl"
+  tail -n +3001 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/b.jsonl"
+  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${GPT2[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
+  mt-tokenize --input "$TMP/a.jsonl" "${GPT2[@]}" --output-prefix "$TMP/a" --output-format both >/dev/null
+  mt-tokenize --input "$TMP/b.jsonl" "${GPT2[@]}" --output-prefix "$TMP/b" --output-format both >/dev/null
+  mt-tokenize merge --input "$TMP/a_text_document" "$TMP/b_text_document.h5" --output-prefix "$TMP/merged" --output-format both >"$TMP/out.jsonl"
+  summary | jq -e '.documents == 7222' >/dev/null || fail "$(summary)"
+  for ext in h5 bin idx; do
+    cmp "$TMP/one_text_document.$ext" "$TMP/merged.$ext" || fail "merged .$ext differs from one run"
+  done
+  run_split mt-tokenize merge --input "$TMP/a_text_document.bin" --output-prefix "$TMP/m2" --output-format megatron
+  [[ $status -eq 2 && "$err" == *"--vocab-size"* ]] || fail "$status $err"
+  mt-tokenize merge --input "$TMP/a_text_document.bin" "$TMP/b_text_document.idx" --vocab-size 50257 --output-prefix "$TMP/m3" --output-format megatron >/dev/null
+  cmp "$TMP/one_text_document.bin" "$TMP/m3.bin" || fail ".bin/.idx merge differs"
+  mt-tokenize --input "$TMP/b.jsonl" "${LLAMA3[@]}" --output-prefix "$TMP/c" >/dev/null
+  run_split mt-tokenize merge --input "$TMP/a_text_document.h5" "$TMP/c_text_document.h5" --output-prefix "$TMP/bad"
+  [[ $status -eq 1 && "$err" == *"another tokenizer"* ]] || fail "$status $err"
+  [[ ! -e "$TMP/bad.h5" ]] || fail "output written on error"
+}
+
+@test "--json-keys writes one dataset per key; empty text is an empty document as in Megatron" {
+  printf '%s\n' '{"text": "a b", "title": "T"}' '{"text": "", "title": "U"}' '{"text": ["c", "d"], "title": "V"}' >"$TMP/in.jsonl"
+  mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --json-keys text title --output-prefix "$TMP/k" --output-format megatron >"$TMP/out.jsonl"
+  summary | jq -e '.documents == 3 and .empty_documents == 1 and .sequences == 6' >/dev/null || fail "$(summary)"
+  run /usr/bin/python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$TMP/k_text_document"
+  assert_success
+  assert_output --partial "document_indices 0 1 1 3"
+  [[ -f "$TMP/k_title_document.idx" && ! -f "$TMP/k_text_document.h5" ]] || fail "wrong outputs: $(ls "$TMP")"
+}
+
+@test "invalid UTF-8 and lone surrogates become U+FFFD and are counted" {
+  printf '{"text": "a\\ud800b"}\n{"text": "c\xffd"}\n' >"$TMP/in.jsonl"
+  mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --output-prefix "$TMP/r" >"$TMP/out.jsonl"
+  summary | jq -e '.replaced == 2' >/dev/null || fail "$(summary)"
+  run_split mt-tokenize encode --input "$TMP/in.jsonl" "${GPT2[@]}"
+  run_split bash -c "mt-tokenize encode --input '$TMP/in.jsonl' ${GPT2[*]} | mt-tokenize decode ${GPT2[*]}"
+  [[ "$out" == $'{"text":"a\xef\xbf\xbdb"}\n{"text":"c\xef\xbf\xbdd"}' ]] || fail "$out"
+}
+
+@test "bad lines: one error line with file and line number, exit 1, nothing written; --skip-bad-lines counts" {
+  printf '%s\n' '{"text": "ok"}' '{"text": "ok"}' '{"text": 12}' '{"text": "ok"}' >"$TMP/bad.jsonl"
+  run_split mt-tokenize --input "$TMP/bad.jsonl" "${GPT2[@]}" --output-prefix "$TMP/bad" --workers 2
+  [[ $status -eq 1 ]] || fail "exit $status"
+  [[ "$err" == "mt-tokenize: error: $TMP/bad.jsonl:3: key 'text': is a number, expected a string or a list of strings" ]] || fail "$err"
+  [[ -z "$out" ]] || fail "stdout: $out"
+  [[ "$(ls "$TMP")" == "bad.jsonl" ]] || fail "files left: $(ls "$TMP")"
+  printf '%s\n' '{"text": "ok"' >>"$TMP/bad.jsonl"
+  mt-tokenize --input "$TMP/bad.jsonl" "${GPT2[@]}" --output-prefix "$TMP/bad" --skip-bad-lines >"$TMP/out.jsonl" 2>"$TMP/err"
+  summary | jq -e '.bad_lines == 2 and .documents == 3' >/dev/null || fail "$(summary)"
+  grep -q "skipped 2 malformed lines" "$TMP/err" || fail "no warning: $(cat "$TMP/err")"
+  printf '%s\n' '{"body": "x"}' >"$TMP/nokey.jsonl"
+  run_split mt-tokenize --input "$TMP/nokey.jsonl" "${GPT2[@]}" --output-prefix "$TMP/nokey"
+  [[ $status -eq 1 && "$err" == *"nokey.jsonl:1: key 'text': missing" ]] || fail "$err"
+  head -c 3000 /dev/zero | tr '\0' 'x' | sed 's/^/{"text": "/; s/$/"}/' >"$TMP/long.jsonl"
+  run_split mt-tokenize --input "$TMP/long.jsonl" "${GPT2[@]}" --output-prefix "$TMP/long" --max-line-bytes 1000
+  [[ $status -eq 1 && "$err" == *"long.jsonl:1: longer than --max-line-bytes: 1000" ]] || fail "$err"
+  run_split mt-tokenize --input "$TMP/missing.jsonl" "${GPT2[@]}" --output-prefix "$TMP/m"
+  [[ $status -eq 1 && "$(line_count "$err")" -eq 1 ]] || fail "missing input: $status $err"
+}
+
+@test "usage errors exit 2: reserved and missing flags, bad tokenizer combinations" {
+  run_split mt-tokenize --input x.jsonl "${GPT2[@]}" --output-prefix "$TMP/p" --split-sentences
+  [[ $status -eq 2 && "$err" == *"--split-sentences"*"not implemented"* ]] || fail "$status $err"
+  run_split mt-tokenize --input x.jsonl "${GPT2[@]}" --output-prefix "$TMP/p" --partitions 2
+  [[ $status -eq 2 && "$err" == *"--partitions"* ]] || fail "$status $err"
+  run_split mt-tokenize --input x.jsonl --output-prefix "$TMP/p"
+  [[ $status -eq 2 && "$err" == *"--tokenizer-type"* ]] || fail "$status $err"
+  run_split mt-tokenize --input "$CORPUS/edge_cases.jsonl" --tokenizer-type GPT2BPETokenizer --output-prefix "$TMP/p"
+  [[ $status -eq 2 && "$err" == *"--vocab-file"* ]] || fail "$status $err"
+  run_split bash -c "echo 99999999 | mt-tokenize decode ${GPT2[*]}"
+  [[ $status -eq 1 && "$err" == *"-:1"* ]] || fail "id out of range: $status $err"
+  [[ "$(ls "$TMP")" == "" ]] || fail "files written: $(ls "$TMP")"
+}
+
+@test "a killed run leaves no file under a final name" {
+  mkfifo "$TMP/fifo"
+  mt-tokenize --input - "${GPT2[@]}" --output-prefix "$TMP/killed" --output-format both <"$TMP/fifo" >/dev/null 2>&1 &
+  local pid=$!
+  exec 7>"$TMP/fifo"  # bats itself uses descriptor 3
+  head -n 2000 "$CORPUS/tinyshakespeare.jsonl" >&7
+  sleep 1
+  kill -9 "$pid"
+  exec 7>&-
+  wait "$pid" || true
+  for ext in h5 bin idx; do
+    [[ ! -e "$TMP/killed_text_document.$ext" ]] || fail "killed_text_document.$ext exists"
+  done
+}
+
+@test "train learns a BPE vocabulary that encodes held-out text and round-trips" {
+  head -n 30000 "$CORPUS/tinyshakespeare.txt" >"$TMP/train.txt"
+  tail -n 5000 "$CORPUS/tinyshakespeare.txt" >"$TMP/heldout.txt"
+  mt-tokenize train --raw --input "$TMP/train.txt" --vocab-size 1000 --output-dir "$TMP/bpe" >"$TMP/out.jsonl"
+  summary | jq -e '.vocab_size == 1000 and .merges == 743' >/dev/null || fail "$(summary)"
+  local flags=(--tokenizer-type GPT2BPETokenizer --vocab-file "$TMP/bpe/encoder.json" --merge-file "$TMP/bpe/vocab.bpe")
+  mt-tokenize encode --raw --input "$TMP/heldout.txt" "${flags[@]}" >"$TMP/ids" 2>/dev/null
+  local count
+  count=$(wc -w <"$TMP/ids")
+  (( count < $(wc -c <"$TMP/heldout.txt") / 2 )) || fail "no compression: $count ids"
+  mt-tokenize decode --raw "${flags[@]}" <"$TMP/ids" >"$TMP/back.txt"
+  cmp "$TMP/heldout.txt" "$TMP/back.txt"
+}

@@ -1,0 +1,249 @@
+// data/preprocess.h over a byte tokenizer (id = byte, EOD 256): Megatron's preprocess_data
+// semantics (a document per line, a sequence per string or list element, empty text written
+// as an empty document, --append-eod on the last sequence, one dataset per key), output files
+// byte-identical for every worker count and for inputs split across files, bad lines reported
+// by file and line in input order or skipped and counted, no output left by a failed run, and
+// raw-text split points that never change a pre-tokenizer piece.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/preprocess.h"
+#include "data/token_dataset.h"
+
+using namespace mt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every byte is its own id; "<|endoftext|>" is 256 when special tokens are allowed.
+class ByteTokenizer : public Tokenizer {
+ public:
+  void encode(std::string_view text, std::vector<int32_t>& out, bool allow_special) const override {
+    const std::string_view special = "<|endoftext|>";
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (allow_special && text.substr(i, special.size()) == special) {
+        out.push_back(256);
+        i += special.size() - 1;
+      } else {
+        out.push_back(static_cast<unsigned char>(text[i]));
+      }
+    }
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string text;
+    for (int32_t id : ids) text += token_bytes(id);
+    return text;
+  }
+  std::string token_bytes(int32_t id) const override { return id == 256 ? "<|endoftext|>" : std::string(1, char(id)); }
+  int64_t vocab_size() const override { return 257; }
+  std::optional<int32_t> eod_id() const override { return 256; }
+  std::optional<int32_t> special_token_id(std::string_view text) const override {
+    return text == "<|endoftext|>" ? std::optional<int32_t>(256) : std::nullopt;
+  }
+  std::string name() const override { return "bytes"; }
+  std::string hash() const override { return "0"; }
+};
+
+class PreprocessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    dir_ = fs::temp_directory_path() / ("mt_preprocess_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& content) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string bytes_of(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  PreprocessOptions options(std::vector<std::string> inputs, const std::string& prefix) {
+    PreprocessOptions o;
+    o.input.inputs = std::move(inputs);
+    o.output_prefix = path(prefix);
+    o.output_format = TokenDatasetFormat::both;
+    return o;
+  }
+
+  ByteTokenizer tokenizer_;
+  fs::path dir_;
+};
+
+std::vector<int32_t> ids(const std::string& text) {
+  std::vector<int32_t> result;
+  for (char c : text) result.push_back(static_cast<unsigned char>(c));
+  return result;
+}
+
+TEST_F(PreprocessTest, MegatronDocumentsSequencesAndKeys) {
+  const std::string input = write("in.jsonl",
+                                  "{\"text\": \"ab\", \"title\": \"T\"}\n"
+                                  "{\"text\": \"\", \"title\": \"U\"}\n"
+                                  "{\"text\": [\"cd\", \"\", \"e\"], \"title\": \"\"}\n");
+  PreprocessOptions o = options({input}, "out");
+  o.json_keys = {"text", "title"};
+  o.append_eod = true;
+  const PreprocessStats stats = preprocess_jsonl(tokenizer_, o);
+  EXPECT_EQ(stats.documents, 3);
+  EXPECT_EQ(stats.empty_documents, 2);  // text of line 2, title of line 3
+  EXPECT_EQ(stats.sequences, 3 + 2);
+  EXPECT_EQ(stats.tokens, 3 + 4 + 2 + 2);
+  EXPECT_EQ(stats.outputs.size(), 6u);
+
+  TokenDataset text = TokenDataset::open(path("out_text_document"));
+  ASSERT_EQ(text.sequence_count(), 3);
+  EXPECT_EQ(text.get(0), (std::vector<int32_t>{'a', 'b', 256}));
+  EXPECT_EQ(text.get(1), ids("cd"));
+  EXPECT_EQ(text.get(2), (std::vector<int32_t>{'e', 256}));
+  EXPECT_EQ(std::vector<int64_t>(text.document_indices().begin(), text.document_indices().end()),
+            (std::vector<int64_t>{0, 1, 1, 3}));
+  EXPECT_EQ(text.metadata().eod_id, 256);
+  EXPECT_EQ(text.metadata().tokenizer, "bytes");
+
+  TokenDataset title = TokenDataset::open(path("out_title_document.bin"));
+  EXPECT_EQ(std::vector<int64_t>(title.document_indices().begin(), title.document_indices().end()),
+            (std::vector<int64_t>{0, 1, 2, 2}));
+}
+
+TEST_F(PreprocessTest, SpecialTokensOnlyWhenAllowed) {
+  const std::string input = write("in.jsonl", R"({"text": "a<|endoftext|>"})" "\n");
+  PreprocessOptions o = options({input}, "plain");
+  EXPECT_EQ(preprocess_jsonl(tokenizer_, o).tokens, 14);
+  o = options({input}, "special");
+  o.allow_special = true;
+  preprocess_jsonl(tokenizer_, o);
+  EXPECT_EQ(TokenDataset::open(path("special_text_document")).get(0), (std::vector<int32_t>{'a', 256}));
+}
+
+TEST_F(PreprocessTest, OutputIsIdenticalForEveryWorkerCountAndInputSplit) {
+  std::string all, first, second;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string line = "{\"text\": \"document " + std::to_string(i) + std::string(i % 37, 'x') + "\"}\n";
+    all += line;
+    (i < 1234 ? first : second) += line;
+  }
+  const std::string whole = write("all.jsonl", all);
+  const std::vector<std::string> parts = {write("a.jsonl", first), write("b.jsonl", second)};
+  PreprocessOptions reference = options({whole}, "w1");
+  reference.input.batch_bytes = 4096;  // many batches
+  preprocess_jsonl(tokenizer_, reference);
+  for (int workers : {2, 3, 7}) {
+    PreprocessOptions o = options({whole}, "w" + std::to_string(workers));
+    o.input.batch_bytes = 4096;
+    o.workers = workers;
+    preprocess_jsonl(tokenizer_, o);
+  }
+  PreprocessOptions split = options(parts, "split");
+  split.workers = 2;
+  preprocess_jsonl(tokenizer_, split);
+  for (const char* prefix : {"w2", "w3", "w7", "split"}) {
+    for (const char* extension : {".h5", ".bin", ".idx"}) {
+      EXPECT_EQ(bytes_of(path(std::string(prefix) + "_text_document" + extension)),
+                bytes_of(path(std::string("w1_text_document") + extension)))
+          << prefix << extension;
+    }
+  }
+  EXPECT_EQ(TokenDataset::open(path("w1_text_document")).document_count(), 3000);
+}
+
+TEST_F(PreprocessTest, FirstBadLineInInputOrderFailsTheRunAndLeavesNoOutput) {
+  std::string content;
+  for (int i = 1; i <= 500; ++i) {
+    if (i == 123) content += "{\"text\": 7}\n";
+    else if (i == 400) content += "not json\n";
+    else content += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
+  }
+  const std::string input = write("bad.jsonl", content);
+  for (int workers : {1, 4}) {
+    PreprocessOptions o = options({input}, "bad");
+    o.input.batch_bytes = 512;
+    o.workers = workers;
+    try {
+      preprocess_jsonl(tokenizer_, o);
+      FAIL() << "no error";
+    } catch (const mt::Error& e) {
+      EXPECT_EQ(std::string(e.what()), input + ":123: key 'text': is a number, expected a string or a list of strings");
+    }
+    EXPECT_EQ(files(), std::vector<std::string>{"bad.jsonl"});
+  }
+  PreprocessOptions o = options({input}, "skipped");
+  o.skip_bad_lines = true;
+  o.workers = 3;
+  const PreprocessStats stats = preprocess_jsonl(tokenizer_, o);
+  EXPECT_EQ(stats.bad_lines, 2);
+  EXPECT_EQ(stats.documents, 498);
+}
+
+TEST_F(PreprocessTest, LongLinesAndMissingInputsAreErrors) {
+  const std::string input = write("long.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"" + std::string(5000, 'y') + "\"}\n");
+  PreprocessOptions o = options({input}, "long");
+  o.input.max_line_bytes = 1000;
+  try {
+    preprocess_jsonl(tokenizer_, o);
+    FAIL() << "no error";
+  } catch (const mt::Error& e) {
+    EXPECT_EQ(std::string(e.what()), input + ":2: longer than --max-line-bytes: 1000");
+  }
+  o = options({path("missing.jsonl")}, "missing");
+  EXPECT_THROW(preprocess_jsonl(tokenizer_, o), mt::Error);
+  o = options({input}, "");
+  o.output_prefix.clear();
+  EXPECT_THROW(preprocess_jsonl(tokenizer_, o), mt::UsageError);
+}
+
+TEST_F(PreprocessTest, EncodeStreamEmitsOneDocumentPerLineOrTheRawTextInOrder) {
+  const std::string input = write("in.jsonl", "{\"text\": \"ab\"}\n{\"text\": [\"c\", \"d\"]}\n{\"text\": \"\"}\n");
+  EncodeOptions o;
+  o.input.inputs = {input};
+  std::vector<std::vector<int32_t>> documents;
+  encode_stream(tokenizer_, o, [&](std::span<const int32_t> ids, bool end) {
+    EXPECT_TRUE(end);
+    documents.emplace_back(ids.begin(), ids.end());
+  });
+  EXPECT_EQ(documents, (std::vector<std::vector<int32_t>>{ids("ab"), ids("cd"), {}}));
+
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "Line " + std::to_string(i) + ".\nword\n";
+  o.input.inputs = {write("raw.txt", text + "\xFF")};
+  o.raw = true;
+  o.workers = 3;
+  std::vector<int32_t> all;
+  int ends = 0;
+  const PreprocessStats stats = encode_stream(tokenizer_, o, [&](std::span<const int32_t> ids, bool end) {
+    all.insert(all.end(), ids.begin(), ids.end());
+    ends += end;
+  });
+  EXPECT_EQ(ends, 1);
+  EXPECT_EQ(stats.replaced, 1);
+  EXPECT_EQ(all, ids(text + "\xEF\xBF\xBD"));
+}
+
+TEST(SplitPoints, OnlyAfterANewlineBetweenPrintableAsciiAndALetter) {
+  const std::string text = "abc.\nDef  \nghi\n\nJkl!\n9x\nmno.\nPqr";
+  const std::vector<size_t> points = split_points_for_parallel_encoding(text, 1);
+  EXPECT_EQ(points, (std::vector<size_t>{5, 24, 29}));
+  for (size_t point : points) EXPECT_EQ(text[point - 1], '\n');
+}
+
+}  // namespace
