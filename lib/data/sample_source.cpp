@@ -14,7 +14,9 @@ class MockData : public SampleSource {
  public:
   MockData(int64_t vocab, int seq, uint64_t seed) : vocab_(vocab), seq_(seq), seed_(seed) {}
   void sample(Split split, int64_t index, int32_t* tokens) const override {
-    const int64_t global = split == Split::train ? index : index + (int64_t{1} << 40);
+    const int64_t global = split == Split::train   ? index
+                           : split == Split::valid ? index + (int64_t{1} << 40)
+                                                   : index + (int64_t{1} << 41);
     const uint64_t stream = kernels::stream_id("mock-data");
     for (int t = 0; t <= seq_; ++t) {
       const uint64_t block = static_cast<uint64_t>(global) * static_cast<uint64_t>(seq_ + 1) + static_cast<uint64_t>(t);
@@ -61,6 +63,19 @@ class ByteData : public SampleSource {
 };
 
 }  // namespace
+
+void SampleSource::rows(Split split, int64_t index, int seq_length, const SampleRows& out) const {
+  thread_local std::vector<int32_t> text;
+  text.resize(static_cast<size_t>(seq_length) + 1);  // (seq + 1,)
+  sample(split, index, text.data());
+  for (int t = 0; t < seq_length; ++t) {
+    out.tokens[t] = text[static_cast<size_t>(t)];
+    out.labels[t] = text[static_cast<size_t>(t) + 1];
+    out.loss_mask[t] = 1.0f;
+    out.positions[t] = t;
+    out.doc_start[t] = 0;
+  }
+}
 
 std::unique_ptr<SampleSource> make_mock_data(int64_t vocab_size, int seq_length, uint64_t seed) {
   return std::make_unique<MockData>(vocab_size, seq_length, seed);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/gpt_dataset.h"
 #include "model/init.h"
 
 namespace mt::train {
@@ -125,30 +126,70 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
 
-  const int64_t rows = static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length;
-  sample_tokens_.allocate(model_config_.seq_length + 1);
+  // A bounded source (a sample index) must hold every sample the run will read.
+  const int64_t train_available = data_.split_size(data::Split::train);
+  if (train_available >= 0 && train_available < total_samples) {
+    throw Error("data", "the training split holds " + std::to_string(train_available) + " samples, the run needs " +
+                            std::to_string(total_samples) + " (rebuild the sample index for this run)");
+  }
+  const int64_t valid_available = data_.split_size(data::Split::valid);
+  if (config_.eval_iters > 0 && valid_available > 0) {
+    const int64_t evaluations = total_iters_ / config_.eval_interval + (total_iters_ % config_.eval_interval ? 1 : 0);
+    const int64_t needed = evaluations * config_.eval_iters * global;
+    if (valid_available < needed) {
+      throw Error("data", "the validation split holds " + std::to_string(valid_available) +
+                              " samples, the run's evaluations need " + std::to_string(needed) +
+                              " (rebuild the sample index for this run)");
+    }
+  }
+
+  const int64_t rows = static_cast<int64_t>(std::max(global, static_cast<int64_t>(config_.micro_batch_size))) *
+                       model_config_.seq_length;
   tokens_.allocate(rows);
   labels_.allocate(rows);
   positions_.allocate(rows);
+  doc_start_.allocate(rows);
   loss_mask_.allocate(rows);
   row_ids_.allocate(rows);
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::fill_micro_batch(data::Split split, int64_t first_sample, int count) {
+double Trainer::fill_samples(data::Split split, int64_t first_sample, int count, int slot) {
   const int seq = model_config_.seq_length;
+  const int64_t vocab = model_config_.vocab_size;
+  double counted = 0;
   for (int b = 0; b < count; ++b) {
-    data_.sample(split, first_sample + b, sample_tokens_.data());
+    const int64_t row0 = static_cast<int64_t>(slot + b) * seq;
+    const int64_t sample = first_sample + b;
+    data_.rows(split, sample, seq,
+               data::SampleRows{tokens_.data() + row0, labels_.data() + row0, loss_mask_.data() + row0,
+                                positions_.data() + row0, doc_start_.data() + row0});
     for (int t = 0; t < seq; ++t) {
-      const int64_t r = static_cast<int64_t>(b) * seq + t;
-      tokens_[r] = sample_tokens_[t];
-      labels_[r] = sample_tokens_[t + 1];
-      positions_[r] = t;
-      loss_mask_[r] = 1.0f;
-      row_ids_[r] = (first_sample + b) * seq + t;
+      const int64_t r = row0 + t;
+      if (tokens_[r] < 0 || tokens_[r] >= vocab || labels_[r] < 0 || labels_[r] >= vocab) {
+        throw Error("sample " + std::to_string(sample),
+                    "token id " + std::to_string(tokens_[r] < 0 || tokens_[r] >= vocab ? tokens_[r] : labels_[r]) +
+                        " outside the model's vocabulary of " + std::to_string(vocab) + " (set --vocab-size)");
+      }
+      row_ids_[r] = sample * seq + t;
+      counted += loss_mask_[r];
     }
   }
+  return counted;
+}
+
+model::MicroBatch Trainer::staged_batch(int count, int slot) const {
+  const int seq = model_config_.seq_length;
+  const int64_t row0 = static_cast<int64_t>(slot) * seq;
+  return model::MicroBatch{count,
+                           seq,
+                           tokens_.data() + row0,
+                           labels_.data() + row0,
+                           loss_mask_.data() + row0,
+                           positions_.data() + row0,
+                           data_.document_attention() ? doc_start_.data() + row0 : nullptr,
+                           row_ids_.data() + row0};
 }
 
 StepStats Trainer::train_step() {
@@ -169,22 +210,29 @@ StepStats Trainer::train_step() {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < total; ++i) grads[i] = 0.0f;
 
-  // Every sample counts every token (no loss mask from the data yet), so the token totals are
-  // known before the forward passes.
-  const double tokens_per_micro = static_cast<double>(micro) * seq;
-  const double total_tokens = tokens_per_micro * num_micro;
-  double loss_sum_of_means = 0, loss_sum = 0;
+  // The step's samples (MegatronPretrainingSampler, one rank) are staged first: the loss is
+  // normalised by unmasked tokens, per micro-batch (Megatron's default: each micro-batch's
+  // token mean, averaged over micro-batches) or over the whole step (--calculate-per-token-loss).
+  const int64_t train_total = data_.split_size(data::Split::train);
+  std::vector<double> micro_tokens(static_cast<size_t>(num_micro));
+  double total_tokens = 0;
   for (int m = 0; m < num_micro; ++m) {
-    fill_micro_batch(data::Split::train, consumed_samples_ + static_cast<int64_t>(m) * micro, micro);
-    model::MicroBatch batch{micro, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
-                            row_ids_.data()};
-    const double denominator = config_.calculate_per_token_loss ? total_tokens : tokens_per_micro * num_micro;
-    const float dloss_scale = static_cast<float>(scaler_.scale() / denominator);
-    const model::LossSums sums = model_->forward_backward(batch, dloss_scale, static_cast<uint64_t>(iteration_));
-    loss_sum += sums.loss;
-    loss_sum_of_means += sums.loss / sums.tokens;
+    const int64_t first = data::pretraining_sampler_first(train_total, consumed_samples_, micro, 0, 1, m);
+    micro_tokens[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
+    total_tokens += micro_tokens[static_cast<size_t>(m)];
   }
-  stats.lm_loss = config_.calculate_per_token_loss ? loss_sum / total_tokens : loss_sum_of_means / num_micro;
+  double loss_sum = 0;
+  for (int m = 0; m < num_micro; ++m) {
+    const double counted = micro_tokens[static_cast<size_t>(m)];
+    const double denominator = config_.calculate_per_token_loss ? total_tokens : counted * num_micro;
+    // A micro-batch (or step) whose tokens are all masked contributes nothing.
+    const float dloss_scale = denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
+    const model::LossSums sums =
+        model_->forward_backward(staged_batch(micro, m * micro), dloss_scale, static_cast<uint64_t>(iteration_));
+    loss_sum += sums.loss;
+  }
+  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
+  stats.lm_loss = total_tokens > 0 ? loss_sum / total_tokens : 0.0;
 
   const double unscale = 1.0 / scaler_.scale();
   stats.grad_norm = optimizer_->grad_norm(grads, unscale);
@@ -224,17 +272,20 @@ StepStats Trainer::train_step() {
 
 EvalStats Trainer::evaluate() {
   const int micro = config_.micro_batch_size;
-  const int seq = model_config_.seq_length;
-  const int64_t samples = config_.eval_iters * config_.global_batch_size;
+  const int64_t global = config_.global_batch_size;
+  const int64_t valid_total = data_.split_size(data::Split::valid);
   double loss = 0, tokens = 0;
-  for (int64_t first = 0; first < samples; first += micro) {
-    const int count = static_cast<int>(std::min<int64_t>(micro, samples - first));
-    fill_micro_batch(data::Split::valid, first, count);
-    model::MicroBatch batch{count, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
-                            row_ids_.data()};
-    const model::LossSums sums = model_->forward_loss(batch);
-    loss += sums.loss;
-    tokens += sums.tokens;
+  // Megatron's evaluate(): eval_iters global batches, continuing where the last evaluation
+  // stopped (consumed_valid_samples).
+  for (int64_t step = 0; step < config_.eval_iters; ++step) {
+    for (int64_t m = 0; m < global / micro; ++m) {
+      const int64_t first = data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, 0, 1, m);
+      fill_samples(data::Split::valid, first, micro, 0);
+      const model::LossSums sums = model_->forward_loss(staged_batch(micro, 0));
+      loss += sums.loss;
+      tokens += sums.tokens;
+    }
+    consumed_valid_samples_ += global;
   }
   EvalStats stats;
   stats.iteration = iteration_;
@@ -248,10 +299,8 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   const int seq = model_config_.seq_length;
   for (int done = 0; done < count; done += micro) {
     const int n = std::min(micro, count - done);
-    fill_micro_batch(data::Split::train, first_sample + done, n);
-    model::MicroBatch batch{n, seq, tokens_.data(), labels_.data(), loss_mask_.data(), positions_.data(), nullptr,
-                            row_ids_.data()};
-    model_->forward_logits(batch, logits + static_cast<int64_t>(done) * seq * model_config_.vocab_size);
+    fill_samples(data::Split::train, first_sample + done, n, 0);
+    model_->forward_logits(staged_batch(n, 0), logits + static_cast<int64_t>(done) * seq * model_config_.vocab_size);
   }
 }
 
@@ -280,7 +329,8 @@ void Trainer::run(const TrainObservers& observers) {
       observers.on_log_line(megatron_log_line(stats, total_iters_));
     }
     const bool last = iteration_ == total_iters_;
-    if (config_.eval_iters > 0 && (iteration_ % config_.eval_interval == 0 || last)) {
+    const bool has_valid = data_.split_size(data::Split::valid) != 0;  // an absent split: no evaluation
+    if (config_.eval_iters > 0 && has_valid && (iteration_ % config_.eval_interval == 0 || last)) {
       const EvalStats eval = evaluate();
       if (observers.on_eval) observers.on_eval(eval);
       if (observers.on_log_line) {

@@ -1,6 +1,9 @@
 // The single-rank training loop: Megatron's batch arithmetic (micro-batches accumulated into a
-// global batch), loss normalisation, LR schedule in samples, global grad norm and clipping, AdamW,
-// fp16 loss scaling with skipped steps, NaN checks, periodic evaluation. It reports through
+// global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
+// them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
+// --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
+// fp16 loss scaling with skipped steps, NaN checks, periodic evaluation walking the validation
+// split as Megatron's consumed_valid_samples does. It reports through
 // callbacks (lib never prints): step, eval and log-line observers the tool turns into records.
 // Tested in tests/unit/train/test_trainer.cpp and end to end by tests/tools/mt-train.bats.
 #pragma once
@@ -105,6 +108,7 @@ class Trainer {
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
   void parameters_changed() { model_->refresh_gemm_weights(); }
   int64_t consumed_samples() const { return consumed_samples_; }
+  int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end).
@@ -116,7 +120,10 @@ class Trainer {
   void forward_logits(int64_t first_sample, int count, float* logits);
 
  private:
-  void fill_micro_batch(data::Split split, int64_t first_sample, int count);
+  // Stages samples [first_sample, first_sample + count) of `split` at sample slot `slot` of the
+  // staging buffers; returns the number of tokens the loss mask counts.
+  double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
+  model::MicroBatch staged_batch(int count, int slot) const;
 
   model::ModelConfig model_config_;
   TrainConfig config_;
@@ -131,11 +138,12 @@ class Trainer {
   int64_t total_iters_ = 0;
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
+  int64_t consumed_valid_samples_ = 0;
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
   double flops_per_token_ = 0;
-  // Micro-batch staging.
-  Buffer<int32_t> sample_tokens_, tokens_, labels_, positions_;
+  // Staging of one step's samples (global batch), (samples * seq_length) each.
+  Buffer<int32_t> tokens_, labels_, positions_, doc_start_;
   Buffer<float> loss_mask_;
   Buffer<int64_t> row_ids_;
 };

@@ -1,10 +1,377 @@
-// mt-shard: Split, blend and shuffle token datasets into Megatron-exact sample indices (HDF5).
-// Conventions tested by tests/tools/conventions.bats.
+// mt-shard: build Megatron-exact sample indices (train/valid/test splits, weighted blends, epochs,
+// seeded shuffles) over token datasets into one HDF5 file, and inspect them (datasets, splits,
+// blend shares, length histogram, the samples a data-parallel rank reads).
+// Tested by tests/tools/mt-shard.bats and tests/tools/conventions.bats.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_runtime.h"
 #include "common/tool_main.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/gpt_dataset.h"
+#include "data/tokenizer.h"
+
+namespace {
+
+using mt::tools::Record;
+
+struct BuildOptions {
+  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
+  std::string split = "969, 30, 1";
+  int64_t seq_length = 0;
+  int64_t seed = 1234;
+  int64_t train_samples = 0, train_iters = 0, global_batch_size = 1, eval_interval = 1000, eval_iters = 100;
+  std::string output, data_cache_path;
+};
+
+struct InspectOptions {
+  std::string index;
+  int64_t show_samples = 0;
+  std::string show_split = "train";
+  int64_t consumed_samples = 0;
+  int micro_batch_size = 1, data_parallel_size = 1, data_parallel_rank = 0;
+  mt::data::TokenizerOptions tokenizer;  // decodes the shown samples when a type is given
+};
+
+struct Options {
+  BuildOptions build;
+  InspectOptions inspect;
+  CLI::App* build_command = nullptr;
+  CLI::App* inspect_command = nullptr;
+};
+
+mt::data::DataConfig data_config(const BuildOptions& o) {
+  mt::data::DataConfig data;
+  if (!o.data_path.empty()) data.blend = mt::data::parse_blend(o.data_path, "--data-path");
+  const std::vector<std::string>* per_split[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
+  const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  for (size_t s = 0; s < 3; ++s) {
+    if (!per_split[s]->empty()) data.blend_per_split[s] = mt::data::parse_blend(*per_split[s], flags[s]);
+  }
+  data.split = o.split;
+  data.seq_length = o.seq_length;
+  data.seed = o.seed;
+  data.num_samples = mt::data::megatron_num_samples(o.train_iters, o.train_samples, o.global_batch_size,
+                                                    o.eval_interval, o.eval_iters);
+  mt::data::validate_data_config(data);
+  return data;
+}
+
+int run_build(mt::tools::ToolCli& cli, const BuildOptions& o) {
+  if (!o.output.empty() && !o.data_cache_path.empty())
+    throw mt::UsageError("--output", "conflicts with --data-cache-path");
+  const mt::data::DataConfig data = data_config(o);
+  std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
+  const std::string path =
+      !o.output.empty()
+          ? o.output
+          : (std::filesystem::path(o.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.data_cache_path) /
+             mt::data::index_file_name(data))
+                .string();
+  const auto start = std::chrono::steady_clock::now();
+  // Under MPI rank 0 builds while the others wait, then every rank checks the file.
+  const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
+  bool built = false;
+  mt::data::SampleIndex index;
+  if (rank0) index = mt::data::load_or_build_index(data, datasets, path, true, &built);
+  if (mt::comm::MpiRuntime::active()) MPI_Barrier(MPI_COMM_WORLD);
+  if (!rank0) index = mt::data::load_or_build_index(data, datasets, path, false);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (rank0)
+    mt::log::info(std::string("mt-shard: ") + (built ? "built " : "up to date, kept ") + path +
+                  " for samples (train, valid, test) = (" + std::to_string(data.num_samples[0]) + ", " +
+                  std::to_string(data.num_samples[1]) + ", " + std::to_string(data.num_samples[2]) + ")");
+
+  mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
+  writer.write_run(mt::tools::run_record(cli));
+  Record record{{"record", "index"},
+                {"path", path},
+                {"built", built},
+                {"seconds", seconds},
+                {"parameters_md5", mt::data::md5_hex(index.parameters.dump())}};
+  for (size_t s = 0; s < 3; ++s) {
+    const auto& split = index.splits[s];
+    record[std::string(mt::data::split_name(static_cast<mt::data::Split>(s))) + "_samples"] =
+        split.present ? Record(split.size()) : Record(nullptr);
+  }
+  writer.write(record);
+  writer.finish();
+  return 0;
+}
+
+// Power-of-two bins of sequence lengths: [0, 1), [1, 2), [2, 4), ...
+void write_histogram(mt::tools::RecordWriter& writer, const std::string& prefix, std::span<const int32_t> lengths) {
+  std::vector<int64_t> bins;
+  for (const int32_t length : lengths) {
+    size_t bin = 0;
+    while (bin < 40 && (int64_t{1} << bin) <= length) ++bin;
+    if (bins.size() <= bin) bins.resize(bin + 1, 0);
+    ++bins[bin];
+  }
+  for (size_t bin = 0; bin < bins.size(); ++bin) {
+    if (bins[bin] == 0) continue;
+    const int64_t low = bin == 0 ? 0 : int64_t{1} << (bin - 1);
+    const int64_t high = int64_t{1} << bin;
+    writer.write(Record{{"record", "histogram"},
+                        {"prefix", prefix},
+                        {"length_from", low},
+                        {"length_to", high},
+                        {"sequences", bins[bin]}});
+  }
+}
+
+int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
+  mt::data::SampleIndex index = mt::data::read_sample_index(o.index);
+  // The datasets the index was built over, checked against what it recorded.
+  std::vector<mt::data::TokenDataset> datasets;
+  for (const auto& entry : index.datasets) {
+    mt::data::TokenDataset dataset = mt::data::TokenDataset::open(entry.value("prefix", std::string()));
+    if (dataset.sequence_count() != entry.value("sequences", int64_t{-1}) ||
+        dataset.token_count() != entry.value("tokens", int64_t{-1})) {
+      throw mt::Error(o.index, "stale: " + dataset.path() + " changed since the index was built");
+    }
+    datasets.push_back(std::move(dataset));
+  }
+
+  mt::tools::RecordWriter writer(cli.output_format(), stdout, mt::comm::MpiRuntime::rank() == 0);
+  writer.write_run(mt::tools::run_record(cli));
+  writer.write(Record{{"record", "parameters"},
+                      {"path", o.index},
+                      {"seq_length", index.parameters.value("seq_length", int64_t{0})},
+                      {"seed", index.parameters.value("seed", int64_t{0})},
+                      {"split", index.parameters.value("split", std::string())},
+                      {"parameters_md5", mt::data::md5_hex(index.parameters.dump())}});
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const auto& dataset = datasets[d];
+    writer.write(Record{{"record", "dataset"},
+                        {"dataset", d},
+                        {"prefix", index.datasets[d].value("prefix", std::string())},
+                        {"format", dataset.format() == mt::data::TokenDatasetFormat::hdf5 ? "hdf5" : "megatron"},
+                        {"dtype", std::string(mt::data::dtype_name(dataset.dtype()))},
+                        {"documents", dataset.document_count()},
+                        {"sequences", dataset.sequence_count()},
+                        {"tokens", dataset.token_count()},
+                        {"vocab_size", dataset.vocab_size()},
+                        {"eod_id", dataset.metadata().eod_id}});
+  }
+  for (size_t s = 0; s < 3; ++s) {
+    const auto& split = index.splits[s];
+    if (!split.present) continue;
+    const std::string name(mt::data::split_name(static_cast<mt::data::Split>(s)));
+    int64_t sequences = 0, documents = 0, tokens = 0, epochs = 0;
+    for (const auto& c : split.components) {
+      const auto document_indices = datasets[static_cast<size_t>(c.dataset)].document_indices();
+      sequences += c.sequence_end - c.sequence_begin;
+      for (size_t i = 0; i + 1 < document_indices.size(); ++i) {
+        documents += document_indices[i] >= c.sequence_begin && document_indices[i] < c.sequence_end ? 1 : 0;
+      }
+      tokens += c.indices.num_tokens_per_epoch;
+      epochs = std::max(epochs, c.indices.num_epochs);
+    }
+    writer.write(Record{{"record", "split"},
+                        {"split", name},
+                        {"requested", split.num_samples},
+                        {"samples", split.size()},
+                        {"blended", split.blended},
+                        {"documents", documents},
+                        {"sequences", sequences},
+                        {"tokens", tokens},
+                        {"epochs", epochs}});
+    std::vector<int64_t> drawn(split.components.size(), 0);
+    if (split.blended) {
+      for (const int16_t k : split.dataset_index) ++drawn[static_cast<size_t>(k)];
+    } else {
+      drawn[0] = split.size();
+    }
+    const auto& blend = index.parameters[index.parameters["data_path"].is_null() ? name + "_data_path" : "data_path"];
+    for (size_t k = 0; k < split.components.size(); ++k) {
+      const auto& c = split.components[k];
+      double weight = 1.0;
+      if (blend.is_object() && blend["weights"].is_array()) {
+        double sum = 0;
+        for (const auto& w : blend["weights"]) sum += w.get<double>();
+        weight = blend["weights"][k].get<double>() / sum;
+      }
+      writer.write(
+          Record{{"record", "blend"},
+                 {"split", name},
+                 {"component", k},
+                 {"prefix", index.datasets[static_cast<size_t>(c.dataset)].value("prefix", std::string())},
+                 {"weight", weight},
+                 {"share", split.size() > 0 ? static_cast<double>(drawn[k]) / static_cast<double>(split.size()) : 0.0},
+                 {"samples", drawn[k]},
+                 {"component_samples", c.size()},
+                 {"epochs", c.indices.num_epochs},
+                 {"sequence_begin", c.sequence_begin},
+                 {"sequence_end", c.sequence_end}});
+    }
+  }
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    write_histogram(writer, index.datasets[d].value("prefix", std::string()), datasets[d].sequence_lengths());
+  }
+
+  if (o.show_samples > 0) {
+    const auto split = o.show_split == "train"   ? mt::data::Split::train
+                       : o.show_split == "valid" ? mt::data::Split::valid
+                       : o.show_split == "test"
+                           ? mt::data::Split::test
+                           : throw mt::UsageError("--show-split " + o.show_split, "train, valid or test");
+    const int64_t seq_length = index.parameters.value("seq_length", int64_t{0});
+    std::unique_ptr<mt::data::Tokenizer> tokenizer;
+    if (!o.tokenizer.type.empty()) {
+      tokenizer = mt::data::Tokenizer::load(o.tokenizer);
+      for (const auto& dataset : datasets) {
+        const std::string& recorded = dataset.metadata().tokenizer_hash;
+        if (!recorded.empty() && recorded != tokenizer->hash()) {
+          mt::log::warn("mt-shard: " + dataset.path() + " was tokenized by " + dataset.metadata().tokenizer + " (" +
+                        recorded + "), not by " + tokenizer->name() + " (" + tokenizer->hash() + ")");
+        }
+      }
+    }
+    mt::data::GptSampleSource source(std::move(datasets), std::move(index), o.index, seq_length, {});
+    const int64_t total = source.split_size(split);
+    std::vector<int32_t> tokens(static_cast<size_t>(seq_length) + 1);  // (seq + 1,)
+    for (int64_t i = 0; i < o.show_samples; ++i) {
+      const int64_t micro_batch = i / o.micro_batch_size;
+      const int64_t sample =
+          mt::data::pretraining_sampler_first(total, o.consumed_samples, o.micro_batch_size, o.data_parallel_rank,
+                                              o.data_parallel_size, micro_batch) +
+          i % o.micro_batch_size;
+      source.sample(split, sample, tokens.data());
+      const auto [component, inner] = source.locate(split, sample);
+      Record record{{"record", "sample"},     {"split", o.show_split},         {"micro_batch", micro_batch},
+                    {"sample", sample},       {"component", component},        {"component_sample", inner},
+                    {"tokens", tokens}};
+      if (tokenizer) {
+        const auto real = std::find(tokens.begin(), tokens.end(), -1);  // -1 pads past the data
+        record["text"] = tokenizer->decode(std::span<const int32_t>(tokens.data(), real - tokens.begin()));
+      }
+      writer.write(record);
+    }
+  }
+  writer.finish();
+  return 0;
+}
+
+// `mt-shard --help` shows every command's flags, not only the command names.
+class ExpandedHelp : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    if (mode == CLI::AppFormatMode::Normal && app->get_parent() == nullptr) mode = CLI::AppFormatMode::All;
+    return CLI::Formatter::make_help(app, std::move(name), mode);
+  }
+};
+
+void define(mt::tools::ToolCli& cli, Options& o) {
+  CLI::App& app = cli.app();
+  app.formatter(std::make_shared<ExpandedHelp>());
+  app.require_subcommand(0, 1);  // none is a usage error in run(), after unknown flags are reported
+  app.footer(
+      "Example: mt-shard build --data-path 0.3 web 0.7 books --split 969,30,1 --seq-length 1024 --train-iters 5000\n"
+      "  --global-batch-size 256 --eval-interval 500 --eval-iters 10 --data-cache-path cache; then\n"
+      "  mt-shard inspect cache/<md5>-mt-sample-index.h5 --show-samples 4 --json\n"
+      "Indices follow Megatron-Core's GPTDataset/BlendedDataset exactly (numpy RandomState shuffles, epochs, the\n"
+      "separate last epoch, blend surplus); mt-train run with the same data flags finds the same file by the md5\n"
+      "of its parameters, and any reader refuses an index built for other parameters or data.");
+
+  BuildOptions& b = o.build;
+  CLI::App* build =
+      app.add_subcommand("build", "Build the train/valid/test sample index of token datasets into one HDF5 file");
+  o.build_command = build;
+  build->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto list = [&](const char* flag, std::vector<std::string>& target, const char* help) {
+    build->add_option(flag, target, help)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  list("--data-path", b.data_path,
+       "Token datasets: PREFIX (X.h5 or X.bin/.idx), PREFIX..., or a weighted blend W1 PREFIX1 W2 PREFIX2 ...");
+  list("--train-data-path", b.train_data_path, "Training split's datasets (instead of --data-path and --split)");
+  list("--valid-data-path", b.valid_data_path, "Validation split's datasets");
+  list("--test-data-path", b.test_data_path, "Test split's datasets");
+  build->add_option("--split", b.split, "Train/valid/test proportions of each --data-path dataset, in sequences")
+      ->capture_default_str();
+  build->add_option("--seq-length", b.seq_length, "Tokens per sample (each sample reads seq-length + 1)")->required();
+  build->add_option("--seed", b.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
+  build->add_option("--train-samples", b.train_samples, "Training samples (or --train-iters)");
+  build->add_option("--train-iters", b.train_iters, "Training iterations: train samples = iters x global batch");
+  build->add_option("--global-batch-size", b.global_batch_size, "Samples per iteration")->capture_default_str();
+  build
+      ->add_option("--eval-interval", b.eval_interval,
+                   "Iterations between evaluations: valid samples = (iters / interval + 1) x eval-iters x gbs")
+      ->capture_default_str();
+  build->add_option("--eval-iters", b.eval_iters, "Batches per evaluation (and test samples = eval-iters x gbs)")
+      ->capture_default_str();
+  build->add_option("--output", b.output, "Index file to write (default: the cache directory's md5-named file)");
+  build->add_option("--data-cache-path", b.data_cache_path,
+                    "Directory of md5-named indices, as mt-train's (default PREFIX/cache/GPTDataset_indices)");
+  cli.add_output_format(*build, mt::tools::OutputFormat::table);
+
+  InspectOptions& i = o.inspect;
+  CLI::App* inspect = app.add_subcommand("inspect",
+                                         "Describe a sample index: datasets, splits, blend shares, "
+                                         "length histogram, and the samples a data-parallel rank reads");
+  o.inspect_command = inspect;
+  inspect->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  inspect->add_option("index", i.index, "Sample index file (HDF5)")->required();
+  inspect->add_option("--show-samples", i.show_samples, "Print the tokens of this many samples")->capture_default_str();
+  inspect->add_option("--show-split", i.show_split, "Split of the shown samples: train, valid or test")
+      ->capture_default_str();
+  inspect->add_option("--consumed-samples", i.consumed_samples, "Samples consumed before the shown ones (resume)")
+      ->capture_default_str();
+  inspect->add_option("--micro-batch-size", i.micro_batch_size, "Micro-batch size of the sampler")
+      ->capture_default_str();
+  inspect->add_option("--data-parallel-size", i.data_parallel_size, "Data-parallel ranks of the sampler")
+      ->capture_default_str();
+  inspect->add_option("--data-parallel-rank", i.data_parallel_rank, "The rank whose samples are shown")
+      ->capture_default_str();
+  auto* t = "Decoding the shown samples";
+  inspect->add_option("--tokenizer-type", i.tokenizer.type, "GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer")
+      ->check(CLI::IsMember({"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}))
+      ->group(t);
+  inspect->add_option("--vocab-file", i.tokenizer.vocab_file, "GPT2BPETokenizer: encoder.json")->group(t);
+  inspect->add_option("--merge-file", i.tokenizer.merge_file, "GPT2BPETokenizer: vocab.bpe")->group(t);
+  inspect->add_option("--tokenizer-model", i.tokenizer.tokenizer_model,
+                      "TikTokenizer: tiktoken rank file or Megatron's JSON; HuggingFaceTokenizer: tokenizer.json")
+      ->group(t);
+  inspect->add_option("--tiktoken-num-special-tokens", i.tokenizer.tiktoken_num_special_tokens,
+                      "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
+      ->group(t)
+      ->capture_default_str();
+  cli.add_output_format(*inspect, mt::tools::OutputFormat::table);
+}
+
+int run(mt::tools::ToolCli& cli, Options& o) {
+  if (o.build_command->parsed()) return run_build(cli, o.build);
+  if (!o.inspect_command->parsed()) throw mt::UsageError("subcommand", "build or inspect is required (see mt-shard --help)");
+  const InspectOptions& i = o.inspect;
+  if (i.micro_batch_size <= 0 || i.data_parallel_size <= 0 || i.data_parallel_rank < 0 ||
+      i.data_parallel_rank >= i.data_parallel_size || i.consumed_samples < 0 || i.show_samples < 0) {
+    throw mt::UsageError("--micro-batch-size/--data-parallel-size/--data-parallel-rank",
+                         "need positive sizes and 0 <= rank < size");
+  }
+  const bool tokenizer_flags = o.inspect_command->count("--vocab-file") + o.inspect_command->count("--merge-file") +
+                                   o.inspect_command->count("--tokenizer-model") +
+                                   o.inspect_command->count("--tiktoken-num-special-tokens") > 0;
+  if ((tokenizer_flags || !i.tokenizer.type.empty()) && (i.tokenizer.type.empty() || i.show_samples == 0)) {
+    throw mt::UsageError("--tokenizer-type", "decodes shown samples: give it with --show-samples N");
+  }
+  return run_inspect(cli, o.inspect);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  Options options;
   return mt::tools::tool_main(
-      argc, argv, "mt-shard", "Split, blend and shuffle token datasets into Megatron-exact sample indices (HDF5).",
-      [](mt::tools::ToolCli&) {},
-      [](mt::tools::ToolCli&) -> int { mt::tools::job_not_built("sharding", 5); });
+      argc, argv, "mt-shard",
+      "Split, blend and shuffle token datasets into Megatron-exact sample indices (HDF5); inspect them.",
+      [&](mt::tools::ToolCli& cli) { define(cli, options); },
+      [&](mt::tools::ToolCli& cli) { return run(cli, options); });
 }

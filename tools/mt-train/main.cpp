@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <vector>
+
+#include <mpi.h>
 
 #include "comm/mpi_runtime.h"
 #include "common/tool_main.h"
@@ -13,6 +16,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "cpu/gemm.h"
+#include "data/gpt_dataset.h"
 #include "data/sample_source.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
@@ -40,7 +44,10 @@ struct TrainOptions {
   double peak_tflops = 0;
 
   bool mock_data = false;
-  std::string byte_data, data_path;
+  std::string byte_data;
+  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
+  std::string split = "969, 30, 1", data_cache_path;
+  mt::data::LoaderOptions loader;
   std::string save_init, save_final;
 };
 
@@ -52,9 +59,11 @@ const std::set<std::string>& unsupported_megatron_flags() {
       "--expert-model-parallel-size", "--virtual-pipeline-model-parallel-size",
       "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--use-distributed-optimizer",
       "--overlap-grad-reduce", "--overlap-param-gather", "--num-experts", "--moe-router-topk",
-      "--moe-aux-loss-coeff", "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file", "--split",
-      "--data-cache-path", "--train-data-path", "--valid-data-path", "--test-data-path", "--save", "--load",
-      "--save-interval", "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--rampup-batch-size",
+      "--moe-aux-loss-coeff", "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file",
+      "--save", "--load", "--save-interval", "--rampup-batch-size", "--data-args-path",
+      "--per-split-data-args-path", "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files",
+      "--full-validation", "--mid-level-dataset-surplus", "--num-dataset-builder-threads",
+      "--object-storage-cache-path", "--s3-cache-path",
       "--fp8-format", "--fp8", "--use-flash-attn", "--transformer-impl", "--use-mcore-models",
       "--distributed-backend", "--exit-interval", "--exit-duration-in-mins", "--exit-signal-handler",
       "--tensorboard-dir", "--wandb-project", "--no-position-embedding", "--use-rotary-position-embeddings",
@@ -174,12 +183,60 @@ double measure_peak_flops(mt::Precision precision) {
   return best;
 }
 
+// Token datasets through a sample index: found in the cache directory under the md5 of its
+// parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
+// wait, then every rank reads it. Sets the model's vocabulary from the data unless --vocab-size.
+std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
+                                                        mt::model::ModelConfig& model) {
+  mt::data::DataConfig data;
+  if (!o.data_path.empty()) data.blend = mt::data::parse_blend(o.data_path, "--data-path");
+  const std::vector<std::string>* per_split[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
+  const char* per_split_flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  for (int s = 0; s < 3; ++s) {
+    if (!per_split[s]->empty()) {
+      data.blend_per_split[static_cast<size_t>(s)] = mt::data::parse_blend(*per_split[s], per_split_flags[s]);
+    }
+  }
+  data.split = o.split;
+  data.seq_length = model.seq_length;
+  data.seed = static_cast<int64_t>(config.seed);
+  const int64_t global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size;
+  data.num_samples = mt::data::megatron_num_samples(config.train_iters, config.train_samples, global,
+                                                    config.eval_interval, config.eval_iters);
+  mt::data::validate_data_config(data);
+  std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
+  mt::data::loader_eod_id(datasets, o.loader);  // refuse EOD flags the data cannot serve before building
+  if (!o.vocab_size) {
+    int64_t vocab = 0;
+    for (const auto& dataset : datasets) {
+      vocab = dataset.vocab_size() < 0 || vocab < 0 ? -1 : std::max(vocab, dataset.vocab_size());
+    }
+    if (vocab > 0) model.vocab_size = vocab;
+    else if (o.model.empty()) throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
+  }
+  if (model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be positive");
+  model.validate();
+  const std::string directory = o.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.data_cache_path;
+  const std::string path = (std::filesystem::path(directory) / mt::data::index_file_name(data)).string();
+  const bool builder = mt::comm::MpiRuntime::rank() == 0;
+  bool built = false;
+  mt::data::SampleIndex index;
+  if (builder) index = mt::data::load_or_build_index(data, datasets, path, true, &built);
+  if (mt::comm::MpiRuntime::active()) MPI_Barrier(MPI_COMM_WORLD);
+  if (!builder) index = mt::data::load_or_build_index(data, datasets, path, false);
+  mt::log::info(std::string("mt-train: ") + (built ? "built sample index " : "using sample index ") + path);
+  return std::make_unique<mt::data::GptSampleSource>(std::move(datasets), std::move(index), path, model.seq_length,
+                                                     o.loader);
+}
+
 void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   CLI::App& app = cli.app();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: the last one wins
   app.footer(
-      "Data: --mock-data (Philox tokens) or --byte-data FILE (a text file's UTF-8 bytes as tokens, vocabulary 256;\n"
-      "mt's stand-in until mt-tokenize/mt-shard land). Megatron flags mt does not implement yet are refused by name.\n"
+      "Data: token datasets (--data-path, or --train/valid/test-data-path) through a sample index found in, or\n"
+      "built into, --data-cache-path under the md5 of its parameters (mt-shard build writes the same file); or\n"
+      "--mock-data (Philox tokens) or --byte-data FILE (a text file's UTF-8 bytes as tokens, vocabulary 256).\n"
+      "Megatron flags mt does not implement yet are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. Records: run, step, eval, ckpt, summary (DESIGN.md).");
   app.add_option("--model", o.model, "Preset: gpt2-124m, gpt2-345m, llama3-8b, llama3-70b, llama3.1-405b, tiny-gpt, "
@@ -254,7 +311,26 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   auto* d = "Data and output";
   app.add_flag("--mock-data", o.mock_data, "Deterministic synthetic tokens")->group(d);
   app.add_option("--byte-data", o.byte_data, "Train on a text file's UTF-8 bytes (vocabulary 256)")->group(d);
-  app.add_option("--data-path", o.data_path, "Token dataset prefix (X.h5 or X.bin/.idx): lands with mt-shard")->group(d);
+  auto list = [&](const char* flag, std::vector<std::string>& target, const char* help) {
+    app.add_option(flag, target, help)
+        ->group(d)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  list("--data-path", o.data_path,
+       "Token datasets: PREFIX (X.h5 or X.bin/.idx), PREFIX..., or a weighted blend W1 PREFIX1 W2 PREFIX2 ...");
+  list("--train-data-path", o.train_data_path, "Training split's datasets (instead of --data-path and --split)");
+  list("--valid-data-path", o.valid_data_path, "Validation split's datasets");
+  list("--test-data-path", o.test_data_path, "Test split's datasets");
+  app.add_option("--split", o.split, "Train/valid/test proportions of each --data-path dataset, in sequences")
+      ->group(d)->capture_default_str();
+  app.add_option("--data-cache-path", o.data_cache_path,
+                 "Directory of sample indices (default PREFIX/cache/GPTDataset_indices of the first dataset)")->group(d);
+  app.add_flag("--eod-mask-loss", o.loader.eod_mask_loss, "No loss where the input token is end-of-document")->group(d);
+  app.add_flag("--reset-position-ids", o.loader.reset_position_ids, "Positions restart after each end-of-document")
+      ->group(d);
+  app.add_flag("--reset-attention-mask", o.loader.reset_attention_mask,
+               "Attention stays inside each document (end-of-document boundaries)")->group(d);
   app.add_option("--save-init", o.save_init, "Write the initial parameters (HDF5 checkpoint layout)")->group(d);
   app.add_option("--save-final", o.save_final, "Write the final parameters (HDF5 checkpoint layout)")->group(d);
   cli.add_output_format(app, mt::tools::OutputFormat::jsonl);
@@ -281,22 +357,33 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     throw mt::UsageError("--recompute-method block", "needs --recompute-granularity full");
   }
 
-  const int sources = (o.mock_data ? 1 : 0) + (o.byte_data.empty() ? 0 : 1) + (o.data_path.empty() ? 0 : 1);
+  const bool token_data = !o.data_path.empty() || !o.train_data_path.empty() || !o.valid_data_path.empty() ||
+                          !o.test_data_path.empty();
+  const int sources = (o.mock_data ? 1 : 0) + (o.byte_data.empty() ? 0 : 1) + (token_data ? 1 : 0);
   if (sources != 1) throw mt::UsageError("data", "give exactly one of --mock-data, --byte-data FILE, --data-path PREFIX");
-  if (!o.data_path.empty()) {
-    throw mt::UsageError("--data-path " + o.data_path, "token datasets land with mt-tokenize/mt-shard (issues #4, #5); "
-                                                       "use --mock-data or --byte-data");
+  if (!token_data && o.loader.needs_eod()) {
+    throw mt::UsageError("--eod-mask-loss/--reset-position-ids/--reset-attention-mask", "need token datasets (--data-path)");
+  }
+  if (!token_data && (cli.app().count("--split") > 0 || !o.data_cache_path.empty())) {
+    throw mt::UsageError("--split/--data-cache-path", "apply to token datasets (--data-path) only");
+  }
+  if (o.data_path.empty() && cli.app().count("--split") > 0) {
+    throw mt::UsageError("--split", "splits --data-path datasets; the per-split paths are used whole");
   }
   if (o.model.empty() && !o.num_layers) throw mt::UsageError("--model", "give a preset or --num-layers and friends");
   if (!o.byte_data.empty() && !o.vocab_size && o.model.empty()) o.vocab_size = 256;
   mt::model::ModelConfig model = build_model_config(o);
   if (o.mock_data && !o.vocab_size && model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "needed with --mock-data");
-  if (model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be positive");
-  model.validate();
 
-  std::unique_ptr<mt::data::SampleSource> data =
-      o.mock_data ? mt::data::make_mock_data(model.vocab_size, model.seq_length, config.seed)
-                  : mt::data::make_byte_data(o.byte_data, model.seq_length);
+  std::unique_ptr<mt::data::SampleSource> data;
+  if (token_data) {
+    data = open_token_data(o, config, model);
+  } else {
+    if (model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be positive");
+    model.validate();
+    data = o.mock_data ? mt::data::make_mock_data(model.vocab_size, model.seq_length, config.seed)
+                       : mt::data::make_byte_data(o.byte_data, model.seq_length);
+  }
 
   const bool peak_from_flag = o.peak_tflops > 0;
   config.peak_flops_per_second = peak_from_flag ? o.peak_tflops * 1e12 : measure_peak_flops(config.precision);
