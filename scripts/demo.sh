@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# The main job of README's first command: raw text to a trained tiny model on the CPU.
-# Today: mt-train learns a tiny GPT on the UTF-8 bytes of tiny shakespeare (mt-tokenize and
-# mt-shard take over the data path when they land), evaluates it, writes its final parameters as
-# an HDF5 checkpoint, and prints the step records as a table. Outputs go to demo-out/.
+# The main job of README's first command: raw text to a trained tiny model on the CPU, all from
+# files in this repository. mt-tokenize learns a 2048-token byte-level BPE vocabulary from tiny
+# shakespeare and tokenizes the text (one JSONL document per speech) into an HDF5 token dataset;
+# mt-shard builds Megatron's split and sample index and inspects it; mt-train learns a tiny GPT
+# on those samples, evaluates it on the validation split and writes its final parameters as an
+# HDF5 checkpoint. Outputs go to demo-out/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
 OUT="${MT_DEMO_OUT:-$ROOT/demo-out}"
 mkdir -p "$OUT"
+TEXT="$ROOT/data/demo/tinyshakespeare.txt"
 
-"$MT_BIN/mt-train" --model tiny-gpt --byte-data "$ROOT/data/demo/tinyshakespeare.txt" \
-  --micro-batch-size 16 --global-batch-size 32 --train-iters 300 \
+# 1. Raw text -> JSONL documents (speeches are separated by blank lines).
+jq -R -s -c 'split("\n\n")[] | select(length > 0) | {text: (. + "\n\n")}' "$TEXT" >"$OUT/shakespeare.jsonl"
+
+# 2. A byte-level BPE vocabulary learned from the text, in GPT-2's two files.
+"$MT_BIN/mt-tokenize" train --raw --input "$TEXT" --vocab-size 2048 --output-dir "$OUT/bpe" >"$OUT/bpe.jsonl"
+TOKENIZER=(--tokenizer-type GPT2BPETokenizer --vocab-file "$OUT/bpe/encoder.json" --merge-file "$OUT/bpe/vocab.bpe")
+
+# 3. Megatron's preprocessing: one document per line, EOD appended, HDF5 and .bin/.idx.
+"$MT_BIN/mt-tokenize" --input "$OUT/shakespeare.jsonl" "${TOKENIZER[@]}" --append-eod --workers 2 \
+  --output-prefix "$OUT/shakespeare" --output-format both --log-interval 0 >"$OUT/tokenize.jsonl"
+
+# 4. Megatron's train/valid/test split and sample index, then a look at it.
+DATA=(--data-path "$OUT/shakespeare_text_document" --split 949,50,1 --seq-length 64)
+BATCH=(--global-batch-size 32 --train-iters 300 --eval-interval 100 --eval-iters 4)
+"$MT_BIN/mt-shard" build "${DATA[@]}" "${BATCH[@]}" --output "$OUT/index.h5" >"$OUT/shard.jsonl"
+"$MT_BIN/mt-shard" inspect "$OUT/index.h5" --json >"$OUT/inspect.json"
+
+# 5. Train a tiny GPT on those samples (mt-train finds the same index in its cache or builds it).
+"$MT_BIN/mt-train" --model tiny-gpt "${DATA[@]}" "${BATCH[@]}" --micro-batch-size 16 --data-cache-path "$OUT/cache" \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
-  --eval-interval 100 --eval-iters 4 --log-interval 50 \
-  --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
+  --log-interval 50 --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
 
 echo
-echo "mt demo: tiny GPT ($(jq -r 'select(.record=="run") | .model.parameters' "$OUT/train.jsonl") parameters) on the bytes of tiny shakespeare"
+echo "mt demo: raw text to a trained tiny GPT"
+jq -r '"  tokenizer: \(.vocab_size)-token BPE learned from \(.text_bytes) bytes in \(.seconds * 100 | round / 100) s"' \
+  <(jq -c 'select(.record=="summary")' "$OUT/bpe.jsonl")
+jq -r 'select(.record=="summary") | "  tokenized: \(.documents) documents, \(.tokens) tokens at \(.mb_per_s | round) MB/s"' "$OUT/tokenize.jsonl"
+jq -r 'select(.record=="run") | "  model: tiny GPT, \(.model.parameters) parameters, vocabulary \(.model.vocab_size)"' "$OUT/train.jsonl"
 jq -r 'select(.record=="eval") | "  iteration \(.iteration): validation loss \(.lm_loss * 1000 | round / 1000), perplexity \(.ppl * 100 | round / 100)"' "$OUT/train.jsonl"
 jq -r 'select(.record=="summary") | "  \(.iterations) steps, \(.tokens_per_s | round) tokens/s, final training loss \(.lm_loss * 1000 | round / 1000)"' "$OUT/train.jsonl"
-echo "  records: $OUT/train.jsonl   checkpoint: $OUT/tiny-gpt.h5"
+echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, tiny-gpt.h5"

@@ -5,6 +5,16 @@
 setup() {
   load common
   mt_load_libs
+  FIXTURES="$BATS_FILE_TMPDIR"
+  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
+}
+
+# A token dataset and its sample index for mt-shard's data invocation, made once per file.
+shard_fixture() {
+  [[ -f "$FIXTURES/index.h5" ]] && return 0
+  "$MT_ROOT/tests/tools/make_token_dataset.py" "$FIXTURES/tokens" h5 100 0 counting:50:20:1
+  mt-shard build --data-path "$FIXTURES/tokens" --split 80,10,10 --seq-length 8 --train-samples 16 --global-batch-size 4 \
+    --eval-interval 4 --eval-iters 1 --output "$FIXTURES/index.h5" >/dev/null
 }
 
 # A tool's data invocation: prints records on stdout. Empty for tools whose job has not landed:
@@ -12,6 +22,8 @@ setup() {
 json_invocation() {
   case "$1" in
     mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
+    mt-shard) shard_fixture && echo "mt-shard inspect $FIXTURES/index.h5" ;;
+    mt-tokenize) echo "mt-tokenize --input $SHARED/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $SHARED/data/tokenizers/gpt2/encoder.json --merge-file $SHARED/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
     *) echo "" ;;
   esac
 }
@@ -94,17 +106,17 @@ json_invocation() {
 }
 
 @test "MT_CPU_ISA unknown or above the CPU's level is a usage error; --help ignores it" {
-  run_split env MT_CPU_ISA=sse9 mt-shard
+  run_split env MT_CPU_ISA=sse9 mt-shard inspect /nonexistent
   [[ $status -eq 2 ]] || fail "unknown MT_CPU_ISA exited $status"
   [[ "$err" == "mt-shard: error: MT_CPU_ISA: MT_CPU_ISA=sse9: unknown level"* ]] || fail "$err"
   run_split env MT_CPU_ISA=sse9 mt-shard --help
   [[ $status -eq 0 ]] || fail "--help must not depend on MT_CPU_ISA"
   if ! grep -q avx512_bf16 /proc/cpuinfo; then
-    run_split env MT_CPU_ISA=avx512-bf16 mt-shard
+    run_split env MT_CPU_ISA=avx512-bf16 mt-shard inspect /nonexistent
     [[ $status -eq 2 && "$err" == *"not supported by this CPU"* ]] || fail "$status: $err"
   fi
-  run_split env MT_CPU_ISA=x86-64-v2 mt-shard
-  [[ $status -eq 1 && "$err" == *"not built yet"* ]] || fail "a lower level must be accepted: $err"
+  run_split env MT_CPU_ISA=x86-64-v2 mt-shard inspect /nonexistent
+  [[ $status -eq 1 && "$err" == *"/nonexistent"* ]] || fail "a lower level must be accepted: $err"
 }
 
 @test "--help and --version never start MPI, even with launcher variables set" {
@@ -121,7 +133,7 @@ json_invocation() {
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-train exited $status (124 = hung)"
   [[ -z "$out" ]] || fail "stdout not empty: $out"
   [[ "$err" == *"[rank "*"] mt-train: error: world size 2: mt-train runs on one rank"* ]] || fail "no rank-prefixed error: $err"
-  run_split timeout 60 mpirun -np 2 --oversubscribe mt-shard
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-shard inspect /nonexistent
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-shard exited $status (124 = hung)"
-  [[ "$err" == *"[rank "*"] mt-shard: error: sharding: not built yet"* ]] || fail "no rank-prefixed error: $err"
+  [[ "$err" == *"[rank "*"] mt-shard: error: /nonexistent"* ]] || fail "no rank-prefixed error: $err"
 }
