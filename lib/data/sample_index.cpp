@@ -11,61 +11,38 @@
 #include <variant>
 
 #include "core/error.h"
+#include "io/hdf5_attributes.h"
 
 namespace mt::data {
 namespace {
 
+using io::Hdf5Handle;
+using io::read_int_attribute;
+using io::read_string_attribute;
+using io::write_int_attribute;
+using io::write_string_attribute;
+
 constexpr const char* kFormat = "mt-sample-index";
 constexpr int64_t kFormatVersion = 1;
 
-// Closes an HDF5 handle when it goes out of scope.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
 // ---- writing ----
-
-void write_string_attribute(const std::string& path, hid_t object, const char* name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attribute.ok() || H5Awrite(attribute.get(), type.get(), value.c_str()) < 0) {
-    throw Error(path, std::string("cannot write attribute ") + name);
-  }
-}
 
 void write_int_attributes(const std::string& path, hid_t object, const char* name, const std::vector<int64_t>& values,
                           bool scalar) {
   const hsize_t dims[1] = {values.size()};
-  Handle space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, nullptr), H5Sclose);
-  Handle attribute(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Hdf5Handle space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, nullptr), H5Sclose);
+  Hdf5Handle attribute(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   if (!attribute.ok() || H5Awrite(attribute.get(), H5T_NATIVE_INT64, values.data()) < 0) {
     throw Error(path, std::string("cannot write attribute ") + name);
   }
 }
 
-void write_int_attribute(const std::string& path, hid_t object, const char* name, int64_t value) {
-  write_int_attributes(path, object, name, {value}, true);
-}
 
 void write_array(const std::string& path, hid_t group, const char* name, hid_t file_type, hid_t memory_type,
                  const void* data, hsize_t rows, hsize_t columns = 0) {
   const hsize_t dims[2] = {rows, columns};
-  Handle space(H5Screate_simple(columns ? 2 : 1, dims, nullptr), H5Sclose);
-  Handle dataset(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  Hdf5Handle space(H5Screate_simple(columns ? 2 : 1, dims, nullptr), H5Sclose);
+  Hdf5Handle dataset(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) throw Error(path, std::string("cannot create dataset ") + name);
   if (rows > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     throw Error(path, std::string("cannot write dataset ") + name);
@@ -79,7 +56,7 @@ hid_t create_group(const std::string& path, hid_t parent, const std::string& nam
 }
 
 void write_component(const std::string& path, hid_t split_group, int k, const IndexComponent& c) {
-  Handle group(create_group(path, split_group, "component_" + std::to_string(k)), H5Gclose);
+  Hdf5Handle group(create_group(path, split_group, "component_" + std::to_string(k)), H5Gclose);
   write_int_attribute(path, group.get(), "dataset", c.dataset);
   write_int_attribute(path, group.get(), "sequence_begin", c.sequence_begin);
   write_int_attribute(path, group.get(), "sequence_end", c.sequence_end);
@@ -105,7 +82,7 @@ void write_component(const std::string& path, hid_t split_group, int k, const In
 }
 
 void write_file(const std::string& path, const std::string& temporary, const SampleIndex& index) {
-  Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  Hdf5Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw Error(path, "cannot create " + temporary);
   const hid_t root = file.get();
   const std::string parameters = index.parameters.dump();
@@ -128,7 +105,7 @@ void write_file(const std::string& path, const std::string& temporary, const Sam
   for (size_t s = 0; s < index.splits.size(); ++s) {
     const IndexSplit& split = index.splits[s];
     if (!split.present) continue;
-    Handle group(create_group(path, root, std::string(split_name(static_cast<Split>(s)))), H5Gclose);
+    Hdf5Handle group(create_group(path, root, std::string(split_name(static_cast<Split>(s)))), H5Gclose);
     write_int_attribute(path, group.get(), "num_samples", split.num_samples);
     write_int_attribute(path, group.get(), "size", split.size());
     write_int_attribute(path, group.get(), "components", static_cast<int64_t>(split.components.size()));
@@ -148,42 +125,6 @@ void write_file(const std::string& path, const std::string& temporary, const Sam
 
 // ---- reading ----
 
-std::optional<std::string> read_string_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
-  Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
-  std::string value;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    H5Tset_size(memory_type.get(), H5T_VARIABLE);
-    char* text = nullptr;
-    if (H5Aread(attribute.get(), memory_type.get(), &text) < 0) return std::nullopt;
-    if (text) {
-      value = text;
-      H5free_memory(text);
-    }
-    return value;
-  }
-  value.assign(H5Tget_size(type.get()), '\0');
-  H5Tset_size(memory_type.get(), value.size());
-  if (H5Aread(attribute.get(), memory_type.get(), value.data()) < 0) return std::nullopt;
-  while (!value.empty() && value.back() == '\0') value.pop_back();
-  return value;
-}
-
-std::optional<int64_t> read_int_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_INTEGER) return std::nullopt;
-  Handle space(H5Aget_space(attribute.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;
-  int64_t value = 0;
-  if (H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) < 0) return std::nullopt;
-  return value;
-}
-
 int64_t require_int(const std::string& path, hid_t object, const std::string& where, const char* name) {
   const auto value = read_int_attribute(object, name);
   if (!value) throw Error(path, "attribute " + where + "/" + name + " is missing");
@@ -196,11 +137,11 @@ std::vector<T> read_array(const std::string& path, hid_t group, const std::strin
                           hid_t memory_type, int rank = 1, hsize_t columns = 0) {
   const std::string full = where + "/" + name;
   if (H5Lexists(group, name, H5P_DEFAULT) <= 0) throw Error(path, "dataset " + full + " is missing");
-  Handle dataset(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+  Hdf5Handle dataset(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) throw Error(path, "cannot open dataset " + full);
-  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER) throw Error(path, "dataset " + full + " is not integer");
-  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  Hdf5Handle space(H5Dget_space(dataset.get()), H5Sclose);
   if (H5Sget_simple_extent_ndims(space.get()) != rank) {
     throw Error(path, "dataset " + full + " is not " + std::to_string(rank) + "-D");
   }
@@ -217,8 +158,8 @@ std::vector<T> read_array(const std::string& path, hid_t group, const std::strin
 }
 
 bool stored_as(hid_t group, const char* name, size_t size, H5T_sign_t sign) {
-  Handle dataset(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
-  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  Hdf5Handle dataset(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+  Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
   return H5Tget_size(type.get()) == size && H5Tget_sign(type.get()) == sign;
 }
 
@@ -227,7 +168,7 @@ IndexComponent read_component(const std::string& path, hid_t split_group, const 
   const std::string name = "component_" + std::to_string(k);
   const std::string where = "/" + split_label + "/" + name;
   if (H5Lexists(split_group, name.c_str(), H5P_DEFAULT) <= 0) throw Error(path, "group " + where + " is missing");
-  Handle group(H5Gopen2(split_group, name.c_str(), H5P_DEFAULT), H5Gclose);
+  Hdf5Handle group(H5Gopen2(split_group, name.c_str(), H5P_DEFAULT), H5Gclose);
   if (!group.ok()) throw Error(path, "cannot open group " + where);
   IndexComponent c;
   c.dataset = static_cast<int>(require_int(path, group.get(), where, "dataset"));
@@ -341,7 +282,7 @@ SampleIndex read_sample_index(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) throw Error(path, "no such file");
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path, "not an HDF5 file");
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw Error(path, "cannot open as HDF5");
   const hid_t root = file.get();
   const auto format = read_string_attribute(root, "mt_format");
@@ -370,7 +311,7 @@ SampleIndex read_sample_index(const std::string& path) {
     const std::string label(split_name(static_cast<Split>(s)));
     const char* name = label.c_str();
     if (H5Lexists(root, name, H5P_DEFAULT) <= 0) continue;
-    Handle group(H5Gopen2(root, name, H5P_DEFAULT), H5Gclose);
+    Hdf5Handle group(H5Gopen2(root, name, H5P_DEFAULT), H5Gclose);
     if (!group.ok()) throw Error(path, std::string("cannot open group /") + name);
     const std::string where = std::string("/") + name;
     IndexSplit& split = index.splits[s];

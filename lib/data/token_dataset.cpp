@@ -19,8 +19,15 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/hdf5_attributes.h"
 
 namespace mt::data {
+
+using io::Hdf5Handle;
+using io::read_int_attribute;
+using io::read_string_attribute;
+using io::write_int_attribute;
+using io::write_string_attribute;
 
 // Both formats are little-endian; tokens are read and written in host order.
 static_assert(std::endian::native == std::endian::little, "mt token datasets need a little-endian host");
@@ -44,23 +51,6 @@ bool is_regular_file(const std::string& path) {
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-
-// Closes an HDF5 handle when it goes out of scope.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
 
 // Closes a file descriptor when it goes out of scope.
 class FileDescriptor {
@@ -182,74 +172,13 @@ void validate_index(const std::string& path, const std::vector<int32_t>& lengths
 
 // ---- HDF5 helpers ----
 
-void write_string_attribute(const std::string& path, hid_t object, const char* name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attribute.ok() || H5Awrite(attribute.get(), type.get(), value.c_str()) < 0) {
-    throw Error(path, std::string("cannot write attribute ") + name);
-  }
-}
-
-void write_int_attribute(const std::string& path, hid_t object, const char* name, int64_t value) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attribute(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attribute.ok() || H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value) < 0) {
-    throw Error(path, std::string("cannot write attribute ") + name);
-  }
-}
-
-// A string attribute (fixed or variable length); std::nullopt when absent or not a string.
-std::optional<std::string> read_string_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
-  Handle space(H5Aget_space(attribute.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;
-  Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
-  std::string value;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    H5Tset_size(memory_type.get(), H5T_VARIABLE);
-    char* text = nullptr;
-    if (H5Aread(attribute.get(), memory_type.get(), &text) < 0) return std::nullopt;
-    if (text != nullptr) {
-      value = text;
-      H5free_memory(text);
-    }
-    return value;
-  }
-  // Null-padded, one byte longer than stored: a string that fills its size exactly (as h5py
-  // writes numpy.bytes_) keeps its last character.
-  value.assign(H5Tget_size(type.get()) + 1, '\0');
-  H5Tset_size(memory_type.get(), value.size());
-  H5Tset_strpad(memory_type.get(), H5T_STR_NULLPAD);
-  if (H5Aread(attribute.get(), memory_type.get(), value.data()) < 0) return std::nullopt;
-  value.resize(std::strlen(value.c_str()));
-  return value;
-}
-
-// An integer attribute; std::nullopt when absent or not an integer.
-std::optional<int64_t> read_int_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_INTEGER) return std::nullopt;
-  Handle space(H5Aget_space(attribute.get()), H5Sclose);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;
-  int64_t value = 0;
-  if (H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) < 0) return std::nullopt;
-  return value;
-}
-
 void write_index_dataset(const std::string& path, hid_t file, const char* name, hid_t file_type, hid_t memory_type,
                          const void* data, size_t count) {
   const hsize_t dims[1] = {count};
-  Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  Hdf5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  Hdf5Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_obj_track_times(properties.get(), false);  // no timestamps: equal inputs give equal files
-  Handle dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT), H5Dclose);
+  Hdf5Handle dataset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) throw Error(path, std::string("cannot create dataset /") + name);
   if (count > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     throw Error(path, std::string("cannot write dataset /") + name);
@@ -266,9 +195,9 @@ hid_t open_dataset(const std::string& path, hid_t file, const char* name) {
 
 // The element count of a 1-D integer dataset; throws naming it when it is anything else.
 hsize_t integer_1d_extent(const std::string& path, hid_t dataset, const char* name) {
-  Handle type(H5Dget_type(dataset), H5Tclose);
+  Hdf5Handle type(H5Dget_type(dataset), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER) throw Error(path, std::string("dataset /") + name + " is not integer");
-  Handle space(H5Dget_space(dataset), H5Sclose);
+  Hdf5Handle space(H5Dget_space(dataset), H5Sclose);
   if (H5Sget_simple_extent_ndims(space.get()) != 1) throw Error(path, std::string("dataset /") + name + " is not 1-D");
   hsize_t count = 0;
   H5Sget_simple_extent_dims(space.get(), &count, nullptr);
@@ -277,7 +206,7 @@ hsize_t integer_1d_extent(const std::string& path, hid_t dataset, const char* na
 
 template <typename T>
 std::vector<T> read_index_dataset(const std::string& path, hid_t file, const char* name, hid_t memory_type) {
-  Handle dataset(open_dataset(path, file, name), H5Dclose);
+  Hdf5Handle dataset(open_dataset(path, file, name), H5Dclose);
   const hsize_t count = integer_1d_extent(path, dataset.get(), name);
   std::vector<T> values(static_cast<size_t>(count));
   if (count > 0 && H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) {
@@ -420,7 +349,7 @@ struct TokenDatasetWriter::State {
   void write_hdf5() const {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     {
-      Handle file(H5Fcreate(h5_temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      Hdf5Handle file(H5Fcreate(h5_temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
       if (!file.ok()) throw Error(h5_final, "cannot create " + h5_temporary);
       write_string_attribute(h5_final, file.get(), "mt_format", kHdf5Format);
       write_int_attribute(h5_final, file.get(), "mt_format_version", kHdf5FormatVersion);
@@ -444,13 +373,13 @@ struct TokenDatasetWriter::State {
 
       // /tokens: contiguous and unfiltered, allocated at creation, so it sits at one file offset.
       const hsize_t dims[1] = {static_cast<hsize_t>(tokens)};
-      Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-      Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      Hdf5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      Hdf5Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5Pset_layout(properties.get(), H5D_CONTIGUOUS);
       H5Pset_alloc_time(properties.get(), H5D_ALLOC_TIME_EARLY);
       H5Pset_fill_time(properties.get(), H5D_FILL_TIME_NEVER);
       H5Pset_obj_track_times(properties.get(), false);
-      Handle dataset(H5Dcreate2(file.get(), "tokens", hdf5_file_type(dtype), space.get(), H5P_DEFAULT,
+      Hdf5Handle dataset(H5Dcreate2(file.get(), "tokens", hdf5_file_type(dtype), space.get(), H5P_DEFAULT,
                                 properties.get(), H5P_DEFAULT),
                      H5Dclose);
       if (!dataset.ok()) throw Error(h5_final, "cannot create dataset /tokens");
@@ -475,7 +404,7 @@ struct TokenDatasetWriter::State {
       if (!ok) break;
       const hsize_t start[1] = {done};
       const hsize_t extent[1] = {count};
-      Handle memory(H5Screate_simple(1, extent, nullptr), H5Sclose);
+      Hdf5Handle memory(H5Screate_simple(1, extent, nullptr), H5Sclose);
       ok = H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, extent, nullptr) >= 0 &&
            H5Dwrite(dataset, hdf5_memory_type(dtype), memory.get(), file_space, H5P_DEFAULT, block.data()) >= 0;
       done += count;
@@ -686,7 +615,7 @@ void TokenDataset::State::open_hdf5(const std::string& path) {
   uint64_t tokens_offset = 0;
   uint64_t tokens_count = 0;
   {
-    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) throw Error(path, "cannot open as HDF5");
     const std::optional<std::string> format = read_string_attribute(file.get(), "mt_format");
     if (!format || *format != kHdf5Format) {
@@ -713,11 +642,11 @@ void TokenDataset::State::open_hdf5(const std::string& path) {
                             "/sequence_lengths has " + std::to_string(s.sequence_lengths.size()));
     }
 
-    Handle dataset(open_dataset(path, file.get(), "tokens"), H5Dclose);
+    Hdf5Handle dataset(open_dataset(path, file.get(), "tokens"), H5Dclose);
     tokens_count = integer_1d_extent(path, dataset.get(), "tokens");
-    Handle type(H5Dget_type(dataset.get()), H5Tclose);
+    Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
     s.dtype = dtype_from_hdf5(path, type.get());
-    Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
+    Hdf5Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
     if (H5Pget_layout(properties.get()) != H5D_CONTIGUOUS || H5Pget_nfilters(properties.get()) != 0 ||
         H5Pget_external_count(properties.get()) != 0) {
       throw Error(path, "dataset /tokens is not stored contiguously inside the file, so it cannot be memory-mapped");

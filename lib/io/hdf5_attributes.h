@@ -1,0 +1,42 @@
+// The small HDF5 pieces every mt file format needs: a handle that closes itself, and scalar
+// string and integer attributes written and read the same way everywhere (token datasets,
+// sample indices, checkpoints). Tested through tests/unit/data/test_token_dataset.cpp,
+// test_sample_index.cpp and tests/unit/io/test_checkpoint.cpp.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mt::io {
+
+// Closes an HDF5 handle when it goes out of scope.
+class Hdf5Handle {
+ public:
+  Hdf5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Hdf5Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Hdf5Handle(const Hdf5Handle&) = delete;
+  Hdf5Handle& operator=(const Hdf5Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// Scalar attributes; a failure throws mt::Error naming `path` (the file) and the attribute.
+void write_string_attribute(const std::string& path, hid_t object, const char* name, const std::string& value);
+void write_int_attribute(const std::string& path, hid_t object, const char* name, int64_t value);
+
+// A string attribute (fixed or variable length; a fixed one that fills its size exactly, as
+// h5py writes numpy.bytes_, keeps its last character); std::nullopt when absent or not a string.
+std::optional<std::string> read_string_attribute(hid_t object, const char* name);
+// A scalar integer attribute; std::nullopt when absent or not an integer.
+std::optional<int64_t> read_int_attribute(hid_t object, const char* name);
+
+}  // namespace mt::io
