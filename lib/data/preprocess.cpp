@@ -2,6 +2,8 @@
 // Tested in tests/unit/data/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
 #include "data/preprocess.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -96,12 +98,17 @@ class LineReader {
   std::string read_all() {
     std::string all;
     while (file_ || open_next()) {
-      char buffer[1 << 16];
+      struct stat info {};
+      if (fstat(fileno(file_), &info) == 0 && S_ISREG(info.st_mode)) all.reserve(all.size() + info.st_size);
+      const size_t chunk = size_t{1} << 20;
       size_t got;
-      while ((got = std::fread(buffer, 1, sizeof buffer, file_)) > 0) {
-        all.append(buffer, got);
+      do {
+        const size_t old_size = all.size();
+        all.resize(old_size + chunk);
+        got = std::fread(all.data() + old_size, 1, chunk, file_);
+        all.resize(old_size + got);
         input_bytes_ += static_cast<int64_t>(got);
-      }
+      } while (got == chunk);
       if (std::ferror(file_)) throw Error("input " + name_, "read failed");
       close();
     }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -153,6 +154,7 @@ class StreamOut {
   StreamOut() : interactive_(isatty(STDOUT_FILENO)) { buffer_.reserve(1 << 20); }
   ~StreamOut() { flush(); }
   std::string& buffer() { return buffer_; }
+  // Flushes when stdout is a terminal or a megabyte is waiting.
   void end_record() {
     if (interactive_ || buffer_.size() >= (1 << 20)) flush();
   }
@@ -186,12 +188,20 @@ int run_encode(const TokenizeOptions& options) {
     std::string& text = out.buffer();
     if (!document_open && as_json) text.push_back('[');
     document_open = true;
+    const size_t old_size = text.size();
+    text.resize(old_size + ids.size() * 12);  // a separator and up to 11 characters per id
+    char* cursor = text.data() + old_size;
+    char* const end = text.data() + text.size();
     for (int32_t id : ids) {
-      if (!first_id) text.push_back(as_json ? ',' : ' ');
-      text += std::to_string(id);
+      if (!first_id) *cursor++ = as_json ? ',' : ' ';
+      cursor = std::to_chars(cursor, end, id).ptr;
       first_id = false;
     }
-    if (!end_of_document) return;
+    text.resize(static_cast<size_t>(cursor - text.data()));
+    if (!end_of_document) {
+      out.end_record();  // flushes a long document's ids in pieces
+      return;
+    }
     if (as_json) text.push_back(']');
     text.push_back('\n');
     document_open = false;
