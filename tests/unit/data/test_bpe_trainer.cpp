@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "data/bpe_trainer.h"
 #include "data/pretokenize.h"
@@ -34,20 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
+class TempDir : public mt::testing::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("mt_test_bpe_trainer_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
+  TempDir() : mt::testing::TempDir("mt_test_bpe_trainer") {}
 };
 
 std::string read_file(const std::string& path) {

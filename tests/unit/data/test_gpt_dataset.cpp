@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "data/gpt_dataset.h"
 #include "data/token_dataset.h"
@@ -23,27 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
+class TempDir : public mt::testing::TempDir {
  public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        fs::temp_directory_path() / ("mt_gpt_dataset_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  size_t entry_count() const {
-    return static_cast<size_t>(
-        std::distance(fs::recursive_directory_iterator(path_), fs::recursive_directory_iterator()));
-  }
-
- private:
-  fs::path path_;
+  TempDir() : mt::testing::TempDir("mt_gpt_dataset") {}
 };
 
 constexpr int32_t kEod = 0;

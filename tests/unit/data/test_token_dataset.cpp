@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "data/token_dataset.h"
 
@@ -27,29 +28,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
+class TempDir : public mt::testing::TempDir {
  public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("mt_token_dataset_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    return names;
-  }
-
- private:
-  fs::path path_;
+  TempDir() : mt::testing::TempDir("mt_token_dataset") {}
 };
 
 using Bytes = std::vector<uint8_t>;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
@@ -49,22 +50,10 @@ void write_file(const fs::path& path, const std::string& text) {
 }
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
+class TempDir : public mt::testing::TempDir {
  public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("mt_tokenizer_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+  TempDir() : mt::testing::TempDir("mt_tokenizer") {}
+  fs::path operator/(const std::string& name) const { return path() / name; }
 };
 
 TokenizerOptions gpt2_options() {
