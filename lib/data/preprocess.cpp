@@ -263,26 +263,17 @@ void check_workers(int workers) {
 }  // namespace
 
 std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes) {
+  auto ascii_letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  auto printable = [](char c) { return c > 0x20 && c < 0x7f; };
   std::vector<size_t> points;
   if (target_bytes == 0) return points;
-  size_t from = target_bytes;
-  while (from < text.size()) {
-    size_t pos = text.find('\n', from);
-    bool found = false;
-    while (pos != std::string_view::npos && pos + 1 < text.size()) {
-      const unsigned char before = pos > 0 ? static_cast<unsigned char>(text[pos - 1]) : ' ';
-      const unsigned char after = static_cast<unsigned char>(text[pos + 1]);
-      const bool printable_before = before > 0x20 && before < 0x7f;
-      const bool letter_after = (after >= 'a' && after <= 'z') || (after >= 'A' && after <= 'Z');
-      if (printable_before && letter_after) {
-        found = true;
-        break;
-      }
-      pos = text.find('\n', pos + 1);
-    }
-    if (!found) break;
-    points.push_back(pos + 1);
-    from = pos + 1 + target_bytes;
+  for (size_t pos = std::max<size_t>(target_bytes, 1); pos + 1 < text.size(); ++pos) {
+    const bool after_newline = text[pos] == '\n' && printable(text[pos - 1]) && ascii_letter(text[pos + 1]);
+    const bool before_space = text[pos] == ' ' && ascii_letter(text[pos - 1]) && ascii_letter(text[pos + 1]);
+    if (!after_newline && !before_space) continue;
+    const size_t cut = after_newline ? pos + 1 : pos;
+    points.push_back(cut);
+    pos = cut + target_bytes - 1;
   }
   return points;
 }
@@ -367,7 +358,8 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
     total.text_bytes = static_cast<int64_t>(text.size());
     total.documents = 1;
     std::vector<size_t> cuts;
-    if (options.workers > 1) cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
+    // Special tokens may hold spaces, so text that recognises them is not cut.
+    if (options.workers > 1 && !options.allow_special) cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
     cuts.push_back(text.size());
     size_t next_cut = 0, begin = 0;
     run_ordered_pipeline<Chunk>(

@@ -83,10 +83,12 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
 PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::string& json_key, bool skip_bad_lines,
                            const std::function<void(std::string_view)>& text_fn);
 
-// Offsets in `text` after which the text may be cut without changing any pre-tokenizer's
-// pieces: just after a '\n' that follows a printable ASCII non-space byte and precedes an ASCII
-// letter (no pattern's piece can hold both the '\n' and that letter, and the '\n' ends its
-// whitespace run whether or not the letter follows). Roughly every `target_bytes`.
+// Offsets in `text` where it may be cut without changing any pre-tokenizer's pieces (none of
+// the patterns looks behind, so a piece depends only on the text from its start): just after a
+// '\n' that follows a printable ASCII non-space byte and precedes an ASCII letter, and just
+// before a space between two ASCII letters (CRLF text has many of those). No pattern's piece
+// holds both sides of either cut, and the piece before it ends there whether or not the text
+// goes on. At least `target_bytes` apart.
 std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes);
 
 }  // namespace mt::data

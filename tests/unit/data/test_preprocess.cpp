@@ -239,11 +239,14 @@ TEST_F(PreprocessTest, EncodeStreamEmitsOneDocumentPerLineOrTheRawTextInOrder) {
   EXPECT_EQ(all, ids(text + "\xEF\xBF\xBD"));
 }
 
-TEST(SplitPoints, OnlyAfterANewlineBetweenPrintableAsciiAndALetter) {
+TEST(SplitPoints, AfterANewlineBetweenPrintableAsciiAndALetterOrBeforeASpaceBetweenLetters) {
   const std::string text = "abc.\nDef  \nghi\n\nJkl!\n9x\nmno.\nPqr";
   const std::vector<size_t> points = split_points_for_parallel_encoding(text, 1);
   EXPECT_EQ(points, (std::vector<size_t>{5, 24, 29}));
   for (size_t point : points) EXPECT_EQ(text[point - 1], '\n');
+  const std::string crlf = "One two\r\nthree  four 5 x\r\n";
+  EXPECT_EQ(split_points_for_parallel_encoding(crlf, 1), (std::vector<size_t>{3}));
+  EXPECT_EQ(split_points_for_parallel_encoding(crlf + crlf, 8), (std::vector<size_t>{29}));
 }
 
 }  // namespace
