@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
+#include "common/data_flags.h"
 #include "common/tool_main.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -22,8 +23,7 @@ namespace {
 using mt::tools::Record;
 
 struct BuildOptions {
-  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
-  std::string split = "969, 30, 1";
+  mt::tools::DataPathFlags paths;
   int64_t seq_length = 0;
   int64_t seed = 1234;
   int64_t train_samples = 0, train_iters = 0, global_batch_size = 1, eval_interval = 1000, eval_iters = 100;
@@ -48,13 +48,7 @@ struct Options {
 
 mt::data::DataConfig data_config(const BuildOptions& o) {
   mt::data::DataConfig data;
-  if (!o.data_path.empty()) data.blend = mt::data::parse_blend(o.data_path, "--data-path");
-  const std::vector<std::string>* per_split[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
-  const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
-  for (size_t s = 0; s < 3; ++s) {
-    if (!per_split[s]->empty()) data.blend_per_split[s] = mt::data::parse_blend(*per_split[s], flags[s]);
-  }
-  data.split = o.split;
+  mt::tools::apply_data_path_flags(o.paths, data);
   data.seq_length = o.seq_length;
   data.seed = o.seed;
   data.num_samples = mt::data::megatron_num_samples(o.train_iters, o.train_samples, o.global_batch_size,
@@ -285,18 +279,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
       app.add_subcommand("build", "Build the train/valid/test sample index of token datasets into one HDF5 file");
   o.build_command = build;
   build->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  auto list = [&](const char* flag, std::vector<std::string>& target, const char* help) {
-    build->add_option(flag, target, help)
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  list("--data-path", b.data_path,
-       "Token datasets: PREFIX (X.h5 or X.bin/.idx), PREFIX..., or a weighted blend W1 PREFIX1 W2 PREFIX2 ...");
-  list("--train-data-path", b.train_data_path, "Training split's datasets (instead of --data-path and --split)");
-  list("--valid-data-path", b.valid_data_path, "Validation split's datasets");
-  list("--test-data-path", b.test_data_path, "Test split's datasets");
-  build->add_option("--split", b.split, "Train/valid/test proportions of each --data-path dataset, in sequences")
-      ->capture_default_str();
+  mt::tools::add_data_path_flags(*build, b.paths);
   build->add_option("--seq-length", b.seq_length, "Tokens per sample (each sample reads seq-length + 1)")->required();
   build->add_option("--seed", b.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
   build->add_option("--train-samples", b.train_samples, "Training samples (or --train-iters)");

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "comm/mpi_runtime.h"
+#include "common/data_flags.h"
 #include "common/tool_main.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -45,8 +46,8 @@ struct TrainOptions {
 
   bool mock_data = false;
   std::string byte_data;
-  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
-  std::string split = "969, 30, 1", data_cache_path;
+  mt::tools::DataPathFlags paths;
+  std::string data_cache_path;
   mt::data::LoaderOptions loader;
   std::string save_init, save_final;
 };
@@ -189,15 +190,7 @@ double measure_peak_flops(mt::Precision precision) {
 std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
                                                         mt::model::ModelConfig& model) {
   mt::data::DataConfig data;
-  if (!o.data_path.empty()) data.blend = mt::data::parse_blend(o.data_path, "--data-path");
-  const std::vector<std::string>* per_split[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
-  const char* per_split_flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
-  for (int s = 0; s < 3; ++s) {
-    if (!per_split[s]->empty()) {
-      data.blend_per_split[static_cast<size_t>(s)] = mt::data::parse_blend(*per_split[s], per_split_flags[s]);
-    }
-  }
-  data.split = o.split;
+  mt::tools::apply_data_path_flags(o.paths, data);
   data.seq_length = model.seq_length;
   data.seed = static_cast<int64_t>(config.seed);
   const int64_t global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size;
@@ -311,19 +304,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   auto* d = "Data and output";
   app.add_flag("--mock-data", o.mock_data, "Deterministic synthetic tokens")->group(d);
   app.add_option("--byte-data", o.byte_data, "Train on a text file's UTF-8 bytes (vocabulary 256)")->group(d);
-  auto list = [&](const char* flag, std::vector<std::string>& target, const char* help) {
-    app.add_option(flag, target, help)
-        ->group(d)
-        ->expected(1, CLI::detail::expected_max_vector_size)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  list("--data-path", o.data_path,
-       "Token datasets: PREFIX (X.h5 or X.bin/.idx), PREFIX..., or a weighted blend W1 PREFIX1 W2 PREFIX2 ...");
-  list("--train-data-path", o.train_data_path, "Training split's datasets (instead of --data-path and --split)");
-  list("--valid-data-path", o.valid_data_path, "Validation split's datasets");
-  list("--test-data-path", o.test_data_path, "Test split's datasets");
-  app.add_option("--split", o.split, "Train/valid/test proportions of each --data-path dataset, in sequences")
-      ->group(d)->capture_default_str();
+  mt::tools::add_data_path_flags(app, o.paths, d);
   app.add_option("--data-cache-path", o.data_cache_path,
                  "Directory of sample indices (default PREFIX/cache/GPTDataset_indices of the first dataset)")->group(d);
   app.add_flag("--eod-mask-loss", o.loader.eod_mask_loss, "No loss where the input token is end-of-document")->group(d);
@@ -357,8 +338,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     throw mt::UsageError("--recompute-method block", "needs --recompute-granularity full");
   }
 
-  const bool token_data = !o.data_path.empty() || !o.train_data_path.empty() || !o.valid_data_path.empty() ||
-                          !o.test_data_path.empty();
+  const bool token_data = o.paths.any();
   const int sources = (o.mock_data ? 1 : 0) + (o.byte_data.empty() ? 0 : 1) + (token_data ? 1 : 0);
   if (sources != 1) throw mt::UsageError("data", "give exactly one of --mock-data, --byte-data FILE, --data-path PREFIX");
   if (!token_data && o.loader.needs_eod()) {
@@ -367,7 +347,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (!token_data && (cli.app().count("--split") > 0 || !o.data_cache_path.empty())) {
     throw mt::UsageError("--split/--data-cache-path", "apply to token datasets (--data-path) only");
   }
-  if (o.data_path.empty() && cli.app().count("--split") > 0) {
+  if (o.paths.data_path.empty() && cli.app().count("--split") > 0) {
     throw mt::UsageError("--split", "splits --data-path datasets; the per-split paths are used whole");
   }
   if (o.model.empty() && !o.num_layers) throw mt::UsageError("--model", "give a preset or --num-layers and friends");
