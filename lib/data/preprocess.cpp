@@ -94,7 +94,21 @@ class LineReader {
 
   int64_t input_bytes() const { return input_bytes_; }
 
-  // Everything left, as one string (raw text mode).
+  // Everything left as one valid UTF-8 text (raw text mode); counts replacements in `stats`.
+  std::string read_all_text(PreprocessStats& stats) {
+    std::string text = read_all();
+    if (!is_valid_utf8(text)) {
+      std::string sanitized;
+      stats.replaced += static_cast<int64_t>(sanitize_utf8(text, sanitized));
+      text.swap(sanitized);
+    }
+    stats.text_bytes += static_cast<int64_t>(text.size());
+    stats.documents += 1;
+    return text;
+  }
+
+ private:
+  // Everything left, as one string.
   std::string read_all() {
     std::string all;
     while (file_ || open_next()) {
@@ -115,7 +129,6 @@ class LineReader {
     return all;
   }
 
- private:
   bool open_next() {
     if (next_input_ >= options_.inputs.size()) return false;
     name_ = options_.inputs[next_input_++];
@@ -191,6 +204,20 @@ void for_each_line(const LineBatch& batch, LineFn&& line_fn) {
   }
 }
 
+// Parses one JSONL line into `texts` and adds its replacements to `stats`; a bad line (malformed,
+// too long, wrong value type) returns its "<file>:<line>: <reason>" message instead.
+std::optional<std::string> parse_line(JsonlLineParser& parser, std::string_view line, const std::string& file,
+                                      int64_t line_number, size_t max_line_bytes, std::vector<KeyTexts>& texts,
+                                      PreprocessStats& stats) {
+  try {
+    if (line.size() > max_line_bytes) throw Error("longer than --max-line-bytes", std::to_string(max_line_bytes));
+    stats.replaced += static_cast<int64_t>(parser.parse(line, texts));
+    return std::nullopt;
+  } catch (const Error& e) {
+    return file + ":" + std::to_string(line_number) + ": " + e.what();
+  }
+}
+
 // Tokenizes every line of `batch`: per key, Megatron's sequences and documents.
 void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const PreprocessOptions& options,
                     const std::optional<int32_t>& eod, TokenizedBatch& batch) {
@@ -199,21 +226,15 @@ void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const Preproce
   const size_t key_count = options.json_keys.size();
   batch.keys.resize(key_count);
   for_each_line(batch.lines, [&](std::string_view line, int64_t line_number) {
-    size_t replaced;
-    try {
-      if (line.size() > options.input.max_line_bytes) {
-        throw Error("longer than --max-line-bytes", std::to_string(options.input.max_line_bytes));
-      }
-      replaced = parser->parse(line, texts);
-    } catch (const Error& e) {
+    if (auto error = parse_line(*parser, line, batch.lines.file, line_number, options.input.max_line_bytes, texts,
+                                batch.stats)) {
       if (options.skip_bad_lines) {
         ++batch.stats.bad_lines;
         return true;
       }
-      batch.error = batch.lines.file + ":" + std::to_string(line_number) + ": " + e.what();
+      batch.error = std::move(*error);
       return false;
     }
-    batch.stats.replaced += static_cast<int64_t>(replaced);
     ++batch.stats.documents;
     for (size_t k = 0; k < key_count; ++k) {
       KeyOutput& out = batch.keys[k];
@@ -348,15 +369,8 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
       bool last = false;
       std::vector<int32_t> ids;
     };
-    std::string text = reader.read_all();
-    std::string sanitized;
-    if (!is_valid_utf8(text)) {
-      total.replaced = static_cast<int64_t>(sanitize_utf8(text, sanitized));
-      text.swap(sanitized);
-    }
+    const std::string text = reader.read_all_text(total);
     total.input_bytes = reader.input_bytes();
-    total.text_bytes = static_cast<int64_t>(text.size());
-    total.documents = 1;
     std::vector<size_t> cuts;
     // Special tokens may hold spaces, so text that recognises them is not cut.
     if (options.workers > 1 && !options.allow_special) cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
@@ -421,15 +435,7 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
   LineReader reader(input);
   PreprocessStats total;
   if (raw) {
-    std::string text = reader.read_all();
-    std::string sanitized;
-    if (!is_valid_utf8(text)) {
-      total.replaced = static_cast<int64_t>(sanitize_utf8(text, sanitized));
-      text.swap(sanitized);
-    }
-    total.documents = 1;
-    total.text_bytes = static_cast<int64_t>(text.size());
-    text_fn(text);
+    text_fn(reader.read_all_text(total));
   } else {
     JsonlLineParser parser({json_key});
     std::vector<KeyTexts> texts;
@@ -437,13 +443,8 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
     while (reader.next(batch)) {
       if (!batch.error.empty()) throw Error(batch.error, "");
       for_each_line(batch, [&](std::string_view line, int64_t line_number) {
-        try {
-          if (line.size() > input.max_line_bytes) {
-            throw Error("longer than --max-line-bytes", std::to_string(input.max_line_bytes));
-          }
-          total.replaced += static_cast<int64_t>(parser.parse(line, texts));
-        } catch (const Error& e) {
-          if (!skip_bad_lines) throw Error(batch.file + ":" + std::to_string(line_number) + ": " + e.what(), "");
+        if (auto error = parse_line(parser, line, batch.file, line_number, input.max_line_bytes, texts, total)) {
+          if (!skip_bad_lines) throw Error(*error, "");
           ++total.bad_lines;
           return true;
         }
