@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/hdf5_attributes.h"
 
 namespace mt::data {
 namespace {
@@ -35,19 +36,13 @@ struct Array {
   size_t size() const { return dtype == "float64" ? f64.size() : dtype == "uint64" ? u64.size() : i64.size(); }
 };
 
-class H5Object {
+// An HDF5 handle on the fixture: a failed open fails the test instead of passing -1 along.
+class H5Object : public mt::io::Hdf5Handle {
  public:
-  H5Object(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {
-    if (id < 0) throw std::runtime_error("HDF5 call failed");
+  H5Object(hid_t id, herr_t (*close)(hid_t)) : mt::io::Hdf5Handle(id, close) {
+    if (!ok()) throw std::runtime_error("HDF5 call failed");
   }
-  ~H5Object() { close_(id_); }
-  H5Object(const H5Object&) = delete;
-  H5Object& operator=(const H5Object&) = delete;
-  hid_t id() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
+  hid_t id() const { return get(); }
 };
 
 std::string dtype_name(hid_t type) {
