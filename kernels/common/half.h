@@ -1,11 +1,11 @@
 // bf16 and fp16 storage types with round-to-nearest-even conversions from fp32, shared by the CPU
-// and CUDA backends (header-only, host and device). Tested in tests/unit/core/test_half.cpp.
+// and CUDA backends (header-only, host and device). Tested in tests/unit/kernels/test_half.cpp.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "common/host_device.h"
+#include "kernels/common/host_device.h"
 
 namespace mt::kernels {
 

@@ -1,12 +1,12 @@
 // Philox4x32-10 counter-based RNG (Salmon et al., SC'11), header-only for host and device, plus
 // the key derivation DESIGN.md section 3 uses: every global tensor element draws from
 // (seed, tensor name, global index), so every parallel layout starts from the same model.
-// Known-answer vectors from Random123 in tests/unit/core/test_philox.cpp.
+// Known-answer vectors from Random123 in tests/unit/kernels/test_philox.cpp.
 #pragma once
 
 #include <cstdint>
 
-#include "common/host_device.h"
+#include "kernels/common/host_device.h"
 
 namespace mt::kernels {
 

@@ -1,7 +1,7 @@
 // Scalar conversions and the ISA dispatch for cpu/convert.h.
-#include "cpu/convert.h"
+#include "kernels/cpu/convert.h"
 
-#include "common/half.h"
+#include "kernels/common/half.h"
 
 namespace mt::kernels::cpu {
 

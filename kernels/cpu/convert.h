@@ -1,11 +1,11 @@
 // Bulk fp32 <-> bf16/fp16 conversions (round to nearest even), dispatched on the active ISA.
-// Every path gives the bits of kernels/common/half.h. Tested in tests/unit/core/test_half.cpp.
+// Every path gives the bits of kernels/common/half.h. Tested in tests/unit/kernels/test_half.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 
 namespace mt::kernels::cpu {
 

@@ -1,8 +1,8 @@
 // AVX2 path of fp32 -> bf16 (compiled with -mavx2 -mfma; called only when the CPU has AVX2).
 #include <immintrin.h>
 
-#include "common/half.h"
-#include "cpu/convert.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/convert.h"
 
 namespace mt::kernels::cpu::detail {
 

@@ -1,8 +1,8 @@
 // AVX-512 path of fp32 -> bf16 (compiled with -mavx512f -mavx512bw; called only on such CPUs).
 #include <immintrin.h>
 
-#include "common/half.h"
-#include "cpu/convert.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/convert.h"
 
 namespace mt::kernels::cpu::detail {
 

@@ -2,9 +2,9 @@
 // primitive on 5 of 6 GPT-2 training shapes here (up to 1.9x on the backward ones); bf16 goes through the matmul
 // primitive (oneDNN 2.6 has no bf16 BLAS-style call), created once per shape and cached, since
 // a training step repeats the same few shapes.
-#include "cpu/gemm.h"
+#include "kernels/cpu/gemm.h"
 
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 
 #include <oneapi/dnnl/dnnl.h>
 

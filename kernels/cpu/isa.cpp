@@ -1,5 +1,5 @@
 // CPU instruction-set detection and the MT_CPU_ISA override (see isa.h).
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // Run-time choice of the CPU instruction-set level for mt's own kernels. Binaries are built for
 // x86-64-v2; wider paths are compiled per file and picked here from the CPU's feature flags (never
 // from vendor tables). MT_CPU_ISA=x86-64-v2|avx2|avx512|avx512-bf16 forces a level at or below
-// what the CPU supports, so tests exercise every path. Tested in tests/unit/core/test_isa.cpp.
+// what the CPU supports, so tests exercise every path. Tested in tests/unit/kernels/test_isa.cpp.
 #pragma once
 
 #include <string>

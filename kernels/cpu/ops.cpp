@@ -1,5 +1,5 @@
 // Picks the op table of the active ISA level (see ops.h).
-#include "cpu/ops.h"
+#include "kernels/cpu/ops.h"
 
 namespace mt::kernels::cpu {
 

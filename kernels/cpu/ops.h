@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 
 namespace mt::kernels::cpu {
 

@@ -1,3 +1,3 @@
 // The CPU op table compiled for the avx512 level (flags from kernels/CMakeLists.txt).
 #define MT_ISA_NS isa_avx512
-#include "cpu/impl/ops_impl.inc"
+#include "kernels/cpu/impl/ops_impl.inc"

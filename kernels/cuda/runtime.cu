@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/half.h"
-#include "cuda/runtime.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/runtime.h"
 
 namespace mt::kernels::cuda {
 namespace {

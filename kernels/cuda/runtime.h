@@ -1,7 +1,7 @@
 // Host-side entry points of the CUDA kernels, callable from plain C++ (no CUDA headers here, so
 // lib/ and tests compile with the host compiler). Every function that touches a device throws
 // std::runtime_error when none is usable. Checked against the CPU twins by the GPU self-test
-// tests/unit/backend/test_cuda_selftest.cpp (CTest label gpu, skipped without a device).
+// tests/gpu/test_cuda_selftest.cpp (CTest label gpu, skipped without a device).
 #pragma once
 
 #include <cstddef>

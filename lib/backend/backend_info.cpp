@@ -6,9 +6,9 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 #ifdef MT_WITH_CUDA
-#include "cuda/runtime.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 namespace mt::backend {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "common/philox.h"
+#include "kernels/common/philox.h"
 #include "core/error.h"
 
 namespace mt::data {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "common/philox.h"
+#include "kernels/common/philox.h"
 
 namespace mt::model {
 namespace {

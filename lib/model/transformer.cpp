@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/half.h"
-#include "common/philox.h"
+#include "kernels/common/half.h"
+#include "kernels/common/philox.h"
 #include "core/error.h"
-#include "cpu/convert.h"
-#include "cpu/gemm.h"
-#include "cpu/ops.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
 
 namespace mt::model {
 namespace {

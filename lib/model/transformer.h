@@ -13,7 +13,7 @@
 
 #include "core/buffer.h"
 #include "core/dtype.h"
-#include "cpu/ops.h"
+#include "kernels/cpu/ops.h"
 #include "model/config.h"
 #include "model/layout.h"
 

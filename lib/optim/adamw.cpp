@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "cpu/ops.h"
+#include "kernels/cpu/ops.h"
 
 namespace mt::optim {
 

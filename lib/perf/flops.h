@@ -1,7 +1,7 @@
 // Model FLOPs per token and per step, with the convention named: "6N+12LCT" counts
 // 6 * N (N = parameters without position embeddings, a tied output layer once) plus
 // 12 * layers * hidden * seq for attention scores and values, attention not halved for
-// causality; "6N+6LCT" halves it (causal). Tested in tests/unit/model/test_config.cpp.
+// causality; "6N+6LCT" halves it (causal). Tested in tests/unit/perf/test_flops.cpp.
 #pragma once
 
 #include <cstdint>

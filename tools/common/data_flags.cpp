@@ -1,5 +1,5 @@
 // Megatron's data-path flags shared by mt-shard and mt-train (see data_flags.h).
-#include "common/data_flags.h"
+#include "tools/common/data_flags.h"
 
 namespace mt::tools {
 

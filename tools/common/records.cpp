@@ -1,5 +1,5 @@
 // Record printers (see records.h).
-#include "common/records.h"
+#include "tools/common/records.h"
 
 #include <algorithm>
 #include <cmath>

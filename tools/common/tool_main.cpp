@@ -1,5 +1,5 @@
 // Shared tool entry point (see tool_main.h).
-#include "common/tool_main.h"
+#include "tools/common/tool_main.h"
 
 #include <unistd.h>
 

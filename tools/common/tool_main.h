@@ -10,7 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/records.h"
+#include "tools/common/records.h"
 
 namespace mt::tools {
 

@@ -1,6 +1,6 @@
 // mt-ckpt: Inspect, verify, diff, reshard, export and import layout-independent HDF5 checkpoints.
 // Conventions tested by tests/tools/conventions.bats.
-#include "common/tool_main.h"
+#include "tools/common/tool_main.h"
 
 int main(int argc, char** argv) {
   return mt::tools::tool_main(

@@ -1,6 +1,6 @@
 // mt-mfu: Model FLOPs per step, TFLOP/s per device and MFU, from config flags or mt-train's JSONL.
 // Conventions tested by tests/tools/conventions.bats.
-#include "common/tool_main.h"
+#include "tools/common/tool_main.h"
 
 int main(int argc, char** argv) {
   return mt::tools::tool_main(

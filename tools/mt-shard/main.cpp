@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
-#include "common/data_flags.h"
-#include "common/tool_main.h"
+#include "tools/common/data_flags.h"
+#include "tools/common/tool_main.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/gpt_dataset.h"
-#include "data/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 
@@ -36,7 +36,7 @@ struct InspectOptions {
   std::string show_split = "train";
   int64_t consumed_samples = 0;
   int micro_batch_size = 1, data_parallel_size = 1, data_parallel_rank = 0;
-  mt::data::TokenizerOptions tokenizer;  // decodes the shown samples when a type is given
+  mt::text::TokenizerOptions tokenizer;  // decodes the shown samples when a type is given
 };
 
 struct Options {
@@ -217,9 +217,9 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
                            ? mt::data::Split::test
                            : throw mt::UsageError("--show-split " + o.show_split, "train, valid or test");
     const int64_t seq_length = index.parameters.value("seq_length", int64_t{0});
-    std::unique_ptr<mt::data::Tokenizer> tokenizer;
+    std::unique_ptr<mt::text::Tokenizer> tokenizer;
     if (!o.tokenizer.type.empty()) {
-      tokenizer = mt::data::Tokenizer::load(o.tokenizer);
+      tokenizer = mt::text::Tokenizer::load(o.tokenizer);
       for (const auto& dataset : datasets) {
         const std::string& recorded = dataset.metadata().tokenizer_hash;
         if (!recorded.empty() && recorded != tokenizer->hash()) {

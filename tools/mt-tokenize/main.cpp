@@ -17,19 +17,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/tool_main.h"
+#include "tools/common/tool_main.h"
 #include "core/error.h"
-#include "data/bpe_trainer.h"
-#include "data/pretokenize.h"
-#include "data/preprocess.h"
-#include "data/tokenizer.h"
+#include "text/bpe_trainer.h"
+#include "text/pretokenize.h"
+#include "text/preprocess.h"
+#include "text/tokenizer.h"
 
 namespace {
 
 using mt::tools::Record;
 
 struct TokenizeOptions {
-  mt::data::TokenizerOptions tokenizer;
+  mt::text::TokenizerOptions tokenizer;
   std::vector<std::string> inputs;
   std::vector<std::string> json_keys{"text"};
   std::string output_prefix;
@@ -49,7 +49,7 @@ struct TokenizeOptions {
   std::string pattern = "gpt2";
 };
 
-void add_tokenizer_options(CLI::App& app, mt::data::TokenizerOptions& options, bool required) {
+void add_tokenizer_options(CLI::App& app, mt::text::TokenizerOptions& options, bool required) {
   auto* type = app.add_option("--tokenizer-type", options.type, "GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer")
                    ->check(CLI::IsMember({"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}));
   if (required) type->required();
@@ -80,8 +80,8 @@ void add_input_options(CLI::App& app, TokenizeOptions& options, const std::strin
       ->capture_default_str();
 }
 
-mt::data::LineInputOptions line_input(const TokenizeOptions& options) {
-  mt::data::LineInputOptions input;
+mt::text::LineInputOptions line_input(const TokenizeOptions& options) {
+  mt::text::LineInputOptions input;
   input.inputs = options.inputs;
   input.max_line_bytes = static_cast<size_t>(options.max_line_bytes);
   return input;
@@ -89,7 +89,7 @@ mt::data::LineInputOptions line_input(const TokenizeOptions& options) {
 
 double megabytes_per_second(int64_t bytes, double seconds) { return seconds > 0 ? bytes / 1e6 / seconds : 0; }
 
-Record summary_record(const mt::data::PreprocessStats& stats, const TokenizeOptions& options, const std::string& tokenizer) {
+Record summary_record(const mt::text::PreprocessStats& stats, const TokenizeOptions& options, const std::string& tokenizer) {
   Record record;
   record["record"] = "summary";
   record["tokenizer"] = tokenizer;
@@ -109,9 +109,9 @@ Record summary_record(const mt::data::PreprocessStats& stats, const TokenizeOpti
 }
 
 // A progress line on stderr every `interval` documents (Megatron's --log-interval).
-mt::data::PreprocessProgress progress_every(int64_t interval) {
+mt::text::PreprocessProgress progress_every(int64_t interval) {
   auto next = std::make_shared<int64_t>(interval);
-  return [next, interval](const mt::data::PreprocessStats& stats) {
+  return [next, interval](const mt::text::PreprocessStats& stats) {
     if (interval <= 0 || stats.documents < *next) return;
     *next = (stats.documents / interval + 1) * interval;
     std::fprintf(stderr, "mt-tokenize: processed %lld documents (%.2f MB/s, %lld tokens)\n",
@@ -128,8 +128,8 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   if (options.partitions != 1) {
     throw mt::UsageError("--partitions", "not implemented yet; --workers N tokenizes in parallel with identical output");
   }
-  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
-  mt::data::PreprocessOptions preprocess;
+  auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
+  mt::text::PreprocessOptions preprocess;
   preprocess.input = line_input(options);
   preprocess.json_keys = options.json_keys;
   preprocess.output_prefix = options.output_prefix;
@@ -138,7 +138,7 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   preprocess.append_eod = options.append_eod;
   preprocess.allow_special = options.allow_special;
   preprocess.skip_bad_lines = options.skip_bad_lines;
-  const auto stats = mt::data::preprocess_jsonl(*tokenizer, preprocess, progress_every(options.log_interval));
+  const auto stats = mt::text::preprocess_jsonl(*tokenizer, preprocess, progress_every(options.log_interval));
   mt::tools::RecordWriter writer(cli.output_format());
   writer.write_run(mt::tools::run_record(cli));
   writer.write(summary_record(stats, options, tokenizer->name()));
@@ -173,8 +173,8 @@ class StreamOut {
 
 int run_encode(const TokenizeOptions& options) {
   if (options.json_keys.size() != 1) throw mt::UsageError("--json-keys", "encode takes exactly one key");
-  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
-  mt::data::EncodeOptions encode;
+  auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
+  mt::text::EncodeOptions encode;
   encode.input = line_input(options);
   encode.json_key = options.json_keys[0];
   encode.raw = options.raw;
@@ -184,7 +184,7 @@ int run_encode(const TokenizeOptions& options) {
   const bool as_json = options.ids_format == "jsonl";
   StreamOut out;
   bool document_open = false, first_id = true;
-  const auto stats = mt::data::encode_stream(*tokenizer, encode, [&](std::span<const int32_t> ids, bool end_of_document) {
+  const auto stats = mt::text::encode_stream(*tokenizer, encode, [&](std::span<const int32_t> ids, bool end_of_document) {
     std::string& text = out.buffer();
     if (!document_open && as_json) text.push_back('[');
     document_open = true;
@@ -251,7 +251,7 @@ std::vector<int32_t> parse_ids(const std::string& line, const std::string& where
 }
 
 int run_decode(const TokenizeOptions& options) {
-  auto tokenizer = mt::data::Tokenizer::load(options.tokenizer);
+  auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
   StreamOut out;
   for (const std::string& input : options.inputs) {
     std::FILE* file = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
@@ -292,18 +292,18 @@ int run_decode(const TokenizeOptions& options) {
 
 int run_train(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   if (options.json_keys.size() != 1) throw mt::UsageError("--json-keys", "train takes exactly one key");
-  mt::data::BpeTrainerOptions trainer_options;
+  mt::text::BpeTrainerOptions trainer_options;
   trainer_options.vocab_size = options.vocab_size;
   trainer_options.min_frequency = options.min_frequency;
-  trainer_options.pattern = options.pattern == "cl100k" ? mt::data::PretokenizePattern::cl100k : mt::data::PretokenizePattern::gpt2;
-  mt::data::BpeTrainer trainer(trainer_options);
+  trainer_options.pattern = options.pattern == "cl100k" ? mt::text::PretokenizePattern::cl100k : mt::text::PretokenizePattern::gpt2;
+  mt::text::BpeTrainer trainer(trainer_options);
   const auto start = std::chrono::steady_clock::now();
-  const auto read = mt::data::read_texts(line_input(options), options.raw, options.json_keys[0], options.skip_bad_lines,
+  const auto read = mt::text::read_texts(line_input(options), options.raw, options.json_keys[0], options.skip_bad_lines,
                                          [&](std::string_view text) { trainer.add_text(text); });
-  const mt::data::BpeVocabulary vocabulary = trainer.train();
+  const mt::text::BpeVocabulary vocabulary = trainer.train();
   std::filesystem::create_directories(options.output_dir);
   const std::string vocab_file = options.output_dir + "/encoder.json", merge_file = options.output_dir + "/vocab.bpe";
-  mt::data::write_gpt2_files(vocabulary, vocab_file, merge_file);
+  mt::text::write_gpt2_files(vocabulary, vocab_file, merge_file);
   mt::tools::RecordWriter writer(cli.output_format());
   writer.write_run(mt::tools::run_record(cli));
   Record record;

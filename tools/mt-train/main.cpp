@@ -11,17 +11,17 @@
 #include <mpi.h>
 
 #include "comm/mpi_runtime.h"
-#include "common/data_flags.h"
-#include "common/tool_main.h"
+#include "tools/common/data_flags.h"
+#include "tools/common/tool_main.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threads.h"
-#include "cpu/gemm.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "perf/flops.h"
+#include "perf/gemm_probe.h"
 #include "train/trainer.h"
 
 namespace {
@@ -158,30 +158,6 @@ Record model_json(const mt::model::ModelConfig& c) {
                 {"add_bias_linear", c.add_bias_linear},
                 {"init_method_std", c.init_method_std},
                 {"parameters", mt::model::parameter_count(c)}};
-}
-
-// Peak FLOP/s of this process's GEMM at the run's precision (the path the model's GEMMs take):
-// the best of eight 2048^3 products after a warm-up (about a second; shared machines are noisy).
-double measure_peak_flops(mt::Precision precision) {
-  const int64_t n = 2048;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<uint16_t> a16(n * n, 0x3f00), b16(n * n, 0x3e80);
-  auto run = [&] {
-    if (precision == mt::Precision::bf16 && mt::kernels::cpu::native_bf16_gemm()) {
-      mt::kernels::cpu::gemm_bf16(false, false, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
-    } else {
-      mt::kernels::cpu::gemm_f32(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    }
-  };
-  run();
-  double best = 0;
-  for (int i = 0; i < 8; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, 2.0 * n * n * n / seconds);
-  }
-  return best;
 }
 
 // Token datasets through a sample index: found in the cache directory under the md5 of its
@@ -366,7 +342,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   }
 
   const bool peak_from_flag = o.peak_tflops > 0;
-  config.peak_flops_per_second = peak_from_flag ? o.peak_tflops * 1e12 : measure_peak_flops(config.precision);
+  config.peak_flops_per_second = peak_from_flag ? o.peak_tflops * 1e12 : mt::perf::measure_gemm_flops(config.precision);
 
   mt::train::Trainer trainer(model, config, *data);
   const bool rank0 = true;

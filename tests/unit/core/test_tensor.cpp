@@ -3,7 +3,6 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "model/layout.h"
 
 using namespace mt;
 
@@ -37,15 +36,4 @@ TEST(Tensor, ViewsRowsAndTypeChecks) {
   Tensor bits = Tensor::zeros({4}, DType::bf16);
   EXPECT_NO_THROW(bits.data<uint16_t>());
   EXPECT_THROW(bits.data<float>(), Error);
-}
-
-TEST(Tensor, LayoutViewsPointIntoTheFlatBuffer) {
-  const model::ModelConfig c = model::preset("tiny-gpt");
-  const model::ParamLayout layout = model::build_layout(c);
-  std::vector<float> flat(static_cast<size_t>(layout.total_elements));
-  const auto& entry = layout.find("decoder.layers.1.mlp.linear_fc2.weight");
-  Tensor w = layout.view(entry, flat.data());
-  EXPECT_EQ(w.shape(), (std::vector<int64_t>{64, 256}));
-  w.data<float>()[5] = 1.5f;
-  EXPECT_EQ(flat[static_cast<size_t>(entry.offset + 5)], 1.5f);
 }

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/isa.h"
-#include "cpu/ops.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
 
 namespace {
 

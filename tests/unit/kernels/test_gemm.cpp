@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "common/half.h"
-#include "cpu/gemm.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/gemm.h"
 
 using namespace mt::kernels;
 

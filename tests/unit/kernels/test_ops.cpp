@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
-#include "common/philox.h"
-#include "cpu/isa.h"
-#include "cpu/ops.h"
+#include "kernels/common/half.h"
+#include "kernels/common/philox.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
 
 namespace {
 

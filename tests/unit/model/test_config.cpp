@@ -3,7 +3,6 @@
 
 #include "core/error.h"
 #include "model/config.h"
-#include "perf/flops.h"
 
 using namespace mt::model;
 
@@ -52,16 +51,4 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   c = preset("tiny-gpt");
   c.attention_dropout = 0.1f;
   EXPECT_THROW(c.validate(), mt::UsageError);
-}
-
-TEST(Flops, GptTwoConventionMatchesTheBaselineNotes) {
-  const ModelConfig c = preset("gpt2-124m");
-  EXPECT_EQ(mt::perf::flops_parameter_count(c), 123653376);  // 123.65M: positions excluded, tied head once
-  ModelConfig short_seq = c;
-  short_seq.seq_length = 64;
-  // 191.7 GFLOP per step at B=4, T=64 (cpu-baselines.md).
-  const double step = 4 * 64 * mt::perf::flops_per_token(short_seq, mt::perf::FlopsConvention::full_attention);
-  EXPECT_NEAR(step / 1e9, 191.7, 0.1);
-  EXPECT_LT(mt::perf::flops_per_token(c, mt::perf::FlopsConvention::causal_attention),
-            mt::perf::flops_per_token(c, mt::perf::FlopsConvention::full_attention));
 }

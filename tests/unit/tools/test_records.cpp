@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/records.h"
+#include "tools/common/records.h"
 #include "core/error.h"
 
 using mt::tools::OutputFormat;

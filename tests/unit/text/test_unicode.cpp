@@ -1,4 +1,4 @@
-// Unicode tables and UTF-8 handling (lib/data/unicode.h): spot checks of the Unicode 15.0.0
+// Unicode tables and UTF-8 handling (lib/text/unicode.h): spot checks of the Unicode 15.0.0
 // classes, the White_Space set, simple case folding to ASCII, UTF-8 round trips, and
 // sanitize_utf8 against Python's bytes.decode('utf-8', 'replace').
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "data/unicode.h"
+#include "text/unicode.h"
 
-using namespace mt::data;
+using namespace mt::text;
 
 namespace {
 

@@ -4,8 +4,8 @@
 // is the pair table with priority = the merged token's rank; GPT-2 / Hugging Face merges are the
 // pair table with priority = the line of the merge. Both take the lowest priority, leftmost on
 // ties: a linear scan for short pieces, a heap over a linked list (stale entries skipped) for
-// long ones, so a pathological piece costs O(n log n). Internal to lib/data; tested through
-// tests/unit/data/test_tokenizer.cpp.
+// long ones, so a pathological piece costs O(n log n). Internal to lib/text; tested through
+// tests/unit/text/test_tokenizer.cpp.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mt::data {
+namespace mt::text {
 
 class BpeModel {
  public:
@@ -109,4 +109,4 @@ void BpeModel::add_merges_from_vocabulary(PriorityOfId priority_of_id) {
   }
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

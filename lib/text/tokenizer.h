@@ -36,7 +36,7 @@
 // before merging where the reference does so (tiktoken, HF ignore_merges). Special tokens are
 // recognised in text only when asked (allow_special); otherwise "<|endoftext|>" is plain text.
 // (HF tokenizers itself always splits out added tokens: pass allow_special to match it.)
-// Tested in tests/unit/data/test_tokenizer.cpp and tests/unit/data/test_tokenizer_golden.cpp.
+// Tested in tests/unit/text/test_tokenizer.cpp and tests/unit/text/test_tokenizer_golden.cpp.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mt::data {
+namespace mt::text {
 
 struct TokenizerOptions {
   std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer
@@ -83,4 +83,4 @@ class Tokenizer {
   virtual std::string hash() const = 0;  // "fnv1a64:<16 hex digits>" over the files' bytes and options
 };
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -1,14 +1,14 @@
-// JSONL line parsing with simdjson (see jsonl.h). Tested in tests/unit/data/test_jsonl.cpp.
-#include "data/jsonl.h"
+// JSONL line parsing with simdjson (see jsonl.h). Tested in tests/unit/text/test_jsonl.cpp.
+#include "text/jsonl.h"
 
 #include <simdjson.h>
 
 #include <utility>
 
 #include "core/error.h"
-#include "data/unicode.h"
+#include "text/unicode.h"
 
-namespace mt::data {
+namespace mt::text {
 namespace {
 
 int hex_value(char c) {
@@ -153,4 +153,4 @@ size_t JsonlLineParser::parse(std::string_view line, std::vector<KeyTexts>& text
   return replaced;
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -1,4 +1,4 @@
-// Pre-tokenization (lib/data/pretokenize.h): for each pattern (gpt2, cl100k, Megatron v1/v2), inputs
+// Pre-tokenization (lib/text/pretokenize.h): for each pattern (gpt2, cl100k, Megatron v1/v2), inputs
 // that exercise each alternative, with the pieces the reference regex gives; pattern lookup by
 // regex text; coverage of random text; linear time on long runs.
 #include <gtest/gtest.h>
@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/pretokenize.h"
-#include "data/unicode.h"
+#include "text/pretokenize.h"
+#include "text/unicode.h"
 
-using namespace mt::data;
+using namespace mt::text;
 
 namespace {
 

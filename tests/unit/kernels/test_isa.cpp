@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "cpu/isa.h"
+#include "kernels/cpu/isa.h"
 
 using namespace mt::kernels;
 

@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/preprocess.h"
+#include "text/preprocess.h"
 #include "data/token_dataset.h"
 
+using namespace mt::text;
 using namespace mt::data;
 namespace fs = std::filesystem;
 

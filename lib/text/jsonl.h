@@ -3,7 +3,7 @@
 // strings (pre-split sentences). Parsed with simdjson (fully validated, as Python's json.loads).
 // Text that is not valid UTF-8 becomes U+FFFD per maximal subpart (Python's 'replace'), and a
 // lone UTF-16 surrogate escape (\ud800) becomes U+FFFD (as tiktoken does); both are counted.
-// Tested in tests/unit/data/test_jsonl.cpp.
+// Tested in tests/unit/text/test_jsonl.cpp.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mt::data {
+namespace mt::text {
 
 // The strings of one key of one line: one entry for a string value, one per element for a list.
 using KeyTexts = std::vector<std::string>;
@@ -41,4 +41,4 @@ class JsonlLineParser {
 // count. Escaped backslashes (\\u...) are left alone.
 size_t replace_lone_surrogate_escapes(std::string_view json, std::string& out);
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -1,14 +1,14 @@
 // Unicode classes, case folding and UTF-8 handling over the generated Unicode 15.0.0 tables
-// (unicode_tables.inc, from scripts/gen_unicode_tables.py). Tested in tests/unit/data/test_unicode.cpp.
-#include "data/unicode.h"
+// (unicode_tables.inc, from scripts/gen_unicode_tables.py). Tested in tests/unit/text/test_unicode.cpp.
+#include "text/unicode.h"
 
 #include <string_view>
 
-namespace mt::data {
+namespace mt::text {
 
 namespace {
 
-#include "data/unicode_tables.inc"
+#include "text/unicode_tables.inc"
 
 static_assert(std::string_view(kUnicodeTablesVersion) == kUnicodeVersion,
               "unicode_tables.inc was generated from another Unicode version");
@@ -169,4 +169,4 @@ bool is_valid_utf8(std::string_view bytes) {
   return true;
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

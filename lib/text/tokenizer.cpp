@@ -1,8 +1,8 @@
 // Loading and running the byte-level BPE tokenizers of data/tokenizer.h: file parsers for GPT-2's
 // encoder.json + vocab.bpe, tiktoken rank files, Megatron's TikTokenizer JSON vocabulary and Hugging
 // Face tokenizer.json, all feeding one BpeModel (data/bpe_model.h) behind one Tokenizer class.
-// Tested in tests/unit/data/test_tokenizer.cpp and tests/unit/data/test_tokenizer_golden.cpp.
-#include "data/tokenizer.h"
+// Tested in tests/unit/text/test_tokenizer.cpp and tests/unit/text/test_tokenizer_golden.cpp.
+#include "text/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -14,11 +14,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "data/bpe_model.h"
-#include "data/pretokenize.h"
-#include "data/unicode.h"
+#include "text/bpe_model.h"
+#include "text/pretokenize.h"
+#include "text/unicode.h"
 
-namespace mt::data {
+namespace mt::text {
 
 namespace {
 
@@ -658,4 +658,4 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
                                            (options.type.empty() ? std::string("nothing") : options.type));
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "common/half.h"
-#include "cpu/convert.h"
+#include "kernels/common/half.h"
+#include "kernels/cpu/convert.h"
 
 using namespace mt::kernels;
 

@@ -8,7 +8,7 @@
 // no tokens are dropped; with append_eod a document with tokens gets the EOD id appended to its
 // last sequence; every line is one document, so empty text is written as a document with no
 // sequences. Key k goes to `<output_prefix>_<key>_document` (.h5 and/or .bin/.idx).
-// Tested in tests/unit/data/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+// Tested in tests/unit/text/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace mt::data {
+namespace mt::text {
 
 struct LineInputOptions {
   std::vector<std::string> inputs;     // files read one after another; "-" is stdin
@@ -32,7 +32,7 @@ struct PreprocessOptions {
   LineInputOptions input;
   std::vector<std::string> json_keys{"text"};
   std::string output_prefix;
-  TokenDatasetFormat output_format = TokenDatasetFormat::hdf5;
+  data::TokenDatasetFormat output_format = data::TokenDatasetFormat::hdf5;
   int workers = 1;
   bool append_eod = false;
   bool allow_special = false;
@@ -91,4 +91,4 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // goes on. At least `target_bytes` apart.
 std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes);
 
-}  // namespace mt::data
+}  // namespace mt::text

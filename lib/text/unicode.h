@@ -8,7 +8,7 @@
 // Oniguruma and Python's `regex` all classify by Unicode 16.0), so text with code points assigned
 // after 15.0 (U+2EBF0 CJK Extension I is Lo since 15.1, U+1CCF0 is Nd since 16.0) pre-tokenizes
 // differently there; everything assigned by 15.0 agrees.
-// Tested in tests/unit/data/test_unicode.cpp.
+// Tested in tests/unit/text/test_unicode.cpp.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace mt::data {
+namespace mt::text {
 
 inline constexpr std::string_view kUnicodeVersion = "15.0.0";
 
@@ -57,4 +57,4 @@ size_t sanitize_utf8(std::string_view bytes, std::string& out);
 // True when `bytes` is valid UTF-8 (the fast check before sanitize_utf8).
 bool is_valid_utf8(std::string_view bytes);
 
-}  // namespace mt::data
+}  // namespace mt::text

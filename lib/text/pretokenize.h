@@ -5,13 +5,13 @@
 //   cl100k  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //           (also LLaMA-3's)
 //   megatron_v1, megatron_v2   Megatron's TikTokenizer PATTERN_TIKTOKEN and PATTERN_TIKTOKEN_V2
-// Tested in tests/unit/data/test_pretokenize.cpp.
+// Tested in tests/unit/text/test_pretokenize.cpp.
 #pragma once
 
 #include <cstddef>
 #include <string_view>
 
-namespace mt::data {
+namespace mt::text {
 
 enum class PretokenizePattern { gpt2, cl100k, megatron_v1, megatron_v2 };
 
@@ -39,4 +39,4 @@ void pretokenize(PretokenizePattern pattern, std::string_view text, PieceFn&& pi
   }
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

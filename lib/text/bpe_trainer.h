@@ -17,7 +17,7 @@
 //   for (auto& doc : docs) trainer.add_text(doc);
 //   BpeVocabulary vocab = trainer.train();
 //   write_gpt2_files(vocab, "out-vocab.json", "out-merges.txt");
-// Tested in tests/unit/data/test_bpe_trainer.cpp; compression against HF in
+// Tested in tests/unit/text/test_bpe_trainer.cpp; compression against HF in
 // tests/bench/bench_bpe_train.sh.
 #pragma once
 
@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "data/pretokenize.h"
+#include "text/pretokenize.h"
 
-namespace mt::data {
+namespace mt::text {
 
 struct BpeTrainerOptions {
   // Every id of the result: 256 byte tokens + learned tokens + special tokens. Training stops
@@ -102,4 +102,4 @@ std::string gpt2_token_text(std::string_view bytes);
 void write_gpt2_files(const BpeVocabulary& vocab, const std::string& encoder_json_path,
                       const std::string& vocab_bpe_path);
 
-}  // namespace mt::data
+}  // namespace mt::text

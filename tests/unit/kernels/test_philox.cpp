@@ -1,7 +1,7 @@
 // Philox4x32-10 against the Random123 known-answer vectors, and the element-key derivation.
 #include <gtest/gtest.h>
 
-#include "common/philox.h"
+#include "kernels/common/philox.h"
 
 using namespace mt::kernels;
 

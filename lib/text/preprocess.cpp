@@ -1,6 +1,6 @@
 // Corpus tokenization: Megatron's preprocess_data and the streaming encoder (see preprocess.h).
-// Tested in tests/unit/data/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
-#include "data/preprocess.h"
+// Tested in tests/unit/text/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+#include "text/preprocess.h"
 
 #include <sys/stat.h>
 
@@ -15,10 +15,10 @@
 
 #include "core/error.h"
 #include "core/ordered_pipeline.h"
-#include "data/jsonl.h"
-#include "data/unicode.h"
+#include "text/jsonl.h"
+#include "text/unicode.h"
 
-namespace mt::data {
+namespace mt::text {
 namespace {
 
 // Whole lines of one input file; `error` set means the input stops here with that message.
@@ -309,13 +309,13 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
   ParserPool pool(options.json_keys);
   LineReader reader(options.input);
 
-  TokenDatasetMetadata metadata;
+  data::TokenDatasetMetadata metadata;
   metadata.tokenizer = tokenizer.name();
   metadata.tokenizer_hash = tokenizer.hash();
   metadata.eod_id = eod ? *eod : -1;
-  std::vector<TokenDatasetWriter> writers;
+  std::vector<data::TokenDatasetWriter> writers;
   for (const std::string& key : options.json_keys) {
-    writers.push_back(TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document", options.output_format,
+    writers.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document", options.output_format,
                                                  tokenizer.vocab_size(), metadata));
   }
 
@@ -346,7 +346,7 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
         total.seconds = seconds_since(start);
         if (progress) progress(total);
       });
-  for (TokenDatasetWriter& writer : writers) {
+  for (data::TokenDatasetWriter& writer : writers) {
     writer.finish();
     for (const std::string& path : writer.final_paths()) total.outputs.push_back(path);
   }
@@ -463,4 +463,4 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
   return total;
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

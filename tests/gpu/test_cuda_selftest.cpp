@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "common/half.h"
-#include "cuda/runtime.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/runtime.h"
 
 using namespace mt::kernels;
 

@@ -28,10 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer.h"
+#include "text/tokenizer.h"
 
-using mt::data::Tokenizer;
-using mt::data::TokenizerOptions;
+using mt::text::Tokenizer;
+using mt::text::TokenizerOptions;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,6 +1,6 @@
 // Byte-level BPE vocabulary training and GPT-2 two-file output (see bpe_trainer.h).
-// Tested in tests/unit/data/test_bpe_trainer.cpp.
-#include "data/bpe_trainer.h"
+// Tested in tests/unit/text/test_bpe_trainer.cpp.
+#include "text/bpe_trainer.h"
 
 #include <unistd.h>
 
@@ -15,9 +15,9 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "data/unicode.h"
+#include "text/unicode.h"
 
-namespace mt::data {
+namespace mt::text {
 
 namespace {
 
@@ -352,4 +352,4 @@ void write_gpt2_files(const BpeVocabulary& vocab, const std::string& encoder_jso
   }
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/jsonl.h"
+#include "text/jsonl.h"
 
-using mt::data::JsonlLineParser;
-using mt::data::KeyTexts;
+using mt::text::JsonlLineParser;
+using mt::text::KeyTexts;
 
 namespace {
 
@@ -49,7 +49,7 @@ TEST(Jsonl, InvalidUtf8AndLoneSurrogatesBecomeReplacementCharacters) {
 
 TEST(Jsonl, LoneSurrogateEscapesAreFoundOutsideEscapedBackslashes) {
   std::string out;
-  EXPECT_EQ(mt::data::replace_lone_surrogate_escapes(R"(["\ud83d\ude00", "\\ud800", "\udfff\ud800"])", out), 2u);
+  EXPECT_EQ(mt::text::replace_lone_surrogate_escapes(R"(["\ud83d\ude00", "\\ud800", "\udfff\ud800"])", out), 2u);
   EXPECT_EQ(out, R"(["\ud83d\ude00", "\\ud800", "\ufffd\ufffd"])");
 }
 

@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizers (lib/data/tokenizer.h): llama.cpp's test vectors for every loader,
+// Byte-level BPE tokenizers (lib/text/tokenizer.h): llama.cpp's test vectors for every loader,
 // edge cases against ids computed once with tiktoken / HF tokenizers (hard-coded below), decode
 // round trips, special tokens, Megatron's JSON vocabulary, Hugging Face ignore_merges and merge
 // formats, million-character pathological pieces (the CTest TIMEOUT of mt_test_tokenizer catches a
@@ -22,10 +22,10 @@
 
 #include "../temp_dir.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
-#include "data/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
-using namespace mt::data;
+using namespace mt::text;
 using namespace std::string_view_literals;
 namespace fs = std::filesystem;
 

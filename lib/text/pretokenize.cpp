@@ -7,17 +7,17 @@
 // and the categories Zs, Zl, Zp: the same set in Unicode 15.0. Python's `re` (not used by any
 // reference here) would add U+001C-001F. The case-insensitive contractions of cl100k use simple
 // case folding, as the regex crate's (?i): 'ſ (U+017F) matches 's.
-// Tested in tests/unit/data/test_pretokenize.cpp.
-#include "data/pretokenize.h"
+// Tested in tests/unit/text/test_pretokenize.cpp.
+#include "text/pretokenize.h"
 
 #include <array>
 #include <cstdint>
 #include <string>
 
 #include "core/error.h"
-#include "data/unicode.h"
+#include "text/unicode.h"
 
-namespace mt::data {
+namespace mt::text {
 
 namespace {
 
@@ -355,4 +355,4 @@ size_t next_piece_length(PretokenizePattern pattern, std::string_view text, size
   throw Error("pre-tokenizer pattern", "unknown value");
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

@@ -1,5 +1,5 @@
-// The BPE merge engine (see bpe_model.h). Tested through tests/unit/data/test_tokenizer.cpp.
-#include "data/bpe_model.h"
+// The BPE merge engine (see bpe_model.h). Tested through tests/unit/text/test_tokenizer.cpp.
+#include "text/bpe_model.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 
-namespace mt::data {
+namespace mt::text {
 
 uint64_t BpeModel::hash_bytes(std::string_view bytes) {
   uint64_t hash = 0x9E3779B97F4A7C15ull ^ bytes.size();
@@ -381,4 +381,4 @@ void BpeModel::merge_long(std::string_view piece, std::vector<int32_t>& out) con
   for (uint32_t i = 0; i != kNone; i = next[i]) out.push_back(ids[i]);
 }
 
-}  // namespace mt::data
+}  // namespace mt::text

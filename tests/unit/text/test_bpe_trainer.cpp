@@ -1,4 +1,4 @@
-// BPE vocabulary training (lib/data/bpe_trainer.h): hand-checked merges on tiny corpora, GPT-2's
+// BPE vocabulary training (lib/text/bpe_trainer.h): hand-checked merges on tiny corpora, GPT-2's
 // byte order, agreement with a naive recount-everything trainer, independence from the order and
 // grouping of documents, exact vocab_size, GPT-2 files that reload through Tokenizer::load and
 // encode as the merges say, bad options refused with mt::UsageError. The env-driven
@@ -25,12 +25,12 @@
 
 #include "../temp_dir.h"
 #include "core/error.h"
-#include "data/bpe_trainer.h"
-#include "data/pretokenize.h"
-#include "data/tokenizer.h"
+#include "text/bpe_trainer.h"
+#include "text/pretokenize.h"
+#include "text/tokenizer.h"
 
 using namespace mt;
-using namespace mt::data;
+using namespace mt::text;
 namespace fs = std::filesystem;
 
 namespace {

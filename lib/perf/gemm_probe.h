@@ -1,0 +1,13 @@
+// The GEMM rate probe: the best of eight 2048^3 products at a precision, on the path the model's
+// GEMMs take. mt-train reports it beside MFU; it is not a hardware peak. Tested through
+// tests/tools/mt-train.bats (the run record's peak_source).
+#pragma once
+
+#include "core/dtype.h"
+
+namespace mt::perf {
+
+// FLOP/s of this process's GEMM at `precision` (about a second; shared machines are noisy).
+double measure_gemm_flops(Precision precision);
+
+}  // namespace mt::perf
