@@ -36,17 +36,19 @@ void initialize_parameters(const ModelConfig& config, const ParamLayout& layout,
     const double std = output_projection ? config.init_method_std / std::sqrt(2.0 * config.num_layers)
                                          : config.init_method_std;
     const uint64_t stream = kernels::stream_id(entry.name.c_str());
-    // 2-D tensors: local (row, col) -> global (row + row offset, col + col offset).
-    const int64_t global_cols = entry.global_shape[1];
-    const int64_t rows = entry.local_shape[0], cols = entry.local_shape[1];
-    const int64_t row0 = entry.shard_dim == 0 ? entry.shard_offset : 0;
-    const int64_t col0 = entry.shard_dim == 1 ? entry.shard_offset : 0;
+    // Local element i -> global row-major index: only the shard dimension differs, by its offset.
+    const int dim = entry.shard_dim < 0 ? 0 : entry.shard_dim;
+    int64_t inner = 1;
+    for (size_t d = static_cast<size_t>(dim) + 1; d < entry.local_shape.size(); ++d) inner *= entry.local_shape[d];
+    const int64_t local_extent = entry.local_shape[static_cast<size_t>(dim)];
+    const int64_t global_extent = entry.global_shape[static_cast<size_t>(dim)];
+    const int64_t shard_offset = entry.shard_dim < 0 ? 0 : entry.shard_offset;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t global = (r + row0) * global_cols + (c + col0);
-        out[r * cols + c] = static_cast<float>(std * counter_normal(seed, stream, global));
-      }
+    for (int64_t i = 0; i < entry.numel; ++i) {
+      const int64_t outer = i / (inner * local_extent);
+      const int64_t along = (i / inner) % local_extent + shard_offset;
+      const int64_t global = (outer * global_extent + along) * inner + i % inner;
+      out[i] = static_cast<float>(std * counter_normal(seed, stream, global));
     }
   }
 }

@@ -1,11 +1,17 @@
-// AdamW over the flat fp32 buffers of a layout: one fused pass per tensor (kernels' adamw_update),
-// weight decay by the layout's no-decay set, plus the global grad norm and Megatron's clipping.
-// Tested in tests/unit/optim/test_optim.cpp.
+// AdamW over a flat range of the buffers a layout lays out: the whole buffer on one rank, or the
+// shard of a DP rank under the distributed optimizer (a range that may cut tensors). The range is
+// split into pieces at tensor boundaries (weight decay per tensor, by the layout's no-decay set);
+// each piece is one fused pass of the backend's adamw_update, which can also refresh the bf16
+// GEMM copy of the weights. Moments are fp32, the range's length. Also the grad norm over the
+// range (each replicated tensor counted once: only primary copies) and Megatron's clipping.
+// Keeps what it needs of the layout (no reference to it). Tested in tests/unit/optim/test_optim.cpp.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
-#include "core/buffer.h"
+#include "backend/memory.h"
+#include "backend/ops.h"
 #include "model/layout.h"
 
 namespace mt::optim {
@@ -19,26 +25,48 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const model::ParamLayout& layout, AdamWConfig config);
+  // Over the whole flat buffer of `layout`.
+  AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
+        backend::MemoryLedger* ledger = nullptr);
+  // Over the flat range [begin, end) (e.g. ParamLayout::bucket_shard); elements outside every
+  // tensor (alignment and bucket padding) are left alone.
+  AdamW(const model::ParamLayout& layout, int64_t begin, int64_t end, AdamWConfig config, const backend::Ops& ops,
+        backend::MemoryLedger* ledger = nullptr);
 
-  // L2 norm of the grads over the layout's tensors (fp64 accumulation), after multiplying by
-  // grad_scale (1/loss scale). Non-finite when any grad is.
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+
+  // Sum of squared grads over the range's primary copies (fp64), unscaled: the local share of a
+  // grad norm that several ranks sum.
+  double grad_sum_squares(const float* grads) const;
+  // L2 norm of the range's grads after multiplying by grad_scale (1/loss scale). Non-finite when
+  // any grad is.
   double grad_norm(const float* grads, double grad_scale) const;
-  // One step: grads are multiplied by grad_scale (unscaling and clipping folded in) and the
+  // One step over the range of the flat buffers (params, grads and param_bf16 index the whole
+  // flat buffer): grads are multiplied by grad_scale (unscaling and clipping folded in) and the
   // step counter advances. param_bf16 (nullable) receives the refreshed bf16 copy.
   void step(float* params, uint16_t* param_bf16, const float* grads, double lr, double grad_scale);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
-  float* exp_avg() { return exp_avg_.data(); }
-  float* exp_avg_sq() { return exp_avg_sq_.data(); }
-  int64_t state_bytes() const { return 2 * exp_avg_.size() * static_cast<int64_t>(sizeof(float)); }
+  float* exp_avg() { return exp_avg_.data(); }        // (end - begin)
+  float* exp_avg_sq() { return exp_avg_sq_.data(); }  // (end - begin)
+  int64_t state_bytes() const { return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float)); }
 
  private:
-  const model::ParamLayout& layout_;
+  // A run of one tensor inside the range.
+  struct Piece {
+    int64_t begin = 0, end = 0;
+    bool weight_decay = true;
+    bool primary = true;  // counted in the grad norm
+  };
+
+  const backend::Ops& ops_;
   AdamWConfig config_;
-  Buffer<float> exp_avg_;
-  Buffer<float> exp_avg_sq_;
+  int64_t begin_, end_;
+  std::vector<Piece> pieces_;
+  backend::DeviceBuffer<float> exp_avg_;
+  backend::DeviceBuffer<float> exp_avg_sq_;
   int64_t steps_ = 0;
 };
 
