@@ -63,13 +63,11 @@ ActivationPool::ActivationPool(const ActivationShape& shape, const RecomputePlan
   w.layer.mlp.d_fc1 = take(n * shape.fc1);
   w.layer.mlp.d_act = take(n * shape.ffn);
   if (shape.sequence_parallel) {
-    // Full-row (N, C) buffers of the sequence-parallel regions, shared by every sublayer.
-    float* gathered = take(n * c);
-    float* partial = take(n * c);
-    float* d_full = take(n * c);
-    w.layer.attention.gathered = w.layer.mlp.gathered = w.head.gathered = gathered;
-    w.layer.attention.partial = w.layer.mlp.partial = w.embedding_full = partial;
-    w.layer.attention.d_full = w.layer.mlp.d_full = w.head.d_full = d_full;
+    // Full-row (N, C) buffers of the sequence-parallel regions, shared by every linear; the
+    // embedding's partial lookups use the row-parallel partial sums' buffer.
+    SequenceParallelBuffers buffers{take(n * c), take(n * c), take(n * c)};
+    w.layer.attention.sequence_parallel = w.layer.mlp.sequence_parallel = w.head.sequence_parallel = buffers;
+    w.embedding_full = buffers.partial;
   }
   if (shape.precision != Precision::fp32) {
     const int64_t widest = std::max({c, shape.qkv, shape.fc1, shape.vocab});

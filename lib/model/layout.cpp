@@ -147,9 +147,9 @@ std::pair<int64_t, int64_t> ParamLayout::bucket_shard(int bucket, int dp_rank, i
   const GradBucket& b = buckets.at(static_cast<size_t>(bucket));
   const int64_t size = b.padded_end - b.begin;
   if (dp_size <= 0 || size % dp_size != 0) {
-    throw Error("bucket " + std::to_string(bucket), "of " + std::to_string(size) +
-                                                        " elements does not split into " + std::to_string(dp_size) +
-                                                        " equal shards (build the layout for the distributed optimizer)");
+    throw Error("bucket " + std::to_string(bucket),
+                "of " + std::to_string(size) + " elements does not split into " + std::to_string(dp_size) +
+                    " equal shards (build the layout for the distributed optimizer)");
   }
   const int64_t shard = size / dp_size;
   return {b.begin + dp_rank * shard, b.begin + (dp_rank + 1) * shard};

@@ -146,7 +146,9 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     }
     x = out;
   }
-  if (layers == 0) ops_.copy(chunk_output, acts.input, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
+  if (layers == 0) {
+    ops_.copy(chunk_output, acts.input, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
+  }
 
   StageOutput output;
   if (head_) {

@@ -79,7 +79,7 @@ void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass,
 
 void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, Saved& saved,
                             const Buffers& buffers, float* out_seq) const {
-  qkv_.forward(ctx, pass, x_seq, buffers.gathered, saved.qkv);
+  qkv_.forward(ctx, pass, x_seq, buffers.sequence_parallel, saved.qkv);
   if (rope_) {
     const int64_t width = qkv_width(), q = static_cast<int64_t>(q_heads_) * head_dim_;
     ctx.ops.rope_forward(saved.qkv, pass.rows, width, q_heads_, head_dim_, pass.batch.positions, rotary_base_,
@@ -88,13 +88,13 @@ void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, cons
                          ctx.stream);
   }
   core_forward(ctx, pass, saved);
-  proj_.forward(ctx, pass, saved.attn, buffers.partial, out_seq);
+  proj_.forward(ctx, pass, saved.attn, buffers.sequence_parallel, out_seq);
 }
 
 void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x_seq,
                              const Saved& saved, const Buffers& buffers, float* dx_seq) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
-  proj_.backward(ctx, pass, dy_seq, saved.attn, buffers.gathered, buffers.d_attn);
+  proj_.backward(ctx, pass, dy_seq, saved.attn, buffers.sequence_parallel, buffers.d_attn);
   ctx.ops.attention_backward(shape(pass.batch), saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start,
                              saved.attn, buffers.d_attn, saved.lse, buffers.d_qkv, buffers.d_qkv + q,
                              buffers.d_qkv + q + kv, ctx.stream);
@@ -105,7 +105,7 @@ void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, con
     ctx.ops.rope_backward(buffers.d_qkv + q, pass.rows, width, kv_heads_, head_dim_, pass.batch.positions,
                           rotary_base_, ctx.stream);
   }
-  qkv_.backward(ctx, pass, buffers.d_qkv, x_seq, buffers.gathered, buffers.d_full, dx_seq);
+  qkv_.backward(ctx, pass, buffers.d_qkv, x_seq, buffers.sequence_parallel, dx_seq);
 }
 
 }  // namespace mt::model

@@ -22,9 +22,7 @@ class SelfAttention {
   };
   // Workspace of one pass (shared by the layers of a stage).
   struct Buffers {
-    float* gathered = nullptr;  // (rows, hidden), SP only
-    float* partial = nullptr;   // (rows, hidden), SP only
-    float* d_full = nullptr;    // (rows, hidden), SP only
+    SequenceParallelBuffers sequence_parallel;
     float* d_attn = nullptr;    // (rows, attention_width)
     float* d_qkv = nullptr;     // (rows, qkv_width)
   };

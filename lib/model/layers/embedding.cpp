@@ -49,7 +49,9 @@ void Embedding::forward(const LayerContext& ctx, const LayerPass& pass, float* f
 void Embedding::backward(const LayerContext& ctx, const LayerPass& pass, float* dx_seq, float* full_buffer) const {
   const ParallelContext& parallel = ctx.parallel;
   const kernels::DropoutKey key = dropout_key(ctx, pass);
-  if (key.p > 0) ctx.ops.dropout_backward(dx_seq, pass.sequence_rows, hidden_, pass.sequence_row_ids, 0, key, ctx.stream);
+  if (key.p > 0) {
+    ctx.ops.dropout_backward(dx_seq, pass.sequence_rows, hidden_, pass.sequence_row_ids, 0, key, ctx.stream);
+  }
   const float* dy = parallel.sequence_parallel()
                         ? parallel.reduce_scatter_to_sequence_parallel_region_backward(dx_seq, full_buffer, pass.rows,
                                                                                        hidden_)

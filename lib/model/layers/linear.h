@@ -17,6 +17,14 @@
 
 namespace mt::model {
 
+// Full-row (rows, hidden) scratch of the sequence-parallel regions, shared by the linears of a
+// stage; unused (null) without sequence parallelism.
+struct SequenceParallelBuffers {
+  float* gathered = nullptr;  // gathered inputs of column-parallel layers, gathered grads of row-parallel ones
+  float* partial = nullptr;   // partial sums of row-parallel layers before their reduce-scatter
+  float* d_full = nullptr;    // input grads of column-parallel layers before their reduce-scatter
+};
+
 struct LinearParams {
   int64_t weight = -1;  // offset of the (first) weight in the flat buffers
   int64_t bias = -1;    // offset of the (first) bias, -1 without
@@ -30,17 +38,19 @@ class ColumnParallelLinear {
   int64_t out_features() const { return p_.out_features; }
   int64_t in_features() const { return p_.in_features; }
 
-  // y (rows, out) = x W^T + b for x_seq (sequence rows, in); gather_buffer (rows, in) takes the
-  // gathered input under SP.
-  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, float* gather_buffer,
-               float* y) const;
+  // y (rows, out) = x W^T + b for x_seq (sequence rows, in).
+  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
+               const SequenceParallelBuffers& buffers, float* y) const;
   // dy (rows, out): dW += dy^T x, db += sum dy, dx_seq (sequence rows, in) = the input grad,
-  // summed over TP. Under SP the input is gathered again into gather_buffer and the full input
-  // grad goes through dx_full_buffer (rows, in).
+  // summed over TP. Under SP the input is gathered again (Megatron keeps only the shard).
   void backward(const LayerContext& ctx, const LayerPass& pass, const float* dy, const float* x_seq,
-                float* gather_buffer, float* dx_full_buffer, float* dx_seq) const;
+                const SequenceParallelBuffers& buffers, float* dx_seq) const;
 
  private:
+  // The full input rows: gathered under SP, else x_seq itself.
+  const float* full_input(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
+                          const SequenceParallelBuffers& buffers) const;
+
   LinearParams p_;
 };
 
@@ -50,14 +60,12 @@ class RowParallelLinear {
   int64_t out_features() const { return p_.out_features; }
   int64_t in_features() const { return p_.in_features; }
 
-  // y_seq (sequence rows, out) = reduce(x W^T) + b for x (rows, in); under SP the partial
-  // products go through partial_buffer (rows, out).
-  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x, float* partial_buffer,
+  // y_seq (sequence rows, out) = reduce(x W^T) + b for x (rows, in).
+  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x, const SequenceParallelBuffers& buffers,
                float* y_seq) const;
-  // dy_seq (sequence rows, out): dW += dy^T x, db += sum dy_seq, dx (rows, in) written. Under SP
-  // the grad rows are gathered into gather_buffer (rows, out) first.
+  // dy_seq (sequence rows, out): dW += dy^T x, db += sum dy_seq, dx (rows, in) written.
   void backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x,
-                float* gather_buffer, float* dx) const;
+                const SequenceParallelBuffers& buffers, float* dx) const;
 
  private:
   LinearParams p_;

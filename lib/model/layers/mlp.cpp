@@ -53,24 +53,24 @@ Mlp::Mlp(const ModelConfig& config, const ParamLayout& layout, int layer)
 
 void Mlp::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, const Saved& saved,
                   const Buffers& buffers, float* out_seq) const {
-  fc1_.forward(ctx, pass, x_seq, buffers.gathered, saved.fc1);
+  fc1_.forward(ctx, pass, x_seq, buffers.sequence_parallel, saved.fc1);
   if (swiglu_) {
     ctx.ops.swiglu_forward(saved.fc1, saved.act, pass.rows, static_cast<int>(ffn()), ctx.stream);
   } else {
     ctx.ops.gelu_forward(saved.fc1, saved.act, pass.rows * ffn(), ctx.stream);
   }
-  fc2_.forward(ctx, pass, saved.act, buffers.partial, out_seq);
+  fc2_.forward(ctx, pass, saved.act, buffers.sequence_parallel, out_seq);
 }
 
 void Mlp::backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x_seq,
                    const Saved& saved, const Buffers& buffers, float* dx_seq) const {
-  fc2_.backward(ctx, pass, dy_seq, saved.act, buffers.gathered, buffers.d_act);
+  fc2_.backward(ctx, pass, dy_seq, saved.act, buffers.sequence_parallel, buffers.d_act);
   if (swiglu_) {
     ctx.ops.swiglu_backward(buffers.d_act, saved.fc1, buffers.d_fc1, pass.rows, static_cast<int>(ffn()), ctx.stream);
   } else {
     ctx.ops.gelu_backward(buffers.d_act, saved.fc1, buffers.d_fc1, pass.rows * ffn(), ctx.stream);
   }
-  fc1_.backward(ctx, pass, buffers.d_fc1, x_seq, buffers.gathered, buffers.d_full, dx_seq);
+  fc1_.backward(ctx, pass, buffers.d_fc1, x_seq, buffers.sequence_parallel, dx_seq);
 }
 
 }  // namespace mt::model

@@ -16,9 +16,7 @@ class Mlp {
     float* act = nullptr;  // (rows, ffn)
   };
   struct Buffers {
-    float* gathered = nullptr;  // (rows, hidden), SP only
-    float* partial = nullptr;   // (rows, hidden), SP only
-    float* d_full = nullptr;    // (rows, hidden), SP only
+    SequenceParallelBuffers sequence_parallel;
     float* d_act = nullptr;     // (rows, ffn)
     float* d_fc1 = nullptr;     // (rows, fc1_width)
   };

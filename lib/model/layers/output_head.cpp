@@ -44,7 +44,7 @@ LossSums OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, Hea
   const ParallelContext& parallel = ctx.parallel;
   const int64_t n = pass.rows, vocab = vocab_width();
   norm_.forward(ctx, a.final_hidden, a.final_norm, a.final_mean, a.final_rstd, pass.sequence_rows);
-  output_.forward(ctx, pass, a.final_norm, w.gathered, a.logits);
+  output_.forward(ctx, pass, a.final_norm, w.sequence_parallel, a.logits);
 
   ops.xent_row_max(a.logits, n, vocab, valid_, a.row_max, ctx.stream);
   parallel.all_reduce_max_over_tensor_parallel(a.row_max, n);
@@ -71,7 +71,7 @@ void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadAc
   }
   ops.xent_backward(a.logits, n, vocab_width(), valid_, vocab_start_, pass.batch.labels, a.row_max, a.row_sumexp,
                     w.dloss, ctx.stream);
-  output_.backward(ctx, pass, a.logits, a.final_norm, w.gathered, w.d_full, w.d_norm);
+  output_.backward(ctx, pass, a.logits, a.final_norm, w.sequence_parallel, w.d_norm);
   norm_.backward(ctx, w.d_norm, a.final_hidden, a.final_mean, a.final_rstd, d_hidden, pass.sequence_rows);
 }
 

@@ -25,8 +25,7 @@ struct HeadActivations {
 };
 
 struct HeadWorkspace {
-  float* gathered = nullptr;  // (N, C), SP only
-  float* d_full = nullptr;    // (N, C), SP only
+  SequenceParallelBuffers sequence_parallel;
   float* d_norm = nullptr;    // (S, C)
   float* dloss = nullptr;     // (N)
 };

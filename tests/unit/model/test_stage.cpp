@@ -85,16 +85,21 @@ struct RankModel {
       stages.back()->bind(params.data(), grads.data());
     }
   }
-  // Forward of slot `slot` through every chunk, activations handed over by hand.
-  LossSums forward(int slot, const MicroBatch& batch, uint64_t iteration) {
+  // Forward of slot `slot` through every chunk, activations handed over by hand: received in
+  // place into the next stage's input buffer, or (in_place false) passed from a buffer of ours.
+  LossSums forward(int slot, const MicroBatch& batch, uint64_t iteration, bool in_place = true) {
     const float* activation = nullptr;
     LossSums loss;
     for (auto& stage : stages) {
       const float* input = activation;
       if (activation) {
-        // Hand the activation over as a pipeline would: into the next stage's receive buffer.
+        const int64_t count = static_cast<int64_t>(batch.batch) * batch.seq * hidden;
         float* receive = stage->input_buffer(slot);
-        std::copy(activation, activation + static_cast<int64_t>(batch.batch) * batch.seq * hidden, receive);
+        if (!in_place) {
+          handed_over.resize(static_cast<size_t>(count));
+          receive = handed_over.data();
+        }
+        std::copy(activation, activation + count, receive);
         input = receive;
       }
       const StageOutput out = stage->forward(slot, batch, input, ForwardPass{iteration, true});
@@ -105,7 +110,9 @@ struct RankModel {
   }
   void backward(int slot, float dloss_scale) {
     const float* grad = nullptr;
-    for (auto stage = stages.rbegin(); stage != stages.rend(); ++stage) grad = (*stage)->backward(slot, grad, dloss_scale);
+    for (auto stage = stages.rbegin(); stage != stages.rend(); ++stage) {
+      grad = (*stage)->backward(slot, grad, dloss_scale);
+    }
   }
   // Grads of every parameter by name.
   std::vector<float> grad_of(const std::string& name) const {
@@ -115,7 +122,7 @@ struct RankModel {
 
   int hidden;
   ParamLayout layout;
-  std::vector<float> params, grads;
+  std::vector<float> params, grads, handed_over;
   GemmWeights weights;
   std::vector<std::unique_ptr<Stage>> stages;
 };
@@ -137,7 +144,9 @@ std::vector<ChunkSpec> two_chunks(const ModelConfig& c, int k) {
 
 void expect_same_grads(const RankModel& a, const RankModel& b, const std::string& what) {
   ASSERT_EQ(a.layout.entries.size(), b.layout.entries.size()) << what;
-  for (const ParamEntry& e : a.layout.entries) EXPECT_EQ(a.grad_of(e.name), b.grad_of(e.name)) << what << ": " << e.name;
+  for (const ParamEntry& e : a.layout.entries) {
+    EXPECT_EQ(a.grad_of(e.name), b.grad_of(e.name)) << what << ": " << e.name;
+  }
 }
 
 const RecomputeConfig kRecomputePolicies[] = {
@@ -158,7 +167,7 @@ TEST(Stage, TwoChunksOnOneRankEqualOneChunkBitForBit) {
                      std::to_string(static_cast<int>(recompute.granularity)));
         const Samples samples = make_samples(c, 2, 3);
         const ParallelContext single;
-        StageOptions options{precision, recompute, 2, 0, 1, 5};
+        StageOptions options{.precision = precision, .recompute = recompute, .micro_batch_size = 2, .seed = 5};
         RankModel whole(c, chunked_layout(c, one_chunk(c)), single, options);
         RankModel split(c, chunked_layout(c, two_chunks(c, 1)), single, options);
         ASSERT_EQ(split.stages.size(), 2u);
@@ -166,7 +175,7 @@ TEST(Stage, TwoChunksOnOneRankEqualOneChunkBitForBit) {
         EXPECT_TRUE(!split.stages[1]->is_first() && split.stages[1]->is_last());
         const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
         const LossSums a = whole.forward(0, batch, 7);
-        const LossSums b = split.forward(0, batch, 7);
+        const LossSums b = split.forward(0, batch, 7, /*in_place=*/false);
         EXPECT_EQ(a.loss, b.loss);
         EXPECT_EQ(a.tokens, b.tokens);
         whole.backward(0, 0.5f);
@@ -188,13 +197,16 @@ TEST(Stage, SlotsInFlightGiveTheGradsOfSequentialMicroBatches) {
       const MicroBatch first = samples.micro_batch(0, 2, c.seq_length);
       const MicroBatch second = samples.micro_batch(1, 2, c.seq_length);
 
-      RankModel sequential(c, chunked_layout(c, two_chunks(c, 2)), single, StageOptions{Precision::fp32, recompute, 2, 0, 1, 5});
+      const StageOptions one_slot{.recompute = recompute, .micro_batch_size = 2, .seed = 5};
+      StageOptions two_slots = one_slot;
+      two_slots.activation_slots = 2;
+      RankModel sequential(c, chunked_layout(c, two_chunks(c, 2)), single, one_slot);
       const LossSums a0 = sequential.forward(0, first, 3);
       sequential.backward(0, 0.25f);
       const LossSums a1 = sequential.forward(0, second, 3);
       sequential.backward(0, 0.75f);
 
-      RankModel in_flight(c, chunked_layout(c, two_chunks(c, 2)), single, StageOptions{Precision::fp32, recompute, 2, 0, 2, 5});
+      RankModel in_flight(c, chunked_layout(c, two_chunks(c, 2)), single, two_slots);
       EXPECT_EQ(in_flight.stages[0]->activation_slots(), 2);
       const LossSums b0 = in_flight.forward(0, first, 3);
       const LossSums b1 = in_flight.forward(1, second, 3);
@@ -217,7 +229,8 @@ TEST(Stage, GradsReadyNamesEachLayerOnceItsGradsAreFinal) {
     const ModelConfig c = tiny(true);
     const Samples samples = make_samples(c, 2, 5);
     const ParallelContext single;
-    RankModel model(c, chunked_layout(c, two_chunks(c, 2)), single, StageOptions{Precision::fp32, recompute, 2, 0, 1, 5});
+    const StageOptions options{.recompute = recompute, .micro_batch_size = 2, .seed = 5};
+    RankModel model(c, chunked_layout(c, two_chunks(c, 2)), single, options);
     std::vector<int> signalled;
     std::vector<std::vector<float>> snapshots;  // the layer's grads when it was signalled
     auto on_ready = [&](int layer) {
@@ -361,8 +374,9 @@ TEST(Stage, TensorParallelOverTwoRanksMatchesOneRank) {
       SCOPED_TRACE(std::string(llama ? "llama" : "gpt") + (sequence_parallel ? " sp" : ""));
       const Samples samples = make_samples(c, 2, 6);
       const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
-      const StageOptions options{Precision::fp32, {RecomputeGranularity::selective, RecomputeMethod::uniform, 1}, 2, 0,
-                                 1, 5};
+      const StageOptions options{.recompute = {RecomputeGranularity::selective, RecomputeMethod::uniform, 1},
+                                 .micro_batch_size = 2,
+                                 .seed = 5};
       const ParallelContext single;
       RankModel reference(c, chunked_layout(c, one_chunk(c)), single, options);
       const LossSums expected = reference.forward(0, batch, 2);

@@ -23,7 +23,8 @@ class Transformer {
               int micro_batch_size, uint64_t seed)
       : weights_(backend::cpu_ops(), precision, layout.total_elements),
         stage_(config, layout, 0, parallel_, backend::cpu_ops(), weights_,
-               StageOptions{precision, recompute, micro_batch_size, 0, 1, seed}) {}
+               StageOptions{.precision = precision, .recompute = recompute, .micro_batch_size = micro_batch_size,
+                            .seed = seed}) {}
   void bind(const float* params, float* grads) {
     params_ = params;
     stage_.bind(params, grads);
@@ -35,7 +36,9 @@ class Transformer {
     stage_.backward(0, nullptr, dloss_scale);
     return sums;
   }
-  LossSums forward_loss(const MicroBatch& batch) { return stage_.forward(0, batch, nullptr, ForwardPass{0, false}).loss; }
+  LossSums forward_loss(const MicroBatch& batch) {
+    return stage_.forward(0, batch, nullptr, ForwardPass{0, false}).loss;
+  }
   int64_t activation_bytes() const { return stage_.activation_bytes(); }
   static int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, RecomputeConfig recompute,
                                           int micro_batch_size, int layers) {
