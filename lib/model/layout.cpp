@@ -143,7 +143,7 @@ int64_t ParamLayout::parameter_elements() const {
   return total;
 }
 
-std::pair<int64_t, int64_t> ParamLayout::bucket_shard(int bucket, int dp_rank, int dp_size) const {
+FlatRange ParamLayout::bucket_shard(int bucket, int dp_rank, int dp_size) const {
   const GradBucket& b = buckets.at(static_cast<size_t>(bucket));
   const int64_t size = b.padded_end - b.begin;
   if (dp_size <= 0 || size % dp_size != 0) {
@@ -153,6 +153,12 @@ std::pair<int64_t, int64_t> ParamLayout::bucket_shard(int bucket, int dp_rank, i
   }
   const int64_t shard = size / dp_size;
   return {b.begin + dp_rank * shard, b.begin + (dp_rank + 1) * shard};
+}
+
+std::vector<FlatRange> ParamLayout::data_parallel_shard(int dp_rank, int dp_size) const {
+  std::vector<FlatRange> shard;
+  for (size_t b = 0; b < buckets.size(); ++b) shard.push_back(bucket_shard(static_cast<int>(b), dp_rank, dp_size));
+  return shard;
 }
 
 void check_tensor_parallel_split(const ModelConfig& model, int tp) {

@@ -92,6 +92,12 @@ struct GradBucket {
   int last_layer = 0;      // backward has signalled first_layer
 };
 
+// A range [begin, end) of a rank's flat buffers.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
 // The DP grad buffer's shape (Megatron's --ddp-bucket-size and --use-distributed-optimizer).
 struct BucketOptions {
   int64_t bucket_elements = 0;        // 0: one bucket per chunk
@@ -112,9 +118,10 @@ struct ParamLayout {
   int64_t parameter_elements() const;  // sum of numel (no gaps)
   // This rank's shard of a parameter as a tensor view into a flat fp32 buffer of this layout.
   Tensor view(const ParamEntry& entry, float* buffer) const;
-  // The slice [begin, end) of bucket `bucket` that DP rank `dp_rank` of `dp_size` owns under the
-  // distributed optimizer (equal slices of the padded bucket).
-  std::pair<int64_t, int64_t> bucket_shard(int bucket, int dp_rank, int dp_size) const;
+  // The slice of bucket `bucket` that DP rank `dp_rank` of `dp_size` owns under the distributed
+  // optimizer (equal slices of the padded bucket), and its slices of every bucket.
+  FlatRange bucket_shard(int bucket, int dp_rank, int dp_size) const;
+  std::vector<FlatRange> data_parallel_shard(int dp_rank, int dp_size) const;
 };
 
 // Receives a layer's parameter declarations (model/layers/*.h `declare`), in forward order.

@@ -10,21 +10,30 @@ namespace mt::optim {
 
 AdamW::AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
              backend::MemoryLedger* ledger)
-    : AdamW(layout, 0, layout.total_elements, config, ops, ledger) {}
+    : AdamW(layout, {model::FlatRange{0, layout.total_elements}}, config, ops, ledger) {}
 
-AdamW::AdamW(const model::ParamLayout& layout, int64_t begin, int64_t end, AdamWConfig config,
+AdamW::AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
              const backend::Ops& ops, backend::MemoryLedger* ledger)
-    : ops_(ops), config_(config), begin_(begin), end_(end) {
-  if (begin < 0 || end > layout.total_elements || begin > end) {
-    throw Error("optimizer range [" + std::to_string(begin) + ", " + std::to_string(end) + ")",
-                "outside the flat buffer of " + std::to_string(layout.total_elements) + " elements");
+    : ops_(ops), config_(config), ranges_(ranges) {
+  int64_t state = 0, previous_end = 0;
+  for (const model::FlatRange& range : ranges_) {
+    if (range.begin < previous_end || range.end > layout.total_elements || range.begin > range.end) {
+      throw Error("optimizer range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")",
+                  "outside the flat buffer of " + std::to_string(layout.total_elements) +
+                      " elements or not after the range before it");
+    }
+    for (const auto& entry : layout.entries) {
+      const int64_t begin = std::max(range.begin, entry.offset);
+      const int64_t end = std::min(range.end, entry.offset + entry.numel);
+      if (begin < end) {
+        pieces_.push_back(Piece{begin, end, state + (begin - range.begin), entry.weight_decay, entry.replica == 0});
+      }
+    }
+    state += range.end - range.begin;
+    previous_end = range.end;
   }
-  for (const auto& entry : layout.entries) {
-    const int64_t piece_begin = std::max(begin, entry.offset), piece_end = std::min(end, entry.offset + entry.numel);
-    if (piece_begin < piece_end) pieces_.push_back(Piece{piece_begin, piece_end, entry.weight_decay, entry.replica == 0});
-  }
-  exp_avg_ = backend::DeviceBuffer<float>(ops, end - begin, backend::MemoryCategory::optimizer, ledger);
-  exp_avg_sq_ = backend::DeviceBuffer<float>(ops, end - begin, backend::MemoryCategory::optimizer, ledger);
+  exp_avg_ = backend::DeviceBuffer<float>(ops, state, backend::MemoryCategory::optimizer, ledger);
+  exp_avg_sq_ = backend::DeviceBuffer<float>(ops, state, backend::MemoryCategory::optimizer, ledger);
 }
 
 double AdamW::grad_sum_squares(const float* grads) const {
@@ -53,9 +62,9 @@ void AdamW::step(float* params, uint16_t* param_bf16, const float* grads, double
   const backend::Stream stream = ops_.default_stream();
   for (const Piece& piece : pieces_) {
     p.weight_decay = piece.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f;
-    const int64_t state = piece.begin - begin_;
     ops_.adamw_update(params + piece.begin, param_bf16 ? param_bf16 + piece.begin : nullptr, grads + piece.begin,
-                      exp_avg_.data() + state, exp_avg_sq_.data() + state, piece.end - piece.begin, p, stream);
+                      exp_avg_.data() + piece.state, exp_avg_sq_.data() + piece.state, piece.end - piece.begin, p,
+                      stream);
   }
 }
 

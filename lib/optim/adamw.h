@@ -1,9 +1,10 @@
-// AdamW over a flat range of the buffers a layout lays out: the whole buffer on one rank, or the
-// shard of a DP rank under the distributed optimizer (a range that may cut tensors). The range is
-// split into pieces at tensor boundaries (weight decay per tensor, by the layout's no-decay set);
+// AdamW over flat ranges of the buffers a layout lays out: the whole buffer on one rank, or the
+// shard of a DP rank under the distributed optimizer (its slice of every bucket: ranges that may
+// cut tensors, ParamLayout::data_parallel_shard). The ranges are split into pieces at tensor
+// boundaries (weight decay per tensor, by the layout's no-decay set);
 // each piece is one fused pass of the backend's adamw_update, which can also refresh the bf16
-// GEMM copy of the weights. Moments are fp32, the range's length. Also the grad norm over the
-// range (each replicated tensor counted once: only primary copies) and Megatron's clipping.
+// GEMM copy of the weights. Moments are fp32, as long as the ranges together. Also the grad norm
+// over the ranges (each replicated tensor counted once: only primary copies) and Megatron's clipping.
 // Keeps what it needs of the layout (no reference to it). Tested in tests/unit/optim/test_optim.cpp.
 #pragma once
 
@@ -28,42 +29,43 @@ class AdamW {
   // Over the whole flat buffer of `layout`.
   AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
         backend::MemoryLedger* ledger = nullptr);
-  // Over the flat range [begin, end) (e.g. ParamLayout::bucket_shard); elements outside every
-  // tensor (alignment and bucket padding) are left alone.
-  AdamW(const model::ParamLayout& layout, int64_t begin, int64_t end, AdamWConfig config, const backend::Ops& ops,
-        backend::MemoryLedger* ledger = nullptr);
+  // Over the flat ranges (disjoint, ascending); elements outside every tensor (alignment and
+  // bucket padding) are left alone.
+  AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
+        const backend::Ops& ops, backend::MemoryLedger* ledger = nullptr);
 
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  const std::vector<model::FlatRange>& ranges() const { return ranges_; }
 
-  // Sum of squared grads over the range's primary copies (fp64), unscaled: the local share of a
+  // Sum of squared grads over the ranges' primary copies (fp64), unscaled: the local share of a
   // grad norm that several ranks sum.
   double grad_sum_squares(const float* grads) const;
-  // L2 norm of the range's grads after multiplying by grad_scale (1/loss scale). Non-finite when
+  // L2 norm of the ranges' grads after multiplying by grad_scale (1/loss scale). Non-finite when
   // any grad is.
   double grad_norm(const float* grads, double grad_scale) const;
-  // One step over the range of the flat buffers (params, grads and param_bf16 index the whole
+  // One step over the ranges of the flat buffers (params, grads and param_bf16 index the whole
   // flat buffer): grads are multiplied by grad_scale (unscaling and clipping folded in) and the
   // step counter advances. param_bf16 (nullable) receives the refreshed bf16 copy.
   void step(float* params, uint16_t* param_bf16, const float* grads, double lr, double grad_scale);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
-  float* exp_avg() { return exp_avg_.data(); }        // (end - begin)
-  float* exp_avg_sq() { return exp_avg_sq_.data(); }  // (end - begin)
-  int64_t state_bytes() const { return 2 * (end_ - begin_) * static_cast<int64_t>(sizeof(float)); }
+  // The moments of the ranges, one after the other.
+  float* exp_avg() { return exp_avg_.data(); }
+  float* exp_avg_sq() { return exp_avg_sq_.data(); }
+  int64_t state_bytes() const { return exp_avg_.bytes() + exp_avg_sq_.bytes(); }
 
  private:
-  // A run of one tensor inside the range.
+  // A run of one tensor inside a range.
   struct Piece {
-    int64_t begin = 0, end = 0;
+    int64_t begin = 0, end = 0;  // in the flat buffers
+    int64_t state = 0;           // where its moments start
     bool weight_decay = true;
-    bool primary = true;  // counted in the grad norm
+    bool primary = true;         // counted in the grad norm
   };
 
   const backend::Ops& ops_;
   AdamWConfig config_;
-  int64_t begin_, end_;
+  std::vector<model::FlatRange> ranges_;
   std::vector<Piece> pieces_;
   backend::DeviceBuffer<float> exp_avg_;
   backend::DeviceBuffer<float> exp_avg_sq_;

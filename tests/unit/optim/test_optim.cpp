@@ -74,13 +74,21 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 
 }  // namespace
 
-// The distributed optimizer's shards cut tensors: AdamW over two flat ranges split inside a
-// tensor steps exactly like AdamW over the whole buffer (and keeps no reference to the layout it
-// was built from: the layouts here are temporaries).
+// The distributed optimizer's shards cut tensors: AdamW over ranges split inside tensors steps
+// exactly like AdamW over the whole buffer (and keeps no reference to the layout it was built
+// from: the layouts here are temporaries). Two cases: one optimizer over two ranges, and the DP
+// shards (a slice of every bucket) of three ranks.
 TEST(AdamW, FlatRangesThatCutTensorsStepLikeTheWholeBuffer) {
   using namespace mt;
   const model::ModelConfig c = model::preset("tiny-gpt");
-  const model::ParamLayout layout = model::build_layout(c);
+  parallel::ParallelConfig dp3;
+  dp3.data_parallel_size = 3;
+  model::BucketOptions buckets;
+  buckets.bucket_elements = 30000;
+  buckets.distributed_optimizer = true;
+  const model::ParamLayout layout =
+      model::build_layout(c, dp3, parallel::RankCoordinates{}, {{0, c.num_layers, true, true}}, buckets);
+  ASSERT_GT(layout.buckets.size(), 2u);
   const model::ParamEntry& fc1 = layout.find("decoder.layers.0.mlp.linear_fc1.weight");
   const int64_t cut = fc1.offset + fc1.numel / 3;  // inside a tensor
   const int64_t total = layout.total_elements;
@@ -88,25 +96,33 @@ TEST(AdamW, FlatRangesThatCutTensorsStepLikeTheWholeBuffer) {
   AdamWConfig config;
   config.weight_decay = 0.1;
 
-  std::vector<float> whole_params = random_values(static_cast<size_t>(total), 1), split_params = whole_params;
+  std::vector<float> whole_params = random_values(static_cast<size_t>(total), 1);
+  std::vector<float> split_params = whole_params, sharded_params = whole_params;
   std::vector<uint16_t> whole_bits(whole_params.size()), split_bits(whole_params.size());
   AdamW whole(layout, config, ops);
-  AdamW left(model::build_layout(c), 0, cut, config, ops);
-  AdamW right(model::build_layout(c), cut, total, config, ops);
-  EXPECT_EQ(left.state_bytes() + right.state_bytes(), whole.state_bytes());
+  AdamW split(model::build_layout(c, dp3, parallel::RankCoordinates{}, {{0, c.num_layers, true, true}}, buckets),
+              {{0, cut}, {cut, total}}, config, ops);
+  std::vector<AdamW> shards;
+  for (int r = 0; r < 3; ++r) shards.emplace_back(layout, layout.data_parallel_shard(r, 3), config, ops);
+  EXPECT_EQ(split.state_bytes(), whole.state_bytes());
   for (int step = 0; step < 3; ++step) {
     const std::vector<float> grads = random_values(whole_params.size(), 10 + step);
     whole.step(whole_params.data(), whole_bits.data(), grads.data(), 1e-2, 0.5);
-    left.step(split_params.data(), split_bits.data(), grads.data(), 1e-2, 0.5);
-    right.step(split_params.data(), split_bits.data(), grads.data(), 1e-2, 0.5);
+    split.step(split_params.data(), split_bits.data(), grads.data(), 1e-2, 0.5);
+    double shard_squares = 0;
+    for (AdamW& shard : shards) {
+      shard.step(sharded_params.data(), nullptr, grads.data(), 1e-2, 0.5);
+      shard_squares += shard.grad_sum_squares(grads.data());
+    }
     const double norm = whole.grad_norm(grads.data(), 0.5);
-    EXPECT_NEAR(std::sqrt(left.grad_sum_squares(grads.data()) + right.grad_sum_squares(grads.data())) * 0.5, norm,
-                1e-12 * norm);
+    EXPECT_NEAR(std::sqrt(shard_squares) * 0.5, norm, 1e-12 * norm);
   }
   EXPECT_EQ(whole_params, split_params);
   EXPECT_EQ(whole_bits, split_bits);
-  EXPECT_THROW(AdamW(layout, -1, 10, config, ops), Error);
-  EXPECT_THROW(AdamW(layout, 0, total + 1, config, ops), Error);
+  EXPECT_EQ(whole_params, sharded_params);
+  EXPECT_THROW(AdamW(layout, {{-1, 10}}, config, ops), Error);
+  EXPECT_THROW(AdamW(layout, {{0, total + 1}}, config, ops), Error);
+  EXPECT_THROW(AdamW(layout, {{10, 20}, {15, 30}}, config, ops), Error);  // overlapping
 }
 
 // Under TP each replicated tensor is held by every TP rank; only the primary copy (rank 0)
