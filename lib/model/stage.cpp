@@ -38,10 +38,9 @@ ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& l
 
 int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
                                  int micro_batch_size, int layers) {
-  ModelConfig chunk_config = config;
-  chunk_config.num_layers = layers;
-  const ParamLayout layout = build_layout(chunk_config);
-  const ActivationShape shape = activation_shape(chunk_config, layout, 0, ParallelContext{},
+  const ParamLayout layout = build_layout(config, parallel::ParallelConfig{}, parallel::RankCoordinates{},
+                                          std::vector<ChunkSpec>{{0, layers, true, true}});
+  const ActivationShape shape = activation_shape(config, layout, 0, ParallelContext{},
                                                  static_cast<int64_t>(micro_batch_size) * config.seq_length, precision);
   return ActivationPool(shape, plan_recompute(recompute, layers), 1, nullptr, nullptr).bytes();
 }
@@ -56,6 +55,10 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
       ledger_(ledger),
       gemm_(ops, weights) {
   config_.validate();
+  if (weights.precision() != options_.precision) {
+    throw Error("stage", std::string("runs in ") + precision_name(options_.precision) + " but its GEMM weights are " +
+                             precision_name(weights.precision()));
+  }
   const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
   first_layer_ = spec.first_layer;
   last_layer_ = spec.last_layer;

@@ -129,7 +129,7 @@ class Stage {
 ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
                                  const ParallelContext& parallel, int64_t rows, Precision precision);
 
-// Activation bytes a single-rank stage over `layers` layers (with both ends) would hold for
+// Activation bytes a single-rank stage over layers [0, layers) (with both ends) would hold for
 // micro-batches of `micro_batch_size` samples of the model's seq_length, without allocating:
 // refuses a configuration that cannot fit before anything is allocated.
 int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
