@@ -124,6 +124,9 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
 
   if (embedding_) {
     embedding_->forward(ctx, lpass, w.embedding_full, acts.input);
+  } else if (!input) {
+    throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
+                "needs the previous stage's activation as its input");
   } else if (input != acts.input) {
     ops_.copy(acts.input, input, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
@@ -183,6 +186,9 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
   if (head_) {
     head_->backward(ctx, pass, acts.head, dloss_scale, w.head, w.d_stream[0]);
     signal(head_layer(config_));
+  } else if (!d_output) {
+    throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
+                "needs the grad of its output from the next stage");
   } else {
     ops_.copy(w.d_stream[0], d_output, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
