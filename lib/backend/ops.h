@@ -9,7 +9,7 @@
 // Contracts of the fused kernels (row-major, backward ops write input grads and accumulate
 // parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
 // file documents the entries the backend adds: memory, streams, copies, conversions and GEMM.
-// Tested in tests/unit/backend/test_ops.cpp (every entry, gemm/convert against reference loops).
+// Tested in tests/unit/backend/test_backend_ops.cpp (every entry, gemm/convert against reference loops).
 #pragma once
 
 #include <cstdint>
