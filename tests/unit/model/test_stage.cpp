@@ -364,75 +364,87 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
   }
 }
 
+// This rank's slice of a whole (single-rank) tensor: rows or columns of its shard.
+std::vector<float> shard_of(const ParamEntry& shard, const ParamEntry& whole, const std::vector<float>& buffer) {
+  std::vector<float> slice;
+  const int64_t cols = whole.global_shape.size() == 2 ? whole.global_shape[1] : 1;
+  const int64_t local_cols = shard.local_shape.size() == 2 ? shard.local_shape[1] : 1;
+  for (int64_t i = 0; i < shard.numel; ++i) {
+    const int64_t row = i / local_cols + (shard.shard_dim == 0 ? shard.shard_offset : 0);
+    const int64_t col = i % local_cols + (shard.shard_dim == 1 ? shard.shard_offset : 0);
+    slice.push_back(buffer[static_cast<size_t>(whole.offset + row * cols + col)]);
+  }
+  return slice;
+}
+
+void expect_tensor_parallel_matches_single_rank(bool llama, bool sequence_parallel,
+                                                RecomputeGranularity granularity) {
+  ModelConfig c = tiny(llama, 2);
+  c.vocab_size = 45;  // the padded 48 splits 24 + 24: rank 1 holds 21 real columns and 3 of padding
+  const Samples samples = make_samples(c, 2, 6);
+  const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
+  const StageOptions options{.recompute = {granularity, RecomputeMethod::uniform, 1}, .micro_batch_size = 2, .seed = 5};
+  const ParallelContext single;
+  RankModel reference(c, chunked_layout(c, one_chunk(c)), single, options);
+  const LossSums expected = reference.forward(0, batch, 2);
+  reference.backward(0, 1.0f / 16);
+
+  ThreadGroup group(2);
+  LossSums losses[2];
+  std::vector<std::unique_ptr<RankModel>> ranks(2);
+  std::vector<std::thread> threads;
+  std::exception_ptr failures[2];
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCommunicator tensor_group(group, r);
+        const ParallelContext parallel(&tensor_group, sequence_parallel);
+        auto& rank = ranks[static_cast<size_t>(r)];
+        rank = std::make_unique<RankModel>(c, chunked_layout(c, one_chunk(c), 2, r, sequence_parallel), parallel,
+                                           options);
+        losses[r] = rank->forward(0, batch, 2);
+        rank->backward(0, 1.0f / 16);
+        rank->stages.clear();  // before the context goes
+      } catch (...) {
+        failures[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(losses[r].loss, expected.loss, 1e-5 * std::fabs(expected.loss));
+    EXPECT_EQ(losses[r].tokens, expected.tokens);
+    const RankModel& rank = *ranks[static_cast<size_t>(r)];
+    for (const ParamEntry& e : rank.layout.entries) {
+      std::vector<float> local = rank.grad_of(e.name);
+      if (e.reduce_over_tensor_parallel) {
+        // Sequence parallelism leaves partial grads of replicated tensors: summed over TP
+        // (Megatron's finalize_model_grads), they are the whole grad.
+        const std::vector<float> other = ranks[static_cast<size_t>(1 - r)]->grad_of(e.name);
+        for (size_t i = 0; i < local.size(); ++i) local[i] += other[i];
+      }
+      // The key bias's grad is analytically zero (it shifts every score of a row alike): both
+      // sides hold round-off only, compared in absolute terms.
+      const bool zero_gradient = e.name.find("linear_k.bias") != std::string::npos;
+      expect_close(local, shard_of(e, reference.layout.find(e.name), reference.grads), 1e-4,
+                   zero_gradient ? 1e-7 : 0.0, "rank " + std::to_string(r) + " " + e.name);
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Stage, TensorParallelOverTwoRanksMatchesOneRank) {
   for (bool llama : {false, true}) {
     for (bool sequence_parallel : {false, true}) {
-      ModelConfig c = tiny(llama, 2);
-      c.vocab_size = 45;  // the padded 48 splits 24 + 24: rank 1 holds 21 real columns and 3 of padding
-      SCOPED_TRACE(std::string(llama ? "llama" : "gpt") + (sequence_parallel ? " sp" : ""));
-      const Samples samples = make_samples(c, 2, 6);
-      const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
-      const StageOptions options{.recompute = {RecomputeGranularity::selective, RecomputeMethod::uniform, 1},
-                                 .micro_batch_size = 2,
-                                 .seed = 5};
-      const ParallelContext single;
-      RankModel reference(c, chunked_layout(c, one_chunk(c)), single, options);
-      const LossSums expected = reference.forward(0, batch, 2);
-      reference.backward(0, 1.0f / 16);
-
-      ThreadGroup group(2);
-      LossSums losses[2];
-      std::vector<std::unique_ptr<RankModel>> ranks(2);
-      std::vector<std::thread> threads;
-      std::exception_ptr failures[2];
-      for (int r = 0; r < 2; ++r) {
-        threads.emplace_back([&, r] {
-          try {
-            ThreadCommunicator tensor_group(group, r);
-            const ParallelContext parallel(&tensor_group, sequence_parallel);
-            ranks[static_cast<size_t>(r)] = std::make_unique<RankModel>(
-                c, chunked_layout(c, one_chunk(c), 2, r, sequence_parallel), parallel, options);
-            losses[r] = ranks[static_cast<size_t>(r)]->forward(0, batch, 2);
-            ranks[static_cast<size_t>(r)]->backward(0, 1.0f / 16);
-            ranks[static_cast<size_t>(r)]->stages.clear();  // before the context goes
-          } catch (...) {
-            failures[r] = std::current_exception();
-          }
-        });
-      }
-      for (auto& thread : threads) thread.join();
-      for (auto& failure : failures)
-        if (failure) std::rethrow_exception(failure);
-
-      for (int r = 0; r < 2; ++r) {
-        EXPECT_NEAR(losses[r].loss, expected.loss, 1e-5 * std::fabs(expected.loss));
-        EXPECT_EQ(losses[r].tokens, expected.tokens);
-        const RankModel& rank = *ranks[static_cast<size_t>(r)];
-        for (const ParamEntry& e : rank.layout.entries) {
-          std::vector<float> local = rank.grad_of(e.name);
-          const ParamEntry& g = reference.layout.find(e.name);
-          if (e.reduce_over_tensor_parallel) {
-            // Sequence parallelism leaves partial grads of replicated tensors: summed over TP
-            // (Megatron's finalize_model_grads), they are the whole grad.
-            const std::vector<float> other = ranks[static_cast<size_t>(1 - r)]->grad_of(e.name);
-            for (size_t i = 0; i < local.size(); ++i) local[i] += other[i];
-          }
-          // This rank's slice of the single-rank grad.
-          std::vector<float> slice;
-          const int64_t cols = g.global_shape.size() == 2 ? g.global_shape[1] : 1;
-          const int64_t local_cols = e.local_shape.size() == 2 ? e.local_shape[1] : 1;
-          for (int64_t i = 0; i < e.numel; ++i) {
-            const int64_t row = i / local_cols + (e.shard_dim == 0 ? e.shard_offset : 0);
-            const int64_t col = i % local_cols + (e.shard_dim == 1 ? e.shard_offset : 0);
-            slice.push_back(reference.grads[static_cast<size_t>(g.offset + row * cols + col)]);
-          }
-          // The key bias's grad is analytically zero (it shifts every score of a row alike): both
-          // sides hold round-off only, compared in absolute terms.
-          const bool zero_gradient = e.name.find("linear_k.bias") != std::string::npos;
-          expect_close(local, slice, 1e-4, zero_gradient ? 1e-7 : 0.0, "rank " + std::to_string(r) + " " + e.name);
-        }
+      for (RecomputeGranularity granularity : {RecomputeGranularity::selective, RecomputeGranularity::full}) {
+        SCOPED_TRACE(std::string(llama ? "llama" : "gpt") + (sequence_parallel ? " sp" : "") +
+                     (granularity == RecomputeGranularity::full ? " full recompute" : " selective recompute"));
+        expect_tensor_parallel_matches_single_rank(llama, sequence_parallel, granularity);
       }
     }
   }
