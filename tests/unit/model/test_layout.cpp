@@ -386,3 +386,30 @@ TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {
     }
   }
 }
+
+// Tensors of any rank (expert weights will be (experts, out, in)) shard along one dimension and
+// still draw each global element once: a (3, 8, 5) tensor cut along its middle dimension.
+TEST(Init, ThreeDimensionalShardsAreSlicesOfTheWholeTensor) {
+  const ModelConfig c = preset("tiny-gpt");
+  auto layout_of = [](int64_t shard_offset, int64_t extent) {
+    ParamLayout layout;
+    ParamEntry e;
+    e.name = "decoder.layers.0.mlp.experts.weight";
+    e.global_shape = {3, 8, 5};
+    e.local_shape = {3, extent, 5};
+    e.shard_dim = extent == 8 ? -1 : 1;
+    e.shard_offset = shard_offset;
+    e.shard_extent = extent;
+    e.numel = 3 * extent * 5;
+    layout.entries.push_back(e);
+    layout.total_elements = e.numel;
+    return layout;
+  };
+  std::vector<float> whole(120), shard(60);
+  initialize_parameters(c, layout_of(0, 8), 5, whole.data());
+  initialize_parameters(c, layout_of(4, 4), 5, shard.data());
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 4; ++b)
+      for (int k = 0; k < 5; ++k) ASSERT_EQ(shard[(a * 4 + b) * 5 + k], whole[(a * 8 + b + 4) * 5 + k]) << a << b << k;
+  EXPECT_NE(whole[0], whole[1]);
+}
