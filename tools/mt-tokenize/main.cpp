@@ -19,6 +19,7 @@
 
 #include "tools/common/tool_main.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "text/bpe_trainer.h"
 #include "text/pretokenize.h"
 #include "text/preprocess.h"
@@ -64,6 +65,9 @@ void add_tokenizer_options(CLI::App& app, mt::text::TokenizerOptions& options, b
   app.add_option("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens,
                  "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
       ->capture_default_str();
+  app.add_flag("--tokenizer-hf-no-include-special-tokens{false}", options.include_special_tokens,
+               "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
+               "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron");
 }
 
 void add_input_options(CLI::App& app, TokenizeOptions& options, const std::string& default_input) {
@@ -254,8 +258,7 @@ int run_decode(const TokenizeOptions& options) {
   auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
   StreamOut out;
   for (const std::string& input : options.inputs) {
-    std::FILE* file = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
-    if (!file) throw mt::Error("input " + input, std::strerror(errno));
+    std::FILE* file = input == "-" ? stdin : mt::open_input_file(input, "--input");
     std::string line;
     int64_t line_number = 0;
     char* buffer = nullptr;
