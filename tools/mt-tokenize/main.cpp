@@ -108,6 +108,7 @@ Record summary_record(const mt::text::PreprocessStats& stats, const TokenizeOpti
   record["mb_per_s"] = megabytes_per_second(stats.input_bytes, stats.seconds);
   record["replaced"] = stats.replaced;
   record["bad_lines"] = stats.bad_lines;
+  record["blank_lines"] = stats.blank_lines;
   record["outputs"] = stats.outputs;
   return record;
 }
@@ -147,7 +148,8 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   writer.write_run(mt::tools::run_record(cli));
   writer.write(summary_record(stats, options, tokenizer->name()));
   if (stats.bad_lines > 0) {
-    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld malformed lines\n", static_cast<long long>(stats.bad_lines));
+    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld bad lines (malformed, or longer than --max-line-bytes)\n",
+                 static_cast<long long>(stats.bad_lines));
   }
   return 0;
 }
@@ -315,6 +317,7 @@ int run_train(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   record["text_bytes"] = read.text_bytes;
   record["replaced"] = read.replaced;
   record["bad_lines"] = read.bad_lines;
+  record["blank_lines"] = read.blank_lines;
   record["vocab_size"] = static_cast<int64_t>(vocabulary.tokens.size());
   record["merges"] = static_cast<int64_t>(vocabulary.merges.size());
   record["exhausted"] = vocabulary.exhausted;
