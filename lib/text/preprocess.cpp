@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -105,7 +104,6 @@ class LineReader {
   }
 
   int64_t input_bytes() const { return input_bytes_; }
-  const LineInputOptions& options() const { return options_; }
 
   // Everything left as one valid UTF-8 text (raw text mode); counts replacements in `stats`.
   std::string read_all_text(PreprocessStats& stats) {
