@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
