@@ -11,7 +11,6 @@
 // against HF's add_special_tokens=True (templates.jsonl). The tokenizer files and corpora are read
 // from ../shared/data beside the repository, or from $MT_SHARED_DIR/data.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -30,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "text/tokenizer.h"
 
 using mt::text::Tokenizer;
@@ -318,8 +318,8 @@ TEST(TokenizerGoldenFiles, ReferencesAgreeAndHashMatchesGenerator) {
 // template (include_special_tokens false) the ids are HF's add_special_tokens=False.
 TEST(Issue11Case09, TemplateProcessingMatchesHuggingFace) {
   ASSERT_TRUE(fs::is_regular_file(tokenizer_dir() / "gpt2-hf/tokenizer.json")) << tokenizer_dir();
-  const fs::path dir = fs::temp_directory_path() / ("mt_template_golden_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const mt::testing::TempDir temp("mt_template_golden");
+  const fs::path& dir = temp.path();
   auto gpt2 = nlohmann::json::parse(read_file(tokenizer_dir() / "gpt2-hf/tokenizer.json"));
   gpt2["post_processor"] = nlohmann::json::parse(read_file(kGoldenDir / "gpt2_bos_post_processor.json"));
   std::ofstream(dir / "gpt2_bos.json") << gpt2.dump();
@@ -350,7 +350,6 @@ TEST(Issue11Case09, TemplateProcessingMatchesHuggingFace) {
       EXPECT_EQ(mismatches, 0u) << golden;
     }
   }
-  fs::remove_all(dir);
   const auto templates_meta = nlohmann::json::parse(read_file(kGoldenDir / "templates_meta.json"));
   EXPECT_EQ(templates_meta.at("llama3_full_disagreements"), 0) << "the fixture's layout is not LLaMA-3's";
 }
