@@ -54,7 +54,14 @@ PathKind path_kind(const std::string& path) {
   return PathKind::other;
 }
 
-void check_input_file(const std::string& path, const std::string& flag) { ::close(open_input_fd(path, flag)); }
+// Without opening: opening a named pipe would wait for its writer, and closing it would end it.
+void check_input_file(const std::string& path, const std::string& flag) {
+  if (path.empty()) throw Error(flag.empty() ? "input" : flag, "an empty path names no file");
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) fail(path, flag, errno);
+  if (S_ISDIR(status.st_mode)) fail(path, flag, EISDIR);
+  if (::access(path.c_str(), R_OK) != 0) fail(path, flag, errno);
+}
 
 int open_input_fd(const std::string& path, const std::string& flag) {
   if (path.empty()) throw Error(flag.empty() ? "input" : flag, "an empty path names no file");

@@ -18,8 +18,9 @@ enum class PathKind { missing, file, directory, other };
 // parent directory).
 PathKind path_kind(const std::string& path);
 
-// Throws mt::Error unless `path` names something readable that is not a directory. `flag`, when
-// given, leads the message ("--input data: is a directory, expected a file").
+// Throws mt::Error unless `path` names something readable that is not a directory (checked
+// without opening it, so a named pipe is left for its reader). `flag`, when given, leads the
+// message ("--input data: is a directory, expected a file").
 void check_input_file(const std::string& path, const std::string& flag = "");
 
 // open(2) for reading (O_CLOEXEC) after the same checks; the caller closes the descriptor.
