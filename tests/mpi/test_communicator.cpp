@@ -402,6 +402,29 @@ TEST_P(CommunicatorTest, NonBlockingCompleteInAnyOrder) {
   }
 }
 
+TEST_P(CommunicatorTest, BlockingCallsWhileABucketIsInFlight) {
+  // The caller's blocking calls run while the progress thread (where there is one) drives the
+  // bucket: both threads inside MPI at once.
+  Communicator& c = comm();
+  const int n = c.size(), r = c.rank();
+  std::vector<float> bucket(1 << 18);
+  for (size_t i = 0; i < bucket.size(); ++i) bucket[i] = static_cast<float>(pattern(r, static_cast<int64_t>(i)));
+  auto request = c.all_reduce_async(bucket.data(), static_cast<int64_t>(bucket.size()), DType::f32, ReduceOp::sum);
+  for (int round = 0; round < 20; ++round) {
+    int64_t value = r + round;
+    c.all_reduce(&value, 1, DType::i64, ReduceOp::sum);
+    ASSERT_EQ(value, n * (n - 1) / 2 + n * round);
+    int32_t token = r;
+    c.broadcast(&token, 1, DType::i32, round % n);
+    ASSERT_EQ(token, round % n);
+  }
+  c.barrier();
+  request->wait();
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    ASSERT_EQ(bucket[i], reduce_pattern(ReduceOp::sum, n, static_cast<int64_t>(i))) << i;
+  }
+}
+
 TEST_P(CommunicatorTest, NonBlockingInPlaceShardsAndZeroCounts) {
   Communicator& c = comm();
   const int n = c.size(), r = c.rank();
