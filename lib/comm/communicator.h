@@ -8,11 +8,11 @@
 // root outside the group, a message to oneself, a negative tag) and MPI failures throw mt::Error
 // naming the operation. A communicator is used by one thread at a time.
 //
-// Progress: MPI moves a non-blocking operation's data only inside MPI calls. The MPI communicator
-// runs one background progress thread per process (MPI_THREAD_MULTIPLE) that polls MPI every
-// 100 us while any operation started by this library is in flight, and sleeps otherwise; a caller
-// may in addition call progress() between chunks of compute. comm/mpi_communicator.h has the
-// options and docs/DESIGN.md (or the README) the measured overlap.
+// Progress: MPI moves a non-blocking operation's data only inside MPI calls. The MPI
+// communicator runs one progress thread per process (MPI_THREAD_MULTIPLE) that polls MPI every
+// millisecond while an operation this library started is in flight and sleeps otherwise; callers
+// may also call progress() between chunks of compute. comm/progress_thread.h has the measured
+// effect (tests/bench/bench_comm_overlap.cpp).
 // Tested in tests/mpi/test_communicator.cpp (under mpirun) and
 // tests/unit/comm/test_single_communicator.cpp.
 #pragma once

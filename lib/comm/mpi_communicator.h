@@ -20,10 +20,11 @@ struct MpiCommunicatorOptions {
   // lower it to cross the boundary with small buffers.
   int64_t max_count_per_call = INT_MAX;
   // Run a ProgressThread polling every `progress_interval` while non-blocking operations are in
-  // flight. Used only when MPI provides MPI_THREAD_MULTIPLE (MpiRuntime::init asks for it);
-  // without it operations advance inside test(), wait() and progress() only.
+  // flight (1 ms: shorter intervals take more of the compute's core than they give back, see
+  // comm/progress_thread.h). Used only when MPI provides MPI_THREAD_MULTIPLE (MpiRuntime::init
+  // asks for it); without it operations advance inside test(), wait() and progress() only.
   bool progress_thread = true;
-  std::chrono::microseconds progress_interval{100};
+  std::chrono::microseconds progress_interval{1000};
 };
 
 // A communicator over a duplicate of `comm` (so its messages never match the caller's), with
