@@ -23,16 +23,11 @@ int rank_in_grid(const comm::Communicator& world, const RankGrid& grid) {
 ProcessGroups::ProcessGroups(comm::Communicator& world, const RankGrid& grid)
     : world_(world), grid_(grid), coordinates_(grid.coordinates(rank_in_grid(world, grid))) {
   for (GroupKind kind : kAllGroupKinds) {
-    // Color: the group's index among the groups of this kind; ranks in none of them share one
-    // more color and drop the group they get. Key: the position in the group.
-    const auto all = grid.groups(kind);
+    // Color: the group's first member (one per group); ranks in no group of this kind share the
+    // color world size and drop the group they get. Key: the position in the group.
     const auto members = grid.members(kind, world.rank());
     const auto position = std::find(members.begin(), members.end(), world.rank()) - members.begin();
-    int color = static_cast<int>(all.size());
-    for (size_t g = 0; g < all.size(); ++g) {
-      if (!members.empty() && all[g].front() == members.front()) color = static_cast<int>(g);
-    }
-    auto group = world.split(color, static_cast<int>(position));
+    auto group = world.split(members.empty() ? world.size() : members.front(), static_cast<int>(position));
     if (!members.empty()) groups_[index(kind)] = std::move(group);
   }
 }
