@@ -172,7 +172,7 @@ void check_batch_and_schedule(const ParallelConfig& c, const ModelDimensions& mo
   }
 }
 
-void check_experts(const ParallelConfig& c, const ModelDimensions& model) {
+void check_experts(const ParallelConfig& c, const ModelDimensions& model, std::vector<std::string>& warnings) {
   const int ep = c.expert_model_parallel_size, etp = c.expert_tensor_parallel();
   const int dense = c.tensor_model_parallel_size * c.context_parallel_size * c.data_parallel_size;
   if (dense % (ep * etp) != 0) {
@@ -183,6 +183,10 @@ void check_experts(const ParallelConfig& c, const ModelDimensions& model) {
   if (model.num_experts > 0) {
     require_divisible(flag("--num-experts", model.num_experts), model.num_experts, ep,
                       flag("--expert-model-parallel-size", ep));
+  }
+  if (ep > 1 && c.tensor_model_parallel_size > 1 && !c.sequence_parallel) {
+    warnings.push_back(flag("--expert-model-parallel-size", ep) + " with " + flag(kTp, c.tensor_model_parallel_size) +
+                       ": Megatron expects --sequence-parallel");
   }
 }
 
@@ -228,7 +232,7 @@ std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions&
   check_sequence(config, model, warnings);
   check_pipeline(config, model);
   check_batch_and_schedule(config, model, batch, warnings);
-  check_experts(config, model);
+  check_experts(config, model, warnings);
   check_data_parallel(config, warnings);
   return warnings;
 }

@@ -86,8 +86,8 @@ struct BatchDimensions {
 // micro-batch x DP x micro-batches; the interleaved schedule's p <= G <= m with m mod G = 0 or
 // >= p; sequence divisible by 2 x CP, and by TP on each CP rank with SP; the world divisible by
 // TP x CP x PP; EP x expert-TP dividing TP x CP x DP; the experts divisible by EP; the
-// distributed optimizer's overlap rules. Returns warnings (one line each) for settings it
-// corrected, for the caller to print.
+// distributed optimizer's overlap rules. Returns warnings (one line each), for the caller to
+// print, where Megatron warns: settings it corrected or that have no effect, EP with TP but no SP.
 std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions& model, const BatchDimensions& batch,
                                   int world_size);
 

@@ -52,6 +52,7 @@ TEST(ParallelConfig, DataParallelComesFromTheWorldAndExpertsFoldIntoIt) {
   Case s;
   s.parallel.expert_model_parallel_size = 4;
   s.parallel.expert_tensor_parallel_size = 1;
+  s.parallel.sequence_parallel = true;
   s.model.num_experts = 8;
   s.world = 16;
   EXPECT_TRUE(s.validate().empty());
@@ -255,6 +256,10 @@ TEST(ParallelConfig, ExpertsFoldIntoOnePipelineStagesRanks) {
   EXPECT_TRUE(names_all(s.error(), {"--expert-model-parallel-size 4", "expert tensor-parallel size 2", "TP x CP x DP = 4"}));
   s.parallel.expert_tensor_parallel_size = 1;
   EXPECT_EQ(s.error(), "accepted");
+  EXPECT_EQ(s.validate(), (std::vector<std::string>{"--expert-model-parallel-size 4 with --tensor-model-parallel-size 2: "
+                                                    "Megatron expects --sequence-parallel"}));
+  s.parallel.sequence_parallel = true;
+  EXPECT_TRUE(s.validate().empty());
   s.model.num_experts = 6;
   EXPECT_TRUE(names_all(s.error(), {"--num-experts 6", "--expert-model-parallel-size 4"}));
   s.model.num_experts = 0;
