@@ -67,7 +67,9 @@ TEST(MemoryModel, ActivationsMatchWhatTheTransformerAllocatesOnTinyModels) {
 TEST(MemoryModel, GptTwoAtMicroBatchEightAndSequence256) {
   auto c = preset("gpt2-124m");
   c.seq_length = 256;
-  for (const RecomputeConfig& mode : {kModes[0], kModes[1], kModes[2]}) {
+  // No recompute and full recompute (selective is checked on the tiny models): a 1.8 GB and a
+  // 0.7 GB allocation.
+  for (const RecomputeConfig& mode : {kModes[0], kModes[2]}) {
     const RankMemory predicted = predict_rank_memory(c, single_rank(mt::Precision::fp32, mode, 8), 0);
     EXPECT_EQ(predicted.activations(), measured_activations(c, mt::Precision::fp32, mode, 8))
         << static_cast<int>(mode.granularity);
