@@ -215,7 +215,10 @@ void TrainingShape::validate(const ModelConfig& m) const {
     throw UsageError("--sequence-parallel", "needs the sequence per CP rank divisible by TP " + std::to_string(t));
   }
   if (ep > 1 || split.expert_tensor_parallel > 0) {
-    if (m.num_experts == 0) throw UsageError("--expert-model-parallel-size " + std::to_string(ep), "needs --num-experts");
+    if (m.num_experts == 0) {
+      throw UsageError(ep > 1 ? "--expert-model-parallel-size " + std::to_string(ep) : "--expert-tensor-parallel-size",
+                       "needs --num-experts");
+    }
     if (m.num_experts % ep != 0) {
       throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
                        "must divide --num-experts " + std::to_string(m.num_experts));
