@@ -161,6 +161,10 @@ std::vector<FlatRange> ParamLayout::data_parallel_shard(int dp_rank, int dp_size
   return shard;
 }
 
+BucketOptions bucket_options(const parallel::ParallelConfig& parallel) {
+  return BucketOptions{parallel.bucket_size_elements(), parallel.use_distributed_optimizer};
+}
+
 void check_tensor_parallel_split(const ModelConfig& model, int tp) {
   if (tp <= 1) return;
   auto require = [&](int64_t count, const std::string& what) {
@@ -182,6 +186,7 @@ ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfi
                          const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
                          const BucketOptions& options) {
   model.validate();
+  model.check_trainable();
   check_tensor_parallel_split(model, parallel.tensor_model_parallel_size);
   if (chunks.empty()) throw Error("layout", "a rank holds at least one model chunk");
   ParamLayout layout;

@@ -103,6 +103,9 @@ struct BucketOptions {
   int64_t bucket_elements = 0;        // 0: one bucket per chunk
   bool distributed_optimizer = false; // pad bucket ends to lcm(DP, 128) elements
 };
+// Megatron's choice for a parallel config: --ddp-bucket-size (default max(40M, 1M x DP)) only
+// with --overlap-grad-reduce, else one bucket; padding with --use-distributed-optimizer.
+BucketOptions bucket_options(const parallel::ParallelConfig& parallel);
 
 struct ParamLayout {
   std::vector<ParamEntry> entries;

@@ -25,6 +25,8 @@ TEST(Layout, CoversEveryParameterOnce) {
     EXPECT_LE(end, layout.total_elements);
     EXPECT_EQ(layout.total_elements % 16, 0);
   }
+  // A dense layout of a MoE model would be silently wrong: refused by name.
+  EXPECT_THROW(build_layout(preset("mixtral-8x7b")), mt::UsageError);
 }
 
 TEST(Layout, FusedGroupsAreContiguousAndGroupsAligned) {
@@ -354,6 +356,15 @@ TEST(LayoutV2, BucketsFormBackwardAtGroupBoundariesAndPadForTheDistributedOptimi
     EXPECT_EQ(next, bucket.padded_end);
   }
   EXPECT_THROW(bucketed.bucket_shard(0, 0, 7), mt::Error);  // not padded for 7 ranks
+
+  // The options come from Megatron's flags: buckets only with --overlap-grad-reduce.
+  auto flags = parallel_config(1, 1, 3);
+  flags.ddp_bucket_size = 20000;
+  flags.use_distributed_optimizer = true;
+  EXPECT_EQ(bucket_options(flags).bucket_elements, 0);
+  flags.overlap_grad_reduce = true;
+  EXPECT_EQ(bucket_options(flags).bucket_elements, 20000);
+  EXPECT_TRUE(bucket_options(flags).distributed_optimizer);
 }
 
 TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {
