@@ -1,6 +1,9 @@
 // Model configuration, presets and parameter counts (see config.h).
 #include "model/config.h"
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 
 namespace mt::model {
@@ -21,6 +24,9 @@ void ModelConfig::validate() const {
   positive(seq_length, "--seq-length");
   positive(vocab_size, "--vocab-size");
   positive(make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
+  if (vocab_size > (int64_t{1} << 31)) {
+    throw UsageError("--vocab-size " + std::to_string(vocab_size), "must be at most 2147483648 (token ids are int32)");
+  }
   if (kv_channels <= 0 && hidden_size % num_attention_heads != 0) {
     throw UsageError("--hidden-size " + std::to_string(hidden_size),
                      "not divisible by --num-attention-heads " + std::to_string(num_attention_heads) +
@@ -37,13 +43,15 @@ void ModelConfig::validate() const {
     throw UsageError("--seq-length " + std::to_string(seq_length),
                      "exceeds --max-position-embeddings " + std::to_string(max_position_embeddings));
   }
-  if (hidden_dropout < 0 || hidden_dropout >= 1) throw UsageError("--hidden-dropout", "must be in [0, 1)");
+  if (!(hidden_dropout >= 0 && hidden_dropout < 1)) throw UsageError("--hidden-dropout", "must be in [0, 1)");
   if (attention_dropout != 0.0f) {
     throw UsageError("--attention-dropout " + std::to_string(attention_dropout),
                      "not supported: mt's fused attention kernel has no dropout (use 0)");
   }
-  if (norm_epsilon <= 0) throw UsageError("--norm-epsilon", "must be positive");
-  if (init_method_std <= 0) throw UsageError("--init-method-std", "must be positive");
+  // Written as !(x > 0) so that NaN fails too.
+  if (!(norm_epsilon > 0) || std::isinf(norm_epsilon)) throw UsageError("--norm-epsilon", "must be positive");
+  if (!(init_method_std > 0) || std::isinf(init_method_std)) throw UsageError("--init-method-std", "must be positive");
+  if (!(rotary_base > 0) || std::isinf(rotary_base)) throw UsageError("--rotary-base", "must be positive");
 }
 
 namespace {

@@ -50,6 +50,7 @@ struct TrainConfig {
   bool calculate_per_token_loss = false;
   bool check_for_nan_in_loss_and_grad = false;
   int log_interval = 100;
+  bool log_throughput = false;  // Megatron's "throughput per GPU (TFLOP/s/GPU)" in the log line
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   uint64_t seed = 1234;
@@ -94,6 +95,10 @@ struct MemoryPlan {
   int64_t total() const { return weights + grads + optimizer + activations; }
 };
 MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train);
+
+// Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
+// the flag); the Trainer calls it.
+void validate_train_config(const TrainConfig& config);
 
 class Trainer {
  public:

@@ -99,7 +99,8 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
 @test "batch flags: global batch, train-samples, micro-batch" {
   train_tiny --global-batch-size 8 --micro-batch-size 2 --train-iters 2
   [[ "$(steps .consumed_samples)" == "[8,16]" ]] || fail "$(steps .consumed_samples)"
-  train_tiny --train-samples 12 --train-iters 0
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-samples 12 --eval-iters 0 --peak-tflops 1 >"$TMP/out.jsonl" 2>"$TMP/err.log"
   run_split train_tiny --train-samples 12
   [[ $status -eq 2 && "$(cat "$TMP/err.log")" == *"--train-iters/--train-samples"* ]] || fail "both given must be refused: $status"
   train_tiny --micro-batch-size 4 --train-iters 1; a="$(steps .lm_loss)"

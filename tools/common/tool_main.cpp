@@ -70,9 +70,9 @@ ToolCli::ToolCli(std::string name, std::string description) : name_(name), app_(
 
 void ToolCli::add_output_format(CLI::App& command, OutputFormat default_format) {
   format_name_ = format_name(default_format);
-  command.add_option("--format", format_name_, "Output format of the records on stdout")
-      ->check(CLI::IsMember({"table", "json", "jsonl", "csv"}))
-      ->capture_default_str();
+  static const FlagSpec format =
+      text_flag("--format", "Output format of the records on stdout", {"table", "json", "jsonl", "csv"});
+  add_flag(command, format, format_name_)->capture_default_str();
   command.add_flag("--json", json_, "Shorthand for --format json");
 }
 
@@ -127,6 +127,8 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
     } catch (const CLI::CallForVersion&) {
       std::fputs((version_text(name) + "\n").c_str(), stdout);
       return 0;
+    } catch (const CLI::ValidationError& e) {
+      return report_error(name, e.what(), 2);  // flags.h wrote it: "--workers: must be at least 1 (got 0)"
     } catch (const CLI::ParseError& e) {
       std::string message = e.what();
       for (char& c : message) if (c == '\n') c = ' ';

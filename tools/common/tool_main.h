@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/common/flags.h"
 #include "tools/common/records.h"
 
 namespace mt::tools {

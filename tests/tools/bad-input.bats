@@ -1,0 +1,102 @@
+#!/usr/bin/env bats
+# Bad input, lost work and signals (the table in tests/BAD_INPUTS.md): each test is one case of
+# issue 11 that a tool answers, checking its exit code and one-line message, and that nothing is
+# lost or left behind.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
+  TINY=(--model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
+        --eval-iters 0 --peak-tflops 1)
+  GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SHARED/data/tokenizers/gpt2/encoder.json"
+        --merge-file "$SHARED/data/tokenizers/gpt2/vocab.bpe")
+}
+
+teardown() { rm -rf "$TMP"; }
+
+# A usage error of mt-train on the tiny model: exit 2, nothing on stdout, exactly the line
+# "mt-train: error: $1".
+refused() {
+  local expected="$1"
+  shift
+  run_split mt-train "${TINY[@]}" --train-iters 1 "$@"
+  [[ $status -eq 2 && -z "$out" ]] || fail "'$*' exited $status: $out $err"
+  [[ "$err" == "mt-train: error: $expected" ]] || fail "'$*': $err"
+}
+
+@test "issue11 case 6: nan, inf and meaningless real values are refused with their range" {
+  refused "--lr: must be a finite number, at least 0 (got nan)" --lr nan
+  refused "--lr: must be a finite number, at least 0 (got inf)" --lr inf
+  refused "--weight-decay: must be a finite number, at least 0 (got nan)" --weight-decay nan
+  refused "--init-method-std: must be a finite number, positive (got nan)" --init-method-std nan
+  refused "--rotary-base: must be positive (got -1)" --rotary-base -1
+  refused "--initial-loss-scale: must be a finite number, positive (got nan)" --initial-loss-scale nan --fp16
+  refused "--lr-warmup-fraction: must be a finite number, in [0, 1] (got nan)" --lr-warmup-fraction nan
+  refused "--min-lr: must be at least 0 (got -0.1)" --min-lr -0.1
+  refused "--adam-beta1: must be in [0, 1) (got 1)" --adam-beta1 1
+  refused "--adam-eps: must be positive (got 0)" --adam-eps 0
+  refused "--clip-grad: must be a finite number, at least 0 (got inf)" --clip-grad inf
+  refused "--norm-epsilon: must be positive (got 0)" --norm-epsilon 0
+  refused "--hidden-dropout: must be in [0, 1) (got -0.5)" --hidden-dropout -0.5
+  refused "--loss-scale: must be positive (got 0)" --loss-scale 0 --fp16
+  refused "--min-loss-scale: must be a finite number, positive (got nan)" --min-loss-scale nan --fp16
+}
+
+@test "issue11 case 7: zero sizes, a peak of 0 or -1 and seeds outside [0, 2^32) are refused" {
+  refused "--global-batch-size: must be at least 1 (got 0)" --global-batch-size 0
+  refused "--num-query-groups: must be at least 1 (got 0)" --num-query-groups 0 --group-query-attention
+  refused "--ffn-hidden-size: must be at least 1 (got 0)" --ffn-hidden-size 0
+  refused "--peak-tflops: must be positive (got 0)" --peak-tflops 0
+  refused "--peak-tflops: must be positive (got -1)" --peak-tflops -1
+  refused "--seed: must be in [0, 4294967295] (got -1)" --seed -1
+  refused "--seed: must be in [0, 4294967295] (got 4294967296)" --seed 4294967296
+}
+
+@test "issue11 case 13: range errors are one short line that says the range, in every tool" {
+  run_split mt-tokenize --workers 0 --input x --output-prefix y "${GPT2[@]}"
+  [[ $status -eq 2 && "$err" == "mt-tokenize: error: --workers: must be at least 1 (got 0)" ]] || fail "$status $err"
+  run_split mt-tokenize encode --workers abc "${GPT2[@]}"
+  [[ $status -eq 2 && "$err" == "mt-tokenize: error: --workers: must be an integer, at least 1 (got abc)" ]] || fail "$err"
+  run_split mt-tokenize --output-format parquet --input x --output-prefix y "${GPT2[@]}"
+  [[ $status -eq 2 && "$err" == "mt-tokenize: error: --output-format: must be one of hdf5, megatron, both (got parquet)" ]] \
+    || fail "$err"
+  run_split mt-shard build --data-path x --seq-length 0 --train-samples 1
+  [[ $status -eq 2 && "$err" == "mt-shard: error: --seq-length: must be at least 1 (got 0)" ]] || fail "$err"
+  run_split mt-shard inspect x.h5 --data-parallel-size 0
+  [[ $status -eq 2 && "$err" == "mt-shard: error: --data-parallel-size: must be at least 1 (got 0)" ]] || fail "$err"
+  run_split mt-shard inspect x.h5 --format xml
+  [[ $status -eq 2 && "$err" == "mt-shard: error: --format: must be one of table, json, jsonl, csv (got xml)" ]] || fail "$err"
+  refused "--num-layers: must be at least 1 (got 0)" --num-layers 0
+  refused "--micro-batch-size: must be an integer, at least 1 (got 1.5)" --micro-batch-size 1.5
+}
+
+@test "issue11 case 14: --train-iters 0 or -5 and --train-samples 0 must be positive" {
+  refused "--train-iters: must be positive (got 0)" --train-iters 0
+  refused "--train-iters: must be positive (got -5)" --train-iters -5
+  refused "--train-samples: must be positive (got 0)" --train-samples 0
+  run_split mt-shard build --data-path x --seq-length 8 --train-iters 0
+  [[ $status -eq 2 && "$err" == "mt-shard: error: --train-iters: must be positive (got 0)" ]] || fail "$err"
+}
+
+@test "issue11 case 18: Megatron's harmless defaults are accepted; other values are refused as not supported yet" {
+  run_split mt-train "${TINY[@]}" --train-iters 2 --log-interval 1 --tensor-model-parallel-size 1 \
+    --pipeline-model-parallel-size 1 --context-parallel-size 1 --expert-model-parallel-size 1 \
+    --expert-tensor-parallel-size 1 --dataset-impl mmap --dataloader-type single --optimizer adam \
+    --transformer-impl local --use-mcore-models --use-flash-attn --attention-softmax-in-fp32 \
+    --accumulate-allreduce-grads-in-fp32 --exit-signal-handler --check-for-nan-in-loss-and-grad --log-throughput
+  [[ $status -eq 0 ]] || fail "$err"
+  [[ "$err" == *"elapsed time per iteration (ms): "*" | throughput per GPU (TFLOP/s/GPU): "*" | learning rate:"* ]] \
+    || fail "--log-throughput ignored: $err"
+  refused "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)" --tensor-model-parallel-size 2
+  refused "--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1)" --pipeline-model-parallel-size 2
+  refused "--sequence-parallel: not supported yet (mt-train runs without it)" --sequence-parallel
+  refused "--use-distributed-optimizer: not supported yet (mt-train runs the plain optimizer)" --use-distributed-optimizer
+  refused "--overlap-grad-reduce: not supported yet (mt-train runs without data-parallel overlap)" --overlap-grad-reduce
+  refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy
+  refused "--transformer-impl: transformer_engine is not supported yet (mt implements local)" \
+    --transformer-impl transformer_engine
+  refused "--fp8-format: Megatron flag not supported yet" --fp8-format hybrid
+  refused "--distributed-backend: Megatron flag not supported yet" --distributed-backend nccl
+}
