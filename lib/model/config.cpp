@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace mt::model {
 
@@ -141,6 +142,59 @@ int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
   if (c.position_embedding == PositionEmbedding::learned_absolute) total += static_cast<int64_t>(c.max_position_embeddings) * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
   return total;
+}
+
+namespace {
+
+const std::pair<Normalization, const char*> kNormalizations[] = {{Normalization::layernorm, "LayerNorm"},
+                                                                 {Normalization::rmsnorm, "RMSNorm"}};
+const std::pair<PositionEmbedding, const char*> kPositionEmbeddings[] = {
+    {PositionEmbedding::learned_absolute, "learned_absolute"}, {PositionEmbedding::rope, "rope"}};
+
+// Every field once, with Megatron's argument name (core/json_fields.h).
+template <typename Visit, typename Config>
+void visit_fields(Visit& visit, Config& c) {
+  visit("name", c.name);
+  visit("num_layers", c.num_layers);
+  visit("hidden_size", c.hidden_size);
+  visit("ffn_hidden_size", c.ffn_hidden_size);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("num_query_groups", c.num_query_groups);
+  visit("kv_channels", c.kv_channels);
+  visit("seq_length", c.seq_length);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("vocab_size", c.vocab_size);
+  visit("make_vocab_size_divisible_by", c.make_vocab_size_divisible_by);
+  visit("swiglu", c.swiglu);
+  visit("normalization", c.normalization, kNormalizations);
+  visit("norm_epsilon", c.norm_epsilon);
+  visit("position_embedding_type", c.position_embedding, kPositionEmbeddings);
+  visit("rotary_base", c.rotary_base);
+  visit("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights);
+  visit("add_bias_linear", c.add_bias_linear);
+  visit("init_method_std", c.init_method_std);
+  visit("hidden_dropout", c.hidden_dropout);
+  visit("attention_dropout", c.attention_dropout);
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const ModelConfig& c) {
+  ModelConfig resolved = c;  // head dimension and query groups as Megatron's arguments hold them
+  if (c.num_attention_heads > 0) resolved.kv_channels = c.head_dim();
+  resolved.num_query_groups = c.query_groups();
+  JsonWriter writer;
+  visit_fields(writer, resolved);
+  return writer.json();
+}
+
+ModelConfig config_from_json(const nlohmann::json& json) {
+  ModelConfig c;
+  JsonFields fields(json, "model config");
+  visit_fields(fields, c);
+  fields.finish();
+  c.validate();
+  return c;
 }
 
 }  // namespace mt::model

@@ -1,11 +1,13 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2 or LLaMA family), the
-// named presets of ../shared/notes/model-configs.md, validation, and parameter counts.
-// Tested in tests/unit/model/test_config.cpp.
+// named presets of ../shared/notes/model-configs.md, validation, parameter counts, and JSON (the
+// run record and checkpoints carry it). Tested in tests/unit/model/test_config.cpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace mt::model {
 
@@ -50,5 +52,11 @@ ModelConfig preset(const std::string& name);
 
 // Parameters of the whole model, counted on the real (unpadded) vocabulary unless padded.
 int64_t parameter_count(const ModelConfig& config, bool padded_vocabulary = false);
+
+// The config as JSON with Megatron's argument names (kv_channels and num_query_groups resolved),
+// and back: unknown keys, wrong types and invalid values are mt::UsageError naming the key;
+// missing keys keep ModelConfig's defaults. config_from_json(to_json(c)) equals c resolved.
+nlohmann::ordered_json to_json(const ModelConfig& config);
+ModelConfig config_from_json(const nlohmann::json& json);
 
 }  // namespace mt::model

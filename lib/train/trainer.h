@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "data/sample_source.h"
@@ -59,6 +61,11 @@ struct TrainConfig {
   perf::FlopsConvention flops_convention = perf::FlopsConvention::full_attention;
 };
 
+// TrainConfig as JSON with Megatron's argument names, and back (strict: unknown keys, wrong types
+// and unknown names are mt::UsageError naming the key). Implemented in train_config.cpp.
+nlohmann::ordered_json to_json(const TrainConfig& config);
+TrainConfig train_config_from_json(const nlohmann::json& json);
+
 struct StepStats {
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
@@ -97,7 +104,7 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train);
 
 // Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
-// the flag); the Trainer calls it.
+// the flag); the Trainer and train_config_from_json call it.
 void validate_train_config(const TrainConfig& config);
 
 class Trainer {

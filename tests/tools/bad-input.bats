@@ -44,7 +44,7 @@ refused() {
   refused "--min-loss-scale: must be a finite number, positive (got nan)" --min-loss-scale nan --fp16
 }
 
-@test "issue11 case 7: zero sizes, a peak of 0 or -1 and seeds outside [0, 2^32) are refused" {
+@test "issue11 case 7: zero sizes, a peak of 0 or -1 and seeds outside [0, 2^32) are refused; the seed is in the run record" {
   refused "--global-batch-size: must be at least 1 (got 0)" --global-batch-size 0
   refused "--num-query-groups: must be at least 1 (got 0)" --num-query-groups 0 --group-query-attention
   refused "--ffn-hidden-size: must be at least 1 (got 0)" --ffn-hidden-size 0
@@ -52,6 +52,10 @@ refused() {
   refused "--peak-tflops: must be positive (got -1)" --peak-tflops -1
   refused "--seed: must be in [0, 4294967295] (got -1)" --seed -1
   refused "--seed: must be in [0, 4294967295] (got 4294967296)" --seed 4294967296
+  run_split mt-train "${TINY[@]}" --train-iters 1 --seed 4294967295
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" | jq -e -s '.[0].record == "run" and .[0].seed == 4294967295 and .[0].train.seed == 4294967295' \
+    >/dev/null || fail "$(printf '%s' "$out" | head -n 1)"
 }
 
 @test "issue11 case 13: range errors are one short line that says the range, in every tool" {

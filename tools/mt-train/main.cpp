@@ -40,28 +40,12 @@ struct TrainOptions {
   std::string save_init, save_final;
 };
 
-Record model_json(const mt::model::ModelConfig& c) {
-  return Record{{"name", c.name},
-                {"num_layers", c.num_layers},
-                {"hidden_size", c.hidden_size},
-                {"ffn_hidden_size", c.ffn_hidden_size},
-                {"num_attention_heads", c.num_attention_heads},
-                {"num_query_groups", c.query_groups()},
-                {"kv_channels", c.head_dim()},
-                {"seq_length", c.seq_length},
-                {"max_position_embeddings", c.max_position_embeddings},
-                {"vocab_size", c.vocab_size},
-                {"padded_vocab_size", c.padded_vocab_size()},
-                {"swiglu", c.swiglu},
-                {"normalization", c.normalization == mt::model::Normalization::layernorm ? "LayerNorm" : "RMSNorm"},
-                {"norm_epsilon", c.norm_epsilon},
-                {"position_embedding_type",
-                 c.position_embedding == mt::model::PositionEmbedding::rope ? "rope" : "learned_absolute"},
-                {"rotary_base", c.rotary_base},
-                {"untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights},
-                {"add_bias_linear", c.add_bias_linear},
-                {"init_method_std", c.init_method_std},
-                {"parameters", mt::model::parameter_count(c)}};
+// The run record's model: the config's JSON plus what follows from it.
+Record model_record(const mt::model::ModelConfig& c) {
+  Record record = mt::model::to_json(c);
+  record["padded_vocab_size"] = c.padded_vocab_size();
+  record["parameters"] = mt::model::parameter_count(c);
+  return record;
 }
 
 // Token datasets through a sample index: found in the cache directory under the md5 of its
@@ -140,7 +124,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                          "mt-train runs on one rank until data/tensor/pipeline parallelism land");
   }
   mt::tools::check_parallel_support(o.parallel);
-  mt::tools::parallel_config(o.parallel, mt::comm::MpiRuntime::size());  // a layout that divides the world
+  const mt::parallel::ParallelConfig parallel = mt::tools::parallel_config(o.parallel, mt::comm::MpiRuntime::size());
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
   const bool token_data = o.paths.any();
@@ -180,7 +164,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const bool rank0 = true;
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
   Record run = mt::tools::run_record(cli);
-  run["model"] = model_json(model);
+  run["model"] = model_record(model);
+  run["parallel"] = mt::parallel::to_json(parallel);
+  run["train"] = mt::train::to_json(config);
+  run["seed"] = config.seed;
   run["precision"] = mt::precision_name(config.precision);
   run["data"] = data->describe();
   run["flops_convention"] = mt::perf::convention_name(config.flops_convention);
@@ -192,7 +179,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
                 std::to_string(trainer.total_iterations()) + " iterations");
 
-  nlohmann::json config_json = model_json(model);
+  const nlohmann::ordered_json config_json{
+      {"model", mt::model::to_json(model)}, {"parallel", mt::parallel::to_json(parallel)}, {"train", mt::train::to_json(config)}};
   auto save = [&](const std::string& path) {
     mt::io::CheckpointInfo info;
     info.iteration = trainer.iteration();
