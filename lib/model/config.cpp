@@ -130,18 +130,27 @@ ModelConfig preset(const std::string& name) {
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
 }
 
-int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
-  const int64_t vocab = padded_vocabulary ? c.padded_vocab_size() : c.vocab_size;
-  const int64_t hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
-  const int64_t q = static_cast<int64_t>(c.num_attention_heads) * d, kv = static_cast<int64_t>(c.query_groups()) * d;
-  const int64_t bias = c.add_bias_linear ? 1 : 0;
-  const int64_t norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
-  int64_t layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
-  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;     // MLP
-  int64_t total = c.num_layers * layer + norm + vocab * hidden;
-  if (c.position_embedding == PositionEmbedding::learned_absolute) total += static_cast<int64_t>(c.max_position_embeddings) * hidden;
+long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
+  using Wide = long double;
+  const Wide multiple = c.make_vocab_size_divisible_by > 0 ? c.make_vocab_size_divisible_by : 1;
+  const Wide vocab = padded_vocabulary ? std::ceil(static_cast<Wide>(c.vocab_size) / multiple) * multiple
+                                       : static_cast<Wide>(c.vocab_size);
+  const Wide hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
+  const Wide q = c.num_attention_heads * d, kv = c.query_groups() * d;
+  const Wide bias = c.add_bias_linear ? 1 : 0;
+  const Wide norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
+  Wide layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
+  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;  // MLP
+  Wide total = c.num_layers * layer + norm + vocab * hidden;
+  if (c.position_embedding == PositionEmbedding::learned_absolute) total += c.max_position_embeddings * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
   return total;
+}
+
+int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
+  const long double total = parameter_count_wide(c, padded_vocabulary);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return total < static_cast<long double>(kMax) ? static_cast<int64_t>(total) : kMax;
 }
 
 namespace {

@@ -50,8 +50,11 @@ const std::vector<std::string>& preset_names();
 // The preset's config; throws mt::UsageError for an unknown name.
 ModelConfig preset(const std::string& name);
 
-// Parameters of the whole model, counted on the real (unpadded) vocabulary unless padded.
+// Parameters of the whole model, counted on the real (unpadded) vocabulary unless padded;
+// saturated at INT64_MAX (mt-train refuses such a model before anything uses the count).
 int64_t parameter_count(const ModelConfig& config, bool padded_vocabulary = false);
+// The same in long double: exact below 2^64, and no overflow for any counts (the memory check).
+long double parameter_count_wide(const ModelConfig& config, bool padded_vocabulary = false);
 
 // The config as JSON with Megatron's argument names (kv_channels and num_query_groups resolved),
 // and back: unknown keys, wrong types and invalid values are mt::UsageError naming the key;

@@ -13,29 +13,9 @@
 #include "core/error.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
+#include "perf/memory.h"
 
 namespace mt::train {
-namespace {
-
-int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t value = 0;
-  std::string unit;
-  while (meminfo >> key >> value >> unit) {
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return -1;
-}
-
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
-}  // namespace
-
 void validate_train_config(const TrainConfig& c) {
   if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
   if (c.global_batch_size < 0) throw UsageError("--global-batch-size", "must be at least 1");
@@ -82,18 +62,6 @@ void validate_train_config(const TrainConfig& c) {
   if (c.seed > 4294967295ULL) throw UsageError("--seed", "must be in [0, 4294967295]");
 }
 
-MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train) {
-  const model::ParamLayout layout = model::build_layout(model);
-  const int64_t elements = layout.total_elements;
-  MemoryPlan plan;
-  plan.weights = elements * 4 + model::Transformer::gemm_weight_copy_bytes(train.precision, elements);
-  plan.grads = elements * 4;
-  plan.optimizer = elements * 8;
-  plan.activations = model::Transformer::planned_activation_bytes(model, train.precision, train.recompute,
-                                                                  train.micro_batch_size, model.num_layers);
-  return plan;
-}
-
 Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data)
     : model_config_(model), config_(train), data_(data) {
   model_config_.validate();
@@ -103,14 +71,14 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
   }
   if (config_.global_batch_size <= 0) config_.global_batch_size = config_.micro_batch_size;
-  const MemoryPlan plan = plan_memory(model_config_, config_);
-  const int64_t available = available_memory_bytes();
-  if (available > 0 && plan.total() > available) {
-    throw Error("model " + model_config_.name,
-                "needs " + gib(plan.total()) + " (weights " + gib(plan.weights) + ", grads " + gib(plan.grads) +
-                    ", optimizer " + gib(plan.optimizer) + ", activations " + gib(plan.activations) + ") but only " +
-                    gib(available) + " is available; use a smaller model, micro-batch or recompute");
-  }
+  // A recompute chunk (or block) longer than the model is the whole model, as in Megatron.
+  config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
+  perf::MemoryOptions memory;
+  memory.precision = config_.precision;
+  memory.recompute = config_.recompute;
+  memory.micro_batch_size = config_.micro_batch_size;
+  memory.staged_samples = config_.global_batch_size;
+  perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
   layout_ = model::build_layout(model_config_);
   params_.allocate(layout_.total_elements);

@@ -96,21 +96,15 @@ struct TrainObservers {
   std::function<void(const std::string&)> on_log_line;  // Megatron's human log line
 };
 
-// Bytes a configuration needs (weights incl. the GEMM copy, grads, optimizer, activations).
-struct MemoryPlan {
-  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
-  int64_t total() const { return weights + grads + optimizer + activations; }
-};
-MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train);
-
 // Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
 // the flag); the Trainer and train_config_from_json call it.
 void validate_train_config(const TrainConfig& config);
 
 class Trainer {
  public:
-  // Validates the configs, refuses a plan larger than the memory available, allocates
-  // everything and initialises the parameters from the seed.
+  // Validates the configs, refuses a plan larger than the memory available
+  // (perf::check_training_memory, before anything large exists), allocates everything and
+  // initialises the parameters from the seed.
   Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data);
   ~Trainer();
 

@@ -26,6 +26,18 @@ refused() {
   [[ "$err" == "mt-train: error: $expected" ]] || fail "'$*': $err"
 }
 
+@test "issue11 case 2: a model far too big is refused before anything large exists" {
+  # 1.5 GB of address space holds the tool and its libraries, nothing large.
+  run_split bash -c "ulimit -v 1500000 && exec mt-train ${TINY[*]} --train-iters 1 --hidden-size 65536 --num-attention-heads 1 --num-layers 2147483647"
+  [[ $status -eq 1 && -z "$out" && "$(line_count "$err")" -eq 1 ]] || fail "$status $err"
+  [[ "$err" == "mt-train: error: model tiny-gpt: needs more than 1 EiB ("*"): counts that large overflow 64-bit arithmetic; use a smaller model" ]] \
+    || fail "$err"
+  run_split bash -c "ulimit -v 1500000 && exec mt-train ${TINY[*]} --train-iters 1 --num-layers 1000000"
+  [[ $status -eq 1 && -z "$out" && "$(line_count "$err")" -eq 1 ]] || fail "$status $err"
+  [[ "$err" == "mt-train: error: model tiny-gpt: needs at least "*" GiB (weights "*") but only "*" is available; use a smaller model, micro-batch or recompute" ]] \
+    || fail "$err"
+}
+
 @test "issue11 case 6: nan, inf and meaningless real values are refused with their range" {
   refused "--lr: must be a finite number, at least 0 (got nan)" --lr nan
   refused "--lr: must be a finite number, at least 0 (got inf)" --lr inf

@@ -1,6 +1,8 @@
 // Model presets, validation, parameter counts, FLOPs per token and JSON round trips.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/error.h"
 #include "model/config.h"
 
@@ -86,4 +88,16 @@ TEST(ModelConfig, JsonRefusesUnknownKeysWrongTypesAndInvalidModels) {
   json = to_json(preset("tiny-gpt"));
   json["init_method_std"] = -1;
   EXPECT_THROW(config_from_json(json), mt::UsageError);
+}
+
+TEST(ModelConfig, ParameterCountsNeverOverflow) {
+  ModelConfig c = preset("tiny-gpt");
+  c.hidden_size = 65536;
+  c.num_attention_heads = 1;
+  c.num_query_groups = 1;
+  c.num_layers = 2147483647;
+  const long double wide = parameter_count_wide(c, true);
+  EXPECT_GT(wide, 1e19L);
+  EXPECT_EQ(parameter_count(c), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(static_cast<int64_t>(parameter_count_wide(preset("llama3-70b"))), parameter_count(preset("llama3-70b")));
 }

@@ -138,9 +138,6 @@ TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
     EXPECT_NE(what.find("needs"), std::string::npos) << what;
     EXPECT_NE(what.find("available"), std::string::npos) << what;
   }
-  const auto plan = train::plan_memory(c, t);
-  EXPECT_EQ(plan.optimizer, 2 * plan.grads);
-  EXPECT_EQ(plan.weights, 70553706496LL * 4);  // fp32 master weights; 128256 is already a multiple of 128
 }
 
 TEST(Trainer, ValidatesBatchAndScheduleFlags) {
