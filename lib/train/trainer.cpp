@@ -225,11 +225,17 @@ StepStats Trainer::train_step() {
   const double unscale = 1.0 / scaler_.scale();
   stats.grad_norm = optimizer_->grad_norm(grads, unscale);
   const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
+  // fp16 overflow is the loss scaler's to handle (the step is skipped, the scale lowered); any
+  // other NaN/Inf stops the run, as Megatron's default, unless the check is off (then counted).
   if (nonfinite && config_.precision != Precision::fp16) {
-    ++nan_iters_;
     if (config_.check_for_nan_in_loss_and_grad) {
-      throw Error("iteration " + std::to_string(iteration_), "NaN or Inf in the loss or the gradients");
+      const auto name = [](double x) { return std::string(std::isnan(x) ? "NaN" : "Inf"); };
+      throw Error("iteration " + std::to_string(iteration_),
+                  (std::isfinite(stats.lm_loss) ? "a gradient is " + name(stats.grad_norm)
+                                                : "the loss is " + name(stats.lm_loss)) +
+                      " (--no-check-for-nan-in-loss-and-grad skips and counts such steps)");
     }
+    ++nan_iters_;
   }
   if (nonfinite) {
     ++skipped_iters_;

@@ -2,7 +2,8 @@
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
-// fp16 loss scaling with skipped steps, NaN checks, periodic evaluation walking the validation
+// fp16 loss scaling with skipped steps, NaN checks (fatal by default, as Megatron's), periodic
+// evaluation walking the validation
 // split as Megatron's consumed_valid_samples does. It reports through
 // callbacks (lib never prints): step, eval and log-line observers the tool turns into records.
 // Tested in tests/unit/train/test_trainer.cpp and end to end by tests/tools/mt-train.bats.
@@ -50,7 +51,9 @@ struct TrainConfig {
   int loss_scale_window = 1000;
   int hysteresis = 2;
   bool calculate_per_token_loss = false;
-  bool check_for_nan_in_loss_and_grad = false;
+  // Megatron's default: a NaN/Inf loss or grad outside fp16 loss scaling stops the run (mt::Error
+  // naming the iteration); false skips and counts such steps (nan_iters).
+  bool check_for_nan_in_loss_and_grad = true;
   int log_interval = 100;
   bool log_throughput = false;  // Megatron's "throughput per GPU (TFLOP/s/GPU)" in the log line
   int64_t eval_interval = 1000;

@@ -215,6 +215,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--hysteresis", c.hysteresis)->capture_default_str();
   add("--calculate-per-token-loss", c.calculate_per_token_loss);
   add("--check-for-nan-in-loss-and-grad", f.check_for_nan_in_loss_and_grad);
+  add("--no-check-for-nan-in-loss-and-grad", f.no_check_for_nan_in_loss_and_grad);
   add("--recompute-granularity", f.recompute_granularity);
   add("--recompute-method", f.recompute_method)->capture_default_str();
   add("--recompute-num-layers", c.recompute.num_layers)->capture_default_str();
@@ -228,9 +229,12 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
 
 train::TrainConfig training_config(const TrainingFlags& f) {
   if (f.bf16 && f.fp16) throw UsageError("--bf16/--fp16", "choose one");
+  if (f.check_for_nan_in_loss_and_grad && f.no_check_for_nan_in_loss_and_grad) {
+    throw UsageError("--check-for-nan-in-loss-and-grad/--no-check-for-nan-in-loss-and-grad", "choose one");
+  }
   train::TrainConfig c = f.config;
   c.precision = f.bf16 ? Precision::bf16 : f.fp16 ? Precision::fp16 : Precision::fp32;
-  c.check_for_nan_in_loss_and_grad = f.check_for_nan_in_loss_and_grad;
+  c.check_for_nan_in_loss_and_grad = !f.no_check_for_nan_in_loss_and_grad;
   c.lr_decay_style = optim::parse_decay_style(f.lr_decay_style);
   if (f.recompute_granularity == "full") c.recompute.granularity = model::RecomputeGranularity::full;
   if (f.recompute_granularity == "selective") c.recompute.granularity = model::RecomputeGranularity::selective;

@@ -226,8 +226,11 @@ const FlagSpec& flag_spec(std::string_view name) {
       integer_flag("--loss-scale-window", "Clean steps before the scale doubles", at_least(1)),
       integer_flag("--hysteresis", "Overflows before the scale halves", at_least(1)),
       toggle_flag("--calculate-per-token-loss", "Normalise the loss by all tokens of the step, not per micro-batch"),
-      toggle_flag("--check-for-nan-in-loss-and-grad",
-                  "Stop with an error on a NaN/Inf loss or grad (otherwise the step is skipped and counted)"),
+      toggle_flag(
+          "--check-for-nan-in-loss-and-grad",
+          "Stop with an error naming the iteration on a NaN/Inf loss or grad outside fp16 loss scaling (the default)"),
+      toggle_flag("--no-check-for-nan-in-loss-and-grad",
+                  "Skip and count (nan_iters) steps with a NaN/Inf loss or grad instead of stopping"),
       text_flag("--recompute-granularity", "Activation recompute: full, or selective (core attention)",
                 {"full", "selective"}),
       text_flag("--recompute-method", "With full recompute: uniform chunks or a block of layers", {"uniform", "block"}),

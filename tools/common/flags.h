@@ -170,7 +170,7 @@ struct TrainingFlags {
   std::string lr_decay_style = "linear";
   std::string recompute_granularity, recompute_method = "uniform";
   bool bf16 = false, fp16 = false;
-  bool check_for_nan_in_loss_and_grad = false;
+  bool check_for_nan_in_loss_and_grad = false, no_check_for_nan_in_loss_and_grad = false;
   std::optional<double> peak_tflops;
 };
 

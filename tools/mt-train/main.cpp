@@ -94,7 +94,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "--mock-data (Philox tokens) or --byte-data FILE (a text file's UTF-8 bytes as tokens, vocabulary 256).\n"
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
-      "states); --fp16 rounds them to fp16 with a loss scaler. Records: run, step, eval, ckpt, summary (DESIGN.md).");
+      "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
+      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (DESIGN.md).");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (mt-train runs degree 1; other values are refused)");
   mt::tools::add_training_flags(app, o.training, "Training");

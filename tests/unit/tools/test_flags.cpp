@@ -185,18 +185,18 @@ TEST(Flags, ModelFlagsOverrideThePresetWithMegatronDefaults) {
 TEST(Flags, TrainingFlagsNamesAndCombinations) {
   AllFlags f;
   ASSERT_EQ(parse_error({"--bf16", "--lr-decay-style", "cosine", "--recompute-granularity", "full", "--recompute-method",
-                         "block", "--check-for-nan-in-loss-and-grad", "--peak-tflops", "2"},
+                         "block", "--no-check-for-nan-in-loss-and-grad", "--peak-tflops", "2"},
                         &f),
             "");
   const mt::train::TrainConfig c = training_config(f.training);
   EXPECT_EQ(c.precision, mt::Precision::bf16);
   EXPECT_EQ(c.lr_decay_style, mt::optim::LrDecayStyle::cosine);
   EXPECT_EQ(c.recompute.method, mt::model::RecomputeMethod::block);
-  EXPECT_TRUE(c.check_for_nan_in_loss_and_grad);
+  EXPECT_FALSE(c.check_for_nan_in_loss_and_grad);
   EXPECT_DOUBLE_EQ(c.peak_flops_per_second, 2e12);
   AllFlags g;
   ASSERT_EQ(parse_error({}, &g), "");
-  EXPECT_FALSE(training_config(g.training).check_for_nan_in_loss_and_grad);
+  EXPECT_TRUE(training_config(g.training).check_for_nan_in_loss_and_grad);  // Megatron's default
   AllFlags both;
   ASSERT_EQ(parse_error({"--bf16", "--fp16"}, &both), "");
   EXPECT_THROW(training_config(both.training), mt::UsageError);

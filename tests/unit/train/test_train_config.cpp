@@ -20,7 +20,7 @@ TEST(TrainConfig, JsonRoundTrip) {
   c.adam.beta2 = 0.95;
   c.precision = Precision::fp16;
   c.loss_scale = 1024;
-  c.check_for_nan_in_loss_and_grad = true;
+  c.check_for_nan_in_loss_and_grad = false;
   c.log_throughput = true;
   c.seed = 4294967295u;
   c.recompute.granularity = model::RecomputeGranularity::full;
@@ -42,7 +42,7 @@ TEST(TrainConfig, JsonRoundTrip) {
   const train::TrainConfig plain_back = train::train_config_from_json(json);
   EXPECT_LT(plain_back.lr_warmup_fraction, 0);
   EXPECT_EQ(plain_back.recompute.granularity, model::RecomputeGranularity::none);
-  EXPECT_FALSE(plain_back.check_for_nan_in_loss_and_grad);
+  EXPECT_TRUE(plain_back.check_for_nan_in_loss_and_grad);
 }
 
 TEST(TrainConfig, JsonRefusesUnknownKeysNamesAndInvalidValues) {

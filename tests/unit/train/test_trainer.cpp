@@ -108,20 +108,28 @@ TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   EXPECT_EQ(step.loss_scale, 1024);
 }
 
-TEST(Trainer, NanCheckStopsWithAnError) {
+// Issue 11 case 6: as Megatron by default, a NaN/Inf loss or grad outside fp16 loss scaling is
+// fatal and names the iteration; with the check off the step is skipped and counted.
+TEST(Trainer, Issue11Case6NanIsFatalByDefaultAndCountedWhenTheCheckIsOff) {
   auto c = tiny();
   c.init_method_std = 1e30f;  // logits overflow to inf
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig t = quick(2);
   {
-    train::Trainer lenient(c, t, *data);
-    const auto s = lenient.train_step();
-    EXPECT_TRUE(s.skipped);
-    EXPECT_EQ(s.nan_iters, 1);
+    train::Trainer strict(c, t, *data);
+    try {
+      strict.train_step();
+      FAIL() << "a non-finite loss was accepted by default";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("iteration 1: ", 0), 0u) << e.what();
+    }
   }
-  t.check_for_nan_in_loss_and_grad = true;
-  train::Trainer strict(c, t, *data);
-  EXPECT_THROW(strict.train_step(), Error);
+  t.check_for_nan_in_loss_and_grad = false;
+  train::Trainer lenient(c, t, *data);
+  const auto s = lenient.train_step();
+  EXPECT_TRUE(s.skipped);
+  EXPECT_EQ(s.nan_iters, 1);
+  EXPECT_EQ(s.skipped_iters, 1);
 }
 
 TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
