@@ -59,8 +59,8 @@ struct TokenDatasetMetadata {
 
 // Streams sequences into the chosen format(s) under temporary names (core/temporary_file.h:
 // `<final>.tmp-<host>-<pid>-<random>`) and renames them into place on finish(); a writer
-// destroyed without finish() (an exception, a failed run) removes its temporaries, so no file
-// ever appears under a final name half-written.
+// destroyed without finish() (an exception, a failed run) removes its temporaries, and so does a
+// tool's signal handler, so no file ever appears under a final name half-written.
 // Final names: `<prefix>.h5`, `<prefix>.bin`, `<prefix>.idx`. Tokens are stored in
 // optimal_token_dtype(vocab_size).
 class TokenDatasetWriter {

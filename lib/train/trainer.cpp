@@ -11,11 +11,21 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/stop_request.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
 #include "perf/memory.h"
 
 namespace mt::train {
+namespace {
+
+// Whether every rank stops the run before the next step: today this process's stop request
+// (a signal). The seam the parallel engine makes collective (an all-reduce of the flag), so
+// ranks stop together after the same step.
+bool agree_to_stop() { return stop_signal() != 0; }
+
+}  // namespace
+
 void validate_train_config(const TrainConfig& c) {
   if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
   if (c.global_batch_size < 0) throw UsageError("--global-batch-size", "must be at least 1");
@@ -320,7 +330,12 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
 }  // namespace
 
 void Trainer::run(const TrainObservers& observers) {
+  stopped_ = false;
   while (iteration_ < total_iters_) {
+    if (agree_to_stop()) {
+      stopped_ = true;
+      return;
+    }
     const StepStats stats = train_step();
     if (observers.on_step) observers.on_step(stats);
     if (observers.on_log_line && (stats.iteration % config_.log_interval == 0 || stats.iteration == 1)) {

@@ -120,8 +120,10 @@ class Trainer {
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
 
-  // Runs the remaining iterations (with evaluations every eval_interval and at the end).
+  // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
+  // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.
   void run(const TrainObservers& observers);
+  bool stopped() const { return stopped_; }
   StepStats train_step();
   EvalStats evaluate();
   // Logits over the real vocabulary of training samples [first_sample, first_sample + count),
@@ -150,6 +152,7 @@ class Trainer {
   int64_t consumed_valid_samples_ = 0;
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
+  bool stopped_ = false;
   double flops_per_token_ = 0;
   // Staging of one step's samples (global batch), (samples * seq_length) each.
   Buffer<int32_t> tokens_, labels_, positions_, doc_start_;

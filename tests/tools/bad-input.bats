@@ -14,7 +14,10 @@ setup() {
         --merge-file "$SHARED/data/tokenizers/gpt2/vocab.bpe")
 }
 
-teardown() { rm -rf "$TMP"; }
+teardown() {
+  [[ -z "${PID:-}" ]] || kill -9 "$PID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
 
 # A usage error of mt-train on the tiny model: exit 2, nothing on stdout, exactly the line
 # "mt-train: error: $1".
@@ -24,6 +27,25 @@ refused() {
   run_split mt-train "${TINY[@]}" --train-iters 1 "$@"
   [[ $status -eq 2 && -z "$out" ]] || fail "'$*' exited $status: $out $err"
   [[ "$err" == "mt-train: error: $expected" ]] || fail "'$*': $err"
+}
+
+# No temporary file anywhere under $TMP.
+no_temporaries() {
+  local left
+  left="$(find "$TMP" -name '*.tmp-*')"
+  [[ -z "$left" ]] || fail "temporaries left: $left"
+}
+
+# mt-train in the background with every signal at its default action (a non-interactive shell
+# starts background jobs with SIGINT ignored); returns once its first step record is out.
+start_training() {
+  env --default-signal mt-train "$@" --log-interval 1000000 >"$TMP/out.jsonl" 2>"$TMP/err.log" &
+  PID=$!
+  for _ in $(seq 600); do
+    grep -q '"record":"step"' "$TMP/out.jsonl" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "no step within 30 s: $(cat "$TMP/err.log")"
 }
 
 @test "issue11 case 2: a model far too big is refused before anything large exists" {
@@ -36,6 +58,80 @@ refused() {
   [[ $status -eq 1 && -z "$out" && "$(line_count "$err")" -eq 1 ]] || fail "$status $err"
   [[ "$err" == "mt-train: error: model tiny-gpt: needs at least "*" GiB (weights "*") but only "*" is available; use a smaller model, micro-batch or recompute" ]] \
     || fail "$err"
+}
+
+@test "issue11 case 3: SIGTERM, SIGINT, SIGHUP and SIGUSR1 finish the step, write --save-final and the summary, exit 128+n" {
+  for signal in TERM INT HUP USR1; do
+    rm -f "$TMP/final.h5"
+    start_training "${TINY[@]}" --train-iters 100000000 --save-final "$TMP/final.h5"
+    kill -s "$signal" "$PID"
+    wait "$PID" && status=0 || status=$?
+    PID=""
+    [[ $status -eq $((128 + $(kill -l "$signal"))) ]] || fail "SIG$signal: exit $status: $(cat "$TMP/err.log")"
+    h5ls "$TMP/final.h5/model" >/dev/null || fail "SIG$signal: no parameters in final.h5"
+    jq -e -s --arg s "SIG$signal" '.[-1].record == "summary" and .[-1].stopped_by == $s and .[-2].record == "ckpt"
+        and .[-2].iteration == .[-1].iterations and .[-1].iterations == ([.[] | select(.record == "step")] | length)' \
+      "$TMP/out.jsonl" >/dev/null || fail "SIG$signal: $(tail -n 3 "$TMP/out.jsonl")"
+    [[ "$(grep -c "SIG$signal" "$TMP/err.log")" -eq 1 ]] || fail "SIG$signal: $(cat "$TMP/err.log")"
+    grep -qx "mt-train: stopped by SIG$signal after iteration [0-9]* of 100000000; wrote $TMP/final.h5" "$TMP/err.log" \
+      || fail "SIG$signal: $(cat "$TMP/err.log")"
+    no_temporaries
+  done
+}
+
+@test "issue11 case 3: a second signal exits at once, without the summary" {
+  # Steps of ~0.2 s, so both signals (sent microseconds apart) land in the same step.
+  start_training --model tiny-gpt --mock-data --vocab-size 97 --num-layers 4 --hidden-size 256 --num-attention-heads 4 \
+    --seq-length 256 --max-position-embeddings 256 --micro-batch-size 4 --train-iters 100000 --eval-iters 0 \
+    --peak-tflops 1 --save-final "$TMP/final.h5"
+  /usr/bin/python3 -c "import os, signal; os.kill($PID, signal.SIGTERM); os.kill($PID, signal.SIGINT)"
+  wait "$PID" && status=0 || status=$?
+  PID=""
+  [[ $status -eq 130 || $status -eq 143 ]] || fail "exit $status: $(cat "$TMP/err.log")"
+  grep -q "^mt-train: second signal, SIG[A-Z]*; exiting now$" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  [[ ! -e "$TMP/final.h5" ]] || fail "final.h5 written after a second signal"
+  ! grep -q '"record":"summary"' "$TMP/out.jsonl" || fail "a summary after a second signal"
+  no_temporaries
+}
+
+@test "issue11 case 4: a signal to mt-tokenize removes its temporaries; a later run removes stale ones of dead processes of this host" {
+  [[ -f "$SHARED/data/tokenizers/gpt2/encoder.json" ]] || fail "tokenizer files missing under $SHARED"
+  local host
+  host="$(hostname)"
+  for signal in TERM INT HUP USR1; do
+    rm -f "$TMP/fifo" && mkfifo "$TMP/fifo"
+    env --default-signal mt-tokenize --input - "${GPT2[@]}" --output-prefix "$TMP/t" --output-format both \
+      <"$TMP/fifo" >/dev/null 2>"$TMP/err.log" &
+    PID=$!
+    exec 7>"$TMP/fifo"
+    head -n 2000 "$SHARED/data/corpus/tinyshakespeare.jsonl" >&7
+    local temporary=""
+    for _ in $(seq 200); do
+      temporary="$(find "$TMP" -name 't_text_document.bin.tmp-*')"
+      [[ -z "$temporary" ]] || break
+      sleep 0.05
+    done
+    [[ "$(basename "$temporary")" =~ ^t_text_document\.bin\.tmp-$host-$PID-[0-9a-f]{8}$ ]] || fail "name: '$temporary'"
+    kill -s "$signal" "$PID"
+    exec 7>&-
+    wait "$PID" && status=0 || status=$?
+    PID=""
+    [[ $status -eq $((128 + $(kill -l "$signal"))) ]] || fail "SIG$signal: exit $status"
+    [[ "$(cat "$TMP/err.log")" == "mt-tokenize: stopped by SIG$signal; exiting now" ]] || fail "$(cat "$TMP/err.log")"
+    [[ -z "$(find "$TMP" -name 't_text_document*')" ]] || fail "SIG$signal left: $(ls "$TMP")"
+  done
+  (exit 0) &
+  local dead=$!
+  wait "$dead"
+  local stale="$TMP/t_text_document.bin.tmp-$host-$dead-0123abcd"
+  local kept=("$TMP/t_text_document.bin.tmp-elsewhere-$dead-0123abcd" "$TMP/t_text_document.idx.tmp-$host-$$-0123abcd")
+  touch "$stale" "${kept[@]}"
+  run_split mt-tokenize --input "$SHARED/data/corpus/edge_cases.jsonl" "${GPT2[@]}" --output-prefix "$TMP/t" \
+    --output-format both --log-interval 0
+  [[ $status -eq 0 ]] || fail "$err"
+  [[ "$err" == "warning: removed $stale, a temporary left by process $dead of this host, which is gone" ]] || fail "$err"
+  [[ ! -e "$stale" ]] || fail "the stale temporary is still there"
+  for file in "${kept[@]}"; do [[ -e "$file" ]] || fail "removed $file (another host's, or a live process's)"; done
 }
 
 @test "issue11 case 6: nan, inf and meaningless real values are refused with their range" {

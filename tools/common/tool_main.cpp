@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "core/version.h"
 #include "io/hdf5_info.h"
+#include "tools/common/signals.h"
 
 namespace mt::tools {
 namespace {
@@ -139,6 +140,7 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
     if (comm::MpiRuntime::size() > 1) log::set_rank_prefix("[rank " + std::to_string(comm::MpiRuntime::rank()) + "] ");
     configure_threads();
     backend::cpu_isa();  // a bad MT_CPU_ISA is a usage error before any work starts
+    handle_signals(name, SignalMode::immediate);
     code = run(cli);
   } catch (const Error& e) {
     code = report_error(name, e.what(), static_cast<int>(e.code()));

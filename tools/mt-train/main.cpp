@@ -12,6 +12,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_request.h"
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
@@ -20,6 +21,7 @@
 #include "perf/flops.h"
 #include "perf/gemm_probe.h"
 #include "tools/common/flags.h"
+#include "tools/common/signals.h"
 #include "tools/common/tool_main.h"
 #include "train/trainer.h"
 
@@ -95,7 +97,10 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
-      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (DESIGN.md).");
+      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (DESIGN.md).\n"
+      "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
+      "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
+      "signal exits at once.");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (mt-train runs degree 1; other values are refused)");
   mt::tools::add_training_flags(app, o.training, "Training");
@@ -223,8 +228,12 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
   };
   observers.on_log_line = [](const std::string& line) { mt::log::info(line); };
+  // From here a signal stops the run after the current step, and what it was asked to write is
+  // written; a second signal exits at once.
+  mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers);
   if (!o.save_final.empty()) save(o.save_final);
+  const int stop = mt::stop_signal();
 
   std::vector<double> steady(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
   std::sort(steady.begin(), steady.end());
@@ -242,9 +251,14 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                                      : 0},
                       {"mem_activations_peak_bytes", activation_peak},
                       {"skipped_iters", last.skipped_iters},
-                      {"nan_iters", last.nan_iters}});
+                      {"nan_iters", last.nan_iters},
+                      {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
   writer.finish();
-  return 0;
+  if (stop == 0) return 0;
+  mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
+                std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) +
+                (o.save_final.empty() ? "" : "; wrote " + o.save_final));
+  return 128 + stop;
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "core/stop_request.h"
 #include "data/sample_source.h"
 #include "train/trainer.h"
 
@@ -161,4 +163,26 @@ TEST(Trainer, ValidatesBatchAndScheduleFlags) {
   t.lr_warmup_iters = 5;
   t.lr_decay_style = optim::LrDecayStyle::cosine;
   EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+}
+
+// Issue 11 case 3: a stop request (a signal, in the tools) ends run() between steps.
+TEST(Trainer, Issue11Case3AStopRequestEndsTheRunBetweenSteps) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::Trainer trainer(c, quick(5), *data);
+  int steps = 0;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) {
+    ++steps;
+    if (s.iteration == 2) request_stop(SIGTERM);
+  };
+  clear_stop_request();
+  trainer.run(observers);
+  clear_stop_request();
+  EXPECT_TRUE(trainer.stopped());
+  EXPECT_EQ(steps, 2);
+  EXPECT_EQ(trainer.iteration(), 2);
+  trainer.run(observers);  // resumes where it stopped
+  EXPECT_FALSE(trainer.stopped());
+  EXPECT_EQ(trainer.iteration(), 5);
 }
