@@ -177,4 +177,21 @@ std::vector<std::string> remove_stale_temporaries(const std::string& final_path)
   return removed;
 }
 
+void check_writable(const std::string& what, const std::string& final_path) {
+  const std::string where = what.empty() ? final_path : what + " " + final_path;
+  std::error_code error;
+  if (std::filesystem::is_directory(final_path, error)) throw Error(where, "is a directory");
+  const std::filesystem::path directory = directory_of(final_path);
+  if (!std::filesystem::exists(directory, error)) {
+    throw Error(where, "cannot write: directory " + directory.string() + " does not exist");
+  }
+  if (!std::filesystem::is_directory(directory, error)) {
+    throw Error(where, "cannot write: " + directory.string() + " is not a directory");
+  }
+  TemporaryFile probe(final_path);
+  const int fd = open(probe.path().c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(where, "cannot write in " + directory.string() + ": " + std::strerror(errno));
+  close(fd);
+}
+
 }  // namespace mt

@@ -49,4 +49,8 @@ void remove_live_temporaries() noexcept;
 // reported on stderr; returns their paths.
 std::vector<std::string> remove_stale_temporaries(const std::string& final_path);
 
+// Checks, before any work, that `final_path` can be written: creates and removes a temporary
+// beside it. Throws mt::Error("<what> <final_path>", "cannot write ...: <reason>").
+void check_writable(const std::string& what, const std::string& final_path);
+
 }  // namespace mt

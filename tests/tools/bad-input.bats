@@ -48,6 +48,30 @@ start_training() {
   fail "no step within 30 s: $(cat "$TMP/err.log")"
 }
 
+@test "issue11 case 1: an output path that cannot be written is refused before step 1" {
+  run_split mt-train "${TINY[@]}" --train-iters 300 --save-final "$TMP/missing/final.h5"
+  [[ $status -eq 1 && -z "$out" ]] || fail "the run started: $status $(printf '%s' "$out" | head -c 300)"
+  [[ "$err" == "mt-train: error: --save-final $TMP/missing/final.h5: cannot write: directory $TMP/missing does not exist" ]] \
+    || fail "$err"
+  touch "$TMP/file"
+  run_split mt-train "${TINY[@]}" --train-iters 300 --save-init "$TMP/file/init.h5" --save-final "$TMP/final.h5"
+  [[ $status -eq 1 && -z "$out" && "$err" == "mt-train: error: --save-init $TMP/file/init.h5: cannot write: "* ]] \
+    || fail "$status $err"
+  if [[ $EUID -ne 0 ]]; then  # root writes through permission bits
+    mkdir "$TMP/read-only" && chmod 555 "$TMP/read-only"
+    run_split mt-train "${TINY[@]}" --train-iters 300 --save-final "$TMP/read-only/final.h5"
+    [[ $status -eq 1 && -z "$out" && "$err" == *"cannot write in $TMP/read-only: Permission denied" ]] || fail "$err"
+  fi
+  [[ ! -e "$TMP/final.h5" ]] || fail "final.h5 written by a refused run"
+  # The sample index cache is written before step 1 too.
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/a" h5 100 0 counting:600:6:1
+  run_split mt-train --model tiny-gpt --data-path "$TMP/a" --seq-length 16 --train-iters 2 --eval-iters 0 \
+    --peak-tflops 1 --data-cache-path "$TMP/file/cache"
+  [[ $status -eq 1 && -z "$out" && "$err" == "mt-train: error: $TMP/file/cache: cannot create the index directory: Not a directory" ]] \
+    || fail "$status $err"
+  no_temporaries
+}
+
 @test "issue11 case 2: a model far too big is refused before anything large exists" {
   # 1.5 GB of address space holds the tool and its libraries, nothing large.
   run_split bash -c "ulimit -v 1500000 && exec mt-train ${TINY[*]} --train-iters 1 --hidden-size 65536 --num-attention-heads 1 --num-layers 2147483647"

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_request.h"
+#include "core/temporary_file.h"
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
@@ -100,7 +101,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (DESIGN.md).\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
-      "signal exits at once.");
+      "signal exits at once. Every output path is checked writable before the first step.");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (mt-train runs degree 1; other values are refused)");
   mt::tools::add_training_flags(app, o.training, "Training");
@@ -153,6 +154,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (o.mock_data && !o.model.vocab_size && model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
   }
+  // Everything the run will write, checked before any work, so a finished run never loses its result.
+  if (!o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
+  if (!o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
 
   std::unique_ptr<mt::data::SampleSource> data;
   if (token_data) {

@@ -1,7 +1,7 @@
 // Temporary files (core/temporary_file.h): the name says host, pid and a random part; commit
 // renames into place and discard (or destruction) removes; a signal handler's sweep removes live
 // ones; stale ones of dead processes of this host are removed, those of live processes and other
-// hosts kept (issue 11 case 4).
+// hosts kept (issue 11 case 4); check_writable refuses what cannot be written (case 1).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -93,4 +93,21 @@ TEST(TemporaryFile, Issue11Case4StaleTemporariesOfDeadProcessesOfThisHostAreRemo
   write_text(dead, "x");
   TemporaryFile next(final_path);
   EXPECT_FALSE(std::filesystem::exists(dead));
+}
+
+TEST(TemporaryFile, Issue11Case1CheckWritableNamesWhatCannotBeWritten) {
+  mt::testing::TempDir dir;
+  EXPECT_NO_THROW(check_writable("--save-final", dir.file("final.h5")));
+  EXPECT_TRUE(dir.entries().empty());  // the probe leaves nothing behind
+  try {
+    check_writable("--save-final", dir.file("missing/final.h5"));
+    FAIL() << "a missing directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "--save-final " + dir.file("missing/final.h5") + ": cannot write: directory " +
+                                         dir.file("missing") + " does not exist");
+  }
+  write_text(dir.file("plain"), "x");
+  EXPECT_THROW(check_writable("--save-final", dir.file("plain/final.h5")), Error);
+  std::filesystem::create_directory(dir.file("taken"));
+  EXPECT_THROW(check_writable("--save-final", dir.file("taken")), Error);
 }
