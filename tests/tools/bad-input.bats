@@ -190,6 +190,29 @@ start_training() {
     >/dev/null || fail "$(printf '%s' "$out" | head -n 1)"
 }
 
+@test "issue11 case 11: token ids beyond the model's vocabulary in a .bin/.idx are refused before training" {
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/big" bin 1000 0 counting:300:10:2
+  local largest
+  largest="$(/usr/bin/python3 -c "import numpy; print(int(numpy.fromfile('$TMP/big.bin', numpy.uint16).max()))")"
+  (( largest >= 256 )) || fail "the fixture's largest id is $largest"
+  local data=(--model tiny-gpt --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2
+              --eval-iters 0 --peak-tflops 1 --data-cache-path "$TMP/cache" --data-path)
+  run_split mt-train "${data[@]}" "$TMP/big"
+  [[ $status -eq 2 && -z "$out" ]] || fail "$status $err"
+  [[ "$err" == "mt-train: error: --vocab-size: the largest token id in $TMP/big.bin is $largest, outside the vocabulary of 256 (the preset tiny-gpt's); give --vocab-size $((largest + 1)) or more" ]] \
+    || fail "$err"
+  [[ ! -e "$TMP/cache" ]] || fail "the sample index was built before the refusal"
+  run_split mt-train "${data[@]}" "$TMP/big" --vocab-size 300
+  [[ $status -eq 2 && "$err" == *"outside the vocabulary of 300 (--vocab-size)"* ]] || fail "$err"
+  run_split mt-train "${data[@]}" "$TMP/big" --vocab-size $((largest + 1))
+  [[ $status -eq 0 ]] || fail "$err"
+  # An HDF5 token dataset records its vocabulary, which the model then takes.
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/rec" h5 1000 0 counting:300:10:2
+  run_split mt-train "${data[@]}" "$TMP/rec"
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" | jq -e -s '.[0].model.vocab_size == 1000' >/dev/null || fail "$(printf '%s' "$out" | head -n 1)"
+}
+
 @test "issue11 case 13: range errors are one short line that says the range, in every tool" {
   run_split mt-tokenize --workers 0 --input x --output-prefix y "${GPT2[@]}"
   [[ $status -eq 2 && "$err" == "mt-tokenize: error: --workers: must be at least 1 (got 0)" ]] || fail "$status $err"

@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
+#include "data/token_range.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "perf/flops.h"
@@ -51,6 +52,26 @@ Record model_record(const mt::model::ModelConfig& c) {
   return record;
 }
 
+// Token datasets that record no vocabulary (.bin/.idx) are scanned (memory-mapped) so that a
+// token outside the model's vocabulary is refused before training, not at its first sample.
+void check_token_ids(const std::vector<mt::data::TokenDataset>& datasets, const mt::model::ModelConfig& model,
+                     const std::string& vocabulary_source) {
+  for (const auto& dataset : datasets) {
+    if (dataset.vocab_size() >= 0) continue;  // HDF5: ids below the recorded vocabulary, checked on write
+    const mt::data::TokenRange range = mt::data::token_range(dataset);
+    if (range.empty()) continue;
+    if (range.min < 0) {
+      throw mt::Error(dataset.path(), "holds the negative token id " + std::to_string(range.min));
+    }
+    if (range.max >= model.vocab_size) {
+      throw mt::UsageError("--vocab-size", "the largest token id in " + dataset.path() + " is " +
+                                               std::to_string(range.max) + ", outside the vocabulary of " +
+                                               std::to_string(model.vocab_size) + " (" + vocabulary_source +
+                                               "); give --vocab-size " + std::to_string(range.max + 1) + " or more");
+    }
+  }
+}
+
 // Token datasets through a sample index: found in the cache directory under the md5 of its
 // parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
 // wait, then every rank reads it. Sets the model's vocabulary from the data unless --vocab-size.
@@ -66,15 +87,23 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   mt::data::validate_data_config(data);
   std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
   mt::data::loader_eod_id(datasets, o.loader);  // refuse EOD flags the data cannot serve before building
+  std::string vocabulary_source = "--vocab-size";
   if (!o.model.vocab_size) {
     int64_t vocab = 0;
     for (const auto& dataset : datasets) {
       vocab = dataset.vocab_size() < 0 || vocab < 0 ? -1 : std::max(vocab, dataset.vocab_size());
     }
-    if (vocab > 0) model.vocab_size = vocab;
-    else if (o.model.preset.empty()) throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
+    if (vocab > 0) {
+      model.vocab_size = vocab;
+      vocabulary_source = "recorded in the data";
+    } else if (o.model.preset.empty()) {
+      throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
+    } else {
+      vocabulary_source = "the preset " + o.model.preset + "'s";
+    }
   }
   model.validate();
+  check_token_ids(datasets, model, vocabulary_source);
   const std::string directory = o.paths.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.paths.data_cache_path;
   const std::string path = (std::filesystem::path(directory) / mt::data::index_file_name(data)).string();
   const bool builder = mt::comm::MpiRuntime::rank() == 0;
