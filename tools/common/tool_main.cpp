@@ -160,8 +160,16 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
 
 namespace mt::tools {
 
-void job_not_built(const std::string& job, int issue) {
-  throw Error(job, issue ? "not built yet (lands with issue #" + std::to_string(issue) + ")" : "not built yet");
+int not_built_main(int argc, char** argv, const std::string& name, const std::string& job, const std::string& will_do,
+                   int issue) {
+  const std::string lands = "not built yet (lands with issue #" + std::to_string(issue) + ")";
+  return tool_main(
+      argc, argv, name, name + " is " + lands + ": it will " + will_do + ". Until then it only says so and exits 1.",
+      [](ToolCli& cli) {
+        cli.app().allow_extras();  // every argument gets the same answer
+        cli.app().footer("Any arguments other than --help and --version exit 1 with \"not built yet\".");
+      },
+      [&](ToolCli&) -> int { throw Error(job, lands); });
 }
 
 }  // namespace mt::tools

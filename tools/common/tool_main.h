@@ -46,8 +46,11 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
 
 namespace mt::tools {
 
-// For a tool whose job has not landed: says so on stderr (exit 1) instead of printing anything
-// made up. `job` names the capability, `issue` (when non-zero) the issue that brings it.
-[[noreturn]] void job_not_built(const std::string& job, int issue = 0);
+// The main of a tool whose job has not landed: --help says it is not built yet (and what it will
+// do, and which issue brings it), --version works, and any other arguments give one line on
+// stderr, "<name>: error: <job>: not built yet (lands with issue #N)", exit 1 and nothing on
+// stdout, instead of parsing flags of features that do not exist.
+int not_built_main(int argc, char** argv, const std::string& name, const std::string& job,
+                   const std::string& will_do, int issue);
 
 }  // namespace mt::tools
