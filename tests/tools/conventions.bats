@@ -103,6 +103,19 @@ built_tools() {
   if [[ $checked -eq 0 ]]; then skip "every tool is built"; fi
 }
 
+@test "issue11 case 23: records on stdout are JSONL by default in every tool, tables on request" {
+  for tool in $(built_tools); do
+    local invocation
+    invocation="$(json_invocation "$tool")"
+    run_split bash -c "$invocation"
+    [[ $status -eq 0 ]] || fail "$tool: '$invocation' exited $status: $err"
+    printf '%s\n' "$out" | jq -e -s '.[0].record == "run" and (.[1:] | length > 0) and all(.[]; .record | type == "string")' \
+      >/dev/null || fail "$tool: not JSONL by default: $(printf '%s' "$out" | head -c 300)"
+    run_split bash -c "$invocation --format table"
+    [[ $status -eq 0 && "$out" == "# "* ]] || fail "$tool --format table: $(printf '%s' "$out" | head -c 300)"
+  done
+}
+
 @test "JSON output of every built tool parses and stdout holds only data" {
   local checked=0
   for tool in "${MT_TOOLS[@]}"; do

@@ -69,8 +69,8 @@ ToolCli::ToolCli(std::string name, std::string description) : name_(name), app_(
   app_.set_help_flag("-h,--help", "Print this help and exit");
 }
 
-void ToolCli::add_output_format(CLI::App& command, OutputFormat default_format) {
-  format_name_ = format_name(default_format);
+void ToolCli::add_output_format(CLI::App& command) {
+  format_name_ = format_name(OutputFormat::jsonl);
   static const FlagSpec format =
       text_flag("--format", "Output format of the records on stdout", {"table", "json", "jsonl", "csv"});
   add_flag(command, format, format_name_)->capture_default_str();

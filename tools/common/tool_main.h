@@ -20,8 +20,9 @@ class ToolCli {
   ToolCli(std::string name, std::string description);
   CLI::App& app() { return app_; }
   const std::string& name() const { return name_; }
-  // Registers --format table|json|jsonl|csv and --json (= --format json) on `command`.
-  void add_output_format(CLI::App& command, OutputFormat default_format);
+  // Registers --format table|json|jsonl|csv and --json (= --format json) on `command`. Records on
+  // stdout are JSONL by default in every tool (tables on request).
+  void add_output_format(CLI::App& command);
   OutputFormat output_format() const;
   const std::vector<std::string>& argv() const { return argv_; }
   void set_argv(std::vector<std::string> argv) { argv_ = std::move(argv); }

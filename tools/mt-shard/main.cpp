@@ -294,7 +294,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   static const mt::tools::FlagSpec output =
       mt::tools::text_flag("--output", "Index file to write (default: the cache directory's md5-named file)");
   mt::tools::add_flag(*build, output, b.output);
-  cli.add_output_format(*build, mt::tools::OutputFormat::table);
+  cli.add_output_format(*build);
 
   InspectOptions& i = o.inspect;
   CLI::App* inspect = app.add_subcommand("inspect",
@@ -324,7 +324,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   mt::tools::add_flag(*inspect, dp_size, i.data_parallel_size)->capture_default_str();
   mt::tools::add_flag(*inspect, dp_rank, i.data_parallel_rank)->capture_default_str();
   mt::tools::add_tokenizer_flags(*inspect, i.tokenizer, false, "Decoding the shown samples");
-  cli.add_output_format(*inspect, mt::tools::OutputFormat::table);
+  cli.add_output_format(*inspect);
 }
 
 int run(mt::tools::ToolCli& cli, Options& o) {

@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
         app.add_flag("--keep-newlines", options.keep_newlines, "Reserved with --split-sentences: refused until implemented");
         mt::tools::add_flag(app, flag::partitions, options.partitions)->capture_default_str();
         mt::tools::add_flag(app, flag::log_interval, options.log_interval)->capture_default_str();
-        cli.add_output_format(app, mt::tools::OutputFormat::jsonl);
+        cli.add_output_format(app);
 
         encode = app.add_subcommand("encode", "Text to ids: one line of ids per document (JSONL line, or the whole --raw input)");
         mt::tools::add_tokenizer_flags(*encode, options.tokenizer, true);
@@ -400,7 +400,7 @@ int main(int argc, char** argv) {
         mt::tools::add_flag(*train, flag::min_frequency, options.min_frequency)->capture_default_str();
         mt::tools::add_flag(*train, flag::pattern, options.pattern)->capture_default_str();
         train->add_option("--output-dir", options.output_dir, "Directory for encoder.json and vocab.bpe")->required();
-        cli.add_output_format(*train, mt::tools::OutputFormat::jsonl);
+        cli.add_output_format(*train);
 
         merge = app.add_subcommand("merge", "Concatenate token datasets (Megatron's merge_datasets.py): tokenizing "
                                             "files apart and merging equals tokenizing them in one run");
@@ -411,7 +411,7 @@ int main(int argc, char** argv) {
         mt::tools::add_flag(*merge, flag::output_format, options.output_format)->capture_default_str();
         mt::tools::add_flag(*merge, flag::vocab_size, options.vocab_size,
                             "Needed when every input is .bin/.idx (they record none)");
-        cli.add_output_format(*merge, mt::tools::OutputFormat::jsonl);
+        cli.add_output_format(*merge);
       },
       [&](mt::tools::ToolCli& cli) -> int {
         if ((encode->parsed() || decode->parsed()) && options.inputs.empty()) options.inputs = {"-"};

@@ -151,7 +151,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_flag(app, save_init, o.save_init)->group(d);
   mt::tools::add_flag(app, save_final, o.save_final)->group(d);
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
-  cli.add_output_format(app, mt::tools::OutputFormat::jsonl);
+  cli.add_output_format(app);
 }
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
