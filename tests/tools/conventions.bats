@@ -116,6 +116,16 @@ built_tools() {
   done
 }
 
+@test "issue11 case 22: the README's introduction promises only what runs today" {
+  local intro
+  intro="$(sed -n '1,/^## Status/p' "$MT_ROOT/README.md")"
+  if [[ -z "$(find "$MT_ROOT/sbatch" "$MT_ROOT/recipes" -type f ! -name README.md)" ]]; then
+    [[ "$intro" != *sbatch* ]] || fail "the introduction names sbatch launches; sbatch/ holds no template"
+  fi
+  [[ "$intro" != *"launches natively"* ]] || fail "the introduction promises native launches"
+  [[ "$intro" == *"one rank"* ]] || fail "the introduction does not say mt-train runs on one rank today"
+}
+
 @test "JSON output of every built tool parses and stdout holds only data" {
   local checked=0
   for tool in "${MT_TOOLS[@]}"; do
