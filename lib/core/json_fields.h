@@ -62,11 +62,12 @@ class JsonFields {
       target = value->get<std::string>();
     } else if constexpr (std::is_integral_v<T>) {
       if (!value->is_number_integer()) fail(key, "must be an integer");
-      const bool fits = value->is_number_unsigned()
-                            ? value->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                            : value->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::lowest()) &&
-                                  (value->get<int64_t>() < 0 || static_cast<uint64_t>(value->get<int64_t>()) <=
-                                                                    static_cast<uint64_t>(std::numeric_limits<T>::max()));
+      const bool fits =
+          value->is_number_unsigned()
+              ? value->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : value->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::lowest()) &&
+                    (value->get<int64_t>() < 0 || static_cast<uint64_t>(value->get<int64_t>()) <=
+                                                      static_cast<uint64_t>(std::numeric_limits<T>::max()));
       if (!fits) fail(key, "out of range: " + value->dump());
       target = value->get<T>();
     } else {

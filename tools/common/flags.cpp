@@ -2,7 +2,6 @@
 #include "tools/common/flags.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -49,7 +48,6 @@ std::optional<long double> parse_integer(const std::string& text) {
 
 // A real number as strtod reads it (so "nan" and "inf" parse, and are then refused as such).
 std::optional<long double> parse_real(const std::string& text) {
-  errno = 0;
   char* end = nullptr;
   const long double value = std::strtold(text.c_str(), &end);
   if (end == text.c_str() || *end != '\0') return std::nullopt;
@@ -82,7 +80,6 @@ bool Range::contains(long double value) const {
 Range at_least(long double min) { return Range{min, kInf, false, false}; }
 Range positive() { return Range{0, kInf, true, false}; }
 Range between(long double min, long double max, bool max_exclusive) { return Range{min, max, false, max_exclusive}; }
-Range any_number() { return Range{}; }
 
 FlagSpec integer_flag(std::string name, std::string help, Range range) {
   return FlagSpec{std::move(name), FlagKind::integer, std::move(help), range, {}, {}};
@@ -263,8 +260,7 @@ const FlagSpec& flag_spec(std::string_view name) {
       text_flag("--merge-file", "GPT2BPETokenizer: vocab.bpe"),
       text_flag("--tokenizer-model",
                 "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
-                "TikTokenizer "
-                "JSON; HuggingFaceTokenizer: tokenizer.json"),
+                "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json"),
       text_flag("--tiktoken-pattern", "TikTokenizer pre-tokenizer: Megatron's patterns (default: the file's own)",
                 {"v1", "v2"}),
       integer_flag("--tiktoken-num-special-tokens",
@@ -292,70 +288,23 @@ const FlagSpec& flag_spec(std::string_view name) {
   throw std::logic_error("flag " + std::string(name) + " is not in the table of tools/common/flags.cpp");
 }
 
-void check_flag_value(std::string_view name, long double value) {
-  const FlagSpec& spec = flag_spec(name);
-  char text[64];
-  std::snprintf(text, sizeof text, "%.17Lg", value);
-  const std::string error = value_error(spec, text);
-  if (!error.empty()) throw UsageError(spec.name, error);
-}
-
 // Megatron flags mt has no implementation of yet. Parallel flags are not here: they are parsed
 // with their ranges and refused by value (check_parallel_support), so degree 1 works today.
 void refuse_unimplemented_megatron_flags(int argc, char** argv) {
-  static const std::set<std::string> flags{"--virtual-pipeline-model-parallel-size",
-                                           "--num-experts",
-                                           "--moe-router-topk",
-                                           "--moe-aux-loss-coeff",
-                                           "--tokenizer-type",
-                                           "--tokenizer-model",
-                                           "--vocab-file",
-                                           "--merge-file",
-                                           "--save",
-                                           "--load",
-                                           "--save-interval",
-                                           "--rampup-batch-size",
-                                           "--data-args-path",
-                                           "--per-split-data-args-path",
-                                           "--no-create-attention-mask-in-dataloader",
-                                           "--no-mmap-bin-files",
-                                           "--full-validation",
-                                           "--mid-level-dataset-surplus",
-                                           "--num-dataset-builder-threads",
-                                           "--object-storage-cache-path",
-                                           "--s3-cache-path",
-                                           "--fp8-format",
-                                           "--fp8",
-                                           "--distributed-backend",
-                                           "--exit-interval",
-                                           "--exit-duration-in-mins",
-                                           "--tensorboard-dir",
-                                           "--wandb-project",
-                                           "--no-position-embedding",
-                                           "--use-rotary-position-embeddings",
-                                           "--apply-query-key-layer-scaling",
-                                           "--num-workers",
-                                           "--sgd-momentum",
-                                           "--use-checkpoint-args",
-                                           "--no-load-optim",
-                                           "--no-load-rng",
-                                           "--finetune",
-                                           "--qk-layernorm",
-                                           "--rotary-percent",
-                                           "--rope-scaling",
-                                           "--use-rope-scaling",
-                                           "--start-weight-decay",
-                                           "--end-weight-decay",
-                                           "--weight-decay-incr-style",
-                                           "--lr-wsd-decay-style",
-                                           "--lr-wsd-decay-samples",
-                                           "--lr-wsd-decay-iters",
-                                           "--override-opt_param-scheduler",
-                                           "--use-checkpoint-opt_param-scheduler",
-                                           "--tp-comm-overlap",
-                                           "--cp-comm-type",
-                                           "--recompute-modules",
-                                           "--ckpt-format"};
+  static const std::set<std::string> flags{
+      "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",
+      "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file", "--save", "--load", "--save-interval",
+      "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
+      "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
+      "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
+      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--exit-interval",
+      "--exit-duration-in-mins", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
+      "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
+      "--use-checkpoint-args", "--no-load-optim", "--no-load-rng", "--finetune", "--qk-layernorm",
+      "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
+      "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
+      "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler", "--tp-comm-overlap",
+      "--cp-comm-type", "--recompute-modules", "--ckpt-format"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (auto eq = arg.find('='); eq != std::string::npos) arg.resize(eq);

@@ -41,7 +41,6 @@ struct Range {
 Range at_least(long double min);
 Range positive();  // > 0
 Range between(long double min, long double max, bool max_exclusive = false);
-Range any_number();
 
 enum class FlagKind { integer, real, toggle, text, list };
 
@@ -114,10 +113,6 @@ template <typename T>
 CLI::Option* add_flag(CLI::App& app, std::string_view name, T& target, const std::string& help = "") {
   return add_flag(app, flag_spec(name), target, help);
 }
-
-// Checks a value that did not come from the command line (a default, a value derived from data)
-// against a shared flag's range: mt::UsageError "--flag: must be ... (got ...)".
-void check_flag_value(std::string_view name, long double value);
 
 // ---- model ----
 

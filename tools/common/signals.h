@@ -5,7 +5,7 @@
 //   (core/stop_request.h), which the trainer honours after the current step so the tool can write
 //   what the run was asked to write and exit 128 + n; a second signal acts at once, as immediate.
 // mt's handler is always on (Megatron's --exit-signal-handler is opt-in). Tested by
-// tests/tools/mt-train.bats and tests/tools/mt-tokenize.bats.
+// tests/tools/bad-input.bats (issue 11 cases 3 and 4).
 #pragma once
 
 #include <string>

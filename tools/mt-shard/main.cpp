@@ -283,8 +283,10 @@ void define(mt::tools::ToolCli& cli, Options& o) {
       ->required();
   mt::tools::add_flag(*build, "--seed", b.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
   mt::tools::add_flag(*build, "--train-samples", b.train_samples, "Training samples (or --train-iters)");
-  mt::tools::add_flag(*build, "--train-iters", b.train_iters, "Training iterations: train samples = iters x global batch");
-  mt::tools::add_flag(*build, "--global-batch-size", b.global_batch_size, "Samples per iteration")->capture_default_str();
+  mt::tools::add_flag(*build, "--train-iters", b.train_iters,
+                      "Training iterations: train samples = iters x global batch");
+  mt::tools::add_flag(*build, "--global-batch-size", b.global_batch_size, "Samples per iteration")
+      ->capture_default_str();
   mt::tools::add_flag(*build, "--eval-interval", b.eval_interval,
                       "Iterations between evaluations: valid samples = (iters / interval + 1) x eval-iters x gbs")
       ->capture_default_str();

@@ -104,7 +104,8 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   }
   model.validate();
   check_token_ids(datasets, model, vocabulary_source);
-  const std::string directory = o.paths.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.paths.data_cache_path;
+  const std::string directory =
+      o.paths.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.paths.data_cache_path;
   const std::string path = (std::filesystem::path(directory) / mt::data::index_file_name(data)).string();
   const bool builder = mt::comm::MpiRuntime::rank() == 0;
   bool built = false;
@@ -218,8 +219,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
                 std::to_string(trainer.total_iterations()) + " iterations");
 
-  const nlohmann::ordered_json config_json{
-      {"model", mt::model::to_json(model)}, {"parallel", mt::parallel::to_json(parallel)}, {"train", mt::train::to_json(config)}};
+  const nlohmann::ordered_json config_json{{"model", mt::model::to_json(model)},
+                                           {"parallel", mt::parallel::to_json(parallel)},
+                                           {"train", mt::train::to_json(config)}};
   auto save = [&](const std::string& path) {
     mt::io::CheckpointInfo info;
     info.iteration = trainer.iteration();

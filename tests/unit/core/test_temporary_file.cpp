@@ -88,7 +88,9 @@ TEST(TemporaryFile, Issue11Case4StaleTemporariesOfDeadProcessesOfThisHostAreRemo
   for (const auto& path : {dead, alive, other_host, other_file, old_style}) write_text(path, "x");
   EXPECT_EQ(remove_stale_temporaries(final_path), std::vector<std::string>{dead});
   EXPECT_FALSE(std::filesystem::exists(dead));
-  for (const auto& path : {alive, other_host, other_file, old_style}) EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  for (const auto& path : {alive, other_host, other_file, old_style}) {
+    EXPECT_TRUE(std::filesystem::exists(path)) << path;
+  }
   // A new temporary for the same final path sweeps the same way.
   write_text(dead, "x");
   TemporaryFile next(final_path);
