@@ -140,6 +140,8 @@ PY
   mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --output-prefix "$TMP/r" >"$TMP/out.jsonl"
   summary | jq -e '.replaced == 2' >/dev/null || fail "$(summary)"
   run_split mt-tokenize encode --input "$TMP/in.jsonl" "${GPT2[@]}"
+  # U+FFFD is GPT-2 token 4210 (the byte characters of its UTF-8 EF BF BD); a, b, c, d are 64..67
+  [[ $status -eq 0 && "$out" == $'64 4210 65\n66 4210 67' ]] || fail "encode: exit $status: $out $err"
   run_split bash -c "mt-tokenize encode --input '$TMP/in.jsonl' ${GPT2[*]} | mt-tokenize decode ${GPT2[*]}"
   [[ "$out" == $'{"text":"a\xef\xbf\xbdb"}\n{"text":"c\xef\xbf\xbdd"}' ]] || fail "$out"
 }
