@@ -9,7 +9,8 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::f32:
     case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::i64:
+    case DType::f64: return 8;
     case DType::bf16:
     case DType::f16:
     case DType::u16: return 2;
@@ -25,6 +26,7 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u16: return "u16";
+    case DType::f64: return "f64";
   }
   return "?";
 }

@@ -13,7 +13,7 @@
 
 namespace mt {
 
-enum class DType { f32, bf16, f16, i32, i64, u16 };
+enum class DType { f32, bf16, f16, i32, i64, u16, f64 };
 enum class Device { cpu, cuda };
 
 size_t dtype_size(DType dtype);
@@ -61,6 +61,7 @@ class Tensor {
 template <> inline int Tensor::type_tag<float>() { return static_cast<int>(DType::f32); }
 template <> inline int Tensor::type_tag<int32_t>() { return static_cast<int>(DType::i32); }
 template <> inline int Tensor::type_tag<int64_t>() { return static_cast<int>(DType::i64); }
+template <> inline int Tensor::type_tag<double>() { return static_cast<int>(DType::f64); }
 template <> inline int Tensor::type_tag<uint16_t>() { return -1; }  // bf16, f16 and u16 bits
 
 }  // namespace mt

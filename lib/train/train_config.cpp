@@ -19,9 +19,14 @@ const std::pair<model::RecomputeGranularity, const char*> kGranularities[] = {  
     {model::RecomputeGranularity::full, "full"}};
 const std::pair<model::RecomputeMethod, const char*> kMethods[] = {{model::RecomputeMethod::uniform, "uniform"},
                                                                    {model::RecomputeMethod::block, "block"}};
-const std::pair<perf::FlopsConvention, const char*> kConventions[] = {
-    {perf::FlopsConvention::full_attention, perf::convention_name(perf::FlopsConvention::full_attention)},
-    {perf::FlopsConvention::causal_attention, perf::convention_name(perf::FlopsConvention::causal_attention)}};
+using perf::FlopsConvention;
+const std::pair<FlopsConvention, const char*> kConventions[] = {
+    {FlopsConvention::megatron, perf::convention_name(FlopsConvention::megatron)},
+    {FlopsConvention::megatron_2024, perf::convention_name(FlopsConvention::megatron_2024)},
+    {FlopsConvention::narayanan, perf::convention_name(FlopsConvention::narayanan)},
+    {FlopsConvention::six_n, perf::convention_name(FlopsConvention::six_n)},
+    {FlopsConvention::six_n_attention, perf::convention_name(FlopsConvention::six_n_attention)},
+    {FlopsConvention::six_n_causal_attention, perf::convention_name(FlopsConvention::six_n_causal_attention)}};
 
 // Every field once, with Megatron's argument name (core/json_fields.h).
 template <typename Visit, typename Config>

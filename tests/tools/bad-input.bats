@@ -244,13 +244,17 @@ start_training() {
     --pipeline-model-parallel-size 1 --context-parallel-size 1 --expert-model-parallel-size 1 \
     --expert-tensor-parallel-size 1 --dataset-impl mmap --dataloader-type single --optimizer adam \
     --transformer-impl local --use-mcore-models --use-flash-attn --attention-softmax-in-fp32 \
-    --accumulate-allreduce-grads-in-fp32 --exit-signal-handler --check-for-nan-in-loss-and-grad --log-throughput
+    --accumulate-allreduce-grads-in-fp32 --exit-signal-handler --check-for-nan-in-loss-and-grad --log-throughput \
+    --sequence-parallel
   [[ $status -eq 0 ]] || fail "$err"
+  # As Megatron, sequence parallelism at TP 1 is turned off with a warning.
+  [[ "$err" == *"warning: mt-train: --sequence-parallel: disabled because --tensor-model-parallel-size is 1"* ]] \
+    || fail "no warning: $err"
   [[ "$err" == *"elapsed time per iteration (ms): "*" | throughput per GPU (TFLOP/s/GPU): "*" | learning rate:"* ]] \
     || fail "--log-throughput ignored: $err"
   refused "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)" --tensor-model-parallel-size 2
   refused "--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1)" --pipeline-model-parallel-size 2
-  refused "--sequence-parallel: not supported yet (mt-train runs without it)" --sequence-parallel
+  refused "--context-parallel-size 2: not supported yet (mt-train runs 1)" --context-parallel-size 2 --sequence-parallel
   refused "--use-distributed-optimizer: not supported yet (mt-train runs the plain optimizer)" --use-distributed-optimizer
   refused "--overlap-grad-reduce: not supported yet (mt-train runs without data-parallel overlap)" --overlap-grad-reduce
   refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy

@@ -113,75 +113,63 @@ model::ModelConfig model_config(const ModelFlags& f) {
 
 // ---- parallel ----
 
-void add_parallel_flags(CLI::App& app, ParallelFlags& f, const std::string& group) {
+void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::string& group) {
   const GroupAdder add(app, group);
-  add("--tensor-model-parallel-size", f.tensor_model_parallel_size)->capture_default_str();
-  add("--pipeline-model-parallel-size", f.pipeline_model_parallel_size)->capture_default_str();
-  add("--context-parallel-size", f.context_parallel_size)->capture_default_str();
-  add("--expert-model-parallel-size", f.expert_model_parallel_size)->capture_default_str();
-  add("--expert-tensor-parallel-size", f.expert_tensor_parallel_size);
-  add("--sequence-parallel", f.sequence_parallel);
-  add("--num-layers-per-virtual-pipeline-stage", f.num_layers_per_virtual_pipeline_stage);
-  add("--num-virtual-stages-per-pipeline-rank", f.num_virtual_stages_per_pipeline_rank);
-  add("--decoder-first-pipeline-num-layers", f.decoder_first_pipeline_num_layers);
-  add("--decoder-last-pipeline-num-layers", f.decoder_last_pipeline_num_layers);
-  add("--microbatch-group-size-per-virtual-pipeline-stage", f.microbatch_group_size_per_virtual_pipeline_stage);
-  add("--use-distributed-optimizer", f.use_distributed_optimizer);
-  add("--overlap-grad-reduce", f.overlap_grad_reduce);
-  add("--overlap-param-gather", f.overlap_param_gather);
-  add("--ddp-bucket-size", f.ddp_bucket_size);
+  add("--tensor-model-parallel-size", c.tensor_model_parallel_size)->capture_default_str();
+  add("--pipeline-model-parallel-size", c.pipeline_model_parallel_size)->capture_default_str();
+  add("--context-parallel-size", c.context_parallel_size)->capture_default_str();
+  add("--expert-model-parallel-size", c.expert_model_parallel_size)->capture_default_str();
+  add("--expert-tensor-parallel-size", c.expert_tensor_parallel_size);
+  add("--sequence-parallel", c.sequence_parallel);
+  add("--num-layers-per-virtual-pipeline-stage", c.num_layers_per_virtual_pipeline_stage);
+  add("--num-virtual-stages-per-pipeline-rank", c.num_virtual_stages_per_pipeline_rank);
+  add("--decoder-first-pipeline-num-layers", c.decoder_first_pipeline_num_layers);
+  add("--decoder-last-pipeline-num-layers", c.decoder_last_pipeline_num_layers);
+  add("--microbatch-group-size-per-virtual-pipeline-stage", c.microbatch_group_size_per_virtual_pipeline_stage);
+  add("--use-distributed-optimizer", c.use_distributed_optimizer);
+  add("--overlap-grad-reduce", c.overlap_grad_reduce);
+  add("--overlap-param-gather", c.overlap_param_gather);
+  add("--ddp-bucket-size", c.ddp_bucket_size);
 }
 
-parallel::ParallelConfig parallel_config(const ParallelFlags& f, int world_size) {
-  const int64_t model_parallel =
-      static_cast<int64_t>(f.tensor_model_parallel_size) * f.pipeline_model_parallel_size * f.context_parallel_size;
-  if (world_size % model_parallel != 0) {
-    throw UsageError("world size " + std::to_string(world_size),
-                     "not divisible by --tensor-model-parallel-size x --pipeline-model-parallel-size x "
-                     "--context-parallel-size = " +
-                         std::to_string(model_parallel));
-  }
-  if (f.num_layers_per_virtual_pipeline_stage && f.num_virtual_stages_per_pipeline_rank) {
-    throw UsageError("--num-layers-per-virtual-pipeline-stage/--num-virtual-stages-per-pipeline-rank",
-                     "give one of them");
-  }
-  if (f.overlap_param_gather && !f.use_distributed_optimizer) {
-    throw UsageError("--overlap-param-gather", "needs --use-distributed-optimizer (as in Megatron)");
-  }
-  parallel::ParallelConfig c;
-  c.tensor_model_parallel_size = f.tensor_model_parallel_size;
-  c.pipeline_model_parallel_size = f.pipeline_model_parallel_size;
-  c.context_parallel_size = f.context_parallel_size;
-  c.expert_model_parallel_size = f.expert_model_parallel_size;
-  c.data_parallel_size = static_cast<int>(world_size / model_parallel);
-  c.sequence_parallel = f.sequence_parallel;
-  return c;
+std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
+                                           const train::TrainConfig& training, int world_size) {
+  parallel::ModelDimensions dimensions;
+  dimensions.num_layers = model.num_layers;
+  dimensions.num_attention_heads = model.num_attention_heads;
+  dimensions.num_query_groups = model.query_groups();
+  dimensions.ffn_hidden_size = model.ffn_hidden_size;
+  dimensions.padded_vocab_size = model.padded_vocab_size();
+  dimensions.seq_length = model.seq_length;
+  dimensions.num_experts = model.num_experts;
+  parallel::BatchDimensions batch;
+  batch.micro_batch_size = training.micro_batch_size;
+  batch.global_batch_size = training.global_batch_size > 0 ? training.global_batch_size : training.micro_batch_size;
+  return parallel::validate(config, dimensions, batch, world_size);
 }
 
-void check_parallel_support(const ParallelFlags& f) {
+void check_parallel_support(const parallel::ParallelConfig& c) {
   auto text = [](const auto& value) { return std::to_string(value); };
-  supported_only(f.tensor_model_parallel_size == 1, "--tensor-model-parallel-size", text(f.tensor_model_parallel_size),
-                 "1");
-  supported_only(f.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size",
-                 text(f.pipeline_model_parallel_size), "1");
-  supported_only(f.context_parallel_size == 1, "--context-parallel-size", text(f.context_parallel_size), "1");
-  supported_only(f.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(f.expert_model_parallel_size),
-                 "1");
-  supported_only(f.expert_tensor_parallel_size.value_or(1) == 1, "--expert-tensor-parallel-size",
-                 text(f.expert_tensor_parallel_size.value_or(1)), "1");
-  supported_only(!f.sequence_parallel, "--sequence-parallel", "", "without it");
-  supported_only(!f.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage", "",
+  supported_only(c.tensor_model_parallel_size == 1, "--tensor-model-parallel-size", text(c.tensor_model_parallel_size), "1");
+  supported_only(c.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size",
+                 text(c.pipeline_model_parallel_size), "1");
+  supported_only(c.context_parallel_size == 1, "--context-parallel-size", text(c.context_parallel_size), "1");
+  supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), "1");
+  supported_only(c.expert_tensor_parallel() == 1, "--expert-tensor-parallel-size", text(c.expert_tensor_parallel()), "1");
+  // At TP 1 Megatron turns --sequence-parallel off with a warning, and so does validate_parallel.
+  supported_only(!c.sequence_parallel || c.tensor_model_parallel_size == 1, "--sequence-parallel", "", "without it");
+  supported_only(!c.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage", "",
                  "without virtual stages");
-  supported_only(!f.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank", "",
+  supported_only(!c.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank", "",
                  "without virtual stages");
-  supported_only(!f.decoder_first_pipeline_num_layers, "--decoder-first-pipeline-num-layers", "", "one stage");
-  supported_only(!f.decoder_last_pipeline_num_layers, "--decoder-last-pipeline-num-layers", "", "one stage");
-  supported_only(!f.microbatch_group_size_per_virtual_pipeline_stage,
+  supported_only(!c.decoder_first_pipeline_num_layers, "--decoder-first-pipeline-num-layers", "", "one stage");
+  supported_only(!c.decoder_last_pipeline_num_layers, "--decoder-last-pipeline-num-layers", "", "one stage");
+  supported_only(!c.microbatch_group_size_per_virtual_pipeline_stage,
                  "--microbatch-group-size-per-virtual-pipeline-stage", "", "without virtual stages");
-  supported_only(!f.use_distributed_optimizer, "--use-distributed-optimizer", "", "the plain optimizer");
-  supported_only(!f.overlap_grad_reduce, "--overlap-grad-reduce", "", "without data-parallel overlap");
-  supported_only(!f.overlap_param_gather, "--overlap-param-gather", "", "without data-parallel overlap");
-  supported_only(!f.ddp_bucket_size, "--ddp-bucket-size", "", "without data-parallel buckets");
+  supported_only(!c.use_distributed_optimizer, "--use-distributed-optimizer", "", "the plain optimizer");
+  supported_only(!c.overlap_grad_reduce, "--overlap-grad-reduce", "", "without data-parallel overlap");
+  supported_only(!c.overlap_param_gather, "--overlap-param-gather", "", "without data-parallel overlap");
+  supported_only(!c.ddp_bucket_size, "--ddp-bucket-size", "", "without data-parallel buckets");
 }
 
 // ---- training ----
@@ -301,6 +289,13 @@ void add_tokenizer_flags(CLI::App& app, text::TokenizerOptions& options, bool re
   add("--tokenizer-model", options.tokenizer_model);
   add("--tiktoken-pattern", options.tiktoken_pattern);
   add("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens)->capture_default_str();
+}
+
+void add_tokenizer_encoding_flags(CLI::App& app, text::TokenizerOptions& options, const std::string& group) {
+  // Megatron's negative spelling: given, it sets include_special_tokens to false.
+  const FlagSpec& spec = flag_spec("--tokenizer-hf-no-include-special-tokens");
+  CLI::Option* option = app.add_flag(spec.name + "{false}", options.include_special_tokens, spec.help);
+  if (!group.empty()) option->group(group);
 }
 
 }  // namespace mt::tools

@@ -187,9 +187,9 @@ const FlagSpec& flag_spec(std::string_view name) {
       integer_flag("--num-virtual-stages-per-pipeline-rank", "Virtual pipeline stages per rank (interleaving)",
                    at_least(1)),
       integer_flag("--decoder-first-pipeline-num-layers", "Layers on the first pipeline stage (uneven split)",
-                   at_least(0)),
+                   at_least(1)),
       integer_flag("--decoder-last-pipeline-num-layers", "Layers on the last pipeline stage (uneven split)",
-                   at_least(0)),
+                   at_least(1)),
       integer_flag("--microbatch-group-size-per-virtual-pipeline-stage",
                    "Micro-batches per group of the interleaved schedule (default: PP)", at_least(1)),
       toggle_flag("--use-distributed-optimizer", "Shard optimizer states over data-parallel ranks (ZeRO-1)"),
@@ -265,6 +265,9 @@ const FlagSpec& flag_spec(std::string_view name) {
                 {"v1", "v2"}),
       integer_flag("--tiktoken-num-special-tokens",
                    "Megatron TikTokenizer JSON: special ids placed before the vocabulary", at_least(0)),
+      toggle_flag("--tokenizer-hf-no-include-special-tokens",
+                  "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
+                  "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron"),
       // Megatron options whose default (or common) value is what mt always does: accepted with
       // that value, so Megatron's scripts run; any other value is refused as not supported yet.
       text_flag("--dataset-impl", "Legacy dataset reader: mt memory-maps .bin/.idx (mmap; infer finds the same)",

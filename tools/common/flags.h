@@ -136,27 +136,18 @@ model::ModelConfig model_config(const ModelFlags& flags);
 
 // ---- parallel ----
 
-// Megatron's parallel flags. mt-train accepts what the engine implements today (see
-// check_parallel_support); tools that only compute (mt-memreport, mt-mfu) accept every layout.
-struct ParallelFlags {
-  int tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, context_parallel_size = 1,
-      expert_model_parallel_size = 1;
-  std::optional<int> expert_tensor_parallel_size;
-  bool sequence_parallel = false;
-  std::optional<int> num_layers_per_virtual_pipeline_stage, num_virtual_stages_per_pipeline_rank;
-  std::optional<int> decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
-  std::optional<int> microbatch_group_size_per_virtual_pipeline_stage;
-  bool use_distributed_optimizer = false, overlap_grad_reduce = false, overlap_param_gather = false;
-  std::optional<int64_t> ddp_bucket_size;
-};
-
-void add_parallel_flags(CLI::App& app, ParallelFlags& flags, const std::string& group = "Parallelism");
-// The layout of `world_size` ranks: data-parallel size = world / (TP x PP x CP), which must divide.
-parallel::ParallelConfig parallel_config(const ParallelFlags& flags, int world_size);
-// Refuses, by name, every parallel flag whose value the training engine does not implement yet
-// ("--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)"). The one place that says
-// what is supported: one line per flag.
-void check_parallel_support(const ParallelFlags& flags);
+// Megatron's parallel flags, bound to parallel::ParallelConfig's fields (named after them).
+void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& config, const std::string& group = "Parallelism");
+// parallel::validate for `model` and the batch of `training` on `world_size` ranks (sets the
+// data-parallel size, turns --sequence-parallel off at TP 1 as Megatron does); returns its
+// warnings, one line each, for the tool to print.
+std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
+                                           const train::TrainConfig& training, int world_size);
+// Refuses, by name, every parallel setting the training engine does not implement yet
+// ("--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)"), before validation. The
+// one place that says what is supported: one line per flag. Tools that only compute
+// (mt-memreport, mt-mfu) accept every valid layout.
+void check_parallel_support(const parallel::ParallelConfig& config);
 
 // ---- training ----
 
@@ -197,6 +188,9 @@ void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config)
 // Megatron's tokenizer flags (--tokenizer-type and the files it reads). `required`: the type must
 // be given.
 void add_tokenizer_flags(CLI::App& app, text::TokenizerOptions& options, bool required, const std::string& group = "");
+// Those that only change encoding (--tokenizer-hf-no-include-special-tokens), for the commands
+// that encode.
+void add_tokenizer_encoding_flags(CLI::App& app, text::TokenizerOptions& options, const std::string& group = "");
 
 // ---- Megatron options whose value mt implements by construction ----
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "text/bpe_trainer.h"
 #include "text/pretokenize.h"
 #include "text/preprocess.h"
@@ -107,6 +108,7 @@ Record summary_record(const mt::text::PreprocessStats& stats, const TokenizeOpti
   record["mb_per_s"] = megabytes_per_second(stats.input_bytes, stats.seconds);
   record["replaced"] = stats.replaced;
   record["bad_lines"] = stats.bad_lines;
+  record["blank_lines"] = stats.blank_lines;
   record["outputs"] = stats.outputs;
   return record;
 }
@@ -146,7 +148,8 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   writer.write_run(mt::tools::run_record(cli));
   writer.write(summary_record(stats, options, tokenizer->name()));
   if (stats.bad_lines > 0) {
-    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld malformed lines\n", static_cast<long long>(stats.bad_lines));
+    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld bad lines (malformed, or longer than --max-line-bytes)\n",
+                 static_cast<long long>(stats.bad_lines));
   }
   return 0;
 }
@@ -257,8 +260,7 @@ int run_decode(const TokenizeOptions& options) {
   auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
   StreamOut out;
   for (const std::string& input : options.inputs) {
-    std::FILE* file = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
-    if (!file) throw mt::Error("input " + input, std::strerror(errno));
+    std::FILE* file = input == "-" ? stdin : mt::open_input_file(input, "--input");
     std::string line;
     int64_t line_number = 0;
     char* buffer = nullptr;
@@ -315,6 +317,7 @@ int run_train(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   record["text_bytes"] = read.text_bytes;
   record["replaced"] = read.replaced;
   record["bad_lines"] = read.bad_lines;
+  record["blank_lines"] = read.blank_lines;
   record["vocab_size"] = static_cast<int64_t>(vocabulary.tokens.size());
   record["merges"] = static_cast<int64_t>(vocabulary.merges.size());
   record["exhausted"] = vocabulary.exhausted;
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
         CLI::App& app = cli.app();
         app.require_subcommand(0, 1);
         mt::tools::add_tokenizer_flags(app, options.tokenizer, false);
+        mt::tools::add_tokenizer_encoding_flags(app, options.tokenizer);
         add_input_options(app, options, "");
         app.add_option("--json-keys", options.json_keys, "Keys whose values are tokenized, one dataset each")
             ->expected(1, -1)
@@ -378,6 +382,7 @@ int main(int argc, char** argv) {
 
         encode = app.add_subcommand("encode", "Text to ids: one line of ids per document (JSONL line, or the whole --raw input)");
         mt::tools::add_tokenizer_flags(*encode, options.tokenizer, true);
+        mt::tools::add_tokenizer_encoding_flags(*encode, options.tokenizer);
         add_input_options(*encode, options, "-");
         encode->add_flag("--raw", options.raw, "The input is plain text, one document");
         encode->add_option("--json-keys", options.json_keys, "The key to tokenize (one)")->default_str("text");

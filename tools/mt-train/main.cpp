@@ -34,7 +34,7 @@ using mt::tools::Record;
 // Flags as Megatron spells them (tools/common/flags.h); unset model flags keep the preset's value.
 struct TrainOptions {
   mt::tools::ModelFlags model;
-  mt::tools::ParallelFlags parallel;
+  mt::parallel::ParallelConfig parallel;
   mt::tools::TrainingFlags training;
   mt::tools::DataPathFlags paths;
   mt::tools::MegatronCompatFlags compat;
@@ -161,7 +161,6 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                          "mt-train runs on one rank until data/tensor/pipeline parallelism land");
   }
   mt::tools::check_parallel_support(o.parallel);
-  const mt::parallel::ParallelConfig parallel = mt::tools::parallel_config(o.parallel, mt::comm::MpiRuntime::size());
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
   const bool token_data = o.paths.any();
@@ -183,6 +182,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::model::ModelConfig model = mt::tools::model_config(o.model);
   if (o.mock_data && !o.model.vocab_size && model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
+  }
+  mt::parallel::ParallelConfig parallel = o.parallel;
+  for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
+    mt::log::warn("mt-train: " + warning);
   }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (!o.save_init.empty()) mt::check_writable("--save-init", o.save_init);

@@ -37,3 +37,12 @@ TEST(Tensor, ViewsRowsAndTypeChecks) {
   EXPECT_NO_THROW(bits.data<uint16_t>());
   EXPECT_THROW(bits.data<float>(), Error);
 }
+
+TEST(Tensor, DoublesForReductionsAndTotals) {
+  Tensor t = Tensor::zeros({3}, DType::f64);
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_EQ(t.bytes(), 24);
+  EXPECT_EQ(t.describe(), "f64[3]");
+  EXPECT_NO_THROW(t.data<double>());
+  EXPECT_THROW(t.data<int64_t>(), Error);
+}

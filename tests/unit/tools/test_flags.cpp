@@ -17,7 +17,7 @@ namespace {
 // Parses `args` with every group defined; returns CLI11's error text ("" when accepted).
 struct AllFlags {
   ModelFlags model;
-  ParallelFlags parallel;
+  mt::parallel::ParallelConfig parallel;
   TrainingFlags training;
   DataPathFlags data;
   MegatronCompatFlags compat;
@@ -140,7 +140,8 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
        "--pipeline-model-parallel-size 4: not supported yet (mt-train runs 1)"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2: not supported yet (mt-train runs 1)"},
       {{"--expert-model-parallel-size", "8"}, "--expert-model-parallel-size 8: not supported yet (mt-train runs 1)"},
-      {{"--sequence-parallel"}, "--sequence-parallel: not supported yet (mt-train runs without it)"},
+      {{"--sequence-parallel", "--tensor-model-parallel-size", "2"},
+       "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)"},
       {{"--use-distributed-optimizer"},
        "--use-distributed-optimizer: not supported yet (mt-train runs the plain optimizer)"},
       {{"--overlap-grad-reduce"},
@@ -213,11 +214,26 @@ TEST(Flags, TrainingFlagsNamesAndCombinations) {
   EXPECT_THROW(training_config(block.training), mt::UsageError);
 }
 
-TEST(Flags, ParallelConfigDerivesTheDataParallelSize) {
+TEST(Flags, ParallelFlagsAreValidatedForTheModelAndTheWorld) {
   AllFlags f;
-  ASSERT_EQ(parse_error({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, &f), "");
-  EXPECT_EQ(parallel_config(f.parallel, 8).data_parallel_size, 2);
-  EXPECT_THROW(parallel_config(f.parallel, 6), mt::UsageError);
+  ASSERT_EQ(parse_error({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--global-batch-size", "4"},
+                        &f),
+            "");
+  mt::model::ModelConfig model = mt::model::preset("tiny-gpt");
+  mt::parallel::ParallelConfig parallel = f.parallel;
+  EXPECT_TRUE(validate_parallel(parallel, model, f.training.config, 8).empty());
+  EXPECT_EQ(parallel.data_parallel_size, 2);
+  parallel = f.parallel;
+  EXPECT_THROW(validate_parallel(parallel, model, f.training.config, 6), mt::UsageError);
+  // At TP 1 --sequence-parallel is turned off with Megatron's warning, so mt-train accepts it.
+  AllFlags sp;
+  ASSERT_EQ(parse_error({"--sequence-parallel"}, &sp), "");
+  EXPECT_NO_THROW(check_parallel_support(sp.parallel));
+  const std::vector<std::string> warnings = validate_parallel(sp.parallel, model, sp.training.config, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--sequence-parallel"), std::string::npos) << warnings[0];
+  EXPECT_FALSE(sp.parallel.sequence_parallel);
 }
 
 TEST(Flags, AKindMismatchIsAProgrammingError) {

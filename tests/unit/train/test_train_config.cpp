@@ -26,7 +26,7 @@ TEST(TrainConfig, JsonRoundTrip) {
   c.recompute.granularity = model::RecomputeGranularity::full;
   c.recompute.method = model::RecomputeMethod::block;
   c.recompute.num_layers = 3;
-  c.flops_convention = perf::FlopsConvention::causal_attention;
+  c.flops_convention = perf::FlopsConvention::megatron;
   const train::TrainConfig back = train::train_config_from_json(train::to_json(c));
   EXPECT_EQ(train::to_json(back), train::to_json(c));
   EXPECT_EQ(back.seed, 4294967295u);
@@ -43,6 +43,16 @@ TEST(TrainConfig, JsonRoundTrip) {
   EXPECT_LT(plain_back.lr_warmup_fraction, 0);
   EXPECT_EQ(plain_back.recompute.granularity, model::RecomputeGranularity::none);
   EXPECT_TRUE(plain_back.check_for_nan_in_loss_and_grad);
+}
+
+TEST(TrainConfig, JsonNamesEveryFlopsConvention) {
+  train::TrainConfig c;
+  c.train_iters = 1;
+  for (perf::FlopsConvention convention : perf::flops_conventions()) {
+    c.flops_convention = convention;
+    EXPECT_EQ(train::to_json(c)["flops_convention"], perf::convention_name(convention));
+    EXPECT_EQ(train::train_config_from_json(train::to_json(c)).flops_convention, convention);
+  }
 }
 
 TEST(TrainConfig, JsonRefusesUnknownKeysNamesAndInvalidValues) {
