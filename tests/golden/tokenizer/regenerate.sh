@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the committed tokenizer goldens (tests/golden/tokenizer/*.jsonl, meta.json): makes a
 # venv with the pinned tiktoken and HF tokenizers from PyPI, then runs make_token_goldens.py, which
-# reads the tokenizer files and corpora from ../shared/data beside the repository ($MT_SHARED_DIR
-# overrides) and the Unicode 15.0.0 UCD from Debian's unicode-data (/usr/share/unicode).
+# reads the tokenizer files and corpora from the repository's data/ and the Unicode 15.0.0 UCD from
+# Debian's unicode-data (/usr/share/unicode).
 # Usage: tests/golden/tokenizer/regenerate.sh [make_token_goldens.py options]
 # Env: MT_TOKEN_VENV (venv folder, default a temporary one, removed afterwards).
 set -euo pipefail
