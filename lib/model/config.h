@@ -1,5 +1,5 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2 or LLaMA family), the
-// named presets of ../shared/notes/model-configs.md, validation, and parameter counts.
+// named presets (the published GPT-2 and LLaMA-3 shapes), validation, and parameter counts.
 // Tested in tests/unit/model/test_config.cpp.
 #pragma once
 
