@@ -2,8 +2,18 @@
 // collectives and point-to-point messages over one process group, and group split. The MPI
 // implementation works on host buffers (the one every test uses), NCCL (later) on device buffers
 // behind the same interface, and the single-rank one makes every collective an identity or a copy.
-// Counts are in elements of `dtype`; every rank of a group issues the same collectives in the same
-// order. Tested in tests/mpi/test_communicator.cpp (under mpirun) and
+// Counts are in elements of `dtype` and may exceed INT_MAX; every rank of a group issues the same
+// collectives in the same order with the same counts. Reductions take every dtype (bf16 and f16
+// are summed in fp32 and rounded once per pairwise step). Bad arguments (negative counts, a peer or
+// root outside the group, a message to oneself, a negative tag) and MPI failures throw mt::Error
+// naming the operation. A communicator is used by one thread at a time.
+//
+// Progress: MPI moves a non-blocking operation's data only inside MPI calls. The MPI
+// communicator runs one progress thread per process (MPI_THREAD_MULTIPLE) that polls MPI every
+// millisecond while an operation this library started is in flight and sleeps otherwise; callers
+// may also call progress() between chunks of compute. comm/progress_thread.h has the measured
+// effect (tests/bench/bench_comm_overlap.cpp).
+// Tested in tests/mpi/test_communicator.cpp (under mpirun) and
 // tests/unit/comm/test_single_communicator.cpp.
 #pragma once
 
@@ -35,17 +45,22 @@ class Communicator {
 
   // In place: every rank ends with the reduction of all ranks' `data`.
   virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
-  // `send` holds size() * recv_count elements; rank r receives the reduction of block r.
+  // `send` holds size() * recv_count elements; rank r receives the reduction of block r. `recv`
+  // may be block rank() of `send` (in place), as a distributed optimizer's grad shard is.
   virtual void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) = 0;
-  // `recv` holds size() * send_count elements: block r is rank r's `send`.
+  // `recv` holds size() * send_count elements: block r is rank r's `send`. `send` may be block
+  // rank() of `recv` (in place), as a distributed optimizer's parameter shard is.
   virtual void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) = 0;
   // Block r of `send` (count_per_rank elements) goes to rank r; block r of `recv` comes from it.
   virtual void all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
-  // As all_to_all with per-rank counts and element offsets (arrays of size() entries).
+  // As all_to_all with per-rank counts and element offsets (arrays of size() entries); rank r's
+  // send_counts[q] must equal rank q's recv_counts[r].
   virtual void all_to_allv(const void* send, const int64_t* send_counts, const int64_t* send_offsets, void* recv,
                            const int64_t* recv_counts, const int64_t* recv_offsets, DType dtype) = 0;
   virtual void broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   virtual void barrier() = 0;
+  // Point to point with another rank of the group; a message matches the recv with the same
+  // peer and tag (tag >= 0), in order. recv throws when the message's length differs from `count`.
   virtual void send(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual void recv(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
 
@@ -61,6 +76,10 @@ class Communicator {
   // The ranks that pass the same `color` form a new group, ordered by `key` then by rank
   // (MPI_Comm_split). Collective over this group.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Lets MPI advance every non-blocking operation in flight in this process, without blocking:
+  // cheap enough to call between layers or GEMM chunks. A no-op where nothing needs it.
+  virtual void progress() {}
 
   // Seconds this communicator's calls have spent blocked (blocking collectives, wait(), and
   // test()) since it was made: the source of the step records' comm_wait_ms.

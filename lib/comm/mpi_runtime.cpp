@@ -18,8 +18,11 @@ bool launched_under_mpi() { return std::getenv("PMIX_RANK") || std::getenv("OMPI
 
 void MpiRuntime::init() {
   if (g_active || !launched_under_mpi()) return;
+  // MPI_THREAD_MULTIPLE: the communicators' progress thread polls MPI while the caller computes
+  // and calls MPI itself (comm/progress_thread.h). A library that provides less still works, with
+  // progress only inside the caller's MPI calls.
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     throw Error("MPI_Init", "failed to initialise MPI");
   }
   g_active = true;

@@ -124,9 +124,14 @@ void validate_data_config(const DataConfig& config) {
   if (config.seq_length < 2) throw UsageError("--seq-length", "must be at least 2");
   if (config.seed < 0 || config.seed > 0xffffffffLL)
     throw UsageError("--seed", "must be in [0, 2^32) (numpy's RandomState)");
-  parse_split(config.split);
+  const auto split = parse_split(config.split);
   for (int s = 0; s < 3; ++s) {
     if (config.num_samples[static_cast<size_t>(s)] < 0) throw UsageError("sample counts", "must be >= 0");
+  }
+  // A zero valid or test part only skips evaluation; a zero train part leaves nothing to train on.
+  if (config.blend && split[0] == 0 && config.num_samples[0] > 0) {
+    throw UsageError("--split", "'" + config.split + "' gives the train split no data (its first part is 0), but " +
+                                    std::to_string(config.num_samples[0]) + " training samples are needed");
   }
 }
 

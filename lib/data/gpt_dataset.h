@@ -52,7 +52,8 @@ std::array<int64_t, 3> megatron_num_samples(int64_t train_iters, int64_t train_s
                                             int64_t eval_interval, int64_t eval_iters);
 
 // Checks the combination (exactly one of --data-path and the per-split paths, positive
-// sequence length, seed in [0, 2^32), a parseable split); throws mt::UsageError.
+// sequence length, seed in [0, 2^32), a parseable split whose train part is not 0 when training samples
+// are needed); throws mt::UsageError.
 void validate_data_config(const DataConfig& config);
 
 // Token-dataset prefixes in index order (--data-path first, then train, valid, test), each once.

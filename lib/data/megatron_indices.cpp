@@ -144,34 +144,52 @@ std::string_view split_name(Split split) {
 }
 
 std::array<double, 3> parse_split(std::string_view split) {
-  std::vector<double> parts;
-  size_t i = 0;
-  while (i < split.size()) {
-    auto is_part = [](char c) { return c == '.' || (c >= '0' && c <= '9'); };
-    if (!is_part(split[i])) {
-      ++i;
-      continue;
+  const auto fail = [&](const std::string& why) {
+    throw UsageError("--split", "'" + std::string(split) + "': " + why +
+                                    " (expected up to three proportions for train, valid, test, such as 969,30,1)");
+  };
+  const auto trim = [](std::string_view text) {
+    const size_t first = text.find_first_not_of(" \t");
+    return first == std::string_view::npos ? std::string_view() : text.substr(first, text.find_last_not_of(" \t") - first + 1);
+  };
+  // Parts are separated by commas, or by slashes, or (with neither) by spaces.
+  std::vector<std::string_view> parts;
+  const bool by_spaces = split.find_first_of(",/") == std::string_view::npos;
+  const char separator = by_spaces ? ' ' : (split.find(',') != std::string_view::npos ? ',' : '/');
+  if (!by_spaces && split.find(separator == ',' ? '/' : ',') != std::string_view::npos) fail("mixes ',' and '/'");
+  for (size_t start = 0; start <= split.size();) {
+    size_t end = split.find(separator, start);
+    if (end == std::string_view::npos) end = split.size();
+    const std::string_view part = trim(split.substr(start, end - start));
+    if (!by_spaces || !part.empty()) parts.push_back(part);
+    start = end + 1;
+  }
+  if (parts.empty() || (parts.size() == 1 && parts[0].empty())) fail("no proportions");
+  if (parts.size() > 3) fail(std::to_string(parts.size()) + " parts, at most three");
+  std::array<double, 3> values{};
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const std::string part(parts[k]);
+    if (part.empty()) fail("part " + std::to_string(k + 1) + " is empty");
+    const size_t digits = part.find_first_not_of("0123456789");
+    const bool decimal = part.find_first_of("0123456789") != std::string::npos &&
+                         (digits == std::string::npos ||
+                          (part[digits] == '.' && part.find_first_not_of("0123456789", digits + 1) == std::string::npos));
+    if (!decimal) {
+      if (part[0] == '-') fail("'" + part + "' is negative");
+      if (part.find_first_of("eE") != std::string::npos && part.find_first_of("0123456789") != std::string::npos) {
+        fail("'" + part + "' has an exponent; write the number out");
+      }
+      fail("'" + part + "' is not a number");
     }
-    size_t j = i;
-    while (j < split.size() && is_part(split[j])) ++j;
-    const std::string token(split.substr(i, j - i));
-    char* end = nullptr;
-    const double value = std::strtod(token.c_str(), &end);
-    if (end != token.c_str() + token.size())
-      throw UsageError("--split", "'" + std::string(split) + "': '" + token + "' is not a number");
-    parts.push_back(value);
-    i = j;
+    values[k] = std::strtod(part.c_str(), nullptr);
   }
-  if (parts.size() > 3)
-    throw UsageError("--split", "'" + std::string(split) + "': at most three parts (train, valid, test)");
-  parts.resize(3, 0.0);
-  std::vector<double> normalized;
   try {
-    normalized = normalize_weights(parts);
+    const auto normalized = normalize_weights(values);
+    return {normalized[0], normalized[1], normalized[2]};
   } catch (const UsageError&) {
-    throw UsageError("--split", "'" + std::string(split) + "': the parts sum to zero");
+    fail("the parts sum to zero");
   }
-  return {normalized[0], normalized[1], normalized[2]};
+  return {};
 }
 
 std::array<std::optional<std::pair<double, double>>, 3> split_matrix(const std::array<double, 3>& split) {

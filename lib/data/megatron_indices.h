@@ -93,9 +93,12 @@ std::vector<double> normalize_weights(std::span<const double> weights);
 enum class Split : int { train = 0, valid = 1, test = 2 };
 std::string_view split_name(Split split);
 
-// Megatron's parse_and_normalize_split: the numbers in the string (runs of [.0-9], so "969,30,1",
-// "98 2" and "99/1" all work), padded with zeros to three, normalised. More than three numbers, a
-// malformed number or a zero sum is an mt::UsageError.
+// Megatron's parse_and_normalize_split: up to three proportions separated by commas ("969, 30, 1"),
+// slashes ("99/1") or spaces ("98 2"), padded with zeros to three, normalised. Each part is a plain
+// non-negative decimal (digits, at most one '.'). Megatron picks the runs of [.0-9] out of any
+// string, so "-1,2,3" is 1,2,3, "nan,1,1" is 1,1 and "1e3,1,1" four parts; mt refuses every string
+// that is not such a list (an empty part, a sign, an exponent, nan, more than three parts, a zero
+// sum) with an mt::UsageError saying which part is wrong.
 std::array<double, 3> parse_split(std::string_view split);
 
 // Megatron's convert_split_vector_to_split_matrix: per split the (begin, end) fractions, absent

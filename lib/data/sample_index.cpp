@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::data {
@@ -279,8 +280,7 @@ void write_sample_index(const std::string& path, const SampleIndex& index) {
 
 SampleIndex read_sample_index(const std::string& path) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) throw Error(path, "no such file");
+  check_input_file(path);
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path, "not an HDF5 file");
   Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw Error(path, "cannot open as HDF5");

@@ -1,11 +1,9 @@
 // Sample sources (see sample_source.h).
 #include "data/sample_source.h"
 
-#include <fstream>
-#include <iterator>
-
 #include "kernels/common/philox.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mt::data {
 namespace {
@@ -82,11 +80,8 @@ std::unique_ptr<SampleSource> make_mock_data(int64_t vocab_size, int seq_length,
 }
 
 std::unique_ptr<SampleSource> make_byte_data(const std::string& path, int seq_length) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open");
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(path, "read failed");
-  return std::make_unique<ByteData>(std::move(bytes), seq_length, path);
+  const std::string text = read_input_file(path, "--byte-data");
+  return std::make_unique<ByteData>(std::vector<unsigned char>(text.begin(), text.end()), seq_length, path);
 }
 
 }  // namespace mt::data

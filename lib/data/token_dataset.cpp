@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::data {
@@ -117,12 +118,6 @@ uint64_t file_size(const std::string& path, int fd) {
   struct stat status {};
   if (fstat(fd, &status) != 0) throw Error(path, "cannot stat: " + errno_text());
   return static_cast<uint64_t>(status.st_size);
-}
-
-int open_read_only(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path, "cannot open: " + errno_text());
-  return fd;
 }
 
 // fwrite of `count` items, where an empty write (possibly from a null pointer) succeeds.
@@ -533,7 +528,7 @@ void TokenDataset::State::open_megatron(const std::string& bin_path, const std::
   State& s = *this;
   s.format = TokenDatasetFormat::megatron;
   s.path = bin_path;
-  FileDescriptor idx_fd(open_read_only(idx_path));
+  FileDescriptor idx_fd(open_input_fd(idx_path));
   const uint64_t idx_size = file_size(idx_path, idx_fd.get());
   if (idx_size < kIdxHeaderBytes) {
     throw Error(idx_path, "truncated: " + std::to_string(idx_size) + " bytes, shorter than the " +
@@ -584,7 +579,7 @@ void TokenDataset::State::open_megatron(const std::string& bin_path, const std::
     s.sequence_offsets[i] = pointers[i] / item;
   }
 
-  FileDescriptor bin_fd(open_read_only(bin_path));
+  FileDescriptor bin_fd(open_input_fd(bin_path));
   const uint64_t bin_size = file_size(bin_path, bin_fd.get());
   const int64_t storage_tokens = static_cast<int64_t>(bin_size / static_cast<uint64_t>(item));
   validate_index(idx_path + " with " + bin_path, s.sequence_lengths, s.sequence_offsets, s.document_indices,
@@ -645,7 +640,7 @@ void TokenDataset::State::open_hdf5(const std::string& path) {
   validate_index(path, s.sequence_lengths, s.sequence_offsets, s.document_indices,
                  static_cast<int64_t>(tokens_count));
   if (tokens_count == 0) return;
-  FileDescriptor fd(open_read_only(path));
+  FileDescriptor fd(open_input_fd(path));
   const uint64_t size = file_size(path, fd.get());
   const uint64_t bytes = tokens_count * dtype_size(s.dtype);
   if (tokens_offset > size || bytes > size - tokens_offset) {
@@ -659,13 +654,50 @@ TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
 TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
 TokenDataset::~TokenDataset() = default;
 
+namespace {
+
+// How two readings of one prefix differ (empty when they hold the same dataset): the sequence
+// and document structure whole, and the tokens of up to 64 sequences spread over the dataset
+// (the first and the last among them), each up to 4096 tokens.
+std::string dataset_difference(const TokenDataset& a, const TokenDataset& b) {
+  if (a.sequence_count() != b.sequence_count() || a.document_count() != b.document_count() ||
+      a.token_count() != b.token_count()) {
+    auto shape = [](const TokenDataset& d) {
+      return std::to_string(d.document_count()) + " documents, " + std::to_string(d.sequence_count()) +
+             " sequences, " + std::to_string(d.token_count()) + " tokens";
+    };
+    return shape(a) + " against " + shape(b);
+  }
+  const auto lengths_a = a.sequence_lengths(), lengths_b = b.sequence_lengths();
+  if (!std::equal(lengths_a.begin(), lengths_a.end(), lengths_b.begin())) return "the sequence lengths differ";
+  const auto documents_a = a.document_indices(), documents_b = b.document_indices();
+  if (!std::equal(documents_a.begin(), documents_a.end(), documents_b.begin())) return "the document boundaries differ";
+  const int64_t count = a.sequence_count();
+  const int64_t samples = std::min<int64_t>(count, 64);
+  for (int64_t k = 0; k < samples; ++k) {
+    const int64_t sequence = samples == 1 ? 0 : k * (count - 1) / (samples - 1);
+    const int64_t length = std::min<int64_t>(a.sequence_lengths()[static_cast<size_t>(sequence)], 4096);
+    if (a.get(sequence, 0, length) != b.get(sequence, 0, length)) {
+      return "the tokens of sequence " + std::to_string(sequence) + " differ";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 TokenDataset TokenDataset::open(const std::string& path_prefix) {
   std::string prefix = path_prefix;
   // A path naming X.h5, X.bin or X.idx itself (and not a prefix of such files) picks that format.
   std::optional<TokenDatasetFormat> named;
-  const bool is_prefix = is_regular_file(prefix + ".h5") || is_regular_file(prefix + ".bin") ||
-                         is_regular_file(prefix + ".idx");
-  if (!is_prefix && is_regular_file(prefix)) {
+  const bool is_prefix = path_kind(prefix + ".h5") != PathKind::missing ||
+                         path_kind(prefix + ".bin") != PathKind::missing ||
+                         path_kind(prefix + ".idx") != PathKind::missing;
+  const PathKind kind = is_prefix ? PathKind::missing : path_kind(prefix);
+  if (kind == PathKind::directory) {
+    throw Error(path_prefix, "is a directory; a token dataset is named by its prefix X (of X.h5, or X.bin and X.idx)");
+  }
+  if (kind == PathKind::file) {
     for (const char* extension : {".h5", ".bin", ".idx"}) {
       if (ends_with(prefix, extension)) {
         prefix.resize(prefix.size() - std::strlen(extension));
@@ -675,19 +707,36 @@ TokenDataset TokenDataset::open(const std::string& path_prefix) {
     }
   }
   const std::string h5 = prefix + ".h5", bin = prefix + ".bin", idx = prefix + ".idx";
-  const bool has_h5 = is_regular_file(h5), has_bin = is_regular_file(bin), has_idx = is_regular_file(idx);
-  auto state = std::make_unique<State>();
-  if (has_h5 && named != TokenDatasetFormat::megatron) {
-    state->open_hdf5(h5);
-  } else if (has_bin && has_idx) {
-    state->open_megatron(bin, idx);
-  } else if (has_bin || has_idx) {
-    throw Error(path_prefix, (has_bin ? bin : idx) + " exists but " + (has_bin ? idx : bin) + " does not");
-  } else {
-    throw Error(path_prefix, "no token dataset: neither " + h5 + " nor " + bin + " + " + idx + " exists");
+  for (const std::string* file : {&h5, &bin, &idx}) {
+    if (path_kind(*file) == PathKind::directory) throw Error(*file, "is a directory, expected a file");
   }
-  for (const int32_t length : state->sequence_lengths) state->token_count += length;
-  return TokenDataset(std::move(state));
+  const bool has_h5 = is_regular_file(h5), has_bin = is_regular_file(bin), has_idx = is_regular_file(idx);
+  auto open_state = [&](TokenDatasetFormat format) {
+    auto state = std::make_unique<State>();
+    if (format == TokenDatasetFormat::hdf5) {
+      state->open_hdf5(h5);
+    } else {
+      state->open_megatron(bin, idx);
+    }
+    for (const int32_t length : state->sequence_lengths) state->token_count += length;
+    return TokenDataset(std::move(state));
+  };
+  if (has_h5 && named != TokenDatasetFormat::megatron) {
+    TokenDataset hdf5 = open_state(TokenDatasetFormat::hdf5);
+    if (named || !has_bin || !has_idx) return hdf5;
+    // Both kinds under one prefix: fine when they are one dataset (--output-format both), refused
+    // when they are not, rather than silently reading one of them.
+    const std::string difference = dataset_difference(hdf5, open_state(TokenDatasetFormat::megatron));
+    if (difference.empty()) return hdf5;
+    throw Error(path_prefix, "ambiguous: " + h5 + " and " + bin + " + " + idx + " hold different token datasets (" +
+                                 difference + "); remove the stale one, or name the one to read (" + h5 + " or " + bin +
+                                 ")");
+  }
+  if (has_bin && has_idx) return open_state(TokenDatasetFormat::megatron);
+  if (has_bin || has_idx) {
+    throw Error(path_prefix, (has_bin ? bin : idx) + " exists but " + (has_bin ? idx : bin) + " does not");
+  }
+  throw Error(path_prefix, "no token dataset: neither " + h5 + " nor " + bin + " + " + idx + " exists");
 }
 
 TokenDatasetFormat TokenDataset::format() const { return state_->format; }

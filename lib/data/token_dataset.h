@@ -88,8 +88,11 @@ class TokenDatasetWriter {
 };
 
 // A read-only token dataset with its tokens memory-mapped. open(X) looks for `X.h5`, then for
-// `X.bin` + `X.idx` (when both kinds exist the HDF5 file is used); a path naming one of those
-// files directly (`X.h5`, `X.bin`, `X.idx`) works too. Everything is validated on open (header,
+// `X.bin` + `X.idx`; when both kinds exist they must hold the same dataset (as
+// --output-format both writes: equal sequence and document structure, equal tokens in up to 64
+// sequences spread over it) and the HDF5 file is used, otherwise the prefix is ambiguous (an
+// mt::Error naming both files). A path naming one of those files directly (`X.h5`, `X.bin`,
+// `X.idx`) reads that one. Everything is validated on open (header,
 // version, dtype, sizes, monotonic non-overlapping offsets inside the token storage, document
 // indices from 0 to the sequence count): a bad file is an mt::Error naming it, never a crash.
 class TokenDataset {

@@ -34,7 +34,7 @@ void write_parameters(const std::string& path, const model::ParamLayout& layout,
                       const CheckpointInfo& info) {
   const std::string temporary = path + ".tmp-" + std::to_string(getpid());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  {
+  try {
     Hdf5Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) throw Error(path, "cannot create " + temporary);
     write_string_attribute(path, file.get(), "mt_format", "mt-checkpoint");
@@ -60,6 +60,10 @@ void write_parameters(const std::string& path, const model::ParamLayout& layout,
       }
     }
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(path, "flush failed");
+  } catch (...) {
+    // The file handle is closed by now: a failed write leaves no temporary behind.
+    std::remove(temporary.c_str());
+    throw;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());

@@ -1,6 +1,8 @@
 // Model configuration, presets and parameter counts (see config.h).
 #include "model/config.h"
 
+#include <cctype>
+
 #include "core/error.h"
 
 namespace mt::model {
@@ -44,6 +46,115 @@ void ModelConfig::validate() const {
   }
   if (norm_epsilon <= 0) throw UsageError("--norm-epsilon", "must be positive");
   if (init_method_std <= 0) throw UsageError("--init-method-std", "must be positive");
+  if (num_experts < 0) throw UsageError("--num-experts", "must be >= 0");
+  if (num_experts > 0) {
+    if (moe_router_topk < 1 || moe_router_topk > num_experts) {
+      throw UsageError("--moe-router-topk " + std::to_string(moe_router_topk),
+                       "must be in [1, --num-experts " + std::to_string(num_experts) + "]");
+    }
+    if (moe_ffn_hidden_size < 0) throw UsageError("--moe-ffn-hidden-size", "must be positive");
+    if (moe_shared_expert_intermediate_size < 0) {
+      throw UsageError("--moe-shared-expert-intermediate-size", "must be >= 0");
+    }
+    if (moe_layer_freq < 1) throw UsageError("--moe-layer-freq", "must be at least 1");
+    if (!moe_layer_pattern.empty() && static_cast<int>(moe_layer_pattern.size()) != num_layers) {
+      throw UsageError("--moe-layer-freq", "the pattern has " + std::to_string(moe_layer_pattern.size()) +
+                                               " entries for --num-layers " + std::to_string(num_layers));
+    }
+    for (int value : moe_layer_pattern) {
+      if (value != 0 && value != 1) throw UsageError("--moe-layer-freq", "a pattern holds only 0 and 1");
+    }
+  }
+  if (multi_latent_attention) {
+    positive(kv_lora_rank, "--kv-lora-rank");
+    positive(qk_head_dim, "--qk-head-dim");
+    positive(qk_pos_emb_head_dim, "--qk-pos-emb-head-dim");
+    positive(v_head_dim, "--v-head-dim");
+    if (q_lora_rank < 0) throw UsageError("--q-lora-rank", "must be >= 0");
+    if (qk_pos_emb_head_dim % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
+    if (query_groups() != num_attention_heads) {
+      throw UsageError("--multi-latent-attention", "excludes --num-query-groups (as in Megatron)");
+    }
+  }
+  if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
+}
+
+void ModelConfig::check_trainable() const {
+  const std::string accounted = "not supported yet by mt-train (mt-mfu and mt-memreport account for it)";
+  if (num_experts > 0) throw UsageError("--num-experts " + std::to_string(num_experts), "mixture of experts " + accounted);
+  if (multi_latent_attention) throw UsageError("--multi-latent-attention", accounted);
+  if (mtp_num_layers > 0) throw UsageError("--mtp-num-layers " + std::to_string(mtp_num_layers), accounted);
+}
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (num_experts <= 0) return false;
+  if (layer >= num_layers) layer = num_layers - 1;
+  if (!moe_layer_pattern.empty()) return moe_layer_pattern[static_cast<size_t>(layer)] == 1;
+  return layer % moe_layer_freq == 0;
+}
+
+int ModelConfig::moe_layer_count() const {
+  int count = 0;
+  for (int layer = 0; layer < num_layers; ++layer) count += is_moe_layer(layer) ? 1 : 0;
+  return count;
+}
+
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
+  const UsageError bad("--moe-layer-freq " + text, "expected N, [0,1,...] or ([0]*3+[1]*58)");
+  std::string s;
+  for (char ch : text) {
+    if (!std::isspace(static_cast<unsigned char>(ch))) s += ch;
+  }
+  if (s.empty()) throw bad;
+  std::vector<int> pattern;
+  if (std::isdigit(static_cast<unsigned char>(s[0]))) {
+    size_t used = 0;
+    int every = 0;
+    try {
+      every = std::stoi(s, &used);
+    } catch (const std::exception&) {
+      throw bad;
+    }
+    if (used != s.size() || every < 1) throw bad;
+    for (int layer = 0; layer < num_layers; ++layer) pattern.push_back(layer % every == 0 ? 1 : 0);
+    return pattern;
+  }
+  if (s.front() == '(' && s.back() == ')') s = s.substr(1, s.size() - 2);
+  // Terms "[a,b,...]" or "[a,b,...]*k", joined by '+'.
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] != '[') throw bad;
+    const size_t close = s.find(']', i);
+    if (close == std::string::npos) throw bad;
+    std::vector<int> term;
+    for (size_t j = i + 1; j < close; ++j) {
+      if (s[j] == '0' || s[j] == '1') term.push_back(s[j] - '0');
+      else if (s[j] != ',') throw bad;
+    }
+    if (term.empty()) throw bad;
+    i = close + 1;
+    long repeat = 1;
+    if (i < s.size() && s[i] == '*') {
+      size_t used = 0;
+      try {
+        repeat = std::stol(s.substr(i + 1), &used);
+      } catch (const std::exception&) {
+        throw bad;
+      }
+      if (repeat < 0 || repeat > 1000000) throw bad;
+      i += 1 + used;
+    }
+    for (long r = 0; r < repeat; ++r) pattern.insert(pattern.end(), term.begin(), term.end());
+    if (i < s.size()) {
+      if (s[i] != '+') throw bad;
+      ++i;
+    }
+  }
+  if (static_cast<int>(pattern.size()) != num_layers) {
+    throw UsageError("--moe-layer-freq " + text, "gives " + std::to_string(pattern.size()) +
+                                                     " layers, the model has " + std::to_string(num_layers));
+  }
+  return pattern;
 }
 
 namespace {
@@ -87,8 +198,9 @@ ModelConfig llama3(const std::string& name, int layers, int hidden, int ffn, int
 }  // namespace
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names{"gpt2-124m", "gpt2-345m",   "llama3-8b", "llama3-70b",
-                                              "llama3.1-405b", "tiny-gpt", "tiny-llama"};
+  static const std::vector<std::string> names{"gpt2-124m",     "gpt2-345m",   "gpt3-175b",     "llama3-8b",
+                                              "llama3-70b",    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
+                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama"};
   return names;
 }
 
@@ -98,6 +210,48 @@ ModelConfig preset(const std::string& name) {
   if (name == "llama3-8b") return llama3(name, 32, 4096, 14336, 32);
   if (name == "llama3-70b") return llama3(name, 80, 8192, 28672, 64);
   if (name == "llama3.1-405b") return llama3(name, 126, 16384, 53248, 128);
+  if (name == "gpt3-175b") {
+    ModelConfig c = gpt2(name, 96, 12288, 96);  // Brown et al. 2020, Table 2.1
+    c.seq_length = 2048;
+    c.max_position_embeddings = 2048;
+    return c;
+  }
+  if (name == "mixtral-8x7b" || name == "mixtral-8x22b") {
+    // Mistral AI's released config.json files; Megatron's examples/mixtral.
+    const bool small = name == "mixtral-8x7b";
+    ModelConfig c = small ? llama3(name, 32, 4096, 14336, 32) : llama3(name, 56, 6144, 16384, 48);
+    c.vocab_size = small ? 32000 : 32768;
+    c.seq_length = small ? 4096 : 65536;
+    c.max_position_embeddings = small ? 32768 : 65536;
+    c.rotary_base = 1000000.0f;
+    c.num_experts = 8;
+    c.moe_router_topk = 2;
+    return c;
+  }
+  if (name == "deepseek-v3") {
+    // DeepSeek-V3 technical report (arXiv 2412.19437) and its released config.json.
+    ModelConfig c = llama3(name, 61, 7168, 18432, 128);
+    c.num_query_groups = 128;
+    c.kv_channels = 128;
+    c.vocab_size = 129280;
+    c.seq_length = 4096;
+    c.max_position_embeddings = 4096;
+    c.norm_epsilon = 1e-6f;
+    c.rotary_base = 10000.0f;
+    c.num_experts = 256;
+    c.moe_router_topk = 8;
+    c.moe_ffn_hidden_size = 2048;
+    c.moe_shared_expert_intermediate_size = 2048;
+    c.moe_layer_pattern = parse_moe_layer_freq("([0]*3+[1]*58)", 61);  // the first 3 layers dense
+    c.multi_latent_attention = true;
+    c.q_lora_rank = 1536;
+    c.kv_lora_rank = 512;
+    c.qk_head_dim = 128;
+    c.qk_pos_emb_head_dim = 64;
+    c.v_head_dim = 128;
+    c.mtp_num_layers = 1;
+    return c;
+  }
   if (name == "tiny-gpt") {
     ModelConfig c = gpt2(name, 2, 64, 4);
     c.seq_length = 64;
@@ -122,6 +276,7 @@ ModelConfig preset(const std::string& name) {
 }
 
 int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
+  c.check_trainable();
   const int64_t vocab = padded_vocabulary ? c.padded_vocab_size() : c.vocab_size;
   const int64_t hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
   const int64_t q = static_cast<int64_t>(c.num_attention_heads) * d, kv = static_cast<int64_t>(c.query_groups()) * d;

@@ -1,6 +1,8 @@
-// Model configuration: the shape and flavour of a transformer (GPT-2 or LLaMA family), the
-// named presets (the published GPT-2 and LLaMA-3 shapes), validation, and parameter counts.
-// Tested in tests/unit/model/test_config.cpp.
+// Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
+// and for accounting only Mixtral/DeepSeek-style mixture-of-experts, multi-latent attention and
+// multi-token prediction), the named presets, validation, and parameter counts of the dense
+// models mt-train runs (lib/perf/parameters.h counts every architecture).
+// Tested in tests/unit/model/test_config.cpp and tests/unit/perf/test_parameters.cpp.
 #pragma once
 
 #include <cstdint>
@@ -35,20 +37,50 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
 
+  // Mixture of experts, with Megatron's flags. mt-mfu and mt-memreport account for these;
+  // mt-train cannot run them yet (check_trainable()).
+  int num_experts = 0;                          // --num-experts; 0: every MLP is dense
+  int moe_router_topk = 2;                      // --moe-router-topk
+  int moe_ffn_hidden_size = 0;                  // --moe-ffn-hidden-size; 0: --ffn-hidden-size
+  int moe_shared_expert_intermediate_size = 0;  // --moe-shared-expert-intermediate-size; 0: none
+  int moe_layer_freq = 1;                       // --moe-layer-freq N: layer i is MoE iff i % N == 0
+  std::vector<int> moe_layer_pattern;           // --moe-layer-freq "([0]*3+[1]*58)": a 0/1 per layer, overrides N
+  // Multi-latent attention (--multi-latent-attention), DeepSeek-V2/V3 style.
+  bool multi_latent_attention = false;
+  int q_lora_rank = 0;          // --q-lora-rank; 0: queries not compressed (Megatron's None)
+  int kv_lora_rank = 0;         // --kv-lora-rank
+  int qk_head_dim = 0;          // --qk-head-dim: the part of a query/key head without RoPE
+  int qk_pos_emb_head_dim = 0;  // --qk-pos-emb-head-dim: the RoPE part
+  int v_head_dim = 0;           // --v-head-dim
+  // Multi-token prediction (--mtp-num-layers): extra layers after the decoder, each MoE or dense
+  // like the last decoder layer, sharing the embedding and output layer.
+  int mtp_num_layers = 0;
+
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   // Padded to a multiple of make_vocab_size_divisible_by, independent of the parallel layout.
   int64_t padded_vocab_size() const;
+  int moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }
+  // Whether decoder layer `layer` has a MoE MLP; MTP layers (layer >= num_layers) follow the last.
+  bool is_moe_layer(int layer) const;
+  int moe_layer_count() const;  // among the num_layers decoder layers
   // Throws mt::UsageError naming the offending flag(s).
   void validate() const;
+  // Throws mt::UsageError naming the first feature mt-train cannot run yet (MoE, MLA, MTP).
+  void check_trainable() const;
 };
+
+// Megatron's --moe-layer-freq value: an integer N, a list "[1,0,1]" or an expression of
+// repeated lists "([0]*3+[1]*58)"; returns the per-layer 0/1 pattern for `num_layers` layers.
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers);
 
 // Known preset names, in --help order.
 const std::vector<std::string>& preset_names();
 // The preset's config; throws mt::UsageError for an unknown name.
 ModelConfig preset(const std::string& name);
 
-// Parameters of the whole model, counted on the real (unpadded) vocabulary unless padded.
+// Parameters of a model mt-train runs (check_trainable() must pass), counted on the real
+// (unpadded) vocabulary unless padded.
 int64_t parameter_count(const ModelConfig& config, bool padded_vocabulary = false);
 
 }  // namespace mt::model

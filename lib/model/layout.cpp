@@ -89,6 +89,7 @@ int64_t ParamLayout::parameter_elements() const {
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
                          const parallel::RankCoordinates& rank, int first_layer, int last_layer) {
   model.validate();
+  model.check_trainable();
   if (first_layer < 0 || last_layer > model.num_layers || first_layer > last_layer) {
     throw Error("layer range [" + std::to_string(first_layer) + ", " + std::to_string(last_layer) + ")",
                 "outside the model's " + std::to_string(model.num_layers) + " layers");

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/ordered_pipeline.h"
 #include "text/jsonl.h"
 #include "text/unicode.h"
@@ -21,13 +21,16 @@
 namespace mt::text {
 namespace {
 
-// Whole lines of one input file; `error` set means the input stops here with that message.
+// Whole lines of one input file, or (too_long) no bytes for the one line first_line, which
+// was longer than max_line_bytes and was read past without being kept.
 struct LineBatch {
   std::string bytes;
   std::string file;
   int64_t first_line = 1;
-  std::string error;
+  bool too_long = false;
 };
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 // Reads the inputs one after another in batches of whole lines.
 class LineReader {
@@ -36,21 +39,18 @@ class LineReader {
     if (options_.inputs.empty()) throw UsageError("--input", "no input given");
     if (options_.batch_bytes == 0 || options_.max_line_bytes == 0) throw UsageError("--max-line-bytes", "must be positive");
     for (const std::string& input : options_.inputs) {  // fail before any work on a missing file
-      if (input == "-") continue;
-      std::FILE* file = std::fopen(input.c_str(), "rb");
-      if (!file) throw Error("input " + input, std::strerror(errno));
-      std::fclose(file);
+      if (input != "-") check_input_file(input, "--input");
     }
   }
   ~LineReader() { close(); }
 
-  // Fills `batch` with whole lines of the current input; false when every input is exhausted
-  // (or after a batch carrying an error).
+  // Fills `batch` with whole lines of the current input (a UTF-8 byte order mark at the start of
+  // an input is dropped), or with one too_long line; false when every input is exhausted.
   bool next(LineBatch& batch) {
-    if (stopped_) return false;
     while (file_ || open_next()) {
       batch.file = name_;
       batch.first_line = line_;
+      batch.too_long = false;
       std::string& bytes = batch.bytes;
       bytes.swap(carry_);
       carry_.clear();
@@ -58,18 +58,29 @@ class LineReader {
       bool at_eof = false;
       while (last_newline == std::string::npos || bytes.size() < options_.batch_bytes) {
         if (last_newline == std::string::npos && bytes.size() > options_.max_line_bytes) {
-          batch.error = name_ + ":" + std::to_string(line_) + ": longer than --max-line-bytes: " +
-                        std::to_string(options_.max_line_bytes);
-          stopped_ = true;
+          skip_rest_of_line(bytes);
+          batch.too_long = true;
+          ++line_;
           return true;
         }
         const size_t old_size = bytes.size();
-        const size_t chunk = std::max<size_t>(options_.batch_bytes / 2, size_t{1} << 16);
+        const size_t chunk = read_chunk_bytes();
+        // A line longer than a batch grows up to max_line_bytes: one allocation, not doublings.
+        if (last_newline == std::string::npos && old_size + chunk > options_.batch_bytes) {
+          bytes.reserve(std::max(bytes.capacity(), options_.max_line_bytes + chunk + 1));
+        }
         bytes.resize(old_size + chunk);
-        const size_t got = std::fread(bytes.data() + old_size, 1, chunk, file_);
+        size_t got = std::fread(bytes.data() + old_size, 1, chunk, file_);
         bytes.resize(old_size + got);
         input_bytes_ += static_cast<int64_t>(got);
-        if (got < chunk && std::ferror(file_)) throw Error("input " + name_, "read failed");
+        if (got < chunk && std::ferror(file_)) throw Error("--input " + name_, "read failed");
+        if (at_file_start_) {
+          at_file_start_ = false;
+          if (std::string_view(bytes).substr(old_size).starts_with(kUtf8Bom)) {
+            bytes.erase(old_size, kUtf8Bom.size());
+            got -= kUtf8Bom.size();
+          }
+        }
         if (got > 0) {
           const void* found = memrchr(bytes.data() + old_size, '\n', got);
           if (found) last_newline = static_cast<size_t>(static_cast<const char*>(found) - bytes.data());
@@ -123,18 +134,41 @@ class LineReader {
         all.resize(old_size + got);
         input_bytes_ += static_cast<int64_t>(got);
       } while (got == chunk);
-      if (std::ferror(file_)) throw Error("input " + name_, "read failed");
+      if (std::ferror(file_)) throw Error("--input " + name_, "read failed");
       close();
     }
     return all;
   }
 
+  size_t read_chunk_bytes() const { return std::max<size_t>(options_.batch_bytes / 2, size_t{1} << 16); }
+
+  // Reads past the rest of an over-long line whose head is in `scratch`, keeping only what
+  // follows its newline (in carry_); memory stays one chunk whatever the line's length.
+  void skip_rest_of_line(std::string& scratch) {
+    const size_t chunk = read_chunk_bytes();
+    while (file_) {
+      scratch.resize(chunk);
+      const size_t got = std::fread(scratch.data(), 1, chunk, file_);
+      input_bytes_ += static_cast<int64_t>(got);
+      if (got < chunk && std::ferror(file_)) throw Error("--input " + name_, "read failed");
+      const void* newline = std::memchr(scratch.data(), '\n', got);
+      if (newline != nullptr) {
+        const size_t end = static_cast<size_t>(static_cast<const char*>(newline) - scratch.data()) + 1;
+        carry_.assign(scratch, end, got - end);
+        break;
+      }
+      if (got < chunk) close();  // the line ends the file
+    }
+    scratch.clear();
+    scratch.shrink_to_fit();
+  }
+
   bool open_next() {
     if (next_input_ >= options_.inputs.size()) return false;
     name_ = options_.inputs[next_input_++];
-    file_ = name_ == "-" ? stdin : std::fopen(name_.c_str(), "rb");
-    if (!file_) throw Error("input " + name_, std::strerror(errno));
+    file_ = name_ == "-" ? stdin : open_input_file(name_, "--input");
     line_ = 1;
+    at_file_start_ = true;
     return true;
   }
   void close() {
@@ -149,7 +183,7 @@ class LineReader {
   int64_t line_ = 1;
   std::string carry_;
   int64_t input_bytes_ = 0;
-  bool stopped_ = false;
+  bool at_file_start_ = false;
 };
 
 // One JSONL line parser per worker thread, handed out from a pool.
@@ -188,17 +222,29 @@ struct TokenizedBatch {
   std::string error;            // "<file>:<line>: <reason>" of the first bad line (not skipping)
 };
 
-// Calls line_fn(line, line_number) for each line of the batch (without '\n'); stops early when
-// it returns false.
+bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
+
+std::string too_long_message(size_t max_line_bytes) {
+  return "longer than --max-line-bytes: " + std::to_string(max_line_bytes);
+}
+
+// Calls line_fn(line, line_number) for each JSONL line of the batch (without '\n'); blank lines
+// (spaces, tabs, CR only) are skipped and counted in stats.blank_lines. Stops early when line_fn
+// returns false.
 template <class LineFn>
-void for_each_line(const LineBatch& batch, LineFn&& line_fn) {
+void for_each_line(const LineBatch& batch, PreprocessStats& stats, LineFn&& line_fn) {
   std::string_view bytes = batch.bytes;
   int64_t line_number = batch.first_line;
   size_t start = 0;
   while (start < bytes.size()) {
     size_t end = bytes.find('\n', start);
     if (end == std::string_view::npos) end = bytes.size();
-    if (!line_fn(bytes.substr(start, end - start), line_number)) return;
+    const std::string_view line = bytes.substr(start, end - start);
+    if (is_blank(line)) {
+      ++stats.blank_lines;
+    } else if (!line_fn(line, line_number)) {
+      return;
+    }
     start = end + 1;
     ++line_number;
   }
@@ -210,7 +256,7 @@ std::optional<std::string> parse_line(JsonlLineParser& parser, std::string_view 
                                       int64_t line_number, size_t max_line_bytes, std::vector<KeyTexts>& texts,
                                       PreprocessStats& stats) {
   try {
-    if (line.size() > max_line_bytes) throw Error("longer than --max-line-bytes", std::to_string(max_line_bytes));
+    if (line.size() > max_line_bytes) throw Error(too_long_message(max_line_bytes), "");
     stats.replaced += static_cast<int64_t>(parser.parse(line, texts));
     return std::nullopt;
   } catch (const Error& e) {
@@ -218,14 +264,31 @@ std::optional<std::string> parse_line(JsonlLineParser& parser, std::string_view 
   }
 }
 
+// A line the reader skipped as too long: counted with skip_bad_lines, else its error message.
+std::optional<std::string> too_long_line(const LineBatch& batch, size_t max_line_bytes, bool skip_bad_lines,
+                                         PreprocessStats& stats) {
+  if (!batch.too_long) return std::nullopt;
+  if (skip_bad_lines) {
+    ++stats.bad_lines;
+    return std::nullopt;
+  }
+  return batch.file + ":" + std::to_string(batch.first_line) + ": " + too_long_message(max_line_bytes);
+}
+
 // Tokenizes every line of `batch`: per key, Megatron's sequences and documents.
 void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const PreprocessOptions& options,
                     const std::optional<int32_t>& eod, TokenizedBatch& batch) {
-  auto parser = pool.acquire();
-  std::vector<KeyTexts> texts;
   const size_t key_count = options.json_keys.size();
   batch.keys.resize(key_count);
-  for_each_line(batch.lines, [&](std::string_view line, int64_t line_number) {
+  if (batch.lines.too_long) {
+    if (auto error = too_long_line(batch.lines, options.input.max_line_bytes, options.skip_bad_lines, batch.stats)) {
+      batch.error = std::move(*error);
+    }
+    return;
+  }
+  auto parser = pool.acquire();
+  std::vector<KeyTexts> texts;
+  for_each_line(batch.lines, batch.stats, [&](std::string_view line, int64_t line_number) {
     if (auto error = parse_line(*parser, line, batch.lines.file, line_number, options.input.max_line_bytes, texts,
                                 batch.stats)) {
       if (options.skip_bad_lines) {
@@ -243,7 +306,7 @@ void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const Preproce
       for (const std::string& sentence : texts[k]) {
         batch.stats.text_bytes += static_cast<int64_t>(sentence.size());
         const size_t before = out.tokens.size();
-        tokenizer.encode(sentence, out.tokens, options.allow_special);
+        tokenizer.encode_sequence(sentence, out.tokens, options.allow_special);
         const size_t added = out.tokens.size() - before;
         if (added == 0) continue;  // Megatron drops sentences without tokens
         out.sequence_lengths.push_back(static_cast<int32_t>(added));
@@ -271,6 +334,7 @@ void add_counts(PreprocessStats& total, const PreprocessStats& part) {
   total.text_bytes += part.text_bytes;
   total.replaced += part.replaced;
   total.bad_lines += part.bad_lines;
+  total.blank_lines += part.blank_lines;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -322,11 +386,8 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
   PreprocessStats total;
   run_ordered_pipeline<TokenizedBatch>(
       options.workers, [&](TokenizedBatch& batch) { return reader.next(batch.lines); },
+      [&](TokenizedBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
       [&](TokenizedBatch& batch) {
-        if (batch.lines.error.empty()) tokenize_batch(tokenizer, pool, options, eod, batch);
-      },
-      [&](TokenizedBatch& batch) {
-        if (!batch.lines.error.empty()) throw Error(batch.lines.error, "");
         for (size_t k = 0; k < writers.size(); ++k) {
           const KeyOutput& out = batch.keys[k];
           const int32_t* tokens = out.tokens.data();
@@ -366,7 +427,7 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
   if (options.raw) {
     struct Chunk {
       std::string_view text;
-      bool last = false;
+      bool first = false, last = false;
       std::vector<int32_t> ids;
     };
     const std::string text = reader.read_all_text(total);
@@ -381,11 +442,18 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
         [&](Chunk& chunk) {
           if (next_cut == cuts.size()) return false;
           chunk.text = std::string_view(text).substr(begin, cuts[next_cut] - begin);
+          chunk.first = next_cut == 0;
           begin = cuts[next_cut++];
           chunk.last = next_cut == cuts.size();
           return true;
         },
-        [&](Chunk& chunk) { tokenizer.encode(chunk.text, chunk.ids, options.allow_special); },
+        [&](Chunk& chunk) {
+          // The document is one sequence: the template's ids go before its first piece and after its last.
+          const auto prefix = tokenizer.sequence_prefix(), suffix = tokenizer.sequence_suffix();
+          if (chunk.first) chunk.ids.assign(prefix.begin(), prefix.end());
+          tokenizer.encode(chunk.text, chunk.ids, options.allow_special);
+          if (chunk.last) chunk.ids.insert(chunk.ids.end(), suffix.begin(), suffix.end());
+        },
         [&](Chunk& chunk) {
           total.tokens += static_cast<int64_t>(chunk.ids.size());
           emit(chunk.ids, chunk.last);
@@ -404,11 +472,8 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
   ParserPool pool(jsonl.json_keys);
   run_ordered_pipeline<TokenizedBatch>(
       options.workers, [&](TokenizedBatch& batch) { return reader.next(batch.lines); },
+      [&](TokenizedBatch& batch) { tokenize_batch(tokenizer, pool, jsonl, std::nullopt, batch); },
       [&](TokenizedBatch& batch) {
-        if (batch.lines.error.empty()) tokenize_batch(tokenizer, pool, jsonl, std::nullopt, batch);
-      },
-      [&](TokenizedBatch& batch) {
-        if (!batch.lines.error.empty()) throw Error(batch.lines.error, "");
         const KeyOutput& out = batch.keys[0];
         const int32_t* tokens = out.tokens.data();
         size_t sequence = 0;
@@ -441,8 +506,8 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
     std::vector<KeyTexts> texts;
     LineBatch batch;
     while (reader.next(batch)) {
-      if (!batch.error.empty()) throw Error(batch.error, "");
-      for_each_line(batch, [&](std::string_view line, int64_t line_number) {
+      if (auto error = too_long_line(batch, input.max_line_bytes, skip_bad_lines, total)) throw Error(*error, "");
+      for_each_line(batch, total, [&](std::string_view line, int64_t line_number) {
         if (auto error = parse_line(parser, line, batch.file, line_number, input.max_line_bytes, texts, total)) {
           if (!skip_bad_lines) throw Error(*error, "");
           ++total.bad_lines;

@@ -3,7 +3,8 @@
 // tokenized by `workers` threads and written in input order (core/ordered_pipeline.h), so the
 // output is byte-identical for every worker count and for several inputs given one after another.
 //
-// Megatron's semantics, per JSONL line and per --json-keys key: a string value is one sequence,
+// Megatron's semantics, per JSONL line and per --json-keys key: a string value is one sequence
+// (Tokenizer::encode_sequence: with a post-processor's template, e.g. LLaMA-3's BOS, around it),
 // a list of strings is one sequence per string (pre-split sentences); sentences that encode to
 // no tokens are dropped; with append_eod a document with tokens gets the EOD id appended to its
 // last sequence; every line is one document, so empty text is written as a document with no
@@ -22,6 +23,10 @@
 
 namespace mt::text {
 
+// JSONL input: a UTF-8 byte order mark at the start of an input is dropped; blank lines are
+// skipped (counted); a line longer than max_line_bytes is read past in chunks, never held whole,
+// and is a bad line (an error, or counted with skip_bad_lines), so memory stays about
+// max_line_bytes + batch_bytes whatever the input.
 struct LineInputOptions {
   std::vector<std::string> inputs;     // files read one after another; "-" is stdin
   size_t batch_bytes = size_t{1} << 20;  // input bytes per work item (whole lines)
@@ -47,7 +52,8 @@ struct PreprocessStats {
   int64_t input_bytes = 0;      // bytes of input read
   int64_t text_bytes = 0;       // UTF-8 bytes of the texts tokenized
   int64_t replaced = 0;         // U+FFFD substitutions (invalid UTF-8, lone surrogates)
-  int64_t bad_lines = 0;        // skipped with skip_bad_lines
+  int64_t bad_lines = 0;        // skipped with skip_bad_lines (malformed, or over max_line_bytes)
+  int64_t blank_lines = 0;      // JSONL lines of only spaces, tabs and CR: skipped, never documents
   double seconds = 0;
   std::vector<std::string> outputs;  // final file paths
 };
@@ -69,8 +75,8 @@ struct EncodeOptions {
 };
 
 // Calls emit(ids, end_of_document) in input order: for JSONL one call per line (the key's
-// sentences concatenated), for raw text the document's ids in pieces, the last with
-// end_of_document. Raw text is cut for the workers only where every supported pre-tokenizer
+// sentences concatenated, each an encode_sequence), for raw text the document's ids in pieces
+// (the whole text one sequence: a template's ids first and last), the last with end_of_document. Raw text is cut for the workers only where every supported pre-tokenizer
 // pattern has a piece boundary whatever follows (see split_points_for_parallel_encoding), so
 // the ids equal encoding the whole text at once.
 PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& options,

@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "text/bpe_model.h"
 #include "text/pretokenize.h"
 #include "text/unicode.h"
@@ -23,15 +23,6 @@ namespace mt::text {
 namespace {
 
 using nlohmann::json;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(path, "read failed");
-  return buffer.str();
-}
 
 json parse_json(const std::string& path, const std::string& text) {
   try {
@@ -141,6 +132,7 @@ struct TokenizerSpec {
   int64_t vocab_size = 0;
   std::optional<int32_t> eod;
   std::vector<SpecialToken> specials;
+  std::vector<int32_t> sequence_prefix, sequence_suffix;  // a post-processor's template around a sequence
 };
 
 class BpeTokenizer final : public Tokenizer {
@@ -155,6 +147,14 @@ class BpeTokenizer final : public Tokenizer {
       }
       special_of_id_[special.id] = static_cast<int32_t>(i);
       if (!special.text.empty()) specials_by_first_byte_[static_cast<unsigned char>(special.text[0])].push_back(i);
+    }
+    for (const auto* ids : {&spec_.sequence_prefix, &spec_.sequence_suffix}) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= spec_.vocab_size || (special_of_id_[id] < 0 && !model_.has_id(id))) {
+          throw Error(spec_.name, "the post-processor's template uses id " + std::to_string(id) +
+                                      ", which is no token of the vocabulary");
+        }
+      }
     }
     // Longest first, so a special token that extends another wins at the same position.
     for (auto& candidates : specials_by_first_byte_) {
@@ -217,6 +217,8 @@ class BpeTokenizer final : public Tokenizer {
   }
   std::string name() const override { return spec_.name; }
   std::string hash() const override { return spec_.hash; }
+  std::span<const int32_t> sequence_prefix() const override { return spec_.sequence_prefix; }
+  std::span<const int32_t> sequence_suffix() const override { return spec_.sequence_suffix; }
 
  private:
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
@@ -278,8 +280,9 @@ int32_t add_byte_level_vocab(const json& vocab, const std::string& path, BpeMode
 }
 
 // `where()` names the merge in an error (built only then: a vocabulary has 10^5 merges).
+// Returns the merged token's id.
 template <class Where>
-void add_merge_line(std::string_view left, std::string_view right, uint32_t priority, Where where,
+int32_t add_merge_line(std::string_view left, std::string_view right, uint32_t priority, Where where,
                     const std::unordered_map<std::string, int32_t>& id_of_text, BpeModel& model) {
   auto find = [&](std::string_view text) {
     auto it = id_of_text.find(std::string(text));
@@ -290,18 +293,56 @@ void add_merge_line(std::string_view left, std::string_view right, uint32_t prio
   int32_t right_id = find(right);
   int32_t merged_id = find(std::string(left) + std::string(right));
   model.add_merge(left_id, right_id, priority, merged_id);
+  return merged_id;
+}
+
+// GPT-2's two files describe one vocabulary: encoder.json holds ids 0..n-1 with no hole, and
+// every token is one of the 256 bytes, "<|endoftext|>", or the result of a merge in vocab.bpe
+// (GPT-2 has 256 + 50000 + 1). A token that no merge makes can never be produced: vocab.bpe is
+// truncated (an empty or cut file) or belongs to another vocabulary.
+void check_gpt2_files(const TokenizerOptions& options, const std::unordered_map<std::string, int32_t>& id_of_text,
+                      int32_t max_id, const std::vector<uint8_t>& made_by_merge, uint32_t merge_count) {
+  const auto token_count = static_cast<int64_t>(id_of_text.size());
+  if (token_count != int64_t{max_id} + 1) {
+    std::vector<uint8_t> present(static_cast<size_t>(max_id) + 1, 0);
+    for (const auto& entry : id_of_text) present[static_cast<size_t>(entry.second)] = 1;
+    const auto hole = std::find(present.begin(), present.end(), 0) - present.begin();
+    throw Error(options.vocab_file, "ids are not 0.." + std::to_string(token_count - 1) + " without holes: " +
+                                        std::to_string(token_count) + " tokens, largest id " + std::to_string(max_id) +
+                                        ", no token has id " + std::to_string(hole) + " (truncated or edited?)");
+  }
+  int64_t unreachable = 0;
+  const std::string* first_text = nullptr;  // the unreachable token of the smallest id
+  int32_t first_id = INT32_MAX;
+  for (const auto& [text, id] : id_of_text) {
+    if (made_by_merge[static_cast<size_t>(id)] || text == "<|endoftext|>" || byte_level_alphabet().decode(text)->size() == 1) {
+      continue;
+    }
+    ++unreachable;
+    if (id < first_id) {
+      first_id = id;
+      first_text = &text;
+    }
+  }
+  if (unreachable == 0) return;
+  const std::string merges = merge_count == 0 ? "no merges" : std::to_string(merge_count) + " merges";
+  throw Error(options.merge_file, merges + ", so " + std::to_string(unreachable) + " of the " +
+                                      std::to_string(token_count) + " tokens of " + options.vocab_file +
+                                      " are never made (the first: '" + *first_text + "', id " + std::to_string(first_id) +
+                                      "): the file is truncated or belongs to another vocabulary");
 }
 
 std::unique_ptr<Tokenizer> load_gpt2(const TokenizerOptions& options) {
   require_option(options.vocab_file, "--vocab-file", "GPT2BPETokenizer");
   require_option(options.merge_file, "--merge-file", "GPT2BPETokenizer");
-  std::string vocab_text = read_file(options.vocab_file);
-  std::string merges_text = read_file(options.merge_file);
+  std::string vocab_text = read_input_file(options.vocab_file, "--vocab-file");
+  std::string merges_text = read_input_file(options.merge_file, "--merge-file");
   BpeModel model;
   std::unordered_map<std::string, int32_t> id_of_text;
   int32_t max_id =
       add_byte_level_vocab(parse_json(options.vocab_file, vocab_text), options.vocab_file, model, id_of_text);
 
+  std::vector<uint8_t> made_by_merge(static_cast<size_t>(max_id) + 1, 0);
   std::istringstream lines(merges_text);
   std::string line;
   uint32_t priority = 0;
@@ -315,10 +356,12 @@ std::unique_ptr<Tokenizer> load_gpt2(const TokenizerOptions& options) {
       throw Error(options.merge_file, "line " + std::to_string(line_number) + ": not two tokens separated by a space");
     }
     auto where = [&] { return options.merge_file + ": line " + std::to_string(line_number); };
-    add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), priority++, where,
-                   id_of_text, model);
+    const int32_t merged = add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1),
+                                          priority++, where, id_of_text, model);
+    made_by_merge[static_cast<size_t>(merged)] = 1;
   }
   model.finish(options.vocab_file);
+  check_gpt2_files(options, id_of_text, max_id, made_by_merge, priority);
   model.find_self_merging_tokens();
 
   TokenizerSpec spec;
@@ -366,50 +409,111 @@ std::vector<SpecialToken> llama3_special_tokens() {
   return specials;
 }
 
+// The tiktoken encodings mt recognises. A rank file is recognised by its first ranks (a
+// fingerprint of ranks 0..kFingerprintRanks-1, computed from the files pinned in
+// data/tokenizers/SOURCES.md) and by its rank count; a file that starts like one of them but has
+// fewer ranks is a truncated copy, not a custom vocabulary.
+constexpr int32_t kFingerprintRanks = 512;
+
+struct KnownRankFile {
+  const char* encoding;
+  const char* fingerprint;  // Fnv1a64 over the bytes of ranks 0..kFingerprintRanks-1
+  int64_t rank_count;
+};
+
+constexpr KnownRankFile kKnownRankFiles[] = {
+    {"r50k_base", "fnv1a64:0d54ca93212ef7c7", 50256},
+    {"cl100k_base", "fnv1a64:55f58da5988686bc", 100256},
+    {"llama3", "fnv1a64:55f58da5988686bc", 128000},  // LLaMA-3's first 100256 ranks are cl100k's
+};
+
+std::string rank_file_fingerprint(const BpeModel& model) {
+  Fnv1a64 hash;
+  for (int32_t rank = 0; rank < kFingerprintRanks; ++rank) hash.add(model.bytes_of(rank));
+  return hash.hex();
+}
+
+// The encoding of a complete rank file ("custom" when it starts like none of the known ones or
+// extends one); throws naming the file when it starts like a known encoding but stops short.
+std::string recognise_rank_file(const BpeModel& model, int64_t rank_count, const std::string& path) {
+  if (rank_count < kFingerprintRanks) return "custom";
+  const std::string fingerprint = rank_file_fingerprint(model);
+  std::string shorter_than;
+  for (const KnownRankFile& known : kKnownRankFiles) {
+    if (known.fingerprint != fingerprint) continue;
+    if (known.rank_count == rank_count) return known.encoding;
+    if (known.rank_count > rank_count) {
+      shorter_than += (shorter_than.empty() ? "" : " or ") + std::string(known.encoding) + " (" +
+                      std::to_string(known.rank_count) + ")";
+    }
+  }
+  if (shorter_than.empty()) return "custom";
+  throw Error(path, "truncated: " + std::to_string(rank_count) + " ranks, but a file starting with these ranks is " +
+                        shorter_than);
+}
+
 std::unique_ptr<Tokenizer> load_tiktoken_ranks(const TokenizerOptions& options, const std::string& text) {
   const std::string& path = options.tokenizer_model;
+  const bool ends_with_newline = !text.empty() && text.back() == '\n';
+  const auto line_count = static_cast<size_t>(std::count(text.begin(), text.end(), '\n') + (ends_with_newline ? 0 : 1));
+  // Ranks are 0..n-1 for n tokens, so a rank is always below the number of lines; line_of_rank
+  // (0: not seen) finds a rank given twice, the mark of a line cut short.
+  std::vector<uint32_t> line_of_rank(line_count, 0);
   BpeModel model;
   std::istringstream lines(text);
   std::string line;
   size_t line_number = 0;
   int64_t rank_count = 0;
-  int32_t max_rank = -1;
   while (std::getline(lines, line)) {
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files, as Python's line split
     if (line.empty()) continue;
-    auto where = [&] { return path + ": line " + std::to_string(line_number); };
+    auto fail = [&](const std::string& why) {
+      const bool cut = line_number == line_count && !ends_with_newline;
+      throw Error(path + ": line " + std::to_string(line_number),
+                  why + (cut ? " (the last line has no newline: the file looks cut mid-line)"
+                             : " (a truncated or malformed line)"));
+    };
     size_t space = line.find(' ');
-    if (space == std::string::npos) throw Error(where(), "expected `base64 rank`");
+    if (space == std::string::npos) fail("expected `base64 rank`, got '" + line.substr(0, 60) + "'");
     auto bytes = base64_decode(std::string_view(line).substr(0, space));
-    if (!bytes) throw Error(where(), "bad base64 token");
+    if (!bytes) fail("bad base64 token '" + line.substr(0, std::min<size_t>(space, 60)) + "'");
     std::string rank_text = line.substr(space + 1);
     char* end = nullptr;
     errno = 0;
     long long rank = std::strtoll(rank_text.c_str(), &end, 10);
-    if (rank_text.empty() || *end != '\0' || errno != 0 || rank < 0 || rank > INT32_MAX - 1024) {
-      throw Error(where(), "bad rank " + rank_text);
+    if (rank_text.empty() || *end != '\0' || errno != 0 || rank < 0) fail("bad rank '" + rank_text.substr(0, 20) + "'");
+    if (static_cast<size_t>(rank) >= line_count) {
+      fail("rank " + rank_text + ", but the file has " + std::to_string(line_count) +
+           " lines, so its ranks cannot be 0, 1, 2, ... without holes");
     }
+    if (line_of_rank[rank] != 0) {
+      fail("rank " + rank_text + " was already given on line " + std::to_string(line_of_rank[rank]));
+    }
+    line_of_rank[rank] = static_cast<uint32_t>(line_number);
     model.add_token(static_cast<int32_t>(rank), *bytes, path);
-    max_rank = std::max(max_rank, static_cast<int32_t>(rank));
     ++rank_count;
+  }
+  if (rank_count == 0) throw Error(path, "empty: a tiktoken rank file has one `base64 rank` line per token");
+  // No rank repeats and every rank is below the line count; ranks 0..rank_count-1 must all be there.
+  const auto hole = std::find(line_of_rank.begin(), line_of_rank.begin() + rank_count, 0u) - line_of_rank.begin();
+  if (hole < rank_count) {
+    throw Error(path, "ranks are not 0.." + std::to_string(rank_count - 1) + " without holes: rank " +
+                          std::to_string(hole) + " is missing");
   }
   model.index_tokens(path);
   model.add_merges_from_vocabulary([](int32_t id) { return static_cast<uint32_t>(id); });
   model.finish(path);
 
-  auto token_256 = model.has_id(256) ? std::string(model.bytes_of(256)) : std::string();
   TokenizerSpec spec;
   spec.whole_piece_lookup = true;
-  std::string encoding;
-  if (rank_count == 50256 && token_256 == " t") {
-    encoding = "r50k_base";
+  const std::string encoding = recognise_rank_file(model, rank_count, path);
+  if (encoding == "r50k_base") {
     spec.pattern = PretokenizePattern::gpt2;
     spec.specials = {{"<|endoftext|>", 50256}};
     spec.eod = 50256;
     spec.vocab_size = 50257;
-  } else if (rank_count == 100256 && token_256 == "  ") {
-    encoding = "cl100k_base";
+  } else if (encoding == "cl100k_base") {
     spec.pattern = PretokenizePattern::cl100k;
     spec.specials = {{"<|endoftext|>", 100257},
                      {"<|fim_prefix|>", 100258},
@@ -418,16 +522,14 @@ std::unique_ptr<Tokenizer> load_tiktoken_ranks(const TokenizerOptions& options, 
                      {"<|endofprompt|>", 100276}};
     spec.eod = 100257;
     spec.vocab_size = 100277;
-  } else if (rank_count == 128000 && token_256 == "  ") {
-    encoding = "llama3";
+  } else if (encoding == "llama3") {
     spec.pattern = PretokenizePattern::cl100k;
     spec.specials = llama3_special_tokens();
     spec.eod = 128001;
     spec.vocab_size = 128256;
   } else {
-    encoding = "custom";
     spec.pattern = PretokenizePattern::cl100k;
-    spec.vocab_size = int64_t{max_rank} + 1;
+    spec.vocab_size = rank_count;
   }
   if (auto pattern = tiktoken_pattern_option(options.tiktoken_pattern)) spec.pattern = *pattern;
   spec.name = "TikTokenizer:" + encoding;
@@ -492,7 +594,7 @@ std::unique_ptr<Tokenizer> load_megatron_tiktoken_json(const TokenizerOptions& o
 
 std::unique_ptr<Tokenizer> load_tiktoken(const TokenizerOptions& options) {
   require_option(options.tokenizer_model, "--tokenizer-model", "TikTokenizer");
-  std::string text = read_file(options.tokenizer_model);
+  std::string text = read_input_file(options.tokenizer_model, "--tokenizer-model");
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') return load_megatron_tiktoken_json(options, text);
   return load_tiktoken_ranks(options, text);
@@ -517,13 +619,15 @@ bool is_empty_or_null(const json& object, const char* key) {
   return value == nullptr || (value->is_string() && value->get<std::string>().empty());
 }
 
+// A tokenizer.json component's "type" ("" when it has none).
+std::string type_of(const json& node) {
+  const json* type = member(node, "type");
+  return type != nullptr && type->is_string() ? type->get<std::string>() : std::string();
+}
+
 // The pattern of a byte-level pre-tokenizer: ByteLevel(use_regex = true) is GPT-2's, or a
 // Sequence of Split(Regex, Isolated) and ByteLevel(use_regex = false).
 PretokenizePattern hf_pattern(const json& pre_tokenizer, const std::string& path) {
-  auto type_of = [](const json& node) {
-    const json* type = member(node, "type");
-    return type != nullptr && type->is_string() ? type->get<std::string>() : std::string();
-  };
   auto check_byte_level = [&](const json& node, bool expect_regex) {
     if (!is_false_or_null(node, "add_prefix_space")) {
       throw Error(path, "ByteLevel pre-tokenizer with add_prefix_space is not supported");
@@ -558,10 +662,75 @@ PretokenizePattern hf_pattern(const json& pre_tokenizer, const std::string& path
                         pre_tokenizer.dump().substr(0, 200));
 }
 
+// The ids a TemplateProcessing post-processor puts around a single sequence: its "single"
+// template is a list of SpecialToken pieces (each expands to the "ids" of its entry in
+// "special_tokens", in order) and exactly one Sequence "A" (the text's ids).
+void add_single_template(const json& processor, const std::string& path, TokenizerSpec& spec) {
+  const std::string where = path + ": post-processor TemplateProcessing";
+  const json* single = member(processor, "single");
+  const json* special_tokens = member(processor, "special_tokens");
+  if (single == nullptr || !single->is_array()) throw Error(where, "has no single template");
+  bool seen_sequence = false;
+  for (const json& piece : *single) {
+    if (const json* sequence = member(piece, "Sequence")) {
+      const json* id = member(*sequence, "id");
+      if (id == nullptr || *id != "A" || seen_sequence) {
+        throw Error(where, "the single template must hold sequence A once: " + single->dump().substr(0, 200));
+      }
+      seen_sequence = true;
+      continue;
+    }
+    const json* special = member(piece, "SpecialToken");
+    const json* name = special != nullptr ? member(*special, "id") : nullptr;
+    if (name == nullptr || !name->is_string()) {
+      throw Error(where, "a piece of the single template is neither a Sequence nor a SpecialToken: " +
+                             piece.dump().substr(0, 200));
+    }
+    const json* entry = special_tokens != nullptr ? member(*special_tokens, name->get<std::string>().c_str()) : nullptr;
+    const json* ids = entry != nullptr ? member(*entry, "ids") : nullptr;
+    if (ids == nullptr || !ids->is_array()) {
+      throw Error(where, "special token " + name->dump() + " has no entry with ids in special_tokens");
+    }
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        throw Error(where, "special token " + name->dump() + " has a bad id " + id.dump());
+      }
+      (seen_sequence ? spec.sequence_suffix : spec.sequence_prefix).push_back(id.get<int32_t>());
+    }
+  }
+  if (!seen_sequence) throw Error(where, "the single template has no sequence A");
+}
+
+// The post-processor: none, ByteLevel (it moves offsets, never ids), TemplateProcessing, or a
+// Sequence of those with at most one TemplateProcessing (LLaMA-3: ByteLevel then the template).
+void add_post_processor(const json& root, const std::string& path, TokenizerSpec& spec) {
+  const json* processor = member(root, "post_processor");
+  if (processor == nullptr) return;
+  std::vector<const json*> steps = {processor};
+  if (type_of(*processor) == "Sequence") {
+    const json* processors = member(*processor, "processors");
+    if (processors == nullptr || !processors->is_array()) throw Error(path, "post-processor Sequence has no processors list");
+    steps.clear();
+    for (const json& step : *processors) steps.push_back(&step);
+  }
+  bool have_template = false;
+  for (const json* step : steps) {
+    const std::string type = type_of(*step);
+    if (type == "ByteLevel") continue;
+    if (type != "TemplateProcessing") {
+      throw Error(path, "post-processor " + (type.empty() ? step->dump().substr(0, 100) : type) +
+                            " is not supported (ByteLevel, TemplateProcessing, or a Sequence of them are)");
+    }
+    if (have_template) throw Error(path, "post-processor Sequence holds more than one TemplateProcessing");
+    have_template = true;
+    add_single_template(*step, path, spec);
+  }
+}
+
 std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   require_option(options.tokenizer_model, "--tokenizer-model", "HuggingFaceTokenizer");
   const std::string& path = options.tokenizer_model;
-  std::string text = read_file(path);
+  std::string text = read_input_file(path, "--tokenizer-model");
   json root = parse_json(path, text);
   const json* model_json = member(root, "model");
   if (model_json == nullptr || !model_json->is_object()) throw Error(path, "no model object");
@@ -633,6 +802,12 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
     }
   }
   spec.vocab_size = int64_t{max_id} + 1;
+  add_post_processor(root, path, spec);
+  if (!options.include_special_tokens && !(spec.sequence_prefix.empty() && spec.sequence_suffix.empty())) {
+    spec.sequence_prefix.clear();
+    spec.sequence_suffix.clear();
+    spec.name += ":no-special-tokens";
+  }
   for (const char* eod : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
     auto it =
         std::find_if(spec.specials.begin(), spec.specials.end(), [&](const SpecialToken& s) { return s.text == eod; });
@@ -642,7 +817,7 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
     }
   }
   Fnv1a64 hash;
-  hash.add(spec.name);
+  hash.add("HuggingFaceTokenizer");  // the files, whether or not the template is applied
   hash.add(text);
   spec.hash = hash.hex();
   return make_tokenizer(std::move(spec), std::move(model));
@@ -650,7 +825,17 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
 
 }  // namespace
 
+void Tokenizer::encode_sequence(std::string_view text, std::vector<int32_t>& out, bool allow_special) const {
+  const auto prefix = sequence_prefix(), suffix = sequence_suffix();
+  out.insert(out.end(), prefix.begin(), prefix.end());
+  encode(text, out, allow_special);
+  out.insert(out.end(), suffix.begin(), suffix.end());
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
+  if (!options.include_special_tokens && options.type != "HuggingFaceTokenizer") {
+    throw UsageError("--tokenizer-hf-no-include-special-tokens", "applies to HuggingFaceTokenizer only");
+  }
   if (options.type == "GPT2BPETokenizer") return load_gpt2(options);
   if (options.type == "TikTokenizer") return load_tiktoken(options);
   if (options.type == "HuggingFaceTokenizer") return load_huggingface(options);

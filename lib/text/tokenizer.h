@@ -29,9 +29,18 @@
 //                         or [a, b] pairs; ignore_merges honoured. Anything else is an mt::Error.
 //                         Every added token is a special token; eod is the first of
 //                         "<|endoftext|>", "<|end_of_text|>", "</s>" among them (tokenizer.json
-//                         does not name an eos); vocab_size = largest id + 1. No post-processor
-//                         is applied (no BOS is added).
-// Pre-tokenization follows each reference's regex exactly (data/pretokenize.h), merging stays
+//                         does not name an eos); vocab_size = largest id + 1. The post-processor
+//                         may be ByteLevel (ids unchanged), TemplateProcessing, or a Sequence of
+//                         them (LLaMA-3's); the single-sequence template's special tokens are put
+//                         around each sequence by encode_sequence (Megatron's HF tokenize, HF's
+//                         add_special_tokens=True; LLaMA-3: BOS 128000 first) unless
+//                         include_special_tokens is false (then the name ends ":no-special-tokens").
+// Each file is checked against what its type needs, and a file that is not is an mt::Error naming
+// it: rank files have one `base64 rank` line per token with ranks 0..n-1, no hole, no repeat (a line
+// cut short names its line), and a file that starts like r50k_base, cl100k_base or LLaMA-3 (the
+// first 512 ranks) must have all of their ranks; GPT-2's encoder.json has ids 0..n-1 and every token
+// is a byte, "<|endoftext|>" or made by a merge of vocab.bpe (so an empty or cut vocab.bpe is refused).
+// Pre-tokenization follows each reference's regex exactly (text/pretokenize.h), merging stays
 // O(n log n) on pathological pieces, whole pieces found in the vocabulary are taken as one token
 // before merging where the reference does so (tiktoken, HF ignore_merges). Special tokens are
 // recognised in text only when asked (allow_special); otherwise "<|endoftext|>" is plain text.
@@ -56,6 +65,9 @@ struct TokenizerOptions {
   std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer
   std::string tiktoken_pattern;             // "" = the file's own (or v2 for Megatron's JSON); v1|v2
   int tiktoken_num_special_tokens = 1000;   // Megatron's JSON layout only
+  // HuggingFaceTokenizer: apply the post-processor's template in encode_sequence (Megatron's
+  // default; --tokenizer-hf-no-include-special-tokens clears it).
+  bool include_special_tokens = true;
 };
 
 class Tokenizer {
@@ -70,6 +82,13 @@ class Tokenizer {
   // tokenizer's special-token strings in the text become their ids. Thread-safe (any cache is
   // per thread).
   virtual void encode(std::string_view text, std::vector<int32_t>& out, bool allow_special = false) const = 0;
+  // Megatron's tokenize(): sequence_prefix(), the ids of encode(), sequence_suffix(). This is what a
+  // document's sequence holds in a token dataset.
+  void encode_sequence(std::string_view text, std::vector<int32_t>& out, bool allow_special = false) const;
+  // The special ids a post-processor's template puts before and after a sequence (empty without
+  // one, or with TokenizerOptions::include_special_tokens false).
+  virtual std::span<const int32_t> sequence_prefix() const { return {}; }
+  virtual std::span<const int32_t> sequence_suffix() const { return {}; }
   // The bytes of the ids concatenated, as UTF-8 with invalid sequences replaced (Python's
   // 'replace'); throws mt::Error for an id outside [0, vocab_size).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;

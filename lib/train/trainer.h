@@ -55,7 +55,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   model::RecomputeConfig recompute;
   double peak_flops_per_second = 0;  // for MFU; 0: not reported
-  perf::FlopsConvention flops_convention = perf::FlopsConvention::full_attention;
+  perf::FlopsConvention flops_convention = perf::FlopsConvention::six_n_attention;
 };
 
 struct StepStats {

@@ -265,3 +265,97 @@ EOF
     [[ "$out" == *"$flag"* ]] || fail "--help lacks $flag"
   done
 }
+
+@test "issue11 case 5: a prefix with X.h5 and X.bin/.idx of different datasets is refused, naming both" {
+  "$MAKE" "$TMP/x" h5 100 0 counting:200:20:1
+  "$MAKE" "$TMP/x" bin 100 0 counting:120:12:2  # a later run of another corpus, same prefix
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/x" --output "$TMP/i.h5"
+  [[ $status -eq 1 && "$err" == "mt-shard: error: $TMP/x: ambiguous: $TMP/x.h5 and $TMP/x.bin + $TMP/x.idx hold different token datasets (200 documents, 200 sequences, "*" tokens against 120 documents, 120 sequences, "*"); remove the stale one, or name the one to read ($TMP/x.h5 or $TMP/x.bin)" ]] ||
+    fail "$status $err"
+  [[ ! -e "$TMP/i.h5" ]] || fail "index written"
+  build --data-path "$TMP/x.bin" --output "$TMP/bin.h5"  # naming one file reads that one
+  check '.[0].train_samples > 0' "$TMP/build.json"
+  # Same structure, one token changed: still two datasets.
+  "$MAKE" "$TMP/y" h5 100 0 '[[[1,2,3,4]],[[5,6,7]]]'
+  "$MAKE" "$TMP/y" bin 100 0 '[[[1,2,3,4]],[[5,6,8]]]'
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/y" --output "$TMP/j.h5"
+  [[ $status -eq 1 && "$err" == *"ambiguous"*"(the tokens of sequence 1 differ)"* ]] || fail "$status $err"
+  # One dataset in both formats (mt-tokenize --output-format both) is not ambiguous.
+  "$MAKE" "$TMP/z" h5 100 0 counting:200:20:1
+  "$MAKE" "$TMP/z" bin 100 0 counting:200:20:1
+  build --data-path "$TMP/z" --output "$TMP/k.h5"
+}
+
+# --split SPLIT is a usage error with MESSAGE, and no index is written.
+split_refused() {
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/a" --output "$TMP/i.h5" --split="$1"
+  [[ $status -eq 2 && "$err" == "mt-shard: error: --split: '$1': $2 (expected up to three proportions for train, valid, test, such as 969,30,1)" ]] ||
+    fail "--split $1: $status $err"
+  [[ ! -e "$TMP/i.h5" ]] || fail "index written for --split $1"
+}
+
+@test "issue11 case 12: --split \"-1,2,3\", \"nan,1,1\", \"1,,1\" are refused, not read as other numbers" {
+  split_refused "-1,2,3" "'-1' is negative"
+  split_refused "nan,1,1" "'nan' is not a number"
+  split_refused "1,,1" "part 2 is empty"
+  split_refused "1,2/3" "mixes ',' and '/'"
+  for split in "80, 10, 10" "80/10/10" "80 10 10" "8.0,1,1."; do
+    build --data-path "$TMP/a" --output "$TMP/ok.h5" --split="$split"
+    inspect "$TMP/ok.h5"
+    [[ "$(q '[.[] | select(.record=="blend") | [.sequence_begin, .sequence_end]]')" == "[[0,160],[160,180],[180,200]]" ]] || fail "$split: $(q .)"
+    rm "$TMP/ok.h5"
+  done
+}
+
+@test "issue11 case 15: --split errors say what is wrong with the given string" {
+  split_refused "a,b,c" "'a' is not a number"
+  split_refused "1e3,1,1" "'1e3' has an exponent; write the number out"
+  split_refused "1,2,3,4" "4 parts, at most three"
+  split_refused "0,0,0" "the parts sum to zero"
+}
+
+@test "issue11 case 17: a directory where mt-shard expects a file or a dataset prefix says so" {
+  mkdir "$TMP/dir"
+  run_split mt-shard inspect "$TMP/dir"
+  [[ $status -eq 1 && "$err" == "mt-shard: error: $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/dir" --output "$TMP/i.h5"
+  [[ $status -eq 1 && "$err" == "mt-shard: error: $TMP/dir: is a directory; a token dataset is named by its prefix X (of X.h5, or X.bin and X.idx)" ]] ||
+    fail "$status $err"
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/a" --output "$TMP/dir"
+  [[ $status -eq 1 && "$err" == "mt-shard: error: $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+  build --data-path "$TMP/a" --output "$TMP/i.h5"
+  run_split mt-shard inspect "$TMP/i.h5" --show-samples 1 --tokenizer-type TikTokenizer --tokenizer-model "$TMP/dir"
+  [[ $status -eq 1 && "$err" == "mt-shard: error: --tokenizer-model $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+}
+
+@test "issue11 case 20: inspect --format table|csv escapes decoded control characters and prints one header per kind" {
+  build --data-path "$TMP/b" --output "$TMP/i.h5"
+  # Every id decodes to its byte, so the counting samples hold newlines, tabs and ESC.
+  /usr/bin/python3 -c 'import base64; [print(base64.b64encode(bytes([b])).decode(), b) for b in range(256)]' >"$TMP/bytes.tiktoken"
+  local decode=(--show-samples 3 --tokenizer-type TikTokenizer --tokenizer-model "$TMP/bytes.tiktoken")
+  mt-shard inspect "$TMP/i.h5" "${decode[@]}" --format table >"$TMP/table.txt" 2>/dev/null
+  for kind in parameters dataset split blend histogram sample; do
+    [[ "$(grep -c "^# $kind\$" "$TMP/table.txt")" -eq 1 ]] || fail "# $kind: $(cat "$TMP/table.txt")"
+  done
+  local records
+  records="$(mt-shard inspect "$TMP/i.h5" "${decode[@]}" --format jsonl 2>/dev/null | grep -vc '^{"record":"run"')"
+  # 6 kinds of title, header and rule, then one line per record
+  [[ "$(grep -cv '^$' "$TMP/table.txt")" -eq $(( 6 * 3 + records )) ]] ||
+    fail "a row broke over lines: $(cat -A "$TMP/table.txt" | tail -8)"
+  grep -q '\\n' "$TMP/table.txt" || fail "no escaped newline in the decoded text"
+  local header row
+  header="$(grep -A1 '^# sample$' "$TMP/table.txt" | tail -1)"
+  row="$(grep -A3 '^# sample$' "$TMP/table.txt" | tail -1)"
+  [[ "$header" == *" tokens  "*" text  " && ${#header} -eq ${#row} ]] || fail "header: $header"
+  mt-shard inspect "$TMP/i.h5" "${decode[@]}" --format csv >"$TMP/out.csv" 2>/dev/null
+  [[ "$(grep -c '^record,split,requested' "$TMP/out.csv")" -eq 1 && "$(grep -c '^record,split,component' "$TMP/out.csv")" -eq 1 ]] ||
+    fail "$(cat "$TMP/out.csv")"
+  [[ "$(grep -cv '^$' "$TMP/out.csv")" -eq $(( 6 + records )) ]] || fail "a csv record broke over lines: $(cat -A "$TMP/out.csv" | tail -4)"
+  /usr/bin/python3 - "$TMP/out.csv" <<'PY' || fail "csv does not parse: $(tail -3 "$TMP/out.csv")"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1], newline="")) if r]
+samples = [r for r in rows if r[0] == "sample"]
+header = [r for r in rows if r[0] == "record" and r[1] == "split" and r[2] == "micro_batch"][0]
+assert len(samples) == 3 and all(len(r) == len(header) for r in samples), (header, samples)
+PY
+}

@@ -148,6 +148,8 @@ PY
   mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --output-prefix "$TMP/r" >"$TMP/out.jsonl"
   summary | jq -e '.replaced == 2' >/dev/null || fail "$(summary)"
   run_split mt-tokenize encode --input "$TMP/in.jsonl" "${GPT2[@]}"
+  # U+FFFD is GPT-2 token 4210 (the byte characters of its UTF-8 EF BF BD); a, b, c, d are 64..67
+  [[ $status -eq 0 && "$out" == $'64 4210 65\n66 4210 67' ]] || fail "encode: exit $status: $out $err"
   run_split bash -c "mt-tokenize encode --input '$TMP/in.jsonl' ${GPT2[*]} | mt-tokenize decode ${GPT2[*]}"
   [[ "$out" == $'{"text":"a\xef\xbf\xbdb"}\n{"text":"c\xef\xbf\xbdd"}' ]] || fail "$out"
 }
@@ -162,7 +164,7 @@ PY
   printf '%s\n' '{"text": "ok"' >>"$TMP/bad.jsonl"
   mt-tokenize --input "$TMP/bad.jsonl" "${GPT2[@]}" --output-prefix "$TMP/bad" --skip-bad-lines >"$TMP/out.jsonl" 2>"$TMP/err"
   summary | jq -e '.bad_lines == 2 and .documents == 3' >/dev/null || fail "$(summary)"
-  grep -q "skipped 2 malformed lines" "$TMP/err" || fail "no warning: $(cat "$TMP/err")"
+  grep -q "skipped 2 bad lines" "$TMP/err" || fail "no warning: $(cat "$TMP/err")"
   printf '%s\n' '{"body": "x"}' >"$TMP/nokey.jsonl"
   run_split mt-tokenize --input "$TMP/nokey.jsonl" "${GPT2[@]}" --output-prefix "$TMP/nokey"
   [[ $status -eq 1 && "$err" == *"nokey.jsonl:1: key 'text': missing" ]] || fail "$err"
@@ -214,4 +216,108 @@ PY
   (( count < $(wc -c <"$TMP/heldout.txt") / 2 )) || fail "no compression: $count ids"
   mt-tokenize decode --raw "${flags[@]}" <"$TMP/ids" >"$TMP/back.txt"
   cmp "$TMP/heldout.txt" "$TMP/back.txt"
+}
+
+@test "issue11 case 8: --skip-bad-lines counts and skips a 70 MB line; without it the error names the line" {
+  /usr/bin/python3 - "$TMP/long.jsonl" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write('{"text": "before"}\n{"text": "' + "x" * (70 << 20) + '"}\n{"text": "after"}\n')
+PY
+  mt-tokenize --input "$TMP/long.jsonl" "${GPT2[@]}" --output-prefix "$TMP/long" --output-format megatron \
+    --skip-bad-lines >"$TMP/out.jsonl" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+  summary | jq -e '.documents == 2 and .bad_lines == 1 and .bytes > 73400000' >/dev/null || fail "$(summary)"
+  grep -q "skipped 1 bad lines" "$TMP/err" || fail "no warning: $(cat "$TMP/err")"
+  run /usr/bin/python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$TMP/long_text_document"
+  assert_success
+  assert_output --partial "sequence 0: 19052"  # "before"
+  assert_output --partial "sequence 1: 8499"   # "after": the line after the long one is read
+  run_split bash -c "mt-tokenize encode --input '$TMP/long.jsonl' ${GPT2[*]} --skip-bad-lines"
+  [[ $status -eq 0 && "$out" == $'19052\n8499' ]] || fail "encode: $status $out $err"
+  run_split mt-tokenize --input "$TMP/long.jsonl" "${GPT2[@]}" --output-prefix "$TMP/fail"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/long.jsonl:2: longer than --max-line-bytes: 67108864" ]] ||
+    fail "$status $err"
+  [[ ! -e "$TMP/fail_text_document.h5" ]] || fail "output written on error"
+}
+
+@test "issue11 case 9: tokenizer.json's TemplateProcessing adds its special tokens unless --tokenizer-hf-no-include-special-tokens" {
+  # GPT-2 with a BOS template: HF tokenizers gives 50256 15496 995 198 (tests/golden/tokenizer/templates.jsonl).
+  jq --slurpfile p "$MT_ROOT/tests/golden/tokenizer/gpt2_bos_post_processor.json" '.post_processor = $p[0]' \
+    "$TOK/gpt2-hf/tokenizer.json" >"$TMP/gpt2_bos.json"
+  run_split bash -c "printf 'Hello world\n' | mt-tokenize encode --raw --tokenizer-type HuggingFaceTokenizer --tokenizer-model '$TMP/gpt2_bos.json'"
+  [[ $status -eq 0 && "$out" == "50256 15496 995 198" ]] || fail "$status $out $err"
+  # LLaMA-3's layout (post-processor Sequence[ByteLevel, TemplateProcessing]): BOS 128000 first.
+  local llama=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$MT_ROOT/tests/golden/tokenizer/llama3_style_tokenizer.json")
+  run_split bash -c "printf 'Hello world' | mt-tokenize encode --raw ${llama[*]}"
+  [[ "$out" == "128000 39 301 385 1917" ]] || fail "$out $err"
+  run_split bash -c "printf 'Hello world' | mt-tokenize encode --raw ${llama[*]} --tokenizer-hf-no-include-special-tokens"
+  [[ "$out" == "39 301 385 1917" ]] || fail "$out $err"
+  # Megatron's preprocess_data tokenizes each sentence: each sequence starts with BOS.
+  printf '%s\n' '{"text": ["Hello", " world"]}' '{"text": ""}' >"$TMP/in.jsonl"
+  mt-tokenize --input "$TMP/in.jsonl" "${llama[@]}" --append-eod --output-prefix "$TMP/bos" --output-format megatron >"$TMP/out.jsonl"
+  summary | jq -e '.tokenizer == "HuggingFaceTokenizer" and .sequences == 3' >/dev/null || fail "$(summary)"
+  run /usr/bin/python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$TMP/bos_text_document"
+  assert_output --partial "sequence 0: 128000 39 301 385"
+  assert_output --partial "sequence 1: 128000 1917 128001"
+  assert_output --partial "sequence 2: 128000 128001"  # HF gives [BOS] for "", so Megatron keeps it
+  mt-tokenize --input "$TMP/in.jsonl" "${llama[@]}" --tokenizer-hf-no-include-special-tokens --output-prefix "$TMP/plain" >"$TMP/out.jsonl"
+  summary | jq -e '.tokenizer == "HuggingFaceTokenizer:no-special-tokens" and .sequences == 2 and .tokens == 4' >/dev/null || fail "$(summary)"
+  # Raw text is one sequence however many workers cut it: one BOS.
+  head -c 2000000 "$CORPUS/war_and_peace_pg2600.txt" >"$TMP/text.txt"
+  mt-tokenize encode --raw --input "$TMP/text.txt" "${llama[@]}" --workers 2 >"$TMP/ids" 2>/dev/null
+  [[ "$(tr ' ' '\n' <"$TMP/ids" | grep -c '^128000$')" -eq 1 && "$(cut -d' ' -f1 "$TMP/ids")" == 128000 ]] || fail "BOS count"
+  run_split bash -c "printf x | mt-tokenize encode --raw ${LLAMA3[*]} --tokenizer-hf-no-include-special-tokens"
+  [[ $status -eq 2 && "$err" == *"--tokenizer-hf-no-include-special-tokens: applies to HuggingFaceTokenizer only"* ]] || fail "$status $err"
+}
+
+@test "issue11 case 10: truncated tokenizer files are refused, naming the file" {
+  head -n 100000 "$TOK/llama3/tokenizer.model" >"$TMP/llama3.model"
+  run_split bash -c "printf 'Hello' | mt-tokenize encode --raw --tokenizer-type TikTokenizer --tokenizer-model '$TMP/llama3.model'"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/llama3.model: truncated: 100000 ranks, but a file starting with these ranks is cl100k_base (100256) or llama3 (128000)" ]] ||
+    fail "$status $out $err"
+  : >"$TMP/empty.bpe"
+  head -n 1000 "$TOK/gpt2/vocab.bpe" >"$TMP/cut.bpe"
+  for merges in empty.bpe cut.bpe; do
+    run_split bash -c "printf 'Hello' | mt-tokenize encode --raw --tokenizer-type GPT2BPETokenizer --vocab-file '$TOK/gpt2/encoder.json' --merge-file '$TMP/$merges'"
+    [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/$merges: "*"of the 50257 tokens of $TOK/gpt2/encoder.json are never made"*"truncated"* ]] ||
+      fail "$merges: $status $out $err"
+  done
+}
+
+@test "issue11 case 17: a directory given as a file says so; a rank file cut mid-line names the line" {
+  mkdir "$TMP/dir"
+  local cases=("--tokenizer-type TikTokenizer --tokenizer-model $TMP/dir|--tokenizer-model $TMP/dir"
+               "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $TMP/dir|--tokenizer-model $TMP/dir"
+               "--tokenizer-type GPT2BPETokenizer --vocab-file $TMP/dir --merge-file $TOK/gpt2/vocab.bpe|--vocab-file $TMP/dir"
+               "--tokenizer-type GPT2BPETokenizer --vocab-file $TOK/gpt2/encoder.json --merge-file $TMP/dir|--merge-file $TMP/dir"
+               "${GPT2[*]} --input $TMP/dir|--input $TMP/dir")
+  for c in "${cases[@]}"; do
+    run_split bash -c "printf x | mt-tokenize encode ${c%%|*}"
+    [[ $status -eq 1 && "$err" == "mt-tokenize: error: ${c#*|}: is a directory, expected a file" ]] || fail "${c%%|*}: $status $err"
+  done
+  run_split mt-tokenize --input "$TMP/dir" "${GPT2[@]}" --output-prefix "$TMP/p"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: --input $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+  run_split mt-tokenize decode --input "$TMP/dir" "${GPT2[@]}"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: --input $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+  run_split mt-tokenize merge --input "$TMP/dir" --output-prefix "$TMP/m"
+  [[ $status -eq 1 && "$err" == *"$TMP/dir: is a directory; a token dataset is named by its prefix"* ]] || fail "$status $err"
+  head -c 1000000 "$TOK/llama3/tokenizer.model" >"$TMP/cut.model"  # ends in "IGZhY3Rv 6" of rank 61595
+  run_split bash -c "printf x | mt-tokenize encode --raw --tokenizer-type TikTokenizer --tokenizer-model '$TMP/cut.model'"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/cut.model: line 61597: rank 6 was already given on line 7 (the last line has no newline: the file looks cut mid-line)" ]] ||
+    fail "$status $err"
+}
+
+@test "issue11 case 21: blank JSONL lines are skipped and counted; a UTF-8 byte order mark is accepted" {
+  printf '{"text": "a"}\n\n{"text": "b"}\n  \r\n' >"$TMP/blank.jsonl"
+  mt-tokenize --input "$TMP/blank.jsonl" "${GPT2[@]}" --output-prefix "$TMP/blank" >"$TMP/out.jsonl"
+  summary | jq -e '.documents == 2 and .blank_lines == 2 and .bad_lines == 0 and .tokens == 2' >/dev/null || fail "$(summary)"
+  printf '\xef\xbb\xbf{"text": "a"}\n' >"$TMP/bom.jsonl"
+  mt-tokenize --input "$TMP/bom.jsonl" "$TMP/bom.jsonl" "${GPT2[@]}" --output-prefix "$TMP/bom" >"$TMP/out.jsonl"
+  summary | jq -e '.documents == 2 and .tokens == 2 and .replaced == 0' >/dev/null || fail "$(summary)"
+  run_split bash -c "cat '$TMP/bom.jsonl' '$TMP/blank.jsonl' | mt-tokenize encode ${GPT2[*]}"
+  [[ $status -eq 0 && "$out" == $'64\n64\n65' ]] || fail "encode from stdin: $status $out $err"
+  # A BOM inside a file (not at its start) is text, as any other character: still malformed JSON.
+  printf '{"text": "a"}\n\xef\xbb\xbf{"text": "b"}\n' >"$TMP/inner.jsonl"
+  run_split mt-tokenize --input "$TMP/inner.jsonl" "${GPT2[@]}" --output-prefix "$TMP/inner"
+  [[ $status -eq 1 && "$err" == *"inner.jsonl:2: malformed JSON"* ]] || fail "$status $err"
 }

@@ -47,8 +47,8 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   assert_success
   assert_output --partial "/model/embedding.word_embeddings.weight Dataset {128, 64}"
   assert_output --partial "/model/decoder.layers.1.mlp.linear_fc1.weight Dataset {256, 64}"
-  ! cmp -s "$TMP/init.h5" "$TMP/final.h5"
-  ls "$TMP" | grep -q tmp && fail "temporary file left behind" || true
+  if cmp -s "$TMP/init.h5" "$TMP/final.h5"; then fail "--save-final wrote the initial parameters"; fi
+  [[ "$(ls "$TMP")" == $'err.log\nfinal.h5\ninit.h5\nout.jsonl' ]] || fail "files other than the outputs: $(ls "$TMP")"
 }
 
 @test "model flags reach the model (run record)" {
@@ -195,7 +195,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
     [[ "$(line_count "$err")" -eq 1 && "$err" == "mt-train: error: "* ]] || fail "'$args': $err"
   done
   run_split mt-train --model tiny-gpt --byte-data /nonexistent --train-iters 1
-  [[ $status -eq 1 && "$err" == "mt-train: error: /nonexistent: cannot open" ]] || fail "$status $err"
+  [[ $status -eq 1 && "$err" == "mt-train: error: --byte-data /nonexistent: no such file" ]] || fail "$status $err"
   run_split mt-train --model llama3-70b --mock-data --train-iters 1 --peak-tflops 1
   [[ $status -eq 1 && "$err" == *"needs"*"GiB"*"available"* ]] || fail "70B on a laptop: $status $err"
 }
@@ -284,7 +284,7 @@ train_data() {
   train_data --data-path "$TMP/a"
   "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/a" h5 100 0 counting:601:6:1
   run_split train_data --data-path "$TMP/a"
-  [[ $status -eq 1 && -z "$out" ]] || fail "$status"
+  [[ $status -eq 1 && ! -s "$TMP/out.jsonl" ]] || fail "exit $status, stdout: $(cat "$TMP/out.jsonl")"
   [[ "$(line_count "$(cat "$TMP/err.log")")" -eq 1 && "$(cat "$TMP/err.log")" == "mt-train: error: $TMP/cache/"*"stale sample index"*"datasets[0].sequences: file 600, asked 601"* ]] || fail "$(cat "$TMP/err.log")"
   for args in "--mock-data --vocab-size 97 --eod-mask-loss" "--mock-data --vocab-size 97 --split 1,1,1" \
               "--mock-data --vocab-size 97 --data-cache-path $TMP/c" "--train-data-path $TMP/a --split 1,1,1" \
@@ -293,4 +293,33 @@ train_data() {
     run_split mt-train --model tiny-gpt --train-iters 1 $args
     [[ $status -eq 2 && -z "$out" && "$(line_count "$err")" -eq 1 && "$err" == "mt-train: error: "* ]] || fail "'$args': $status $err"
   done
+}
+
+@test "issue11 case 5: mt-train refuses a prefix whose .h5 and .bin/.idx hold different datasets" {
+  make_token_data
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/a" bin 100 0 counting:300:10:2  # a later run, same prefix
+  run_split train_data --data-path "$TMP/a"
+  [[ $status -eq 1 && -z "$out" && "$(cat "$TMP/err.log")" == "mt-train: error: $TMP/a: ambiguous: $TMP/a.h5 and $TMP/a.bin + $TMP/a.idx hold different token datasets ("*"); remove the stale one, or name the one to read ($TMP/a.h5 or $TMP/a.bin)" ]] ||
+    fail "$status $(cat "$TMP/err.log")"
+  train_data --data-path "$TMP/a.bin" --vocab-size 100 || fail "naming the .bin: $(cat "$TMP/err.log")"
+  check '[.[] | select(.record=="step")] | length == 2'
+}
+
+@test "issue11 case 16: --split 0,1,0 is refused as --split, before any index is built" {
+  make_token_data
+  run_split train_data --data-path "$TMP/a" --split 0,1,0
+  [[ $status -eq 2 && "$(cat "$TMP/err.log")" == "mt-train: error: --split: '0,1,0' gives the train split no data (its first part is 0), but 8 training samples are needed" ]] ||
+    fail "$status $(cat "$TMP/err.log")"
+  [[ ! -e "$TMP/cache" ]] || fail "an index was built: $(ls -R "$TMP/cache")"
+  train_data --data-path "$TMP/a" --split 1,0,0 --eval-iters 1 --eval-interval 1 || fail "$(cat "$TMP/err.log")"
+  check '[.[] | select(.record=="eval")] | length == 0'  # no validation part: no evaluation
+}
+
+@test "issue11 case 17: a directory given to mt-train as --byte-data or --data-path says so" {
+  mkdir "$TMP/dir"
+  run_split mt-train --model tiny-gpt --byte-data "$TMP/dir" --train-iters 1 --micro-batch-size 1 --global-batch-size 1
+  [[ $status -eq 1 && "$err" == "mt-train: error: --byte-data $TMP/dir: is a directory, expected a file" ]] || fail "$status $err"
+  run_split train_data --data-path "$TMP/dir" --vocab-size 100
+  [[ $status -eq 1 && "$(cat "$TMP/err.log")" == "mt-train: error: $TMP/dir: is a directory; a token dataset is named by its prefix X (of X.h5, or X.bin and X.idx)" ]] ||
+    fail "$status $(cat "$TMP/err.log")"
 }

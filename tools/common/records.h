@@ -1,12 +1,21 @@
 // Record printers shared by every tool: one record definition (an ordered JSON object whose first
 // key "record" names its kind: run, step, eval, ckpt, summary, ...) and printers for
-// --format table|json|jsonl|csv. stdout carries data only and is flushed per record; under MPI
-// only rank 0 writes. Tested in tests/unit/tools/test_records.cpp.
+// --format table|json|jsonl|csv. stdout carries data only; under MPI only rank 0 writes.
+//   jsonl  one record per line, flushed per record, led by the run record
+//   json   one array of the records, written by finish()
+//   table  for reading: one table per record kind (a "# kind" title, one header, every row of the
+//          kind in order, columns as wide as their widest cell), written by finish()
+//   csv    streamed, flushed per record: each kind's header once, before its first row; every row
+//          leads with its kind; RFC 4180 quoting
+// Table and csv cells escape backslash and control characters as JSON strings do (\n, \t,
+// \u001b, also C1 controls and U+2028/U+2029), so a decoded newline never breaks a row.
+// Tested in tests/unit/tools/test_records.cpp.
 #pragma once
 
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,26 +40,36 @@ class RecordWriter {
   // The run provenance record: written first in jsonl streams, dropped in every other format.
   void write_run(const Record& run);
   void write(const Record& record);
-  // Ends the output (json: writes the collected array). Called by the destructor if needed.
+  // Ends the output (json: the collected array; table: the tables). Called by the destructor if
+  // needed.
   void finish();
   OutputFormat format() const { return format_; }
 
  private:
-  bool begin_section(const Record& record);
-  void write_table(const Record& record);
+  // The records of one kind (and one set of keys) in table and csv output.
+  struct Section {
+    std::string kind;
+    std::vector<std::string> columns;
+    std::vector<std::vector<std::string>> rows;  // table: escaped cells, until finish()
+  };
+  Section& section_of(const Record& record, bool* created);
+  void collect_table_row(const Record& record);
+  void write_tables();
   void write_csv(const Record& record);
 
   OutputFormat format_;
   std::FILE* out_;
   bool enabled_;
   bool finished_ = false;
-  std::string current_kind_;
-  std::vector<std::string> columns_;
-  std::vector<size_t> widths_;
+  std::vector<Section> sections_;
   Record collected_ = Record::array();
 };
 
 // A scalar as text: integers as such, floats with 6 significant digits, strings raw.
 std::string format_value(const Record& value);
+
+// `text` with backslash and control characters escaped as in JSON strings (\\, \n, \r, \t,
+// \u00XX), C1 controls and U+2028/U+2029 too: one line whatever the text.
+std::string escape_cell(std::string_view text);
 
 }  // namespace mt::tools

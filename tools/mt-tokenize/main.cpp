@@ -19,6 +19,7 @@
 
 #include "tools/common/tool_main.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "text/bpe_trainer.h"
 #include "text/pretokenize.h"
 #include "text/preprocess.h"
@@ -64,6 +65,9 @@ void add_tokenizer_options(CLI::App& app, mt::text::TokenizerOptions& options, b
   app.add_option("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens,
                  "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
       ->capture_default_str();
+  app.add_flag("--tokenizer-hf-no-include-special-tokens{false}", options.include_special_tokens,
+               "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
+               "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron");
 }
 
 void add_input_options(CLI::App& app, TokenizeOptions& options, const std::string& default_input) {
@@ -104,6 +108,7 @@ Record summary_record(const mt::text::PreprocessStats& stats, const TokenizeOpti
   record["mb_per_s"] = megabytes_per_second(stats.input_bytes, stats.seconds);
   record["replaced"] = stats.replaced;
   record["bad_lines"] = stats.bad_lines;
+  record["blank_lines"] = stats.blank_lines;
   record["outputs"] = stats.outputs;
   return record;
 }
@@ -143,7 +148,8 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   writer.write_run(mt::tools::run_record(cli));
   writer.write(summary_record(stats, options, tokenizer->name()));
   if (stats.bad_lines > 0) {
-    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld malformed lines\n", static_cast<long long>(stats.bad_lines));
+    std::fprintf(stderr, "mt-tokenize: warning: skipped %lld bad lines (malformed, or longer than --max-line-bytes)\n",
+                 static_cast<long long>(stats.bad_lines));
   }
   return 0;
 }
@@ -254,8 +260,7 @@ int run_decode(const TokenizeOptions& options) {
   auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
   StreamOut out;
   for (const std::string& input : options.inputs) {
-    std::FILE* file = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
-    if (!file) throw mt::Error("input " + input, std::strerror(errno));
+    std::FILE* file = input == "-" ? stdin : mt::open_input_file(input, "--input");
     std::string line;
     int64_t line_number = 0;
     char* buffer = nullptr;
@@ -312,6 +317,7 @@ int run_train(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   record["text_bytes"] = read.text_bytes;
   record["replaced"] = read.replaced;
   record["bad_lines"] = read.bad_lines;
+  record["blank_lines"] = read.blank_lines;
   record["vocab_size"] = static_cast<int64_t>(vocabulary.tokens.size());
   record["merges"] = static_cast<int64_t>(vocabulary.merges.size());
   record["exhausted"] = vocabulary.exhausted;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates the committed tokenizer goldens (tests/golden/tokenizer/*.jsonl, meta.json): makes a
-# venv with the pinned tiktoken and HF tokenizers from PyPI, then runs make_token_goldens.py, which
-# reads the tokenizer files and corpora from the repository's data/ and the Unicode 15.0.0 UCD from
+# Regenerates the committed tokenizer goldens (tests/golden/tokenizer/*.jsonl, meta.json, and the
+# post-processor template goldens and fixtures): makes a venv with the pinned tiktoken and HF
+# tokenizers from PyPI, then runs make_token_goldens.py and make_template_goldens.py, which
+# read the tokenizer files and corpora from the repository's data/ and the Unicode 15.0.0 UCD from
 # Debian's unicode-data (/usr/share/unicode).
 # Usage: tests/golden/tokenizer/regenerate.sh [make_token_goldens.py options]
 # Env: MT_TOKEN_VENV (venv folder, default a temporary one, removed afterwards).
@@ -28,3 +29,4 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "tiktoken==$TIKTOKEN_VERSION" "tokenizers==$TOKENIZERS_VERSION" >&2
 "$venv/bin/python" "$HERE/make_token_goldens.py" "$@"
+"$venv/bin/python" "$HERE/make_template_goldens.py" "$@"

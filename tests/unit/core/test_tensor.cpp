@@ -61,3 +61,12 @@ TEST(DType, SizesNamesAndKinds) {
   EXPECT_THROW(Tensor::zeros({2}, DType::u8).data<int8_t>(), Error);
   EXPECT_NO_THROW(Tensor::zeros({2}, DType::f64).data<double>());
 }
+
+TEST(Tensor, DoublesForReductionsAndTotals) {
+  Tensor t = Tensor::zeros({3}, DType::f64);
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_EQ(t.bytes(), 24);
+  EXPECT_EQ(t.describe(), "float64[3]");
+  EXPECT_NO_THROW(t.data<double>());
+  EXPECT_THROW(t.data<int64_t>(), Error);
+}

@@ -214,6 +214,46 @@ TEST(Split, Errors) {
   EXPECT_THROW(split_ranges("1,1,1", int64_t{1} << 32), Error);
 }
 
+namespace {
+const std::string kSplitHint = " (expected up to three proportions for train, valid, test, such as 969,30,1)";
+
+std::string split_error(const std::string& split) {
+  try {
+    parse_split(split);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
+// Issue 11 case 12: strings Megatron's regex reads as other numbers are refused, not guessed;
+// case 15: the message says what is wrong with the string given.
+TEST(Issue11Case12, SplitStringsThatAreNotProportionsAreRefused) {
+  EXPECT_EQ(split_error("-1,2,3"), "--split: '-1,2,3': '-1' is negative" + kSplitHint);
+  EXPECT_EQ(split_error("nan,1,1"), "--split: 'nan,1,1': 'nan' is not a number" + kSplitHint);
+  EXPECT_EQ(split_error("inf,1,1"), "--split: 'inf,1,1': 'inf' is not a number" + kSplitHint);
+  EXPECT_EQ(split_error("1,,1"), "--split: '1,,1': part 2 is empty" + kSplitHint);
+  EXPECT_EQ(split_error("1,2,"), "--split: '1,2,': part 3 is empty" + kSplitHint);
+  EXPECT_EQ(split_error("+1,2"), "--split: '+1,2': '+1' is not a number" + kSplitHint);
+  EXPECT_EQ(split_error("1.2.3,1"), "--split: '1.2.3,1': '1.2.3' is not a number" + kSplitHint);
+  EXPECT_EQ(split_error(""), "--split: '': no proportions" + kSplitHint);
+  EXPECT_EQ(split_error("1,2/3"), "--split: '1,2/3': mixes ',' and '/'" + kSplitHint);
+  const std::array<double, 3> expected = {0.8, 0.1, 0.1};
+  for (const char* good : {"80,10,10", "80, 10, 10", " 80 ,10,10 ", "80/10/10", "80 10 10", "8.0,1,1.", "80,10,10"}) {
+    EXPECT_EQ(parse_split(good), expected) << good;
+  }
+  EXPECT_EQ(parse_split("1"), (std::array<double, 3>{1.0, 0.0, 0.0}));
+  EXPECT_EQ(parse_split(".5,.5"), (std::array<double, 3>{0.5, 0.5, 0.0}));
+}
+
+TEST(Issue11Case15, SplitErrorsSayWhatIsWrong) {
+  EXPECT_EQ(split_error("a,b,c"), "--split: 'a,b,c': 'a' is not a number" + kSplitHint);
+  EXPECT_EQ(split_error("1e3,1,1"), "--split: '1e3,1,1': '1e3' has an exponent; write the number out" + kSplitHint);
+  EXPECT_EQ(split_error("1,2,3,4"), "--split: '1,2,3,4': 4 parts, at most three" + kSplitHint);
+  EXPECT_EQ(split_error("0,0,0"), "--split: '0,0,0': the parts sum to zero" + kSplitHint);
+}
+
 TEST_F(Fixture, SplitBoundsMatchMegatron) {
   H5Object group(H5Gopen2(file_, "split", H5P_DEFAULT), H5Gclose);
   const int64_t count = read_attr(group.id(), "count");

@@ -52,3 +52,58 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   c.attention_dropout = 0.1f;
   EXPECT_THROW(c.validate(), mt::UsageError);
 }
+
+TEST(ModelConfig, MoeLayerFrequencyInMegatronsSpellings) {
+  EXPECT_EQ(parse_moe_layer_freq("2", 5), (std::vector<int>{1, 0, 1, 0, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("[0, 1,1]", 3), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("([0]*2+[1]*3)", 5), (std::vector<int>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(parse_moe_layer_freq("[1,0]*2+[1]", 5), (std::vector<int>{1, 0, 1, 0, 1}));
+  EXPECT_THROW(parse_moe_layer_freq("([0]*3+[1]*57)", 61), mt::UsageError);  // 60 layers for 61
+  EXPECT_THROW(parse_moe_layer_freq("[0,2]", 2), mt::UsageError);
+  EXPECT_THROW(parse_moe_layer_freq("0", 2), mt::UsageError);
+  EXPECT_THROW(parse_moe_layer_freq("[1]*x", 1), mt::UsageError);
+  EXPECT_THROW(parse_moe_layer_freq("", 1), mt::UsageError);
+}
+
+TEST(ModelConfig, MixtureOfExpertsAndLatentAttentionPresets) {
+  const ModelConfig mixtral = preset("mixtral-8x7b");
+  EXPECT_EQ(mixtral.num_experts, 8);
+  EXPECT_EQ(mixtral.moe_router_topk, 2);
+  EXPECT_EQ(mixtral.moe_ffn(), 14336);
+  EXPECT_EQ(mixtral.moe_layer_count(), 32);
+  const ModelConfig v3 = preset("deepseek-v3");
+  EXPECT_EQ(v3.moe_layer_count(), 58);
+  EXPECT_FALSE(v3.is_moe_layer(2));
+  EXPECT_TRUE(v3.is_moe_layer(3));
+  EXPECT_TRUE(v3.is_moe_layer(61));  // the MTP layer is like the last decoder layer
+  EXPECT_EQ(v3.moe_ffn(), 2048);
+  EXPECT_TRUE(v3.multi_latent_attention);
+  EXPECT_NO_THROW(v3.validate());
+  ModelConfig every_other = mixtral;
+  every_other.moe_layer_freq = 2;
+  EXPECT_EQ(every_other.moe_layer_count(), 16);
+  EXPECT_EQ(preset("gpt3-175b").num_layers, 96);
+}
+
+TEST(ModelConfig, TrainingRefusesWhatOnlyTheAccountingKnowsByName) {
+  for (const char* name : {"mixtral-8x7b", "deepseek-v3"}) {
+    const ModelConfig c = preset(name);
+    try {
+      c.check_trainable();
+      FAIL() << name;
+    } catch (const mt::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(parameter_count(c), mt::UsageError) << name;
+  }
+  ModelConfig mtp = preset("tiny-llama");
+  mtp.mtp_num_layers = 1;
+  EXPECT_THROW(mtp.check_trainable(), mt::UsageError);
+  EXPECT_NO_THROW(preset("tiny-llama").check_trainable());
+  ModelConfig bad = preset("mixtral-8x7b");
+  bad.moe_router_topk = 9;
+  EXPECT_THROW(bad.validate(), mt::UsageError);
+  bad = preset("deepseek-v3");
+  bad.num_query_groups = 8;
+  EXPECT_THROW(bad.validate(), mt::UsageError);
+}

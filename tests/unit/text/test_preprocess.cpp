@@ -240,6 +240,137 @@ TEST_F(PreprocessTest, EncodeStreamEmitsOneDocumentPerLineOrTheRawTextInOrder) {
   EXPECT_EQ(all, ids(text + "\xEF\xBF\xBD"));
 }
 
+// Issue 11 case 8: a line longer than --max-line-bytes is read past in chunks; with
+// skip_bad_lines it is counted and the lines after it are read (their numbers still right),
+// without it the error names it. Here a 1 MB line against max_line_bytes 10000 and 4 KiB batches.
+TEST_F(PreprocessTest, Issue11Case08LongLinesAreSkippedWhenAskedAndNamedOtherwise) {
+  const std::string long_line = "{\"text\": \"" + std::string(1 << 20, 'z') + "\"}";
+  const std::string input = write("long.jsonl", "{\"text\": \"ab\"}\n" + long_line + "\n{\"text\": \"cd\"}\n" +
+                                                    "not json\n{\"text\": \"ef\"}\n" + long_line);
+  for (int workers : {1, 3}) {
+    PreprocessOptions o = options({input}, "skip" + std::to_string(workers));
+    o.input.batch_bytes = 4096;
+    o.input.max_line_bytes = 10000;
+    o.workers = workers;
+    o.skip_bad_lines = true;
+    const PreprocessStats stats = preprocess_jsonl(tokenizer_, o);
+    EXPECT_EQ(stats.bad_lines, 3);  // two long lines, one malformed
+    EXPECT_EQ(stats.documents, 3);
+    EXPECT_EQ(stats.input_bytes, static_cast<int64_t>(bytes_of(input).size()));
+    TokenDataset dataset = TokenDataset::open(path("skip" + std::to_string(workers) + "_text_document"));
+    ASSERT_EQ(dataset.sequence_count(), 3);
+    EXPECT_EQ(dataset.get(1), ids("cd"));
+    EXPECT_EQ(dataset.get(2), ids("ef"));
+
+    o = options({input}, "fail");
+    o.input.batch_bytes = 4096;
+    o.input.max_line_bytes = 10000;
+    o.workers = workers;
+    try {
+      preprocess_jsonl(tokenizer_, o);
+      FAIL() << "no error";
+    } catch (const mt::Error& e) {
+      EXPECT_EQ(std::string(e.what()), input + ":2: longer than --max-line-bytes: 10000");
+    }
+  }
+  // The streaming encoder (mt-tokenize encode) and read_texts (mt-tokenize train) do the same.
+  const std::string head = write("head.jsonl", "{\"text\": \"x\"}\n" + long_line + "\n\n{\"text\": 5}\n");
+  EncodeOptions encode;
+  encode.input.inputs = {head};
+  encode.input.batch_bytes = 4096;
+  encode.input.max_line_bytes = 10000;
+  encode.skip_bad_lines = true;
+  EXPECT_EQ(encode_stream(tokenizer_, encode, [](std::span<const int32_t>, bool) {}).bad_lines, 2);
+  const PreprocessStats read = read_texts(encode.input, false, "text", true, [](std::string_view) {});
+  EXPECT_EQ(read.bad_lines, 2);
+  EXPECT_EQ(read.documents, 1);
+  EXPECT_EQ(read.blank_lines, 1);
+  encode.skip_bad_lines = false;
+  try {
+    encode_stream(tokenizer_, encode, [](std::span<const int32_t>, bool) {});
+    FAIL() << "no error";
+  } catch (const mt::Error& e) {
+    EXPECT_EQ(std::string(e.what()), head + ":2: longer than --max-line-bytes: 10000");
+  }
+}
+
+// Issue 11 case 21: blank lines are skipped (counted, never documents) and a UTF-8 byte order
+// mark at the start of an input is dropped, in every JSONL reader.
+TEST_F(PreprocessTest, Issue11Case21BlankLinesAndByteOrderMarks) {
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string first = write("first.jsonl", bom + "{\"text\": \"ab\"}\n\n   \n{\"text\": \"c\"}\n\r\n");
+  const std::string second = write("second.jsonl", bom + "\n{\"text\": \"d\"}");
+  PreprocessOptions o = options({first, second}, "out");
+  const PreprocessStats stats = preprocess_jsonl(tokenizer_, o);
+  EXPECT_EQ(stats.documents, 3);
+  EXPECT_EQ(stats.blank_lines, 4);
+  EXPECT_EQ(stats.bad_lines, 0);
+  TokenDataset dataset = TokenDataset::open(path("out_text_document"));
+  ASSERT_EQ(dataset.sequence_count(), 3);
+  EXPECT_EQ(dataset.get(0), ids("ab"));
+  EXPECT_EQ(dataset.get(2), ids("d"));
+
+  EncodeOptions encode;
+  encode.input.inputs = {first, second};
+  std::vector<std::vector<int32_t>> documents;
+  const PreprocessStats encoded = encode_stream(tokenizer_, encode, [&](std::span<const int32_t> ids, bool) {
+    documents.emplace_back(ids.begin(), ids.end());
+  });
+  EXPECT_EQ(documents, (std::vector<std::vector<int32_t>>{ids("ab"), ids("c"), ids("d")}));
+  EXPECT_EQ(encoded.blank_lines, 4);
+  EXPECT_EQ(read_texts(encode.input, false, "text", false, [](std::string_view) {}).blank_lines, 4);
+
+  // Only the start of an input: a mark later in a line is the line's text (malformed JSON here).
+  const std::string inner = write("inner.jsonl", "{\"text\": \"a\"}\n" + bom + "{\"text\": \"b\"}\n");
+  try {
+    preprocess_jsonl(tokenizer_, options({inner}, "inner"));
+    FAIL() << "no error";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(inner + ":2: malformed JSON"), std::string::npos) << e.what();
+  }
+}
+
+// A tokenizer with a post-processor template: 257 before each sequence, 258 after it.
+class TemplateByteTokenizer : public ByteTokenizer {
+ public:
+  int64_t vocab_size() const override { return 259; }
+  std::span<const int32_t> sequence_prefix() const override { return prefix_; }
+  std::span<const int32_t> sequence_suffix() const override { return suffix_; }
+
+ private:
+  std::vector<int32_t> prefix_{257}, suffix_{258};
+};
+
+// Issue 11 case 9: the template goes around every sequence Megatron writes (each sentence of a
+// list, an empty one kept because it is no longer empty), around each JSONL document encode
+// emits, and once around a raw text however many workers cut it.
+TEST_F(PreprocessTest, Issue11Case09TemplatesGoAroundEverySequence) {
+  const TemplateByteTokenizer templated;
+  const std::string input = write("in.jsonl", "{\"text\": \"ab\"}\n{\"text\": [\"c\", \"\"]}\n");
+  PreprocessOptions o = options({input}, "out");
+  o.append_eod = true;
+  const PreprocessStats stats = preprocess_jsonl(templated, o);
+  EXPECT_EQ(stats.sequences, 3);
+  TokenDataset dataset = TokenDataset::open(path("out_text_document"));
+  ASSERT_EQ(dataset.sequence_count(), 3);
+  EXPECT_EQ(dataset.get(0), (std::vector<int32_t>{257, 'a', 'b', 258, 256}));
+  EXPECT_EQ(dataset.get(1), (std::vector<int32_t>{257, 'c', 258}));
+  EXPECT_EQ(dataset.get(2), (std::vector<int32_t>{257, 258, 256}));
+
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "Line " + std::to_string(i) + ".\nword\n";
+  EncodeOptions encode;
+  encode.input.inputs = {write("raw.txt", text)};
+  encode.raw = true;
+  encode.workers = 3;
+  std::vector<int32_t> all;
+  encode_stream(templated, encode, [&](std::span<const int32_t> ids, bool) { all.insert(all.end(), ids.begin(), ids.end()); });
+  std::vector<int32_t> expected = ids(text);
+  expected.insert(expected.begin(), 257);
+  expected.push_back(258);
+  EXPECT_EQ(all, expected);
+}
+
 TEST(SplitPoints, AfterANewlineBetweenPrintableAsciiAndALetterOrBeforeASpaceBetweenLetters) {
   const std::string text = "abc.\nDef  \nghi\n\nJkl!\n9x\nmno.\nPqr";
   const std::vector<size_t> points = split_points_for_parallel_encoding(text, 1);

@@ -898,3 +898,175 @@ TEST(Tokenizer, BadOptionsAreUsageErrors) {
   options.tiktoken_pattern = "v3";
   EXPECT_THROW(Tokenizer::load(options), mt::UsageError);
 }
+
+namespace {
+
+// The first `lines` lines of a real tokenizer file, written into `dir`.
+fs::path first_lines(const TempDir& dir, const fs::path& source, size_t lines, const std::string& name) {
+  std::istringstream in(read_file(source));
+  std::string text, line;
+  for (size_t i = 0; i < lines && std::getline(in, line); ++i) text += line + "\n";
+  write_file(dir / name, text);
+  return dir / name;
+}
+
+}  // namespace
+
+// Issue 11 case 10: a truncated tokenizer file is refused, naming it, instead of loading as
+// something else (LLaMA-3 cut to 100,000 ranks was "custom"; an empty or 1000-line vocab.bpe gave a
+// tokenizer of bytes).
+TEST(Issue11Case10, TruncatedRankFilesAreRefused) {
+  TempDir dir;
+  const auto cut_llama3 = first_lines(dir, tokenizer_dir() / "llama3/tokenizer.model", 100000, "llama3.model");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", cut_llama3)); },
+               cut_llama3.string() + ": truncated: 100000 ranks, but a file starting with these ranks is cl100k_base "
+                                     "(100256) or llama3 (128000)");
+  const auto cut_llama3_more = first_lines(dir, tokenizer_dir() / "llama3/tokenizer.model", 120000, "llama3b.model");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", cut_llama3_more)); }, "is llama3 (128000)");
+  const auto cut_r50k = first_lines(dir, tokenizer_dir() / "r50k_base/r50k_base.tiktoken", 1000, "r50k.tiktoken");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", cut_r50k)); }, "is r50k_base (50256)");
+  // The first 100,256 ranks of LLaMA-3 are cl100k_base's ranks: that file is cl100k_base.
+  const auto as_cl100k = first_lines(dir, tokenizer_dir() / "llama3/tokenizer.model", 100256, "cl100k.model");
+  EXPECT_EQ(Tokenizer::load(file_options("TikTokenizer", as_cl100k))->name(), "TikTokenizer:cl100k_base");
+  write_file(dir / "empty.model", "");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "empty.model")); }, "empty.model: empty");
+  // A vocabulary of its own (bytes in 0..255 order, unlike the known files) stays "custom".
+  std::string custom;
+  for (int b = 0; b < 256; ++b) custom += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  custom += base64("ab") + " 256\n";
+  write_file(dir / "custom.tiktoken", custom);
+  auto t = Tokenizer::load(file_options("TikTokenizer", dir / "custom.tiktoken"));
+  EXPECT_EQ(t->name(), "TikTokenizer:custom");
+  EXPECT_EQ(t->vocab_size(), 257);
+}
+
+TEST(Issue11Case10, RankFilesNeedRanksWithoutHolesOrRepeats) {
+  TempDir dir;
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) ranks += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  write_file(dir / "hole.tiktoken", ranks + base64("ab") + " 257\n");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "hole.tiktoken")); },
+               "hole.tiktoken: line 257: rank 257, but the file has 257 lines");
+  write_file(dir / "repeat.tiktoken", ranks + base64("ab") + " 255\n");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "repeat.tiktoken")); },
+               "line 257: rank 255 was already given on line 256");
+  write_file(dir / "gap.tiktoken", ranks + "\n\n" + base64("ab") + " 257\n");  // blank lines are no ranks
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "gap.tiktoken")); },
+               "ranks are not 0..256 without holes: rank 256 is missing");
+}
+
+TEST(Issue11Case10, Gpt2FilesMustDescribeOneVocabulary) {
+  TempDir dir;
+  auto options = gpt2_options();
+  write_file(dir / "empty.bpe", "");
+  options.merge_file = dir / "empty.bpe";
+  expect_error([&] { Tokenizer::load(options); },
+               (dir / "empty.bpe").string() + ": no merges, so 50000 of the 50257 tokens of " + options.vocab_file +
+                   " are never made (the first: '\xC4\xA0t', id 256)");
+  options.merge_file = first_lines(dir, tokenizer_dir() / "gpt2/vocab.bpe", 1000, "cut.bpe");
+  expect_error([&] { Tokenizer::load(options); }, "cut.bpe: 999 merges, so 49001 of the 50257 tokens");
+  // encoder.json with a hole in its ids: <|endoftext|> moved from 50256 to 50300.
+  auto encoder = nlohmann::json::parse(read_file(tokenizer_dir() / "gpt2/encoder.json"));
+  encoder["<|endoftext|>"] = 50300;
+  write_file(dir / "hole.json", encoder.dump());
+  options = gpt2_options();
+  options.vocab_file = dir / "hole.json";
+  expect_error([&] { Tokenizer::load(options); },
+               "hole.json: ids are not 0..50256 without holes: 50257 tokens, largest id 50300, no token has id 50256");
+  // The files mt-tokenize train writes are one vocabulary: a tiny one loads.
+  write_file(dir / "encoder.json", small_vocab({"ab"}).dump());
+  write_file(dir / "ab.bpe", "#version: 0.2\na b\n");
+  options.vocab_file = dir / "encoder.json";
+  options.merge_file = dir / "ab.bpe";
+  EXPECT_EQ(encode(*Tokenizer::load(options), "ab"), (std::vector<int32_t>{256}));
+  write_file(dir / "none.bpe", "#version: 0.2\n");
+  options.merge_file = dir / "none.bpe";
+  expect_error([&] { Tokenizer::load(options); }, "no merges, so 1 of the 257 tokens");
+}
+
+// Issue 11 case 17: a directory given as a tokenizer file says so; a rank file cut mid-line names
+// the line instead of "token id 6 appears twice".
+TEST(Issue11Case17, DirectoriesAndLinesCutShort) {
+  TempDir dir;
+  fs::create_directories(dir / "folder");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "folder")); },
+               "--tokenizer-model " + (dir / "folder").string() + ": is a directory, expected a file");
+  expect_error([&] { Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "folder")); }, "is a directory");
+  auto gpt2 = gpt2_options();
+  gpt2.vocab_file = dir / "folder";
+  expect_error([&] { Tokenizer::load(gpt2); }, "--vocab-file " + (dir / "folder").string() + ": is a directory");
+  gpt2 = gpt2_options();
+  gpt2.merge_file = dir / "folder";
+  expect_error([&] { Tokenizer::load(gpt2); }, "--merge-file " + (dir / "folder").string() + ": is a directory");
+
+  const std::string llama3 = read_file(tokenizer_dir() / "llama3/tokenizer.model");
+  write_file(dir / "cut.model", llama3.substr(0, 1000000));  // ends "IGZhY3Rv 6" of "IGZhY3Rv 61595"
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "cut.model")); },
+               "cut.model: line 61597: rank 6 was already given on line 7 (the last line has no newline: the file looks "
+               "cut mid-line)");
+  const size_t space = llama3.find(' ', 999990);
+  write_file(dir / "cut_base64.model", llama3.substr(0, llama3.rfind('\n', space) + 4));
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "cut_base64.model")); },
+               "expected `base64 rank`");
+  expect_error([&] { Tokenizer::load(file_options("TikTokenizer", dir / "cut_base64.model")); }, "cut mid-line");
+}
+
+// Issue 11 case 9 (the golden comparison with HF is in test_tokenizer_golden.cpp): the template's
+// special tokens go before and after the sequence in order, several ids per special token; what
+// mt does not implement is refused by name instead of ignored.
+TEST(Issue11Case09, TemplatesAroundTheSequenceAndUnsupportedPostProcessors) {
+  TempDir dir;
+  auto root = small_hf_tokenizer({"ab"}, nlohmann::json::array({"a b"}));
+  root["added_tokens"] = {{{"id", 300}, {"content", "<s>"}}, {{"id", 301}, {"content", "</s>"}}};
+  auto piece = [](const char* id) { return nlohmann::json{{"SpecialToken", {{"id", id}, {"type_id", 0}}}}; };
+  const nlohmann::json sequence_a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  nlohmann::json processor = {{"type", "TemplateProcessing"},
+                              {"single", {piece("<s>"), sequence_a, piece("</s>"), piece("pair")}},
+                              {"special_tokens",
+                               {{"<s>", {{"id", "<s>"}, {"ids", {300}}, {"tokens", {"<s>"}}}},
+                                {"</s>", {{"id", "</s>"}, {"ids", {301}}, {"tokens", {"</s>"}}}},
+                                {"pair", {{"id", "pair"}, {"ids", {301, 300}}, {"tokens", {"</s>", "<s>"}}}}}}};
+  root["post_processor"] = {{"type", "Sequence"}, {"processors", {{{"type", "ByteLevel"}}, processor}}};
+  write_file(dir / "template.json", root.dump());
+  auto options = file_options("HuggingFaceTokenizer", dir / "template.json");
+  auto t = Tokenizer::load(options);
+  std::vector<int32_t> ids;
+  t->encode_sequence("abc", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{300, 256, 'c', 301, 301, 300}));
+  EXPECT_EQ(encode(*t, "abc"), (std::vector<int32_t>{256, 'c'}));  // encode() alone: no template
+  EXPECT_EQ(t->name(), "HuggingFaceTokenizer");
+  options.include_special_tokens = false;
+  t = Tokenizer::load(options);
+  ids.clear();
+  t->encode_sequence("abc", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{256, 'c'}));
+  EXPECT_EQ(t->name(), "HuggingFaceTokenizer:no-special-tokens");
+  EXPECT_EQ(t->hash(), Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "template.json"))->hash());
+
+  auto refused = [&](const nlohmann::json& post_processor, const std::string& fragment) {
+    auto bad = root;
+    bad["post_processor"] = post_processor;
+    write_file(dir / "bad.json", bad.dump());
+    expect_error([&] { Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "bad.json")); }, fragment);
+  };
+  refused({{"type", "RobertaProcessing"}}, "post-processor RobertaProcessing is not supported");
+  refused({{"type", "Sequence"}, {"processors", {processor, processor}}}, "more than one TemplateProcessing");
+  auto missing = processor;
+  missing["special_tokens"].erase("pair");
+  refused(missing, "special token \"pair\" has no entry with ids in special_tokens");
+  auto outside = processor;
+  outside["special_tokens"]["pair"]["ids"] = {302};
+  refused(outside, "the post-processor's template uses id 302, which is no token of the vocabulary");
+  auto no_sequence = processor;
+  no_sequence["single"] = {piece("<s>")};
+  refused(no_sequence, "the single template has no sequence A");
+  auto sequence_b = processor;
+  sequence_b["single"] = {{{"Sequence", {{"id", "B"}, {"type_id", 0}}}}};
+  refused(sequence_b, "must hold sequence A once");
+  EXPECT_THROW(Tokenizer::load([] {
+                 auto o = gpt2_options();
+                 o.include_special_tokens = false;
+                 return o;
+               }()),
+               mt::UsageError);
+}

@@ -7,7 +7,8 @@
 //   HuggingFaceTokenizer gpt2-hf/tokenizer.json                                == "gpt2_hf" (HF tokenizers)
 //   TikTokenizer cl100k_base                                                   == "cl100k"  (tiktoken)
 //   TikTokenizer llama3/tokenizer.model                                        == "llama3"  (tiktoken + Meta's pattern)
-// and decode(encode(text)) must give the text back. The tokenizer files and corpora are the
+// and decode(encode(text)) must give the text back; post-processor templates (TemplateProcessing)
+// against HF's add_special_tokens=True (templates.jsonl). The tokenizer files and corpora are the
 // repository's data/tokenizers, data/corpus and data/demo; the goldens' two JSONL corpora are those
 // texts split by the rules of data/corpus/SOURCES.md, made here rather than stored.
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "text/tokenizer.h"
 
 using mt::text::Tokenizer;
@@ -329,6 +331,49 @@ TEST(TokenizerGoldenFiles, ReferencesAgreeAndHashMatchesGenerator) {
     EXPECT_EQ(rec.at("gpt2"), rec.at("llamacpp_gpt2")) << "test vector " << rec.at("index");
     EXPECT_EQ(rec.at("llama3"), rec.at("llamacpp_llama3")) << "test vector " << rec.at("index");
   }
+}
+
+// Issue 11 case 9: a TemplateProcessing post-processor's single-sequence template, against HF
+// tokenizers' encode(add_special_tokens=True) (templates.jsonl, by make_template_goldens.py):
+// GPT-2's tokenizer.json with a BOS template (<|endoftext|> first), and a tokenizer.json laid out as
+// LLaMA-3's (post-processor Sequence[ByteLevel, TemplateProcessing], BOS 128000). Without the
+// template (include_special_tokens false) the ids are HF's add_special_tokens=False.
+TEST(Issue11Case09, TemplateProcessingMatchesHuggingFace) {
+  ASSERT_TRUE(fs::is_regular_file(tokenizer_dir() / "gpt2-hf/tokenizer.json")) << tokenizer_dir();
+  const mt::testing::TempDir temp("mt_template_golden");
+  const fs::path& dir = temp.path();
+  auto gpt2 = nlohmann::json::parse(read_file(tokenizer_dir() / "gpt2-hf/tokenizer.json"));
+  gpt2["post_processor"] = nlohmann::json::parse(read_file(kGoldenDir / "gpt2_bos_post_processor.json"));
+  std::ofstream(dir / "gpt2_bos.json") << gpt2.dump();
+  const std::map<std::string, fs::path> files = {{"gpt2_bos", dir / "gpt2_bos.json"},
+                                                 {"llama3_style", kGoldenDir / "llama3_style_tokenizer.json"}};
+  const auto records = read_jsonl(kGoldenDir / "templates.jsonl");
+  ASSERT_GE(records.size(), 90u);
+  ASSERT_EQ(records[1].at("text"), "Hello world\n");
+  ASSERT_EQ(records[1].at("gpt2_bos"), nlohmann::json({50256, 15496, 995, 198}));  // the issue's example
+  for (const auto& [name, file] : files) {
+    for (const bool include : {true, false}) {
+      TokenizerOptions options;
+      options.type = "HuggingFaceTokenizer";
+      options.tokenizer_model = file.string();
+      options.include_special_tokens = include;
+      const auto tok = Tokenizer::load(options);
+      const std::string golden = include ? name : name + "_plain";
+      size_t mismatches = 0;
+      std::vector<int32_t> ids;
+      for (const auto& rec : records) {
+        const std::string text = rec.at("text").get<std::string>();
+        ids.clear();
+        tok->encode_sequence(text, ids);
+        if (const std::string diff = first_difference(rec.at(golden).get<std::vector<int32_t>>(), ids); !diff.empty()) {
+          if (mismatches++ < 10) ADD_FAILURE() << golden << ": " << show(text) << ": " << diff;
+        }
+      }
+      EXPECT_EQ(mismatches, 0u) << golden;
+    }
+  }
+  const auto templates_meta = nlohmann::json::parse(read_file(kGoldenDir / "templates_meta.json"));
+  EXPECT_EQ(templates_meta.at("llama3_full_disagreements"), 0) << "the fixture's layout is not LLaMA-3's";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TokenizerGolden, ::testing::ValuesIn(configs()),

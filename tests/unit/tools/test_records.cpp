@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "tools/common/records.h"
 #include "core/error.h"
@@ -13,14 +14,18 @@ using mt::tools::Record;
 using mt::tools::RecordWriter;
 
 namespace {
-std::string render(OutputFormat format, bool enabled = true) {
+// What a writer puts on its stream for `records` (a "run" record through write_run), finished.
+std::string render_records(OutputFormat format, const std::vector<Record>& records, bool enabled = true) {
   std::FILE* file = std::tmpfile();
   {
     RecordWriter writer(format, file, enabled);
-    writer.write_run(Record{{"record", "run"}, {"tool", "mt-test"}});
-    writer.write(Record{{"record", "step"}, {"iteration", 1}, {"lm_loss", 2.5}});
-    writer.write(Record{{"record", "step"}, {"iteration", 2}, {"lm_loss", 2.25}});
-    writer.write(Record{{"record", "summary"}, {"note", "a,b"}});
+    for (const Record& record : records) {
+      if (record["record"] == "run") {
+        writer.write_run(record);
+      } else {
+        writer.write(record);
+      }
+    }
   }
   std::rewind(file);
   std::string text;
@@ -29,6 +34,15 @@ std::string render(OutputFormat format, bool enabled = true) {
   while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
   std::fclose(file);
   return text;
+}
+
+std::string render(OutputFormat format, bool enabled = true) {
+  return render_records(format,
+                        {Record{{"record", "run"}, {"tool", "mt-test"}},
+                         Record{{"record", "step"}, {"iteration", 1}, {"lm_loss", 2.5}},
+                         Record{{"record", "step"}, {"iteration", 2}, {"lm_loss", 2.25}},
+                         Record{{"record", "summary"}, {"note", "a,b"}}},
+                        enabled);
 }
 }  // namespace
 
@@ -61,3 +75,63 @@ TEST(Records, CsvQuotesAndHeaders) {
 TEST(Records, DisabledWriterWritesNothing) { EXPECT_EQ(render(OutputFormat::jsonl, false), ""); }
 
 TEST(Records, UnknownFormatIsAUsageError) { EXPECT_THROW(mt::tools::parse_format("xml"), mt::UsageError); }
+
+namespace {
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+// mt-shard inspect's shape: kinds that alternate, and samples whose decoded text has newlines and
+// whose token list is wider than any fixed buffer.
+std::vector<Record> inspect_like_records() {
+  std::vector<int> tokens(300, 12345);
+  return {Record{{"record", "split"}, {"split", "train"}, {"samples", 10}},
+          Record{{"record", "blend"}, {"split", "train"}, {"weight", 1.0}},
+          Record{{"record", "split"}, {"split", "valid"}, {"samples", 3}},
+          Record{{"record", "blend"}, {"split", "valid"}, {"weight", 1.0}},
+          Record{{"record", "sample"}, {"sample", 0}, {"tokens", tokens}, {"text", "line one\nline two\r\n\tend"}},
+          Record{{"record", "sample"}, {"sample", 1}, {"tokens", tokens}, {"text", "say \"hi\", \x1b[31mred\\"}}};
+}
+}  // namespace
+
+// Issue 11 case 20: table and csv cells escape control characters (a decoded newline never breaks
+// a row), every column has its header however wide, and each record kind gets one header.
+TEST(Issue11Case20, TableHasOneHeaderPerKindAndOneLinePerRow) {
+  const std::string text = render_records(OutputFormat::table, inspect_like_records());
+  EXPECT_EQ(count_of(text, "# split\n"), 1u) << text;
+  EXPECT_EQ(count_of(text, "# blend\n"), 1u) << text;
+  EXPECT_EQ(count_of(text, "# sample\n"), 1u) << text;
+  // 3 sections of title, header and rule, 6 rows, 2 blank lines between sections.
+  EXPECT_EQ(count_of(text, "\n"), 3u * 3 + 6 + 2) << text;
+  EXPECT_LT(text.find("# split\n"), text.find("# blend\n"));
+  EXPECT_NE(text.find("line one\\nline two\\r\\n\\tend"), std::string::npos) << text;
+  EXPECT_NE(text.find("say \"hi\", \\u001b[31mred\\\\"), std::string::npos) << text;
+  // The sample header names every column: its last column, "text", ends the header line.
+  const size_t header = text.find('\n', text.find("# sample\n")) + 1;
+  const std::string header_line = text.substr(header, text.find('\n', header) - header);
+  EXPECT_NE(header_line.find("tokens"), std::string::npos) << header_line;
+  EXPECT_EQ(header_line.substr(header_line.size() - 6), "text  ") << header_line;
+  // Rows are as wide as the header: every column lines up.
+  const size_t row = text.find('\n', text.find('\n', header) + 1) + 1;
+  EXPECT_EQ(text.find('\n', row) - row, header_line.size());
+}
+
+TEST(Issue11Case20, CsvIsOneLinePerRecordWithRfc4180Quoting) {
+  const std::string text = render_records(OutputFormat::csv, inspect_like_records());
+  EXPECT_EQ(count_of(text, "record,split,samples\n"), 1u) << text;
+  EXPECT_EQ(count_of(text, "record,split,weight\n"), 1u) << text;
+  EXPECT_EQ(count_of(text, "\n"), 3u + 6 + 2) << text;  // 3 headers, 6 rows, 2 blank lines
+  EXPECT_NE(text.find("\nsplit,valid,3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",line one\\nline two\\r\\n\\tend\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",\"say \"\"hi\"\", \\u001b[31mred\\\\\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",\"[12345,12345,"), std::string::npos) << "a list cell holds commas: quoted";
+}
+
+TEST(Issue11Case20, EscapeCellCoversEveryLineBreak) {
+  EXPECT_EQ(mt::tools::escape_cell("a\nb\rc\td\\e"), "a\\nb\\rc\\td\\\\e");
+  EXPECT_EQ(mt::tools::escape_cell(std::string("\0\x1f\x7f", 3)), "\\u0000\\u001f\\u007f");
+  EXPECT_EQ(mt::tools::escape_cell("next\xC2\x85line\xE2\x80\xA8sep\xE2\x80\xA9par"), "next\\u0085line\\u2028sep\\u2029par");
+  EXPECT_EQ(mt::tools::escape_cell("caf\xC3\xA9 \xE2\x82\xAC"), "caf\xC3\xA9 \xE2\x82\xAC");  // other UTF-8 stays
+}

@@ -1,10 +1,13 @@
 // The training loop: loss goes down, gradient accumulation equals one big micro-batch, fp16
 // overflow skips the step without touching parameters and lowers the scale, NaN checks, memory
-// refusal before allocation, mock data determinism.
+// refusal before allocation, mock data determinism, and evaluate() equal to a log-softmax over
+// logits of the validation samples Megatron's walk picks, computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -37,6 +40,48 @@ train::TrainConfig quick(int iters) {
   t.lr = 1e-2;
   t.eval_iters = 0;
   return t;
+}
+
+// The validation split of another source served as its training split, so Trainer::forward_logits
+// (which reads training samples) gives the logits of validation samples.
+class ValidationAsTraining : public data::SampleSource {
+ public:
+  explicit ValidationAsTraining(const data::SampleSource& inner) : inner_(inner) {}
+  void sample(data::Split, int64_t index, int32_t* tokens) const override {
+    inner_.sample(data::Split::valid, index, tokens);
+  }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  std::string describe() const override { return "validation split of " + inner_.describe(); }
+
+ private:
+  const data::SampleSource& inner_;
+};
+
+// Mean cross-entropy of validation samples [first, first + count) under `params`: logits from a
+// second trainer holding the same parameters, log-softmax and the mean over every label here.
+double validation_loss(const model::ModelConfig& c, const train::TrainConfig& t, const data::SampleSource& data,
+                       const float* params, int64_t first, int count) {
+  ValidationAsTraining valid(data);
+  train::Trainer reader(c, t, valid);
+  std::copy(params, params + reader.layout().total_elements, reader.parameters());
+  reader.parameters_changed();
+  const int seq = c.seq_length;
+  const int64_t vocab = c.vocab_size;
+  std::vector<float> logits(static_cast<size_t>(count) * seq * vocab);
+  reader.forward_logits(first, count, logits.data());
+  std::vector<int32_t> tokens(static_cast<size_t>(seq) + 1);
+  double loss = 0;
+  for (int b = 0; b < count; ++b) {
+    data.sample(data::Split::valid, first + b, tokens.data());
+    for (int p = 0; p < seq; ++p) {
+      const float* row = logits.data() + (static_cast<int64_t>(b) * seq + p) * vocab;
+      const double peak = *std::max_element(row, row + vocab);
+      double sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - peak);
+      loss += peak + std::log(sum) - row[tokens[static_cast<size_t>(p) + 1]];
+    }
+  }
+  return loss / (static_cast<double>(count) * seq);
 }
 
 }  // namespace
@@ -106,6 +151,26 @@ TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   const auto step = fixed.train_step();
   EXPECT_FALSE(step.skipped);
   EXPECT_EQ(step.loss_scale, 1024);
+}
+
+// Megatron's evaluate(): eval_iters global batches of the validation split, each evaluation
+// continuing where the last one stopped (consumed_valid_samples), the loss the mean over tokens.
+TEST(Trainer, EvaluationIsTheLossOfTheValidationSamplesWalkedInOrder) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 5);
+  train::TrainConfig t = quick(3);
+  t.eval_iters = 3;  // 3 global batches of 4: validation samples 0..11, then 12..23
+  train::Trainer trainer(c, t, *data);
+  for (int i = 0; i < 3; ++i) trainer.train_step();
+  const train::EvalStats first = trainer.evaluate();
+  const train::EvalStats second = trainer.evaluate();
+  EXPECT_EQ(trainer.consumed_valid_samples(), 24);
+  const double expected_first = validation_loss(c, t, *data, trainer.parameters(), 0, 12);
+  const double expected_second = validation_loss(c, t, *data, trainer.parameters(), 12, 12);
+  EXPECT_NEAR(first.lm_loss, expected_first, 1e-5 * expected_first);
+  EXPECT_NEAR(second.lm_loss, expected_second, 1e-5 * expected_second);
+  EXPECT_NEAR(first.ppl, std::exp(first.lm_loss), 1e-9 * first.ppl);
+  EXPECT_EQ(first.iteration, 3);
 }
 
 TEST(Trainer, NanCheckStopsWithAnError) {

@@ -1,0 +1,453 @@
+// mt's memory per rank and Megatron's theoretical estimate (see memory_model.h).
+#include "perf/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/layout.h"
+
+namespace mt::perf {
+
+namespace {
+
+using model::ModelConfig;
+
+int64_t rounded_bytes(int64_t elements) { return (elements * 4 + 63) / 64 * 64; }
+
+// Sums buffers (fp32, each rounded to 64 bytes) into a part of a LayerActivations.
+struct BufferSum {
+  int64_t elements = 0, bytes = 0;
+  void add(int64_t count) {
+    if (count <= 0) return;
+    elements += count;
+    bytes += rounded_bytes(count);
+  }
+};
+
+struct Widths {
+  int64_t rows = 0;      // N: tokens of a micro-batch on this rank
+  int64_t residual = 0;  // R: rows of the residual stream (N / TP with SP)
+  int64_t t = 1;
+  int64_t h = 0;
+  bool layernorm = true;
+};
+
+Widths widths(const ModelConfig& m, const TrainingShape& shape) {
+  Widths w;
+  w.t = shape.split.tensor_parallel;
+  w.rows = static_cast<int64_t>(shape.micro_batch_size) * m.seq_length / shape.context_parallel;
+  w.residual = shape.sequence_parallel && w.t > 1 ? w.rows / w.t : w.rows;
+  w.h = m.hidden_size;
+  w.layernorm = m.normalization == model::Normalization::layernorm;
+  return w;
+}
+
+// The widths of a layer's per-rank tensors: qkv (or MLA's up-projected q and kv), core output,
+// fc1 and activation.
+struct LayerWidths {
+  int64_t qkv = 0, core = 0, lse = 0, fc1 = 0, act = 0;
+};
+
+LayerWidths layer_widths(const ModelConfig& m, const TrainingShape& shape, bool moe) {
+  const int64_t t = shape.split.tensor_parallel, n = m.num_attention_heads;
+  LayerWidths lw;
+  if (m.multi_latent_attention) {
+    lw.qkv = n * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.qk_head_dim + m.v_head_dim) / t;
+    lw.core = n * m.v_head_dim / t;
+  } else {
+    lw.qkv = (n + 2 * static_cast<int64_t>(m.query_groups())) * m.head_dim() / t;
+    lw.core = n * m.head_dim() / t;
+  }
+  lw.lse = n / t;
+  const int64_t up = m.swiglu ? 2 : 1;
+  if (moe) {
+    const int64_t k = m.moe_router_topk, etp = shape.split.expert_tp();
+    lw.fc1 = std::max(k * up * m.moe_ffn() / etp, up * static_cast<int64_t>(m.moe_shared_expert_intermediate_size) / t);
+    lw.act = std::max(k * m.moe_ffn() / etp, static_cast<int64_t>(m.moe_shared_expert_intermediate_size) / t);
+  } else {
+    lw.fc1 = up * m.ffn_hidden_size / t;
+    lw.act = m.ffn_hidden_size / t;
+  }
+  return lw;
+}
+
+// The buffers a layer keeps, in the order transformer.cpp's make_set takes them.
+struct LayerSet {
+  BufferSum residual, norm_stats, attention, core, mlp;
+  int64_t bytes() const { return residual.bytes + norm_stats.bytes + attention.bytes + core.bytes + mlp.bytes; }
+};
+
+LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, bool with_input, bool with_core) {
+  const Widths w = widths(m, shape);
+  const int64_t N = w.rows, R = w.residual, h = w.h, t = w.t;
+  LayerSet set;
+  if (with_input) set.residual.add(R * h);
+  set.residual.add(R * h);  // norm1 output
+  if (w.layernorm) set.norm_stats.add(R);
+  set.norm_stats.add(R);
+  if (m.multi_latent_attention) {
+    // Down-projection outputs and their normalised copies (replicated over TP), the up-projected
+    // q and kv, RoPE'd key part.
+    if (m.q_lora_rank > 0) {
+      set.attention.add(N * m.q_lora_rank);
+      set.attention.add(N * m.q_lora_rank);
+      set.norm_stats.add(N);
+    }
+    set.attention.add(N * (m.kv_lora_rank + m.qk_pos_emb_head_dim));
+    set.attention.add(N * m.kv_lora_rank);
+    set.norm_stats.add(N);
+    set.attention.add(N * layer_widths(m, shape, false).qkv);
+  } else {
+    set.attention.add(N * layer_widths(m, shape, false).qkv);
+  }
+  const bool moe = m.is_moe_layer(layer);
+  const LayerWidths lw = layer_widths(m, shape, moe);
+  if (with_core) {
+    set.core.add(N * lw.core);
+    set.core.add(N * lw.lse);
+  }
+  set.residual.add(R * h);  // residual after attention
+  set.residual.add(R * h);  // norm2 output
+  if (w.layernorm) set.norm_stats.add(R);
+  set.norm_stats.add(R);
+  if (moe) {
+    // Router scores; each token's k copies routed to the experts (in balance N k per rank
+    // whatever EP is), their fc1 and activation over expert-TP; a shared expert like an MLP.
+    const int64_t k = m.moe_router_topk, etp = shape.split.expert_tp(), up = m.swiglu ? 2 : 1;
+    set.mlp.add(N * m.num_experts);
+    set.mlp.add(N * k * h);
+    set.mlp.add(N * k * up * m.moe_ffn() / etp);
+    set.mlp.add(N * k * m.moe_ffn() / etp);
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      set.mlp.add(N * up * m.moe_shared_expert_intermediate_size / t);
+      set.mlp.add(N * m.moe_shared_expert_intermediate_size / t);
+    }
+  } else {
+    set.mlp.add(N * lw.fc1);
+    set.mlp.add(N * lw.act);
+  }
+  return set;
+}
+
+// In-flight micro-batches (virtual ones when interleaved) on stage r.
+int in_flight(const TrainingShape& shape, int stage) {
+  const int p = shape.split.pipeline_parallel, v = shape.split.virtual_stages, m = shape.microbatches();
+  if (v == 1) return std::min(p - stage, m);
+  return std::min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v);
+}
+
+// Elements of one layer's parameters on this rank, for FSDP's gathered buffers.
+int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shape) {
+  std::vector<int64_t> per_layer(static_cast<size_t>(m.num_layers + m.mtp_num_layers), 0);
+  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+    if (block.layer < 0) continue;
+    const int64_t divisor = block.split == ParamSplit::tensor_parallel ? shape.split.tensor_parallel
+                            : block.split == ParamSplit::expert
+                                ? static_cast<int64_t>(shape.split.expert_parallel) * shape.split.expert_tp()
+                                : 1;
+    per_layer[static_cast<size_t>(block.layer)] += block.elements / divisor;
+  }
+  return per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
+}
+
+// The layout table's element count (alignment gaps included) when it can lay the stage out:
+// a dense model mt-train runs, one chunk per stage.
+bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage, int64_t& elements) {
+  if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0 || shape.split.virtual_stages > 1) {
+    return false;
+  }
+  const LayerRange range = stage_layers(m, shape.split, stage)[0];
+  parallel::ParallelConfig parallel;
+  parallel.tensor_model_parallel_size = shape.split.tensor_parallel;
+  parallel.pipeline_model_parallel_size = shape.split.pipeline_parallel;
+  parallel::RankCoordinates rank;
+  rank.pp = stage;
+  elements = model::build_layout(m, parallel, rank, range.first, range.last).total_elements;
+  return true;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+void TrainingShape::validate(const ModelConfig& m) const {
+  m.validate();
+  const int t = split.tensor_parallel, p = split.pipeline_parallel, v = split.virtual_stages;
+  const int c = context_parallel, ep = split.expert_parallel, etp = split.expert_tp();
+  auto at_least_one = [](int value, const char* flag) {
+    if (value < 1) throw UsageError(flag, "must be at least 1 (got " + std::to_string(value) + ")");
+  };
+  at_least_one(t, "--tensor-model-parallel-size");
+  at_least_one(p, "--pipeline-model-parallel-size");
+  at_least_one(v, "--num-virtual-stages-per-pipeline-rank");
+  at_least_one(c, "--context-parallel-size");
+  at_least_one(ep, "--expert-model-parallel-size");
+  at_least_one(etp, "--expert-tensor-parallel-size");
+  at_least_one(data_parallel, "data-parallel size (--world-size / (TP x CP x PP))");
+  at_least_one(micro_batch_size, "--micro-batch-size");
+  const std::string tp_flag = "--tensor-model-parallel-size " + std::to_string(t);
+  if (m.num_attention_heads % t != 0 || m.query_groups() % t != 0) {
+    throw UsageError(tp_flag, "must divide --num-attention-heads " + std::to_string(m.num_attention_heads) +
+                                  " and --num-query-groups " + std::to_string(m.query_groups()) + " (whole heads)");
+  }
+  if (m.ffn_hidden_size % t != 0) throw UsageError(tp_flag, "must divide --ffn-hidden-size " + std::to_string(m.ffn_hidden_size));
+  if (m.padded_vocab_size() % t != 0) {
+    throw UsageError(tp_flag, "must divide the padded vocabulary " + std::to_string(m.padded_vocab_size()) +
+                                  " (--make-vocab-size-divisible-by)");
+  }
+  stage_layers(m, split, 0);  // throws when the layers do not split
+  if (global_batch() % (micro_batch_size * data_parallel) != 0) {
+    throw UsageError("--global-batch-size " + std::to_string(global_batch()),
+                     "not divisible by --micro-batch-size x data-parallel size (" + std::to_string(micro_batch_size) +
+                         " x " + std::to_string(data_parallel) + ")");
+  }
+  if (v > 1 && (p < 2 || microbatches() % p != 0)) {
+    throw UsageError("--num-virtual-stages-per-pipeline-rank " + std::to_string(v),
+                     "needs pipeline parallelism and micro-batches (" + std::to_string(microbatches()) +
+                         ") a multiple of the pipeline size " + std::to_string(p));
+  }
+  if (c > 1 && m.seq_length % (2 * c) != 0) {
+    throw UsageError("--context-parallel-size " + std::to_string(c),
+                     "needs --seq-length " + std::to_string(m.seq_length) + " divisible by 2 x CP");
+  }
+  if (sequence_parallel && t > 1 && (m.seq_length / c) % t != 0) {
+    throw UsageError("--sequence-parallel", "needs the sequence per CP rank divisible by TP " + std::to_string(t));
+  }
+  if (ep > 1 || split.expert_tensor_parallel > 0) {
+    if (m.num_experts == 0) {
+      throw UsageError(ep > 1 ? "--expert-model-parallel-size " + std::to_string(ep) : "--expert-tensor-parallel-size",
+                       "needs --num-experts");
+    }
+    if (m.num_experts % ep != 0) {
+      throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
+                       "must divide --num-experts " + std::to_string(m.num_experts));
+    }
+    if ((t * c * data_parallel) % (ep * etp) != 0) {
+      throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
+                       "x expert-TP " + std::to_string(etp) + " must divide TP x CP x DP (" +
+                           std::to_string(t * c * data_parallel) + ")");
+    }
+  }
+}
+
+int64_t LayerActivations::bytes() const { return residual + norm_stats + attention + core + mlp; }
+
+LayerActivations layer_activations(const ModelConfig& m, const TrainingShape& shape, int layer) {
+  const LayerSet set = layer_set(m, shape, layer, true, true);
+  LayerActivations a;
+  a.residual = set.residual.bytes;
+  a.norm_stats = set.norm_stats.bytes;
+  a.attention = set.attention.bytes;
+  a.core = set.core.bytes;
+  a.mlp = set.mlp.bytes;
+  return a;
+}
+
+RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape, int stage) {
+  shape.validate(m);
+  const int p = shape.split.pipeline_parallel;
+  const bool last = stage == p - 1;
+  const Widths w = widths(m, shape);
+  const int64_t N = w.rows, R = w.residual, h = w.h, t = w.t;
+  RankMemory r;
+  r.stage = stage;
+
+  // Parameters, grads, optimizer.
+  if (layout_elements(m, shape, stage, r.parameters)) {
+    r.parameter_source = "layout table";
+  } else {
+    r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.split, stage);
+    r.parameter_source = "parameter count";
+  }
+  const int64_t dp = shape.data_parallel;
+  const int64_t copy_bytes = shape.precision == Precision::fp32                                ? 0
+                             : shape.precision == Precision::bf16 && shape.native_bf16_gemm ? 2
+                                                                                              : 4;
+  if (shape.fsdp) {
+    // The shard of every class, plus two layers gathered at once (the one computing and the
+    // one prefetched) and one layer's full grads before their reduce-scatter.
+    const int64_t shard = ceil_div(r.parameters, dp * 16) * 16;
+    const int64_t gathered = 2 * largest_layer_parameters(m, shape);
+    r.weights = 4 * (shard + gathered);
+    r.gemm_weights = copy_bytes * (shard + gathered);
+    r.grads = 4 * (shard + gathered / 2);
+    r.optimizer = 8 * shard;
+  } else {
+    r.weights = 4 * r.parameters;
+    r.gemm_weights = copy_bytes * r.parameters;
+    r.grads = 4 * r.parameters;
+    r.optimizer = shape.distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16) : 8 * r.parameters;
+  }
+
+  // Activations kept per micro-batch, by the recompute policy, chunk by chunk.
+  const std::vector<LayerRange> chunks = stage_layers(m, shape.split, stage);
+  int64_t kept_per_microbatch_chunk = 0;  // the largest chunk's, per (virtual) micro-batch
+  int64_t scratch = 0;
+  int total_layers = 0;
+  int64_t all_layer_bytes = 0;
+  const model::RecomputeConfig& rc = shape.recompute;
+  const bool selective = rc.granularity == model::RecomputeGranularity::selective;
+  const bool full = rc.granularity == model::RecomputeGranularity::full;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    std::vector<int> layers;
+    for (int layer = chunks[c].first; layer < chunks[c].last; ++layer) layers.push_back(layer);
+    if (last && c + 1 == chunks.size()) {  // MTP layers ride with the last chunk
+      for (int mtp = 0; mtp < m.mtp_num_layers; ++mtp) layers.push_back(m.num_layers + mtp);
+    }
+    const int count = static_cast<int>(layers.size());
+    total_layers += count;
+    int64_t kept = 0;
+    const int k = std::max(1, rc.num_layers);
+    for (int i = 0; i < count; ++i) {
+      all_layer_bytes += layer_set(m, shape, layers[static_cast<size_t>(i)], true, true).bytes();
+      const bool recomputed = full && (rc.method == model::RecomputeMethod::uniform || i < k);
+      const bool chunk_start = rc.method == model::RecomputeMethod::block || i % k == 0;
+      if (!recomputed) kept += layer_set(m, shape, layers[static_cast<size_t>(i)], true, !selective).bytes();
+      else if (chunk_start) kept += rounded_bytes(R * h);
+    }
+    kept_per_microbatch_chunk = std::max(kept_per_microbatch_chunk, kept);
+    if (full && count > 0) {
+      // Scratch sets for the recomputed chunk (uniform: k layers, the first reading the kept
+      // input in place; block: one layer).
+      const int sets = rc.method == model::RecomputeMethod::uniform ? std::min(k, count) : 1;
+      int64_t chunk_scratch = 0;
+      for (int i = 0; i < sets; ++i) chunk_scratch += layer_set(m, shape, layers[static_cast<size_t>(i)], i > 0, true).bytes();
+      scratch = std::max(scratch, chunk_scratch);
+    }
+  }
+  r.layers = total_layers;
+  r.activation_per_layer = total_layers > 0 ? all_layer_bytes / total_layers : 0;
+  r.in_flight = in_flight(shape, stage);
+  // Each in-flight (virtual) micro-batch keeps one chunk's sets.
+  r.activations_kept = static_cast<int64_t>(r.in_flight) * kept_per_microbatch_chunk;
+  LayerWidths widest = layer_widths(m, shape, false);
+  if (m.num_experts > 0) {
+    const LayerWidths moe = layer_widths(m, shape, true);
+    widest.fc1 = std::max(widest.fc1, moe.fc1);
+    widest.act = std::max(widest.act, moe.act);
+  }
+  r.activations_recompute = scratch;
+  if (selective) r.activations_recompute += rounded_bytes(N * widest.core) + rounded_bytes(N * widest.lse);
+  if (total_layers == 0) r.activations_recompute += rounded_bytes(R * h);  // the embedding output
+
+  // Workspace: outputs not kept and the grads of backward, one set per stage.
+  BufferSum work;
+  work.add(R * h);  // ping-pong
+  work.add(R * h);
+  work.add(N * h);  // projection / fc2 output before its reduction
+  work.add(R * h);  // stream grads
+  work.add(R * h);
+  work.add(R * h);  // grad after attention
+  work.add(N * h);  // grad into a norm output
+  work.add(R * h);  // norm grad
+  work.add(N * widest.core);
+  work.add(N * widest.qkv);
+  work.add(N * widest.fc1);
+  work.add(N * widest.act);
+  const int64_t vocab_local = m.padded_vocab_size() / t;
+  if (shape.precision != Precision::fp32) {
+    const int64_t operand = N * std::max({h, widest.qkv, widest.fc1, vocab_local});
+    work.add(operand);
+    work.add(operand);
+  }
+  r.workspace = work.bytes;
+
+  if (last) {
+    BufferSum head;
+    head.add(R * h);  // final norm input
+    head.add(R * h);  // final norm output
+    if (w.layernorm) head.add(R);
+    head.add(R);
+    head.add(N * vocab_local);  // logits, their grads in place
+    for (int i = 0; i < 4; ++i) head.add(N);  // row max, sum-exp, target logit, loss grad
+    r.head = head.bytes;
+  }
+
+  BufferSum comm;
+  if (shape.sequence_parallel && t > 1) comm.add(N * h);
+  if (p > 1) {
+    comm.add(R * h);
+    comm.add(R * h);
+  }
+  if (shape.context_parallel > 1) {
+    const int64_t kv = static_cast<int64_t>(m.query_groups()) * m.head_dim() / t;
+    for (int i = 0; i < 4; ++i) comm.add(N * kv);
+  }
+  if (shape.split.expert_parallel > 1) {
+    comm.add(N * m.moe_router_topk * h);
+    comm.add(N * m.moe_router_topk * h);
+  }
+  r.comm_buffers = comm.bytes;
+  return r;
+}
+
+std::vector<RankMemory> predict_memory(const ModelConfig& m, const TrainingShape& shape) {
+  std::vector<RankMemory> stages;
+  for (int stage = 0; stage < shape.split.pipeline_parallel; ++stage) stages.push_back(predict_rank_memory(m, shape, stage));
+  return stages;
+}
+
+MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingShape& shape) {
+  shape.validate(m);
+  const double t = shape.split.tensor_parallel, p = shape.split.pipeline_parallel;
+  const double ep = shape.split.expert_parallel, etp = shape.split.expert_tp();
+  const double dp = shape.data_parallel, world = shape.world_size();
+  const double h = m.hidden_size, s = m.seq_length, b = shape.micro_batch_size;
+  const double V = static_cast<double>(megatron_padded_vocab(m, shape.split.tensor_parallel));
+
+  // Weights and optimizer: parameter classes from the blocks (Megatron's own per-layer formulas
+  // give the same numbers without biases), placed as compute_weight_and_optimizer_memory does.
+  double tp_sharded = 0, replicated = 0, expert = 0, tp_sharded_mtp = 0, replicated_mtp = 0, expert_mtp = 0;
+  for (const ParamBlock& block : parameter_blocks(m, static_cast<int64_t>(V))) {
+    if (block.layer < 0) continue;
+    const bool mtp = block.layer >= m.num_layers;
+    const double e = static_cast<double>(block.elements);
+    switch (block.split) {
+      case ParamSplit::tensor_parallel: (mtp ? tp_sharded_mtp : tp_sharded) += e; break;
+      case ParamSplit::replicated: (mtp ? replicated_mtp : replicated) += e; break;
+      case ParamSplit::expert: (mtp ? expert_mtp : expert) += e; break;
+    }
+  }
+  // Megatron counts every attention parameter as TP-sharded and the final norm as replicated.
+  const double final_norm = m.normalization == model::Normalization::layernorm ? 2 * h : h;
+  const double embedding = h * V;
+  double tp_on_shard = (tp_sharded / p + tp_sharded_mtp + embedding) / t;
+  const double replicated_on_shard = (replicated + final_norm) / p + replicated_mtp;
+  const double expert_on_shard = (expert / p + expert_mtp) / (etp * ep);
+  if (m.untie_embeddings_and_output_weights && p == 1) tp_on_shard += embedding / t;
+  const double expert_dp = world / (etp * ep * p);
+  auto bytes_per_parameter = [&](double data_parallel) {
+    return shape.distributed_optimizer ? 6 + 12 / data_parallel : 18.0;
+  };
+  MegatronMemory result;
+  result.weights_and_optimizer =
+      (tp_on_shard + replicated_on_shard) * bytes_per_parameter(dp) + expert_on_shard * bytes_per_parameter(expert_dp);
+
+  // Activations.
+  const bool interleaved = shape.split.virtual_stages > 1;
+  const double v = shape.split.virtual_stages, microbatches = shape.microbatches();
+  const double L = m.num_layers;
+  double activations = 0;
+  const bool sp_selective =
+      shape.sequence_parallel && shape.recompute.granularity == model::RecomputeGranularity::selective;
+  if (sp_selective) {
+    activations = s * b * h * (18 + 4 * m.ffn_hidden_size / h) * L;
+  } else {
+    activations = s * b * h * (10 + 24 / t) * L;
+  }
+  activations += 8 * s * b * p + s * b * h * p;  // embedding input and dropout mask
+  if (interleaved) activations *= 1 + (p - 1) / (p * v);
+  if (!interleaved && p > 1) activations *= std::min(1.0, microbatches / p);
+  if (sp_selective) {
+    if (p == 1) activations += s * b * h * 4 * (1 + V / h);
+    activations /= t;
+  } else {
+    if (p == 1) activations += (s * b * V / t + s * b * h) * 2;
+    activations *= 1.05;
+  }
+  result.activations = activations;
+  return result;
+}
+
+}  // namespace mt::perf

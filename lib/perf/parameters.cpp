@@ -1,0 +1,213 @@
+// Parameter blocks and counts (see parameters.h).
+#include "perf/parameters.h"
+
+#include "core/error.h"
+
+namespace mt::perf {
+
+const char* group_name(ParamGroup group) {
+  switch (group) {
+    case ParamGroup::word_embeddings: return "word_embeddings";
+    case ParamGroup::position_embeddings: return "position_embeddings";
+    case ParamGroup::output_layer: return "output_layer";
+    case ParamGroup::attention: return "attention";
+    case ParamGroup::dense_mlp: return "dense_mlp";
+    case ParamGroup::routed_experts: return "routed_experts";
+    case ParamGroup::shared_experts: return "shared_experts";
+    case ParamGroup::router: return "router";
+    case ParamGroup::norms: return "norms";
+    case ParamGroup::mtp_projection: return "mtp_projection";
+  }
+  return "?";
+}
+
+namespace {
+
+using model::ModelConfig;
+
+// One decoder (or MTP) layer's blocks.
+void add_layer(const ModelConfig& m, int layer, std::vector<ParamBlock>& blocks) {
+  const int64_t h = m.hidden_size, n = m.num_attention_heads, d = m.head_dim(), g = m.query_groups();
+  const int64_t bias = m.add_bias_linear ? 1 : 0;
+  const int64_t norm = m.normalization == model::Normalization::layernorm ? 2 * h : h;
+  const int64_t norm_weights = m.normalization == model::Normalization::layernorm ? 2 : 1;  // per feature
+  auto add = [&](ParamGroup group, ParamSplit split, int64_t elements) {
+    if (elements > 0) blocks.push_back(ParamBlock{group, split, layer, elements});
+  };
+  using G = ParamGroup;
+  using S = ParamSplit;
+  add(G::norms, S::replicated, 2 * norm);  // input_layernorm, pre_mlp_layernorm
+
+  if (m.multi_latent_attention) {
+    // TE's placement: down projections and their norms duplicated on every TP rank, up and
+    // output projections split.
+    const int64_t q_head = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    if (m.q_lora_rank > 0) {
+      add(G::attention, S::replicated, h * m.q_lora_rank + norm_weights * m.q_lora_rank);
+      add(G::attention, S::tensor_parallel, m.q_lora_rank * n * q_head);
+    } else {
+      add(G::attention, S::tensor_parallel, h * n * q_head);
+    }
+    add(G::attention, S::replicated, h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + norm_weights * m.kv_lora_rank);
+    add(G::attention, S::tensor_parallel, m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h);
+  } else {
+    const int64_t q = n * d, kv = g * d;
+    add(G::attention, S::tensor_parallel, h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h);  // qkv (+bias), proj
+    add(G::attention, S::replicated, bias * h);                                              // proj bias
+  }
+
+  // An MLP of width f: fc1 (2f rows with SwiGLU) and its bias split, fc2 split, fc2's bias not.
+  const int64_t up = m.swiglu ? 2 : 1;
+  auto mlp_split = [&](int64_t f) { return up * f * h + bias * up * f + f * h; };
+  if (m.is_moe_layer(layer)) {
+    const int64_t experts = m.num_experts, f = m.moe_ffn();
+    add(G::router, S::replicated, h * experts + bias * experts);
+    add(G::routed_experts, S::expert, experts * (mlp_split(f) + bias * h));
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      add(G::shared_experts, S::tensor_parallel, mlp_split(m.moe_shared_expert_intermediate_size));
+      add(G::shared_experts, S::replicated, bias * h);
+    }
+  } else {
+    add(G::dense_mlp, S::tensor_parallel, mlp_split(m.ffn_hidden_size));
+    add(G::dense_mlp, S::replicated, bias * h);
+  }
+  if (layer >= m.num_layers) {
+    // MTP module: enorm, hnorm and its final norm, and the eh projection (2h -> h, column-parallel).
+    add(G::mtp_projection, S::replicated, 3 * norm);
+    add(G::mtp_projection, S::tensor_parallel, 2 * h * h);
+  }
+}
+
+}  // namespace
+
+std::vector<ParamBlock> parameter_blocks(const ModelConfig& m, int64_t vocab) {
+  m.validate();
+  const int64_t h = m.hidden_size;
+  const int64_t norm = m.normalization == model::Normalization::layernorm ? 2 * h : h;
+  std::vector<ParamBlock> blocks;
+  blocks.push_back({ParamGroup::word_embeddings, ParamSplit::tensor_parallel, -1, vocab * h});
+  if (m.position_embedding == model::PositionEmbedding::learned_absolute) {
+    blocks.push_back({ParamGroup::position_embeddings, ParamSplit::replicated, -1,
+                      static_cast<int64_t>(m.max_position_embeddings) * h});
+  }
+  for (int layer = 0; layer < m.num_layers + m.mtp_num_layers; ++layer) add_layer(m, layer, blocks);
+  blocks.push_back({ParamGroup::norms, ParamSplit::replicated, -1, norm});  // final norm
+  if (m.untie_embeddings_and_output_weights) {
+    blocks.push_back({ParamGroup::output_layer, ParamSplit::tensor_parallel, -1, vocab * h});
+  }
+  return blocks;
+}
+
+ParameterCounts count_parameters(const ModelConfig& m, int64_t vocab) {
+  ParameterCounts counts;
+  for (const ParamBlock& block : parameter_blocks(m, vocab)) {
+    counts.total += block.elements;
+    counts.by_group[block.group] += block.elements;
+    counts.active += block.group == ParamGroup::routed_experts ? block.elements / m.num_experts * m.moe_router_topk
+                                                               : block.elements;
+    if (block.group == ParamGroup::word_embeddings || block.group == ParamGroup::position_embeddings ||
+        block.group == ParamGroup::output_layer) {
+      counts.embedding += block.elements;
+    }
+  }
+  return counts;
+}
+
+ParameterCounts count_parameters(const ModelConfig& m) { return count_parameters(m, m.vocab_size); }
+
+int64_t megatron_padded_vocab(const ModelConfig& m, int tensor_parallel) {
+  const int64_t multiple = static_cast<int64_t>(m.make_vocab_size_divisible_by) * tensor_parallel;
+  return (m.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+std::vector<LayerRange> stage_layers(const ModelConfig& m, const ModelSplit& split, int stage) {
+  const int p = split.pipeline_parallel, v = split.virtual_stages, layers = m.num_layers;
+  if (p < 1) throw UsageError("--pipeline-model-parallel-size", "must be at least 1");
+  if (v < 1) throw UsageError("--num-virtual-stages-per-pipeline-rank", "must be at least 1");
+  if (stage < 0 || stage >= p) throw Error("pipeline stage " + std::to_string(stage), "outside the pipeline");
+  if (v > 1 && (split.first_stage_layers > 0 || split.last_stage_layers > 0)) {
+    throw UsageError("--decoder-first-pipeline-num-layers", "with virtual stages is not supported");
+  }
+  if (p == 1 && v == 1) return {{0, layers}};
+  // Uneven first/last stages: the middle stages split what is left evenly.
+  const int first = split.first_stage_layers, last = split.last_stage_layers;
+  if (first > 0 || last > 0) {
+    const int middle_stages = p - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    const int rest = layers - first - last;
+    if (rest < 0 || (middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % middle_stages != 0)) {
+      throw UsageError("--decoder-first/last-pipeline-num-layers",
+                       "leave " + std::to_string(rest) + " layers for " + std::to_string(middle_stages) +
+                           " middle stages (must divide evenly)");
+    }
+    const int per_middle = middle_stages > 0 ? rest / middle_stages : 0;
+    int begin = 0;
+    for (int r = 0; r < p; ++r) {
+      const int count = r == 0 && first > 0 ? first : r == p - 1 && last > 0 ? last : per_middle;
+      if (r == stage) return {{begin, begin + count}};
+      begin += count;
+    }
+  }
+  if (layers % (p * v) != 0) {
+    throw UsageError("--num-layers " + std::to_string(layers),
+                     "not divisible by pipeline stages x virtual stages (" + std::to_string(p) + " x " +
+                         std::to_string(v) + ")");
+  }
+  const int per_chunk = layers / (p * v);
+  std::vector<LayerRange> chunks;
+  for (int c = 0; c < v; ++c) {
+    const int begin = c * layers / v + stage * per_chunk;
+    chunks.push_back({begin, begin + per_chunk});
+  }
+  return chunks;
+}
+
+int64_t rank_parameter_count(const ModelConfig& m, int64_t vocab, const ModelSplit& split, int stage) {
+  const int tp = split.tensor_parallel, ep = split.expert_parallel, etp = split.expert_tp();
+  if (tp < 1 || ep < 1 || etp < 1) throw UsageError("parallel sizes", "must be at least 1");
+  if (m.num_experts > 0 && m.num_experts % ep != 0) {
+    throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
+                     "does not divide --num-experts " + std::to_string(m.num_experts));
+  }
+  const bool first_stage = stage == 0, last_stage = stage == split.pipeline_parallel - 1;
+  std::vector<LayerRange> ranges = stage_layers(m, split, stage);
+  if (last_stage && m.mtp_num_layers > 0) ranges.push_back({m.num_layers, m.num_layers + m.mtp_num_layers});
+  auto on_rank = [&](int layer) {
+    for (const LayerRange& range : ranges) {
+      if (layer >= range.first && layer < range.last) return true;
+    }
+    return false;
+  };
+  auto share = [&](const ParamBlock& block) -> int64_t {
+    switch (block.split) {
+      case ParamSplit::tensor_parallel: return block.elements / tp;
+      case ParamSplit::expert: return block.elements / (static_cast<int64_t>(ep) * etp);
+      case ParamSplit::replicated: return block.elements;
+    }
+    return 0;
+  };
+  int64_t count = 0;
+  for (const ParamBlock& block : parameter_blocks(m, vocab)) {
+    if (block.layer >= 0) {
+      if (on_rank(block.layer)) count += share(block);
+      continue;
+    }
+    switch (block.group) {
+      case ParamGroup::word_embeddings: {
+        // The first stage embeds; the last holds a copy when it needs the embedding too (a tied
+        // output layer, or the MTP modules' inputs) and is not also the first.
+        const bool copy = last_stage && !first_stage && (!m.untie_embeddings_and_output_weights || m.mtp_num_layers > 0);
+        if (first_stage || copy) count += share(block);
+        break;
+      }
+      case ParamGroup::position_embeddings:
+        if (first_stage) count += share(block);
+        break;
+      default:  // the final norm and an untied output layer
+        if (last_stage) count += share(block);
+        break;
+    }
+  }
+  return count;
+}
+
+}  // namespace mt::perf

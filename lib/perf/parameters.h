@@ -1,0 +1,97 @@
+// Parameter accounting for every architecture mt knows (dense GPT/LLaMA, MoE, MLA, MTP): the
+// model as blocks of parameters by kind and by how they are split over ranks, and from them
+// the total, active (MoE: top-k of the routed experts), embedding share and per-rank counts.
+// For dense models the blocks split exactly as model/layout.h lays them out (column-parallel
+// biases split over TP, row-parallel biases and norms replicated), so a rank's count equals its
+// layout table's parameter_elements(). Tested in tests/unit/perf/test_parameters.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace mt::perf {
+
+enum class ParamGroup {
+  word_embeddings,
+  position_embeddings,
+  output_layer,    // untied only; a tied model's output layer is the word embedding
+  attention,       // projections (and their biases); MLA's down/up projections and their norms
+  dense_mlp,
+  routed_experts,  // all experts of a MoE layer
+  shared_experts,
+  router,
+  norms,           // the layer norms around attention and MLP, the final norm
+  mtp_projection,  // a multi-token-prediction module's norms and its (2h -> h) projection
+};
+const char* group_name(ParamGroup group);
+
+enum class ParamSplit {
+  tensor_parallel,  // sharded over TP (column- or row-parallel)
+  replicated,       // a full copy on every TP rank
+  expert,           // experts spread over EP ranks, each sharded over expert-TP
+};
+
+// Parameters of one kind in one place: a decoder layer (0..L-1), an MTP layer (L..L+M-1) or
+// outside the layers (-1: embeddings, output layer and final norm).
+struct ParamBlock {
+  ParamGroup group;
+  ParamSplit split;
+  int layer = -1;
+  int64_t elements = 0;
+};
+
+// The model's parameters over a vocabulary of `vocab` rows (the real vocabulary for published
+// counts, the padded one for what is allocated).
+std::vector<ParamBlock> parameter_blocks(const model::ModelConfig& model, int64_t vocab);
+
+struct ParameterCounts {
+  int64_t total = 0;
+  int64_t active = 0;     // used per token: routed experts count top-k of E
+  int64_t embedding = 0;  // word and position embeddings and an untied output layer
+  std::map<ParamGroup, int64_t> by_group;
+  double embedding_share() const { return total > 0 ? static_cast<double>(embedding) / total : 0; }
+};
+ParameterCounts count_parameters(const model::ModelConfig& model, int64_t vocab);
+// On the real vocabulary, as models publish their sizes.
+ParameterCounts count_parameters(const model::ModelConfig& model);
+
+// Megatron's padded vocabulary: a multiple of make_vocab_size_divisible_by x TP (mt pads
+// independently of TP; reproducing Megatron's logs needs its padding).
+int64_t megatron_padded_vocab(const model::ModelConfig& model, int tensor_parallel);
+
+// Layers [first, last) of one model chunk.
+struct LayerRange {
+  int first = 0, last = 0;
+  int size() const { return last - first; }
+};
+
+// How a rank's share of the model is cut: pipeline stages (even, or with Megatron's
+// --decoder-first/last-pipeline-num-layers), virtual stages, TP and expert parallelism.
+struct ModelSplit {
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int virtual_stages = 1;           // model chunks per pipeline rank (interleaved schedule)
+  int expert_parallel = 1;
+  int expert_tensor_parallel = 0;   // 0: the same as tensor_parallel (Megatron's default)
+  int first_stage_layers = 0;       // --decoder-first-pipeline-num-layers; 0: even split
+  int last_stage_layers = 0;        // --decoder-last-pipeline-num-layers; 0: even split
+  int expert_tp() const { return expert_tensor_parallel > 0 ? expert_tensor_parallel : tensor_parallel; }
+};
+
+// The decoder layers of `stage`'s chunks, chunk c of stage r owning Megatron's
+// [c*L/v + r*L/(p*v), ...) in the even case. MTP layers are not included (they sit on the last
+// stage, after its last chunk). Throws mt::UsageError naming the flag when the layers do not
+// split evenly.
+std::vector<LayerRange> stage_layers(const model::ModelConfig& model, const ModelSplit& split, int stage);
+
+// Parameters one rank of `stage` holds: its chunks' layers (TP-sharded blocks / TP, experts
+// E/EP of them / expert-TP), the word (and position) embedding on the first stage, the final
+// norm, output layer (or a copy of the tied embedding when the stage is not also the first)
+// and MTP layers on the last.
+int64_t rank_parameter_count(const model::ModelConfig& model, int64_t vocab, const ModelSplit& split, int stage);
+
+}  // namespace mt::perf

@@ -1,0 +1,297 @@
+// Step-time prediction (see predict.h).
+#include "perf/predict.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "perf/flops.h"
+
+namespace mt::perf {
+
+const std::vector<Cluster>& cluster_table() {
+  // NVLink per GPU and direction (NVIDIA quotes both directions: 600 / 900 / 1800 GB/s); the
+  // network is each GPU's NIC (DGX systems: one 200 or 400 Gb/s adapter per GPU). Latencies:
+  // typical NCCL small-message figures.
+  static const std::vector<Cluster> table{
+      {"dgx-a100", "a100", 8, 300, 25, 5, 10, "NVIDIA DGX A100 system architecture (2020): NVLink3, 8 x 200 Gb/s HDR"},
+      {"dgx-h100", "h100", 8, 450, 50, 5, 10, "NVIDIA DGX H100 data sheet (2023): NVLink4, 8 x 400 Gb/s NDR"},
+      {"dgx-h200", "h200", 8, 450, 50, 5, 10, "NVIDIA DGX H200 data sheet (2024): NVLink4, 8 x 400 Gb/s NDR"},
+      {"dgx-b200", "b200", 8, 900, 50, 5, 10, "NVIDIA DGX B200 data sheet (2025): NVLink5, 8 x 400 Gb/s"},
+      // The dense FSDP/TP study's 8 nodes x 4 H200 (data/perf/published_runs.csv): its interconnect
+      // is not published, so both links are fitted (fit_predictor): NVLink on its 13B TP4+FSDP4
+      // run (far below NVLink4's 450 GB/s: it absorbs that stack's TP overheads), the network on
+      // its 13B FSDP=8 run.
+      {"h200-4gpu-nodes", "h200", 4, 154, 17.7, 5, 10,
+       "8 nodes x 4 H200 of the FSDP/TP study; links fitted on its 13B runs (not published)"},
+  };
+  return table;
+}
+
+const Cluster& find_cluster(const std::string& name) {
+  std::string known;
+  for (const Cluster& cluster : cluster_table()) {
+    if (cluster.name == name) return cluster;
+    known += (known.empty() ? "" : ", ") + cluster.name;
+  }
+  throw UsageError("--cluster " + name, "unknown (" + known + ")");
+}
+
+PredictorConstants fitted_constants() {
+  PredictorConstants c;
+  c.gemm_efficiency = 0.801;  // fitted on fsdp-7b-1gpu (one H200, no communication)
+  c.gemm_tile = 128;
+  c.attention_efficiency = 0.50;  // flash attention 2 forward + backward on Hopper, not fitted
+  c.memory_efficiency = 0.8;      // STREAM-like fraction of HBM bandwidth, not fitted
+  c.link_efficiency = 0.80;       // nccl-tests bus bandwidth over link bandwidth, not fitted
+  return c;
+}
+
+namespace {
+
+using model::ModelConfig;
+
+struct Gemm {
+  double m, n, k, count;  // count: how many of this shape per layer (fwd)
+};
+
+// The rank's view of the hardware.
+struct Machine {
+  double peak = 0;         // FLOP/s, dense, at the run's precision
+  double hbm = 0;          // bytes/s, achievable
+  PredictorConstants k;
+  const Cluster* cluster = nullptr;
+
+  double gemm_seconds(const Gemm& g) const {
+    const double efficiency = k.gemm_efficiency / (1 + k.gemm_tile / g.m + k.gemm_tile / g.n + k.gemm_tile / g.k);
+    return g.count * 2 * g.m * g.n * g.k / (peak * efficiency);
+  }
+};
+
+// Alpha-beta time of a collective moving `bytes` per rank over a group of `ranks` ranks whose
+// members are `stride` ranks apart in the world (TP fastest): inside a node when the group's
+// span fits, else on the network.
+struct Link {
+  double bandwidth = 0, latency = 0;
+};
+Link group_link(const Machine& machine, int ranks, int stride) {
+  const Cluster& c = *machine.cluster;
+  const bool intra = static_cast<int64_t>(ranks) * stride <= c.gpus_per_node;
+  return intra ? Link{c.nvlink_gbps * 1e9 * machine.k.link_efficiency, c.nvlink_latency_us * 1e-6}
+               : Link{c.network_gbps * 1e9 * machine.k.link_efficiency, c.network_latency_us * 1e-6};
+}
+double all_reduce(const Link& link, int n, double bytes) {
+  return n <= 1 ? 0 : 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.bandwidth;
+}
+double all_gather(const Link& link, int n, double bytes) {  // also reduce-scatter; bytes: the full tensor
+  return n <= 1 ? 0 : (n - 1) * link.latency + static_cast<double>(n - 1) / n * bytes / link.bandwidth;
+}
+double all_to_all(const Link& link, int n, double bytes) {
+  return n <= 1 ? 0 : (n - 1) * link.latency + static_cast<double>(n - 1) / n * bytes / link.bandwidth;
+}
+double p2p(const Link& link, double bytes) { return link.latency + bytes / link.bandwidth; }
+
+// One layer's work on one rank for one micro-batch, forward only (seconds), by kind.
+struct LayerTime {
+  double gemm = 0, attention = 0, elementwise = 0, tp = 0, cp = 0, ep = 0;
+  double forward() const { return gemm + attention + elementwise + tp + cp + ep; }
+};
+
+LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const Machine& machine, int layer) {
+  const double t = shape.split.tensor_parallel, c = shape.context_parallel;
+  const double N = static_cast<double>(shape.micro_batch_size) * m.seq_length / c;  // tokens on the rank
+  const double h = m.hidden_size, n = m.num_attention_heads;
+  const double bytes = 2;  // bf16/fp16 activations on accelerators
+  LayerTime lt;
+  std::vector<Gemm> gemms;
+  double q_width = 0, kv_width = 0, core_flops = 0;
+  if (m.multi_latent_attention) {
+    const double qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    if (m.q_lora_rank > 0) {
+      gemms.push_back({N, static_cast<double>(m.q_lora_rank), h, 1});
+      gemms.push_back({N, n * qk / t, static_cast<double>(m.q_lora_rank), 1});
+    } else {
+      gemms.push_back({N, n * qk / t, h, 1});
+    }
+    gemms.push_back({N, static_cast<double>(m.kv_lora_rank + m.qk_pos_emb_head_dim), h, 1});
+    gemms.push_back({N, n * (m.qk_head_dim + m.v_head_dim) / t, static_cast<double>(m.kv_lora_rank), 1});
+    gemms.push_back({N, h, n * m.v_head_dim / t, 1});
+    q_width = n * qk / t;
+    kv_width = n * (qk + m.v_head_dim) / t;
+    // QK^T over qk width and PV over v width, causal half, for the whole sequence's keys.
+    core_flops = 2 * N * m.seq_length * (n * qk + n * m.v_head_dim) / t / 2;
+  } else {
+    const double d = m.head_dim(), g = m.query_groups();
+    q_width = n * d / t;
+    kv_width = 2 * g * d / t;
+    gemms.push_back({N, q_width + kv_width, h, 1});
+    gemms.push_back({N, h, q_width, 1});
+    core_flops = 4 * N * m.seq_length * q_width / 2;
+  }
+  const double up = m.swiglu ? 2 : 1;
+  double act_width = 0;
+  if (m.is_moe_layer(layer)) {
+    // Routed tokens N k spread over the rank's E/EP experts (balanced), each GEMM per expert;
+    // the router; a shared expert like a dense MLP.
+    const double k = m.moe_router_topk, experts_local = static_cast<double>(m.num_experts) / shape.split.expert_parallel;
+    const double etp = shape.split.expert_tp(), f = m.moe_ffn();
+    const double tokens_per_expert = N * k / experts_local;
+    gemms.push_back({N, static_cast<double>(m.num_experts), h, 1});
+    gemms.push_back({tokens_per_expert, up * f / etp, h, experts_local});
+    gemms.push_back({tokens_per_expert, h, f / etp, experts_local});
+    act_width = k * f / etp;
+    if (m.moe_shared_expert_intermediate_size > 0) {
+      const double fs = m.moe_shared_expert_intermediate_size;
+      gemms.push_back({N, up * fs / t, h, 1});
+      gemms.push_back({N, h, fs / t, 1});
+      act_width += fs / t;
+    }
+    // Dispatch and combine: all-to-all of the routed copies over EP.
+    const int ep = shape.split.expert_parallel;
+    const Link link = group_link(machine, ep, shape.split.tensor_parallel * shape.context_parallel);
+    lt.ep = 2 * all_to_all(link, ep, N * k * h * bytes);
+  } else {
+    const double f = m.ffn_hidden_size;
+    gemms.push_back({N, up * f / t, h, 1});
+    gemms.push_back({N, h, f / t, 1});
+    act_width = f / t;
+  }
+  if (layer >= m.num_layers) gemms.push_back({N, h, 2 * h / t, 1});  // MTP's eh projection
+  for (const Gemm& g : gemms) lt.gemm += machine.gemm_seconds(g);
+  lt.attention = core_flops / (machine.peak * machine.k.attention_efficiency);
+  // Element-wise traffic per token: two norms and two residual adds on the residual stream (1/t
+  // of it with SP), RoPE over q and k, the activation function.
+  const double residual = shape.sequence_parallel ? h / t : h;
+  const double per_token = bytes * (2 * 2 * residual + 2 * 3 * residual + 2 * (q_width + kv_width) + (up + 1) * act_width);
+  lt.elementwise = N * per_token / machine.hbm;
+  if (t > 1) {
+    // Two TP collectives a layer (all-reduce, or all-gather + reduce-scatter with SP: the same
+    // bytes on the wire).
+    const Link link = group_link(machine, shape.split.tensor_parallel, 1);
+    const double activation_bytes = N * h * bytes;
+    lt.tp = 2 * (shape.sequence_parallel ? 2 * all_gather(link, shape.split.tensor_parallel, activation_bytes)
+                                         : all_reduce(link, shape.split.tensor_parallel, activation_bytes));
+  }
+  if (c > 1) {
+    // Ring over CP: c-1 steps, each passing this rank's K and V block on, overlapped with the
+    // attention blocks; what exceeds the attention time is exposed.
+    const Link link = group_link(machine, shape.context_parallel, shape.split.tensor_parallel);
+    const double block = N * kv_width * bytes;
+    lt.cp = std::max(0.0, (c - 1) * p2p(link, block) - lt.attention);
+  }
+  return lt;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
+                            const PredictorConstants& constants, const OverlapOptions& overlap) {
+  shape.validate(m);
+  const Device& device = find_device(cluster.device);
+  Machine machine;
+  machine.k = constants;
+  machine.cluster = &cluster;
+  machine.peak = device_peak_flops(device, shape.precision == Precision::fp32 ? "fp32" : "bf16");
+  machine.hbm = device.hbm_tbps * 1e12 * constants.memory_efficiency;
+  const int p = shape.split.pipeline_parallel, v = shape.split.virtual_stages;
+  const int t = shape.split.tensor_parallel, cp = shape.context_parallel, dp = shape.data_parallel;
+  const double microbatches = shape.microbatches();
+  const double N = static_cast<double>(shape.micro_batch_size) * m.seq_length / cp;
+  const double h = m.hidden_size;
+  const model::RecomputeConfig& rc = shape.recompute;
+
+  StepPrediction best;
+  best.world_size = shape.world_size();
+  double slowest = -1;
+  for (int stage = 0; stage < p; ++stage) {
+    StepPrediction s;
+    s.world_size = best.world_size;
+    // One micro-batch through the stage: forward, backward (twice the forward's GEMMs,
+    // attention and element-wise work, the same collectives), recompute.
+    std::vector<int> layers;
+    for (const LayerRange& range : stage_layers(m, shape.split, stage)) {
+      for (int layer = range.first; layer < range.last; ++layer) layers.push_back(layer);
+    }
+    if (stage == p - 1) {
+      for (int mtp = 0; mtp < m.mtp_num_layers; ++mtp) layers.push_back(m.num_layers + mtp);
+    }
+    const int k = std::max(1, rc.num_layers);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LayerTime lt = layer_forward(m, shape, machine, layers[i]);
+      double passes = 3;  // forward + backward (two GEMMs per forward GEMM)
+      const bool recomputed = rc.granularity == model::RecomputeGranularity::full &&
+                              (rc.method == model::RecomputeMethod::uniform ||
+                               static_cast<int>(i % (layers.size() / v)) < k);
+      if (recomputed) passes = 4;
+      s.gemm += passes * lt.gemm;
+      s.attention += (passes + (rc.granularity == model::RecomputeGranularity::selective ? 1 : 0)) * lt.attention;
+      s.elementwise += passes * lt.elementwise;
+      const double collective_passes = recomputed ? 3 : 2;  // forward, backward (+ recomputed forward)
+      if (!overlap.tp_comm_overlap) s.tp_comm += collective_passes * lt.tp;
+      s.cp_comm += 3 * lt.cp;
+      s.ep_comm += collective_passes * lt.ep;
+    }
+    if (stage == p - 1) {
+      // Output layer and cross-entropy (fp32 logits read and written a few times).
+      const double vocab = static_cast<double>(m.padded_vocab_size()) / t;
+      s.gemm += 3 * (m.mtp_num_layers + 1) * machine.gemm_seconds({N, vocab, h, 1});
+      s.elementwise += (m.mtp_num_layers + 1) * 4 * N * vocab * 4 / machine.hbm;
+    }
+    if (p > 1) {
+      // Activations to the next stage and grads back, on the network when stages sit on
+      // different nodes (PP is the outermost dimension).
+      const Link link = group_link(machine, 2, t * cp * dp);
+      const double bytes = (shape.sequence_parallel ? N / t : N) * h * 2;
+      s.pp_comm = 2 * p2p(link, bytes) * v;
+    }
+    // Per step: micro-batches, each pass through the stage; the bubble.
+    const double per_microbatch = s.gemm + s.attention + s.elementwise + s.tp_comm + s.cp_comm + s.ep_comm + s.pp_comm;
+    for (double* part : {&s.gemm, &s.attention, &s.elementwise, &s.tp_comm, &s.cp_comm, &s.ep_comm, &s.pp_comm}) {
+      *part *= microbatches;
+    }
+    s.bubble = (p - 1.0) / v * per_microbatch;
+
+    // Data parallelism over the stage's parameters (dense over DP x CP, experts over expert-DP).
+    const ModelSplit& split = shape.split;
+    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage);
+    const double dp_group = static_cast<double>(dp) * cp;
+    const Link dp_link = group_link(machine, dp * cp, t);
+    const double backward_last = per_microbatch * 2.0 / 3.0, forward_first = per_microbatch / 3.0;
+    if (shape.fsdp) {
+      // Per micro-batch: gather the params (bf16) for forward and again for backward, reduce-
+      // scatter the grads (fp32), layer by layer behind the layer's compute; the first layer's
+      // gather is never hidden.
+      const double gather = all_gather(dp_link, static_cast<int>(dp_group), params * 2.0);
+      const double scatter = all_gather(dp_link, static_cast<int>(dp_group), params * 4.0);
+      const double comm = 2 * gather + scatter;
+      const double first_layer = gather / std::max<size_t>(1, layers.size());
+      s.dp_comm = microbatches * (std::max(0.0, comm - per_microbatch) + first_layer);
+    } else {
+      const double grad_bytes = params * 4.0;  // fp32 main grads
+      double reduce = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), grad_bytes)
+                                                  : all_reduce(dp_link, static_cast<int>(dp_group), grad_bytes);
+      double gather = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), params * 2.0) : 0;
+      const double last_bucket = std::min(1.0, static_cast<double>(overlap.bucket_elements) / std::max<int64_t>(1, params));
+      if (overlap.overlap_grad_reduce) reduce = std::max(reduce * last_bucket, reduce - backward_last);
+      if (overlap.overlap_param_gather && shape.distributed_optimizer) {
+        gather = std::max(gather * last_bucket, gather - forward_first);
+      }
+      s.dp_comm = reduce + gather;
+    }
+    // AdamW over the local shard: fp32 param, grad, m, v read, param, m, v written, the bf16
+    // copy written (30 bytes), and every local grad zeroed (4).
+    const double shard = shape.fsdp || shape.distributed_optimizer ? params / dp_group : params;
+    s.optimizer = (30 * shard + 4.0 * params) / machine.hbm;
+    s.step_seconds = s.gemm + s.attention + s.elementwise + s.tp_comm + s.cp_comm + s.ep_comm + s.pp_comm + s.bubble +
+                     s.dp_comm + s.optimizer;
+    s.slowest_stage = stage;
+    if (s.step_seconds > slowest) {
+      slowest = s.step_seconds;
+      best = s;
+    }
+  }
+  best.tokens_per_second = shape.global_batch() * static_cast<double>(m.seq_length) / best.step_seconds;
+  return best;
+}
+
+}  // namespace mt::perf

@@ -1,0 +1,72 @@
+// Step-time prediction for a configuration on a named cluster, without running it: a roofline
+// per operation (GEMMs at a shape-dependent fraction of the dense peak, flash attention at its
+// own fraction, element-wise work at the HBM bandwidth), alpha-beta collectives on the links a
+// process group spans (ring all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, p2p,
+// all-to-all for EP), the pipeline bubble (p-1)/(v m), Megatron's overlap of the data-parallel
+// grad reduce-scatter with the last micro-batch's backward and of the param all-gather with the
+// next forward (a bucket left exposed), FSDP's per-layer gathers overlapped with the layer's
+// compute, and the optimizer step. The constants are global (one set, fitted once on a named
+// subset of published runs: docs/accounting.md, data/perf/published_runs.csv) and never per run.
+// Tested in tests/unit/perf/test_predict.cpp and tests/unit/perf/test_published_runs.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "perf/memory_model.h"
+#include "perf/peak.h"
+
+namespace mt::perf {
+
+struct Cluster {
+  std::string name;
+  std::string device;          // perf/peak.h device table
+  int gpus_per_node = 8;
+  double nvlink_gbps = 0;      // per GPU, one direction, GB/s
+  double network_gbps = 0;     // per GPU (its NICs), one direction, GB/s
+  double nvlink_latency_us = 0;
+  double network_latency_us = 0;
+  std::string source;
+};
+
+const std::vector<Cluster>& cluster_table();
+// Throws mt::UsageError listing the known names.
+const Cluster& find_cluster(const std::string& name);
+
+// The predictor's constants; defaults are the fitted values (see fitted_constants()).
+struct PredictorConstants {
+  double gemm_efficiency = 0;       // fraction of the dense peak a large bf16 GEMM reaches
+  double gemm_tile = 128;           // efficiency falls as eff / (1 + tile/m + tile/n + tile/k)
+  double attention_efficiency = 0;  // flash attention, forward and backward
+  double memory_efficiency = 0.8;   // achievable fraction of HBM bandwidth (element-wise work, optimizer)
+  double link_efficiency = 0;       // achievable fraction of NVLink / network bandwidth (bus bandwidth)
+};
+// The constants fitted on the runs marked "fitted" in data/perf/published_runs.csv.
+PredictorConstants fitted_constants();
+
+// How the run overlaps communication (Megatron's flags; FSDP prefetches layer by layer).
+struct OverlapOptions {
+  bool overlap_grad_reduce = true;   // --overlap-grad-reduce
+  bool overlap_param_gather = true;  // --overlap-param-gather (with the distributed optimizer)
+  bool tp_comm_overlap = false;      // --tp-comm-overlap: TP collectives hidden behind GEMMs
+  int64_t bucket_elements = 40000000;  // --ddp-bucket-size: the last bucket is never hidden
+};
+
+struct StepPrediction {
+  double step_seconds = 0;
+  int slowest_stage = 0;
+  // Per step, on the slowest stage (seconds): compute (GEMMs, attention, element-wise, recompute
+  // included), exposed communication by kind, the pipeline bubble and the optimizer.
+  double gemm = 0, attention = 0, elementwise = 0;
+  double tp_comm = 0, cp_comm = 0, ep_comm = 0, pp_comm = 0, dp_comm = 0;
+  double bubble = 0, optimizer = 0;
+  double tokens_per_second = 0;  // the whole run
+  int world_size = 0;
+};
+
+StepPrediction predict_step(const model::ModelConfig& model, const TrainingShape& shape, const Cluster& cluster,
+                            const PredictorConstants& constants = fitted_constants(),
+                            const OverlapOptions& overlap = {});
+
+}  // namespace mt::perf

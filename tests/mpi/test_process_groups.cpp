@@ -1,0 +1,116 @@
+// ProcessGroups under mpirun (4 and 8 ranks): for every layout that fits the world, each group
+// communicator made by split holds exactly the ranks the rank grid lists, in its order, and
+// reduces over them; one layout is also checked against a hand-computed table.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_grid.h"
+
+namespace {
+
+using mt::DType;
+using mt::comm::Communicator;
+using mt::parallel::GroupKind;
+using mt::parallel::ParallelConfig;
+using mt::parallel::ProcessGroups;
+using mt::parallel::RankGrid;
+
+std::unique_ptr<Communicator> g_world;
+
+class WorldEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { g_world = mt::comm::make_world_communicator(); }
+  void TearDown() override { g_world.reset(); }
+};
+[[maybe_unused]] auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+
+struct Layout {
+  int tp, cp, pp, ep, expert_tp;
+};
+
+// The layout with DP filling the world, or nothing when it does not fit.
+std::optional<ParallelConfig> config_for(const Layout& l, int world) {
+  const int model = l.tp * l.cp * l.pp;
+  if (world % model != 0) return std::nullopt;
+  ParallelConfig c;
+  c.tensor_model_parallel_size = l.tp;
+  c.context_parallel_size = l.cp;
+  c.pipeline_model_parallel_size = l.pp;
+  c.data_parallel_size = world / model;
+  c.expert_model_parallel_size = l.ep;
+  c.expert_tensor_parallel_size = l.expert_tp;
+  if ((l.tp * l.cp * c.data_parallel_size) % (l.ep * l.expert_tp) != 0) return std::nullopt;
+  return c;
+}
+
+// The world ranks of `group`'s members, in group order.
+std::vector<int> members_of(Communicator& group, int world_rank) {
+  std::vector<int> ranks(static_cast<size_t>(group.size()));
+  group.all_gather(&world_rank, ranks.data(), 1, DType::i32);
+  return ranks;
+}
+
+TEST(ProcessGroups, EveryGroupHoldsTheGridsMembers) {
+  Communicator& world = *g_world;
+  const int n = world.size(), me = world.rank();
+  const Layout layouts[] = {{1, 1, 1, 1, 1}, {2, 1, 1, 2, 1}, {2, 1, 2, 1, 2}, {1, 2, 2, 1, 1}, {1, 1, 4, 1, 1},
+                            {2, 2, 1, 4, 1}, {2, 2, 2, 1, 1}, {2, 1, 2, 2, 1}, {1, 1, 4, 2, 1}, {2, 1, 1, 4, 2},
+                            {1, 2, 1, 2, 2}, {4, 1, 2, 1, 2}};
+  int checked = 0;
+  for (const Layout& layout : layouts) {
+    const auto config = config_for(layout, n);
+    if (!config) continue;
+    ++checked;
+    const RankGrid grid(*config);
+    const ProcessGroups groups(world, grid);
+    for (GroupKind kind : mt::parallel::kAllGroupKinds) {
+      const auto expected = grid.members(kind, me);
+      SCOPED_TRACE(std::string(mt::parallel::group_name(kind)) + " tp" + std::to_string(layout.tp) + " cp" +
+                   std::to_string(layout.cp) + " pp" + std::to_string(layout.pp) + " ep" + std::to_string(layout.ep) +
+                   " etp" + std::to_string(layout.expert_tp));
+      ASSERT_EQ(groups.has(kind), !expected.empty());
+      if (expected.empty()) {
+        EXPECT_THROW(groups.get(kind), mt::Error);
+        continue;
+      }
+      Communicator& group = groups.get(kind);
+      EXPECT_EQ(members_of(group, me), expected);
+      // A reduction runs over exactly these ranks.
+      int64_t sum = me;
+      group.all_reduce(&sum, 1, DType::i64, mt::comm::ReduceOp::sum);
+      int64_t expected_sum = 0;
+      for (int r : expected) expected_sum += r;
+      EXPECT_EQ(sum, expected_sum);
+    }
+    EXPECT_EQ(groups.coordinates().pp, grid.coordinates(me).pp);
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(ProcessGroups, Tp2Dp2Pp2AgainstAHandTable) {
+  Communicator& world = *g_world;
+  if (world.size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  ParallelConfig c;  // rank = tp + 2 dp + 4 pp
+  c.tensor_model_parallel_size = 2;
+  c.data_parallel_size = 2;
+  c.pipeline_model_parallel_size = 2;
+  const ProcessGroups groups(world, RankGrid(c));
+  const int r = world.rank();
+  EXPECT_EQ(members_of(groups.get(GroupKind::tp), r), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  const std::vector<std::vector<int>> dp = {{0, 2}, {1, 3}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {4, 6}, {5, 7}};
+  EXPECT_EQ(members_of(groups.get(GroupKind::dp), r), dp[static_cast<size_t>(r)]);
+  EXPECT_EQ(members_of(groups.get(GroupKind::pp), r), (std::vector<int>{r % 4, r % 4 + 4}));
+  EXPECT_EQ(members_of(groups.get(GroupKind::embedding), r), (std::vector<int>{r % 4, r % 4 + 4}));
+  EXPECT_EQ(groups.has(GroupKind::position_embedding), r < 4);
+  const std::vector<std::vector<int>> mp = {{0, 1, 4, 5}, {2, 3, 6, 7}};
+  EXPECT_EQ(members_of(groups.get(GroupKind::mp), r), mp[static_cast<size_t>(r % 4 / 2)]);
+}
+
+}  // namespace

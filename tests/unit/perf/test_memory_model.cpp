@@ -1,0 +1,216 @@
+// Memory per rank (lib/perf/memory_model.h): the activation formula against what the
+// transformer really allocates under each recompute mode and precision, exact weights, grads and
+// optimizer bytes, the pipeline's in-flight micro-batches, and Megatron's theoretical estimate
+// against numbers worked out by hand.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "kernels/cpu/gemm.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "perf/memory_model.h"
+
+using namespace mt::perf;
+using mt::model::preset;
+using mt::model::RecomputeConfig;
+using mt::model::RecomputeGranularity;
+using mt::model::RecomputeMethod;
+
+namespace {
+
+// The activation bytes a single-rank transformer holds once built (its buffers are allocated
+// once, so this is also its high-water mark).
+int64_t measured_activations(const mt::model::ModelConfig& c, mt::Precision precision, RecomputeConfig recompute,
+                             int micro_batch) {
+  const auto layout = mt::model::build_layout(c);
+  mt::model::Transformer model(c, layout, precision, recompute, micro_batch, 1);
+  return model.activation_bytes();
+}
+
+TrainingShape single_rank(mt::Precision precision, RecomputeConfig recompute, int micro_batch) {
+  TrainingShape shape;
+  shape.precision = precision;
+  shape.recompute = recompute;
+  shape.micro_batch_size = micro_batch;
+  shape.native_bf16_gemm = mt::kernels::cpu::native_bf16_gemm();
+  return shape;
+}
+
+const RecomputeConfig kModes[] = {
+    {RecomputeGranularity::none, RecomputeMethod::uniform, 1},
+    {RecomputeGranularity::selective, RecomputeMethod::uniform, 1},
+    {RecomputeGranularity::full, RecomputeMethod::uniform, 1},
+    {RecomputeGranularity::full, RecomputeMethod::uniform, 2},
+    {RecomputeGranularity::full, RecomputeMethod::block, 1},
+};
+
+}  // namespace
+
+TEST(MemoryModel, ActivationsMatchWhatTheTransformerAllocatesOnTinyModels) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    auto c = preset(name);
+    c.num_layers = 4;
+    for (mt::Precision precision : {mt::Precision::fp32, mt::Precision::bf16}) {
+      for (const RecomputeConfig& mode : kModes) {
+        const RankMemory predicted = predict_rank_memory(c, single_rank(precision, mode, 3), 0);
+        const int64_t measured = measured_activations(c, precision, mode, 3);
+        EXPECT_EQ(predicted.activations(), measured)
+            << name << " " << mt::precision_name(precision) << " recompute " << static_cast<int>(mode.granularity)
+            << "/" << static_cast<int>(mode.method) << "/" << mode.num_layers;
+      }
+    }
+  }
+}
+
+TEST(MemoryModel, GptTwoAtMicroBatchEightAndSequence256) {
+  auto c = preset("gpt2-124m");
+  c.seq_length = 256;
+  // No recompute and full recompute (selective is checked on the tiny models): a 1.8 GB and a
+  // 0.7 GB allocation.
+  for (const RecomputeConfig& mode : {kModes[0], kModes[2]}) {
+    const RankMemory predicted = predict_rank_memory(c, single_rank(mt::Precision::fp32, mode, 8), 0);
+    EXPECT_EQ(predicted.activations(), measured_activations(c, mt::Precision::fp32, mode, 8))
+        << static_cast<int>(mode.granularity);
+  }
+}
+
+TEST(MemoryModel, LayerFormulaByHand) {
+  // tiny-gpt (h 64, 4 heads, MHA, F 256, LayerNorm), micro-batch 2 x 64 = 128 rows, one rank:
+  // residual 4 x 128 x 64, statistics 4 x 128, qkv 128 x 192, core 128 x 64 + 128 x 4,
+  // MLP 2 x 128 x 256; every buffer a multiple of 64 bytes already.
+  TrainingShape shape;
+  shape.micro_batch_size = 2;
+  const LayerActivations a = layer_activations(preset("tiny-gpt"), shape, 0);
+  EXPECT_EQ(a.residual, 4 * 128 * 64 * 4);
+  EXPECT_EQ(a.norm_stats, 4 * 128 * 4);
+  EXPECT_EQ(a.attention, 128 * 192 * 4);
+  EXPECT_EQ(a.core, (128 * 64 + 128 * 4) * 4);
+  EXPECT_EQ(a.mlp, 2 * 128 * 256 * 4);
+  // TP 2 with SP: the residual stream and statistics on 64 rows, the split widths halved.
+  shape.split.tensor_parallel = 2;
+  shape.sequence_parallel = true;
+  const LayerActivations sp = layer_activations(preset("tiny-gpt"), shape, 0);
+  EXPECT_EQ(sp.residual, a.residual / 2);
+  EXPECT_EQ(sp.attention, a.attention / 2);
+  EXPECT_EQ(sp.mlp, a.mlp / 2);
+  EXPECT_EQ(sp.core, a.core / 2);
+  // SwiGLU keeps fc1 at twice the width: tiny-llama's F 176 -> 2 x 176 + 176 per row.
+  shape = TrainingShape{};
+  EXPECT_EQ(layer_activations(preset("tiny-llama"), shape, 0).mlp, 64 * (352 + 176) * 4);
+}
+
+TEST(MemoryModel, WeightsGradsAndOptimizerAreTheAllocation) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const auto c = preset(name);
+    const auto layout = mt::model::build_layout(c);
+    const mt::optim::AdamW adam(layout, {});
+    for (mt::Precision precision : {mt::Precision::fp32, mt::Precision::bf16, mt::Precision::fp16}) {
+      const RankMemory r = predict_rank_memory(c, single_rank(precision, {}, 1), 0);
+      EXPECT_EQ(r.parameter_source, "layout table");
+      EXPECT_EQ(r.weights + r.gemm_weights,
+                layout.total_elements * 4 + mt::model::Transformer::gemm_weight_copy_bytes(precision, layout.total_elements))
+          << name;
+      EXPECT_EQ(r.grads, layout.total_elements * 4);
+      EXPECT_EQ(r.optimizer, adam.state_bytes());
+    }
+  }
+}
+
+TEST(MemoryModel, DistributedOptimizerAndFsdpShardOverDataParallelRanks) {
+  const auto c = preset("gpt2-124m");
+  TrainingShape shape;
+  shape.data_parallel = 4;
+  const RankMemory plain = predict_rank_memory(c, shape, 0);
+  shape.distributed_optimizer = true;
+  const RankMemory zero1 = predict_rank_memory(c, shape, 0);
+  EXPECT_EQ(zero1.weights, plain.weights);
+  EXPECT_EQ(zero1.grads, plain.grads);
+  EXPECT_EQ(zero1.optimizer, 8 * ((plain.parameters + 63) / 64 * 16));  // a quarter, padded to 16-element shards
+  shape.fsdp = true;
+  const RankMemory fsdp = predict_rank_memory(c, shape, 0);
+  EXPECT_LT(fsdp.weights, plain.weights / 2);
+  EXPECT_EQ(fsdp.optimizer, zero1.optimizer);
+}
+
+TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
+  auto c = preset("tiny-gpt");
+  c.num_layers = 8;
+  TrainingShape shape;
+  shape.split.pipeline_parallel = 4;
+  shape.global_batch_size = 8;  // 8 micro-batches
+  const auto stages = predict_memory(c, shape);
+  ASSERT_EQ(stages.size(), 4u);
+  // 1F1B: stage r keeps min(p - r, m) micro-batches of its 2 layers.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(stages[static_cast<size_t>(r)].in_flight, 4 - r);
+    EXPECT_EQ(stages[static_cast<size_t>(r)].activations_kept, (4 - r) * 2 * stages[0].activation_per_layer);
+  }
+  EXPECT_EQ(stages[0].head, 0);
+  EXPECT_GT(stages[3].head, 0);
+  shape.global_batch_size = 2;  // fewer micro-batches than stages
+  EXPECT_EQ(predict_rank_memory(c, shape, 0).in_flight, 2);
+  // Interleaved, v = 2: stage 0 warms up 2 (p - 1) + (v - 1) p = 10 virtual micro-batches, 11 in
+  // flight, each 1 layer: Megatron's 1 + (p - 1)/(p v) penalty on L layers.
+  shape.global_batch_size = 8;
+  shape.split.virtual_stages = 2;
+  const RankMemory interleaved = predict_rank_memory(c, shape, 0);
+  EXPECT_EQ(interleaved.in_flight, 11);
+  EXPECT_EQ(interleaved.activations_kept, 11 * stages[0].activation_per_layer);
+  EXPECT_EQ(predict_rank_memory(c, shape, 3).in_flight, 5);
+}
+
+TEST(MemoryModel, ShapesAreValidatedByFlag) {
+  const auto c = preset("llama3-8b");  // 32 heads, 8 query groups
+  TrainingShape shape;
+  shape.split.tensor_parallel = 16;  // splits a query group
+  EXPECT_THROW(shape.validate(c), mt::UsageError);
+  shape = TrainingShape{};
+  shape.context_parallel = 3;  // 8192 is not divisible by 6
+  EXPECT_THROW(shape.validate(c), mt::UsageError);
+  shape = TrainingShape{};
+  shape.split.expert_parallel = 2;  // a dense model
+  EXPECT_THROW(shape.validate(c), mt::UsageError);
+  shape = TrainingShape{};
+  shape.data_parallel = 2;
+  shape.global_batch_size = 3;
+  EXPECT_THROW(shape.validate(c), mt::UsageError);
+  shape = TrainingShape{};
+  shape.split.pipeline_parallel = 3;  // 32 layers over 3 stages
+  EXPECT_THROW(shape.validate(c), mt::UsageError);
+  // Mixtral at EP 8 needs TP x CP x DP divisible by 8 (parallel folding).
+  const auto mixtral = preset("mixtral-8x7b");
+  shape = TrainingShape{};
+  shape.split.expert_parallel = 8;
+  shape.data_parallel = 4;
+  EXPECT_THROW(shape.validate(mixtral), mt::UsageError);
+  shape.data_parallel = 8;
+  EXPECT_NO_THROW(shape.validate(mixtral));
+}
+
+TEST(MemoryModel, MegatronsTheoreticalFormulaByHand) {
+  // LLaMA-3 8B, TP 2, SP + selective recompute, b 1, s 8192, PP 1, DP 4, distributed optimizer.
+  const auto c = preset("llama3-8b");
+  TrainingShape shape;
+  shape.split.tensor_parallel = 2;
+  shape.sequence_parallel = true;
+  shape.data_parallel = 4;
+  shape.distributed_optimizer = true;
+  shape.recompute.granularity = RecomputeGranularity::selective;
+  const MegatronMemory m = megatron_theoretical_memory(c, shape);
+  const double s = 8192, h = 4096, V = 128256;  // 128256 is a multiple of 128 x 2
+  // Per layer s h (18 + 4 F/h), 32 layers, + embedding input 8 s and dropout s h, + output layer
+  // 4 s h (1 + V/h), all / TP.
+  const double activations = (s * h * (18 + 4 * 14336 / h) * 32 + 8 * s + s * h + 4 * s * h * (1 + V / h)) / 2;
+  EXPECT_NEAR(m.activations / activations, 1.0, 1e-12);
+  // Parameters: attention 2 h q (1 + g/n) = 41,943,040 and MLP 3 h F per layer, TP-sharded, with
+  // both embeddings (untied, PP 1); norms 2h a layer and the final h replicated; 6 + 12/4 bytes.
+  const double sharded = 32 * (41943040.0 + 3 * h * 14336) + 2 * h * V;
+  const double replicated = 32 * 2 * h + h;
+  EXPECT_NEAR(m.weights_and_optimizer / ((sharded / 2 + replicated) * 9), 1.0, 1e-12);
+  // Without SP: s h (10 + 24/t) per layer, + (s V/t + s h) x 2 for the output, x 1.05.
+  shape.sequence_parallel = false;
+  const double without_sp = (s * h * (10 + 24 / 2.0) * 32 + 8 * s + s * h + (s * V / 2 + s * h) * 2) * 1.05;
+  EXPECT_NEAR(megatron_theoretical_memory(c, shape).activations / without_sp, 1.0, 1e-12);
+}

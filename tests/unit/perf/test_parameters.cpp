@@ -1,0 +1,158 @@
+// Parameter accounting (lib/perf/parameters.h): published totals and active counts worked out by
+// hand, agreement with the model's own count and, rank by rank, with the layout table
+// mt-train allocates from.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "perf/parameters.h"
+
+using namespace mt::perf;
+using mt::model::preset;
+
+TEST(Parameters, DenseModelsAgreeWithTheModelsOwnCount) {
+  for (const char* name : {"tiny-gpt", "tiny-llama", "gpt2-124m", "gpt2-345m", "gpt3-175b", "llama3-8b",
+                           "llama3-70b", "llama3.1-405b"}) {
+    const auto c = preset(name);
+    EXPECT_EQ(count_parameters(c).total, mt::model::parameter_count(c)) << name;
+    EXPECT_EQ(count_parameters(c, c.padded_vocab_size()).total, mt::model::parameter_count(c, true)) << name;
+    EXPECT_EQ(count_parameters(c).active, count_parameters(c).total) << name;
+  }
+}
+
+TEST(Parameters, GptThreeIsOneHundredSeventyFiveBillion) {
+  // h = 12288, 96 layers, biases, LayerNorm, learned positions (2048), tied, V = 50257:
+  // per layer 12 h^2 + 13 h = 1,811,939,328 + 159,744; embeddings 50257 h + 2048 h; final norm 2h.
+  const int64_t h = 12288;
+  const int64_t expected = 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h;
+  EXPECT_EQ(expected, 174604259328);
+  EXPECT_EQ(count_parameters(preset("gpt3-175b")).total, expected);
+}
+
+TEST(Parameters, MixtralTotalAndActiveAsPublished) {
+  // Mixtral 8x7B (46.7B total, 12.9B active): h 4096, 32 layers, GQA 32/8 heads of 128, experts
+  // of ffn 14336 with SwiGLU (3 h f each), router h x 8, RMSNorm, untied V = 32000.
+  const int64_t h = 4096, f = 14336;
+  const int64_t attention = h * (4096 + 2 * 1024) + 4096 * h;  // 41,943,040
+  const int64_t expert = 3 * h * f;                            // 176,160,768
+  const int64_t shared_per_layer = attention + h * 8 + 2 * h;  // + router + two norms
+  const int64_t outside = 2 * 32000 * h + h;
+  const ParameterCounts small = count_parameters(preset("mixtral-8x7b"));
+  EXPECT_EQ(small.total, 32 * (shared_per_layer + 8 * expert) + outside);
+  EXPECT_EQ(small.total, 46702792704);
+  EXPECT_EQ(small.active, 32 * (shared_per_layer + 2 * expert) + outside);
+  EXPECT_EQ(small.active, 12879925248);
+  EXPECT_EQ(small.by_group.at(ParamGroup::routed_experts), 32 * 8 * expert);
+  // Mixtral 8x22B (141B total, 39B active): h 6144, 56 layers, 48/8 heads, ffn 16384, V = 32768.
+  const ParameterCounts large = count_parameters(preset("mixtral-8x22b"));
+  EXPECT_EQ(large.total, 140630071296);
+  EXPECT_EQ(large.active, 39161468928);
+}
+
+TEST(Parameters, DeepSeekV3MainModelIs671BillionWith37Active) {
+  // MLA (h 7168, 128 heads, q_lora 1536, kv_lora 512, qk 128 + rope 64, v 128) with RMSNorm:
+  //   q: 1536 (7168 + 128*192 + 1) = 48,760,320; kv: 512 (7168 + 128*256 + 1) + 7168*64 = 20,906,496;
+  //   o: 128*128*7168 = 117,440,512; together 187,107,328 per layer.
+  // 3 dense layers (ffn 18432): 3*7168*18432 = 396,361,728; 58 MoE layers: 256 routed + 1 shared
+  // experts of 3*7168*2048 = 44,040,192, router 7168*256 = 1,835,008; two norms 14,336 a layer;
+  // untied embeddings 2 * 129280 * 7168 and the final norm.
+  const int64_t attention = 187107328, expert = 44040192, norms = 14336, router = 1835008;
+  const int64_t dense = attention + 396361728 + norms;
+  const int64_t moe = attention + 257 * expert + router + norms;
+  const int64_t moe_active = attention + 9 * expert + router + norms;
+  const int64_t outside = 2 * int64_t{129280} * 7168 + 7168;
+  auto v3 = preset("deepseek-v3");
+  v3.mtp_num_layers = 0;
+  const ParameterCounts main_model = count_parameters(v3);
+  EXPECT_EQ(main_model.total, 3 * dense + 58 * moe + outside);
+  EXPECT_EQ(main_model.total, 671026404352);  // "671B total parameters"
+  EXPECT_EQ(main_model.active, 3 * dense + 58 * moe_active + outside);
+  EXPECT_EQ(main_model.active, 37552282624);  // "37B activated for each token"
+  // The MTP module: one MoE layer like the last plus enorm, hnorm, its final norm and the
+  // 2h -> h projection (it shares the embedding and output layer).
+  const ParameterCounts with_mtp = count_parameters(preset("deepseek-v3"));
+  EXPECT_EQ(with_mtp.total - main_model.total, moe + 3 * 7168 + 2 * int64_t{7168} * 7168);
+  EXPECT_EQ(with_mtp.active - main_model.active, moe_active + 3 * 7168 + 2 * int64_t{7168} * 7168);
+}
+
+TEST(Parameters, EmbeddingShare) {
+  // GPT-2 124M: (50257 + 1024) x 768 of 124,439,808.
+  const ParameterCounts gpt2 = count_parameters(preset("gpt2-124m"));
+  EXPECT_EQ(gpt2.embedding, (50257 + 1024) * 768);
+  EXPECT_NEAR(gpt2.embedding_share(), 0.3164, 1e-4);
+  // LLaMA-3 8B: two 128256 x 4096 matrices of 8,030,261,248.
+  EXPECT_NEAR(count_parameters(preset("llama3-8b")).embedding_share(), 2.0 * 128256 * 4096 / 8030261248, 1e-12);
+}
+
+TEST(Parameters, MegatronPadsTheVocabularyByTensorParallelSize) {
+  const auto c = preset("gpt2-124m");  // 50257
+  EXPECT_EQ(megatron_padded_vocab(c, 1), 50304);
+  EXPECT_EQ(megatron_padded_vocab(c, 8), 51200);  // a multiple of 128 x 8
+}
+
+TEST(Parameters, StageLayersFollowMegatronsPlacement) {
+  auto c = preset("tiny-gpt");
+  c.num_layers = 8;
+  ModelSplit split;
+  split.pipeline_parallel = 2;
+  split.virtual_stages = 2;
+  const auto stage0 = stage_layers(c, split, 0), stage1 = stage_layers(c, split, 1);
+  ASSERT_EQ(stage0.size(), 2u);
+  EXPECT_EQ(stage0[0].first, 0);
+  EXPECT_EQ(stage0[1].first, 4);
+  EXPECT_EQ(stage1[0].first, 2);
+  EXPECT_EQ(stage1[1].last, 8);
+  c.num_layers = 10;
+  split = ModelSplit{};
+  split.pipeline_parallel = 3;
+  split.first_stage_layers = 2;
+  split.last_stage_layers = 2;
+  EXPECT_EQ(stage_layers(c, split, 1)[0].first, 2);
+  EXPECT_EQ(stage_layers(c, split, 1)[0].last, 8);
+  EXPECT_EQ(stage_layers(c, split, 2)[0].first, 8);
+  split = ModelSplit{};
+  split.pipeline_parallel = 3;
+  EXPECT_THROW(stage_layers(c, split, 0), mt::UsageError);  // 10 layers over 3 stages
+}
+
+TEST(Parameters, EveryRankMatchesItsLayoutTable) {
+  for (const char* name : {"tiny-gpt", "tiny-llama", "gpt2-124m"}) {
+    auto c = preset(name);
+    c.num_layers = 4;
+    for (int tp : {1, 2, 4}) {
+      for (int pp : {1, 2, 4}) {
+        ModelSplit split;
+        split.tensor_parallel = tp;
+        split.pipeline_parallel = pp;
+        mt::parallel::ParallelConfig parallel;
+        parallel.tensor_model_parallel_size = tp;
+        parallel.pipeline_model_parallel_size = pp;
+        for (int stage = 0; stage < pp; ++stage) {
+          const LayerRange range = stage_layers(c, split, stage)[0];
+          mt::parallel::RankCoordinates rank;
+          rank.pp = stage;
+          rank.tp = tp - 1;
+          const auto layout = mt::model::build_layout(c, parallel, rank, range.first, range.last);
+          EXPECT_EQ(rank_parameter_count(c, c.padded_vocab_size(), split, stage), layout.parameter_elements())
+              << name << " tp " << tp << " pp " << pp << " stage " << stage;
+        }
+      }
+    }
+  }
+}
+
+TEST(Parameters, ExpertsSpreadOverExpertParallelRanks) {
+  // Mixtral 8x7B at TP1 PP4 EP8 (Megatron's recommended layout): stage 0 holds 8 layers, each with
+  // its attention, two norms, the router and 1 of the 8 experts, and the word embedding.
+  const auto c = preset("mixtral-8x7b");
+  ModelSplit split;
+  split.pipeline_parallel = 4;
+  split.expert_parallel = 8;
+  const int64_t h = 4096;
+  const int64_t per_layer = (h * 6144 + 4096 * h) + 2 * h + h * 8 + 3 * h * 14336;
+  EXPECT_EQ(rank_parameter_count(c, 32000, split, 0), 8 * per_layer + 32000 * h);
+  EXPECT_EQ(rank_parameter_count(c, 32000, split, 3), 8 * per_layer + 32000 * h + h);  // output layer, final norm
+  split.expert_parallel = 3;
+  EXPECT_THROW(rank_parameter_count(c, 32000, split, 0), mt::UsageError);
+}

@@ -1,0 +1,113 @@
+// The step-time predictor (lib/perf/predict.h) on a made-up cluster with round numbers, so each
+// term can be worked out by hand: collectives by the alpha-beta formulas, the bubble, overlap.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "perf/predict.h"
+
+using namespace mt::perf;
+
+namespace {
+
+Cluster round_cluster() {
+  Cluster c;
+  c.name = "test";
+  c.device = "h100";
+  c.gpus_per_node = 8;
+  c.nvlink_gbps = 100;   // 1e11 B/s
+  c.network_gbps = 10;   // 1e10 B/s
+  c.nvlink_latency_us = 0;
+  c.network_latency_us = 0;
+  return c;
+}
+
+PredictorConstants exact_links() {
+  PredictorConstants k = fitted_constants();
+  k.link_efficiency = 1.0;
+  return k;
+}
+
+TrainingShape bf16_shape() {
+  TrainingShape s;
+  s.precision = mt::Precision::bf16;
+  s.micro_batch_size = 1;
+  return s;
+}
+
+}  // namespace
+
+TEST(Predict, TensorParallelCollectivesByHand) {
+  auto c = mt::model::preset("llama3-8b");
+  c.num_layers = 4;
+  c.seq_length = 1024;
+  TrainingShape s = bf16_shape();
+  s.split.tensor_parallel = 2;
+  const StepPrediction p = predict_step(c, s, round_cluster(), exact_links());
+  // Per layer two all-reduces of N h bf16 = 1024 x 4096 x 2 bytes over 2 ranks, 2(n-1)/n = 1:
+  // 8,388,608 / 1e11 s each; forward and backward: x2; 4 layers.
+  EXPECT_NEAR(p.tp_comm, 4 * 2 * 2 * 8388608 / 1e11, 1e-12);
+  // With SP: all-gather + reduce-scatter, (n-1)/n = 1/2 each: the same bytes on the wire.
+  s.sequence_parallel = true;
+  EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links()).tp_comm, p.tp_comm, 1e-12);
+  // Full recompute repeats the forward's two.
+  s.recompute.granularity = mt::model::RecomputeGranularity::full;
+  EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links()).tp_comm, 1.5 * p.tp_comm, 1e-12);
+}
+
+TEST(Predict, DataParallelAllReduceAndItsOverlap) {
+  auto c = mt::model::preset("tiny-llama");
+  TrainingShape s = bf16_shape();
+  s.data_parallel = 4;
+  OverlapOptions no_overlap;
+  no_overlap.overlap_grad_reduce = false;
+  const StepPrediction p = predict_step(c, s, round_cluster(), exact_links(), no_overlap);
+  // fp32 grads of every parameter (padded vocabulary), ring all-reduce over 4 ranks in a node:
+  // 2 (3/4) x 4 bytes x params / 1e11.
+  const double params = 2 * (128 + 12288 + 33792) + 2 * 256 * 64 + 64;
+  EXPECT_NEAR(p.dp_comm, 1.5 * 4 * params / 1e11, 1e-15);
+  // Overlapped with the backward: only the last bucket (here everything: one bucket) or what
+  // outlasts the backward stays exposed.
+  OverlapOptions small_buckets;
+  small_buckets.bucket_elements = 1000;
+  const StepPrediction overlapped = predict_step(c, s, round_cluster(), exact_links(), small_buckets);
+  const double pass = overlapped.gemm + overlapped.attention + overlapped.elementwise;  // one micro-batch
+  EXPECT_NEAR(overlapped.dp_comm, std::max(p.dp_comm * 1000 / params, p.dp_comm - pass * 2 / 3), 1e-15);
+  EXPECT_LT(overlapped.dp_comm, p.dp_comm);
+  // Across nodes the network's bandwidth applies: 8 ranks at stride 2 span 16 GPUs.
+  s.data_parallel = 8;
+  s.split.tensor_parallel = 2;
+  const StepPrediction across = predict_step(c, s, round_cluster(), exact_links(), no_overlap);
+  EXPECT_NEAR(across.dp_comm, 2.0 * 7 / 8 * 4 * (params - 2 * (12288 + 33792) / 2 - 2 * 256 * 64 / 2) / 1e10,
+              across.dp_comm * 1e-9);
+}
+
+TEST(Predict, PipelineBubbleIsPMinusOneOverVM) {
+  auto c = mt::model::preset("tiny-llama");
+  c.num_layers = 8;
+  TrainingShape s = bf16_shape();
+  s.split.pipeline_parallel = 4;
+  s.global_batch_size = 8;
+  const StepPrediction p = predict_step(c, s, round_cluster(), exact_links());
+  const double pipeline = p.gemm + p.attention + p.elementwise + p.tp_comm + p.cp_comm + p.ep_comm + p.pp_comm;
+  EXPECT_NEAR(p.bubble / pipeline, 3.0 / 8, 1e-12);
+  s.split.virtual_stages = 2;
+  const StepPrediction v = predict_step(c, s, round_cluster(), exact_links());
+  const double pipeline_v = v.gemm + v.attention + v.elementwise + v.tp_comm + v.cp_comm + v.ep_comm + v.pp_comm;
+  EXPECT_NEAR(v.bubble / pipeline_v, 3.0 / (2 * 8), 1e-12);
+}
+
+TEST(Predict, GemmEfficiencyFallsWithSmallShapesAndBandwidthHelps) {
+  const auto c = mt::model::preset("llama3-8b");
+  TrainingShape s = bf16_shape();
+  const StepPrediction one = predict_step(c, s, round_cluster(), exact_links());
+  // 8 GPUs, TP 8: every GEMM 8 times narrower; compute per GPU more than an eighth.
+  s.split.tensor_parallel = 8;
+  const StepPrediction eight = predict_step(c, s, round_cluster(), exact_links());
+  EXPECT_GT(eight.gemm, one.gemm / 8);
+  Cluster fast = round_cluster();
+  fast.nvlink_gbps = 1000;
+  EXPECT_LT(predict_step(c, s, fast, exact_links()).step_seconds, eight.step_seconds);
+  EXPECT_THROW(find_cluster("dgx-h1000"), mt::UsageError);
+  EXPECT_EQ(find_cluster("dgx-h100").device, "h100");
+}

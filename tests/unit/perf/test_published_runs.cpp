@@ -1,0 +1,91 @@
+// The published figures (data/perf/published_runs.csv): every self-consistency verdict is the
+// one the figures give, the stored predictions are current, fitted and held-out runs are within
+// 15%, and the predictor's constants are what the fit on the "fitted" rows gives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "perf/published_runs.h"
+
+using namespace mt::perf;
+
+namespace {
+
+const std::vector<PublishedRun>& runs() {
+  static const std::vector<PublishedRun> all = read_published_runs(MT_SOURCE_DIR "/data/perf/published_runs.csv");
+  return all;
+}
+
+}  // namespace
+
+TEST(PublishedRuns, VerdictsFollowFromTheFigures) {
+  ASSERT_GE(runs().size(), 20u);
+  int consistent = 0, inconsistent = 0;
+  for (const PublishedRun& run : runs()) {
+    const Verdict v = check_self_consistency(run, runs());
+    EXPECT_EQ(v.verdict, run.verdict) << run.id << ": " << v.detail;
+    consistent += v.verdict == "consistent";
+    inconsistent += v.verdict == "inconsistent";
+    EXPECT_FALSE(run.reason.empty()) << run.id;
+  }
+  // The seeds' known errors are found: 390 TFLOP/s called 47% (GPT-3 175B, GPT 462B), the
+  // weak-scaling efficiencies, the MoE run's 1.5%.
+  EXPECT_EQ(inconsistent, 7);
+  EXPECT_EQ(consistent, 11);
+}
+
+TEST(PublishedRuns, PredictionsAreCurrentAndWithinFifteenPercent) {
+  int checked = 0;
+  for (const PublishedRun& run : runs()) {
+    const auto predicted = predicted_figure(run, runs(), fitted_constants(), cluster_table());
+    ASSERT_EQ(predicted.has_value(), run.predicted.has_value()) << run.id;
+    if (!predicted) continue;
+    EXPECT_NEAR(*predicted / *run.predicted, 1.0, 1e-3) << run.id << ": the CSV's predicted column is stale";
+    const double error = *predicted / compared_figure(run)->reported - 1;
+    if (run.role.rfind("fitted", 0) == 0 || run.role == "held-out") {
+      EXPECT_EQ(run.verdict, "consistent") << run.id << ": only self-consistent figures fit or test the model";
+      EXPECT_LE(std::fabs(error), 0.15) << run.id << " predicted " << *predicted;
+      ++checked;
+    } else if (run.role == "held-out-miss") {
+      // A documented miss: when the model gets it within 15%, make it an ordinary held-out run.
+      EXPECT_GT(std::fabs(error), 0.15) << run.id << " is now within 15%: mark it held-out";
+    } else {
+      EXPECT_EQ(run.role, "excluded") << run.id;
+    }
+  }
+  EXPECT_EQ(checked, 8);
+}
+
+TEST(PublishedRuns, TheConstantsAreTheFit) {
+  const Fit fit = fit_predictor(runs());
+  ASSERT_EQ(fit.log.size(), 3u);
+  EXPECT_NEAR(fit.constants.gemm_efficiency / fitted_constants().gemm_efficiency, 1.0, 0.01) << fit.log[0];
+  for (const Cluster& fitted : fit.clusters) {
+    const Cluster& table = find_cluster(fitted.name);
+    EXPECT_NEAR(fitted.nvlink_gbps / table.nvlink_gbps, 1.0, 0.01) << fitted.name;
+    EXPECT_NEAR(fitted.network_gbps / table.network_gbps, 1.0, 0.01) << fitted.name;
+  }
+}
+
+TEST(PublishedRuns, SelfConsistencyOnMadeUpRows) {
+  const std::string header =
+      "id,source,model,model_overrides,flops_per_token,cluster,gpus,tp,pp,vp,cp,ep,dp,fsdp,sp,micro_batch,"
+      "global_batch,seq_length,first_last_stage_layers,recompute,distributed_optimizer,baseline,reported_mfu,"
+      "reported_tflops_per_gpu,reported_tokens_per_s,reported_step_seconds,reported_relative_step_time,"
+      "reported_speedup,reported_scaling_efficiency,convention,peak_tflops,verdict,reason,role,assumptions,"
+      "predicted\n";
+  // 1e12 FLOP/token x 500 tok/s on 1 GPU = 500 TFLOP/s: 50% of a 1000 peak; 60% is not.
+  const auto rows = parse_published_runs(header +
+                                         "a,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,0.5,,500,,,,,6N,1000,,\"x, y\",excluded,,\n"
+                                         "b,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,0.6,,500,,,,,6N,1000,,r,excluded,,\n"
+                                         "c,s,-,,,dgx-h100,1,,,,,,,,,,,,,,,,0.6,,,,,,,6N,1000,,r,excluded,,\n");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].reason, "x, y");
+  EXPECT_EQ(check_self_consistency(rows[0], rows).verdict, "consistent");
+  EXPECT_EQ(check_self_consistency(rows[1], rows).verdict, "inconsistent");
+  EXPECT_EQ(check_self_consistency(rows[2], rows).verdict, "not-checkable");
+  EXPECT_THROW(parse_published_runs(header + "a,s,-\n"), mt::Error);                 // too few fields
+  EXPECT_THROW(parse_published_runs("id,source\n"), mt::Error);                      // not the header
+  EXPECT_THROW(parse_published_runs(header + "a,\"open\n"), mt::Error);              // unclosed quote
+}
