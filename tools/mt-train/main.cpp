@@ -207,7 +207,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "--mock-data (Philox tokens) or --byte-data FILE (a text file's UTF-8 bytes as tokens, vocabulary 256).\n"
       "Megatron flags mt does not implement yet are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
-      "states); --fp16 rounds them to fp16 with a loss scaler. Records: run, step, eval, ckpt, summary (DESIGN.md).");
+      "states); --fp16 rounds them to fp16 with a loss scaler. Records: run, step, eval, ckpt, summary (docs/DESIGN.md).");
   app.add_option("--model", o.model, "Preset: gpt2-124m, gpt2-345m, llama3-8b, llama3-70b, llama3.1-405b, tiny-gpt, "
                                      "tiny-llama (flags below override)");
   auto* m = "Model";
