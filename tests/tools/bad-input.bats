@@ -7,11 +7,10 @@ setup() {
   load common
   mt_load_libs
   TMP="$(mktemp -d)"
-  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
   TINY=(--model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
         --eval-iters 0 --peak-tflops 1)
-  GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SHARED/data/tokenizers/gpt2/encoder.json"
-        --merge-file "$SHARED/data/tokenizers/gpt2/vocab.bpe")
+  GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$MT_ROOT/data/tokenizers/gpt2/encoder.json"
+        --merge-file "$MT_ROOT/data/tokenizers/gpt2/vocab.bpe")
 }
 
 teardown() {
@@ -119,7 +118,6 @@ start_training() {
 }
 
 @test "issue11 case 4: a signal to mt-tokenize removes its temporaries; a later run removes stale ones of dead processes of this host" {
-  [[ -f "$SHARED/data/tokenizers/gpt2/encoder.json" ]] || fail "tokenizer files missing under $SHARED"
   local host
   host="$(hostname)"
   for signal in TERM INT HUP USR1; do
@@ -128,7 +126,7 @@ start_training() {
       <"$TMP/fifo" >/dev/null 2>"$TMP/err.log" &
     PID=$!
     exec 7>"$TMP/fifo"
-    head -n 2000 "$SHARED/data/corpus/tinyshakespeare.jsonl" >&7
+    jq -R -s -c 'split("\n\n")[] | {text: .}' "$MT_ROOT/data/demo/tinyshakespeare.txt" | head -n 2000 >&7
     local temporary=""
     for _ in $(seq 200); do
       temporary="$(find "$TMP" -name 't_text_document.bin.tmp-*')"
@@ -150,7 +148,7 @@ start_training() {
   local stale="$TMP/t_text_document.bin.tmp-$host-$dead-0123abcd"
   local kept=("$TMP/t_text_document.bin.tmp-elsewhere-$dead-0123abcd" "$TMP/t_text_document.idx.tmp-$host-$$-0123abcd")
   touch "$stale" "${kept[@]}"
-  run_split mt-tokenize --input "$SHARED/data/corpus/edge_cases.jsonl" "${GPT2[@]}" --output-prefix "$TMP/t" \
+  run_split mt-tokenize --input "$MT_ROOT/data/corpus/edge_cases.jsonl" "${GPT2[@]}" --output-prefix "$TMP/t" \
     --output-format both --log-interval 0
   [[ $status -eq 0 ]] || fail "$err"
   [[ "$err" == "warning: removed $stale, a temporary left by process $dead of this host, which is gone" ]] || fail "$err"

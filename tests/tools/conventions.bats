@@ -1,12 +1,11 @@
 #!/usr/bin/env bats
-# Meta-test: every mt-* tool follows the CLI conventions of DESIGN.md section 5 (help, version,
+# Meta-test: every mt-* tool follows the CLI conventions of docs/DESIGN.md section 5 (help, version,
 # usage errors, one-line errors, stdout holds only data, JSON that parses, MPI behaviour).
 
 setup() {
   load common
   mt_load_libs
   FIXTURES="$BATS_FILE_TMPDIR"
-  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
 }
 
 # A token dataset and its sample index for mt-shard's data invocation, made once per file.
@@ -23,7 +22,7 @@ json_invocation() {
   case "$1" in
     mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
     mt-shard) shard_fixture && echo "mt-shard inspect $FIXTURES/index.h5" ;;
-    mt-tokenize) echo "mt-tokenize --input $SHARED/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $SHARED/data/tokenizers/gpt2/encoder.json --merge-file $SHARED/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
+    mt-tokenize) echo "mt-tokenize --input $MT_ROOT/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $MT_ROOT/data/tokenizers/gpt2/encoder.json --merge-file $MT_ROOT/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
     *) echo "" ;;
   esac
 }

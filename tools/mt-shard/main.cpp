@@ -148,7 +148,7 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
                         {"dataset", d},
                         {"prefix", index.datasets[d].value("prefix", std::string())},
                         {"format", dataset.format() == mt::data::TokenDatasetFormat::hdf5 ? "hdf5" : "megatron"},
-                        {"dtype", std::string(mt::data::dtype_name(dataset.dtype()))},
+                        {"dtype", std::string(mt::dtype_name(dataset.dtype()))},
                         {"documents", dataset.document_count()},
                         {"sequences", dataset.sequence_count()},
                         {"tokens", dataset.token_count()},

@@ -128,7 +128,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
-      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (DESIGN.md).\n"
+      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
       "signal exits at once. Every output path is checked writable before the first step.");
