@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::data {
@@ -270,7 +271,9 @@ struct TokenDatasetWriter::State {
   TokenDatasetMetadata metadata;
 
   std::string h5_final, bin_final, idx_final;
-  std::string h5_temporary, idx_temporary;
+  // Removed unless committed (core/temporary_file.h), also by a signal handler.
+  std::optional<TemporaryFile> h5_temp, idx_temp, spool_temp;
+  std::string h5_temporary, idx_temporary;  // their paths
   // The tokens as they arrive: the .bin temporary, or a spool file when only HDF5 is written.
   std::string spool_path;
   FILE* spool = nullptr;
@@ -286,11 +289,6 @@ struct TokenDatasetWriter::State {
 
   ~State() {
     if (spool != nullptr) std::fclose(spool);
-    if (!finished) {
-      std::remove(spool_path.c_str());
-      if (!h5_temporary.empty()) std::remove(h5_temporary.c_str());
-      if (!idx_temporary.empty()) std::remove(idx_temporary.c_str());
-    }
   }
 
   void check_open() const {
@@ -392,11 +390,6 @@ struct TokenDatasetWriter::State {
     if (!ok) throw Error(h5_final, "cannot copy the tokens from " + spool_path + " into /tokens");
   }
 
-  void rename_into_place(const std::string& temporary, const std::string& final_path) const {
-    if (std::rename(temporary.c_str(), final_path.c_str()) != 0) {
-      throw Error(final_path, "cannot rename " + temporary + " into place: " + errno_text());
-    }
-  }
 };
 
 TokenDatasetWriter::TokenDatasetWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -417,17 +410,21 @@ TokenDatasetWriter TokenDatasetWriter::create(const std::string& prefix, TokenDa
   state->vocab_size = vocab_size;
   state->dtype = optimal_token_dtype(vocab_size);
   state->metadata = metadata;
-  const std::string suffix = ".tmp-" + std::to_string(getpid());
   state->h5_final = prefix + ".h5";
   state->bin_final = prefix + ".bin";
   state->idx_final = prefix + ".idx";
-  if (state->writes_hdf5()) state->h5_temporary = state->h5_final + suffix;
-  if (state->writes_megatron()) {
-    state->idx_temporary = state->idx_final + suffix;
-    state->spool_path = state->bin_final + suffix;
-  } else {
-    state->spool_path = prefix + ".h5.tokens" + suffix;
+  if (state->writes_hdf5()) {
+    state->h5_temp.emplace(state->h5_final);
+    state->h5_temporary = state->h5_temp->path();
   }
+  if (state->writes_megatron()) {
+    state->idx_temp.emplace(state->idx_final);
+    state->idx_temporary = state->idx_temp->path();
+    state->spool_temp.emplace(state->bin_final);
+  } else {
+    state->spool_temp.emplace(prefix + ".h5.tokens");
+  }
+  state->spool_path = state->spool_temp->path();
   state->spool = std::fopen(state->spool_path.c_str(), "wb");
   if (state->spool == nullptr) throw Error(prefix, "cannot create " + state->spool_path + ": " + errno_text());
   return TokenDatasetWriter(std::move(state));
@@ -476,15 +473,15 @@ void TokenDatasetWriter::finish() {
   if (s.writes_megatron()) s.write_idx();
   if (s.writes_hdf5()) s.write_hdf5();
 
-  if (s.writes_hdf5()) s.rename_into_place(s.h5_temporary, s.h5_final);
+  if (s.writes_hdf5()) s.h5_temp->commit();
   if (s.writes_megatron()) {
     if (std::remove(s.idx_final.c_str()) != 0 && errno != ENOENT) {
       throw Error(s.idx_final, "cannot remove the previous index: " + errno_text());
     }
-    s.rename_into_place(s.spool_path, s.bin_final);
-    s.rename_into_place(s.idx_temporary, s.idx_final);
+    s.spool_temp->commit();
+    s.idx_temp->commit();
   } else {
-    std::remove(s.spool_path.c_str());
+    s.spool_temp->discard();
   }
   s.finished = true;
 }

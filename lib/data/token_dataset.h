@@ -51,9 +51,10 @@ struct TokenDatasetMetadata {
   int64_t eod_id = -1;         // end-of-document token id, -1 when none
 };
 
-// Streams sequences into the chosen format(s) under temporary names (`<final>.tmp-<pid>`) and
-// renames them into place on finish(); a writer destroyed without finish() (an exception, a
-// failed run) removes its temporaries, so no file ever appears under a final name half-written.
+// Streams sequences into the chosen format(s) under temporary names (core/temporary_file.h:
+// `<final>.tmp-<host>-<pid>-<random>`) and renames them into place on finish(); a writer
+// destroyed without finish() (an exception, a failed run) removes its temporaries, and so does a
+// tool's signal handler, so no file ever appears under a final name half-written.
 // Final names: `<prefix>.h5`, `<prefix>.bin`, `<prefix>.idx`. Tokens are stored in
 // optimal_token_dtype(vocab_size).
 class TokenDatasetWriter {

@@ -99,7 +99,8 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
 @test "batch flags: global batch, train-samples, micro-batch" {
   train_tiny --global-batch-size 8 --micro-batch-size 2 --train-iters 2
   [[ "$(steps .consumed_samples)" == "[8,16]" ]] || fail "$(steps .consumed_samples)"
-  train_tiny --train-samples 12 --train-iters 0
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-samples 12 --eval-iters 0 --peak-tflops 1 >"$TMP/out.jsonl" 2>"$TMP/err.log"
   run_split train_tiny --train-samples 12
   [[ $status -eq 2 && "$(cat "$TMP/err.log")" == *"--train-iters/--train-samples"* ]] || fail "both given must be refused: $status"
   train_tiny --micro-batch-size 4 --train-iters 1; a="$(steps .lm_loss)"
@@ -153,12 +154,18 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   check '.[0].peak_tflops > 0 and (.[0].peak_source | startswith("measured"))'
 }
 
-@test "--check-for-nan-in-loss-and-grad stops; without it the step is skipped and counted" {
+@test "issue11 case 6: a NaN/Inf loss or grad stops the run naming the iteration; --no-check-for-nan-in-loss-and-grad skips and counts" {
   # An absurd LR blows the parameters up after the first step.
-  train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3
-  check '[.[] | select(.record=="step") | [.nan_iters, .skipped_iters, (.lm_loss == null)]] == [[0, 0, false], [1, 1, true], [2, 2, true]]'
+  run_split train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3
+  [[ $status -eq 1 && "$(tail -n 1 "$TMP/err.log")" == "mt-train: error: iteration 2: the loss is NaN (--no-check-for-nan-in-loss-and-grad skips and counts such steps)" ]] \
+    || fail "$status $(cat "$TMP/err.log")"
   run_split train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3 --check-for-nan-in-loss-and-grad
-  [[ $status -eq 1 && "$(cat "$TMP/err.log")" == *"mt-train: error: iteration 2: NaN or Inf"* ]] || fail "$status $(cat "$TMP/err.log")"
+  [[ $status -eq 1 ]] || fail "the explicit check did not stop the run: $status"
+  train_tiny --lr 1e38 --lr-decay-style constant --train-iters 3 --no-check-for-nan-in-loss-and-grad
+  check '[.[] | select(.record=="step") | [.nan_iters, .skipped_iters, (.lm_loss == null)]] == [[0, 0, false], [1, 1, true], [2, 2, true]]'
+  # fp16 overflow is the loss scaler's: skipped and counted, never fatal, not a nan iteration.
+  train_tiny --fp16 --initial-loss-scale 1099511627776 --hysteresis 1 --train-iters 3
+  check '[.[] | select(.record=="step")] | .[0].skipped_iters == 1 and .[-1].nan_iters == 0'
 }
 
 @test "--calculate-per-token-loss is accepted and gives the per-token mean" {
