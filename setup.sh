@@ -2,7 +2,10 @@
 # mt's one set-up script for a fresh Debian 12 machine: installs what is missing (apt-get),
 # configures and builds in Release, then runs the demo or the tests.
 #   ./setup.sh demo    install, build, run the main job (scripts/demo.sh)
-#   ./setup.sh test    install, build, run every suite; ends with "N passed, N failed"
+#   ./setup.sh test    install, build, run every suite; ends with "N passed, N failed, N skipped"
+#                      (CTest counted from its JUnit file, Bats from its TAP against the 1..N
+#                      plan; a runner's non-zero exit is a failure; Bats has time limits; a test
+#                      that would skip for want of numpy/h5py fails: MT_REQUIRE_ORACLES=1)
 #   ./setup.sh build   install and build only
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 set -euo pipefail
@@ -49,41 +52,90 @@ export_mpi_env() {
   export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
 }
 
+# Counts one CTest run from its JUnit file and exit status into the caller's passed, failed and
+# skipped. A missing JUnit file, or a non-zero exit with no failed test in it, is one failure.
+count_ctest() {
+  local junit="$1" status="$2"
+  passed=0 failed=0 skipped=0
+  if [[ -s "$junit" ]]; then
+    local statuses
+    statuses="$(grep -o '<testcase [^>]*>' "$junit" | grep -o ' status="[a-z]*"' || true)"
+    passed=$(grep -c '"run"' <<<"$statuses" || true)
+    failed=$(grep -c '"fail"' <<<"$statuses" || true)
+    skipped=$(grep -c -E '"(notrun|disabled)"' <<<"$statuses" || true)
+  else
+    echo "ctest: no JUnit results in $junit: counted as 1 failure"
+    failed=1
+  fi
+  if [[ $status -ne 0 && $failed -eq 0 ]]; then
+    echo "ctest: exit status $status with no failed test in its results: counted as 1 failure"
+    failed=1
+  fi
+}
+
+# Counts one Bats TAP log and exit status into the caller's passed, failed and skipped. Tests
+# the plan (1..N) announced that never reported (Bats killed, out of memory, a test that exits
+# the run) are failures, as is a missing plan or a non-zero exit with no failure otherwise counted.
+count_bats() {
+  local log="$1" status="$2" plan reported
+  failed=$(grep -c '^not ok ' "$log" || true)
+  skipped=$(grep -c '^ok .* # skip' "$log" || true)
+  passed=$(($(grep -c '^ok ' "$log" || true) - skipped))
+  reported=$((passed + failed + skipped))
+  plan="$(sed -n 's/^1\.\.\([0-9][0-9]*\)$/\1/p' "$log" | head -1)"
+  if [[ -z "$plan" ]]; then
+    echo "bats: no 1..N plan in $log: counted as 1 failure"
+    failed=$((failed + 1))
+  elif [[ $reported -ne $plan ]]; then
+    local missing=$((plan > reported ? plan - reported : 1))
+    echo "bats: the plan is 1..$plan but $reported tests reported: $missing counted as failed"
+    failed=$((failed + missing))
+  fi
+  if [[ $status -ne 0 && $failed -eq 0 ]]; then
+    echo "bats: exit status $status with no failed test in its results: counted as 1 failure"
+    failed=1
+  fi
+}
+
 run_tests() {
   export_mpi_env
   export MT_BIN="$BUILD_DIR/bin"
+  # The test oracles (numpy, h5py) are installed above: a suite that would skip for want of
+  # one fails instead.
+  export MT_REQUIRE_ORACLES=1
   local log_dir="$BUILD_DIR/test-logs"
   mkdir -p "$log_dir"
+  rm -f "$log_dir/ctest.log" "$log_dir/ctest-junit.xml" "$log_dir/bats.log"
 
-  # CTest (unit, mpi, gpu-skipped) and Bats run side by side: they share no files.
-  (cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" --timeout 1800) >"$log_dir/ctest.log" 2>&1 &
+  # CTest (unit, mpi, gpu-skipped) and Bats run side by side: they share no files. Each has a
+  # time limit: CTest per test, Bats per test (BATS_TEST_TIMEOUT) and for the whole run.
+  (cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" --timeout 1800 --no-tests=error \
+    --output-junit "$log_dir/ctest-junit.xml") >"$log_dir/ctest.log" 2>&1 &
   local ctest_pid=$!
   local bats_dirs=()
   for dir in tests/tools tests/e2e; do
     compgen -G "$ROOT/$dir/*.bats" >/dev/null && bats_dirs+=("$ROOT/$dir")
   done
-  bats --tap "${bats_dirs[@]}" >"$log_dir/bats.log" 2>&1 || true
-  wait "$ctest_pid" || true
+  local bats_status=0 ctest_status=0 bats_time_limit=2700
+  BATS_TEST_TIMEOUT="${BATS_TEST_TIMEOUT:-600}" timeout --kill-after=30 "$bats_time_limit" \
+    bats --tap "${bats_dirs[@]}" >"$log_dir/bats.log" 2>&1 || bats_status=$?
+  wait "$ctest_pid" || ctest_status=$?
 
   cat "$log_dir/ctest.log" "$log_dir/bats.log"
+  if [[ $bats_status -eq 124 ]]; then
+    echo "bats: stopped by the time limit of $bats_time_limit s"
+  elif [[ $bats_status -gt 128 ]]; then
+    echo "bats: killed by signal $((bats_status - 128))"
+  fi
 
-  local total failed skipped
-  total=$(sed -n 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\2/p' "$log_dir/ctest.log")
-  failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\1/p' "$log_dir/ctest.log")
-  skipped=$(grep -c '(Skipped)' "$log_dir/ctest.log" || true)
-  if [[ -z "$total" ]]; then total=0 failed=1; fi
-  local ctest_passed=$((total - failed - skipped))
-
-  local bats_passed bats_failed bats_skipped
-  bats_failed=$(grep -c '^not ok' "$log_dir/bats.log" || true)
-  bats_skipped=$(grep -c '^ok .* # skip' "$log_dir/bats.log" || true)
-  bats_passed=$(($(grep -c '^ok' "$log_dir/bats.log" || true) - bats_skipped))
-  grep -q '^1\.\.' "$log_dir/bats.log" || bats_failed=$((bats_failed + 1))
-
-  echo "ctest: $ctest_passed passed, $failed failed, $skipped skipped"
-  echo "bats: $bats_passed passed, $bats_failed failed, $bats_skipped skipped"
-  local all_passed=$((ctest_passed + bats_passed)) all_failed=$((failed + bats_failed))
-  echo "$all_passed passed, $all_failed failed, $((skipped + bats_skipped)) skipped"
+  local passed failed skipped all_passed all_failed all_skipped
+  count_ctest "$log_dir/ctest-junit.xml" "$ctest_status"
+  echo "ctest: $passed passed, $failed failed, $skipped skipped (exit $ctest_status)"
+  all_passed=$passed all_failed=$failed all_skipped=$skipped
+  count_bats "$log_dir/bats.log" "$bats_status"
+  echo "bats: $passed passed, $failed failed, $skipped skipped (exit $bats_status)"
+  all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
+  echo "$all_passed passed, $all_failed failed, $all_skipped skipped"
   [[ $all_failed -eq 0 ]]
 }
 

@@ -44,6 +44,9 @@ MPI_Datatype basic_type(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::i8: return MPI_INT8_T;
+    case DType::i16: return MPI_INT16_T;
     case DType::bf16:
     case DType::f16:
     case DType::u16: return MPI_UINT16_T;

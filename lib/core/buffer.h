@@ -1,6 +1,6 @@
 // Persistent, 64-byte aligned buffers. Big buffers are allocated once (at set-up) and reused
 // every step; an optional byte counter records what a category (e.g. activations) holds, so
-// memory reports are measured, not estimated. Tested in tests/unit/core/test_buffer.cpp.
+// memory reports are measured, not estimated. Tested through Tensor in tests/unit/core/test_tensor.cpp.
 #pragma once
 
 #include <cstddef>

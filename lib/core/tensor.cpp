@@ -5,32 +5,6 @@
 
 namespace mt {
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-    case DType::i32: return 4;
-    case DType::i64:
-    case DType::f64: return 8;
-    case DType::bf16:
-    case DType::f16:
-    case DType::u16: return 2;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u16: return "u16";
-    case DType::f64: return "f64";
-  }
-  return "?";
-}
-
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, ByteCounter* counter) {
   Tensor t;
   t.shape_ = std::move(shape);

@@ -10,14 +10,11 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/dtype.h"
 
 namespace mt {
 
-enum class DType { f32, bf16, f16, i32, i64, u16, f64 };
 enum class Device { cpu, cuda };
-
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
 
 class Tensor {
  public:
@@ -44,7 +41,7 @@ class Tensor {
   }
   // Rows [begin, end) along dimension 0, as a view sharing this tensor's storage.
   Tensor rows(int64_t begin, int64_t end) const;
-  std::string describe() const;  // e.g. "f32[128, 64]"
+  std::string describe() const;  // e.g. "float32[128, 64]"
 
  private:
   template <typename T>
@@ -59,9 +56,12 @@ class Tensor {
 };
 
 template <> inline int Tensor::type_tag<float>() { return static_cast<int>(DType::f32); }
+template <> inline int Tensor::type_tag<double>() { return static_cast<int>(DType::f64); }
+template <> inline int Tensor::type_tag<uint8_t>() { return static_cast<int>(DType::u8); }
+template <> inline int Tensor::type_tag<int8_t>() { return static_cast<int>(DType::i8); }
+template <> inline int Tensor::type_tag<int16_t>() { return static_cast<int>(DType::i16); }
 template <> inline int Tensor::type_tag<int32_t>() { return static_cast<int>(DType::i32); }
 template <> inline int Tensor::type_tag<int64_t>() { return static_cast<int>(DType::i64); }
-template <> inline int Tensor::type_tag<double>() { return static_cast<int>(DType::f64); }
-template <> inline int Tensor::type_tag<uint16_t>() { return -1; }  // bf16, f16 and u16 bits
+template <> inline int Tensor::type_tag<uint16_t>() { return -1; }  // the bits of any 2-byte dtype
 
 }  // namespace mt

@@ -2,7 +2,6 @@
 #include "data/sample_index.h"
 
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::data {
@@ -263,19 +263,9 @@ int64_t IndexSplit::size() const {
 
 void write_sample_index(const std::string& path, const SampleIndex& index) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
-  try {
-    write_file(path, temporary, index);
-  } catch (...) {
-    std::remove(temporary.c_str());
-    throw;
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::remove(temporary.c_str());
-    throw Error(path, "cannot rename " + temporary + " into place: " + error.message());
-  }
+  TemporaryFile temporary(path);  // removed if writing fails
+  write_file(path, temporary.path(), index);
+  temporary.commit();
 }
 
 SampleIndex read_sample_index(const std::string& path) {

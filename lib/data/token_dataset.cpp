@@ -14,12 +14,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <utility>
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::data {
@@ -38,6 +40,9 @@ namespace {
 constexpr char kIdxMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kIdxVersion = 1;
 constexpr size_t kIdxHeaderBytes = 9 + 8 + 1 + 8 + 8;
+// The dtypes of Megatron's DType codes 1..8, in code order.
+constexpr DType kMegatronDtypes[] = {DType::u8, DType::i8, DType::i16, DType::i32,
+                                     DType::i64, DType::f64, DType::f32, DType::u16};
 constexpr const char* kHdf5Format = "mt-token-dataset";
 constexpr int64_t kHdf5FormatVersion = 1;
 constexpr size_t kCopyBlockTokens = size_t{1} << 20;
@@ -126,8 +131,6 @@ void copy_bytes(void* destination, const void* source, size_t bytes) {
   if (bytes > 0) std::memcpy(destination, source, bytes);
 }
 
-bool is_integer_dtype(TokenDtype dtype) { return dtype != TokenDtype::float32 && dtype != TokenDtype::float64; }
-
 // Checks what both formats promise, in tokens: lengths >= 0; each sequence inside the storage,
 // after the end of the previous one; document indices 0 .. sequence count, non-decreasing.
 void validate_index(const std::string& path, const std::vector<int32_t>& lengths, const std::vector<int64_t>& offsets,
@@ -211,20 +214,20 @@ std::vector<T> read_index_dataset(const std::string& path, hid_t file, const cha
 }
 
 // The token dtype of an HDF5 integer type stored little-endian; throws for anything else.
-TokenDtype dtype_from_hdf5(const std::string& path, hid_t type) {
+DType dtype_from_hdf5(const std::string& path, hid_t type) {
   const size_t size = H5Tget_size(type);
   const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
   if (H5Tget_order(type) != H5T_ORDER_LE) throw Error(path, "dataset /tokens is not little-endian");
-  if (size == 1) return is_signed ? TokenDtype::int8 : TokenDtype::uint8;
-  if (size == 2) return is_signed ? TokenDtype::int16 : TokenDtype::uint16;
-  if (size == 4 && is_signed) return TokenDtype::int32;
-  if (size == 8 && is_signed) return TokenDtype::int64;
+  if (size == 1) return is_signed ? DType::i8 : DType::u8;
+  if (size == 2) return is_signed ? DType::i16 : DType::u16;
+  if (size == 4 && is_signed) return DType::i32;
+  if (size == 8 && is_signed) return DType::i64;
   throw Error(path, "dataset /tokens has an unsupported integer type (" + std::to_string(size * 8) + "-bit " +
                         (is_signed ? "signed" : "unsigned") + ")");
 }
 
-hid_t hdf5_file_type(TokenDtype dtype) { return dtype == TokenDtype::uint16 ? H5T_STD_U16LE : H5T_STD_I32LE; }
-hid_t hdf5_memory_type(TokenDtype dtype) { return dtype == TokenDtype::uint16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT32; }
+hid_t hdf5_file_type(DType dtype) { return dtype == DType::u16 ? H5T_STD_U16LE : H5T_STD_I32LE; }
+hid_t hdf5_memory_type(DType dtype) { return dtype == DType::u16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT32; }
 
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -237,37 +240,19 @@ void fsync_path(const std::string& path) {
 
 // ---- dtypes and formats ----
 
-std::string_view dtype_name(TokenDtype dtype) {
-  switch (dtype) {
-    case TokenDtype::uint8: return "uint8";
-    case TokenDtype::int8: return "int8";
-    case TokenDtype::int16: return "int16";
-    case TokenDtype::int32: return "int32";
-    case TokenDtype::int64: return "int64";
-    case TokenDtype::float64: return "float64";
-    case TokenDtype::float32: return "float32";
-    case TokenDtype::uint16: return "uint16";
+uint8_t megatron_dtype_code(DType dtype) {
+  for (size_t i = 0; i < std::size(kMegatronDtypes); ++i) {
+    if (kMegatronDtypes[i] == dtype) return static_cast<uint8_t>(i + 1);
   }
-  return "unknown";
+  throw Error(std::string("dtype ") + dtype_name(dtype), "Megatron's .idx has no code for it");
 }
 
-size_t dtype_size(TokenDtype dtype) {
-  switch (dtype) {
-    case TokenDtype::uint8:
-    case TokenDtype::int8: return 1;
-    case TokenDtype::int16:
-    case TokenDtype::uint16: return 2;
-    case TokenDtype::int32:
-    case TokenDtype::float32: return 4;
-    case TokenDtype::int64:
-    case TokenDtype::float64: return 8;
-  }
-  return 0;
+std::optional<DType> dtype_from_megatron_code(uint8_t code) {
+  if (code < 1 || code > std::size(kMegatronDtypes)) return std::nullopt;
+  return kMegatronDtypes[code - 1];
 }
 
-TokenDtype optimal_token_dtype(int64_t vocab_size) {
-  return vocab_size < 65500 ? TokenDtype::uint16 : TokenDtype::int32;
-}
+DType optimal_token_dtype(int64_t vocab_size) { return vocab_size < 65500 ? DType::u16 : DType::i32; }
 
 TokenDatasetFormat parse_token_dataset_format(std::string_view text) {
   if (text == "hdf5") return TokenDatasetFormat::hdf5;
@@ -282,11 +267,13 @@ struct TokenDatasetWriter::State {
   std::string prefix;
   TokenDatasetFormat format = TokenDatasetFormat::hdf5;
   int64_t vocab_size = 0;
-  TokenDtype dtype = TokenDtype::int32;
+  DType dtype = DType::i32;
   TokenDatasetMetadata metadata;
 
   std::string h5_final, bin_final, idx_final;
-  std::string h5_temporary, idx_temporary;
+  // Removed unless committed (core/temporary_file.h), also by a signal handler.
+  std::optional<TemporaryFile> h5_temp, idx_temp, spool_temp;
+  std::string h5_temporary, idx_temporary;  // their paths
   // The tokens as they arrive: the .bin temporary, or a spool file when only HDF5 is written.
   std::string spool_path;
   FILE* spool = nullptr;
@@ -302,11 +289,6 @@ struct TokenDatasetWriter::State {
 
   ~State() {
     if (spool != nullptr) std::fclose(spool);
-    if (!finished) {
-      std::remove(spool_path.c_str());
-      if (!h5_temporary.empty()) std::remove(h5_temporary.c_str());
-      if (!idx_temporary.empty()) std::remove(idx_temporary.c_str());
-    }
   }
 
   void check_open() const {
@@ -326,7 +308,7 @@ struct TokenDatasetWriter::State {
     }
     const uint64_t sequence_count = sequence_lengths.size();
     const uint64_t document_count = document_indices.size();
-    const uint8_t code = static_cast<uint8_t>(dtype);
+    const uint8_t code = megatron_dtype_code(dtype);
     bool ok = std::fwrite(kIdxMagic, 1, sizeof kIdxMagic, file) == sizeof kIdxMagic;
     ok = ok && std::fwrite(&kIdxVersion, sizeof kIdxVersion, 1, file) == 1;
     ok = ok && std::fwrite(&code, 1, 1, file) == 1;
@@ -408,11 +390,6 @@ struct TokenDatasetWriter::State {
     if (!ok) throw Error(h5_final, "cannot copy the tokens from " + spool_path + " into /tokens");
   }
 
-  void rename_into_place(const std::string& temporary, const std::string& final_path) const {
-    if (std::rename(temporary.c_str(), final_path.c_str()) != 0) {
-      throw Error(final_path, "cannot rename " + temporary + " into place: " + errno_text());
-    }
-  }
 };
 
 TokenDatasetWriter::TokenDatasetWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -433,17 +410,21 @@ TokenDatasetWriter TokenDatasetWriter::create(const std::string& prefix, TokenDa
   state->vocab_size = vocab_size;
   state->dtype = optimal_token_dtype(vocab_size);
   state->metadata = metadata;
-  const std::string suffix = ".tmp-" + std::to_string(getpid());
   state->h5_final = prefix + ".h5";
   state->bin_final = prefix + ".bin";
   state->idx_final = prefix + ".idx";
-  if (state->writes_hdf5()) state->h5_temporary = state->h5_final + suffix;
-  if (state->writes_megatron()) {
-    state->idx_temporary = state->idx_final + suffix;
-    state->spool_path = state->bin_final + suffix;
-  } else {
-    state->spool_path = prefix + ".h5.tokens" + suffix;
+  if (state->writes_hdf5()) {
+    state->h5_temp.emplace(state->h5_final);
+    state->h5_temporary = state->h5_temp->path();
   }
+  if (state->writes_megatron()) {
+    state->idx_temp.emplace(state->idx_final);
+    state->idx_temporary = state->idx_temp->path();
+    state->spool_temp.emplace(state->bin_final);
+  } else {
+    state->spool_temp.emplace(prefix + ".h5.tokens");
+  }
+  state->spool_path = state->spool_temp->path();
   state->spool = std::fopen(state->spool_path.c_str(), "wb");
   if (state->spool == nullptr) throw Error(prefix, "cannot create " + state->spool_path + ": " + errno_text());
   return TokenDatasetWriter(std::move(state));
@@ -463,7 +444,7 @@ void TokenDatasetWriter::add_sequence(std::span<const int32_t> tokens) {
     }
   }
   bool written = false;
-  if (s.dtype == TokenDtype::uint16) {
+  if (s.dtype == DType::u16) {
     s.narrow.assign(tokens.begin(), tokens.end());
     written = write_items(s.spool, s.narrow.data(), sizeof(uint16_t), s.narrow.size());
   } else {
@@ -492,15 +473,15 @@ void TokenDatasetWriter::finish() {
   if (s.writes_megatron()) s.write_idx();
   if (s.writes_hdf5()) s.write_hdf5();
 
-  if (s.writes_hdf5()) s.rename_into_place(s.h5_temporary, s.h5_final);
+  if (s.writes_hdf5()) s.h5_temp->commit();
   if (s.writes_megatron()) {
     if (std::remove(s.idx_final.c_str()) != 0 && errno != ENOENT) {
       throw Error(s.idx_final, "cannot remove the previous index: " + errno_text());
     }
-    s.rename_into_place(s.spool_path, s.bin_final);
-    s.rename_into_place(s.idx_temporary, s.idx_final);
+    s.spool_temp->commit();
+    s.idx_temp->commit();
   } else {
-    std::remove(s.spool_path.c_str());
+    s.spool_temp->discard();
   }
   s.finished = true;
 }
@@ -510,7 +491,7 @@ int64_t TokenDatasetWriter::document_count() const {
   return static_cast<int64_t>(state_->document_indices.size()) - 1;
 }
 int64_t TokenDatasetWriter::token_count() const { return state_->tokens; }
-TokenDtype TokenDatasetWriter::dtype() const { return state_->dtype; }
+DType TokenDatasetWriter::dtype() const { return state_->dtype; }
 
 std::vector<std::string> TokenDatasetWriter::final_paths() const {
   std::vector<std::string> paths;
@@ -527,7 +508,7 @@ std::vector<std::string> TokenDatasetWriter::final_paths() const {
 struct TokenDataset::State {
   TokenDatasetFormat format = TokenDatasetFormat::hdf5;
   std::string path;
-  TokenDtype dtype = TokenDtype::int32;
+  DType dtype = DType::i32;
   int64_t vocab_size = -1;
   TokenDatasetMetadata metadata;
   std::vector<int32_t> sequence_lengths;
@@ -562,9 +543,10 @@ void TokenDataset::State::open_megatron(const std::string& bin_path, const std::
   std::memcpy(&sequence_count, bytes + 18, 8);
   std::memcpy(&document_count, bytes + 26, 8);
   if (version != kIdxVersion) throw Error(idx_path, "unsupported index version " + std::to_string(version));
-  if (code < 1 || code > 8) throw Error(idx_path, "unknown dtype code " + std::to_string(code));
-  s.dtype = static_cast<TokenDtype>(code);
-  if (!is_integer_dtype(s.dtype)) {
+  const std::optional<DType> dtype = dtype_from_megatron_code(code);
+  if (!dtype) throw Error(idx_path, "unknown dtype code " + std::to_string(code));
+  s.dtype = *dtype;
+  if (!is_integer(s.dtype)) {
     throw Error(idx_path, "dtype " + std::string(dtype_name(s.dtype)) + " does not hold token ids");
   }
   const uint64_t body = idx_size - kIdxHeaderBytes;
@@ -759,7 +741,7 @@ const std::string& TokenDataset::path() const { return state_->path; }
 int64_t TokenDataset::sequence_count() const { return static_cast<int64_t>(state_->sequence_lengths.size()); }
 int64_t TokenDataset::document_count() const { return static_cast<int64_t>(state_->document_indices.size()) - 1; }
 int64_t TokenDataset::token_count() const { return state_->token_count; }
-TokenDtype TokenDataset::dtype() const { return state_->dtype; }
+DType TokenDataset::dtype() const { return state_->dtype; }
 int64_t TokenDataset::vocab_size() const { return state_->vocab_size; }
 const TokenDatasetMetadata& TokenDataset::metadata() const { return state_->metadata; }
 std::span<const int32_t> TokenDataset::sequence_lengths() const { return state_->sequence_lengths; }
@@ -813,14 +795,16 @@ void TokenDataset::read(int64_t sequence_index, int64_t offset, std::span<int32_
     }
   };
   switch (s.dtype) {
-    case TokenDtype::int32: std::memcpy(out.data(), source, out.size() * sizeof(int32_t)); break;
-    case TokenDtype::uint16: convert(uint16_t{}); break;
-    case TokenDtype::uint8: convert(uint8_t{}); break;
-    case TokenDtype::int8: convert(int8_t{}); break;
-    case TokenDtype::int16: convert(int16_t{}); break;
-    case TokenDtype::int64: convert(int64_t{}); break;
-    case TokenDtype::float32:
-    case TokenDtype::float64: throw Error(s.path, "dtype does not hold token ids");
+    case DType::i32: std::memcpy(out.data(), source, out.size() * sizeof(int32_t)); break;
+    case DType::u16: convert(uint16_t{}); break;
+    case DType::u8: convert(uint8_t{}); break;
+    case DType::i8: convert(int8_t{}); break;
+    case DType::i16: convert(int16_t{}); break;
+    case DType::i64: convert(int64_t{}); break;
+    case DType::f32:
+    case DType::bf16:
+    case DType::f16:
+    case DType::f64: throw Error(s.path, "dtype does not hold token ids");
   }
 }
 

@@ -3,7 +3,7 @@
 // + `<prefix>.idx`, byte-compatible with megatron/core/datasets/indexed_dataset.py).
 //
 // Megatron's .idx (little-endian): magic "MMIDIDX\0\0" (9 bytes), uint64 version = 1, uint8 dtype
-// code (TokenDtype below), uint64 sequence count S, uint64 document-index count D (= documents
+// code (megatron_dtype_code below), uint64 sequence count S, uint64 document-index count D (= documents
 // + 1), int32 sequence lengths[S], int64 sequence pointers[S] (byte offsets into .bin), int64
 // document indices[D] (0, then after each document the number of sequences written so far).
 // The .bin holds the tokens back to back in the dtype.
@@ -26,24 +26,18 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace mt::data {
 
-// Megatron's DType enum: the code stored in the .idx. Only the integer types hold tokens.
-enum class TokenDtype : uint8_t {
-  uint8 = 1,
-  int8 = 2,
-  int16 = 3,
-  int32 = 4,
-  int64 = 5,
-  float64 = 6,
-  float32 = 7,
-  uint16 = 8,
-};
-
-std::string_view dtype_name(TokenDtype dtype);
-size_t dtype_size(TokenDtype dtype);
+// The code of Megatron's DType enum (indexed_dataset.py) stored in the .idx: uint8 1, int8 2,
+// int16 3, int32 4, int64 5, float64 6, float32 7, uint16 8. Only the integer types hold tokens.
+// megatron_dtype_code throws mt::Error for a dtype Megatron has no code for (bf16, f16);
+// dtype_from_megatron_code gives nullopt for an unknown code.
+uint8_t megatron_dtype_code(DType dtype);
+std::optional<DType> dtype_from_megatron_code(uint8_t code);
 // Megatron's DType.optimal_dtype: uint16 when vocab_size < 65500, else int32.
-TokenDtype optimal_token_dtype(int64_t vocab_size);
+DType optimal_token_dtype(int64_t vocab_size);
 
 enum class TokenDatasetFormat { hdf5, megatron, both };
 
@@ -57,9 +51,10 @@ struct TokenDatasetMetadata {
   int64_t eod_id = -1;         // end-of-document token id, -1 when none
 };
 
-// Streams sequences into the chosen format(s) under temporary names (`<final>.tmp-<pid>`) and
-// renames them into place on finish(); a writer destroyed without finish() (an exception, a
-// failed run) removes its temporaries, so no file ever appears under a final name half-written.
+// Streams sequences into the chosen format(s) under temporary names (core/temporary_file.h:
+// `<final>.tmp-<host>-<pid>-<random>`) and renames them into place on finish(); a writer
+// destroyed without finish() (an exception, a failed run) removes its temporaries, and so does a
+// tool's signal handler, so no file ever appears under a final name half-written.
 // Final names: `<prefix>.h5`, `<prefix>.bin`, `<prefix>.idx`. Tokens are stored in
 // optimal_token_dtype(vocab_size).
 class TokenDatasetWriter {
@@ -84,7 +79,7 @@ class TokenDatasetWriter {
   int64_t sequence_count() const;
   int64_t document_count() const;  // documents closed so far
   int64_t token_count() const;
-  TokenDtype dtype() const;
+  DType dtype() const;
   std::vector<std::string> final_paths() const;
 
  private:
@@ -113,7 +108,7 @@ class TokenDataset {
   int64_t sequence_count() const;
   int64_t document_count() const;  // document_indices().size() - 1
   int64_t token_count() const;
-  TokenDtype dtype() const;
+  DType dtype() const;
   int64_t vocab_size() const;  // -1 for .bin/.idx (Megatron's format does not record it)
   const TokenDatasetMetadata& metadata() const;  // empty strings and eod_id -1 for .bin/.idx
 

@@ -2,12 +2,12 @@
 #include "io/checkpoint.h"
 
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <vector>
 
 #include "core/error.h"
+#include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::io {
@@ -32,11 +32,11 @@ void shard_selection(const model::ParamEntry& entry, std::vector<hsize_t>& start
 
 void write_parameters(const std::string& path, const model::ParamLayout& layout, const float* params,
                       const CheckpointInfo& info) {
-  const std::string temporary = path + ".tmp-" + std::to_string(getpid());
+  TemporaryFile temporary(path);  // removed on any failure below
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   {
-    Hdf5Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) throw Error(path, "cannot create " + temporary);
+    Hdf5Handle file(H5Fcreate(temporary.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) throw Error(path, "cannot create " + temporary.path());
     write_string_attribute(path, file.get(), "mt_format", "mt-checkpoint");
     write_int_attribute(path, file.get(), "mt_format_version", kFormatVersion);
     write_int_attribute(path, file.get(), "iteration", info.iteration);
@@ -61,10 +61,7 @@ void write_parameters(const std::string& path, const model::ParamLayout& layout,
     }
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(path, "flush failed");
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw Error(path, "cannot rename " + temporary + " into place");
-  }
+  temporary.commit();
 }
 
 CheckpointInfo read_parameters(const std::string& path, const model::ParamLayout& layout, float* params) {

@@ -2,8 +2,11 @@
 #include "model/config.h"
 
 #include <cctype>
+#include <cmath>
+#include <limits>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace mt::model {
 
@@ -23,6 +26,9 @@ void ModelConfig::validate() const {
   positive(seq_length, "--seq-length");
   positive(vocab_size, "--vocab-size");
   positive(make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
+  if (vocab_size > (int64_t{1} << 31)) {
+    throw UsageError("--vocab-size " + std::to_string(vocab_size), "must be at most 2147483648 (token ids are int32)");
+  }
   if (kv_channels <= 0 && hidden_size % num_attention_heads != 0) {
     throw UsageError("--hidden-size " + std::to_string(hidden_size),
                      "not divisible by --num-attention-heads " + std::to_string(num_attention_heads) +
@@ -39,13 +45,15 @@ void ModelConfig::validate() const {
     throw UsageError("--seq-length " + std::to_string(seq_length),
                      "exceeds --max-position-embeddings " + std::to_string(max_position_embeddings));
   }
-  if (hidden_dropout < 0 || hidden_dropout >= 1) throw UsageError("--hidden-dropout", "must be in [0, 1)");
+  if (!(hidden_dropout >= 0 && hidden_dropout < 1)) throw UsageError("--hidden-dropout", "must be in [0, 1)");
   if (attention_dropout != 0.0f) {
     throw UsageError("--attention-dropout " + std::to_string(attention_dropout),
                      "not supported: mt's fused attention kernel has no dropout (use 0)");
   }
-  if (norm_epsilon <= 0) throw UsageError("--norm-epsilon", "must be positive");
-  if (init_method_std <= 0) throw UsageError("--init-method-std", "must be positive");
+  // Written as !(x > 0) so that NaN fails too.
+  if (!(norm_epsilon > 0) || std::isinf(norm_epsilon)) throw UsageError("--norm-epsilon", "must be positive");
+  if (!(init_method_std > 0) || std::isinf(init_method_std)) throw UsageError("--init-method-std", "must be positive");
+  if (!(rotary_base > 0) || std::isinf(rotary_base)) throw UsageError("--rotary-base", "must be positive");
   if (num_experts < 0) throw UsageError("--num-experts", "must be >= 0");
   if (num_experts > 0) {
     if (moe_router_topk < 1 || moe_router_topk > num_experts) {
@@ -275,19 +283,94 @@ ModelConfig preset(const std::string& name) {
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
 }
 
-int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
+long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   c.check_trainable();
-  const int64_t vocab = padded_vocabulary ? c.padded_vocab_size() : c.vocab_size;
-  const int64_t hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
-  const int64_t q = static_cast<int64_t>(c.num_attention_heads) * d, kv = static_cast<int64_t>(c.query_groups()) * d;
-  const int64_t bias = c.add_bias_linear ? 1 : 0;
-  const int64_t norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
-  int64_t layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
-  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;     // MLP
-  int64_t total = c.num_layers * layer + norm + vocab * hidden;
-  if (c.position_embedding == PositionEmbedding::learned_absolute) total += static_cast<int64_t>(c.max_position_embeddings) * hidden;
+  using Wide = long double;
+  const Wide multiple = c.make_vocab_size_divisible_by > 0 ? c.make_vocab_size_divisible_by : 1;
+  const Wide vocab = padded_vocabulary ? std::ceil(static_cast<Wide>(c.vocab_size) / multiple) * multiple
+                                       : static_cast<Wide>(c.vocab_size);
+  const Wide hidden = c.hidden_size, ffn = c.ffn_hidden_size, d = c.head_dim();
+  const Wide q = c.num_attention_heads * d, kv = c.query_groups() * d;
+  const Wide bias = c.add_bias_linear ? 1 : 0;
+  const Wide norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
+  Wide layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
+  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;  // MLP
+  Wide total = c.num_layers * layer + norm + vocab * hidden;
+  if (c.position_embedding == PositionEmbedding::learned_absolute) total += c.max_position_embeddings * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
   return total;
+}
+
+int64_t parameter_count(const ModelConfig& c, bool padded_vocabulary) {
+  const long double total = parameter_count_wide(c, padded_vocabulary);
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return total < static_cast<long double>(kMax) ? static_cast<int64_t>(total) : kMax;
+}
+
+namespace {
+
+const std::pair<Normalization, const char*> kNormalizations[] = {{Normalization::layernorm, "LayerNorm"},
+                                                                 {Normalization::rmsnorm, "RMSNorm"}};
+const std::pair<PositionEmbedding, const char*> kPositionEmbeddings[] = {
+    {PositionEmbedding::learned_absolute, "learned_absolute"}, {PositionEmbedding::rope, "rope"}};
+
+// Every field once, with Megatron's argument name (core/json_fields.h).
+template <typename Visit, typename Config>
+void visit_fields(Visit& visit, Config& c) {
+  visit("name", c.name);
+  visit("num_layers", c.num_layers);
+  visit("hidden_size", c.hidden_size);
+  visit("ffn_hidden_size", c.ffn_hidden_size);
+  visit("num_attention_heads", c.num_attention_heads);
+  visit("num_query_groups", c.num_query_groups);
+  visit("kv_channels", c.kv_channels);
+  visit("seq_length", c.seq_length);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("vocab_size", c.vocab_size);
+  visit("make_vocab_size_divisible_by", c.make_vocab_size_divisible_by);
+  visit("swiglu", c.swiglu);
+  visit("normalization", c.normalization, kNormalizations);
+  visit("norm_epsilon", c.norm_epsilon);
+  visit("position_embedding_type", c.position_embedding, kPositionEmbeddings);
+  visit("rotary_base", c.rotary_base);
+  visit("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights);
+  visit("add_bias_linear", c.add_bias_linear);
+  visit("init_method_std", c.init_method_std);
+  visit("hidden_dropout", c.hidden_dropout);
+  visit("attention_dropout", c.attention_dropout);
+  visit("num_experts", c.num_experts);
+  visit("moe_router_topk", c.moe_router_topk);
+  visit("moe_ffn_hidden_size", c.moe_ffn_hidden_size);
+  visit("moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size);
+  visit("moe_layer_freq", c.moe_layer_freq);
+  visit("moe_layer_pattern", c.moe_layer_pattern);
+  visit("multi_latent_attention", c.multi_latent_attention);
+  visit("q_lora_rank", c.q_lora_rank);
+  visit("kv_lora_rank", c.kv_lora_rank);
+  visit("qk_head_dim", c.qk_head_dim);
+  visit("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim);
+  visit("v_head_dim", c.v_head_dim);
+  visit("mtp_num_layers", c.mtp_num_layers);
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const ModelConfig& c) {
+  ModelConfig resolved = c;  // head dimension and query groups as Megatron's arguments hold them
+  if (c.num_attention_heads > 0) resolved.kv_channels = c.head_dim();
+  resolved.num_query_groups = c.query_groups();
+  JsonWriter writer;
+  visit_fields(writer, resolved);
+  return writer.json();
+}
+
+ModelConfig config_from_json(const nlohmann::json& json) {
+  ModelConfig c;
+  JsonFields fields(json, "model config");
+  visit_fields(fields, c);
+  fields.finish();
+  c.validate();
+  return c;
 }
 
 }  // namespace mt::model

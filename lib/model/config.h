@@ -1,13 +1,16 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
 // and for accounting only Mixtral/DeepSeek-style mixture-of-experts, multi-latent attention and
-// multi-token prediction), the named presets, validation, and parameter counts of the dense
-// models mt-train runs (lib/perf/parameters.h counts every architecture).
-// Tested in tests/unit/model/test_config.cpp and tests/unit/perf/test_parameters.cpp.
+// multi-token prediction), the named presets, validation, parameter counts of the dense models
+// mt-train runs (lib/perf/parameters.h counts every architecture), and JSON (the run record and
+// checkpoints carry it). Tested in tests/unit/model/test_config.cpp and
+// tests/unit/perf/test_parameters.cpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace mt::model {
 
@@ -80,7 +83,16 @@ const std::vector<std::string>& preset_names();
 ModelConfig preset(const std::string& name);
 
 // Parameters of a model mt-train runs (check_trainable() must pass), counted on the real
-// (unpadded) vocabulary unless padded.
+// (unpadded) vocabulary unless padded; saturated at INT64_MAX (mt-train refuses such a model
+// before anything uses the count).
 int64_t parameter_count(const ModelConfig& config, bool padded_vocabulary = false);
+// The same in long double: exact below 2^64, and no overflow for any counts (the memory check).
+long double parameter_count_wide(const ModelConfig& config, bool padded_vocabulary = false);
+
+// The config as JSON with Megatron's argument names (kv_channels and num_query_groups resolved),
+// and back: unknown keys, wrong types and invalid values are mt::UsageError naming the key;
+// missing keys keep ModelConfig's defaults. config_from_json(to_json(c)) equals c resolved.
+nlohmann::ordered_json to_json(const ModelConfig& config);
+ModelConfig config_from_json(const nlohmann::json& json);
 
 }  // namespace mt::model

@@ -1,11 +1,12 @@
 // Parallel layout validation (see parallel_config.h). Each rule follows Megatron's argument checks
 // (megatron/training/arguments.py, TransformerConfig.__post_init__, the interleaved schedule in
-// pipeline_parallel/schedules.py) and names the flags that break it.
+// pipeline_parallel/schedules.py) and names the flags that break it; and the config as JSON.
 #include "parallel/parallel_config.h"
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 
 namespace mt::parallel {
 namespace {
@@ -235,6 +236,57 @@ std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions&
   check_experts(config, model, warnings);
   check_data_parallel(config, warnings);
   return warnings;
+}
+
+namespace {
+
+// Every field once, with Megatron's argument name (core/json_fields.h).
+template <typename Visit, typename Config>
+void visit_fields(Visit& visit, Config& c) {
+  visit("tensor_model_parallel_size", c.tensor_model_parallel_size);
+  visit("pipeline_model_parallel_size", c.pipeline_model_parallel_size);
+  visit("context_parallel_size", c.context_parallel_size);
+  visit("data_parallel_size", c.data_parallel_size);
+  visit("expert_model_parallel_size", c.expert_model_parallel_size);
+  visit("expert_tensor_parallel_size", c.expert_tensor_parallel_size);
+  visit("sequence_parallel", c.sequence_parallel);
+  visit("num_layers_per_virtual_pipeline_stage", c.num_layers_per_virtual_pipeline_stage);
+  visit("num_virtual_stages_per_pipeline_rank", c.num_virtual_stages_per_pipeline_rank);
+  visit("decoder_first_pipeline_num_layers", c.decoder_first_pipeline_num_layers);
+  visit("decoder_last_pipeline_num_layers", c.decoder_last_pipeline_num_layers);
+  visit("microbatch_group_size_per_virtual_pipeline_stage", c.microbatch_group_size_per_virtual_pipeline_stage);
+  visit("use_distributed_optimizer", c.use_distributed_optimizer);
+  visit("overlap_grad_reduce", c.overlap_grad_reduce);
+  visit("overlap_param_gather", c.overlap_param_gather);
+  visit("ddp_bucket_size", c.ddp_bucket_size);
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const ParallelConfig& c) {
+  JsonWriter writer;
+  visit_fields(writer, c);
+  return writer.json();
+}
+
+ParallelConfig parallel_config_from_json(const nlohmann::json& json) {
+  ParallelConfig c;
+  JsonFields fields(json, "parallel config");
+  visit_fields(fields, c);
+  fields.finish();
+  // Every degree, size and count is at least 1 (the layout rules are validate()'s).
+  auto at_least_one = [&](const std::string& key, const auto& value) {
+    using Value = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<Value, bool>) {
+      return;
+    } else if constexpr (std::is_arithmetic_v<Value>) {
+      if (value < 1) fields.fail(key, "must be at least 1 (got " + std::to_string(value) + ")");
+    } else {
+      if (value && *value < 1) fields.fail(key, "must be at least 1 (got " + std::to_string(*value) + ")");
+    }
+  };
+  visit_fields(at_least_one, c);
+  return c;
 }
 
 }  // namespace mt::parallel

@@ -5,6 +5,7 @@
 // (Megatron's parallel folding). parallel/rank_grid.h maps ranks to coordinates and groups,
 // parallel/pipeline_layers.h layers to pipeline stages. Fields are named after Megatron's flags
 // (--tensor-model-parallel-size -> tensor_model_parallel_size); std::nullopt is Megatron's None.
+// The config also goes to and from JSON (the run record, checkpoints).
 // Tested in tests/unit/parallel/test_parallel_config.cpp.
 #pragma once
 
@@ -12,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace mt::parallel {
 
@@ -90,6 +93,12 @@ struct BatchDimensions {
 // print, where Megatron warns: settings it corrected or that have no effect, EP with TP but no SP.
 std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions& model, const BatchDimensions& batch,
                                   int world_size);
+
+// The config as JSON with Megatron's argument names (null for None), and back: unknown keys,
+// wrong types and degrees below 1 are mt::UsageError naming the key, missing keys keep the
+// defaults. The layout rules are validate()'s.
+nlohmann::ordered_json to_json(const ParallelConfig& config);
+ParallelConfig parallel_config_from_json(const nlohmann::json& json);
 
 // A rank's coordinates: on the dense grid (TP fastest) and on the expert grid (same PP).
 struct RankCoordinates {

@@ -2,7 +2,6 @@
 // Tested in tests/unit/text/test_bpe_trainer.cpp.
 #include "text/bpe_trainer.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -15,6 +14,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/temporary_file.h"
 #include "text/unicode.h"
 
 namespace mt::text {
@@ -188,10 +188,6 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-std::string temporary_name(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
-}
-
 void write_file(const std::string& path, const std::string& contents) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw Error(path, std::strerror(errno));
@@ -330,26 +326,11 @@ void write_gpt2_files(const BpeVocabulary& vocab, const std::string& encoder_jso
     merges += gpt2_token_text(right);
     merges += '\n';
   }
-  const std::string encoder_tmp = temporary_name(encoder_json_path);
-  const std::string merges_tmp = temporary_name(vocab_bpe_path);
-  write_file(encoder_tmp, encoder);
-  try {
-    write_file(merges_tmp, merges);
-  } catch (...) {
-    std::remove(encoder_tmp.c_str());
-    throw;
-  }
-  if (std::rename(encoder_tmp.c_str(), encoder_json_path.c_str()) != 0) {
-    const int saved = errno;
-    std::remove(encoder_tmp.c_str());
-    std::remove(merges_tmp.c_str());
-    throw Error(encoder_json_path, std::strerror(saved));
-  }
-  if (std::rename(merges_tmp.c_str(), vocab_bpe_path.c_str()) != 0) {
-    const int saved = errno;
-    std::remove(merges_tmp.c_str());
-    throw Error(vocab_bpe_path, std::strerror(saved));
-  }
+  TemporaryFile encoder_tmp(encoder_json_path), merges_tmp(vocab_bpe_path);  // removed if anything fails
+  write_file(encoder_tmp.path(), encoder);
+  write_file(merges_tmp.path(), merges);
+  encoder_tmp.commit();
+  merges_tmp.commit();
 }
 
 }  // namespace mt::text

@@ -11,86 +11,84 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/stop_request.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
+#include "perf/memory.h"
 
 namespace mt::train {
 namespace {
 
-int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t value = 0;
-  std::string unit;
-  while (meminfo >> key >> value >> unit) {
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return -1;
-}
+// Whether every rank stops the run before the next step: today this process's stop request
+// (a signal). The seam the parallel engine makes collective (an all-reduce of the flag), so
+// ranks stop together after the same step.
+bool agree_to_stop() { return stop_signal() != 0; }
 
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
+}  // namespace
 
-void validate(const model::ModelConfig& model, const TrainConfig& c) {
-  model.validate();
-  if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be positive");
+void validate_train_config(const TrainConfig& c) {
+  if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
+  if (c.global_batch_size < 0) throw UsageError("--global-batch-size", "must be at least 1");
   const int global = c.global_batch_size > 0 ? c.global_batch_size : c.micro_batch_size;
   if (global % c.micro_batch_size != 0) {
     throw UsageError("--global-batch-size " + std::to_string(global),
                      "not divisible by --micro-batch-size " + std::to_string(c.micro_batch_size));
   }
+  if (c.train_iters < 0) throw UsageError("--train-iters", "must be positive");
+  if (c.train_samples < 0) throw UsageError("--train-samples", "must be positive");
   if ((c.train_iters > 0) == (c.train_samples > 0)) {
     throw UsageError("--train-iters/--train-samples", "give exactly one of them");
   }
-  if (c.lr < 0 || c.min_lr < 0 || c.min_lr > c.lr) throw UsageError("--lr/--min-lr", "need 0 <= min-lr <= lr");
+  // Comparisons are written so that NaN fails them.
+  if (!(c.lr >= 0 && c.min_lr >= 0 && c.min_lr <= c.lr) || std::isinf(c.lr)) {
+    throw UsageError("--lr/--min-lr", "need 0 <= min-lr <= lr, finite");
+  }
   if (c.lr_warmup_fraction >= 0 && (c.lr_warmup_iters > 0 || c.lr_warmup_samples > 0)) {
     throw UsageError("--lr-warmup-fraction", "conflicts with --lr-warmup-iters/--lr-warmup-samples");
   }
-  if (c.clip_grad < 0) throw UsageError("--clip-grad", "must be >= 0");
-  if (c.log_interval <= 0) throw UsageError("--log-interval", "must be positive");
-  if (c.eval_interval <= 0) throw UsageError("--eval-interval", "must be positive");
-  if (c.eval_iters < 0) throw UsageError("--eval-iters", "must be >= 0");
-  if (c.adam.beta1 < 0 || c.adam.beta1 >= 1 || c.adam.beta2 < 0 || c.adam.beta2 >= 1) {
+  if (!(c.lr_warmup_fraction < 0 || c.lr_warmup_fraction <= 1)) {
+    throw UsageError("--lr-warmup-fraction", "must be in [0, 1]");
+  }
+  if (!(c.clip_grad >= 0) || std::isinf(c.clip_grad)) throw UsageError("--clip-grad", "must be at least 0");
+  if (c.log_interval <= 0) throw UsageError("--log-interval", "must be at least 1");
+  if (c.eval_interval <= 0) throw UsageError("--eval-interval", "must be at least 1");
+  if (c.eval_iters < 0) throw UsageError("--eval-iters", "must be at least 0");
+  if (!(c.adam.beta1 >= 0 && c.adam.beta1 < 1 && c.adam.beta2 >= 0 && c.adam.beta2 < 1)) {
     throw UsageError("--adam-beta1/--adam-beta2", "must be in [0, 1)");
   }
-  if (c.recompute.num_layers <= 0) throw UsageError("--recompute-num-layers", "must be positive");
-  if (c.loss_scale < 0) throw UsageError("--loss-scale", "must be positive");
+  if (!(c.adam.eps > 0) || std::isinf(c.adam.eps)) throw UsageError("--adam-eps", "must be positive");
+  if (!(c.adam.weight_decay >= 0) || std::isinf(c.adam.weight_decay)) {
+    throw UsageError("--weight-decay", "must be at least 0");
+  }
+  if (c.recompute.num_layers <= 0) throw UsageError("--recompute-num-layers", "must be at least 1");
+  if (!(c.loss_scale >= 0) || std::isinf(c.loss_scale)) throw UsageError("--loss-scale", "must be positive");
   if (c.loss_scale > 0 && c.precision != Precision::fp16) throw UsageError("--loss-scale", "applies to --fp16 only");
-}
-
-}  // namespace
-
-MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train) {
-  const model::ParamLayout layout = model::build_layout(model);
-  const int64_t elements = layout.total_elements;
-  MemoryPlan plan;
-  plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), train.precision, elements);
-  plan.grads = elements * 4;
-  plan.optimizer = elements * 8;
-  plan.activations = model::planned_activation_bytes(model, train.precision, train.recompute, train.micro_batch_size,
-                                                     model.num_layers);
-  return plan;
+  if (!(c.initial_loss_scale > 0) || std::isinf(c.initial_loss_scale)) {
+    throw UsageError("--initial-loss-scale", "must be positive");
+  }
+  if (!(c.min_loss_scale > 0) || std::isinf(c.min_loss_scale)) throw UsageError("--min-loss-scale", "must be positive");
+  if (c.loss_scale_window <= 0) throw UsageError("--loss-scale-window", "must be at least 1");
+  if (c.hysteresis <= 0) throw UsageError("--hysteresis", "must be at least 1");
+  if (c.seed > 4294967295ULL) throw UsageError("--seed", "must be in [0, 4294967295]");
 }
 
 Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data)
     : model_config_(model), config_(train), data_(data), ops_(backend::cpu_ops()) {
-  validate(model_config_, config_);
+  model_config_.validate();
+  validate_train_config(config_);
   if (data_.vocab_size() > model_config_.vocab_size) {
     throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
   }
   if (config_.global_batch_size <= 0) config_.global_batch_size = config_.micro_batch_size;
-  const MemoryPlan plan = plan_memory(model_config_, config_);
-  const int64_t available = available_memory_bytes();
-  if (available > 0 && plan.total() > available) {
-    throw Error("model " + model_config_.name,
-                "needs " + gib(plan.total()) + " (weights " + gib(plan.weights) + ", grads " + gib(plan.grads) +
-                    ", optimizer " + gib(plan.optimizer) + ", activations " + gib(plan.activations) + ") but only " +
-                    gib(available) + " is available; use a smaller model, micro-batch or recompute");
-  }
+  // A recompute chunk (or block) longer than the model is the whole model, as in Megatron.
+  config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
+  perf::MemoryOptions memory;
+  memory.precision = config_.precision;
+  memory.recompute = config_.recompute;
+  memory.micro_batch_size = config_.micro_batch_size;
+  memory.staged_samples = config_.global_batch_size;
+  perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
   layout_ = model::build_layout(model_config_);
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
@@ -245,11 +243,17 @@ StepStats Trainer::train_step() {
   const double unscale = 1.0 / scaler_.scale();
   stats.grad_norm = optimizer_->grad_norm(grads, unscale);
   const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
+  // fp16 overflow is the loss scaler's to handle (the step is skipped, the scale lowered); any
+  // other NaN/Inf stops the run, as Megatron's default, unless the check is off (then counted).
   if (nonfinite && config_.precision != Precision::fp16) {
-    ++nan_iters_;
     if (config_.check_for_nan_in_loss_and_grad) {
-      throw Error("iteration " + std::to_string(iteration_), "NaN or Inf in the loss or the gradients");
+      const auto name = [](double x) { return std::string(std::isnan(x) ? "NaN" : "Inf"); };
+      throw Error("iteration " + std::to_string(iteration_),
+                  (std::isfinite(stats.lm_loss) ? "a gradient is " + name(stats.grad_norm)
+                                                : "the loss is " + name(stats.lm_loss)) +
+                      " (--no-check-for-nan-in-loss-and-grad skips and counts such steps)");
     }
+    ++nan_iters_;
   }
   if (nonfinite) {
     ++skipped_iters_;
@@ -339,15 +343,19 @@ model::LossSums Trainer::run_micro_batch(const model::MicroBatch& batch, const m
 
 namespace {
 
-std::string megatron_log_line(const StepStats& s, int64_t total_iters) {
-  char line[512];
+std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_throughput) {
+  char throughput[64] = "";
+  if (log_throughput) {
+    std::snprintf(throughput, sizeof throughput, " throughput per GPU (TFLOP/s/GPU): %.1f |", s.tflops_per_device);
+  }
+  char line[640];
   std::snprintf(line, sizeof line,
-                " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s "
                 "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
                 "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
-                static_cast<long long>(s.consumed_samples), s.step_ms, s.lr, s.global_batch_size, s.lm_loss,
-                s.loss_scale, s.grad_norm, static_cast<long long>(s.skipped_iters),
+                static_cast<long long>(s.consumed_samples), s.step_ms, throughput, s.lr, s.global_batch_size,
+                s.lm_loss, s.loss_scale, s.grad_norm, static_cast<long long>(s.skipped_iters),
                 static_cast<long long>(s.nan_iters));
   return line;
 }
@@ -355,11 +363,16 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters) {
 }  // namespace
 
 void Trainer::run(const TrainObservers& observers) {
+  stopped_ = false;
   while (iteration_ < total_iters_) {
+    if (agree_to_stop()) {
+      stopped_ = true;
+      return;
+    }
     const StepStats stats = train_step();
     if (observers.on_step) observers.on_step(stats);
     if (observers.on_log_line && (stats.iteration % config_.log_interval == 0 || stats.iteration == 1)) {
-      observers.on_log_line(megatron_log_line(stats, total_iters_));
+      observers.on_log_line(megatron_log_line(stats, total_iters_, config_.log_throughput));
     }
     const bool last = iteration_ == total_iters_;
     const bool has_valid = data_.split_size(data::Split::valid) != 0;  // an absent split: no evaluation

@@ -4,7 +4,8 @@
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
-// fp16 loss scaling with skipped steps, NaN checks, periodic evaluation walking the validation
+// fp16 loss scaling with skipped steps, NaN checks (fatal by default, as Megatron's), periodic
+// evaluation walking the validation
 // split as Megatron's consumed_valid_samples does. It reports through
 // callbacks (lib never prints): step, eval and log-line observers the tool turns into records.
 // Tested in tests/unit/train/test_trainer.cpp and end to end by tests/tools/mt-train.bats.
@@ -16,6 +17,8 @@
 #include <string>
 
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/memory.h"
 #include "backend/ops.h"
@@ -58,8 +61,11 @@ struct TrainConfig {
   int loss_scale_window = 1000;
   int hysteresis = 2;
   bool calculate_per_token_loss = false;
-  bool check_for_nan_in_loss_and_grad = false;
+  // Megatron's default: a NaN/Inf loss or grad outside fp16 loss scaling stops the run (mt::Error
+  // naming the iteration); false skips and counts such steps (nan_iters).
+  bool check_for_nan_in_loss_and_grad = true;
   int log_interval = 100;
+  bool log_throughput = false;  // Megatron's "throughput per GPU (TFLOP/s/GPU)" in the log line
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   uint64_t seed = 1234;
@@ -67,6 +73,11 @@ struct TrainConfig {
   double peak_flops_per_second = 0;  // for MFU; 0: not reported
   perf::FlopsConvention flops_convention = perf::FlopsConvention::six_n_attention;
 };
+
+// TrainConfig as JSON with Megatron's argument names, and back (strict: unknown keys, wrong types
+// and unknown names are mt::UsageError naming the key). Implemented in train_config.cpp.
+nlohmann::ordered_json to_json(const TrainConfig& config);
+TrainConfig train_config_from_json(const nlohmann::json& json);
 
 struct StepStats {
   int64_t iteration = 0;
@@ -98,17 +109,15 @@ struct TrainObservers {
   std::function<void(const std::string&)> on_log_line;  // Megatron's human log line
 };
 
-// Bytes a configuration needs (weights incl. the GEMM copy, grads, optimizer, activations).
-struct MemoryPlan {
-  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
-  int64_t total() const { return weights + grads + optimizer + activations; }
-};
-MemoryPlan plan_memory(const model::ModelConfig& model, const TrainConfig& train);
+// Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
+// the flag); the Trainer and train_config_from_json call it.
+void validate_train_config(const TrainConfig& config);
 
 class Trainer {
  public:
-  // Validates the configs, refuses a plan larger than the memory available, allocates
-  // everything and initialises the parameters from the seed.
+  // Validates the configs, refuses a plan larger than the memory available
+  // (perf::check_training_memory, before anything large exists), allocates everything and
+  // initialises the parameters from the seed.
   Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data);
   ~Trainer();
 
@@ -123,8 +132,10 @@ class Trainer {
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
 
-  // Runs the remaining iterations (with evaluations every eval_interval and at the end).
+  // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
+  // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.
   void run(const TrainObservers& observers);
+  bool stopped() const { return stopped_; }
   StepStats train_step();
   EvalStats evaluate();
   // Logits over the real vocabulary of training samples [first_sample, first_sample + count),
@@ -159,6 +170,7 @@ class Trainer {
   int64_t consumed_valid_samples_ = 0;
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
+  bool stopped_ = false;
   double flops_per_token_ = 0;
   // Staging of one step's samples (global batch), (samples * seq_length) each.
   Buffer<int32_t> tokens_, labels_, positions_, doc_start_;

@@ -7,11 +7,10 @@
 # mt's side runs through the test binary's env-driven BpeTrainerBench test (MT_BPE_TEST_BIN,
 # default build-bpe/tests/mt_test_bpe_trainer, else build/tests/); HF's side through
 # tests/bench/bpe_train_reference.py in a venv (MT_BENCH_VENV) with `pip install tokenizers`.
-# Usage: tests/bench/bench_bpe_train.sh [corpus]   (default: shared/data/corpus/war_and_peace_pg2600.txt)
+# Usage: tests/bench/bench_bpe_train.sh [corpus]   (default: data/corpus/war_and_peace_pg2600.txt)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-SHARED="${MT_SHARED:-$ROOT/../shared}"
-CORPUS="${1:-$SHARED/data/corpus/war_and_peace_pg2600.txt}"
+CORPUS="${1:-$ROOT/data/corpus/war_and_peace_pg2600.txt}"
 SHAKESPEARE="$ROOT/data/demo/tinyshakespeare.txt"
 VENV="${MT_BENCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mt-bench-tokenizers-venv}"
 MIN_FREQUENCY="${MT_BPE_MIN_FREQUENCY:-2}"

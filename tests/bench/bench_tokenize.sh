@@ -4,17 +4,16 @@
 # preprocess (JSONL -> token dataset) against encode-only, and how the time grows on
 # pathological runs (10^5 vs 10^6 letters, spaces, digits). A benchmark, not a test: it prints
 # figures (MB/s = 10^6 input bytes per second, median of 3 runs) and asserts nothing.
-# Usage: tests/bench/bench_tokenize.sh [corpus.txt]   (default ../shared/data/corpus/war_and_peace_pg2600.txt)
-# Env: MT_BIN (mt binaries, default build/bin), MT_SHARED_DIR (default ../shared beside the repo),
+# Usage: tests/bench/bench_tokenize.sh [corpus.txt]   (default data/corpus/war_and_peace_pg2600.txt)
+# Env: MT_BIN (mt binaries, default build/bin),
 #      MT_BENCH_MB (corpus repeated to about this size, default 20), MT_BENCH_THREADS (default nproc),
 #      MT_BENCH_PYTHON (an interpreter with tiktoken and tokenizers; default: a temporary venv).
 # mt-tokenize timings include process start and tokenizer loading (printed separately as "load").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
-SHARED="${MT_SHARED_DIR:-$ROOT/../shared}"
-TOK="$SHARED/data/tokenizers"
-CORPUS="${1:-$SHARED/data/corpus/war_and_peace_pg2600.txt}"
+TOK="$ROOT/data/tokenizers"
+CORPUS="${1:-$ROOT/data/corpus/war_and_peace_pg2600.txt}"
 TARGET_MB="${MT_BENCH_MB:-20}"
 THREADS="${MT_BENCH_THREADS:-$(nproc)}"
 RUNS=3
@@ -32,7 +31,7 @@ else
   "$work/venv/bin/python" -m pip install -q --disable-pip-version-check tiktoken==0.14.0 tokenizers==0.23.3 >&2
   PY=("$work/venv/bin/python")
 fi
-ref() { MT_SHARED_DIR="$SHARED" "${PY[@]}" "$REF" "$@"; }
+ref() { "${PY[@]}" "$REF" "$@"; }
 
 MT=""
 [[ -x "$MT_BIN/mt-tokenize" ]] && MT="$MT_BIN/mt-tokenize"

@@ -38,8 +38,8 @@ CL100K_HF_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\
 RANK_FILES = {"gpt2": "r50k_base/r50k_base.tiktoken", "cl100k": "cl100k_base/cl100k_base.tiktoken"}
 
 
-def shared_dir(args):
-    return Path(args.shared or os.environ.get("MT_SHARED_DIR") or ROOT.parent / "shared")
+def tokenizer_dir(args):
+    return Path(args.data) / "tokenizers"
 
 
 def tiktoken_encoding(name, tok_dir):
@@ -133,7 +133,7 @@ def cmd_throughput(args):
     if args.impl == "hf":
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)  # before tokenizers starts its pool
         os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    tok_dir = shared_dir(args) / "data/tokenizers"
+    tok_dir = tokenizer_dir(args)
     data = Path(args.input).read_bytes()
     text = data.decode("utf-8")
     chunks = line_chunks(text, args.chunk_bytes)
@@ -161,13 +161,13 @@ def cmd_throughput(args):
 
 
 def cmd_count(args):
-    enc = tiktoken_encoding(args.tokenizer, shared_dir(args) / "data/tokenizers")
+    enc = tiktoken_encoding(args.tokenizer, tokenizer_dir(args))
     text = Path(args.input).read_bytes().decode("utf-8")
     print(json.dumps({"impl": "tiktoken", "tokenizer": args.tokenizer, "tokens": len(enc.encode_ordinary(text))}))
 
 
 def cmd_scaling(args):
-    enc = tiktoken_encoding(args.tokenizer, shared_dir(args) / "data/tokenizers")
+    enc = tiktoken_encoding(args.tokenizer, tokenizer_dir(args))
     for kind, ch in (("letters", "a"), ("spaces", " "), ("digits", "7")):
         t = {}
         for n in (10**5, 10**6):
@@ -186,7 +186,7 @@ def cmd_make_jsonl(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", help="shared data folder (default ../shared beside the repository or $MT_SHARED_DIR)")
+    ap.add_argument("--data", default=str(ROOT / "data"), help="the data folder (default: the repository's data/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("throughput")
     p.add_argument("--impl", choices=["tiktoken", "hf"], required=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Prints the mt-train flags of a golden case in cases.json (used by regenerate.sh and by
-tests/tools/golden.bats, so mt-train and make_goldens.py train the same configuration)."""
+"""Prints the mt-train flags of a golden case in cases.json (used by regenerate.sh, so mt-train and
+make_goldens.py train the same configuration; tests/unit/train/test_golden.cpp reads cases.json itself)."""
 import json
 import os
 import sys

@@ -3,10 +3,11 @@
 
 Reads the initial parameters mt writes (`mt-train ... --save-init INIT.h5`), rebuilds the same
 GPT or LLaMA model in PyTorch (fp32, CPU, deterministic, one thread), trains it for the case's
-train_iters steps on mt's Philox mock data with Megatron's loss averaging, grad clipping, LR
-schedule and AdamW, and writes the goldens (step-0 logits, per-step loss / grad norm / LR, the
-tokens and the final parameters) that mt's tests compare against. The spec it follows is in
-README.md next to this file; the cases are in cases.json.
+train_iters steps on a learnable stream drawn from mt's Philox mock data (case_tokens) with
+Megatron's loss averaging, grad clipping, LR schedule and AdamW, and writes the goldens (step-0
+logits, per-step loss / grad norm / LR, the tokens and the final parameters) that mt's tests
+compare against. The spec it follows is in README.md next to this file; the cases are in
+cases.json.
 
     make_goldens.py --case tiny-gpt2 --init INIT.h5 --out GOLDEN.h5
     make_goldens.py --case tiny-gpt2 --random-init INIT.h5   # writes a random init in mt's layout
@@ -232,6 +233,21 @@ def llama_forward(params, tokens, case):
 FORWARD = {"gpt": gpt_forward, "llama": llama_forward}
 
 
+def case_tokens(case, first_sample, num_samples):
+    """Tokens (num_samples, seq_length + 1) of the case's training samples.
+
+    With `data_cycle` (a list of token ids) sample s reads the cycle from the phase its first
+    mock-data token picks: token(s, t) = cycle[(mock(s, 0) + t) % len(cycle)], a stream a model
+    learns within a few steps; without it, the mock-data tokens themselves (chance-level loss).
+    """
+    mock = philox.mock_tokens(case["seed"], case["vocab_size"], case["seq_length"], first_sample, num_samples)
+    if "data_cycle" not in case:
+        return mock
+    cycle = np.array(case["data_cycle"], dtype=np.int64)
+    positions = np.arange(case["seq_length"] + 1, dtype=np.int64)
+    return cycle[(mock[:, :1] + positions[None, :]) % len(cycle)]
+
+
 def learning_rate(case, iteration):
     """LR of 1-based `iteration`: Megatron's OptimizerParamScheduler.get_lr, counted in samples."""
     batch = case["global_batch_size"]
@@ -279,8 +295,7 @@ def train(case, params):
 
     losses, grad_norms, lrs, all_tokens, step0_logits = [], [], [], [], []
     for iteration in range(1, iters + 1):
-        tokens = torch.from_numpy(philox.mock_tokens(
-            case["seed"], case["vocab_size"], seq, (iteration - 1) * batch, batch))
+        tokens = torch.from_numpy(case_tokens(case, (iteration - 1) * batch, batch))
         all_tokens.append(tokens.numpy().astype(np.int32))
         for tensor in tensors:
             tensor.grad = None

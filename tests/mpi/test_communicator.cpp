@@ -48,7 +48,8 @@ class CommEnvironment : public ::testing::Environment {
 
 // ---- typed buffers of small integers: exact in every dtype, so any reduction order is exact ----
 
-const DType kAllTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::bf16, DType::f16};
+// Every dtype whose range holds the test pattern's negative values (so not u8 or u16).
+const DType kAllTypes[] = {DType::f32, DType::f64, DType::i8, DType::i16, DType::i32, DType::i64, DType::bf16, DType::f16};
 const int64_t kCounts[] = {0, 1, 7, 1023};
 
 class Values {
@@ -66,6 +67,9 @@ class Values {
       case DType::bf16: store(p, mt::kernels::fp32_to_bf16_bits(static_cast<float>(v))); break;
       case DType::f16: store(p, mt::kernels::fp32_to_fp16_bits(static_cast<float>(v))); break;
       case DType::u16: store(p, static_cast<uint16_t>(v)); break;
+      case DType::u8: store(p, static_cast<uint8_t>(v)); break;
+      case DType::i8: store(p, static_cast<int8_t>(v)); break;
+      case DType::i16: store(p, static_cast<int16_t>(v)); break;
     }
   }
   double get(int64_t i) const {
@@ -78,6 +82,9 @@ class Values {
       case DType::bf16: return mt::kernels::bf16_bits_to_fp32(load<uint16_t>(p));
       case DType::f16: return mt::kernels::fp16_bits_to_fp32(load<uint16_t>(p));
       case DType::u16: return load<uint16_t>(p);
+      case DType::u8: return load<uint8_t>(p);
+      case DType::i8: return load<int8_t>(p);
+      case DType::i16: return load<int16_t>(p);
     }
     return 0;
   }

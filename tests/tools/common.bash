@@ -23,3 +23,13 @@ run_split() {
 
 # Number of lines in a string (0 for empty).
 line_count() { if [[ -z "$1" ]]; then echo 0; else printf '%s\n' "$1" | wc -l; fi; }
+
+# Skips the test for want of an optional oracle (`skip_without_oracle REASON`), except under
+# MT_REQUIRE_ORACLES=1 (setup.sh test installs every oracle), where the missing oracle fails it.
+skip_without_oracle() {
+  if [[ "${MT_REQUIRE_ORACLES:-}" == 1 ]]; then
+    fail "$1 (MT_REQUIRE_ORACLES=1: a missing oracle is a failure)"
+    return 1
+  fi
+  skip "$1"
+}

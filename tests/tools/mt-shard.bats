@@ -190,11 +190,14 @@ EOF
   [[ $status -eq 2 ]] || fail "--tokenizer-model without a type must be refused: $status $err"
 }
 
-@test "output formats: table by default, csv, jsonl led by the run record" {
+@test "output formats: jsonl led by the run record by default, table, csv" {
   run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/a" --output "$TMP/i.h5"
-  [[ $status -eq 0 && "$out" == "# index"* ]] || fail "$status $out $err"
-  run_split mt-shard inspect "$TMP/i.h5" --format jsonl
+  [[ $status -eq 0 ]] || fail "$status $err"
+  printf '%s\n' "$out" | jq -e -s '.[0].record == "run" and .[1].record == "index"' >/dev/null || fail "$out"
+  run_split mt-shard inspect "$TMP/i.h5"
   printf '%s\n' "$out" | jq -e -s '.[0].record == "run" and .[0].tool == "mt-shard" and .[1].record == "parameters"' >/dev/null || fail "$out"
+  run_split mt-shard build "${COMMON[@]}" --data-path "$TMP/a" --output "$TMP/i.h5" --format table
+  [[ $status -eq 0 && "$out" == "# index"* ]] || fail "$status $out $err"
   run_split mt-shard inspect "$TMP/i.h5" --format csv
   [[ "$out" == *"record,split,requested,samples"* ]] || fail "$out"
 }

@@ -5,13 +5,21 @@
 # ignored, bad input (one-line error with file and line, non-zero exit, nothing written), a
 # killed run leaving no file under a final name, and BPE training.
 
+# Tiny shakespeare as JSONL, one document per speech (the split of data/corpus/SOURCES.md): 7,222
+# documents, made once for the file.
+setup_file() {
+  jq -R -s -c 'split("\n\n")[] | {text: .}' "$BATS_TEST_DIRNAME/../../data/demo/tinyshakespeare.txt" \
+    >"$BATS_FILE_TMPDIR/tinyshakespeare.jsonl"
+}
+
 setup() {
   load common
   mt_load_libs
   TMP="$(mktemp -d)"
-  SHARED="${MT_SHARED_DIR:-$MT_ROOT/../shared}"
-  TOK="$SHARED/data/tokenizers"
-  CORPUS="$SHARED/data/corpus"
+  TOK="$MT_ROOT/data/tokenizers"
+  CORPUS="$MT_ROOT/data/corpus"
+  SHAKESPEARE="$MT_ROOT/data/demo/tinyshakespeare.txt"
+  SHAKESPEARE_JSONL="$BATS_FILE_TMPDIR/tinyshakespeare.jsonl"
   GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$TOK/gpt2/encoder.json" --merge-file "$TOK/gpt2/vocab.bpe")
   LLAMA3=(--tokenizer-type TikTokenizer --tokenizer-model "$TOK/llama3/tokenizer.model")
   CL100K=(--tokenizer-type TikTokenizer --tokenizer-model "$TOK/cl100k_base/cl100k_base.tiktoken")
@@ -65,7 +73,7 @@ summary() { jq -c 'select(.record=="summary")' "$TMP/out.jsonl"; }
 }
 
 @test "preprocessing writes HDF5 and Megatron .bin/.idx that an independent reader agrees with" {
-  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${GPT2[@]}" --output-prefix "$TMP/shake" \
+  mt-tokenize --input "$SHAKESPEARE_JSONL" "${GPT2[@]}" --output-prefix "$TMP/shake" \
     --output-format both --append-eod >"$TMP/out.jsonl"
   jq -e -s '.[0].record == "run"' "$TMP/out.jsonl" >/dev/null || fail "no run record"
   summary | jq -e '.documents == 7222 and .empty_documents == 0 and .sequences == 7222 and .bad_lines == 0 and .replaced == 0 and .tokens > 300000 and .mb_per_s > 0' >/dev/null || fail "$(summary)"
@@ -94,9 +102,9 @@ PY
 }
 
 @test "--workers and several inputs give byte-identical datasets" {
-  head -n 3000 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/a.jsonl"
-  tail -n +3001 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/b.jsonl"
-  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${LLAMA3[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
+  head -n 3000 "$SHAKESPEARE_JSONL" >"$TMP/a.jsonl"
+  tail -n +3001 "$SHAKESPEARE_JSONL" >"$TMP/b.jsonl"
+  mt-tokenize --input "$SHAKESPEARE_JSONL" "${LLAMA3[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
   mt-tokenize --input "$TMP/a.jsonl" "$TMP/b.jsonl" "${LLAMA3[@]}" --output-prefix "$TMP/two" --output-format both --workers 2 >"$TMP/out.jsonl"
   summary | jq -e '.workers == 2 and .documents == 7222' >/dev/null || fail "$(summary)"
   for ext in h5 bin idx; do
@@ -105,9 +113,9 @@ PY
 }
 
 @test "merge: tokenizing files apart and merging equals one run; mismatched tokenizers are refused" {
-  head -n 3000 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/a.jsonl"
-  tail -n +3001 "$CORPUS/tinyshakespeare.jsonl" >"$TMP/b.jsonl"
-  mt-tokenize --input "$CORPUS/tinyshakespeare.jsonl" "${GPT2[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
+  head -n 3000 "$SHAKESPEARE_JSONL" >"$TMP/a.jsonl"
+  tail -n +3001 "$SHAKESPEARE_JSONL" >"$TMP/b.jsonl"
+  mt-tokenize --input "$SHAKESPEARE_JSONL" "${GPT2[@]}" --output-prefix "$TMP/one" --output-format both >/dev/null
   mt-tokenize --input "$TMP/a.jsonl" "${GPT2[@]}" --output-prefix "$TMP/a" --output-format both >/dev/null
   mt-tokenize --input "$TMP/b.jsonl" "${GPT2[@]}" --output-prefix "$TMP/b" --output-format both >/dev/null
   mt-tokenize merge --input "$TMP/a_text_document" "$TMP/b_text_document.h5" --output-prefix "$TMP/merged" --output-format both >"$TMP/out.jsonl"
@@ -140,6 +148,8 @@ PY
   mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --output-prefix "$TMP/r" >"$TMP/out.jsonl"
   summary | jq -e '.replaced == 2' >/dev/null || fail "$(summary)"
   run_split mt-tokenize encode --input "$TMP/in.jsonl" "${GPT2[@]}"
+  # U+FFFD is GPT-2 token 4210 (the byte characters of its UTF-8 EF BF BD); a, b, c, d are 64..67
+  [[ $status -eq 0 && "$out" == $'64 4210 65\n66 4210 67' ]] || fail "encode: exit $status: $out $err"
   run_split bash -c "mt-tokenize encode --input '$TMP/in.jsonl' ${GPT2[*]} | mt-tokenize decode ${GPT2[*]}"
   [[ "$out" == $'{"text":"a\xef\xbf\xbdb"}\n{"text":"c\xef\xbf\xbdd"}' ]] || fail "$out"
 }
@@ -184,7 +194,7 @@ PY
   mt-tokenize --input - "${GPT2[@]}" --output-prefix "$TMP/killed" --output-format both <"$TMP/fifo" >/dev/null 2>&1 &
   local pid=$!
   exec 7>"$TMP/fifo"  # bats itself uses descriptor 3
-  head -n 2000 "$CORPUS/tinyshakespeare.jsonl" >&7
+  head -n 2000 "$SHAKESPEARE_JSONL" >&7
   sleep 1
   kill -9 "$pid"
   exec 7>&-
@@ -195,8 +205,8 @@ PY
 }
 
 @test "train learns a BPE vocabulary that encodes held-out text and round-trips" {
-  head -n 30000 "$CORPUS/tinyshakespeare.txt" >"$TMP/train.txt"
-  tail -n 5000 "$CORPUS/tinyshakespeare.txt" >"$TMP/heldout.txt"
+  head -n 30000 "$SHAKESPEARE" >"$TMP/train.txt"
+  tail -n 5000 "$SHAKESPEARE" >"$TMP/heldout.txt"
   mt-tokenize train --raw --input "$TMP/train.txt" --vocab-size 1000 --output-dir "$TMP/bpe" >"$TMP/out.jsonl"
   summary | jq -e '.vocab_size == 1000 and .merges == 743' >/dev/null || fail "$(summary)"
   local flags=(--tokenizer-type GPT2BPETokenizer --vocab-file "$TMP/bpe/encoder.json" --merge-file "$TMP/bpe/vocab.bpe")

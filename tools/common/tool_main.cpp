@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "core/version.h"
 #include "io/hdf5_info.h"
+#include "tools/common/signals.h"
 
 namespace mt::tools {
 namespace {
@@ -68,11 +69,11 @@ ToolCli::ToolCli(std::string name, std::string description) : name_(name), app_(
   app_.set_help_flag("-h,--help", "Print this help and exit");
 }
 
-void ToolCli::add_output_format(CLI::App& command, OutputFormat default_format) {
-  format_name_ = format_name(default_format);
-  command.add_option("--format", format_name_, "Output format of the records on stdout")
-      ->check(CLI::IsMember({"table", "json", "jsonl", "csv"}))
-      ->capture_default_str();
+void ToolCli::add_output_format(CLI::App& command) {
+  format_name_ = format_name(OutputFormat::jsonl);
+  static const FlagSpec format =
+      text_flag("--format", "Output format of the records on stdout", {"table", "json", "jsonl", "csv"});
+  add_flag(command, format, format_name_)->capture_default_str();
   command.add_flag("--json", json_, "Shorthand for --format json");
 }
 
@@ -127,6 +128,8 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
     } catch (const CLI::CallForVersion&) {
       std::fputs((version_text(name) + "\n").c_str(), stdout);
       return 0;
+    } catch (const CLI::ValidationError& e) {
+      return report_error(name, e.what(), 2);  // flags.h wrote it: "--workers: must be at least 1 (got 0)"
     } catch (const CLI::ParseError& e) {
       std::string message = e.what();
       for (char& c : message) if (c == '\n') c = ' ';
@@ -137,6 +140,7 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
     if (comm::MpiRuntime::size() > 1) log::set_rank_prefix("[rank " + std::to_string(comm::MpiRuntime::rank()) + "] ");
     configure_threads();
     backend::cpu_isa();  // a bad MT_CPU_ISA is a usage error before any work starts
+    handle_signals(name, SignalMode::immediate);
     code = run(cli);
   } catch (const Error& e) {
     code = report_error(name, e.what(), static_cast<int>(e.code()));
@@ -156,8 +160,16 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
 
 namespace mt::tools {
 
-void job_not_built(const std::string& job, int issue) {
-  throw Error(job, issue ? "not built yet (lands with issue #" + std::to_string(issue) + ")" : "not built yet");
+int not_built_main(int argc, char** argv, const std::string& name, const std::string& job, const std::string& will_do,
+                   int issue) {
+  const std::string lands = "not built yet (lands with issue #" + std::to_string(issue) + ")";
+  return tool_main(
+      argc, argv, name, name + " is " + lands + ": it will " + will_do + ". Until then it only says so and exits 1.",
+      [](ToolCli& cli) {
+        cli.app().allow_extras();  // every argument gets the same answer
+        cli.app().footer("Any arguments other than --help and --version exit 1 with \"not built yet\".");
+      },
+      [&](ToolCli&) -> int { throw Error(job, lands); });
 }
 
 }  // namespace mt::tools

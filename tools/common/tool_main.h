@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/common/flags.h"
 #include "tools/common/records.h"
 
 namespace mt::tools {
@@ -19,8 +20,9 @@ class ToolCli {
   ToolCli(std::string name, std::string description);
   CLI::App& app() { return app_; }
   const std::string& name() const { return name_; }
-  // Registers --format table|json|jsonl|csv and --json (= --format json) on `command`.
-  void add_output_format(CLI::App& command, OutputFormat default_format);
+  // Registers --format table|json|jsonl|csv and --json (= --format json) on `command`. Records on
+  // stdout are JSONL by default in every tool (tables on request).
+  void add_output_format(CLI::App& command);
   OutputFormat output_format() const;
   const std::vector<std::string>& argv() const { return argv_; }
   void set_argv(std::vector<std::string> argv) { argv_ = std::move(argv); }
@@ -45,8 +47,11 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
 
 namespace mt::tools {
 
-// For a tool whose job has not landed: says so on stderr (exit 1) instead of printing anything
-// made up. `job` names the capability, `issue` (when non-zero) the issue that brings it.
-[[noreturn]] void job_not_built(const std::string& job, int issue = 0);
+// The main of a tool whose job has not landed: --help says it is not built yet (and what it will
+// do, and which issue brings it), --version works, and any other arguments give one line on
+// stderr, "<name>: error: <job>: not built yet (lands with issue #N)", exit 1 and nothing on
+// stdout, instead of parsing flags of features that do not exist.
+int not_built_main(int argc, char** argv, const std::string& name, const std::string& job,
+                   const std::string& will_do, int issue);
 
 }  // namespace mt::tools

@@ -1,10 +1,9 @@
-// mt-memreport: Per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL.
-// Conventions tested by tests/tools/conventions.bats.
+// mt-memreport: not built yet (issue 15 brings per-rank memory: weights, grads, optimizer and
+// activations from config flags or mt-train's JSONL). Conventions tested by tests/tools/conventions.bats.
 #include "tools/common/tool_main.h"
 
 int main(int argc, char** argv) {
-  return mt::tools::tool_main(
-      argc, argv, "mt-memreport", "Per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL.",
-      [](mt::tools::ToolCli&) {},
-      [](mt::tools::ToolCli&) -> int { mt::tools::job_not_built("memory reporting"); });
+  return mt::tools::not_built_main(
+      argc, argv, "mt-memreport", "memory reporting",
+      "report per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL", 15);
 }

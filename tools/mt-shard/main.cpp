@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
-#include "tools/common/data_flags.h"
-#include "tools/common/tool_main.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/gpt_dataset.h"
 #include "text/tokenizer.h"
+#include "tools/common/flags.h"
+#include "tools/common/tool_main.h"
 
 namespace {
 
@@ -27,7 +27,7 @@ struct BuildOptions {
   int64_t seq_length = 0;
   int64_t seed = 1234;
   int64_t train_samples = 0, train_iters = 0, global_batch_size = 1, eval_interval = 1000, eval_iters = 100;
-  std::string output, data_cache_path;
+  std::string output;
 };
 
 struct InspectOptions {
@@ -58,14 +58,15 @@ mt::data::DataConfig data_config(const BuildOptions& o) {
 }
 
 int run_build(mt::tools::ToolCli& cli, const BuildOptions& o) {
-  if (!o.output.empty() && !o.data_cache_path.empty())
+  if (!o.output.empty() && !o.paths.data_cache_path.empty())
     throw mt::UsageError("--output", "conflicts with --data-cache-path");
   const mt::data::DataConfig data = data_config(o);
   std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
   const std::string path =
       !o.output.empty()
           ? o.output
-          : (std::filesystem::path(o.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.data_cache_path) /
+          : (std::filesystem::path(o.paths.data_cache_path.empty() ? mt::data::default_cache_dir(data)
+                                                                  : o.paths.data_cache_path) /
              mt::data::index_file_name(data))
                 .string();
   const auto start = std::chrono::steady_clock::now();
@@ -147,7 +148,7 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
                         {"dataset", d},
                         {"prefix", index.datasets[d].value("prefix", std::string())},
                         {"format", dataset.format() == mt::data::TokenDatasetFormat::hdf5 ? "hdf5" : "megatron"},
-                        {"dtype", std::string(mt::data::dtype_name(dataset.dtype()))},
+                        {"dtype", std::string(mt::dtype_name(dataset.dtype()))},
                         {"documents", dataset.document_count()},
                         {"sequences", dataset.sequence_count()},
                         {"tokens", dataset.token_count()},
@@ -213,9 +214,7 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
   if (o.show_samples > 0) {
     const auto split = o.show_split == "train"   ? mt::data::Split::train
                        : o.show_split == "valid" ? mt::data::Split::valid
-                       : o.show_split == "test"
-                           ? mt::data::Split::test
-                           : throw mt::UsageError("--show-split " + o.show_split, "train, valid or test");
+                                                 : mt::data::Split::test;
     const int64_t seq_length = index.parameters.value("seq_length", int64_t{0});
     std::unique_ptr<mt::text::Tokenizer> tokenizer;
     if (!o.tokenizer.type.empty()) {
@@ -280,21 +279,24 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   o.build_command = build;
   build->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   mt::tools::add_data_path_flags(*build, b.paths);
-  build->add_option("--seq-length", b.seq_length, "Tokens per sample (each sample reads seq-length + 1)")->required();
-  build->add_option("--seed", b.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
-  build->add_option("--train-samples", b.train_samples, "Training samples (or --train-iters)");
-  build->add_option("--train-iters", b.train_iters, "Training iterations: train samples = iters x global batch");
-  build->add_option("--global-batch-size", b.global_batch_size, "Samples per iteration")->capture_default_str();
-  build
-      ->add_option("--eval-interval", b.eval_interval,
-                   "Iterations between evaluations: valid samples = (iters / interval + 1) x eval-iters x gbs")
+  mt::tools::add_flag(*build, "--seq-length", b.seq_length, "Tokens per sample (each sample reads seq-length + 1)")
+      ->required();
+  mt::tools::add_flag(*build, "--seed", b.seed, "Seed of the shuffles (numpy RandomState)")->capture_default_str();
+  mt::tools::add_flag(*build, "--train-samples", b.train_samples, "Training samples (or --train-iters)");
+  mt::tools::add_flag(*build, "--train-iters", b.train_iters,
+                      "Training iterations: train samples = iters x global batch");
+  mt::tools::add_flag(*build, "--global-batch-size", b.global_batch_size, "Samples per iteration")
       ->capture_default_str();
-  build->add_option("--eval-iters", b.eval_iters, "Batches per evaluation (and test samples = eval-iters x gbs)")
+  mt::tools::add_flag(*build, "--eval-interval", b.eval_interval,
+                      "Iterations between evaluations: valid samples = (iters / interval + 1) x eval-iters x gbs")
       ->capture_default_str();
-  build->add_option("--output", b.output, "Index file to write (default: the cache directory's md5-named file)");
-  build->add_option("--data-cache-path", b.data_cache_path,
-                    "Directory of md5-named indices, as mt-train's (default PREFIX/cache/GPTDataset_indices)");
-  cli.add_output_format(*build, mt::tools::OutputFormat::table);
+  mt::tools::add_flag(*build, "--eval-iters", b.eval_iters,
+                      "Batches per evaluation (and test samples = eval-iters x gbs)")
+      ->capture_default_str();
+  static const mt::tools::FlagSpec output =
+      mt::tools::text_flag("--output", "Index file to write (default: the cache directory's md5-named file)");
+  mt::tools::add_flag(*build, output, b.output);
+  cli.add_output_format(*build);
 
   InspectOptions& i = o.inspect;
   CLI::App* inspect = app.add_subcommand("inspect",
@@ -303,41 +305,37 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   o.inspect_command = inspect;
   inspect->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   inspect->add_option("index", i.index, "Sample index file (HDF5)")->required();
-  inspect->add_option("--show-samples", i.show_samples, "Print the tokens of this many samples")->capture_default_str();
-  inspect->add_option("--show-split", i.show_split, "Split of the shown samples: train, valid or test")
+  using mt::tools::FlagSpec;
+  using mt::tools::integer_flag;
+  using mt::tools::text_flag;
+  static const FlagSpec show_samples =
+      integer_flag("--show-samples", "Print the tokens of this many samples", mt::tools::at_least(0));
+  static const FlagSpec show_split =
+      text_flag("--show-split", "Split of the shown samples", {"train", "valid", "test"});
+  static const FlagSpec consumed =
+      integer_flag("--consumed-samples", "Samples consumed before the shown ones (resume)", mt::tools::at_least(0));
+  static const FlagSpec dp_size =
+      integer_flag("--data-parallel-size", "Data-parallel ranks of the sampler", mt::tools::at_least(1));
+  static const FlagSpec dp_rank =
+      integer_flag("--data-parallel-rank", "The rank whose samples are shown", mt::tools::at_least(0));
+  mt::tools::add_flag(*inspect, show_samples, i.show_samples)->capture_default_str();
+  mt::tools::add_flag(*inspect, show_split, i.show_split)->capture_default_str();
+  mt::tools::add_flag(*inspect, consumed, i.consumed_samples)->capture_default_str();
+  mt::tools::add_flag(*inspect, "--micro-batch-size", i.micro_batch_size, "Micro-batch size of the sampler")
       ->capture_default_str();
-  inspect->add_option("--consumed-samples", i.consumed_samples, "Samples consumed before the shown ones (resume)")
-      ->capture_default_str();
-  inspect->add_option("--micro-batch-size", i.micro_batch_size, "Micro-batch size of the sampler")
-      ->capture_default_str();
-  inspect->add_option("--data-parallel-size", i.data_parallel_size, "Data-parallel ranks of the sampler")
-      ->capture_default_str();
-  inspect->add_option("--data-parallel-rank", i.data_parallel_rank, "The rank whose samples are shown")
-      ->capture_default_str();
-  auto* t = "Decoding the shown samples";
-  inspect->add_option("--tokenizer-type", i.tokenizer.type, "GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer")
-      ->check(CLI::IsMember({"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}))
-      ->group(t);
-  inspect->add_option("--vocab-file", i.tokenizer.vocab_file, "GPT2BPETokenizer: encoder.json")->group(t);
-  inspect->add_option("--merge-file", i.tokenizer.merge_file, "GPT2BPETokenizer: vocab.bpe")->group(t);
-  inspect->add_option("--tokenizer-model", i.tokenizer.tokenizer_model,
-                      "TikTokenizer: tiktoken rank file or Megatron's JSON; HuggingFaceTokenizer: tokenizer.json")
-      ->group(t);
-  inspect->add_option("--tiktoken-num-special-tokens", i.tokenizer.tiktoken_num_special_tokens,
-                      "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
-      ->group(t)
-      ->capture_default_str();
-  cli.add_output_format(*inspect, mt::tools::OutputFormat::table);
+  mt::tools::add_flag(*inspect, dp_size, i.data_parallel_size)->capture_default_str();
+  mt::tools::add_flag(*inspect, dp_rank, i.data_parallel_rank)->capture_default_str();
+  mt::tools::add_tokenizer_flags(*inspect, i.tokenizer, false, "Decoding the shown samples");
+  cli.add_output_format(*inspect);
 }
 
 int run(mt::tools::ToolCli& cli, Options& o) {
   if (o.build_command->parsed()) return run_build(cli, o.build);
   if (!o.inspect_command->parsed()) throw mt::UsageError("subcommand", "build or inspect is required (see mt-shard --help)");
   const InspectOptions& i = o.inspect;
-  if (i.micro_batch_size <= 0 || i.data_parallel_size <= 0 || i.data_parallel_rank < 0 ||
-      i.data_parallel_rank >= i.data_parallel_size || i.consumed_samples < 0 || i.show_samples < 0) {
-    throw mt::UsageError("--micro-batch-size/--data-parallel-size/--data-parallel-rank",
-                         "need positive sizes and 0 <= rank < size");
+  if (i.data_parallel_rank >= i.data_parallel_size) {
+    throw mt::UsageError("--data-parallel-rank " + std::to_string(i.data_parallel_rank),
+                         "must be below --data-parallel-size " + std::to_string(i.data_parallel_size));
   }
   const bool tokenizer_flags = o.inspect_command->count("--vocab-file") + o.inspect_command->count("--merge-file") +
                                    o.inspect_command->count("--tokenizer-model") +

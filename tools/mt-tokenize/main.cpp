@@ -17,13 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/common/tool_main.h"
 #include "core/error.h"
 #include "core/input_file.h"
 #include "text/bpe_trainer.h"
 #include "text/pretokenize.h"
 #include "text/preprocess.h"
 #include "text/tokenizer.h"
+#include "tools/common/flags.h"
+#include "tools/common/tool_main.h"
 
 namespace {
 
@@ -50,38 +51,37 @@ struct TokenizeOptions {
   std::string pattern = "gpt2";
 };
 
-void add_tokenizer_options(CLI::App& app, mt::text::TokenizerOptions& options, bool required) {
-  auto* type = app.add_option("--tokenizer-type", options.type, "GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer")
-                   ->check(CLI::IsMember({"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}));
-  if (required) type->required();
-  app.add_option("--vocab-file", options.vocab_file, "GPT2BPETokenizer: encoder.json");
-  app.add_option("--merge-file", options.merge_file, "GPT2BPETokenizer: vocab.bpe");
-  app.add_option("--tokenizer-model", options.tokenizer_model,
-                 "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
-                 "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json");
-  app.add_option("--tiktoken-pattern", options.tiktoken_pattern,
-                 "TikTokenizer pre-tokenizer: v1 or v2 (Megatron's patterns); default: the file's own")
-      ->check(CLI::IsMember({"v1", "v2"}));
-  app.add_option("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens,
-                 "Megatron TikTokenizer JSON: special ids placed before the vocabulary")
-      ->capture_default_str();
-  app.add_flag("--tokenizer-hf-no-include-special-tokens{false}", options.include_special_tokens,
-               "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
-               "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron");
-}
+// mt-tokenize's own flags (Megatron's preprocess_data spellings where it has them).
+namespace flag {
+using mt::tools::FlagSpec;
+using mt::tools::integer_flag;
+using mt::tools::list_flag;
+using mt::tools::text_flag;
+const FlagSpec input = list_flag("--input", "Input files, read one after another ('-' = stdin)");
+const FlagSpec workers =
+    integer_flag("--workers", "Tokenizing threads; output is identical for every count", mt::tools::at_least(1));
+const FlagSpec max_line_bytes = integer_flag("--max-line-bytes", "Longest input line accepted", mt::tools::at_least(1));
+const FlagSpec partitions =
+    integer_flag("--partitions", "Reserved (Megatron's input partitions): only 1 for now", mt::tools::at_least(1));
+const FlagSpec log_interval =
+    integer_flag("--log-interval", "Progress line on stderr every N documents (0: none)", mt::tools::at_least(0));
+const FlagSpec output_format =
+    text_flag("--output-format", "hdf5, megatron (.bin/.idx) or both", {"hdf5", "megatron", "both"});
+const FlagSpec ids_format =
+    text_flag("--format", "Ids as space-separated text or a JSON array per line", {"text", "jsonl"});
+const FlagSpec vocab_size =
+    integer_flag("--vocab-size", "Vocabulary size, special token included", mt::tools::between(1, 2147483648.0L));
+const FlagSpec min_frequency =
+    integer_flag("--min-frequency", "Least count of a pair to merge", mt::tools::at_least(0));
+const FlagSpec pattern = text_flag("--pattern", "Pre-tokenizer", {"gpt2", "cl100k"});
+}  // namespace flag
 
 void add_input_options(CLI::App& app, TokenizeOptions& options, const std::string& default_input) {
-  app.add_option("--input", options.inputs, "Input files, read one after another ('-' = stdin)")
-      ->expected(1, -1)
-      ->default_str(default_input);
-  app.add_option("--workers", options.workers, "Tokenizing threads; output is identical for every count")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  mt::tools::add_flag(app, flag::input, options.inputs)->expected(1, -1)->default_str(default_input);
+  mt::tools::add_flag(app, flag::workers, options.workers)->capture_default_str();
   app.add_flag("--allow-special", options.allow_special,
                "Turn special-token text (e.g. <|endoftext|>) into its id; by default it is ordinary text");
-  app.add_option("--max-line-bytes", options.max_line_bytes, "Longest input line accepted")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  mt::tools::add_flag(app, flag::max_line_bytes, options.max_line_bytes)->capture_default_str();
 }
 
 mt::text::LineInputOptions line_input(const TokenizeOptions& options) {
@@ -364,37 +364,33 @@ int main(int argc, char** argv) {
       [&](mt::tools::ToolCli& cli) {
         CLI::App& app = cli.app();
         app.require_subcommand(0, 1);
-        add_tokenizer_options(app, options.tokenizer, false);
+        mt::tools::add_tokenizer_flags(app, options.tokenizer, false);
+        mt::tools::add_tokenizer_encoding_flags(app, options.tokenizer);
         add_input_options(app, options, "");
         app.add_option("--json-keys", options.json_keys, "Keys whose values are tokenized, one dataset each")
             ->expected(1, -1)
             ->default_str("text");
         app.add_option("--output-prefix", options.output_prefix, "Output path prefix: <prefix>_<key>_document.{h5,bin,idx}");
-        app.add_option("--output-format", options.output_format, "hdf5, megatron (.bin/.idx) or both")
-            ->check(CLI::IsMember({"hdf5", "megatron", "both"}))
-            ->capture_default_str();
+        mt::tools::add_flag(app, flag::output_format, options.output_format)->capture_default_str();
         app.add_flag("--append-eod", options.append_eod, "Append the end-of-document id to every document with tokens");
         app.add_flag("--skip-bad-lines", options.skip_bad_lines, "Count and skip malformed lines instead of failing");
         app.add_flag("--split-sentences", options.split_sentences, "Reserved (Megatron's NLTK splitting): refused until implemented");
         app.add_flag("--keep-newlines", options.keep_newlines, "Reserved with --split-sentences: refused until implemented");
-        app.add_option("--partitions", options.partitions, "Reserved (Megatron's input partitions): only 1 for now")
-            ->capture_default_str();
-        app.add_option("--log-interval", options.log_interval, "Progress line on stderr every N documents (0: none)")
-            ->capture_default_str();
-        cli.add_output_format(app, mt::tools::OutputFormat::jsonl);
+        mt::tools::add_flag(app, flag::partitions, options.partitions)->capture_default_str();
+        mt::tools::add_flag(app, flag::log_interval, options.log_interval)->capture_default_str();
+        cli.add_output_format(app);
 
         encode = app.add_subcommand("encode", "Text to ids: one line of ids per document (JSONL line, or the whole --raw input)");
-        add_tokenizer_options(*encode, options.tokenizer, true);
+        mt::tools::add_tokenizer_flags(*encode, options.tokenizer, true);
+        mt::tools::add_tokenizer_encoding_flags(*encode, options.tokenizer);
         add_input_options(*encode, options, "-");
         encode->add_flag("--raw", options.raw, "The input is plain text, one document");
         encode->add_option("--json-keys", options.json_keys, "The key to tokenize (one)")->default_str("text");
         encode->add_flag("--skip-bad-lines", options.skip_bad_lines, "Skip malformed lines instead of failing");
-        encode->add_option("--format", options.ids_format, "Ids as space-separated text or a JSON array per line")
-            ->check(CLI::IsMember({"text", "jsonl"}))
-            ->capture_default_str();
+        mt::tools::add_flag(*encode, flag::ids_format, options.ids_format)->capture_default_str();
 
         decode = app.add_subcommand("decode", "Ids to text: each input line of ids (text or a JSON array) to {\"text\": ...}");
-        add_tokenizer_options(*decode, options.tokenizer, true);
+        mt::tools::add_tokenizer_flags(*decode, options.tokenizer, true);
         decode->add_option("--input", options.inputs, "Files of ids ('-' = stdin)")->expected(1, -1)->default_str("-");
         decode->add_flag("--raw", options.raw, "Write the decoded text only, documents back to back");
 
@@ -405,13 +401,11 @@ int main(int argc, char** argv) {
         train->add_flag("--raw", options.raw, "The inputs are plain text");
         train->add_option("--json-keys", options.json_keys, "The key holding the text (one)")->default_str("text");
         train->add_flag("--skip-bad-lines", options.skip_bad_lines, "Skip malformed lines instead of failing");
-        train->add_option("--vocab-size", options.vocab_size, "Vocabulary size, special token included")->required();
-        train->add_option("--min-frequency", options.min_frequency, "Least count of a pair to merge")->capture_default_str();
-        train->add_option("--pattern", options.pattern, "Pre-tokenizer: gpt2 or cl100k")
-            ->check(CLI::IsMember({"gpt2", "cl100k"}))
-            ->capture_default_str();
+        mt::tools::add_flag(*train, flag::vocab_size, options.vocab_size)->required();
+        mt::tools::add_flag(*train, flag::min_frequency, options.min_frequency)->capture_default_str();
+        mt::tools::add_flag(*train, flag::pattern, options.pattern)->capture_default_str();
         train->add_option("--output-dir", options.output_dir, "Directory for encoder.json and vocab.bpe")->required();
-        cli.add_output_format(*train, mt::tools::OutputFormat::jsonl);
+        cli.add_output_format(*train);
 
         merge = app.add_subcommand("merge", "Concatenate token datasets (Megatron's merge_datasets.py): tokenizing "
                                             "files apart and merging equals tokenizing them in one run");
@@ -419,11 +413,10 @@ int main(int argc, char** argv) {
             ->expected(1, -1)
             ->required();
         merge->add_option("--output-prefix", options.output_prefix, "Output: <prefix>.h5 and/or .bin/.idx")->required();
-        merge->add_option("--output-format", options.output_format, "hdf5, megatron (.bin/.idx) or both")
-            ->check(CLI::IsMember({"hdf5", "megatron", "both"}))
-            ->capture_default_str();
-        merge->add_option("--vocab-size", options.vocab_size, "Needed when every input is .bin/.idx (they record none)");
-        cli.add_output_format(*merge, mt::tools::OutputFormat::jsonl);
+        mt::tools::add_flag(*merge, flag::output_format, options.output_format)->capture_default_str();
+        mt::tools::add_flag(*merge, flag::vocab_size, options.vocab_size,
+                            "Needed when every input is .bin/.idx (they record none)");
+        cli.add_output_format(*merge);
       },
       [&](mt::tools::ToolCli& cli) -> int {
         if ((encode->parsed() || decode->parsed()) && options.inputs.empty()) options.inputs = {"-"};

@@ -25,7 +25,6 @@ Texts are encoded with encode_special_tokens=True (special-token text stays text
 import argparse
 import base64
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -127,12 +126,11 @@ def texts_to_encode():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", default=os.environ.get("MT_SHARED_DIR", str(ROOT.parent / "shared")),
-                    help="the shared data folder (default: ../shared beside the repository, or $MT_SHARED_DIR)")
+    ap.add_argument("--data", default=str(ROOT / "data"), help="the data folder (default: the repository's data/)")
     ap.add_argument("--out", default=str(HERE), help="output folder (default: this script's folder)")
     ap.add_argument("--llama3-ranks", type=int, default=2048, help="ranks of LLaMA-3 in the small fixture")
     args, _ = ap.parse_known_args()  # regenerate.sh passes make_token_goldens.py's options too
-    tok_dir, out = Path(args.shared) / "data/tokenizers", Path(args.out)
+    tok_dir, out = Path(args.data) / "tokenizers", Path(args.out)
 
     with open(tok_dir / "gpt2-hf/tokenizer.json", encoding="utf-8") as f:
         gpt2 = json.load(f)

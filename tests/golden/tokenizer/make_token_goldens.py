@@ -2,7 +2,7 @@
 """Golden token ids for mt's tokenizers, from the reference implementations.
 
 Writes, next to this script (or --out DIR), JSONL files of the ids that the references give for
-  edge_cases.jsonl   ../shared/data/corpus/edge_cases.jsonl plus a few cases of our own (some with
+  edge_cases.jsonl   data/corpus/edge_cases.jsonl plus a few cases of our own (some with
                      "allow_special": true, i.e. special-token text becomes its id)
   testvectors.jsonl  llama.cpp's 46 tokenizer test strings (with llama.cpp's expected ids)
   random_NN.jsonl    ~10,000 seeded random strings of code points assigned in Unicode 15.0.0
@@ -18,13 +18,16 @@ downloads anything):
 Every string is encoded without special tokens (tiktoken encode_ordinary; HF with
 encode_special_tokens=True) unless its record says "allow_special": true.
 
+The tokenizer files and corpora are the repository's data/ (data/tokenizers, data/corpus and
+data/demo/tinyshakespeare.txt); the JSONL corpora tinyshakespeare.jsonl and war_and_peace.jsonl are
+those texts split by the rules of data/corpus/SOURCES.md (corpus_documents below).
 Run by regenerate.sh (which makes a venv with the pinned versions); see README.md.
 """
 import argparse
 import bisect
 import json
-import os
 import random
+import re
 import struct
 import sys
 import time
@@ -404,18 +407,34 @@ def variant_examples(records, refs, limit=12):
     return out
 
 
+def corpus_documents(data, name):
+    """The documents of corpus `name`: a .txt is one document; the .jsonl corpora are texts split by
+    the rules of data/corpus/SOURCES.md (tests/unit/text/test_tokenizer_golden.cpp does the same)."""
+    shakespeare = (data / "demo/tinyshakespeare.txt").read_bytes().decode("utf-8")
+    war_and_peace = (data / "corpus/war_and_peace_pg2600.txt").read_bytes().decode("utf-8")
+    if name == "tinyshakespeare.txt":
+        return [shakespeare]
+    if name == "war_and_peace_pg2600.txt":
+        return [war_and_peace]
+    if name == "tinyshakespeare.jsonl":  # one document per speech; the blank line belongs to neither
+        return shakespeare.split("\n\n")
+    if name == "war_and_peace.jsonl":  # one document per chapter: cut before each CHAPTER heading
+        cuts = [0] + [m.start() for m in re.finditer(r"\r\nCHAPTER [IVXLC]+\r\n", war_and_peace)] + [len(war_and_peace)]
+        return [war_and_peace[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+    raise ValueError("unknown corpus " + name)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", default=os.environ.get("MT_SHARED_DIR", str(ROOT.parent / "shared")),
-                    help="the shared data folder (default: ../shared beside the repository, or $MT_SHARED_DIR)")
+    ap.add_argument("--data", default=str(ROOT / "data"), help="the data folder (default: the repository's data/)")
     ap.add_argument("--ucd", default="/usr/share/unicode", help="Unicode 15.0.0 UCD (Debian unicode-data)")
     ap.add_argument("--out", default=str(HERE), help="output folder (default: this script's folder)")
     ap.add_argument("--seed", type=int, default=20260415)
     ap.add_argument("--random-count", type=int, default=10000)
     ap.add_argument("--random-per-file", type=int, default=2500)
     args = ap.parse_args()
-    shared, out = Path(args.shared), Path(args.out)
-    tok_dir, corpus_dir = shared / "data/tokenizers", shared / "data/corpus"
+    data, out = Path(args.data), Path(args.out)
+    tok_dir, corpus_dir = data / "tokenizers", data / "corpus"
     out.mkdir(parents=True, exist_ok=True)
     refs = References(tok_dir)
     meta = {"generator": "tests/golden/tokenizer/make_token_goldens.py", "tiktoken": tiktoken.__version__,
@@ -424,7 +443,7 @@ def main():
             "disagreements": {}}
     t0 = time.time()
 
-    # Edge cases: the shared file, then ours.
+    # Edge cases: data/corpus/edge_cases.jsonl, then ours.
     edge = []
     for line in (corpus_dir / "edge_cases.jsonl").read_text(encoding="utf-8").splitlines():
         case = json.loads(line)
@@ -495,10 +514,7 @@ def main():
     # Big corpora: per document id count + FNV-1a 64.
     corpora = []
     for fname in ("tinyshakespeare.jsonl", "war_and_peace.jsonl", "tinyshakespeare.txt", "war_and_peace_pg2600.txt"):
-        if fname.endswith(".jsonl"):
-            docs = [json.loads(l)["text"] for l in (corpus_dir / fname).read_text(encoding="utf-8").splitlines()]
-        else:
-            docs = [(corpus_dir / fname).read_bytes().decode("utf-8")]
+        docs = corpus_documents(data, fname)
         assert all(tiktoken_text(t) == t for t in docs), fname
         ids = {ref: refs.encode_batch(ref, docs) for ref in REFS}
         for i, text in enumerate(docs):

@@ -2,8 +2,8 @@
 # Regenerates the committed tokenizer goldens (tests/golden/tokenizer/*.jsonl, meta.json, and the
 # post-processor template goldens and fixtures): makes a venv with the pinned tiktoken and HF
 # tokenizers from PyPI, then runs make_token_goldens.py and make_template_goldens.py, which
-# reads the tokenizer files and corpora from ../shared/data beside the repository ($MT_SHARED_DIR
-# overrides) and the Unicode 15.0.0 UCD from Debian's unicode-data (/usr/share/unicode).
+# read the tokenizer files and corpora from the repository's data/ and the Unicode 15.0.0 UCD from
+# Debian's unicode-data (/usr/share/unicode).
 # Usage: tests/golden/tokenizer/regenerate.sh [make_token_goldens.py options]
 # Env: MT_TOKEN_VENV (venv folder, default a temporary one, removed afterwards).
 set -euo pipefail

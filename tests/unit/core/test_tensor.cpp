@@ -1,4 +1,5 @@
-// Tensor: owning and viewing storage, typed access checks, row views, byte accounting.
+// Tensor: owning and viewing storage, typed access checks, row views, byte accounting; the one
+// DType list (core/dtype.h): sizes, numpy names, integer kinds.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -13,7 +14,7 @@ TEST(Tensor, OwningZerosAndByteCounter) {
     EXPECT_TRUE(t.owns_storage());
     EXPECT_EQ(t.numel(), 15);
     EXPECT_EQ(t.bytes(), 60);
-    EXPECT_EQ(t.describe(), "f32[3, 5]");
+    EXPECT_EQ(t.describe(), "float32[3, 5]");
     for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.data<float>()[i], 0.0f);
     EXPECT_EQ(counter.current, 64);  // rounded up to 64-byte lines
     Tensor copy = t;                 // shares storage
@@ -38,11 +39,34 @@ TEST(Tensor, ViewsRowsAndTypeChecks) {
   EXPECT_THROW(bits.data<float>(), Error);
 }
 
+TEST(DType, SizesNamesAndKinds) {
+  struct Expected {
+    DType dtype;
+    size_t size;
+    const char* name;
+    bool integer;
+  };
+  const Expected all[] = {{DType::f32, 4, "float32", false}, {DType::bf16, 2, "bfloat16", false},
+                          {DType::f16, 2, "float16", false}, {DType::f64, 8, "float64", false},
+                          {DType::u8, 1, "uint8", true},     {DType::i8, 1, "int8", true},
+                          {DType::i16, 2, "int16", true},    {DType::u16, 2, "uint16", true},
+                          {DType::i32, 4, "int32", true},    {DType::i64, 8, "int64", true}};
+  for (const Expected& e : all) {
+    EXPECT_EQ(dtype_size(e.dtype), e.size) << e.name;
+    EXPECT_STREQ(dtype_name(e.dtype), e.name);
+    EXPECT_EQ(is_integer(e.dtype), e.integer) << e.name;
+    EXPECT_EQ(Tensor::zeros({3}, e.dtype).bytes(), static_cast<int64_t>(3 * e.size)) << e.name;
+  }
+  EXPECT_NO_THROW(Tensor::zeros({2}, DType::u8).data<uint8_t>());
+  EXPECT_THROW(Tensor::zeros({2}, DType::u8).data<int8_t>(), Error);
+  EXPECT_NO_THROW(Tensor::zeros({2}, DType::f64).data<double>());
+}
+
 TEST(Tensor, DoublesForReductionsAndTotals) {
   Tensor t = Tensor::zeros({3}, DType::f64);
   EXPECT_EQ(dtype_size(DType::f64), 8u);
   EXPECT_EQ(t.bytes(), 24);
-  EXPECT_EQ(t.describe(), "f64[3]");
+  EXPECT_EQ(t.describe(), "float64[3]");
   EXPECT_NO_THROW(t.data<double>());
   EXPECT_THROW(t.data<int64_t>(), Error);
 }

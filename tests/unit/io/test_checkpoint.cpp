@@ -1,5 +1,6 @@
 // Checkpoint writer/reader: global tensors round-trip, shards land at their hyperslab, a failed
-// write leaves no file, wrong files are refused with the tensor named.
+// write (mid-file, at the rename, or in a missing directory) leaves no file and no temporary and
+// never replaces a good checkpoint, wrong files are refused with the tensor named.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/init.h"
@@ -76,5 +78,43 @@ TEST(Checkpoint, RefusesOtherModelsAndNonCheckpoints) {
   std::fclose(f);
   EXPECT_THROW(io::read_parameters(text, layout, params.data()), Error);
   std::remove(text.c_str());
-  EXPECT_THROW(io::write_parameters("/nonexistent-dir/x.h5", layout, params.data(), {}), Error);
+}
+
+TEST(Checkpoint, AFailedWriteLeavesNoFileAndKeepsTheGoodOne) {
+  mt::testing::TempDir dir("mt_test_checkpoint");
+  const model::ModelConfig c = model::preset("tiny-gpt");
+  const model::ParamLayout layout = model::build_layout(c);
+  std::vector<float> params(static_cast<size_t>(layout.total_elements));
+  model::initialize_parameters(c, layout, 5, params.data());
+  // The last tensor's name puts it in a group that does not exist: HDF5 refuses that dataset
+  // after every other tensor has been written to the temporary file.
+  model::ParamLayout unwritable = layout;
+  unwritable.entries.back().name = "no/such/group";
+
+  const std::string fresh = dir.file("fresh.h5");
+  EXPECT_THROW(io::write_parameters(fresh, unwritable, params.data(), {}), Error);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << "the directory after a failed write";
+
+  const std::string good = dir.file("good.h5");
+  io::CheckpointInfo info;
+  info.iteration = 3;
+  io::write_parameters(good, layout, params.data(), info);
+  std::vector<float> other(params.size(), 0.5f);
+  EXPECT_THROW(io::write_parameters(good, unwritable, other.data(), {}), Error);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"good.h5"}) << "the directory after a failed write";
+  std::vector<float> back(params.size(), -1.0f);
+  EXPECT_EQ(io::read_parameters(good, layout, back.data()).iteration, 3);
+  for (const auto& e : layout.entries) {
+    for (int64_t i = 0; i < e.numel; ++i) ASSERT_EQ(back[e.offset + i], params[e.offset + i]) << e.name;
+  }
+
+  // The rename fails (the target is a non-empty directory): the temporary goes, the directory stays.
+  std::filesystem::create_directories(dir.path() / "taken" / "inside");
+  EXPECT_THROW(io::write_parameters(dir.file("taken"), layout, params.data(), {}), Error);
+  EXPECT_EQ(dir.entries().size(), 2u) << "a failed rename left its temporary behind";
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path() / "taken" / "inside"));
+
+  // A missing directory: nothing can be created, and nothing is.
+  EXPECT_THROW(io::write_parameters(dir.file("missing/x.h5"), layout, params.data(), {}), Error);
+  EXPECT_EQ(dir.entry_count(), 3u);
 }

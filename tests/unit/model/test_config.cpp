@@ -1,5 +1,7 @@
-// Model presets, validation, parameter counts and FLOPs per token.
+// Model presets, validation, parameter counts, FLOPs per token and JSON round trips.
 #include <gtest/gtest.h>
+
+#include <limits>
 
 #include "core/error.h"
 #include "model/config.h"
@@ -106,4 +108,51 @@ TEST(ModelConfig, TrainingRefusesWhatOnlyTheAccountingKnowsByName) {
   bad = preset("deepseek-v3");
   bad.num_query_groups = 8;
   EXPECT_THROW(bad.validate(), mt::UsageError);
+}
+
+TEST(ModelConfig, JsonRoundTripOfEveryPresetAndACustomModel) {
+  for (const auto& name : preset_names()) {
+    const ModelConfig c = preset(name);
+    EXPECT_EQ(to_json(config_from_json(to_json(c))), to_json(c)) << name;
+  }
+  ModelConfig custom = preset("tiny-llama");
+  custom.name = "custom";
+  custom.kv_channels = 8;
+  custom.num_query_groups = 4;
+  custom.hidden_dropout = 0.25f;
+  custom.make_vocab_size_divisible_by = 64;
+  const ModelConfig back = config_from_json(to_json(custom));
+  EXPECT_EQ(to_json(back), to_json(custom));
+  EXPECT_EQ(back.head_dim(), 8);
+  EXPECT_EQ(back.normalization, Normalization::rmsnorm);
+  EXPECT_EQ(back.position_embedding, PositionEmbedding::rope);
+  EXPECT_EQ(to_json(custom)["normalization"], "RMSNorm");
+  EXPECT_EQ(to_json(preset("gpt2-124m"))["kv_channels"], 64);  // resolved, as Megatron's args
+}
+
+TEST(ModelConfig, JsonRefusesUnknownKeysWrongTypesAndInvalidModels) {
+  nlohmann::json json = to_json(preset("tiny-gpt"));
+  json["num_layer"] = 3;
+  EXPECT_THROW(config_from_json(json), mt::UsageError);
+  json = to_json(preset("tiny-gpt"));
+  json["normalization"] = "BatchNorm";
+  EXPECT_THROW(config_from_json(json), mt::UsageError);
+  json = to_json(preset("tiny-gpt"));
+  json["num_layers"] = 0;
+  EXPECT_THROW(config_from_json(json), mt::UsageError);
+  json = to_json(preset("tiny-gpt"));
+  json["init_method_std"] = -1;
+  EXPECT_THROW(config_from_json(json), mt::UsageError);
+}
+
+TEST(ModelConfig, ParameterCountsNeverOverflow) {
+  ModelConfig c = preset("tiny-gpt");
+  c.hidden_size = 65536;
+  c.num_attention_heads = 1;
+  c.num_query_groups = 1;
+  c.num_layers = 2147483647;
+  const long double wide = parameter_count_wide(c, true);
+  EXPECT_GT(wide, 1e19L);
+  EXPECT_EQ(parameter_count(c), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(static_cast<int64_t>(parameter_count_wide(preset("llama3-70b"))), parameter_count(preset("llama3-70b")));
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -54,6 +55,54 @@ TEST(LossScaler, HysteresisBackoffAndGrowth) {
   LossScaler fixed = LossScaler::fixed(128.0);
   fixed.update(true);
   EXPECT_EQ(fixed.scale(), 128.0);
+}
+
+// A mixed run of overflowing and clean steps against Megatron's DynamicGradScaler.update()
+// (megatron/core/optimizer/grad_scaler.py), traced by hand from its rules:
+//   overflow: growth_tracker = 0; hysteresis_tracker -= 1;
+//             if hysteresis_tracker <= 0: scale = max(scale * 0.5, min_scale)
+//   clean:    growth_tracker += 1;
+//             if growth_tracker == growth_interval:
+//                 growth_tracker = 0; hysteresis_tracker = hysteresis; scale *= 2
+// A clean step never restores the hysteresis budget (only a growth does), so overflows need not
+// be consecutive to back off, and once the budget is spent every overflow halves the scale.
+// Here initial_scale 1024, min_scale 128, growth_interval 3, hysteresis 2.
+TEST(LossScaler, MixedOverflowsFollowMegatronsTrace) {
+  struct Step {
+    bool overflow;
+    double scale_after;  // Megatron's scale after update(); trackers after the step in the comment
+  };
+  const Step trace[] = {
+      {true, 1024},   //  1 growth 0, hysteresis 1: absorbed
+      {false, 1024},  //  2 growth 1, hysteresis stays 1 (a clean step does not restore it)
+      {true, 512},    //  3 growth 0, hysteresis 0: backs off although step 2 was clean
+      {false, 512},   //  4 growth 1
+      {false, 512},   //  5 growth 2
+      {true, 256},    //  6 growth 0, hysteresis -1: spent, so every overflow halves
+      {false, 256},   //  7 growth 1
+      {false, 256},   //  8 growth 2
+      {false, 512},   //  9 growth 3 = interval: growth 0, hysteresis 2, scale doubles
+      {true, 512},    // 10 growth 0, hysteresis 1: absorbed again after the growth
+      {false, 512},   // 11 growth 1
+      {false, 512},   // 12 growth 2
+      {false, 1024},  // 13 growth 3: doubles, hysteresis 2 (was 1)
+      {true, 1024},   // 14 hysteresis 1
+      {true, 512},    // 15 hysteresis 0
+      {true, 256},    // 16 hysteresis -1
+      {true, 128},    // 17 hysteresis -2
+      {true, 128},    // 18 hysteresis -3: max(64, min_scale 128)
+      {false, 128},   // 19 growth 1
+      {true, 128},    // 20 growth 0 again, hysteresis -4: the floor holds
+      {false, 128},   // 21 growth 1
+      {false, 128},   // 22 growth 2
+      {false, 256},   // 23 growth 3: doubles from the floor, hysteresis 2
+      {true, 256},    // 24 hysteresis 1: absorbed
+  };
+  LossScaler s = LossScaler::dynamic(1024.0, 128.0, 3, 2);
+  for (size_t step = 0; step < std::size(trace); ++step) {
+    s.update(trace[step].overflow);
+    EXPECT_EQ(s.scale(), trace[step].scale_after) << "after step " << step + 1;
+  }
 }
 
 TEST(Clip, MegatronFactor) {

@@ -313,3 +313,37 @@ TEST(ParallelConfig, VirtualPipelineSizeFromEitherFlag) {
 }
 
 }  // namespace
+
+// JSON: a round trip keeps every field, None (std::nullopt) as null; bad values are usage errors
+// naming the key.
+TEST(ParallelConfigJson, RoundTripKeepsEveryField) {
+  ParallelConfig c;
+  c.tensor_model_parallel_size = 4;
+  c.pipeline_model_parallel_size = 2;
+  c.data_parallel_size = 3;
+  c.context_parallel_size = 2;
+  c.expert_model_parallel_size = 8;
+  c.expert_tensor_parallel_size = 1;
+  c.sequence_parallel = true;
+  c.num_virtual_stages_per_pipeline_rank = 2;
+  c.decoder_last_pipeline_num_layers = 3;
+  c.use_distributed_optimizer = true;
+  c.overlap_grad_reduce = true;
+  c.ddp_bucket_size = int64_t{50'000'000};
+  const nlohmann::ordered_json json = mt::parallel::to_json(c);
+  EXPECT_EQ(mt::parallel::to_json(mt::parallel::parallel_config_from_json(json)), json);
+  EXPECT_EQ(json["pipeline_model_parallel_size"], 2);
+  EXPECT_TRUE(json["num_layers_per_virtual_pipeline_stage"].is_null());
+  EXPECT_EQ(json["ddp_bucket_size"], 50000000);
+  const ParallelConfig back = mt::parallel::parallel_config_from_json(json);
+  EXPECT_EQ(back.expert_tensor_parallel_size, 1);
+  EXPECT_FALSE(back.num_layers_per_virtual_pipeline_stage.has_value());
+}
+
+TEST(ParallelConfigJson, RefusesBadDegreesWrongTypesAndUnknownKeys) {
+  EXPECT_THROW(mt::parallel::parallel_config_from_json({{"tensor_model_parallel_size", 0}}), mt::UsageError);
+  EXPECT_THROW(mt::parallel::parallel_config_from_json({{"decoder_first_pipeline_num_layers", 0}}), mt::UsageError);
+  EXPECT_THROW(mt::parallel::parallel_config_from_json({{"tensor_model_parallel_size", "2"}}), mt::UsageError);
+  EXPECT_THROW(mt::parallel::parallel_config_from_json({{"tensor_parallel", 2}}), mt::UsageError);
+  EXPECT_EQ(mt::parallel::parallel_config_from_json(nlohmann::json::object()).data_parallel_size, 1);
+}

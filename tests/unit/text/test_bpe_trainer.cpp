@@ -1,8 +1,9 @@
 // BPE vocabulary training (lib/text/bpe_trainer.h): hand-checked merges on tiny corpora, GPT-2's
 // byte order, agreement with a naive recount-everything trainer, independence from the order and
-// grouping of documents, exact vocab_size, GPT-2 files that reload through Tokenizer::load and
-// encode as the merges say, bad options refused with mt::UsageError. The env-driven
-// BpeTrainerBench test is the mt half of tests/bench/bench_bpe_train.sh.
+// grouping of documents, Hugging Face BpeTrainer's merges on tinyshakespeare at two vocabulary
+// sizes (goldens in tests/golden/bpe), exact vocab_size, GPT-2 files that reload through
+// Tokenizer::load and encode as the merges say, bad options refused with mt::UsageError. The
+// env-driven BpeTrainerBench test is the mt half of tests/bench/bench_bpe_train.sh.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -239,6 +240,36 @@ TEST(BpeTrainer, MatchesNaiveTrainer) {
   }
   BpeTrainerOptions cl100k{.vocab_size = 600, .pattern = PretokenizePattern::cl100k};
   EXPECT_EQ(train_on(docs, cl100k).merges, naive_merges(docs, cl100k));
+}
+
+// Hugging Face tokenizers' BpeTrainer on the whole of tinyshakespeare.txt as one document, at two
+// vocabulary sizes (tests/golden/bpe/make_bpe_goldens.sh): mt must learn the same merges in the
+// same order.
+TEST(BpeTrainer, MatchesHuggingFaceMerges) {
+  for (const int64_t vocab_size : {500, 2000}) {
+    SCOPED_TRACE("vocab_size " + std::to_string(vocab_size));
+    const std::string path =
+        MT_SOURCE_DIR "/tests/golden/bpe/tinyshakespeare-" + std::to_string(vocab_size) + "-merges.txt";
+    std::istringstream golden(read_file(path));
+    std::string line;
+    ASSERT_TRUE(std::getline(golden, line) && line == "#version: 0.2") << path;
+    std::vector<std::string> expected;
+    while (std::getline(golden, line)) expected.push_back(line);
+    ASSERT_EQ(static_cast<int64_t>(expected.size()), vocab_size - 256 - 1) << path;
+
+    BpeTrainer trainer({.vocab_size = vocab_size});
+    trainer.add_text(shakespeare());
+    const BpeVocabulary vocab = trainer.train();
+    ASSERT_EQ(vocab.merges.size(), expected.size());
+    int mismatches = 0;
+    for (size_t rank = 0; rank < expected.size(); ++rank) {
+      const std::string merge = gpt2_token_text(vocab.merges[rank].first) + " " + gpt2_token_text(vocab.merges[rank].second);
+      if (merge != expected[rank] && ++mismatches <= 3) {
+        ADD_FAILURE() << "merge " << rank << ": mt '" << merge << "', Hugging Face '" << expected[rank] << "'";
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
 }
 
 TEST(BpeTrainer, IndependentOfDocumentOrderAndGrouping) {

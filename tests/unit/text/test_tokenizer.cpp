@@ -2,8 +2,8 @@
 // edge cases against ids computed once with tiktoken / HF tokenizers (hard-coded below), decode
 // round trips, special tokens, Megatron's JSON vocabulary, Hugging Face ignore_merges and merge
 // formats, million-character pathological pieces (the CTest TIMEOUT of mt_test_tokenizer catches a
-// quadratic merge), and one mt::Error per kind of bad file. The tokenizer files are read from
-// ../shared/data beside the repository, or from $MT_SHARED_DIR/data.
+// quadratic merge), and one mt::Error per kind of bad file. The tokenizer files are the
+// repository's data/tokenizers (sources and licences in data/tokenizers/SOURCES.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -31,10 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tokenizer_dir() {
-  if (const char* env = std::getenv("MT_SHARED_DIR"); env && *env) return fs::path(env) / "data/tokenizers";
-  return fs::path(MT_SOURCE_DIR) / ".." / "shared" / "data/tokenizers";
-}
+fs::path tokenizer_dir() { return fs::path(MT_SOURCE_DIR) / "data/tokenizers"; }
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -213,7 +210,7 @@ TEST(Tokenizer, LlamaCppLlama3Vectors) {
   }
 }
 
-// Texts of /work/shared/data/corpus/edge_cases.jsonl with the ids that tiktoken 0.14.0
+// Texts of data/corpus/edge_cases.jsonl with the ids that tiktoken 0.14.0
 // encode_ordinary gave for r50k_base (equal to HF tokenizers 0.23.3's gpt2 ids except where HF always
 // splits out "<|endoftext|>"), cl100k_base and Meta's Llama 3 encoding, computed once with Python
 // and pasted here. The JSON's lone surrogate "\ud800" was made bytes with 'surrogatepass' and

@@ -8,14 +8,14 @@
 //   TikTokenizer cl100k_base                                                   == "cl100k"  (tiktoken)
 //   TikTokenizer llama3/tokenizer.model                                        == "llama3"  (tiktoken + Meta's pattern)
 // and decode(encode(text)) must give the text back; post-processor templates (TemplateProcessing)
-// against HF's add_special_tokens=True (templates.jsonl). The tokenizer files and corpora are read
-// from ../shared/data beside the repository, or from $MT_SHARED_DIR/data.
+// against HF's add_special_tokens=True (templates.jsonl). The tokenizer files and corpora are the
+// repository's data/tokenizers, data/corpus and data/demo; the goldens' two JSONL corpora are those
+// texts split by the rules of data/corpus/SOURCES.md, made here rather than stored.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -40,12 +40,8 @@ namespace {
 
 const fs::path kGoldenDir = fs::path(MT_SOURCE_DIR) / "tests/golden/tokenizer";
 
-fs::path shared_dir() {
-  if (const char* env = std::getenv("MT_SHARED_DIR"); env && *env) return fs::path(env);
-  return fs::path(MT_SOURCE_DIR) / ".." / "shared";
-}
-fs::path tokenizer_dir() { return shared_dir() / "data/tokenizers"; }
-fs::path corpus_dir() { return shared_dir() / "data/corpus"; }
+const fs::path kDataDir = fs::path(MT_SOURCE_DIR) / "data";
+fs::path tokenizer_dir() { return kDataDir / "tokenizers"; }
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -64,6 +60,37 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
   }
   return records;
+}
+
+// The documents of a corpus the goldens name: a .txt is one document; the two JSONL corpora are
+// texts split by the rules of data/corpus/SOURCES.md (what make_token_goldens.py does too).
+std::vector<std::string> corpus_documents(const std::string& corpus) {
+  if (corpus == "tinyshakespeare.txt") return {read_file(kDataDir / "demo/tinyshakespeare.txt")};
+  if (corpus == "war_and_peace_pg2600.txt") return {read_file(kDataDir / "corpus/war_and_peace_pg2600.txt")};
+  std::vector<std::string> docs;
+  if (corpus == "tinyshakespeare.jsonl") {
+    // One document per speech: the text split at every "\n\n", which belongs to neither side.
+    const std::string text = read_file(kDataDir / "demo/tinyshakespeare.txt");
+    size_t begin = 0;
+    for (size_t end; (end = text.find("\n\n", begin)) != std::string::npos; begin = end + 2)
+      docs.push_back(text.substr(begin, end - begin));
+    docs.push_back(text.substr(begin));
+  } else if (corpus == "war_and_peace.jsonl") {
+    // One document per chapter: a cut before every "\r\nCHAPTER <roman numeral>\r\n".
+    const std::string text = read_file(kDataDir / "corpus/war_and_peace_pg2600.txt");
+    const std::string heading = "\r\nCHAPTER ";
+    size_t begin = 0;
+    for (size_t at = text.find(heading); at != std::string::npos; at = text.find(heading, at + 1)) {
+      const size_t numeral_end = text.find_first_not_of("IVXLC", at + heading.size());
+      if (numeral_end == at + heading.size() || text.compare(numeral_end, 2, "\r\n") != 0) continue;
+      if (at > begin) docs.push_back(text.substr(begin, at - begin));
+      begin = at;
+    }
+    docs.push_back(text.substr(begin));
+  } else {
+    throw std::runtime_error("the goldens name an unknown corpus: " + corpus);
+  }
+  return docs;
 }
 
 // FNV-1a 64 over the ids as little-endian int32 bytes (make_token_goldens.py's fnv1a64_ids).
@@ -196,8 +223,7 @@ class TokenizerGolden : public ::testing::TestWithParam<Config> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::is_directory(tokenizer_dir()))
-        << "tokenizer files not found at " << tokenizer_dir()
-        << " (clone the shared data beside the repository, or set MT_SHARED_DIR)";
+        << "tokenizer files not found at " << tokenizer_dir();
     ASSERT_TRUE(fs::is_regular_file(kGoldenDir / "meta.json")) << "goldens missing in " << kGoldenDir;
   }
 
@@ -251,21 +277,15 @@ TEST_P(TokenizerGolden, Corpora) {
   const auto& records = golden("corpora");
   ASSERT_GT(records.size(), 7000u);
   std::map<std::string, std::vector<std::string>> docs;  // corpus file -> texts
+  std::map<std::string, size_t> golden_docs;              // corpus file -> records naming it
   size_t mismatches = 0, round_trip_failures = 0, reported = 0;
   std::vector<int32_t> ids;
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& rec = records[i];
     const std::string corpus = rec.at("corpus").get<std::string>();
     auto& texts = docs[corpus];
-    if (texts.empty()) {
-      const fs::path path = corpus_dir() / corpus;
-      ASSERT_TRUE(fs::is_regular_file(path)) << "corpus missing: " << path;
-      if (path.extension() == ".jsonl") {
-        for (const auto& doc : read_jsonl(path)) texts.push_back(doc.at("text").get<std::string>());
-      } else {
-        texts.push_back(read_file(path));
-      }
-    }
+    if (texts.empty()) texts = corpus_documents(corpus);
+    ++golden_docs[corpus];
     const int64_t doc = rec.at("doc").get<int64_t>();
     const size_t index = doc < 0 ? 0 : static_cast<size_t>(doc);
     ASSERT_LT(index, texts.size()) << corpus;
@@ -292,6 +312,8 @@ TEST_P(TokenizerGolden, Corpora) {
   EXPECT_EQ(mismatches, 0u) << config.label << ": " << mismatches << " of " << records.size()
                             << " corpus documents differ from " << config.golden;
   EXPECT_EQ(round_trip_failures, 0u) << config.label << ": round-trip failures";
+  for (const auto& [corpus, texts] : docs)
+    EXPECT_EQ(texts.size(), golden_docs[corpus]) << corpus << ": the split gives another number of documents than the goldens";
 }
 
 // The goldens themselves: the references agreed where they should (make_token_goldens.py counts).

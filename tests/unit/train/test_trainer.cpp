@@ -1,13 +1,18 @@
 // The training loop: loss goes down, gradient accumulation equals one big micro-batch, fp16
 // overflow skips the step without touching parameters and lowers the scale, NaN checks, memory
-// refusal before allocation, mock data determinism.
+// refusal before allocation, mock data determinism, and evaluate() equal to a log-softmax over
+// logits of the validation samples Megatron's walk picks, computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/stop_request.h"
 #include "data/sample_source.h"
 #include "train/trainer.h"
 
@@ -37,6 +42,48 @@ train::TrainConfig quick(int iters) {
   t.lr = 1e-2;
   t.eval_iters = 0;
   return t;
+}
+
+// The validation split of another source served as its training split, so Trainer::forward_logits
+// (which reads training samples) gives the logits of validation samples.
+class ValidationAsTraining : public data::SampleSource {
+ public:
+  explicit ValidationAsTraining(const data::SampleSource& inner) : inner_(inner) {}
+  void sample(data::Split, int64_t index, int32_t* tokens) const override {
+    inner_.sample(data::Split::valid, index, tokens);
+  }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  std::string describe() const override { return "validation split of " + inner_.describe(); }
+
+ private:
+  const data::SampleSource& inner_;
+};
+
+// Mean cross-entropy of validation samples [first, first + count) under `params`: logits from a
+// second trainer holding the same parameters, log-softmax and the mean over every label here.
+double validation_loss(const model::ModelConfig& c, const train::TrainConfig& t, const data::SampleSource& data,
+                       const float* params, int64_t first, int count) {
+  ValidationAsTraining valid(data);
+  train::Trainer reader(c, t, valid);
+  std::copy(params, params + reader.layout().total_elements, reader.parameters());
+  reader.parameters_changed();
+  const int seq = c.seq_length;
+  const int64_t vocab = c.vocab_size;
+  std::vector<float> logits(static_cast<size_t>(count) * seq * vocab);
+  reader.forward_logits(first, count, logits.data());
+  std::vector<int32_t> tokens(static_cast<size_t>(seq) + 1);
+  double loss = 0;
+  for (int b = 0; b < count; ++b) {
+    data.sample(data::Split::valid, first + b, tokens.data());
+    for (int p = 0; p < seq; ++p) {
+      const float* row = logits.data() + (static_cast<int64_t>(b) * seq + p) * vocab;
+      const double peak = *std::max_element(row, row + vocab);
+      double sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - peak);
+      loss += peak + std::log(sum) - row[tokens[static_cast<size_t>(p) + 1]];
+    }
+  }
+  return loss / (static_cast<double>(count) * seq);
 }
 
 }  // namespace
@@ -108,20 +155,48 @@ TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   EXPECT_EQ(step.loss_scale, 1024);
 }
 
-TEST(Trainer, NanCheckStopsWithAnError) {
+// Megatron's evaluate(): eval_iters global batches of the validation split, each evaluation
+// continuing where the last one stopped (consumed_valid_samples), the loss the mean over tokens.
+TEST(Trainer, EvaluationIsTheLossOfTheValidationSamplesWalkedInOrder) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 5);
+  train::TrainConfig t = quick(3);
+  t.eval_iters = 3;  // 3 global batches of 4: validation samples 0..11, then 12..23
+  train::Trainer trainer(c, t, *data);
+  for (int i = 0; i < 3; ++i) trainer.train_step();
+  const train::EvalStats first = trainer.evaluate();
+  const train::EvalStats second = trainer.evaluate();
+  EXPECT_EQ(trainer.consumed_valid_samples(), 24);
+  const double expected_first = validation_loss(c, t, *data, trainer.parameters(), 0, 12);
+  const double expected_second = validation_loss(c, t, *data, trainer.parameters(), 12, 12);
+  EXPECT_NEAR(first.lm_loss, expected_first, 1e-5 * expected_first);
+  EXPECT_NEAR(second.lm_loss, expected_second, 1e-5 * expected_second);
+  EXPECT_NEAR(first.ppl, std::exp(first.lm_loss), 1e-9 * first.ppl);
+  EXPECT_EQ(first.iteration, 3);
+}
+
+// Issue 11 case 6: as Megatron by default, a NaN/Inf loss or grad outside fp16 loss scaling is
+// fatal and names the iteration; with the check off the step is skipped and counted.
+TEST(Trainer, Issue11Case6NanIsFatalByDefaultAndCountedWhenTheCheckIsOff) {
   auto c = tiny();
   c.init_method_std = 1e30f;  // logits overflow to inf
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig t = quick(2);
   {
-    train::Trainer lenient(c, t, *data);
-    const auto s = lenient.train_step();
-    EXPECT_TRUE(s.skipped);
-    EXPECT_EQ(s.nan_iters, 1);
+    train::Trainer strict(c, t, *data);
+    try {
+      strict.train_step();
+      FAIL() << "a non-finite loss was accepted by default";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("iteration 1: ", 0), 0u) << e.what();
+    }
   }
-  t.check_for_nan_in_loss_and_grad = true;
-  train::Trainer strict(c, t, *data);
-  EXPECT_THROW(strict.train_step(), Error);
+  t.check_for_nan_in_loss_and_grad = false;
+  train::Trainer lenient(c, t, *data);
+  const auto s = lenient.train_step();
+  EXPECT_TRUE(s.skipped);
+  EXPECT_EQ(s.nan_iters, 1);
+  EXPECT_EQ(s.skipped_iters, 1);
 }
 
 TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
@@ -138,9 +213,6 @@ TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
     EXPECT_NE(what.find("needs"), std::string::npos) << what;
     EXPECT_NE(what.find("available"), std::string::npos) << what;
   }
-  const auto plan = train::plan_memory(c, t);
-  EXPECT_EQ(plan.optimizer, 2 * plan.grads);
-  EXPECT_EQ(plan.weights, 70553706496LL * 4);  // fp32 master weights; 128256 is already a multiple of 128
 }
 
 TEST(Trainer, ValidatesBatchAndScheduleFlags) {
@@ -156,4 +228,26 @@ TEST(Trainer, ValidatesBatchAndScheduleFlags) {
   t.lr_warmup_iters = 5;
   t.lr_decay_style = optim::LrDecayStyle::cosine;
   EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+}
+
+// Issue 11 case 3: a stop request (a signal, in the tools) ends run() between steps.
+TEST(Trainer, Issue11Case3AStopRequestEndsTheRunBetweenSteps) {
+  const auto c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::Trainer trainer(c, quick(5), *data);
+  int steps = 0;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) {
+    ++steps;
+    if (s.iteration == 2) request_stop(SIGTERM);
+  };
+  clear_stop_request();
+  trainer.run(observers);
+  clear_stop_request();
+  EXPECT_TRUE(trainer.stopped());
+  EXPECT_EQ(steps, 2);
+  EXPECT_EQ(trainer.iteration(), 2);
+  trainer.run(observers);  // resumes where it stopped
+  EXPECT_FALSE(trainer.stopped());
+  EXPECT_EQ(trainer.iteration(), 5);
 }

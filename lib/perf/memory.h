@@ -1,0 +1,65 @@
+// The memory one rank needs to train a configuration, by category, known before anything is
+// allocated: weights (fp32 master copy plus the bf16/fp16 GEMM copy), fp32 grads, Adam's two
+// moments, the activations of one micro-batch (the model's activation plan) and the rest (host
+// tables of the layout and the plan per layer, the staged samples of a step).
+//
+// Two stages, so a configuration far too big is refused without building anything large and
+// without integer overflow:
+// 1. memory_floor: closed formulas in long double (parameter count, the activation buffers every
+//    plan has) that never exceed what stage 2 finds, computed in microseconds for any counts;
+// 2. planned_memory: exact bytes from the layout table and the activation planner, run only when
+//    the floor is representable (stage 2 is then at most a small multiple of it, so its int64
+//    arithmetic cannot overflow) and, in check_training_memory, only when the floor fits.
+// mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
+// figures. Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/recompute.h"
+
+namespace mt::perf {
+
+// What decides the memory besides the model's shape.
+struct MemoryOptions {
+  Precision precision = Precision::fp32;
+  model::RecomputeConfig recompute;
+  int micro_batch_size = 1;
+  int64_t staged_samples = 1;  // samples staged per step (the global batch)
+};
+
+// Bytes per category; saturated at INT64_MAX in a floor whose counts overflow.
+struct TrainingMemory {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0, other = 0;
+  bool overflow = false;       // the floor is beyond what 64-bit plans can count (memory_floor only)
+  long double exact_total = 0;  // the floor's total without saturation (memory_floor only)
+  int64_t total() const;
+};
+
+// Host bytes per decoder layer outside the flat buffers (layout entries with their names and
+// shapes, the plan's per-layer slots), a measured lower bound.
+constexpr int64_t kHostBytesPerLayer = 2048;
+
+// Stage 1: a lower bound of every category from closed formulas; never allocates.
+TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions& options);
+// Stage 2: the exact plan (layout table and activation planner). Throws mt::Error when the
+// floor's counts overflow; builds tables of O(layers) entries, so call it after the floor fits.
+TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptions& options);
+
+// MemAvailable of /proc/meminfo in bytes, -1 when unknown.
+int64_t available_memory_bytes();
+
+// The check before allocating: the floor against `available_bytes` (-1: unknown, only overflow
+// is refused), then the plan. Returns the plan; throws mt::Error("model <name>", "needs ... GiB
+// (weights ..., grads ..., optimizer ..., activations ..., other ...) but only ... is available;
+// ...") or, when the counts overflow, says so.
+TrainingMemory check_training_memory(const model::ModelConfig& model, const MemoryOptions& options,
+                                     int64_t available_bytes);
+
+// "12.34 GiB".
+std::string gib(int64_t bytes);
+
+}  // namespace mt::perf

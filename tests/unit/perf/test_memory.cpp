@@ -1,0 +1,119 @@
+// The pre-allocation memory check (lib/perf/memory.h): the floor never exceeds the plan and stays
+// within a small factor of it (so planning after a representable floor cannot overflow), the plan
+// counts the layout's elements, and configurations far too big or overflowing 64 bits are
+// refused from the floor alone (issue 11 case 2).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "perf/memory.h"
+
+using namespace mt;
+
+namespace {
+
+model::ModelConfig tiny() {
+  model::ModelConfig c = model::preset("tiny-gpt");
+  c.vocab_size = 97;
+  return c;
+}
+
+void expect_floor_below_plan(const model::ModelConfig& model, const perf::MemoryOptions& options) {
+  const perf::TrainingMemory floor = perf::memory_floor(model, options);
+  const perf::TrainingMemory plan = perf::planned_memory(model, options);
+  EXPECT_FALSE(floor.overflow);
+  EXPECT_LE(floor.weights, plan.weights);
+  EXPECT_LE(floor.grads, plan.grads);
+  EXPECT_LE(floor.optimizer, plan.optimizer);
+  EXPECT_LE(floor.activations, plan.activations);
+  EXPECT_LE(floor.total(), plan.total());
+  EXPECT_LE(plan.activations, 5 * floor.activations + (int64_t{1} << 20));
+}
+
+}  // namespace
+
+TEST(Memory, TheFloorIsBelowThePlanForEveryRecomputeAndPrecision) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    model::ModelConfig c = model::preset(name);
+    c.num_layers = 5;
+    for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+      perf::MemoryOptions options;
+      options.precision = precision;
+      options.micro_batch_size = 3;
+      options.staged_samples = 6;
+      expect_floor_below_plan(c, options);
+      options.recompute.granularity = model::RecomputeGranularity::selective;
+      expect_floor_below_plan(c, options);
+      options.recompute.granularity = model::RecomputeGranularity::full;
+      for (int k : {1, 2, 5, 9}) {
+        options.recompute.num_layers = k;
+        options.recompute.method = model::RecomputeMethod::uniform;
+        expect_floor_below_plan(c, options);
+        options.recompute.method = model::RecomputeMethod::block;
+        expect_floor_below_plan(c, options);
+      }
+    }
+  }
+}
+
+TEST(Memory, ThePlanCountsTheLayoutAndAdamsTwoMoments) {
+  const model::ModelConfig c = model::preset("llama3-70b");
+  perf::MemoryOptions options;
+  const perf::TrainingMemory plan = perf::planned_memory(c, options);
+  EXPECT_EQ(plan.weights, 70553706496LL * 4 + (model::build_layout(c).total_elements - 70553706496LL) * 4);
+  EXPECT_EQ(plan.grads, plan.weights);
+  EXPECT_EQ(plan.optimizer, 2 * plan.grads);
+  options.precision = Precision::fp16;
+  EXPECT_EQ(perf::planned_memory(c, options).weights, 2 * plan.weights);  // fp16-rounded fp32 copy
+}
+
+TEST(Memory, Issue11Case2FarTooBigIsRefusedFromTheFloorWithoutPlanning) {
+  model::ModelConfig c = tiny();
+  c.num_layers = 1000000;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    perf::check_training_memory(c, {}, int64_t{16} << 30);
+    FAIL() << "a million layers fit 16 GiB";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("model tiny-gpt: needs at least ", 0), 0u) << what;
+    EXPECT_NE(what.find("but only 16.00 GiB is available"), std::string::npos) << what;
+  }
+  // Building the million-entry layout takes seconds; the floor microseconds.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+}
+
+TEST(Memory, Issue11Case2CountsBeyond64BitsAreRefusedAsOverflow) {
+  model::ModelConfig c = tiny();
+  c.hidden_size = 65536;
+  c.num_attention_heads = 1;
+  c.num_query_groups = 1;
+  c.kv_channels = 0;
+  c.ffn_hidden_size = 4 * 65536;
+  c.num_layers = 2147483647;
+  const perf::TrainingMemory floor = perf::memory_floor(c, {});
+  EXPECT_TRUE(floor.overflow);
+  EXPECT_GT(floor.exact_total, 9.3e18L);
+  for (int64_t available : {int64_t{-1}, int64_t{1} << 40}) {
+    try {
+      perf::check_training_memory(c, {}, available);
+      FAIL() << "an overflowing model was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overflow 64-bit arithmetic"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(perf::planned_memory(c, {}), Error);
+}
+
+TEST(Memory, AModelThatFitsPassesWithItsPlan) {
+  const model::ModelConfig c = tiny();
+  perf::MemoryOptions options;
+  const perf::TrainingMemory plan = perf::check_training_memory(c, options, int64_t{1} << 30);
+  EXPECT_EQ(plan.total(), perf::planned_memory(c, options).total());
+  EXPECT_GT(plan.activations, 0);
+  EXPECT_GT(plan.other, 0);
+}

@@ -1,0 +1,244 @@
+// Flags defined once (tools/common/flags.h): every group defines against the table, values outside
+// a range are refused while parsing with one short line that says the range (issue 11 cases 6, 7,
+// 13, 14), the groups' configs follow Megatron's defaults, and parallel values mt-train does not
+// implement are refused by name (case 18).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tools/common/flags.h"
+
+using namespace mt::tools;
+
+namespace {
+
+// Parses `args` with every group defined; returns CLI11's error text ("" when accepted).
+struct AllFlags {
+  ModelFlags model;
+  mt::parallel::ParallelConfig parallel;
+  TrainingFlags training;
+  DataPathFlags data;
+  MegatronCompatFlags compat;
+  mt::text::TokenizerOptions tokenizer;
+};
+
+std::string parse_error(const std::vector<std::string>& args, AllFlags* flags = nullptr) {
+  AllFlags local;
+  AllFlags& f = flags ? *flags : local;
+  CLI::App app("test", "test");
+  add_model_flags(app, f.model);
+  add_parallel_flags(app, f.parallel);
+  add_training_flags(app, f.training);
+  add_data_path_flags(app, f.data);
+  add_megatron_compat_flags(app, f.compat, "compat");
+  add_tokenizer_flags(app, f.tokenizer, false);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Range, DescribesItselfAsTheErrorSays) {
+  EXPECT_EQ(at_least(1).describe(), "at least 1");
+  EXPECT_EQ(positive().describe(), "positive");
+  EXPECT_EQ(between(0, 1, true).describe(), "in [0, 1)");
+  EXPECT_EQ(between(0, 4294967295.0L).describe(), "in [0, 4294967295]");
+  EXPECT_EQ(Range{}.describe(), "a finite number");
+  EXPECT_FALSE(positive().contains(0));
+  EXPECT_TRUE(positive().contains(1e-30L));
+  EXPECT_FALSE(at_least(0).contains(std::numeric_limits<long double>::quiet_NaN()));
+}
+
+TEST(Flags, EveryGroupDefinesFromTheTable) { EXPECT_EQ(parse_error({}), ""); }
+
+TEST(Flags, Issue11Case13RangeErrorsAreOneShortLineThatSaysTheRange) {
+  EXPECT_EQ(parse_error({"--num-layers", "0"}), "--num-layers: must be at least 1 (got 0)");
+  EXPECT_EQ(parse_error({"--num-layers", "x"}), "--num-layers: must be an integer, at least 1 (got x)");
+  EXPECT_EQ(parse_error({"--num-layers", "1.5"}), "--num-layers: must be an integer, at least 1 (got 1.5)");
+  EXPECT_EQ(parse_error({"--num-layers", "99999999999"}), "--num-layers: must be at most 2147483647 (got 99999999999)");
+  EXPECT_EQ(parse_error({"--normalization", "BatchNorm"}),
+            "--normalization: must be one of LayerNorm, RMSNorm (got BatchNorm)");
+  EXPECT_EQ(parse_error({"--tokenizer-type", "X"}),
+            "--tokenizer-type: must be one of GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer (got X)");
+  const FlagSpec workers = integer_flag("--workers", "threads", at_least(1));
+  EXPECT_EQ(value_error(workers, "0"), "must be at least 1 (got 0)");
+  EXPECT_EQ(value_error(workers, "1"), "");
+}
+
+TEST(Flags, Issue11Case14IterationAndSampleCountsMustBePositive) {
+  for (const char* value : {"0", "-5"}) {
+    EXPECT_EQ(parse_error({"--train-iters", value}),
+              std::string("--train-iters: must be positive (got ") + value + ")");
+  }
+  EXPECT_EQ(parse_error({"--train-samples", "0"}), "--train-samples: must be positive (got 0)");
+}
+
+TEST(Flags, Issue11Case6RealFlagsRefuseNanInfAndMeaninglessValues) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--lr", "nan"}, "--lr: must be a finite number, at least 0 (got nan)"},
+      {{"--lr", "inf"}, "--lr: must be a finite number, at least 0 (got inf)"},
+      {{"--lr", "-1"}, "--lr: must be at least 0 (got -1)"},
+      {{"--weight-decay", "nan"}, "--weight-decay: must be a finite number, at least 0 (got nan)"},
+      {{"--init-method-std", "nan"}, "--init-method-std: must be a finite number, positive (got nan)"},
+      {{"--init-method-std", "0"}, "--init-method-std: must be positive (got 0)"},
+      {{"--rotary-base", "-1"}, "--rotary-base: must be positive (got -1)"},
+      {{"--initial-loss-scale", "nan"}, "--initial-loss-scale: must be a finite number, positive (got nan)"},
+      {{"--lr-warmup-fraction", "nan"}, "--lr-warmup-fraction: must be a finite number, in [0, 1] (got nan)"},
+      {{"--lr-warmup-fraction", "1.5"}, "--lr-warmup-fraction: must be in [0, 1] (got 1.5)"},
+      {{"--adam-beta2", "1"}, "--adam-beta2: must be in [0, 1) (got 1)"},
+      {{"--adam-eps", "0"}, "--adam-eps: must be positive (got 0)"},
+      {{"--clip-grad", "-inf"}, "--clip-grad: must be a finite number, at least 0 (got -inf)"},
+      {{"--norm-epsilon", "inf"}, "--norm-epsilon: must be a finite number, positive (got inf)"},
+      {{"--hidden-dropout", "1"}, "--hidden-dropout: must be in [0, 1) (got 1)"},
+      {{"--min-loss-scale", "0"}, "--min-loss-scale: must be positive (got 0)"},
+      {{"--loss-scale", "-2"}, "--loss-scale: must be positive (got -2)"},
+      {{"--min-lr", "nan"}, "--min-lr: must be a finite number, at least 0 (got nan)"},
+      {{"--peak-tflops", "nan"}, "--peak-tflops: must be a finite number, positive (got nan)"},
+      {{"--norm-epsilon", "1e39"}, "--norm-epsilon: must be at most 3.4028234663852886e+38 (got 1e39)"},
+  };
+  for (const auto& [args, expected] : cases) EXPECT_EQ(parse_error(args), expected);
+}
+
+TEST(Flags, Issue11Case7ZeroCountsPeaksAndSeedsOutsideUint32AreRefused) {
+  EXPECT_EQ(parse_error({"--global-batch-size", "0"}), "--global-batch-size: must be at least 1 (got 0)");
+  EXPECT_EQ(parse_error({"--num-query-groups", "0"}), "--num-query-groups: must be at least 1 (got 0)");
+  EXPECT_EQ(parse_error({"--ffn-hidden-size", "0"}), "--ffn-hidden-size: must be at least 1 (got 0)");
+  EXPECT_EQ(parse_error({"--peak-tflops", "0"}), "--peak-tflops: must be positive (got 0)");
+  EXPECT_EQ(parse_error({"--peak-tflops", "-1"}), "--peak-tflops: must be positive (got -1)");
+  EXPECT_EQ(parse_error({"--seed", "-1"}), "--seed: must be in [0, 4294967295] (got -1)");
+  EXPECT_EQ(parse_error({"--seed", "4294967296"}), "--seed: must be in [0, 4294967295] (got 4294967296)");
+  AllFlags f;
+  EXPECT_EQ(parse_error({"--seed", "4294967295"}, &f), "");
+  EXPECT_EQ(f.training.config.seed, 4294967295u);
+}
+
+TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName) {
+  AllFlags f;
+  EXPECT_EQ(parse_error({"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
+                         "--context-parallel-size", "1", "--dataset-impl", "mmap", "--log-throughput",
+                         "--transformer-impl", "local", "--use-mcore-models", "--exit-signal-handler"},
+                        &f),
+            "");
+  EXPECT_NO_THROW(check_parallel_support(f.parallel));
+  EXPECT_TRUE(f.training.config.log_throughput);
+  EXPECT_EQ(parse_error({"--dataset-impl", "lazy"}),
+            "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)");
+  EXPECT_EQ(parse_error({"--transformer-impl", "transformer_engine"}),
+            "--transformer-impl: transformer_engine is not supported yet (mt implements local)");
+  EXPECT_EQ(parse_error({"--tensor-model-parallel-size", "0"}),
+            "--tensor-model-parallel-size: must be at least 1 (got 0)");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
+      {{"--tensor-model-parallel-size", "2"}, "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)"},
+      {{"--pipeline-model-parallel-size", "4"},
+       "--pipeline-model-parallel-size 4: not supported yet (mt-train runs 1)"},
+      {{"--context-parallel-size", "2"}, "--context-parallel-size 2: not supported yet (mt-train runs 1)"},
+      {{"--expert-model-parallel-size", "8"}, "--expert-model-parallel-size 8: not supported yet (mt-train runs 1)"},
+      {{"--sequence-parallel", "--tensor-model-parallel-size", "2"},
+       "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)"},
+      {{"--use-distributed-optimizer"},
+       "--use-distributed-optimizer: not supported yet (mt-train runs the plain optimizer)"},
+      {{"--overlap-grad-reduce"},
+       "--overlap-grad-reduce: not supported yet (mt-train runs without data-parallel overlap)"},
+      {{"--num-layers-per-virtual-pipeline-stage", "2"},
+       "--num-layers-per-virtual-pipeline-stage: not supported yet (mt-train runs without virtual stages)"},
+  };
+  for (const auto& [args, expected] : refused) {
+    AllFlags g;
+    ASSERT_EQ(parse_error(args, &g), "");
+    try {
+      check_parallel_support(g.parallel);
+      ADD_FAILURE() << args[0] << " accepted";
+    } catch (const mt::UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+  }
+  char arg0[] = "mt-train", fp8[] = "--fp8-format=hybrid";
+  char* argv[] = {arg0, fp8};
+  try {
+    refuse_unimplemented_megatron_flags(2, argv);
+    ADD_FAILURE() << "--fp8-format accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--fp8-format: Megatron flag not supported yet");
+  }
+}
+
+TEST(Flags, ModelFlagsOverrideThePresetWithMegatronDefaults) {
+  AllFlags f;
+  ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--hidden-size", "96", "--num-attention-heads", "6"}, &f), "");
+  const mt::model::ModelConfig c = model_config(f.model);
+  EXPECT_EQ(c.name, "tiny-gpt");
+  EXPECT_EQ(c.hidden_size, 96);
+  EXPECT_EQ(c.num_query_groups, 6);  // heads changed, no GQA: one group per head
+  EXPECT_EQ(c.kv_channels, 16);
+  EXPECT_EQ(c.ffn_hidden_size, 256);  // the preset's, not 4 x the new hidden
+  AllFlags g;
+  ASSERT_EQ(
+      parse_error({"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "8"}, &g),
+      "");
+  const mt::model::ModelConfig custom = model_config(g.model);
+  EXPECT_EQ(custom.name, "custom");
+  EXPECT_EQ(custom.ffn_hidden_size, 128);
+  EXPECT_EQ(custom.max_position_embeddings, 8);
+  AllFlags h;
+  ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--num-query-groups", "2"}, &h), "");
+  EXPECT_THROW(model_config(h.model), mt::UsageError);  // needs --group-query-attention
+}
+
+TEST(Flags, TrainingFlagsNamesAndCombinations) {
+  AllFlags f;
+  ASSERT_EQ(parse_error({"--bf16", "--lr-decay-style", "cosine", "--recompute-granularity", "full",
+                         "--recompute-method", "block", "--no-check-for-nan-in-loss-and-grad", "--peak-tflops", "2"},
+                        &f),
+            "");
+  const mt::train::TrainConfig c = training_config(f.training);
+  EXPECT_EQ(c.precision, mt::Precision::bf16);
+  EXPECT_EQ(c.lr_decay_style, mt::optim::LrDecayStyle::cosine);
+  EXPECT_EQ(c.recompute.method, mt::model::RecomputeMethod::block);
+  EXPECT_FALSE(c.check_for_nan_in_loss_and_grad);
+  EXPECT_DOUBLE_EQ(c.peak_flops_per_second, 2e12);
+  AllFlags g;
+  ASSERT_EQ(parse_error({}, &g), "");
+  EXPECT_TRUE(training_config(g.training).check_for_nan_in_loss_and_grad);  // Megatron's default
+  AllFlags both;
+  ASSERT_EQ(parse_error({"--bf16", "--fp16"}, &both), "");
+  EXPECT_THROW(training_config(both.training), mt::UsageError);
+  AllFlags block;
+  ASSERT_EQ(parse_error({"--recompute-method", "block"}, &block), "");
+  EXPECT_THROW(training_config(block.training), mt::UsageError);
+}
+
+TEST(Flags, ParallelFlagsAreValidatedForTheModelAndTheWorld) {
+  AllFlags f;
+  ASSERT_EQ(parse_error({"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                         "--global-batch-size", "4"},
+                        &f),
+            "");
+  mt::model::ModelConfig model = mt::model::preset("tiny-gpt");
+  mt::parallel::ParallelConfig parallel = f.parallel;
+  EXPECT_TRUE(validate_parallel(parallel, model, f.training.config, 8).empty());
+  EXPECT_EQ(parallel.data_parallel_size, 2);
+  parallel = f.parallel;
+  EXPECT_THROW(validate_parallel(parallel, model, f.training.config, 6), mt::UsageError);
+  // At TP 1 --sequence-parallel is turned off with Megatron's warning, so mt-train accepts it.
+  AllFlags sp;
+  ASSERT_EQ(parse_error({"--sequence-parallel"}, &sp), "");
+  EXPECT_NO_THROW(check_parallel_support(sp.parallel));
+  const std::vector<std::string> warnings = validate_parallel(sp.parallel, model, sp.training.config, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("--sequence-parallel"), std::string::npos) << warnings[0];
+  EXPECT_FALSE(sp.parallel.sequence_parallel);
+}
+
+TEST(Flags, AKindMismatchIsAProgrammingError) {
+  CLI::App app("test", "test");
+  double wrong = 0;
+  EXPECT_THROW(add_flag(app, "--num-layers", wrong), std::logic_error);
+  EXPECT_THROW(flag_spec("--no-such-flag"), std::logic_error);
+}

@@ -1,0 +1,301 @@
+// The groups of Megatron flags and their lib configs (see flags.h).
+#include <algorithm>
+
+#include "core/error.h"
+#include "tools/common/flags.h"
+
+namespace mt::tools {
+namespace {
+
+// Adds shared flags to `app` in option group `group` (CLI11 hides the options of an empty group,
+// so "" leaves the default group alone).
+class GroupAdder {
+ public:
+  GroupAdder(CLI::App& app, std::string group) : app_(app), group_(std::move(group)) {}
+  template <typename T>
+  CLI::Option* operator()(std::string_view name, T& target) const {
+    CLI::Option* option = add_flag(app_, name, target);
+    return group_.empty() ? option : option->group(group_);
+  }
+
+ private:
+  CLI::App& app_;
+  std::string group_;
+};
+
+template <typename T>
+void apply(const std::optional<T>& value, T& target) {
+  if (value) target = *value;
+}
+
+// A value the engine does not implement yet: "--tensor-model-parallel-size 2: not supported yet
+// (mt-train runs 1)".
+void supported_only(bool supported, const std::string& flag, const std::string& value, const std::string& implemented) {
+  if (!supported)
+    throw UsageError(flag + (value.empty() ? "" : " " + value),
+                     "not supported yet (mt-train runs " + implemented + ")");
+}
+
+}  // namespace
+
+// ---- model ----
+
+void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
+  const GroupAdder add(app, group);
+  add("--model", f.preset);
+  add("--num-layers", f.num_layers);
+  add("--hidden-size", f.hidden_size);
+  add("--ffn-hidden-size", f.ffn_hidden_size);
+  add("--num-attention-heads", f.num_attention_heads);
+  add("--group-query-attention", f.group_query_attention);
+  add("--num-query-groups", f.num_query_groups);
+  add("--kv-channels", f.kv_channels);
+  add("--seq-length", f.seq_length);
+  add("--max-position-embeddings", f.max_position_embeddings);
+  add("--vocab-size", f.vocab_size);
+  add("--make-vocab-size-divisible-by", f.make_vocab_size_divisible_by);
+  add("--swiglu", f.swiglu);
+  add("--normalization", f.normalization);
+  add("--norm-epsilon", f.norm_epsilon);
+  add("--position-embedding-type", f.position_embedding_type);
+  add("--rotary-base", f.rotary_base);
+  add("--untie-embeddings-and-output-weights", f.untie_embeddings_and_output_weights);
+  add("--disable-bias-linear", f.disable_bias_linear);
+  add("--init-method-std", f.init_method_std);
+  add("--hidden-dropout", f.hidden_dropout);
+  add("--attention-dropout", f.attention_dropout);
+}
+
+model::ModelConfig model_config(const ModelFlags& f) {
+  model::ModelConfig c;
+  if (!f.preset.empty()) c = model::preset(f.preset);
+  apply(f.num_layers, c.num_layers);
+  apply(f.hidden_size, c.hidden_size);
+  apply(f.ffn_hidden_size, c.ffn_hidden_size);
+  apply(f.num_attention_heads, c.num_attention_heads);
+  apply(f.kv_channels, c.kv_channels);
+  apply(f.seq_length, c.seq_length);
+  apply(f.max_position_embeddings, c.max_position_embeddings);
+  apply(f.make_vocab_size_divisible_by, c.make_vocab_size_divisible_by);
+  apply(f.vocab_size, c.vocab_size);
+  apply(f.norm_epsilon, c.norm_epsilon);
+  apply(f.rotary_base, c.rotary_base);
+  apply(f.init_method_std, c.init_method_std);
+  apply(f.hidden_dropout, c.hidden_dropout);
+  apply(f.attention_dropout, c.attention_dropout);
+  if (f.num_attention_heads && !f.num_query_groups && !f.group_query_attention)
+    c.num_query_groups = c.num_attention_heads;
+  if (f.num_query_groups) {
+    if (!f.group_query_attention && *f.num_query_groups != c.num_attention_heads) {
+      throw UsageError("--num-query-groups", "needs --group-query-attention (as in Megatron)");
+    }
+    c.num_query_groups = *f.num_query_groups;
+  }
+  if (f.swiglu) c.swiglu = true;
+  if (f.untie_embeddings_and_output_weights) c.untie_embeddings_and_output_weights = true;
+  if (f.disable_bias_linear) c.add_bias_linear = false;
+  if (f.normalization) {
+    c.normalization = *f.normalization == "RMSNorm" ? model::Normalization::rmsnorm : model::Normalization::layernorm;
+  }
+  if (f.position_embedding_type) {
+    c.position_embedding = *f.position_embedding_type == "rope" ? model::PositionEmbedding::rope
+                                                                : model::PositionEmbedding::learned_absolute;
+  }
+  if (c.name.empty() || f.preset.empty()) c.name = "custom";
+  if (c.max_position_embeddings == 0) c.max_position_embeddings = c.seq_length;
+  if (c.ffn_hidden_size == 0) c.ffn_hidden_size = 4 * c.hidden_size;
+  if (c.num_query_groups == 0) c.num_query_groups = c.num_attention_heads;
+  if (c.kv_channels == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0) {
+    c.kv_channels = c.hidden_size / c.num_attention_heads;
+  }
+  return c;
+}
+
+// ---- parallel ----
+
+void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::string& group) {
+  const GroupAdder add(app, group);
+  add("--tensor-model-parallel-size", c.tensor_model_parallel_size)->capture_default_str();
+  add("--pipeline-model-parallel-size", c.pipeline_model_parallel_size)->capture_default_str();
+  add("--context-parallel-size", c.context_parallel_size)->capture_default_str();
+  add("--expert-model-parallel-size", c.expert_model_parallel_size)->capture_default_str();
+  add("--expert-tensor-parallel-size", c.expert_tensor_parallel_size);
+  add("--sequence-parallel", c.sequence_parallel);
+  add("--num-layers-per-virtual-pipeline-stage", c.num_layers_per_virtual_pipeline_stage);
+  add("--num-virtual-stages-per-pipeline-rank", c.num_virtual_stages_per_pipeline_rank);
+  add("--decoder-first-pipeline-num-layers", c.decoder_first_pipeline_num_layers);
+  add("--decoder-last-pipeline-num-layers", c.decoder_last_pipeline_num_layers);
+  add("--microbatch-group-size-per-virtual-pipeline-stage", c.microbatch_group_size_per_virtual_pipeline_stage);
+  add("--use-distributed-optimizer", c.use_distributed_optimizer);
+  add("--overlap-grad-reduce", c.overlap_grad_reduce);
+  add("--overlap-param-gather", c.overlap_param_gather);
+  add("--ddp-bucket-size", c.ddp_bucket_size);
+}
+
+std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
+                                           const train::TrainConfig& training, int world_size) {
+  parallel::ModelDimensions dimensions;
+  dimensions.num_layers = model.num_layers;
+  dimensions.num_attention_heads = model.num_attention_heads;
+  dimensions.num_query_groups = model.query_groups();
+  dimensions.ffn_hidden_size = model.ffn_hidden_size;
+  dimensions.padded_vocab_size = model.padded_vocab_size();
+  dimensions.seq_length = model.seq_length;
+  dimensions.num_experts = model.num_experts;
+  parallel::BatchDimensions batch;
+  batch.micro_batch_size = training.micro_batch_size;
+  batch.global_batch_size = training.global_batch_size > 0 ? training.global_batch_size : training.micro_batch_size;
+  return parallel::validate(config, dimensions, batch, world_size);
+}
+
+void check_parallel_support(const parallel::ParallelConfig& c) {
+  auto text = [](const auto& value) { return std::to_string(value); };
+  supported_only(c.tensor_model_parallel_size == 1, "--tensor-model-parallel-size", text(c.tensor_model_parallel_size), "1");
+  supported_only(c.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size",
+                 text(c.pipeline_model_parallel_size), "1");
+  supported_only(c.context_parallel_size == 1, "--context-parallel-size", text(c.context_parallel_size), "1");
+  supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), "1");
+  supported_only(c.expert_tensor_parallel() == 1, "--expert-tensor-parallel-size", text(c.expert_tensor_parallel()), "1");
+  // At TP 1 Megatron turns --sequence-parallel off with a warning, and so does validate_parallel.
+  supported_only(!c.sequence_parallel || c.tensor_model_parallel_size == 1, "--sequence-parallel", "", "without it");
+  supported_only(!c.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage", "",
+                 "without virtual stages");
+  supported_only(!c.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank", "",
+                 "without virtual stages");
+  supported_only(!c.decoder_first_pipeline_num_layers, "--decoder-first-pipeline-num-layers", "", "one stage");
+  supported_only(!c.decoder_last_pipeline_num_layers, "--decoder-last-pipeline-num-layers", "", "one stage");
+  supported_only(!c.microbatch_group_size_per_virtual_pipeline_stage,
+                 "--microbatch-group-size-per-virtual-pipeline-stage", "", "without virtual stages");
+  supported_only(!c.use_distributed_optimizer, "--use-distributed-optimizer", "", "the plain optimizer");
+  supported_only(!c.overlap_grad_reduce, "--overlap-grad-reduce", "", "without data-parallel overlap");
+  supported_only(!c.overlap_param_gather, "--overlap-param-gather", "", "without data-parallel overlap");
+  supported_only(!c.ddp_bucket_size, "--ddp-bucket-size", "", "without data-parallel buckets");
+}
+
+// ---- training ----
+
+void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& group) {
+  const GroupAdder add(app, group);
+  train::TrainConfig& c = f.config;
+  add("--micro-batch-size", c.micro_batch_size)->capture_default_str();
+  add("--global-batch-size", c.global_batch_size);
+  add("--train-iters", c.train_iters);
+  add("--train-samples", c.train_samples);
+  add("--lr", c.lr)->capture_default_str();
+  add("--min-lr", c.min_lr)->capture_default_str();
+  add("--lr-decay-style", f.lr_decay_style)->capture_default_str();
+  add("--lr-warmup-iters", c.lr_warmup_iters);
+  add("--lr-warmup-samples", c.lr_warmup_samples);
+  add("--lr-warmup-fraction", c.lr_warmup_fraction);
+  add("--lr-decay-iters", c.lr_decay_iters);
+  add("--lr-decay-samples", c.lr_decay_samples);
+  add("--weight-decay", c.adam.weight_decay)->capture_default_str();
+  add("--adam-beta1", c.adam.beta1)->capture_default_str();
+  add("--adam-beta2", c.adam.beta2)->capture_default_str();
+  add("--adam-eps", c.adam.eps)->capture_default_str();
+  add("--clip-grad", c.clip_grad)->capture_default_str();
+  add("--bf16", f.bf16);
+  add("--fp16", f.fp16);
+  add("--loss-scale", c.loss_scale);
+  add("--initial-loss-scale", c.initial_loss_scale)->capture_default_str();
+  add("--min-loss-scale", c.min_loss_scale)->capture_default_str();
+  add("--loss-scale-window", c.loss_scale_window)->capture_default_str();
+  add("--hysteresis", c.hysteresis)->capture_default_str();
+  add("--calculate-per-token-loss", c.calculate_per_token_loss);
+  add("--check-for-nan-in-loss-and-grad", f.check_for_nan_in_loss_and_grad);
+  add("--no-check-for-nan-in-loss-and-grad", f.no_check_for_nan_in_loss_and_grad);
+  add("--recompute-granularity", f.recompute_granularity);
+  add("--recompute-method", f.recompute_method)->capture_default_str();
+  add("--recompute-num-layers", c.recompute.num_layers)->capture_default_str();
+  add("--seed", c.seed)->capture_default_str();
+  add("--log-interval", c.log_interval)->capture_default_str();
+  add("--log-throughput", c.log_throughput);
+  add("--eval-interval", c.eval_interval)->capture_default_str();
+  add("--eval-iters", c.eval_iters)->capture_default_str();
+  add("--peak-tflops", f.peak_tflops);
+}
+
+train::TrainConfig training_config(const TrainingFlags& f) {
+  if (f.bf16 && f.fp16) throw UsageError("--bf16/--fp16", "choose one");
+  if (f.check_for_nan_in_loss_and_grad && f.no_check_for_nan_in_loss_and_grad) {
+    throw UsageError("--check-for-nan-in-loss-and-grad/--no-check-for-nan-in-loss-and-grad", "choose one");
+  }
+  train::TrainConfig c = f.config;
+  c.precision = f.bf16 ? Precision::bf16 : f.fp16 ? Precision::fp16 : Precision::fp32;
+  c.check_for_nan_in_loss_and_grad = !f.no_check_for_nan_in_loss_and_grad;
+  c.lr_decay_style = optim::parse_decay_style(f.lr_decay_style);
+  if (f.recompute_granularity == "full") c.recompute.granularity = model::RecomputeGranularity::full;
+  if (f.recompute_granularity == "selective") c.recompute.granularity = model::RecomputeGranularity::selective;
+  c.recompute.method = f.recompute_method == "block" ? model::RecomputeMethod::block : model::RecomputeMethod::uniform;
+  if (c.recompute.method == model::RecomputeMethod::block &&
+      c.recompute.granularity != model::RecomputeGranularity::full) {
+    throw UsageError("--recompute-method block", "needs --recompute-granularity full");
+  }
+  if (f.peak_tflops) c.peak_flops_per_second = *f.peak_tflops * 1e12;
+  return c;
+}
+
+// ---- data ----
+
+void add_data_path_flags(CLI::App& app, DataPathFlags& f, const std::string& group) {
+  const GroupAdder add(app, group);
+  auto list = [&](const char* flag, std::vector<std::string>& target) {
+    add(flag, target)
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  list("--data-path", f.data_path);
+  list("--train-data-path", f.train_data_path);
+  list("--valid-data-path", f.valid_data_path);
+  list("--test-data-path", f.test_data_path);
+  add("--split", f.split)->capture_default_str();
+  add("--data-cache-path", f.data_cache_path);
+}
+
+void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config) {
+  if (!flags.data_path.empty()) config.blend = data::parse_blend(flags.data_path, "--data-path");
+  const std::vector<std::string>* per_split[3] = {&flags.train_data_path, &flags.valid_data_path,
+                                                  &flags.test_data_path};
+  const char* names[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  for (size_t s = 0; s < 3; ++s) {
+    if (!per_split[s]->empty()) config.blend_per_split[s] = data::parse_blend(*per_split[s], names[s]);
+  }
+  config.split = flags.split;
+}
+
+// ---- compatibility ----
+
+void add_megatron_compat_flags(CLI::App& app, MegatronCompatFlags& f, const std::string& group) {
+  const GroupAdder add(app, group);
+  add("--dataset-impl", f.dataset_impl);
+  add("--dataloader-type", f.dataloader_type);
+  add("--optimizer", f.optimizer);
+  add("--transformer-impl", f.transformer_impl);
+  add("--use-mcore-models", f.use_mcore_models);
+  add("--use-flash-attn", f.use_flash_attn);
+  add("--attention-softmax-in-fp32", f.attention_softmax_in_fp32);
+  add("--accumulate-allreduce-grads-in-fp32", f.accumulate_allreduce_grads_in_fp32);
+  add("--exit-signal-handler", f.exit_signal_handler);
+}
+
+// ---- tokenizer ----
+
+void add_tokenizer_flags(CLI::App& app, text::TokenizerOptions& options, bool required, const std::string& group) {
+  const GroupAdder add(app, group);
+  CLI::Option* type = add("--tokenizer-type", options.type);
+  if (required) type->required();
+  add("--vocab-file", options.vocab_file);
+  add("--merge-file", options.merge_file);
+  add("--tokenizer-model", options.tokenizer_model);
+  add("--tiktoken-pattern", options.tiktoken_pattern);
+  add("--tiktoken-num-special-tokens", options.tiktoken_num_special_tokens)->capture_default_str();
+}
+
+void add_tokenizer_encoding_flags(CLI::App& app, text::TokenizerOptions& options, const std::string& group) {
+  // Megatron's negative spelling: given, it sets include_special_tokens to false.
+  const FlagSpec& spec = flag_spec("--tokenizer-hf-no-include-special-tokens");
+  CLI::Option* option = app.add_flag(spec.name + "{false}", options.include_special_tokens, spec.help);
+  if (!group.empty()) option->group(group);
+}
+
+}  // namespace mt::tools

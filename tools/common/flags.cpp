@@ -1,0 +1,318 @@
+// Flag specs, their checks and the table of shared flags (see flags.h).
+#include "tools/common/flags.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "core/error.h"
+
+namespace mt::tools {
+namespace {
+
+constexpr long double kInf = std::numeric_limits<long double>::infinity();
+
+// A bound as the user would write it: integers without a fraction, others with %Lg.
+std::string number_text(long double value) {
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  if (value == std::floor(value) && std::fabs(value) < 1e19L) {
+    std::snprintf(buffer, sizeof buffer, "%.0Lf", value);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.17Lg", value);
+  }
+  return buffer;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : separator) + item;
+  return text;
+}
+
+// An integer as written: optional sign and digits only (argparse's int(): no "1e3", no "1.0").
+// Values beyond int64 come back as +-inf so the range check reports them.
+std::optional<long double> parse_integer(const std::string& text) {
+  size_t start = text[0] == '+' || text[0] == '-' ? 1 : 0;
+  if (start == text.size() || text.find_first_not_of("0123456789", start) != std::string::npos) return std::nullopt;
+  int64_t value = 0;
+  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+  const auto [end, error] = std::from_chars(first, text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range) return text[0] == '-' ? -kInf : kInf;
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return static_cast<long double>(value);
+}
+
+// A real number as strtod reads it (so "nan" and "inf" parse, and are then refused as such).
+std::optional<long double> parse_real(const std::string& text) {
+  char* end = nullptr;
+  const long double value = std::strtold(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0') return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string Range::describe() const {
+  const bool has_min = !std::isinf(min), has_max = !std::isinf(max);
+  if (has_min && has_max) {
+    return "in " + std::string(min_exclusive ? "(" : "[") + number_text(min) + ", " + number_text(max) +
+           (max_exclusive ? ")" : "]");
+  }
+  if (has_min) {
+    if (min == 0 && min_exclusive) return "positive";
+    return (min_exclusive ? "greater than " : "at least ") + number_text(min);
+  }
+  if (has_max) return (max_exclusive ? "less than " : "at most ") + number_text(max);
+  return "a finite number";
+}
+
+bool Range::contains(long double value) const {
+  if (std::isnan(value)) return false;
+  if (min_exclusive ? !(value > min) : !(value >= min)) return false;
+  if (max_exclusive ? !(value < max) : !(value <= max)) return false;
+  return true;
+}
+
+Range at_least(long double min) { return Range{min, kInf, false, false}; }
+Range positive() { return Range{0, kInf, true, false}; }
+Range between(long double min, long double max, bool max_exclusive) { return Range{min, max, false, max_exclusive}; }
+
+FlagSpec integer_flag(std::string name, std::string help, Range range) {
+  return FlagSpec{std::move(name), FlagKind::integer, std::move(help), range, {}, {}};
+}
+FlagSpec real_flag(std::string name, std::string help, Range range) {
+  return FlagSpec{std::move(name), FlagKind::real, std::move(help), range, {}, {}};
+}
+FlagSpec toggle_flag(std::string name, std::string help) {
+  return FlagSpec{std::move(name), FlagKind::toggle, std::move(help), {}, {}, {}};
+}
+FlagSpec text_flag(std::string name, std::string help, std::vector<std::string> choices,
+                   std::vector<std::string> supported) {
+  return FlagSpec{std::move(name), FlagKind::text, std::move(help), {}, std::move(choices), std::move(supported)};
+}
+FlagSpec list_flag(std::string name, std::string help) {
+  return FlagSpec{std::move(name), FlagKind::list, std::move(help), {}, {}, {}};
+}
+
+std::string value_error(const FlagSpec& spec, const std::string& text) { return value_error(spec, text, -kInf, kInf); }
+
+std::string value_error(const FlagSpec& spec, const std::string& text, long double type_min, long double type_max) {
+  const std::string got = " (got " + (text.empty() ? std::string("nothing") : text) + ")";
+  if (spec.kind == FlagKind::text) {
+    auto listed = [&](const std::vector<std::string>& values) {
+      return std::find(values.begin(), values.end(), text) != values.end();
+    };
+    if (!spec.choices.empty() && !listed(spec.choices)) return "must be one of " + join(spec.choices, ", ") + got;
+    if (!spec.supported.empty() && !listed(spec.supported)) {
+      return text + " is not supported yet (mt implements " + join(spec.supported, ", ") + ")";
+    }
+    return "";
+  }
+  if (spec.kind != FlagKind::integer && spec.kind != FlagKind::real) return "";
+  const bool integer = spec.kind == FlagKind::integer;
+  const std::optional<long double> value = text.empty() ? std::nullopt
+                                           : integer    ? parse_integer(text)
+                                                        : parse_real(text);
+  const std::string range = spec.range.describe();
+  if (!value) return (integer ? "must be an integer, " : "must be a number, ") + range + got;
+  if (!integer && !std::isfinite(*value)) {
+    return "must be a finite number" + (range == "a finite number" ? std::string() : ", " + range) + got;
+  }
+  if (!spec.range.contains(*value)) return "must be " + range + got;
+  if (*value > type_max) return "must be at most " + number_text(type_max) + got;
+  if (*value < type_min) return "must be at least " + number_text(type_min) + got;
+  return "";
+}
+
+namespace detail {
+
+void check_kind(const FlagSpec& spec, FlagKind bound_kind) {
+  if (spec.kind != bound_kind) throw std::logic_error(spec.name + ": bound to a value of another kind");
+}
+
+CLI::Validator value_check(const FlagSpec& spec, long double type_min, long double type_max) {
+  std::string description = spec.kind == FlagKind::text
+                                ? (spec.choices.empty() ? "" : "one of " + join(spec.choices, ", "))
+                                : spec.range.describe();
+  return CLI::Validator(
+      [spec, type_min, type_max](std::string& text) { return value_error(spec, text, type_min, type_max); },
+      description == "a finite number" ? "" : description);
+}
+
+}  // namespace detail
+
+// The shared flags. Megatron's spellings and, where Megatron checks one, its range; where it does
+// not (argparse takes any int or float), the range in which the value means something.
+const FlagSpec& flag_spec(std::string_view name) {
+  static const std::vector<FlagSpec> table{
+      // model
+      text_flag("--model", "Preset; the model flags below override its values", model::preset_names()),
+      integer_flag("--num-layers", "Transformer layers", at_least(1)),
+      integer_flag("--hidden-size", "Hidden size", at_least(1)),
+      integer_flag("--ffn-hidden-size", "MLP hidden size (default 4 x hidden)", at_least(1)),
+      integer_flag("--num-attention-heads", "Attention heads", at_least(1)),
+      toggle_flag("--group-query-attention", "Use grouped-query attention"),
+      integer_flag("--num-query-groups", "Key/value head groups (with --group-query-attention)", at_least(1)),
+      integer_flag("--kv-channels", "Head dimension (default hidden / heads)", at_least(1)),
+      integer_flag("--seq-length", "Sequence length (tokens per sample)", at_least(1)),
+      integer_flag("--max-position-embeddings", "Learned position table size (default: the sequence length)",
+                   at_least(1)),
+      integer_flag("--vocab-size", "Vocabulary size (default: the data's or the preset's)", between(1, 2147483648.0L)),
+      integer_flag("--make-vocab-size-divisible-by",
+                   "Pad the vocabulary to a multiple of this, independent of TP (default 128)", at_least(1)),
+      toggle_flag("--swiglu", "SwiGLU MLP"),
+      text_flag("--normalization", "Normalisation layers", {"LayerNorm", "RMSNorm"}),
+      real_flag("--norm-epsilon", "Normalisation epsilon", positive()),
+      text_flag("--position-embedding-type", "Position embeddings", {"learned_absolute", "rope"}),
+      real_flag("--rotary-base", "RoPE base", positive()),
+      toggle_flag("--untie-embeddings-and-output-weights", "Separate output layer"),
+      toggle_flag("--disable-bias-linear", "No biases in linear layers"),
+      real_flag("--init-method-std", "Std of the normal initialisation", positive()),
+      real_flag("--hidden-dropout", "Dropout after attention, MLP and embedding", between(0, 1, true)),
+      real_flag("--attention-dropout", "Attention-probability dropout: only 0 is supported (the fused kernel has none)",
+                between(0, 1, true)),
+      // parallel
+      integer_flag("--tensor-model-parallel-size", "Tensor-parallel degree (TP)", at_least(1)),
+      integer_flag("--pipeline-model-parallel-size", "Pipeline stages (PP)", at_least(1)),
+      integer_flag("--context-parallel-size", "Context-parallel degree (CP)", at_least(1)),
+      integer_flag("--expert-model-parallel-size", "Expert-parallel degree (EP)", at_least(1)),
+      integer_flag("--expert-tensor-parallel-size", "Tensor-parallel degree of the experts (default: TP)", at_least(1)),
+      toggle_flag("--sequence-parallel", "Sequence parallelism in the TP group"),
+      integer_flag("--num-layers-per-virtual-pipeline-stage", "Layers per virtual pipeline stage (interleaving)",
+                   at_least(1)),
+      integer_flag("--num-virtual-stages-per-pipeline-rank", "Virtual pipeline stages per rank (interleaving)",
+                   at_least(1)),
+      integer_flag("--decoder-first-pipeline-num-layers", "Layers on the first pipeline stage (uneven split)",
+                   at_least(1)),
+      integer_flag("--decoder-last-pipeline-num-layers", "Layers on the last pipeline stage (uneven split)",
+                   at_least(1)),
+      integer_flag("--microbatch-group-size-per-virtual-pipeline-stage",
+                   "Micro-batches per group of the interleaved schedule (default: PP)", at_least(1)),
+      toggle_flag("--use-distributed-optimizer", "Shard optimizer states over data-parallel ranks (ZeRO-1)"),
+      toggle_flag("--overlap-grad-reduce", "Overlap the grad reduction with backward"),
+      toggle_flag("--overlap-param-gather", "Overlap the parameter all-gather with forward"),
+      integer_flag("--ddp-bucket-size", "Elements per data-parallel grad bucket", at_least(1)),
+      // training
+      integer_flag("--micro-batch-size", "Samples per micro-batch", at_least(1)),
+      integer_flag("--global-batch-size", "Samples per step (default: the micro-batch; micro-batches accumulate)",
+                   at_least(1)),
+      integer_flag("--train-iters", "Iterations to train", positive()),
+      integer_flag("--train-samples", "Samples to train (instead of --train-iters)", positive()),
+      real_flag("--lr", "Peak learning rate", at_least(0)),
+      real_flag("--min-lr", "Learning rate at the end of the decay", at_least(0)),
+      text_flag("--lr-decay-style", "Decay after the warm-up", {"constant", "linear", "cosine"}),
+      integer_flag("--lr-warmup-iters", "Warm-up iterations", at_least(0)),
+      integer_flag("--lr-warmup-samples", "Warm-up samples", at_least(0)),
+      real_flag("--lr-warmup-fraction", "Warm-up as a fraction of the decay", between(0, 1)),
+      integer_flag("--lr-decay-iters", "Decay iterations (default: the run)", at_least(1)),
+      integer_flag("--lr-decay-samples", "Decay samples (default: the run)", at_least(1)),
+      real_flag("--weight-decay", "AdamW decoupled weight decay (not on biases and norms)", at_least(0)),
+      real_flag("--adam-beta1", "AdamW beta1", between(0, 1, true)),
+      real_flag("--adam-beta2", "AdamW beta2", between(0, 1, true)),
+      real_flag("--adam-eps", "AdamW epsilon", positive()),
+      real_flag("--clip-grad", "Clip the global grad norm to this (0: off)", at_least(0)),
+      toggle_flag("--bf16", "bf16 GEMM inputs, fp32 master weights"),
+      toggle_flag("--fp16", "fp16 GEMM inputs with loss scaling"),
+      real_flag("--loss-scale", "Static loss scale for --fp16 (default: dynamic)", positive()),
+      real_flag("--initial-loss-scale", "Dynamic scaler's start", positive()),
+      real_flag("--min-loss-scale", "Dynamic scaler's floor", positive()),
+      integer_flag("--loss-scale-window", "Clean steps before the scale doubles", at_least(1)),
+      integer_flag("--hysteresis", "Overflows before the scale halves", at_least(1)),
+      toggle_flag("--calculate-per-token-loss", "Normalise the loss by all tokens of the step, not per micro-batch"),
+      toggle_flag(
+          "--check-for-nan-in-loss-and-grad",
+          "Stop with an error naming the iteration on a NaN/Inf loss or grad outside fp16 loss scaling (the default)"),
+      toggle_flag("--no-check-for-nan-in-loss-and-grad",
+                  "Skip and count (nan_iters) steps with a NaN/Inf loss or grad instead of stopping"),
+      text_flag("--recompute-granularity", "Activation recompute: full, or selective (core attention)",
+                {"full", "selective"}),
+      text_flag("--recompute-method", "With full recompute: uniform chunks or a block of layers", {"uniform", "block"}),
+      integer_flag("--recompute-num-layers", "Layers per chunk (uniform) or recomputed (block)", at_least(1)),
+      // numpy's RandomState (Megatron's shuffles) takes seeds below 2^32.
+      integer_flag("--seed", "Seed of initialisation, dropout, mock data and the data shuffles",
+                   between(0, 4294967295.0L)),
+      integer_flag("--log-interval", "Iterations between log lines on stderr", at_least(1)),
+      toggle_flag("--log-throughput", "Add Megatron's 'throughput per GPU (TFLOP/s/GPU)' to the log line"),
+      integer_flag("--eval-interval", "Iterations between evaluations", at_least(1)),
+      integer_flag("--eval-iters", "Global batches per evaluation (0: none)", at_least(0)),
+      real_flag("--peak-tflops", "Peak TFLOP/s per device for MFU (default: measured by a GEMM probe)", positive()),
+      // data
+      list_flag(
+          "--data-path",
+          "Token datasets: PREFIX (X.h5 or X.bin/.idx), PREFIX..., or a weighted blend W1 PREFIX1 W2 PREFIX2 ..."),
+      list_flag("--train-data-path", "Training split's datasets (instead of --data-path and --split)"),
+      list_flag("--valid-data-path", "Validation split's datasets"),
+      list_flag("--test-data-path", "Test split's datasets"),
+      text_flag("--split", "Train/valid/test proportions of each --data-path dataset, in sequences"),
+      text_flag("--data-cache-path",
+                "Directory of md5-named sample indices (default PREFIX/cache/GPTDataset_indices of the first dataset)"),
+      toggle_flag("--mock-data", "Deterministic synthetic tokens"),
+      toggle_flag("--eod-mask-loss", "No loss where the input token is end-of-document"),
+      toggle_flag("--reset-position-ids", "Positions restart after each end-of-document"),
+      toggle_flag("--reset-attention-mask", "Attention stays inside each document (end-of-document boundaries)"),
+      // tokenizer
+      text_flag("--tokenizer-type", "Tokenizer", {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}),
+      text_flag("--vocab-file", "GPT2BPETokenizer: encoder.json"),
+      text_flag("--merge-file", "GPT2BPETokenizer: vocab.bpe"),
+      text_flag("--tokenizer-model",
+                "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
+                "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json"),
+      text_flag("--tiktoken-pattern", "TikTokenizer pre-tokenizer: Megatron's patterns (default: the file's own)",
+                {"v1", "v2"}),
+      integer_flag("--tiktoken-num-special-tokens",
+                   "Megatron TikTokenizer JSON: special ids placed before the vocabulary", at_least(0)),
+      toggle_flag("--tokenizer-hf-no-include-special-tokens",
+                  "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
+                  "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron"),
+      // Megatron options whose default (or common) value is what mt always does: accepted with
+      // that value, so Megatron's scripts run; any other value is refused as not supported yet.
+      text_flag("--dataset-impl", "Legacy dataset reader: mt memory-maps .bin/.idx (mmap; infer finds the same)",
+                {"mmap", "infer", "lazy", "cached"}, {"mmap", "infer"}),
+      text_flag("--dataloader-type", "Sampler: Megatron's MegatronPretrainingSampler (single)",
+                {"single", "cyclic", "external"}, {"single"}),
+      text_flag("--optimizer", "Optimizer: AdamW (Megatron's adam)", {"adam", "sgd"}, {"adam"}),
+      text_flag("--transformer-impl", "Layer implementation: mt's own kernels (local)", {"local", "transformer_engine"},
+                {"local"}),
+      toggle_flag("--use-mcore-models", "Accepted: mt's model is Megatron-Core's GPT model"),
+      toggle_flag("--use-flash-attn", "Accepted: mt's attention is always one fused (flash-style) kernel"),
+      toggle_flag("--attention-softmax-in-fp32", "Accepted: mt's softmax is always fp32"),
+      toggle_flag("--accumulate-allreduce-grads-in-fp32", "Accepted: mt's gradients are always fp32"),
+      toggle_flag(
+          "--exit-signal-handler",
+          "Accepted: mt-train always stops cleanly on SIGTERM, SIGINT, SIGHUP and SIGUSR1 (Megatron's is opt-in)"),
+  };
+  for (const auto& spec : table) {
+    if (spec.name == name) return spec;
+  }
+  throw std::logic_error("flag " + std::string(name) + " is not in the table of tools/common/flags.cpp");
+}
+
+// Megatron flags mt has no implementation of yet. Parallel flags are not here: they are parsed
+// with their ranges and refused by value (check_parallel_support), so degree 1 works today.
+void refuse_unimplemented_megatron_flags(int argc, char** argv) {
+  static const std::set<std::string> flags{
+      "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",
+      "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file", "--save", "--load", "--save-interval",
+      "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
+      "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
+      "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
+      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--exit-interval",
+      "--exit-duration-in-mins", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
+      "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
+      "--use-checkpoint-args", "--no-load-optim", "--no-load-rng", "--finetune", "--qk-layernorm",
+      "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
+      "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
+      "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler", "--tp-comm-overlap",
+      "--cp-comm-type", "--recompute-modules", "--ckpt-format"};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (auto eq = arg.find('='); eq != std::string::npos) arg.resize(eq);
+    if (flags.count(arg)) throw UsageError(arg, "Megatron flag not supported yet");
+  }
+}
+
+}  // namespace mt::tools
