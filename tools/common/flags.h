@@ -183,6 +183,18 @@ void add_data_path_flags(CLI::App& app, DataPathFlags& flags, const std::string&
 // The blend, per-split blends and split of `flags` (each list parsed with data::parse_blend).
 void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config);
 
+// ---- checkpoints ----
+
+// Megatron's checkpoint flags (train/checkpointing.h does the work; mt-train decides when).
+struct CheckpointFlags {
+  std::string save, load;
+  std::optional<int64_t> save_interval;
+  bool finetune = false, no_load_optim = false, no_save_optim = false, no_load_rng = false,
+       exit_on_missing_checkpoint = false;
+};
+
+void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const std::string& group = "Checkpoints");
+
 // ---- tokenizer ----
 
 // Megatron's tokenizer flags (--tokenizer-type and the files it reads). `required`: the type must
