@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -410,30 +411,29 @@ void CheckpointReader::read_box(const std::string& name, const std::vector<int64
   }
 }
 
-uint64_t CheckpointReader::compute_checksum(const TensorInfo& tensor) const {
-  // Whole rows of the first dimension, about 16 M elements at a time.
+CheckpointReader::Scan CheckpointReader::scan(const TensorInfo& tensor) const {
   const std::vector<int64_t>& shape = tensor.shape;
-  if (shape.empty()) {
-    float value = 0;
-    read_box(tensor.name, shape, Box{}, &value);
-    return slice_checksum(shape, TensorSlice{Box{}, &value});
-  }
+  // Whole rows of the first dimension, about 16 M elements at a time.
   int64_t row = 1;
   for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  const int64_t rows = shape.empty() ? 1 : shape[0];
   const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(row, 1));
   std::vector<float> buffer;
-  uint64_t checksum = 0;
-  for (int64_t first = 0; first < shape[0]; first += rows_per_piece) {
+  Scan result;
+  for (int64_t first = 0; first < rows; first += rows_per_piece) {
     Box box;
-    box.offset.assign(shape.size(), 0);
-    box.extent = shape;
-    box.offset[0] = first;
-    box.extent[0] = std::min(rows_per_piece, shape[0] - first);
+    if (!shape.empty()) {
+      box.offset.assign(shape.size(), 0);
+      box.extent = shape;
+      box.offset[0] = first;
+      box.extent[0] = std::min(rows_per_piece, rows - first);
+    }
     buffer.resize(static_cast<size_t>(box.elements()));
     read_box(tensor.name, shape, box, buffer.data());
-    checksum += slice_checksum(shape, TensorSlice{box, buffer.data()});
+    result.checksum += slice_checksum(shape, TensorSlice{box, buffer.data()});
+    for (float value : buffer) result.nonfinite += std::isfinite(value) ? 0 : 1;
   }
-  return checksum;
+  return result;
 }
 
 // ---- directories ----

@@ -123,8 +123,13 @@ class CheckpointReader {
   // Reads `box` of tensor `name` into `data` (row-major over the box). Throws mt::Error naming
   // the tensor when it is missing, not float32, or has another global shape than `global_shape`.
   void read_box(const std::string& name, const std::vector<int64_t>& global_shape, const Box& box, float* data) const;
-  // The checksum of the stored values, recomputed (the whole tensor is read in pieces).
-  uint64_t compute_checksum(const TensorInfo& tensor) const;
+  // The checksum of the stored values, recomputed, and how many are NaN or infinite (the whole
+  // tensor is read in pieces of about 64 MB).
+  struct Scan {
+    uint64_t checksum = 0;
+    int64_t nonfinite = 0;
+  };
+  Scan scan(const TensorInfo& tensor) const;
 
  private:
   std::string path_;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -168,7 +169,8 @@ TEST(CheckpointFormat, ATensorWrittenFromSlicesEqualsItWrittenWhole) {
       EXPECT_EQ(tensors[t].shape, expected[t].shape);
       ASSERT_TRUE(tensors[t].checksum.has_value());
       EXPECT_EQ(*tensors[t].checksum, *expected[t].checksum) << name << " " << tensors[t].name;
-      EXPECT_EQ(reader.compute_checksum(tensors[t]), *tensors[t].checksum);
+      EXPECT_EQ(reader.scan(tensors[t]).checksum, *tensors[t].checksum);
+      EXPECT_EQ(reader.scan(tensors[t]).nonfinite, 0);
     }
     std::vector<float> back(60);
     reader.read_box("model/a.weight", shape, whole(shape), back.data());
@@ -200,6 +202,19 @@ TEST(CheckpointFormat, TheChecksumSeesEveryValueAndItsPosition) {
   const uint64_t top = io::slice_checksum(shape, io::TensorSlice{io::Box{{0, 0}, {4, 2}}, columns(values, 5, 0, 2).data()});
   const uint64_t bottom = io::slice_checksum(shape, io::TensorSlice{io::Box{{0, 2}, {4, 3}}, columns(values, 5, 2, 5).data()});
   EXPECT_EQ(top + bottom, base);
+}
+
+TEST(CheckpointFormat, AScanCountsNonFiniteValues) {
+  mt::testing::TempDir dir("mt_test_ckpt_scan");
+  std::vector<float> a = random_values(60, 12);
+  a[7] = std::numeric_limits<float>::quiet_NaN();
+  a[59] = -std::numeric_limits<float>::infinity();
+  write_small(dir.file("c.h5"), a, random_values(7, 13));
+  const io::CheckpointReader reader(dir.file("c.h5"));
+  const std::vector<io::TensorInfo> tensors = reader.tensors();
+  EXPECT_EQ(reader.scan(tensors[0]).nonfinite, 2);
+  EXPECT_EQ(reader.scan(tensors[0]).checksum, *tensors[0].checksum);
+  EXPECT_EQ(reader.scan(tensors[1]).nonfinite, 0);
 }
 
 TEST(CheckpointFormat, RootAttributesRoundTrip) {
