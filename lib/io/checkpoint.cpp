@@ -82,42 +82,6 @@ hid_t select_box(hid_t file_space, const Box& box) {
   return H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
 }
 
-void write_double_attribute(const std::string& path, hid_t object, const char* name, double value) {
-  Hdf5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hdf5Handle attribute(H5Acreate2(object, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attribute.ok() || H5Awrite(attribute.get(), H5T_NATIVE_DOUBLE, &value) < 0) {
-    throw Error(path, std::string("cannot write attribute ") + name);
-  }
-}
-
-void write_u64_attribute(const std::string& path, hid_t object, const char* name, uint64_t value) {
-  Hdf5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hdf5Handle attribute(H5Acreate2(object, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!attribute.ok() || H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value) < 0) {
-    throw Error(path, std::string("cannot write attribute ") + name);
-  }
-}
-
-std::optional<double> read_double_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Hdf5Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Hdf5Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_FLOAT) return std::nullopt;
-  double value = 0;
-  if (H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value) < 0) return std::nullopt;
-  return value;
-}
-
-std::optional<uint64_t> read_u64_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return std::nullopt;
-  Hdf5Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  Hdf5Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!attribute.ok() || !type.ok() || H5Tget_class(type.get()) != H5T_INTEGER) return std::nullopt;
-  uint64_t value = 0;
-  if (H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) < 0) return std::nullopt;
-  return value;
-}
-
 void fsync_or_throw(const std::string& path, int flags, const std::string& what) {
   const int fd = open(path.c_str(), flags);
   if (fd < 0) throw Error(what, "cannot open " + path + " to sync it: " + std::strerror(errno));
@@ -270,7 +234,7 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
     }
     checksum += slice_checksum(global_shape, slices[s]);
   }
-  write_u64_attribute(path_, dataset.get(), "checksum", checksum);
+  write_uint_attribute(path_, dataset.get(), "checksum", checksum);
   ++tensors_;
 }
 
@@ -286,7 +250,7 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
   write_double_attribute(path_, file, "loss_scale", s.loss_scale);
   write_int_attribute(path_, file, "loss_scale_growth_tracker", s.loss_scale_growth_tracker);
   write_int_attribute(path_, file, "loss_scale_hysteresis_tracker", s.loss_scale_hysteresis_tracker);
-  write_u64_attribute(path_, file, "seed", s.seed);
+  write_uint_attribute(path_, file, "seed", s.seed);
   write_int_attribute(path_, file, "resumable", s.resumable ? 1 : 0);
   if (s.has_optimizer) write_int_attribute(path_, file, "optimizer_step", s.optimizer_step);
   write_string_attribute(path_, file, "model_config", s.model_config);
@@ -340,7 +304,7 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   s.loss_scale = *scale;
   s.loss_scale_growth_tracker = integer("loss_scale_growth_tracker");
   s.loss_scale_hysteresis_tracker = integer("loss_scale_hysteresis_tracker");
-  const std::optional<uint64_t> seed = read_u64_attribute(file, "seed");
+  const std::optional<uint64_t> seed = read_uint_attribute(file, "seed");
   if (!seed) throw Error(path_, "attribute seed missing or not an integer");
   s.seed = *seed;
   s.resumable = integer("resumable") != 0;
@@ -372,7 +336,7 @@ std::vector<TensorInfo> CheckpointReader::tensors() const {
     const size_t size = H5Tget_size(type.get());
     info.dtype = (is_float ? "float" : H5Tget_class(type.get()) == H5T_INTEGER ? "int" : "other") +
                  std::to_string(size * 8);
-    info.checksum = read_u64_attribute(dataset.get(), "checksum");
+    info.checksum = read_uint_attribute(dataset.get(), "checksum");
     info.bytes = static_cast<int64_t>(H5Dget_storage_size(dataset.get()));
     tensors.push_back(std::move(info));
   }

@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "../error_text.h"
 #include "../temp_dir.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -62,15 +63,6 @@ void write_small(const std::string& path, const std::vector<float>& a, const std
   writer.write_tensor("model/a.weight", {6, 10}, {io::TensorSlice{whole({6, 10}), a.data()}});
   writer.write_tensor("model/b.bias", {7}, {io::TensorSlice{whole({7}), b.data()}});
   writer.commit(state);
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Columns [first, last) of a row-major matrix `width` wide, row-major.
@@ -182,7 +174,7 @@ TEST(CheckpointFormat, ATensorWrittenFromSlicesEqualsItWrittenWhole) {
   }
   // Slices that leave part of the tensor out are refused, naming it.
   io::CheckpointWriter partial(dir.file("partial.h5"));
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(mt::testing::error_text([&] {
               partial.write_tensor("model/a.weight", shape, {io::TensorSlice{io::Box{{0, 0}, {3, 10}}, values.data()}});
             }).find("tensor model/a.weight: the slices hold 30 of its 60 elements"),
             std::string::npos);
@@ -254,13 +246,13 @@ TEST(CheckpointFormat, WrongFilesAreRefusedNamingTheFieldOrTensor) {
   write_small(path, random_values(60, 7), random_values(7, 8));
   const io::CheckpointReader reader(path);
   std::vector<float> buffer(60);
-  EXPECT_NE(error_of([&] { reader.read_box("model/missing.weight", {6, 10}, whole({6, 10}), buffer.data()); })
+  EXPECT_NE(mt::testing::error_text([&] { reader.read_box("model/missing.weight", {6, 10}, whole({6, 10}), buffer.data()); })
                 .find("tensor model/missing.weight missing"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { reader.read_box("optimizer/exp_avg/a.weight", {6, 10}, whole({6, 10}), buffer.data()); })
+  EXPECT_NE(mt::testing::error_text([&] { reader.read_box("optimizer/exp_avg/a.weight", {6, 10}, whole({6, 10}), buffer.data()); })
                 .find("tensor optimizer/exp_avg/a.weight missing"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { reader.read_box("model/a.weight", {10, 6}, whole({10, 6}), buffer.data()); })
+  EXPECT_NE(mt::testing::error_text([&] { reader.read_box("model/a.weight", {10, 6}, whole({10, 6}), buffer.data()); })
                 .find("tensor model/a.weight has shape (6, 10), the model's is (10, 6)"),
             std::string::npos);
 
@@ -279,7 +271,7 @@ TEST(CheckpointFormat, WrongFilesAreRefusedNamingTheFieldOrTensor) {
     H5Dclose(H5Dcreate2(file, "model/b.bias", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     H5Sclose(space);
   });
-  EXPECT_NE(error_of([&] { io::CheckpointReader(doubles).read_box("model/b.bias", {7}, whole({7}), buffer.data()); })
+  EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader(doubles).read_box("model/b.bias", {7}, whole({7}), buffer.data()); })
                 .find("tensor model/b.bias is not float32"),
             std::string::npos);
   const std::string future = dir.file("future.h5");
@@ -289,15 +281,15 @@ TEST(CheckpointFormat, WrongFilesAreRefusedNamingTheFieldOrTensor) {
     H5Awrite(attribute, H5T_NATIVE_INT64, &version);
     H5Aclose(attribute);
   });
-  EXPECT_NE(error_of([&] { io::CheckpointReader{future}; }).find("mt_format_version 3 is not supported"),
+  EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{future}; }).find("mt_format_version 3 is not supported"),
             std::string::npos);
   const std::string no_iteration = dir.file("no_iteration.h5");
   edit(no_iteration, [](hid_t file) { H5Adelete(file, "iteration"); });
-  EXPECT_NE(error_of([&] { io::CheckpointReader{no_iteration}; }).find("attribute iteration missing"), std::string::npos);
+  EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{no_iteration}; }).find("attribute iteration missing"), std::string::npos);
   const std::string text = dir.file("text.h5");
   std::ofstream(text) << "not hdf5";
-  EXPECT_NE(error_of([&] { io::CheckpointReader{text}; }).find("cannot open as HDF5"), std::string::npos);
-  EXPECT_NE(error_of([&] { io::CheckpointReader{dir.path().string()}; }).find("is a directory"), std::string::npos);
+  EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{text}; }).find("cannot open as HDF5"), std::string::npos);
+  EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{dir.path().string()}; }).find("is a directory"), std::string::npos);
 }
 
 TEST(CheckpointFormat, TheTrackerHoldsAnIterationAndNothingElse) {
@@ -309,9 +301,9 @@ TEST(CheckpointFormat, TheTrackerHoldsAnIterationAndNothingElse) {
   EXPECT_EQ(io::read_tracker(d), 1234);
   EXPECT_EQ(io::checkpoint_path(d, 5), d + "/iter_0000005/checkpoint.h5");
   std::ofstream(io::tracker_path(d)) << "release\n";
-  EXPECT_NE(error_of([&] { io::read_tracker(d); }).find("release"), std::string::npos);
+  EXPECT_NE(mt::testing::error_text([&] { io::read_tracker(d); }).find("release"), std::string::npos);
   std::ofstream(io::tracker_path(d)) << "12x";
-  EXPECT_NE(error_of([&] { io::read_tracker(d); }).find("does not hold an iteration number"), std::string::npos);
+  EXPECT_NE(mt::testing::error_text([&] { io::read_tracker(d); }).find("does not hold an iteration number"), std::string::npos);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"latest_checkpointed_iteration.txt"}) << "no temporaries left";
 }
 
@@ -334,7 +326,7 @@ TEST(CheckpointFormat, AFaultAtAnyPointOfASaveKeepsThePreviousCheckpoint) {
     const bool at_tracker = std::string(point) == "before-tracker";
     for (int64_t iteration : {int64_t{5}, int64_t{10}}) {
       if (at_tracker && iteration == 5) continue;
-      const std::string error = error_of([&] {
+      const std::string error = mt::testing::error_text([&] {
         const std::string path = io::prepare_checkpoint_directory(d, iteration);
         write_small(path, other, b);
         io::write_tracker(d, iteration);

@@ -10,7 +10,9 @@
 #include <functional>
 #include <vector>
 
+#include "../error_text.h"
 #include "../temp_dir.h"
+#include "tiny_model.h"
 #include "core/error.h"
 #include "data/sample_source.h"
 #include "train/checkpointing.h"
@@ -21,16 +23,7 @@ using namespace mt;
 namespace {
 
 model::ModelConfig tiny() {
-  model::ModelConfig c = model::preset("tiny-llama");
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 2;
-  c.ffn_hidden_size = 48;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
+  model::ModelConfig c = mt::testing::tiny_llama();
   c.hidden_dropout = 0.1f;  // dropout masks are keyed by iteration: a resumed run must draw the same
   return c;
 }
@@ -74,15 +67,6 @@ std::vector<uint64_t> bits(const std::vector<double>& values) {
   std::vector<uint64_t> out(values.size());
   std::memcpy(out.data(), values.data(), values.size() * sizeof(double));
   return out;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -172,22 +156,22 @@ TEST(Checkpointing, RefusesAnotherModelAndMissingState) {
   model::ModelConfig wider = c;
   wider.ffn_hidden_size = 64;
   train::Trainer other(wider, config(4, Precision::fp32), *data);
-  EXPECT_NE(error_of([&] { train::load_checkpoint(io::CheckpointReader(dir.file("full.h5")), other, {}); })
+  EXPECT_NE(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("full.h5")), other, {}); })
                 .find("written for another model: ffn_hidden_size is 48 there, 64 in this run"),
             std::string::npos);
 
   train::Trainer same(c, config(4, Precision::fp32), *data);
-  EXPECT_NE(error_of([&] { train::load_checkpoint(io::CheckpointReader(dir.file("params_state.h5")), same, {}); })
+  EXPECT_NE(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("params_state.h5")), same, {}); })
                 .find("holds no optimizer state"),
             std::string::npos);
   train::LoadOptions no_optim;
   no_optim.optimizer = false;
-  EXPECT_EQ(error_of([&] { train::load_checkpoint(io::CheckpointReader(dir.file("params_state.h5")), same, no_optim); }),
+  EXPECT_EQ(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("params_state.h5")), same, no_optim); }),
             "");
-  EXPECT_NE(error_of([&] { train::load_checkpoint(io::CheckpointReader(dir.file("final.h5")), same, no_optim); })
+  EXPECT_NE(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("final.h5")), same, no_optim); })
                 .find("holds parameters only"),
             std::string::npos);
   train::LoadOptions finetune;
   finetune.finetune = true;
-  EXPECT_EQ(error_of([&] { train::load_checkpoint(io::CheckpointReader(dir.file("final.h5")), same, finetune); }), "");
+  EXPECT_EQ(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("final.h5")), same, finetune); }), "");
 }
