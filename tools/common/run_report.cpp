@@ -240,6 +240,13 @@ void parse_sweep_arguments(ToolCli& cli, const SweepPoint& point) {
   }
 }
 
+int write_report(const ToolCli& cli, const std::vector<Record>& records) {
+  RecordWriter writer(cli.output_format());
+  writer.write_run(run_record(cli));
+  for (const Record& record : records) writer.write(record);
+  return 0;
+}
+
 double gib_value(int64_t bytes) {
   return std::round(static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) * 100) / 100;
 }

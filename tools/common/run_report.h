@@ -128,6 +128,9 @@ std::vector<std::pair<Options, std::string>> parse_sweep(const ToolCli& cli, con
 // Parallel, micro-batch and recompute flags given are refused (the planner chooses them).
 std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& flags);
 
+// Writes the run record and `records` in the tool's format; returns 0.
+int write_report(const ToolCli& cli, const std::vector<Record>& records);
+
 // "12.34" GiB of `bytes`, rounded to 2 decimals.
 double gib_value(int64_t bytes);
 

@@ -122,31 +122,30 @@ std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
   return records;
 }
 
-int run(mt::tools::ToolCli& cli, MemreportOptions& parsed) {
-  mt::tools::RecordWriter writer(cli.output_format());
-  writer.write_run(mt::tools::run_record(cli));
+// Every record of the invocation, computed before any is written, so bad input leaves stdout empty.
+std::vector<Record> records_of(mt::tools::ToolCli& cli, MemreportOptions& parsed) {
   if (!parsed.report.from_log.empty()) {
     if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
     mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json"});
-    for (const Record& record : log_records(mt::tools::read_training_log(parsed.report.from_log))) writer.write(record);
-    return 0;
+    return log_records(mt::tools::read_training_log(parsed.report.from_log));
   }
+  std::vector<Record> records;
   const std::function<void(mt::tools::ToolCli&, MemreportOptions&)> definer = define;
   for (auto& [o, label] : mt::tools::parse_sweep(cli, parsed, parsed.report.sweeps, definer)) {
-    std::vector<Record> records;
+    std::vector<Record> point;
     if (!o.report.plan.empty()) {
-      records = mt::tools::plan_records(cli, o.report);
+      point = mt::tools::plan_records(cli, o.report);
     } else {
       const mt::tools::RunConfig config = mt::tools::run_config_from_flags(o.report);
       for (const std::string& warning : config.warnings) mt::log::warn("mt-memreport: " + warning);
-      records = report_records(config);
+      point = report_records(config);
     }
-    for (Record& record : records) {
+    for (Record& record : point) {
       if (!label.empty()) record["sweep"] = label;
-      writer.write(record);
+      records.push_back(std::move(record));
     }
   }
-  return 0;
+  return records;
 }
 
 }  // namespace
@@ -159,5 +158,5 @@ int main(int argc, char** argv) {
       "allocates from a table and by a documented formula for activations; measured beside predicted from "
       "mt-train's JSONL (--from-log); the best layouts of a cluster (--plan).",
       [&](mt::tools::ToolCli& cli) { define(cli, options); },
-      [&](mt::tools::ToolCli& cli) { return run(cli, options); });
+      [&](mt::tools::ToolCli& cli) { return mt::tools::write_report(cli, records_of(cli, options)); });
 }

@@ -125,7 +125,8 @@ Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConv
 }
 
 // One mfu record per step of the log and their summary over the steady steps (after the first).
-void report_log(mt::tools::ToolCli& cli, const MfuOptions& o, mt::tools::RecordWriter& writer) {
+std::vector<Record> log_records(mt::tools::ToolCli& cli, const MfuOptions& o) {
+  std::vector<Record> records;
   const mt::tools::TrainingLog log = mt::tools::read_training_log(o.report.from_log);
   const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
   const mt::perf::FlopsConvention convention =
@@ -147,7 +148,7 @@ void report_log(mt::tools::ToolCli& cli, const MfuOptions& o, mt::tools::RecordW
     Record record = mfu_record(config, convention, ms / 1e3, &peak);
     record["iteration"] = step.at("iteration");
     if (step.contains("mfu")) record["mt_train_mfu"] = step["mfu"];
-    writer.write(record);
+    records.push_back(record);
     if (step.at("iteration").get<int64_t>() > log.steps.front().at("iteration").get<int64_t>()) steady_ms.push_back(ms);
   }
   if (steady_ms.empty()) steady_ms.push_back(log.steps.front().at("step_ms").get<double>());
@@ -155,18 +156,18 @@ void report_log(mt::tools::ToolCli& cli, const MfuOptions& o, mt::tools::RecordW
   Record summary = mfu_record(config, convention, mean_ms / 1e3, &peak);
   summary["record"] = "mfu_summary";
   summary["steps_averaged"] = steady_ms.size();
-  writer.write(summary);
+  records.push_back(summary);
+  return records;
 }
 
-int run(mt::tools::ToolCli& cli, MfuOptions& parsed) {
-  mt::tools::RecordWriter writer(cli.output_format());
-  writer.write_run(mt::tools::run_record(cli));
+// Every record of the invocation, computed before any is written, so bad input leaves stdout empty.
+std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
+  std::vector<Record> records;
   if (!parsed.report.from_log.empty()) {
     if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
     mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json", "--peak-tflops",
                                                         "--flops-convention", "--device"});
-    report_log(cli, parsed, writer);
-    return 0;
+    return log_records(cli, parsed);
   }
   const std::function<void(mt::tools::ToolCli&, MfuOptions&)> definer = define;
   for (auto& [o, label] : mt::tools::parse_sweep(cli, parsed, parsed.report.sweeps, definer)) {
@@ -176,7 +177,7 @@ int run(mt::tools::ToolCli& cli, MfuOptions& parsed) {
     };
     if (!o.report.plan.empty()) {
       mt::tools::refuse_given(cli.app(), {"--step-time", "--predict"}, "a --plan ranks layouts by prediction");
-      for (const Record& record : mt::tools::plan_records(cli, o.report)) writer.write(labelled(record));
+      for (const Record& record : mt::tools::plan_records(cli, o.report)) records.push_back(labelled(record));
       continue;
     }
     const mt::tools::RunConfig config = mt::tools::run_config_from_flags(o.report);
@@ -184,17 +185,17 @@ int run(mt::tools::ToolCli& cli, MfuOptions& parsed) {
     const mt::perf::FlopsConvention convention = mt::perf::parse_flops_convention(o.report.training.flops_convention);
     if (!o.predict.empty()) {
       mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "the --predict cluster names its device");
-      writer.write(labelled(prediction_record(config, convention, o.predict)));
+      records.push_back(labelled(prediction_record(config, convention, o.predict)));
     }
     if (o.step_time) {
       const mt::tools::PeakSource peak = flags_peak(o, config.train.precision);
-      writer.write(labelled(mfu_record(config, convention, o.step_time, &peak)));
+      records.push_back(labelled(mfu_record(config, convention, o.step_time, &peak)));
     } else if (o.predict.empty()) {
       mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "a peak needs --step-time");
-      writer.write(labelled(mfu_record(config, convention, std::nullopt, nullptr)));
+      records.push_back(labelled(mfu_record(config, convention, std::nullopt, nullptr)));
     }
   }
-  return 0;
+  return records;
 }
 
 }  // namespace
@@ -206,5 +207,5 @@ int main(int argc, char** argv) {
       "Model FLOPs per step, TFLOP/s per device and MFU of a run from mt-train's flags plus --step-time, or from "
       "mt-train's JSONL (--from-log); predicted on a cluster (--predict) and the best layouts (--plan).",
       [&](mt::tools::ToolCli& cli) { define(cli, options); },
-      [&](mt::tools::ToolCli& cli) { return run(cli, options); });
+      [&](mt::tools::ToolCli& cli) { return mt::tools::write_report(cli, records_of(cli, options)); });
 }
