@@ -35,4 +35,16 @@ void fp16_to_fp32(const uint16_t* in, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = fp16_bits_to_fp32(in[i]);
 }
 
+void round_through_bf16(const float* in, float* out, size_t n) {
+  const int64_t count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = round_to_bf16(in[i]);
+}
+
+void round_through_fp16(const float* in, float* out, size_t n) {
+  const int64_t count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = fp16_bits_to_fp32(fp32_to_fp16_bits(in[i]));
+}
+
 }  // namespace mt::kernels::cpu

@@ -2,7 +2,8 @@
 // pointers. The implementations (cpu/impl/*.inc) are compiled once per ISA level
 // (ops_x86_64_v2.cpp, ops_avx2.cpp, ops_avx512.cpp, each with its own -m flags) and the table
 // for the active level is picked at run time (cpu/isa.h). Tests run every entry at every level
-// the CPU has against simple reference loops (tests/unit/kernels/).
+// the CPU has against simple reference loops (tests/unit/kernels/). lib reaches these kernels only
+// through the backend op table (lib/backend/ops.h), which the CPU backend fills from this one.
 //
 // Conventions for every op:
 //   - Row-major; `rows` is the number of tokens (B*T), `cols` the feature width.
@@ -16,55 +17,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/op_params.h"
 #include "kernels/cpu/isa.h"
 
 namespace mt::kernels::cpu {
 
-// Causal attention over one block of queries and keys (the whole sequence, or one context-
-// parallel block). Query token t of sample b sits at global position q_pos0 + t; key s at
-// kv_pos0 + s. A query attends key s iff kv_pos0+s <= q_pos0+t and, when doc_start is given,
-// kv_pos0+s >= doc_start[b*q_len+t] (the first position of the query's document).
-// Query head h reads kv head h / (q_heads / kv_heads) (GQA; MHA when equal).
-// Element (b, t, h, d) of Q is q[(b*q_len + t)*q_stride + h*head_dim + d]; K, V likewise with
-// kv_len, k_stride/v_stride and kv heads; O with o_stride and q heads.
-// lse is (batch, q_heads, q_len): the log-sum-exp of the scaled scores of each query row,
-// -inf (and an all-zero output row) when a query sees no key.
-// The kernel works in tiles of at most 128 keys (online softmax): memory does not grow with T^2.
-struct AttentionShape {
-  int batch = 1;
-  int q_len = 0;
-  int kv_len = 0;
-  int q_heads = 1;
-  int kv_heads = 1;
-  int head_dim = 0;
-  int64_t q_stride = 0;
-  int64_t k_stride = 0;
-  int64_t v_stride = 0;
-  int64_t o_stride = 0;
-  int64_t q_pos0 = 0;
-  int64_t kv_pos0 = 0;
-  float scale = 1.0f;
-};
-
-struct AdamWParams {
-  float lr = 0;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0;
-  float bias_correction1 = 1;  // 1 - beta1^step
-  float bias_correction2 = 1;  // 1 - beta2^step
-  float grad_scale = 1;        // grads are multiplied by this first (clipping, loss-scale unscale)
-};
-
-// Dropout keys: every element's keep decision is a pure function of (seed, stream, iteration,
-// global row id, global column), never of rank, micro-batch or local offset (DESIGN.md sec. 3).
-struct DropoutKey {
-  uint64_t seed = 0;
-  uint64_t stream = 0;     // stream_id of the dropout site mixed with the global layer index
-  uint64_t iteration = 0;
-  float p = 0;             // drop probability
-};
+// The parameter structs live in kernels/common/op_params.h (shared with the CUDA kernels).
+using kernels::AdamWParams;
+using kernels::AttentionShape;
+using kernels::DropoutKey;
 
 struct CpuOps {
   // --- normalisation -------------------------------------------------------------------------
@@ -99,7 +60,8 @@ struct CpuOps {
   void (*rope_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
                         const int32_t* positions, float base);
 
-  // --- attention -----------------------------------------------------------------------------
+  // --- attention (shape and masking: kernels/common/op_params.h) ------------------------------
+  // Works in tiles of at most 128 keys (online softmax): memory does not grow with T^2.
   void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                             const int32_t* doc_start, float* out, float* lse);
   // dq, dk, dv written (same strides as q, k, v); out and lse are the forward's results.
@@ -132,6 +94,11 @@ struct CpuOps {
   // row_max/row_sumexp are the global (all-shard) values.
   void (*xent_backward)(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
                         const int32_t* targets, const float* row_max, const float* row_sumexp, const float* dloss);
+  // The loss from the global steps, summed on the host in fp64 in row order (deterministic):
+  // *loss_sum = sum_r mask[r] * (log(row_sumexp[r]) + row_max[r] - target_logit[r]) and
+  // *mask_sum = sum_r mask[r]; loss_mask nullable (every row counts 1).
+  void (*xent_loss_sums)(const float* row_max, const float* row_sumexp, const float* target_logit,
+                         const float* loss_mask, int64_t rows, double* loss_sum, double* mask_sum);
 
   // --- elementwise, bias, reductions ------------------------------------------------------------
   void (*add_inplace)(float* y, const float* x, int64_t n);            // y += x

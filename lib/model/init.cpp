@@ -36,16 +36,19 @@ void initialize_parameters(const ModelConfig& config, const ParamLayout& layout,
     const double std = output_projection ? config.init_method_std / std::sqrt(2.0 * config.num_layers)
                                          : config.init_method_std;
     const uint64_t stream = kernels::stream_id(entry.name.c_str());
-    // 2-D tensors: local (row, col) -> global (row + row offset, col + col offset).
-    const int64_t global_cols = entry.global_shape[1];
-    const int64_t rows = entry.local_shape[0], cols = entry.local_shape[1];
-    const int64_t row0 = entry.shard_dim == 0 ? entry.shard_offset : 0;
-    const int64_t col0 = entry.shard_dim == 1 ? entry.shard_offset : 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t global = (r + row0) * global_cols + (c + col0);
-        out[r * cols + c] = static_cast<float>(std * counter_normal(seed, stream, global));
+    // For each index of the dimensions before the shard dimension, the local elements form one
+    // run that is contiguous in the global tensor too, starting at the shard's offset.
+    const int dim = entry.shard_dim < 0 ? 0 : entry.shard_dim;
+    int64_t inner = 1;
+    for (size_t d = static_cast<size_t>(dim) + 1; d < entry.local_shape.size(); ++d) inner *= entry.local_shape[d];
+    const int64_t run = entry.local_shape[static_cast<size_t>(dim)] * inner;
+    const int64_t runs = run > 0 ? entry.numel / run : 0;
+    const int64_t global_run = entry.global_shape[static_cast<size_t>(dim)] * inner;
+    const int64_t first = (entry.shard_dim < 0 ? 0 : entry.shard_offset) * inner;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t r = 0; r < runs; ++r) {
+      for (int64_t i = 0; i < run; ++i) {
+        out[r * run + i] = static_cast<float>(std * counter_normal(seed, stream, r * global_run + first + i));
       }
     }
   }

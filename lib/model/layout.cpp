@@ -1,64 +1,121 @@
 // The parameter layout table (see layout.h).
 #include "model/layout.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/error.h"
+#include "model/layers/embedding.h"
+#include "model/layers/output_head.h"
+#include "model/layers/transformer_layer.h"
 
 namespace mt::model {
 namespace {
 
 constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
+// Megatron's distributed optimizer pads each bucket end to a multiple of lcm(DP, 128).
+constexpr int64_t kDistributedOptimizerPad = 128;
 
-class LayoutBuilder {
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// One declared tensor before offsets are known.
+struct Declared {
+  ParamEntry entry;
+  int group = 0;  // fused group index (global over the rank)
+};
+
+// Collects the layers' declarations of one chunk, computing each tensor's TP shard and copies.
+class Collector : public ParamDeclarations {
  public:
-  LayoutBuilder(const parallel::ParallelConfig& parallel, const parallel::RankCoordinates& rank, ParamLayout& layout)
-      : tp_(parallel.tensor_model_parallel_size), tp_rank_(rank.tp), layout_(layout) {}
+  Collector(const ModelConfig& model, const parallel::ParallelConfig& parallel, const parallel::RankCoordinates& rank,
+            std::vector<Declared>& declared)
+      : model_(model), parallel_(parallel), rank_(rank), declared_(declared) {}
 
-  // Starts a fused group: the next tensor begins aligned, the group's tensors follow back to back.
-  void begin_group() { align_next_ = true; }
+  void set_chunk(int chunk) { chunk_ = chunk; }
+  void begin_group() override { ++group_; }
 
-  void add(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer) {
+  void add(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer, int64_t unit,
+           const std::string& unit_flag) override {
+    const int tp = parallel_.tensor_model_parallel_size;
     ParamEntry entry;
     entry.name = name;
     entry.global_shape = shape;
     entry.split = split;
     entry.layer = layer;
+    entry.chunk = chunk_;
     entry.weight_decay = shape.size() >= 2;
     entry.local_shape = shape;
-    if (split != TensorSplit::replicated && tp_ > 1) {
+    if (split != TensorSplit::replicated && tp > 1) {
       const int dim = split == TensorSplit::column_parallel ? 0 : 1;
-      if (static_cast<int>(shape.size()) <= dim || shape[dim] % tp_ != 0) {
-        throw UsageError("--tensor-model-parallel-size " + std::to_string(tp_),
-                         "does not divide dimension " + std::to_string(dim) + " of " + name);
+      if (static_cast<int>(shape.size()) <= dim || shape[dim] % (tp * unit) != 0) {
+        const std::string what = unit_flag.empty() ? "dimension " + std::to_string(dim) + " of " + name : unit_flag;
+        throw UsageError("--tensor-model-parallel-size " + std::to_string(tp),
+                         "does not divide " + what + (unit > 1 ? " (TP splits by whole heads)" : ""));
       }
       entry.shard_dim = dim;
-      entry.shard_extent = shape[dim] / tp_;
-      entry.shard_offset = entry.shard_extent * tp_rank_;
+      entry.shard_extent = shape[dim] / tp;
+      entry.shard_offset = entry.shard_extent * rank_.tp;
       entry.local_shape[dim] = entry.shard_extent;
     } else {
       entry.shard_extent = shape.empty() ? 1 : shape[0];
     }
     entry.numel = 1;
     for (int64_t extent : entry.local_shape) entry.numel *= extent;
-    if (align_next_) {
-      layout_.total_elements = (layout_.total_elements + kAlignElements - 1) / kAlignElements * kAlignElements;
-      align_next_ = false;
-    }
-    entry.offset = layout_.total_elements;
-    layout_.total_elements += entry.numel;
-    layout_.entries.push_back(std::move(entry));
-  }
 
-  // A tensor on its own (aligned).
-  void add_single(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer) {
-    begin_group();
-    add(name, std::move(shape), split, layer);
+    const bool replicated = split == TensorSplit::replicated;
+    entry.replica = replicated ? rank_.tp : 0;
+    entry.tied_copy = layer == head_layer(model_) && name == Embedding::kWordEmbeddings;
+    if (entry.tied_copy) entry.replica = 1;
+    const bool sequence_parallel = parallel_.sequence_parallel && tp > 1;
+    const bool position_table = name == Embedding::kPositionEmbeddings;  // looked up on full rows
+    entry.reduce_over_tensor_parallel = sequence_parallel && replicated && !position_table;
+    entry.reduce_over_embedding_group =
+        name == Embedding::kWordEmbeddings && !model_.untie_embeddings_and_output_weights &&
+        parallel_.pipeline_model_parallel_size > 1;
+    declared_.push_back(Declared{std::move(entry), group_});
   }
 
  private:
-  int tp_, tp_rank_;
-  ParamLayout& layout_;
-  bool align_next_ = true;
+  const ModelConfig& model_;
+  const parallel::ParallelConfig& parallel_;
+  const parallel::RankCoordinates& rank_;
+  std::vector<Declared>& declared_;
+  int chunk_ = 0;
+  int group_ = 0;
 };
+
+// Groups [first, last) of `declared` (indices of their first tensors) in buckets: walks the
+// chunk's groups in backward order, closing a bucket once it holds `bucket_elements`; a tied
+// word embedding shared between pipeline stages is a bucket of its own. Returns, per group, its
+// bucket number counted from the chunk's end (0 = the first bucket backward completes).
+std::vector<int> assign_buckets(const std::vector<Declared>& declared, const std::vector<size_t>& group_starts,
+                                int64_t bucket_elements) {
+  const size_t groups = group_starts.size();
+  std::vector<int> bucket_from_end(groups, 0);
+  auto group_elements = [&](size_t g) {
+    const size_t end = g + 1 < groups ? group_starts[g + 1] : declared.size();
+    int64_t elements = 0;
+    for (size_t i = group_starts[g]; i < end; ++i) elements += declared[i].entry.numel;
+    return elements;
+  };
+  auto own_bucket = [&](size_t g) { return declared[group_starts[g]].entry.reduce_over_embedding_group; };
+  int bucket = 0;
+  int64_t filled = 0;
+  for (size_t k = groups; k-- > 0;) {
+    const bool alone = own_bucket(k);
+    if ((alone || (bucket_elements > 0 && filled >= bucket_elements)) && filled > 0) {
+      ++bucket;
+      filled = 0;
+    }
+    bucket_from_end[k] = bucket;
+    filled += group_elements(k);
+    if (alone) {
+      ++bucket;
+      filled = 0;
+    }
+  }
+  return bucket_from_end;
+}
 
 }  // namespace
 
@@ -86,84 +143,136 @@ int64_t ParamLayout::parameter_elements() const {
   return total;
 }
 
+FlatRange ParamLayout::bucket_shard(int bucket, int dp_rank, int dp_size) const {
+  const GradBucket& b = buckets.at(static_cast<size_t>(bucket));
+  const int64_t size = b.padded_end - b.begin;
+  if (dp_size <= 0 || size % dp_size != 0) {
+    throw Error("bucket " + std::to_string(bucket),
+                "of " + std::to_string(size) + " elements does not split into " + std::to_string(dp_size) +
+                    " equal shards (build the layout for the distributed optimizer)");
+  }
+  const int64_t shard = size / dp_size;
+  return {b.begin + dp_rank * shard, b.begin + (dp_rank + 1) * shard};
+}
+
+std::vector<FlatRange> ParamLayout::data_parallel_shard(int dp_rank, int dp_size) const {
+  std::vector<FlatRange> shard;
+  for (size_t b = 0; b < buckets.size(); ++b) shard.push_back(bucket_shard(static_cast<int>(b), dp_rank, dp_size));
+  return shard;
+}
+
+BucketOptions bucket_options(const parallel::ParallelConfig& parallel) {
+  return BucketOptions{parallel.bucket_size_elements(), parallel.use_distributed_optimizer};
+}
+
+void check_tensor_parallel_split(const ModelConfig& model, int tp) {
+  if (tp <= 1) return;
+  auto require = [&](int64_t count, const std::string& what) {
+    if (count % tp != 0) {
+      throw UsageError("--tensor-model-parallel-size " + std::to_string(tp), "does not divide " + what);
+    }
+  };
+  require(model.num_attention_heads, "--num-attention-heads " + std::to_string(model.num_attention_heads) +
+                                         " (tensor parallelism splits attention by whole heads)");
+  require(model.query_groups(), "--num-query-groups " + std::to_string(model.query_groups()) +
+                                    " (tensor parallelism splits attention by whole query groups)");
+  require(model.ffn_hidden_size, "--ffn-hidden-size " + std::to_string(model.ffn_hidden_size));
+  require(model.padded_vocab_size(), "the padded vocabulary of " + std::to_string(model.padded_vocab_size()) +
+                                         " (--make-vocab-size-divisible-by " +
+                                         std::to_string(model.make_vocab_size_divisible_by) + ")");
+}
+
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
-                         const parallel::RankCoordinates& rank, int first_layer, int last_layer) {
+                         const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
+                         const BucketOptions& options) {
   model.validate();
   model.check_trainable();
-  if (first_layer < 0 || last_layer > model.num_layers || first_layer > last_layer) {
-    throw Error("layer range [" + std::to_string(first_layer) + ", " + std::to_string(last_layer) + ")",
-                "outside the model's " + std::to_string(model.num_layers) + " layers");
-  }
+  check_tensor_parallel_split(model, parallel.tensor_model_parallel_size);
+  if (chunks.empty()) throw Error("layout", "a rank holds at least one model chunk");
   ParamLayout layout;
-  layout.first_layer = first_layer;
-  layout.last_layer = last_layer;
-  layout.has_embedding = rank.pp == 0;
-  layout.has_output = rank.pp == parallel.pipeline_model_parallel_size - 1;
-  LayoutBuilder builder(parallel, rank, layout);
-
-  const int64_t hidden = model.hidden_size, ffn = model.ffn_hidden_size, vocab = model.padded_vocab_size();
-  const int64_t q_width = static_cast<int64_t>(model.num_attention_heads) * model.head_dim();
-  const int64_t kv_width = static_cast<int64_t>(model.query_groups()) * model.head_dim();
-  const bool layernorm = model.normalization == Normalization::layernorm;
-  const bool bias = model.add_bias_linear;
-  using S = TensorSplit;
-
-  auto add_norm = [&](const std::string& name, int layer) {
-    builder.add_single(name + ".weight", {hidden}, S::replicated, layer);
-    if (layernorm) builder.add_single(name + ".bias", {hidden}, S::replicated, layer);
-  };
-
-  if (layout.has_embedding) {
-    builder.add_single("embedding.word_embeddings.weight", {vocab, hidden}, S::column_parallel, -1);
-    if (model.position_embedding == PositionEmbedding::learned_absolute) {
-      builder.add_single("embedding.position_embeddings.weight", {model.max_position_embeddings, hidden},
-                         S::replicated, -1);
+  layout.first_layer = chunks.front().first_layer;
+  layout.last_layer = chunks.back().last_layer;
+  layout.has_embedding = layout.has_output = false;
+  bool embedding_here = false;
+  for (const ChunkSpec& chunk : chunks) {
+    if (chunk.first_layer < 0 || chunk.last_layer > model.num_layers || chunk.first_layer > chunk.last_layer) {
+      throw Error("layer range [" + std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.last_layer) + ")",
+                  "outside the model's " + std::to_string(model.num_layers) + " layers");
     }
+    embedding_here = embedding_here || chunk.has_embedding;
+    layout.has_embedding = layout.has_embedding || chunk.has_embedding;
+    layout.has_output = layout.has_output || chunk.has_output;
   }
-  for (int layer = first_layer; layer < last_layer; ++layer) {
-    const std::string p = layer_prefix(layer);
-    add_norm(p + "input_layernorm", layer);
-    builder.begin_group();
-    builder.add(p + "self_attention.linear_q.weight", {q_width, hidden}, S::column_parallel, layer);
-    builder.add(p + "self_attention.linear_k.weight", {kv_width, hidden}, S::column_parallel, layer);
-    builder.add(p + "self_attention.linear_v.weight", {kv_width, hidden}, S::column_parallel, layer);
-    if (bias) {
-      builder.begin_group();
-      builder.add(p + "self_attention.linear_q.bias", {q_width}, S::column_parallel, layer);
-      builder.add(p + "self_attention.linear_k.bias", {kv_width}, S::column_parallel, layer);
-      builder.add(p + "self_attention.linear_v.bias", {kv_width}, S::column_parallel, layer);
+
+  // The layers declare their tensors in forward order, chunk by chunk.
+  std::vector<Declared> declared;
+  Collector collector(model, parallel, rank, declared);
+  std::vector<size_t> chunk_starts;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const ChunkSpec& chunk = chunks[c];
+    chunk_starts.push_back(declared.size());
+    collector.set_chunk(static_cast<int>(c));
+    if (chunk.has_embedding) Embedding::declare(collector, model);
+    for (int layer = chunk.first_layer; layer < chunk.last_layer; ++layer) {
+      TransformerLayer::declare(collector, model, layer);
     }
-    builder.add_single(p + "self_attention.linear_proj.weight", {hidden, q_width}, S::row_parallel, layer);
-    if (bias) builder.add_single(p + "self_attention.linear_proj.bias", {hidden}, S::replicated, layer);
-    add_norm(p + "pre_mlp_layernorm", layer);
-    if (model.swiglu) {
-      builder.begin_group();
-      builder.add(p + "mlp.linear_fc1_gate.weight", {ffn, hidden}, S::column_parallel, layer);
-      builder.add(p + "mlp.linear_fc1_up.weight", {ffn, hidden}, S::column_parallel, layer);
-      if (bias) {
-        builder.begin_group();
-        builder.add(p + "mlp.linear_fc1_gate.bias", {ffn}, S::column_parallel, layer);
-        builder.add(p + "mlp.linear_fc1_up.bias", {ffn}, S::column_parallel, layer);
+    if (chunk.has_output) OutputHead::declare(collector, model, !embedding_here);
+  }
+  chunk_starts.push_back(declared.size());
+
+  // Offsets: groups aligned, buckets (per chunk, formed backward) padded at their ends.
+  const int dp = parallel.data_parallel_size;
+  const int64_t pad = options.distributed_optimizer ? std::lcm<int64_t>(dp, kDistributedOptimizerPad) : kAlignElements;
+  int64_t offset = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    std::vector<size_t> group_starts;
+    for (size_t i = chunk_starts[c]; i < chunk_starts[c + 1]; ++i) {
+      if (i == chunk_starts[c] || declared[i].group != declared[i - 1].group) group_starts.push_back(i);
+    }
+    const std::vector<int> from_end = assign_buckets(declared, group_starts, options.bucket_elements);
+    const int chunk_buckets = from_end.empty() ? 0 : from_end.front() + 1;
+    const int first_bucket = static_cast<int>(layout.buckets.size());
+    ModelChunk model_chunk{chunks[c], offset, offset};
+    for (int b = 0; b < chunk_buckets; ++b) layout.buckets.push_back(GradBucket{static_cast<int>(c)});
+    for (size_t g = 0; g < group_starts.size(); ++g) {
+      const int bucket = first_bucket + (chunk_buckets - 1 - from_end[g]);
+      GradBucket& current = layout.buckets[static_cast<size_t>(bucket)];
+      const bool opens_bucket = g == 0 || from_end[g] != from_end[g - 1];
+      if (opens_bucket) {
+        if (g > 0) {
+          GradBucket& previous = layout.buckets[static_cast<size_t>(bucket - 1)];
+          offset = round_up(offset, pad);
+          previous.padded_end = offset;
+        }
+        current.begin = offset;
       }
-    } else {
-      builder.add_single(p + "mlp.linear_fc1.weight", {ffn, hidden}, S::column_parallel, layer);
-      if (bias) builder.add_single(p + "mlp.linear_fc1.bias", {ffn}, S::column_parallel, layer);
+      offset = round_up(offset, kAlignElements);
+      const size_t end = g + 1 < group_starts.size() ? group_starts[g + 1] : chunk_starts[c + 1];
+      for (size_t i = group_starts[g]; i < end; ++i) {
+        ParamEntry entry = declared[i].entry;
+        entry.offset = offset;
+        entry.bucket = bucket;
+        offset += entry.numel;
+        current.end = offset;
+        if (opens_bucket && i == group_starts[g]) current.first_layer = current.last_layer = entry.layer;
+        current.first_layer = std::min(current.first_layer, entry.layer);
+        current.last_layer = std::max(current.last_layer, entry.layer);
+        layout.entries.push_back(std::move(entry));
+      }
     }
-    builder.add_single(p + "mlp.linear_fc2.weight", {hidden, ffn}, S::row_parallel, layer);
-    if (bias) builder.add_single(p + "mlp.linear_fc2.bias", {hidden}, S::replicated, layer);
+    offset = round_up(offset, pad);
+    if (chunk_buckets > 0) layout.buckets.back().padded_end = offset;
+    model_chunk.end = offset;
+    layout.chunks.push_back(model_chunk);
   }
-  if (layout.has_output) {
-    add_norm("decoder.final_layernorm", -1);
-    if (model.untie_embeddings_and_output_weights) {
-      builder.add_single("output_layer.weight", {vocab, hidden}, S::column_parallel, -1);
-    } else if (!layout.has_embedding) {
-      // The last stage of a pipeline holds its own copy of the tied embedding (Megatron does the
-      // same and keeps the copies equal by an all-reduce of their grads).
-      builder.add_single("embedding.word_embeddings.weight", {vocab, hidden}, S::column_parallel, -1);
-    }
-  }
-  layout.total_elements = (layout.total_elements + kAlignElements - 1) / kAlignElements * kAlignElements;
+  layout.total_elements = round_up(offset, kAlignElements);
   return layout;
+}
+
+ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
+                         const parallel::RankCoordinates& rank, int first_layer, int last_layer) {
+  const ChunkSpec chunk{first_layer, last_layer, rank.pp == 0, rank.pp == parallel.pipeline_model_parallel_size - 1};
+  return build_layout(model, parallel, rank, std::vector<ChunkSpec>{chunk});
 }
 
 ParamLayout build_layout(const ModelConfig& model) {

@@ -1,8 +1,23 @@
-// The parameter layout table: for a (model config, parallel config, rank) every parameter's
-// global shape, the contiguous shard this rank holds (one range of one dimension), its offset
-// in the rank's flat buffers, whether weight decay applies and what it is tied to. Parameters,
-// fp32 main grads and optimizer states are flat buffers laid out from this one table, and
-// mt-memreport reads the same table. Tested in tests/unit/model/test_layout.cpp.
+// The parameter layout table of one rank: for a (model config, parallel config, rank coordinates,
+// model chunks) every parameter's global shape, the contiguous shard this rank holds (one range
+// of one dimension: TP splits attention by whole heads / query groups), its offset in the rank's
+// flat buffers, which ranks hold copies of it and which groups sum its grads, whether weight decay
+// applies, and the DP buckets of the flat buffer. Parameters, fp32 main grads, optimizer states,
+// checkpoints and mt-memreport all read this one table.
+//
+// A rank holds one or more model chunks (virtual pipeline stages), each a global layer range
+// with the embedding on the model's first chunk and the final norm + output layer on its last.
+// The chunks share one flat buffer, one after the other; a chunk's range is a whole number of
+// buckets. Tensors of a fused group (q/k/v, SwiGLU gate/up, their biases) are adjacent so one
+// GEMM covers them; each group starts 64-byte aligned. The parameters themselves are declared by
+// the layers (model/layers/*.h) in forward order.
+//
+// Buckets (Megatron's param_and_grad_buffer, megatron-facts.md sec. 7): within each chunk,
+// groups are taken in backward order (last layer first) until a bucket holds bucket_elements
+// (0: the whole chunk is one bucket); a tied word embedding split over pipeline stages gets a
+// bucket of its own. For the distributed optimizer each bucket end is padded to a multiple of
+// lcm(DP, 128) elements, so every DP rank owns an equal contiguous slice of every bucket.
+// Tested in tests/unit/model/test_layout.cpp.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +32,19 @@ namespace mt::model {
 
 // How a tensor is split over tensor-parallel ranks.
 enum class TensorSplit {
-  replicated,      // norms, row-parallel biases, position embeddings
+  replicated,      // every TP rank holds the whole tensor: norms, row-parallel biases, position table
   column_parallel, // dim 0 (output features): q/k/v, fc1, vocab rows of the embedding/output
   row_parallel,    // dim 1 (input features): linear_proj, linear_fc2
 };
+
+// The data-parallel group that sums a tensor's grads: dense tensors over DP x CP; MoE expert
+// tensors (none yet) over the expert-DP group of the expert grid.
+enum class DataParallelGroup { dense, expert };
+
+// Layer ids (ParamEntry::layer) outside the decoder layers. Backward completes the grads of the
+// head, then of layers L-1 .. 0, then of the embedding: the order Stage's grads-ready signals.
+inline constexpr int kEmbeddingLayer = -1;
+inline int head_layer(const ModelConfig& model) { return model.num_layers; }
 
 struct ParamEntry {
   std::string name;                   // global name, global layer index inside
@@ -33,12 +57,62 @@ struct ParamEntry {
   int64_t offset = 0;                 // elements into the flat buffers
   int64_t numel = 0;                  // local elements
   bool weight_decay = true;           // Megatron's default: no decay for biases and 1-D tensors
-  int layer = -1;                     // global layer index, -1 outside the decoder layers
+  int layer = kEmbeddingLayer;        // global decoder layer, kEmbeddingLayer or head_layer()
+  int chunk = 0;                      // index into ParamLayout::chunks
+  int bucket = 0;                     // index into ParamLayout::buckets
+
+  // Copies and grad reduction. Every DP (and CP) rank holds a copy; TP-replicated tensors are
+  // also held whole by every TP rank; the tied word embedding also by the last pipeline stage.
+  int replica = 0;                    // 0: the primary copy (counted once in grad norms, written to checkpoints)
+  bool tied_copy = false;             // the last stage's copy of the tied word embedding
+  DataParallelGroup data_parallel_group = DataParallelGroup::dense;
+  bool reduce_over_tensor_parallel = false;  // sequence parallel: norms and row-parallel biases see 1/TP of the tokens
+  bool reduce_over_embedding_group = false;  // tied word embedding on first and last stage: summed between them
 };
+
+// A model chunk: decoder layers [first_layer, last_layer) and whether it holds the model's ends.
+struct ChunkSpec {
+  int first_layer = 0;
+  int last_layer = 0;
+  bool has_embedding = true;  // the model's first chunk (first pipeline stage, virtual stage 0)
+  bool has_output = true;     // the model's last chunk (last pipeline stage, last virtual stage)
+};
+
+struct ModelChunk {
+  ChunkSpec spec;
+  int64_t begin = 0, end = 0;  // its range of the flat buffer (whole buckets)
+};
+
+struct GradBucket {
+  int chunk = 0;
+  int64_t begin = 0;       // first element (a multiple of the padding)
+  int64_t end = 0;         // one past the last parameter element
+  int64_t padded_end = 0;  // end padded for the distributed optimizer's equal shards
+  int first_layer = 0;     // layer ids it holds, in [first_layer, last_layer]: ready once
+  int last_layer = 0;      // backward has signalled first_layer
+};
+
+// A range [begin, end) of a rank's flat buffers.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// The DP grad buffer's shape (Megatron's --ddp-bucket-size and --use-distributed-optimizer).
+struct BucketOptions {
+  int64_t bucket_elements = 0;        // 0: one bucket per chunk
+  bool distributed_optimizer = false; // pad bucket ends to lcm(DP, 128) elements
+};
+// Megatron's choice for a parallel config: --ddp-bucket-size (default max(40M, 1M x DP)) only
+// with --overlap-grad-reduce, else one bucket; padding with --use-distributed-optimizer.
+BucketOptions bucket_options(const parallel::ParallelConfig& parallel);
 
 struct ParamLayout {
   std::vector<ParamEntry> entries;
-  int64_t total_elements = 0;  // flat buffer length incl. alignment gaps
+  std::vector<ModelChunk> chunks;
+  std::vector<GradBucket> buckets;
+  int64_t total_elements = 0;  // flat buffer length incl. alignment and bucket padding
+  // The union of the chunks: the layer span and whether the rank holds the model's ends.
   int first_layer = 0, last_layer = 0;
   bool has_embedding = true, has_output = true;
 
@@ -47,15 +121,44 @@ struct ParamLayout {
   int64_t parameter_elements() const;  // sum of numel (no gaps)
   // This rank's shard of a parameter as a tensor view into a flat fp32 buffer of this layout.
   Tensor view(const ParamEntry& entry, float* buffer) const;
+  // The slice of bucket `bucket` that DP rank `dp_rank` of `dp_size` owns under the distributed
+  // optimizer (equal slices of the padded bucket), and its slices of every bucket.
+  FlatRange bucket_shard(int bucket, int dp_rank, int dp_size) const;
+  std::vector<FlatRange> data_parallel_shard(int dp_rank, int dp_size) const;
 };
 
-// Layers [first_layer, last_layer) on this rank; the embedding on the first pipeline stage and
-// the final norm + output layer on the last. Tensors in one fused group (q/k/v, gate/up) are
-// adjacent in the buffer so one GEMM covers them; every group starts 64-byte aligned.
+// Receives a layer's parameter declarations (model/layers/*.h `declare`), in forward order.
+class ParamDeclarations {
+ public:
+  virtual ~ParamDeclarations() = default;
+  // Starts a fused group: the next tensor begins aligned, the group's tensors follow back to back.
+  virtual void begin_group() = 0;
+  // A tensor of the current group. A split tensor's split dimension is cut into TP shards of
+  // whole `unit`s (a head's head_dim rows for q/k/v); `unit_flag` names what the units count, for
+  // the error when TP does not divide them (e.g. "--num-query-groups 2").
+  virtual void add(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer,
+                   int64_t unit = 1, const std::string& unit_flag = "") = 0;
+  // A tensor on its own (its own aligned group).
+  void add_single(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer,
+                  int64_t unit = 1, const std::string& unit_flag = "") {
+    begin_group();
+    add(name, std::move(shape), split, layer, unit, unit_flag);
+  }
+};
+
+// The layout of `chunks` (in order) on the rank at `rank`.
+ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
+                         const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
+                         const BucketOptions& buckets = {});
+// One chunk [first_layer, last_layer) with the ends of pipeline stage rank.pp.
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
                          const parallel::RankCoordinates& rank, int first_layer, int last_layer);
 // The single-rank layout of the whole model.
 ParamLayout build_layout(const ModelConfig& model);
+
+// Throws mt::UsageError naming the flags when tensor parallelism of degree `tp` cannot split the
+// model by whole heads, query groups, ffn columns and padded vocabulary rows.
+void check_tensor_parallel_split(const ModelConfig& model, int tp);
 
 // Names used by the layout (also the HDF5 dataset names of checkpoints).
 std::string layer_prefix(int layer);  // "decoder.layers.<i>."

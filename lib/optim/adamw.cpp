@@ -1,26 +1,57 @@
 // AdamW, grad norm and clipping (see adamw.h).
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/ops.h"
+#include "core/error.h"
 
 namespace mt::optim {
 
-AdamW::AdamW(const model::ParamLayout& layout, AdamWConfig config)
-    : layout_(layout), config_(config), exp_avg_(layout.total_elements), exp_avg_sq_(layout.total_elements) {}
+AdamW::AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
+             backend::MemoryLedger* ledger)
+    : AdamW(layout, {model::FlatRange{0, layout.total_elements}}, config, ops, ledger) {}
+
+AdamW::AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
+             const backend::Ops& ops, backend::MemoryLedger* ledger)
+    : ops_(ops), config_(config), ranges_(ranges) {
+  int64_t state = 0, previous_end = 0;
+  for (const model::FlatRange& range : ranges_) {
+    if (range.begin < previous_end || range.end > layout.total_elements || range.begin > range.end) {
+      throw Error("optimizer range [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")",
+                  "outside the flat buffer of " + std::to_string(layout.total_elements) +
+                      " elements or not after the range before it");
+    }
+    for (const auto& entry : layout.entries) {
+      const int64_t begin = std::max(range.begin, entry.offset);
+      const int64_t end = std::min(range.end, entry.offset + entry.numel);
+      if (begin < end) {
+        pieces_.push_back(Piece{begin, end, state + (begin - range.begin), entry.weight_decay, entry.replica == 0});
+      }
+    }
+    state += range.end - range.begin;
+    previous_end = range.end;
+  }
+  exp_avg_ = backend::DeviceBuffer<float>(ops, state, backend::MemoryCategory::optimizer, ledger);
+  exp_avg_sq_ = backend::DeviceBuffer<float>(ops, state, backend::MemoryCategory::optimizer, ledger);
+}
+
+double AdamW::grad_sum_squares(const float* grads) const {
+  const backend::Stream stream = ops_.default_stream();
+  double sum = 0;
+  for (const Piece& piece : pieces_) {
+    if (piece.primary) sum += ops_.sum_squares(grads + piece.begin, piece.end - piece.begin, stream);
+  }
+  return sum;
+}
 
 double AdamW::grad_norm(const float* grads, double grad_scale) const {
-  const auto& ops = kernels::cpu::cpu_ops();
-  double sum = 0;
-  for (const auto& entry : layout_.entries) sum += ops.sum_squares(grads + entry.offset, entry.numel);
-  return std::sqrt(sum) * grad_scale;
+  return std::sqrt(grad_sum_squares(grads)) * grad_scale;
 }
 
 void AdamW::step(float* params, uint16_t* param_bf16, const float* grads, double lr, double grad_scale) {
   ++steps_;
-  const auto& ops = kernels::cpu::cpu_ops();
-  kernels::cpu::AdamWParams p;
+  backend::AdamWParams p;
   p.lr = static_cast<float>(lr);
   p.beta1 = static_cast<float>(config_.beta1);
   p.beta2 = static_cast<float>(config_.beta2);
@@ -28,10 +59,12 @@ void AdamW::step(float* params, uint16_t* param_bf16, const float* grads, double
   p.bias_correction1 = static_cast<float>(1.0 - std::pow(config_.beta1, static_cast<double>(steps_)));
   p.bias_correction2 = static_cast<float>(1.0 - std::pow(config_.beta2, static_cast<double>(steps_)));
   p.grad_scale = static_cast<float>(grad_scale);
-  for (const auto& entry : layout_.entries) {
-    p.weight_decay = entry.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f;
-    ops.adamw_update(params + entry.offset, param_bf16 ? param_bf16 + entry.offset : nullptr, grads + entry.offset,
-                     exp_avg_.data() + entry.offset, exp_avg_sq_.data() + entry.offset, entry.numel, p);
+  const backend::Stream stream = ops_.default_stream();
+  for (const Piece& piece : pieces_) {
+    p.weight_decay = piece.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+    ops_.adamw_update(params + piece.begin, param_bf16 ? param_bf16 + piece.begin : nullptr, grads + piece.begin,
+                      exp_avg_.data() + piece.state, exp_avg_sq_.data() + piece.state, piece.end - piece.begin, p,
+                      stream);
   }
 }
 

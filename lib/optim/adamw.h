@@ -1,11 +1,18 @@
-// AdamW over the flat fp32 buffers of a layout: one fused pass per tensor (kernels' adamw_update),
-// weight decay by the layout's no-decay set, plus the global grad norm and Megatron's clipping.
-// Tested in tests/unit/optim/test_optim.cpp.
+// AdamW over flat ranges of the buffers a layout lays out: the whole buffer on one rank, or the
+// shard of a DP rank under the distributed optimizer (its slice of every bucket: ranges that may
+// cut tensors, ParamLayout::data_parallel_shard). The ranges are split into pieces at tensor
+// boundaries (weight decay per tensor, by the layout's no-decay set);
+// each piece is one fused pass of the backend's adamw_update, which can also refresh the bf16
+// GEMM copy of the weights. Moments are fp32, as long as the ranges together. Also the grad norm
+// over the ranges (each replicated tensor counted once: only primary copies) and Megatron's clipping.
+// Keeps what it needs of the layout (no reference to it). Tested in tests/unit/optim/test_optim.cpp.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
-#include "core/buffer.h"
+#include "backend/memory.h"
+#include "backend/ops.h"
 #include "model/layout.h"
 
 namespace mt::optim {
@@ -19,26 +26,49 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const model::ParamLayout& layout, AdamWConfig config);
+  // Over the whole flat buffer of `layout`.
+  AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
+        backend::MemoryLedger* ledger = nullptr);
+  // Over the flat ranges (disjoint, ascending); elements outside every tensor (alignment and
+  // bucket padding) are left alone.
+  AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
+        const backend::Ops& ops, backend::MemoryLedger* ledger = nullptr);
 
-  // L2 norm of the grads over the layout's tensors (fp64 accumulation), after multiplying by
-  // grad_scale (1/loss scale). Non-finite when any grad is.
+  const std::vector<model::FlatRange>& ranges() const { return ranges_; }
+
+  // Sum of squared grads over the ranges' primary copies (fp64), unscaled: the local share of a
+  // grad norm that several ranks sum.
+  double grad_sum_squares(const float* grads) const;
+  // L2 norm of the ranges' grads after multiplying by grad_scale (1/loss scale). Non-finite when
+  // any grad is.
   double grad_norm(const float* grads, double grad_scale) const;
-  // One step: grads are multiplied by grad_scale (unscaling and clipping folded in) and the
+  // One step over the ranges of the flat buffers (params, grads and param_bf16 index the whole
+  // flat buffer): grads are multiplied by grad_scale (unscaling and clipping folded in) and the
   // step counter advances. param_bf16 (nullable) receives the refreshed bf16 copy.
   void step(float* params, uint16_t* param_bf16, const float* grads, double lr, double grad_scale);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
+  // The moments of the ranges, one after the other.
   float* exp_avg() { return exp_avg_.data(); }
   float* exp_avg_sq() { return exp_avg_sq_.data(); }
-  int64_t state_bytes() const { return 2 * exp_avg_.size() * static_cast<int64_t>(sizeof(float)); }
+  int64_t state_bytes() const { return exp_avg_.bytes() + exp_avg_sq_.bytes(); }
 
  private:
-  const model::ParamLayout& layout_;
+  // A run of one tensor inside a range.
+  struct Piece {
+    int64_t begin = 0, end = 0;  // in the flat buffers
+    int64_t state = 0;           // where its moments start
+    bool weight_decay = true;
+    bool primary = true;         // counted in the grad norm
+  };
+
+  const backend::Ops& ops_;
   AdamWConfig config_;
-  Buffer<float> exp_avg_;
-  Buffer<float> exp_avg_sq_;
+  std::vector<model::FlatRange> ranges_;
+  std::vector<Piece> pieces_;
+  backend::DeviceBuffer<float> exp_avg_;
+  backend::DeviceBuffer<float> exp_avg_sq_;
   int64_t steps_ = 0;
 };
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/transformer.h"
+#include "model/recompute.h"
 
 namespace mt::perf {
 

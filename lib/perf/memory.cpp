@@ -8,7 +8,10 @@
 #include <limits>
 
 #include "core/error.h"
+#include "backend/ops.h"
 #include "model/layout.h"
+#include "model/precision_gemm.h"
+#include "model/stage.h"
 
 namespace mt::perf {
 namespace {
@@ -65,7 +68,7 @@ std::string gib(int64_t bytes) {
 TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions& options) {
   model.validate();
   const Wide params = model::parameter_count_wide(model, true);
-  const Wide copy = static_cast<Wide>(model::Transformer::gemm_weight_copy_bytes(options.precision, 1));
+  const Wide copy = static_cast<Wide>(model::GemmWeights::bytes(backend::cpu_ops(), options.precision, 1));
   const Wide n = static_cast<Wide>(options.micro_batch_size) * model.seq_length;  // token rows
   const Wide c = model.hidden_size, f = model.ffn_hidden_size, d = model.head_dim();
   const Wide h = model.num_attention_heads, g = model.query_groups();
@@ -117,10 +120,10 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
   model::RecomputeConfig recompute = options.recompute;
   recompute.num_layers = effective_recompute_layers(model, options);
   TrainingMemory plan;
-  plan.weights = elements * 4 + model::Transformer::gemm_weight_copy_bytes(options.precision, elements);
+  plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), options.precision, elements);
   plan.grads = elements * 4;
   plan.optimizer = elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
-  plan.activations = model::Transformer::planned_activation_bytes(model, options.precision, recompute,
+  plan.activations = model::planned_activation_bytes(model, options.precision, recompute,
                                                                   options.micro_batch_size, model.num_layers);
   plan.other = floor.other;
   return plan;

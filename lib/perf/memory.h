@@ -19,7 +19,7 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
-#include "model/transformer.h"
+#include "model/recompute.h"
 
 namespace mt::perf {
 

@@ -72,7 +72,7 @@ LayerWidths layer_widths(const ModelConfig& m, const TrainingShape& shape, bool 
   return lw;
 }
 
-// The buffers a layer keeps, in the order transformer.cpp's make_set takes them.
+// The buffers a layer keeps, in the order activations.cpp's layer_set takes them.
 struct LayerSet {
   BufferSum residual, norm_stats, attention, core, mlp;
   int64_t bytes() const { return residual.bytes + norm_stats.bytes + attention.bytes + core.bytes + mlp.bytes; }

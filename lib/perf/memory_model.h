@@ -1,7 +1,7 @@
 // Memory per rank by category, predicted from the configs without allocating anything:
 // weights, GEMM weight copy, grads and optimizer states (from the layout table mt-train
 // allocates from where it can lay the model out, else from perf/parameters.h's counts), and
-// activations from a formula derived from what lib/model/transformer.cpp keeps for backward
+// activations from a formula derived from what lib/model/activations.cpp keeps for backward
 // under each recompute mode (written out below and in docs/accounting.md), deliberately not
 // by calling its workspace planner, so comparing the two with mt-train's measured high-water
 // marks tests both. Megatron's own estimate (megatron/training/theoretical_memory_usage.py)
@@ -47,7 +47,7 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
-#include "model/transformer.h"
+#include "model/recompute.h"
 #include "perf/parameters.h"
 
 namespace mt::perf {

@@ -73,7 +73,7 @@ void validate_train_config(const TrainConfig& c) {
 }
 
 Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data)
-    : model_config_(model), config_(train), data_(data) {
+    : model_config_(model), config_(train), data_(data), ops_(backend::cpu_ops()) {
   model_config_.validate();
   validate_train_config(config_);
   if (data_.vocab_size() > model_config_.vocab_size) {
@@ -91,13 +91,22 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
   layout_ = model::build_layout(model_config_);
-  params_.allocate(layout_.total_elements);
-  grads_.allocate(layout_.total_elements);
+  params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
+  grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
   model::initialize_parameters(model_config_, layout_, config_.seed, params_.data());
-  model_ = std::make_unique<model::Transformer>(model_config_, layout_, config_.precision, config_.recompute,
-                                                config_.micro_batch_size, config_.seed);
-  model_->bind(params_.data(), grads_.data());
-  optimizer_ = std::make_unique<optim::AdamW>(layout_, config_.adam);
+  gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
+  gemm_weights_->refresh(params_.data());
+  model::StageOptions stage_options;
+  stage_options.precision = config_.precision;
+  stage_options.recompute = config_.recompute;
+  stage_options.micro_batch_size = config_.micro_batch_size;
+  stage_options.seed = config_.seed;
+  for (size_t chunk = 0; chunk < layout_.chunks.size(); ++chunk) {
+    stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
+                                                     *gemm_weights_, stage_options, &memory_));
+    stages_.back()->bind(params_.data(), grads_.data());
+  }
+  optimizer_ = std::make_unique<optim::AdamW>(layout_, config_.adam, ops_, &memory_);
   scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
             : config_.loss_scale > 0
                 ? optim::LossScaler::fixed(config_.loss_scale)
@@ -205,8 +214,7 @@ StepStats Trainer::train_step() {
 
   float* grads = grads_.data();
   const int64_t total = layout_.total_elements;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < total; ++i) grads[i] = 0.0f;
+  ops_.zero(grads, total * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
 
   // The step's samples (MegatronPretrainingSampler, one rank) are staged first: the loss is
   // normalised by unmasked tokens, per micro-batch (Megatron's default: each micro-batch's
@@ -225,8 +233,8 @@ StepStats Trainer::train_step() {
     const double denominator = config_.calculate_per_token_loss ? total_tokens : counted * num_micro;
     // A micro-batch (or step) whose tokens are all masked contributes nothing.
     const float dloss_scale = denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
-    const model::LossSums sums =
-        model_->forward_backward(staged_batch(micro, m * micro), dloss_scale, static_cast<uint64_t>(iteration_));
+    const model::LossSums sums = run_micro_batch(staged_batch(micro, m * micro),
+                                                 model::ForwardPass{static_cast<uint64_t>(iteration_), true}, dloss_scale);
     loss_sum += sums.loss;
   }
   // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
@@ -252,9 +260,9 @@ StepStats Trainer::train_step() {
     stats.skipped = true;
   } else {
     const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
-    uint16_t* fused_bf16_copy = model_->bf16_weights();
+    uint16_t* fused_bf16_copy = gemm_weights_->bf16_bits();
     optimizer_->step(params_.data(), fused_bf16_copy, grads, stats.lr, unscale * clip);
-    if (config_.precision != Precision::fp32 && !fused_bf16_copy) model_->refresh_gemm_weights();
+    if (config_.precision != Precision::fp32 && !fused_bf16_copy) gemm_weights_->refresh(params_.data());
   }
   scaler_.update(nonfinite);
   consumed_samples_ += global;
@@ -265,10 +273,10 @@ StepStats Trainer::train_step() {
   stats.tokens_per_s = global * static_cast<double>(seq) / seconds;
   stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12;
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
-  stats.mem_weights_bytes = total * 4 + model::Transformer::gemm_weight_copy_bytes(config_.precision, total);
+  stats.mem_weights_bytes = total * 4 + model::GemmWeights::bytes(ops_, config_.precision, total);
   stats.mem_grads_bytes = total * 4;
   stats.mem_optim_bytes = optimizer_->state_bytes();
-  stats.mem_activations_bytes = model_->activation_bytes();
+  for (const auto& stage : stages_) stats.mem_activations_bytes += stage->activation_bytes();
   stats.skipped_iters = skipped_iters_;
   stats.nan_iters = nan_iters_;
   return stats;
@@ -285,7 +293,7 @@ EvalStats Trainer::evaluate() {
     for (int64_t m = 0; m < global / micro; ++m) {
       const int64_t first = data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, 0, 1, m);
       fill_samples(data::Split::valid, first, micro, 0);
-      const model::LossSums sums = model_->forward_loss(staged_batch(micro, 0));
+      const model::LossSums sums = run_micro_batch(staged_batch(micro, 0), model::ForwardPass{0, false}, 0.0f);
       loss += sums.loss;
       tokens += sums.tokens;
     }
@@ -304,8 +312,33 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   for (int done = 0; done < count; done += micro) {
     const int n = std::min(micro, count - done);
     fill_samples(data::Split::train, first_sample + done, n, 0);
-    model_->forward_logits(staged_batch(n, 0), logits + static_cast<int64_t>(done) * seq * model_config_.vocab_size);
+    run_micro_batch(staged_batch(n, 0), model::ForwardPass{0, false}, 0.0f);
+    // The real vocabulary's columns of the last stage's logits (one rank holds them all).
+    const model::Stage& last = *stages_.back();
+    const int64_t vocab = model_config_.vocab_size;
+    if (last.vocab_start() != 0 || last.valid_logits() != vocab) {
+      throw Error("forward_logits", "needs the whole vocabulary on this rank (tensor parallelism splits it)");
+    }
+    ops_.copy_2d(logits + static_cast<int64_t>(done) * seq * vocab, vocab * sizeof(float), last.logits(0),
+                 last.logits_width() * sizeof(float), vocab * sizeof(float), static_cast<int64_t>(n) * seq,
+                 backend::CopyKind::device_to_host, ops_.default_stream());
   }
+}
+
+model::LossSums Trainer::run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass,
+                                         float dloss_scale) {
+  const float* activation = nullptr;
+  model::LossSums loss;
+  for (const auto& stage : stages_) {
+    const model::StageOutput output = stage->forward(0, batch, activation, pass);
+    activation = output.activation;
+    if (stage->is_last()) loss = output.loss;
+  }
+  if (pass.training) {
+    const float* grad = nullptr;
+    for (auto stage = stages_.rbegin(); stage != stages_.rend(); ++stage) grad = (*stage)->backward(0, grad, dloss_scale);
+  }
+  return loss;
 }
 
 namespace {

@@ -1,4 +1,6 @@
-// The single-rank training loop: Megatron's batch arithmetic (micro-batches accumulated into a
+// The single-rank training loop, driving the model's stages (one per model chunk of the rank's
+// layout, run back to back per micro-batch: Megatron's forward_backward_no_pipelining) on the
+// backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
@@ -14,14 +16,22 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
+#include "backend/memory.h"
+#include "backend/ops.h"
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "data/sample_source.h"
 #include "model/config.h"
 #include "model/layout.h"
-#include "model/transformer.h"
+#include "model/micro_batch.h"
+#include "model/parallel_context.h"
+#include "model/precision_gemm.h"
+#include "model/recompute.h"
+#include "model/stage.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -115,7 +125,9 @@ class Trainer {
   const model::ParamLayout& layout() const { return layout_; }
   float* parameters() { return params_.data(); }
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
-  void parameters_changed() { model_->refresh_gemm_weights(); }
+  void parameters_changed() { gemm_weights_->refresh(params_.data()); }
+  // Live and peak bytes this rank holds, by category (the memory records' source).
+  const backend::MemoryLedger& memory() const { return memory_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
@@ -135,14 +147,20 @@ class Trainer {
   // staging buffers; returns the number of tokens the loss mask counts.
   double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
   model::MicroBatch staged_batch(int count, int slot) const;
+  // One micro-batch through every stage, forward then (training) backward; the loss sums.
+  model::LossSums run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass, float dloss_scale);
 
   model::ModelConfig model_config_;
   TrainConfig config_;
   const data::SampleSource& data_;
+  const backend::Ops& ops_;
+  backend::MemoryLedger memory_;
   model::ParamLayout layout_;
-  Buffer<float> params_;
-  Buffer<float> grads_;
-  std::unique_ptr<model::Transformer> model_;
+  backend::DeviceBuffer<float> params_;
+  backend::DeviceBuffer<float> grads_;
+  model::ParallelContext parallel_;
+  std::unique_ptr<model::GemmWeights> gemm_weights_;
+  std::vector<std::unique_ptr<model::Stage>> stages_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LossScaler scaler_;
   optim::LrSchedule schedule_;

@@ -740,6 +740,30 @@ TEST(CpuOps, CrossEntropyVocabShardsComposeToTheFullSoftmax) {
   });
 }
 
+// The loss from the three global steps: masked row losses summed in fp64 in row order, so the
+// result is exactly the sequential sum (and the same on every ISA).
+TEST(CpuOps, CrossEntropyLossSumsAreMaskedRowLossesInRowOrder) {
+  const int64_t rows = 9;
+  const auto max = random_floats(rows, 86, -2.0f, 2.0f), target = random_floats(rows, 87, -4.0f, 1.0f);
+  const auto sumexp = random_floats(rows, 88, 1.0f, 50.0f);
+  std::vector<float> mask(rows, 1.0f);
+  mask[2] = 0.0f;
+  mask[5] = 0.25f;
+  double loss = 0, tokens = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    loss += mask[r] * (std::log(static_cast<double>(sumexp[r])) + max[r] - target[r]);
+    tokens += mask[r];
+  }
+  for_each_isa([&](const CpuOps& ops) {
+    double loss_sum = -1, mask_sum = -1;
+    ops.xent_loss_sums(max.data(), sumexp.data(), target.data(), mask.data(), rows, &loss_sum, &mask_sum);
+    EXPECT_EQ(loss_sum, loss);
+    EXPECT_EQ(mask_sum, tokens);
+    ops.xent_loss_sums(max.data(), sumexp.data(), target.data(), nullptr, rows, &loss_sum, &mask_sum);
+    EXPECT_EQ(mask_sum, static_cast<double>(rows));  // no mask: every row counts
+  });
+}
+
 // The kernels' exp (seen through row_sumexp with one column and max 0) over the whole fp32 range.
 TEST(CpuOps, SoftmaxExpIsAccurateAndSaturates) {
   for_each_isa([](const CpuOps& ops) {

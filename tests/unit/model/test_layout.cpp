@@ -137,3 +137,290 @@ TEST(Tensor, LayoutViewsPointIntoTheFlatBuffer) {
   w.data<float>()[5] = 1.5f;
   EXPECT_EQ(flat[static_cast<size_t>(entry.offset + 5)], 1.5f);
 }
+
+// --- layout v2: copies and grad-reduction groups, chunks, buckets ------------------------------
+
+namespace {
+
+mt::parallel::ParallelConfig parallel_config(int tp, int pp = 1, int dp = 1, bool sequence_parallel = false) {
+  mt::parallel::ParallelConfig p;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = pp;
+  p.data_parallel_size = dp;
+  p.sequence_parallel = sequence_parallel;
+  return p;
+}
+
+mt::parallel::RankCoordinates coordinates(int tp, int pp = 0) {
+  mt::parallel::RankCoordinates rank;
+  rank.tp = tp;
+  rank.pp = pp;
+  return rank;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Replicated over TP: the norms, the row-parallel biases and the position table; everything else
+// is split by whole heads, query groups, ffn columns or vocabulary rows.
+bool expected_replicated(const std::string& name) {
+  return name.find("layernorm") != std::string::npos || ends_with(name, "linear_proj.bias") ||
+         ends_with(name, "linear_fc2.bias") || name == "embedding.position_embeddings.weight";
+}
+
+}  // namespace
+
+TEST(LayoutV2, CopiesAndReduceGroupsOfGptAndLlamaAtTp124) {
+  for (const char* preset_name : {"gpt2-124m", "llama3-8b", "tiny-gpt"}) {
+    const ModelConfig c = preset(preset_name);
+    for (int tp : {1, 2, 4}) {
+      for (bool sp : {false, true}) {
+        SCOPED_TRACE(std::string(preset_name) + " tp " + std::to_string(tp) + (sp ? " sp" : ""));
+        const auto parallel = parallel_config(tp, 1, 1, sp);
+        std::vector<ParamLayout> ranks;
+        for (int r = 0; r < tp; ++r) ranks.push_back(build_layout(c, parallel, coordinates(r), 0, c.num_layers));
+        for (size_t i = 0; i < ranks[0].entries.size(); ++i) {
+          const ParamEntry& e = ranks[0].entries[i];
+          SCOPED_TRACE(e.name);
+          const bool replicated = expected_replicated(e.name);
+          EXPECT_EQ(e.split == TensorSplit::replicated, replicated);
+          EXPECT_EQ(e.data_parallel_group, DataParallelGroup::dense);
+          EXPECT_FALSE(e.tied_copy);
+          EXPECT_FALSE(e.reduce_over_embedding_group);  // one pipeline stage
+          // Under SP the replicated tensors that see 1/TP of the tokens are summed over TP; the
+          // position table is looked up on every token by every TP rank and is not.
+          EXPECT_EQ(e.reduce_over_tensor_parallel,
+                    sp && tp > 1 && replicated && e.name != "embedding.position_embeddings.weight");
+          int64_t covered = 0;
+          for (int r = 0; r < tp; ++r) {
+            const ParamEntry& shard = ranks[static_cast<size_t>(r)].entries[i];
+            ASSERT_EQ(shard.name, e.name);
+            // Every TP rank holds a replicated tensor whole; rank 0's copy is the primary.
+            EXPECT_EQ(shard.replica, replicated ? r : 0);
+            if (!replicated && tp > 1) {
+              EXPECT_EQ(shard.shard_offset, covered);
+              covered += shard.shard_extent;
+            }
+          }
+          if (!replicated && tp > 1) EXPECT_EQ(covered, e.global_shape[static_cast<size_t>(e.shard_dim)]);
+        }
+        // Whole heads and query groups per rank.
+        const ParamEntry& q = ranks.back().find("decoder.layers.0.self_attention.linear_q.weight");
+        const ParamEntry& k = ranks.back().find("decoder.layers.0.self_attention.linear_k.weight");
+        EXPECT_EQ(q.local_shape[0], c.num_attention_heads / tp * c.head_dim());
+        EXPECT_EQ(k.local_shape[0], c.query_groups() / tp * c.head_dim());
+        EXPECT_EQ(k.shard_offset, (tp - 1) * (c.query_groups() / tp) * c.head_dim());
+      }
+    }
+  }
+}
+
+TEST(LayoutV2, TensorParallelismRefusesToCutAHead) {
+  // tiny-llama has 2 query groups: TP 4 would put half a key/value head on each rank.
+  try {
+    build_layout(preset("tiny-llama"), parallel_config(4), coordinates(0), 0, 2);
+    FAIL() << "TP 4 over 2 query groups was accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--tensor-model-parallel-size 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--num-query-groups 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("whole query groups"), std::string::npos) << e.what();
+  }
+  // The element counts divide (2 groups x 64 channels = 128 rows over 4 ranks): still refused.
+  ModelConfig wide = preset("tiny-llama");
+  wide.kv_channels = 64;
+  EXPECT_THROW(build_layout(wide, parallel_config(4), coordinates(1), 0, 2), mt::UsageError);
+  ModelConfig six_heads = preset("tiny-gpt");
+  six_heads.num_attention_heads = 6;
+  six_heads.num_query_groups = 6;
+  six_heads.kv_channels = 16;
+  try {
+    build_layout(six_heads, parallel_config(4), coordinates(0), 0, 2);
+    FAIL() << "TP 4 over 6 heads was accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--num-attention-heads 6"), std::string::npos) << e.what();
+  }
+  ModelConfig odd_ffn = preset("tiny-gpt");
+  odd_ffn.ffn_hidden_size = 250;
+  EXPECT_THROW(build_layout(odd_ffn, parallel_config(4), coordinates(0), 0, 2), mt::UsageError);
+}
+
+TEST(LayoutV2, ChunksOnOneRankShareOneFlatBufferAndTheTiedEmbedding) {
+  ModelConfig c = preset("tiny-gpt");
+  c.num_layers = 4;
+  const ParamLayout whole = build_layout(c);
+  const ParamLayout split = build_layout(c, parallel_config(1), coordinates(0),
+                                         std::vector<ChunkSpec>{{0, 1, true, false}, {1, 4, false, true}});
+  ASSERT_EQ(split.chunks.size(), 2u);
+  EXPECT_EQ(split.chunks[0].begin, 0);
+  EXPECT_EQ(split.chunks[0].end, split.chunks[1].begin);
+  EXPECT_EQ(split.chunks[1].end, split.total_elements);
+  EXPECT_EQ(split.parameter_elements(), whole.parameter_elements());  // no tied copy on one rank
+  for (const ParamEntry& e : split.entries) {
+    SCOPED_TRACE(e.name);
+    const ModelChunk& chunk = split.chunks[static_cast<size_t>(e.chunk)];
+    EXPECT_GE(e.offset, chunk.begin);
+    EXPECT_LE(e.offset + e.numel, chunk.end);
+    const bool first = e.layer == kEmbeddingLayer || (e.layer >= 0 && e.layer < 1);
+    EXPECT_EQ(e.chunk, first ? 0 : 1);
+    EXPECT_EQ(e.global_shape, whole.find(e.name).global_shape);
+    EXPECT_FALSE(e.tied_copy);
+  }
+  EXPECT_EQ(split.find("decoder.final_layernorm.weight").layer, head_layer(c));
+  EXPECT_EQ(split.find("embedding.word_embeddings.weight").layer, kEmbeddingLayer);
+}
+
+TEST(LayoutV2, ThePipelinesLastStageHoldsATiedCopyReducedOverTheEmbeddingGroup) {
+  const ModelConfig c = preset("tiny-gpt");
+  const auto pp2 = parallel_config(1, 2);
+  const ParamLayout first = build_layout(c, pp2, coordinates(0, 0), 0, 1);
+  const ParamLayout last = build_layout(c, pp2, coordinates(0, 1), 1, 2);
+  const ParamEntry& word = first.find("embedding.word_embeddings.weight");
+  const ParamEntry& copy = last.find("embedding.word_embeddings.weight");
+  EXPECT_FALSE(word.tied_copy);
+  EXPECT_EQ(word.replica, 0);
+  EXPECT_TRUE(copy.tied_copy);
+  EXPECT_EQ(copy.replica, 1);  // not counted twice in grad norms, not written twice
+  EXPECT_EQ(copy.layer, head_layer(c));
+  EXPECT_TRUE(word.reduce_over_embedding_group);
+  EXPECT_TRUE(copy.reduce_over_embedding_group);
+  EXPECT_EQ(first.try_find("decoder.final_layernorm.weight"), nullptr);
+  EXPECT_EQ(last.try_find("embedding.position_embeddings.weight"), nullptr);
+  // Each copy sits in a bucket of its own (Megatron's shared-embedding bucket).
+  for (const ParamLayout* layout : {&first, &last}) {
+    for (const ParamEntry& e : layout->entries) {
+      if (e.name != "embedding.word_embeddings.weight") {
+        EXPECT_NE(e.bucket, layout->find("embedding.word_embeddings.weight").bucket) << e.name;
+      }
+    }
+  }
+  // Untied models need no group.
+  ModelConfig untied = c;
+  untied.untie_embeddings_and_output_weights = true;
+  EXPECT_FALSE(build_layout(untied, pp2, coordinates(0, 0), 0, 1).find("embedding.word_embeddings.weight")
+                   .reduce_over_embedding_group);
+}
+
+TEST(LayoutV2, BucketsFormBackwardAtGroupBoundariesAndPadForTheDistributedOptimizer) {
+  const ModelConfig c = preset("tiny-llama");
+  const ParamLayout single = build_layout(c);
+  ASSERT_EQ(single.buckets.size(), 1u);
+  EXPECT_EQ(single.buckets[0].begin, 0);
+  EXPECT_EQ(single.buckets[0].padded_end, single.total_elements);
+  EXPECT_EQ(single.buckets[0].first_layer, kEmbeddingLayer);
+  EXPECT_EQ(single.buckets[0].last_layer, head_layer(c));
+
+  BucketOptions small;
+  small.bucket_elements = 20000;
+  const ParamLayout bucketed = build_layout(c, parallel_config(1), coordinates(0), {{0, 2, true, true}}, small);
+  ASSERT_GT(bucketed.buckets.size(), 2u);
+  // Without the distributed optimizer, buckets only group: the offsets are those of one bucket.
+  for (size_t i = 0; i < single.entries.size(); ++i) EXPECT_EQ(bucketed.entries[i].offset, single.entries[i].offset);
+  // Formed backward: the last bucket holds the head; each bucket but the first (backward's last)
+  // reaches the size; fused groups never straddle two buckets.
+  EXPECT_EQ(bucketed.buckets.back().last_layer, head_layer(c));
+  for (size_t b = 1; b < bucketed.buckets.size(); ++b) {
+    EXPECT_GE(bucketed.buckets[b].end - bucketed.buckets[b].begin, small.bucket_elements) << b;
+    EXPECT_EQ(bucketed.buckets[b].begin, bucketed.buckets[b - 1].padded_end);
+  }
+  const auto& q = bucketed.find("decoder.layers.1.self_attention.linear_q.weight");
+  EXPECT_EQ(q.bucket, bucketed.find("decoder.layers.1.self_attention.linear_v.weight").bucket);
+  EXPECT_EQ(bucketed.find("decoder.layers.0.mlp.linear_fc1_gate.weight").bucket,
+            bucketed.find("decoder.layers.0.mlp.linear_fc1_up.weight").bucket);
+  for (const ParamEntry& e : bucketed.entries) {
+    const GradBucket& bucket = bucketed.buckets[static_cast<size_t>(e.bucket)];
+    EXPECT_GE(e.offset, bucket.begin) << e.name;
+    EXPECT_LE(e.offset + e.numel, bucket.end) << e.name;
+    EXPECT_GE(e.layer, bucket.first_layer) << e.name;
+    EXPECT_LE(e.layer, bucket.last_layer) << e.name;
+  }
+
+  // Distributed optimizer over DP 3: bucket ends padded to lcm(3, 128) = 384 elements, so every
+  // DP rank owns an equal contiguous slice of each bucket.
+  BucketOptions sharded = small;
+  sharded.distributed_optimizer = true;
+  const ParamLayout padded = build_layout(c, parallel_config(1, 1, 3), coordinates(0), {{0, 2, true, true}}, sharded);
+  ASSERT_EQ(padded.buckets.size(), bucketed.buckets.size());
+  EXPECT_EQ(padded.parameter_elements(), single.parameter_elements());
+  for (size_t b = 0; b < padded.buckets.size(); ++b) {
+    const GradBucket& bucket = padded.buckets[b];
+    EXPECT_EQ(bucket.begin % 384, 0) << b;
+    EXPECT_EQ(bucket.padded_end % 384, 0) << b;
+    int64_t next = bucket.begin;
+    for (int r = 0; r < 3; ++r) {
+      const auto [begin, end] = padded.bucket_shard(static_cast<int>(b), r, 3);
+      EXPECT_EQ(begin, next);
+      EXPECT_EQ(end - begin, (bucket.padded_end - bucket.begin) / 3);
+      next = end;
+    }
+    EXPECT_EQ(next, bucket.padded_end);
+  }
+  EXPECT_THROW(bucketed.bucket_shard(0, 0, 7), mt::Error);  // not padded for 7 ranks
+
+  // The options come from Megatron's flags: buckets only with --overlap-grad-reduce.
+  auto flags = parallel_config(1, 1, 3);
+  flags.ddp_bucket_size = 20000;
+  flags.use_distributed_optimizer = true;
+  EXPECT_EQ(bucket_options(flags).bucket_elements, 0);
+  flags.overlap_grad_reduce = true;
+  EXPECT_EQ(bucket_options(flags).bucket_elements, 20000);
+  EXPECT_TRUE(bucket_options(flags).distributed_optimizer);
+}
+
+TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {
+  for (const char* preset_name : {"tiny-gpt", "tiny-llama"}) {
+    ModelConfig c = preset(preset_name);
+    c.num_layers = 3;
+    const ParamLayout whole = build_layout(c);
+    std::vector<float> reference(static_cast<size_t>(whole.total_elements));
+    initialize_parameters(c, whole, 42, reference.data());
+    for (int tp : {1, 2}) {
+      for (int r = 0; r < tp; ++r) {
+        const ParamLayout chunks = build_layout(c, parallel_config(tp), coordinates(r),
+                                                std::vector<ChunkSpec>{{0, 2, true, false}, {2, 3, false, true}});
+        std::vector<float> local(static_cast<size_t>(chunks.total_elements));
+        initialize_parameters(c, chunks, 42, local.data());
+        for (const ParamEntry& e : chunks.entries) {
+          const ParamEntry& g = whole.find(e.name);
+          const int64_t cols = e.local_shape.size() == 2 ? e.local_shape[1] : 1;
+          for (int64_t i = 0; i < e.numel; ++i) {
+            const int64_t row = i / cols, col = i % cols;
+            const int64_t global_row = row + (e.shard_dim == 0 ? e.shard_offset : 0);
+            const int64_t global_col = col + (e.shard_dim == 1 ? e.shard_offset : 0);
+            const int64_t global_cols = g.local_shape.size() == 2 ? g.local_shape[1] : 1;
+            ASSERT_EQ(local[static_cast<size_t>(e.offset + i)],
+                      reference[static_cast<size_t>(g.offset + global_row * global_cols + global_col)])
+                << preset_name << " tp " << tp << " rank " << r << " " << e.name << "[" << i << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tensors of any rank (expert weights will be (experts, out, in)) shard along one dimension and
+// still draw each global element once: a (3, 8, 5) tensor cut along its middle dimension.
+TEST(Init, ThreeDimensionalShardsAreSlicesOfTheWholeTensor) {
+  const ModelConfig c = preset("tiny-gpt");
+  auto layout_of = [](int64_t shard_offset, int64_t extent) {
+    ParamLayout layout;
+    ParamEntry e;
+    e.name = "decoder.layers.0.mlp.experts.weight";
+    e.global_shape = {3, 8, 5};
+    e.local_shape = {3, extent, 5};
+    e.shard_dim = extent == 8 ? -1 : 1;
+    e.shard_offset = shard_offset;
+    e.shard_extent = extent;
+    e.numel = 3 * extent * 5;
+    layout.entries.push_back(e);
+    layout.total_elements = e.numel;
+    return layout;
+  };
+  std::vector<float> whole(120), shard(60);
+  initialize_parameters(c, layout_of(0, 8), 5, whole.data());
+  initialize_parameters(c, layout_of(4, 4), 5, shard.data());
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 4; ++b)
+      for (int k = 0; k < 5; ++k) ASSERT_EQ(shard[(a * 4 + b) * 5 + k], whole[(a * 8 + b + 4) * 5 + k]) << a << b << k;
+  EXPECT_NE(whole[0], whole[1]);
+}

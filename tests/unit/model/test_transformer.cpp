@@ -10,12 +10,49 @@
 #include <vector>
 
 #include "model/init.h"
-#include "model/transformer.h"
+#include "model/stage.h"
 
 using namespace mt;
 using namespace mt::model;
 
 namespace {
+
+// The whole model on one rank as one stage (model/stage.h), with its GEMM weight copy: the
+// interface these tests drive (forward and backward of one micro-batch, loss only).
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const ParamLayout& layout, Precision precision, RecomputeConfig recompute,
+              int micro_batch_size, uint64_t seed)
+      : weights_(backend::cpu_ops(), precision, layout.total_elements),
+        stage_(config, layout, 0, parallel_, backend::cpu_ops(), weights_,
+               StageOptions{.precision = precision, .recompute = recompute, .micro_batch_size = micro_batch_size,
+                            .seed = seed}) {}
+  void bind(const float* params, float* grads) {
+    params_ = params;
+    stage_.bind(params, grads);
+    refresh_gemm_weights();
+  }
+  void refresh_gemm_weights() { weights_.refresh(params_); }
+  LossSums forward_backward(const MicroBatch& batch, float dloss_scale, uint64_t iteration) {
+    const LossSums sums = stage_.forward(0, batch, nullptr, ForwardPass{iteration, true}).loss;
+    stage_.backward(0, nullptr, dloss_scale);
+    return sums;
+  }
+  LossSums forward_loss(const MicroBatch& batch) {
+    return stage_.forward(0, batch, nullptr, ForwardPass{0, false}).loss;
+  }
+  int64_t activation_bytes() const { return stage_.activation_bytes(); }
+  static int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, RecomputeConfig recompute,
+                                          int micro_batch_size, int layers) {
+    return model::planned_activation_bytes(config, precision, recompute, micro_batch_size, layers);
+  }
+
+ private:
+  ParallelContext parallel_;
+  GemmWeights weights_;
+  Stage stage_;
+  const float* params_ = nullptr;
+};
 
 ModelConfig tiny(bool llama) {
   ModelConfig c = preset(llama ? "tiny-llama" : "tiny-gpt");

@@ -1,9 +1,14 @@
-// Megatron's LR schedule, the dynamic loss scaler and the clip factor.
+// Megatron's LR schedule, the dynamic loss scaler, the clip factor, and AdamW over flat ranges.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <iterator>
+#include <random>
+#include <vector>
 
+#include "backend/ops.h"
+#include "core/error.h"
+#include "model/layout.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -104,4 +109,97 @@ TEST(Clip, MegatronFactor) {
   EXPECT_EQ(clip_factor(0.4, 0.5), 1.0);
   EXPECT_NEAR(clip_factor(2.0, 1.0), 1.0 / (2.0 + 1e-6), 1e-15);
   EXPECT_EQ(clip_factor(100.0, 0.0), 1.0);
+}
+
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> values(n);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+}  // namespace
+
+// The distributed optimizer's shards cut tensors: AdamW over ranges split inside tensors steps
+// exactly like AdamW over the whole buffer (and keeps no reference to the layout it was built
+// from: the layouts here are temporaries). Two cases: one optimizer over two ranges, and the DP
+// shards (a slice of every bucket) of three ranks.
+TEST(AdamW, FlatRangesThatCutTensorsStepLikeTheWholeBuffer) {
+  using namespace mt;
+  const model::ModelConfig c = model::preset("tiny-gpt");
+  parallel::ParallelConfig dp3;
+  dp3.data_parallel_size = 3;
+  model::BucketOptions buckets;
+  buckets.bucket_elements = 30000;
+  buckets.distributed_optimizer = true;
+  const model::ParamLayout layout =
+      model::build_layout(c, dp3, parallel::RankCoordinates{}, {{0, c.num_layers, true, true}}, buckets);
+  ASSERT_GT(layout.buckets.size(), 2u);
+  const model::ParamEntry& fc1 = layout.find("decoder.layers.0.mlp.linear_fc1.weight");
+  const int64_t cut = fc1.offset + fc1.numel / 3;  // inside a tensor
+  const int64_t total = layout.total_elements;
+  const backend::Ops& ops = backend::cpu_ops();
+  AdamWConfig config;
+  config.weight_decay = 0.1;
+
+  std::vector<float> whole_params = random_values(static_cast<size_t>(total), 1);
+  std::vector<float> split_params = whole_params, sharded_params = whole_params;
+  std::vector<uint16_t> whole_bits(whole_params.size()), split_bits(whole_params.size());
+  AdamW whole(layout, config, ops);
+  AdamW split(model::build_layout(c, dp3, parallel::RankCoordinates{}, {{0, c.num_layers, true, true}}, buckets),
+              {{0, cut}, {cut, total}}, config, ops);
+  std::vector<AdamW> shards;
+  for (int r = 0; r < 3; ++r) shards.emplace_back(layout, layout.data_parallel_shard(r, 3), config, ops);
+  EXPECT_EQ(split.state_bytes(), whole.state_bytes());
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> grads = random_values(whole_params.size(), 10 + step);
+    whole.step(whole_params.data(), whole_bits.data(), grads.data(), 1e-2, 0.5);
+    split.step(split_params.data(), split_bits.data(), grads.data(), 1e-2, 0.5);
+    double shard_squares = 0;
+    for (AdamW& shard : shards) {
+      shard.step(sharded_params.data(), nullptr, grads.data(), 1e-2, 0.5);
+      shard_squares += shard.grad_sum_squares(grads.data());
+    }
+    const double norm = whole.grad_norm(grads.data(), 0.5);
+    EXPECT_NEAR(std::sqrt(shard_squares) * 0.5, norm, 1e-12 * norm);
+  }
+  EXPECT_EQ(whole_params, split_params);
+  EXPECT_EQ(whole_bits, split_bits);
+  EXPECT_EQ(whole_params, sharded_params);
+  EXPECT_THROW(AdamW(layout, {{-1, 10}}, config, ops), Error);
+  EXPECT_THROW(AdamW(layout, {{0, total + 1}}, config, ops), Error);
+  EXPECT_THROW(AdamW(layout, {{10, 20}, {15, 30}}, config, ops), Error);  // overlapping
+}
+
+// Under TP each replicated tensor is held by every TP rank; only the primary copy (rank 0)
+// counts in the grad norm, so summing the ranks' shares counts it once.
+TEST(AdamW, GradNormCountsReplicatedTensorsOnTheirPrimaryCopyOnly) {
+  using namespace mt;
+  const model::ModelConfig c = model::preset("tiny-gpt");
+  parallel::ParallelConfig tp2;
+  tp2.tensor_model_parallel_size = 2;
+  int64_t split_elements = 0, replicated_elements = 0;
+  for (int r = 0; r < 2; ++r) {
+    parallel::RankCoordinates rank;
+    rank.tp = r;
+    const model::ParamLayout layout = model::build_layout(c, tp2, rank, 0, c.num_layers);
+    const std::vector<float> ones(static_cast<size_t>(layout.total_elements), 1.0f);
+    int64_t expected = 0;
+    for (const auto& e : layout.entries) {
+      if (e.split == model::TensorSplit::replicated) {
+        if (r == 0) replicated_elements += e.numel;
+        expected += r == 0 ? e.numel : 0;
+      } else {
+        split_elements += e.numel;
+        expected += e.numel;
+      }
+    }
+    AdamW optimizer(layout, AdamWConfig{}, backend::cpu_ops());
+    EXPECT_EQ(optimizer.grad_sum_squares(ones.data()), static_cast<double>(expected)) << "rank " << r;
+  }
+  // Both ranks together count every global element once.
+  EXPECT_EQ(split_elements + replicated_elements, model::build_layout(c).parameter_elements());
 }

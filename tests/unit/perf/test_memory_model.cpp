@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm.h"
+#include "backend/ops.h"
 #include "model/config.h"
 #include "model/layout.h"
-#include "model/transformer.h"
+#include "model/stage.h"
 #include "optim/adamw.h"
 #include "perf/memory_model.h"
 
@@ -20,13 +20,17 @@ using mt::model::RecomputeMethod;
 
 namespace {
 
-// The activation bytes a single-rank transformer holds once built (its buffers are allocated
-// once, so this is also its high-water mark).
+// The activation bytes a single-rank stage holding the whole model keeps once built (its buffers
+// are allocated once, so this is also its high-water mark).
 int64_t measured_activations(const mt::model::ModelConfig& c, mt::Precision precision, RecomputeConfig recompute,
                              int micro_batch) {
   const auto layout = mt::model::build_layout(c);
-  mt::model::Transformer model(c, layout, precision, recompute, micro_batch, 1);
-  return model.activation_bytes();
+  const mt::backend::Ops& ops = mt::backend::cpu_ops();
+  const mt::model::ParallelContext single_rank;
+  const mt::model::GemmWeights weights(ops, precision, layout.total_elements);
+  const mt::model::Stage stage(c, layout, 0, single_rank, ops, weights,
+                               {.precision = precision, .recompute = recompute, .micro_batch_size = micro_batch});
+  return stage.activation_bytes();
 }
 
 TrainingShape single_rank(mt::Precision precision, RecomputeConfig recompute, int micro_batch) {
@@ -34,7 +38,7 @@ TrainingShape single_rank(mt::Precision precision, RecomputeConfig recompute, in
   shape.precision = precision;
   shape.recompute = recompute;
   shape.micro_batch_size = micro_batch;
-  shape.native_bf16_gemm = mt::kernels::cpu::native_bf16_gemm();
+  shape.native_bf16_gemm = mt::backend::cpu_ops().gemm_operand_type(mt::Precision::bf16) == mt::DType::bf16;
   return shape;
 }
 
@@ -48,7 +52,7 @@ const RecomputeConfig kModes[] = {
 
 }  // namespace
 
-TEST(MemoryModel, ActivationsMatchWhatTheTransformerAllocatesOnTinyModels) {
+TEST(MemoryModel, ActivationsMatchWhatAStageAllocatesOnTinyModels) {
   for (const char* name : {"tiny-gpt", "tiny-llama"}) {
     auto c = preset(name);
     c.num_layers = 4;
@@ -105,12 +109,13 @@ TEST(MemoryModel, WeightsGradsAndOptimizerAreTheAllocation) {
   for (const char* name : {"tiny-gpt", "tiny-llama"}) {
     const auto c = preset(name);
     const auto layout = mt::model::build_layout(c);
-    const mt::optim::AdamW adam(layout, {});
+    const mt::optim::AdamW adam(layout, {}, mt::backend::cpu_ops());
     for (mt::Precision precision : {mt::Precision::fp32, mt::Precision::bf16, mt::Precision::fp16}) {
       const RankMemory r = predict_rank_memory(c, single_rank(precision, {}, 1), 0);
       EXPECT_EQ(r.parameter_source, "layout table");
       EXPECT_EQ(r.weights + r.gemm_weights,
-                layout.total_elements * 4 + mt::model::Transformer::gemm_weight_copy_bytes(precision, layout.total_elements))
+                layout.total_elements * 4 +
+                    mt::model::GemmWeights::bytes(mt::backend::cpu_ops(), precision, layout.total_elements))
           << name;
       EXPECT_EQ(r.grads, layout.total_elements * 4);
       EXPECT_EQ(r.optimizer, adam.state_bytes());

@@ -1,0 +1,55 @@
+// Parameter structs of the fused ops, shared by every backend's kernels (CPU now, CUDA later) and
+// by the backend op table (lib/backend/ops.h): plain values, no pointers to host-only state.
+// The ops that take them are documented in kernels/cpu/ops.h.
+#pragma once
+
+#include <cstdint>
+
+namespace mt::kernels {
+
+// Causal attention over one block of queries and keys (the whole sequence, or one context-
+// parallel block). Query token t of sample b sits at global position q_pos0 + t; key s at
+// kv_pos0 + s. A query attends key s iff kv_pos0+s <= q_pos0+t and, when doc_start is given,
+// kv_pos0+s >= doc_start[b*q_len+t] (the first position of the query's document).
+// Query head h reads kv head h / (q_heads / kv_heads) (GQA; MHA when equal).
+// Element (b, t, h, d) of Q is q[(b*q_len + t)*q_stride + h*head_dim + d]; K, V likewise with
+// kv_len, k_stride/v_stride and kv heads; O with o_stride and q heads.
+// lse is (batch, q_heads, q_len): the log-sum-exp of the scaled scores of each query row,
+// -inf (and an all-zero output row) when a query sees no key.
+struct AttentionShape {
+  int batch = 1;
+  int q_len = 0;
+  int kv_len = 0;
+  int q_heads = 1;
+  int kv_heads = 1;
+  int head_dim = 0;
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
+  int64_t v_stride = 0;
+  int64_t o_stride = 0;
+  int64_t q_pos0 = 0;
+  int64_t kv_pos0 = 0;
+  float scale = 1.0f;
+};
+
+struct AdamWParams {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;
+  float bias_correction1 = 1;  // 1 - beta1^step
+  float bias_correction2 = 1;  // 1 - beta2^step
+  float grad_scale = 1;        // grads are multiplied by this first (clipping, loss-scale unscale)
+};
+
+// Dropout keys: every element's keep decision is a pure function of (seed, stream, iteration,
+// global row id, global column), never of rank, micro-batch or local offset (DESIGN.md sec. 3).
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t stream = 0;     // stream_id of the dropout site mixed with the global layer index
+  uint64_t iteration = 0;
+  float p = 0;             // drop probability
+};
+
+}  // namespace mt::kernels

@@ -1,0 +1,177 @@
+// The CPU backend's op table (see ops.h): host memory, memcpy copies, kernels/cpu conversions and
+// fused kernels at the active ISA level, oneDNN GEMMs.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "backend/ops.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+
+namespace mt::backend {
+namespace {
+
+using kernels::cpu::CpuOps;
+
+// The CPU twin of a fused-kernel entry: the kernels/cpu entry of the active ISA level, called
+// with the stream dropped (CPU ops complete before they return).
+template <auto Entry, typename Signature>
+struct OnStream;
+template <auto Entry, typename Result, typename... Args>
+struct OnStream<Entry, Result (*)(Args...)> {
+  static Result run(Args... args, Stream) { return (kernels::cpu::cpu_ops().*Entry)(args...); }
+};
+#define MT_CPU_KERNEL(entry) &OnStream<&CpuOps::entry, decltype(CpuOps::entry)>::run
+
+void* allocate(int64_t bytes, MemoryCategory) {
+  if (bytes <= 0) return nullptr;
+  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded);
+  if (!data) throw std::bad_alloc();
+  std::memset(data, 0, rounded);
+  return data;
+}
+
+void release(void* data, int64_t, MemoryCategory) { std::free(data); }
+
+Stream default_stream() { return Stream{}; }
+
+void synchronize(Stream) {}
+
+void copy(void* dst, const void* src, int64_t bytes, CopyKind, Stream) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+void copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width_bytes, int64_t rows,
+             CopyKind, Stream) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(out + r * dst_pitch, in + r * src_pitch, static_cast<size_t>(width_bytes));
+  }
+}
+
+void fill(float* x, int64_t n, float value, Stream) {
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t{1} << 15))
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+void zero(void* x, int64_t bytes, Stream) {
+  if (bytes > 0) std::memset(x, 0, static_cast<size_t>(bytes));
+}
+
+[[noreturn]] void unsupported_conversion(DType in_type, DType out_type) {
+  throw std::invalid_argument(std::string("cpu backend: no conversion from ") + dtype_name(in_type) + " to " +
+                              dtype_name(out_type));
+}
+
+void convert(const void* in, DType in_type, void* out, DType out_type, int64_t n, Stream) {
+  const auto count = static_cast<size_t>(n);
+  if (in_type == DType::f32 && out_type == DType::bf16) {
+    kernels::cpu::fp32_to_bf16(static_cast<const float*>(in), static_cast<uint16_t*>(out), count);
+  } else if (in_type == DType::bf16 && out_type == DType::f32) {
+    kernels::cpu::bf16_to_fp32(static_cast<const uint16_t*>(in), static_cast<float*>(out), count);
+  } else if (in_type == DType::f32 && out_type == DType::f16) {
+    kernels::cpu::fp32_to_fp16(static_cast<const float*>(in), static_cast<uint16_t*>(out), count);
+  } else if (in_type == DType::f16 && out_type == DType::f32) {
+    kernels::cpu::fp16_to_fp32(static_cast<const uint16_t*>(in), static_cast<float*>(out), count);
+  } else {
+    unsupported_conversion(in_type, out_type);
+  }
+}
+
+void round_through(const float* in, float* out, int64_t n, DType through, Stream) {
+  if (through == DType::bf16) {
+    kernels::cpu::round_through_bf16(in, out, static_cast<size_t>(n));
+  } else if (through == DType::f16) {
+    kernels::cpu::round_through_fp16(in, out, static_cast<size_t>(n));
+  } else {
+    unsupported_conversion(DType::f32, through);
+  }
+}
+
+// bf16 GEMMs run natively with AVX512-BF16; elsewhere as fp32 GEMMs over bf16-rounded values,
+// which give the same products faster than oneDNN's emulation (kernels/cpu/gemm.h). fp16 always
+// runs as fp32 over fp16-rounded values.
+DType gemm_operand_type(Precision precision) {
+  return precision == Precision::bf16 && kernels::cpu::native_bf16_gemm() ? DType::bf16 : DType::f32;
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, float beta, float* c, int64_t ldc, DType operand_type, Stream) {
+  if (operand_type == DType::bf16) {
+    kernels::cpu::gemm_bf16(trans_a, trans_b, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                            static_cast<const uint16_t*>(b), ldb, beta, c, ldc);
+  } else if (operand_type == DType::f32) {
+    kernels::cpu::gemm_f32(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
+                           static_cast<const float*>(b), ldb, beta, c, ldc);
+  } else {
+    throw std::invalid_argument(std::string("cpu backend: no GEMM on ") + dtype_name(operand_type) + " operands");
+  }
+}
+
+}  // namespace
+
+const char* memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::weights: return "weights";
+    case MemoryCategory::grads: return "grads";
+    case MemoryCategory::optimizer: return "optimizer";
+    case MemoryCategory::activations: return "activations";
+    case MemoryCategory::comm_buffers: return "comm_buffers";
+  }
+  return "?";
+}
+
+const Ops& cpu_ops() {
+  static const Ops table{
+      .name = "cpu",
+      .device = Device::cpu,
+      .allocate = allocate,
+      .release = release,
+      .default_stream = default_stream,
+      .synchronize = synchronize,
+      .copy = copy,
+      .copy_2d = copy_2d,
+      .fill = fill,
+      .zero = zero,
+      .convert = convert,
+      .round_through = round_through,
+      .gemm_operand_type = gemm_operand_type,
+      .gemm = gemm,
+      .layernorm_forward = MT_CPU_KERNEL(layernorm_forward),
+      .layernorm_backward = MT_CPU_KERNEL(layernorm_backward),
+      .rmsnorm_forward = MT_CPU_KERNEL(rmsnorm_forward),
+      .rmsnorm_backward = MT_CPU_KERNEL(rmsnorm_backward),
+      .gelu_forward = MT_CPU_KERNEL(gelu_forward),
+      .gelu_backward = MT_CPU_KERNEL(gelu_backward),
+      .swiglu_forward = MT_CPU_KERNEL(swiglu_forward),
+      .swiglu_backward = MT_CPU_KERNEL(swiglu_backward),
+      .rope_forward = MT_CPU_KERNEL(rope_forward),
+      .rope_backward = MT_CPU_KERNEL(rope_backward),
+      .attention_forward = MT_CPU_KERNEL(attention_forward),
+      .attention_backward = MT_CPU_KERNEL(attention_backward),
+      .embedding_forward = MT_CPU_KERNEL(embedding_forward),
+      .embedding_backward = MT_CPU_KERNEL(embedding_backward),
+      .xent_row_max = MT_CPU_KERNEL(xent_row_max),
+      .xent_row_sumexp = MT_CPU_KERNEL(xent_row_sumexp),
+      .xent_target_logit = MT_CPU_KERNEL(xent_target_logit),
+      .xent_backward = MT_CPU_KERNEL(xent_backward),
+      .xent_loss_sums = MT_CPU_KERNEL(xent_loss_sums),
+      .add_inplace = MT_CPU_KERNEL(add_inplace),
+      .scale_inplace = MT_CPU_KERNEL(scale_inplace),
+      .bias_add = MT_CPU_KERNEL(bias_add),
+      .bias_backward = MT_CPU_KERNEL(bias_backward),
+      .sum_squares = MT_CPU_KERNEL(sum_squares),
+      .all_finite = MT_CPU_KERNEL(all_finite),
+      .dropout_forward = MT_CPU_KERNEL(dropout_forward),
+      .dropout_backward = MT_CPU_KERNEL(dropout_backward),
+      .adamw_update = MT_CPU_KERNEL(adamw_update),
+  };
+  return table;
+}
+
+}  // namespace mt::backend

@@ -1,0 +1,138 @@
+// The backend op table: every kernel lib/model and lib/optim run, as one struct of function
+// pointers that a backend fills (the CPU backend in cpu_backend.cpp from kernels/cpu; a CUDA
+// backend from kernels/cuda). Signatures hold raw pointers, sizes, the plain parameter structs of
+// kernels/common/op_params.h and a stream handle, never std:: containers, so a device backend can
+// fill every entry. Pointers are device pointers of the backend (host memory on the CPU); only the
+// `host` side of a copy and the results of sum_squares, all_finite and xent_loss_sums are on the
+// host. Tables are filled with designated initialisers.
+//
+// Contracts of the fused kernels (row-major, backward ops write input grads and accumulate
+// parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
+// file documents the entries the backend adds: memory, streams, copies, conversions and GEMM.
+// Tested in tests/unit/backend/test_backend_ops.cpp (every entry, gemm/convert against reference loops).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/common/op_params.h"
+
+namespace mt::backend {
+
+using kernels::AdamWParams;
+using kernels::AttentionShape;
+using kernels::DropoutKey;
+
+// A queue of work on the backend's device (a CUDA stream): ops issued on one stream run in order.
+// The CPU backend runs every op to completion on the calling thread's OpenMP team, so its handle is
+// null and synchronize returns at once.
+struct Stream {
+  void* handle = nullptr;
+};
+
+// What a buffer holds, for the memory records (DESIGN.md sec. 4); see memory.h.
+enum class MemoryCategory { weights, grads, optimizer, activations, comm_buffers };
+inline constexpr int kMemoryCategories = 5;
+const char* memory_category_name(MemoryCategory category);
+
+enum class CopyKind { device_to_device, host_to_device, device_to_host };
+
+struct Ops {
+  const char* name = nullptr;  // "cpu"
+  Device device = Device::cpu;
+
+  // --- memory --------------------------------------------------------------------------------
+  // `bytes` of device memory, 64-byte aligned and zero-filled; throws std::bad_alloc when it
+  // cannot. The category lets a backend pick a pool (e.g. pinned host memory for comm buffers);
+  // the byte accounting is done once for every backend by backend::DeviceBuffer (memory.h).
+  void* (*allocate)(int64_t bytes, MemoryCategory category);
+  void (*release)(void* data, int64_t bytes, MemoryCategory category);
+
+  // --- streams -------------------------------------------------------------------------------
+  Stream (*default_stream)();
+  // Blocks the host until every op issued on `stream` has finished.
+  void (*synchronize)(Stream stream);
+
+  // --- copies, fills, conversions ------------------------------------------------------------
+  void (*copy)(void* dst, const void* src, int64_t bytes, CopyKind kind, Stream stream);
+  // `rows` rows of `width_bytes`, rows `src_pitch` / `dst_pitch` bytes apart (cudaMemcpy2D).
+  void (*copy_2d)(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width_bytes, int64_t rows,
+                  CopyKind kind, Stream stream);
+  void (*fill)(float* x, int64_t n, float value, Stream stream);
+  void (*zero)(void* x, int64_t bytes, Stream stream);
+  // Element conversion between f32 and the bits of bf16 or f16 (round to nearest even, as
+  // kernels/common/half.h); throws std::invalid_argument for any other pair.
+  void (*convert)(const void* in, DType in_type, void* out, DType out_type, int64_t n, Stream stream);
+  // fp32 values rounded to the nearest value of `through` (bf16 or f16), kept in fp32 storage.
+  void (*round_through)(const float* in, float* out, int64_t n, DType through, Stream stream);
+
+  // --- GEMM ----------------------------------------------------------------------------------
+  // The element type this backend's GEMM takes for a training precision: f32 (fp32, and the
+  // precisions it runs as fp32 GEMMs over rounded values) or bf16 / f16 bits (native products).
+  DType (*gemm_operand_type)(Precision precision);
+  // C = alpha op(A) op(B) + beta C, row-major, op = transpose or not; A and B of `operand_type`
+  // (f32 values or bf16/f16 bits), C fp32 with fp32 accumulation.
+  void (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+               const void* b, int64_t ldb, float beta, float* c, int64_t ldc, DType operand_type, Stream stream);
+
+  // --- fused kernels (contracts: kernels/cpu/ops.h) ------------------------------------------
+  void (*layernorm_forward)(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                            float* rstd, int64_t rows, int cols, float eps, Stream stream);
+  void (*layernorm_backward)(const float* dy, const float* x, const float* weight, const float* mean,
+                             const float* rstd, float* dx, float* dweight, float* dbias, int64_t rows, int cols,
+                             Stream stream);
+  void (*rmsnorm_forward)(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int cols,
+                          float eps, Stream stream);
+  void (*rmsnorm_backward)(const float* dy, const float* x, const float* weight, const float* rstd, float* dx,
+                           float* dweight, int64_t rows, int cols, Stream stream);
+  void (*gelu_forward)(const float* x, float* y, int64_t n, Stream stream);
+  void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n, Stream stream);
+  void (*swiglu_forward)(const float* gate_up, float* y, int64_t rows, int ffn, Stream stream);
+  void (*swiglu_backward)(const float* dy, const float* gate_up, float* d_gate_up, int64_t rows, int ffn,
+                          Stream stream);
+  void (*rope_forward)(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                       float base, Stream stream);
+  void (*rope_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                        const int32_t* positions, float base, Stream stream);
+  void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                            const int32_t* doc_start, float* out, float* lse, Stream stream);
+  void (*attention_backward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                             const int32_t* doc_start, const float* out, const float* dout, const float* lse,
+                             float* dq, float* dk, float* dv, Stream stream);
+  void (*embedding_forward)(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                            float* y, int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end, Stream stream);
+  void (*embedding_backward)(const int32_t* tokens, const int32_t* positions, const float* dy, float* dwte,
+                             float* dwpe, int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end,
+                             Stream stream);
+  void (*xent_row_max)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, float* row_max,
+                       Stream stream);
+  void (*xent_row_sumexp)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, const float* row_max,
+                          float* row_sumexp, Stream stream);
+  void (*xent_target_logit)(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                            const int32_t* targets, float* target_logit, Stream stream);
+  void (*xent_backward)(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                        const int32_t* targets, const float* row_max, const float* row_sumexp, const float* dloss,
+                        Stream stream);
+  // Host results (synchronises the stream).
+  void (*xent_loss_sums)(const float* row_max, const float* row_sumexp, const float* target_logit,
+                         const float* loss_mask, int64_t rows, double* loss_sum, double* mask_sum, Stream stream);
+  void (*add_inplace)(float* y, const float* x, int64_t n, Stream stream);
+  void (*scale_inplace)(float* x, int64_t n, float s, Stream stream);
+  void (*bias_add)(float* y, const float* bias, int64_t rows, int cols, Stream stream);
+  void (*bias_backward)(const float* dy, float* dbias, int64_t rows, int cols, Stream stream);
+  double (*sum_squares)(const float* x, int64_t n, Stream stream);  // host result
+  bool (*all_finite)(const float* x, int64_t n, Stream stream);     // host result
+  void (*dropout_forward)(float* x, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,
+                          const DropoutKey& key, Stream stream);
+  void (*dropout_backward)(float* dx, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,
+                           const DropoutKey& key, Stream stream);
+  void (*adamw_update)(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       int64_t n, const AdamWParams& params, Stream stream);
+};
+
+// The CPU backend: kernels/cpu at the active ISA level (looked up at each call, so MT_CPU_ISA and
+// kernels::set_active_isa apply), oneDNN GEMMs, host memory.
+const Ops& cpu_ops();
+
+}  // namespace mt::backend

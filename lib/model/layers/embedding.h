@@ -1,0 +1,37 @@
+// The input embedding (Megatron's LanguageModelEmbedding): a vocab-parallel word embedding (each
+// TP rank looks up the token ids of its vocabulary rows, zero rows elsewhere), plus the learned
+// position table on GPT-2 models (TP-replicated; added by TP rank 0 only, so the sum over TP adds
+// it once), summed over TP by reduce_from_tensor_parallel_region or, under sequence parallelism,
+// reduce_scatter_to_sequence_parallel_region, then dropout on this rank's rows. Tested through the
+// model's finite differences, the PyTorch goldens and the TP = 2 stage test.
+#pragma once
+
+#include "model/layers/layer_context.h"
+
+namespace mt::model {
+
+class Embedding {
+ public:
+  static constexpr const char* kWordEmbeddings = "embedding.word_embeddings.weight";
+  static constexpr const char* kPositionEmbeddings = "embedding.position_embeddings.weight";
+
+  static void declare(ParamDeclarations& declarations, const ModelConfig& config);
+  Embedding(const ModelConfig& config, const ParamLayout& layout);
+
+  // x_seq (sequence rows, hidden) = dropout(embedding of the micro-batch's tokens); full_buffer
+  // (rows, hidden) holds the partial lookups under SP.
+  void forward(const LayerContext& ctx, const LayerPass& pass, float* full_buffer, float* x_seq) const;
+  // From dx_seq (sequence rows, hidden; dropout's backward is applied in place), accumulates the
+  // tables' grads of the rows the tokens touch.
+  void backward(const LayerContext& ctx, const LayerPass& pass, float* dx_seq, float* full_buffer) const;
+
+ private:
+  kernels::DropoutKey dropout_key(const LayerContext& ctx, const LayerPass& pass) const;
+
+  int hidden_;
+  float hidden_dropout_;
+  int64_t word_, position_;          // offsets; position_ -1 without a learned table
+  int64_t vocab_start_, vocab_end_;  // this rank's vocabulary rows
+};
+
+}  // namespace mt::model

@@ -1,0 +1,57 @@
+// The model's end on the last chunk: the final norm, the output layer (a column-parallel linear
+// over the padded vocabulary: the tied word embedding, or output_layer.weight when untied) and
+// Megatron's vocab-parallel cross-entropy. The logits stay split over TP (rows, local vocab);
+// only the three small all-reduces over (rows) values cross ranks (row max, sum of exps, target
+// logit), and padded vocabulary columns never enter the softmax. Tested through the PyTorch
+// goldens, the model's finite differences and the TP = 2 stage test.
+#pragma once
+
+#include "model/layers/layer_context.h"
+#include "model/layers/linear.h"
+#include "model/layers/norm.h"
+
+namespace mt::model {
+
+// What the head keeps for backward (S sequence rows, N rows, V local vocabulary columns).
+struct HeadActivations {
+  float* final_hidden = nullptr;  // (S, C) the last layer's output
+  float* final_norm = nullptr;    // (S, C)
+  float* final_mean = nullptr;    // (S), LayerNorm only
+  float* final_rstd = nullptr;    // (S)
+  float* logits = nullptr;        // (N, V); dlogits in place in backward
+  float* row_max = nullptr;       // (N) over the whole vocabulary
+  float* row_sumexp = nullptr;    // (N)
+  float* target_logit = nullptr;  // (N)
+};
+
+struct HeadWorkspace {
+  SequenceParallelBuffers sequence_parallel;
+  float* d_norm = nullptr;    // (S, C)
+  float* dloss = nullptr;     // (N)
+};
+
+class OutputHead {
+ public:
+  // `tied_copy`: the embedding is not on this rank, so a tied output layer needs its own copy.
+  static void declare(ParamDeclarations& declarations, const ModelConfig& config, bool tied_copy);
+  OutputHead(const ModelConfig& config, const ParamLayout& layout);
+
+  int64_t vocab_width() const { return output_.out_features(); }  // local, incl. padding
+  int64_t vocab_start() const { return vocab_start_; }
+  // Local columns that are real vocabulary (the rest is padding).
+  int64_t valid_columns() const { return valid_; }
+
+  // Logits and the loss sums of the micro-batch from acts.final_hidden.
+  LossSums forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts,
+                   const HeadWorkspace& work) const;
+  // d_hidden (S, C) = d(sum_r dloss_scale * mask[r] * loss[r]) / d final_hidden; grads accumulate.
+  void backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts, float dloss_scale,
+                const HeadWorkspace& work, float* d_hidden) const;
+
+ private:
+  Norm norm_;
+  ColumnParallelLinear output_;
+  int64_t vocab_start_, valid_;
+};
+
+}  // namespace mt::model

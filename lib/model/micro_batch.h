@@ -1,0 +1,28 @@
+// One micro-batch as the model sees it, and the loss sums a forward pass returns. The arrays are
+// host (device, under a device backend) arrays of rows = batch * seq tokens, row-major by sample;
+// the caller keeps them alive until the stage's backward of the slot they were given to.
+// A micro-batch may be a context-parallel chunk of the samples: `seq` is the tokens per sample on
+// this rank, `positions` and `row_ids` stay global.
+#pragma once
+
+#include <cstdint>
+
+namespace mt::model {
+
+struct MicroBatch {
+  int batch = 0;
+  int seq = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* labels = nullptr;
+  const float* loss_mask = nullptr;    // 1 counts, 0 does not; nullable (every token counts)
+  const int32_t* positions = nullptr;
+  const int32_t* doc_start = nullptr;  // nullable: first position of each token's document
+  const int64_t* row_ids = nullptr;    // global token ids (global sample * seq + position): dropout keys
+};
+
+struct LossSums {
+  double loss = 0;    // sum over tokens of loss * mask
+  double tokens = 0;  // sum of the mask
+};
+
+}  // namespace mt::model

@@ -1,0 +1,86 @@
+// GEMMs in the run's precision (core/dtype.h) through the backend op table. The fp32 master
+// weights stay the parameters; GemmWeights keeps the copy a precision multiplies with (nothing in
+// fp32; bf16 bits where the backend's GEMM takes bf16; else fp32 values rounded through bf16 or
+// fp16), one per rank over its whole flat buffer. PrecisionGemm runs a layer's linear products,
+// converting activations into one of two operand buffers the same way. Tested through
+// tests/unit/model/test_transformer.cpp (bf16 stays near fp32) and tests/unit/train/test_golden.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/memory.h"
+#include "backend/ops.h"
+#include "core/dtype.h"
+
+namespace mt::model {
+
+class GemmWeights {
+ public:
+  GemmWeights(const backend::Ops& ops, Precision precision, int64_t elements, backend::MemoryLedger* ledger = nullptr);
+
+  // Bytes the copy of `elements` weights takes in `precision` on `ops`' backend.
+  static int64_t bytes(const backend::Ops& ops, Precision precision, int64_t elements);
+
+  Precision precision() const { return precision_; }
+  DType operand_type() const { return operand_type_; }
+  // Re-derives the copy from the master weights; call after every parameter change.
+  void refresh(const float* params);
+  // The bf16 bits a fused optimizer pass may refresh directly (kernels' adamw_update), or
+  // nullptr when the copy is not bf16 bits (then call refresh after the step).
+  uint16_t* bf16_bits();
+  // The GEMM operand of the weights at `offset` of the flat buffer.
+  const void* operand(const float* params, int64_t offset) const;
+
+ private:
+  const backend::Ops& ops_;
+  Precision precision_;
+  DType operand_type_;
+  int64_t elements_;
+  backend::DeviceBuffer<uint16_t> bits_;     // bf16 / fp16 bits
+  backend::DeviceBuffer<float> rounded_;     // fp32 rounded through bf16 / fp16
+};
+
+// The element type activations are rounded through for a precision (bf16, f16; f32 for fp32).
+DType precision_dtype(Precision precision);
+
+class PrecisionGemm {
+ public:
+  PrecisionGemm(const backend::Ops& ops, const GemmWeights& weights) : ops_(ops), weights_(weights) {}
+
+  void bind(const float* params, float* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
+  // Two scratch buffers of at least rows * widest elements (unused in fp32).
+  void set_operand_buffers(float* first, float* second) {
+    operands_[0] = first;
+    operands_[1] = second;
+  }
+  // Elements of operand scratch a precision needs per buffer for products of `elements`.
+  static int64_t operand_elements(Precision precision, int64_t elements) {
+    return precision == Precision::fp32 ? 0 : elements;
+  }
+
+  // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`.
+  void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
+                      float* y) const;
+  // dx (rows, in) = dy (rows, out) . W
+  void linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
+                             int64_t in_features, float* dx) const;
+  // dW (out, in) += dy^T . x, into the grads at `weight_offset`.
+  void linear_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
+                              int64_t in_features, int64_t weight_offset) const;
+
+ private:
+  const void* activation_operand(const float* x, int64_t count, int slot) const;
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+            int64_t ldb, float beta, float* c, int64_t ldc) const;
+
+  const backend::Ops& ops_;
+  const GemmWeights& weights_;
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* operands_[2] = {nullptr, nullptr};
+};
+
+}  // namespace mt::model

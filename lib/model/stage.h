@@ -1,0 +1,138 @@
+// A stage: one model chunk (decoder layers [first, last) of the layout's chunk, with the embedding
+// when it is the model's first chunk and the final norm, output layer and loss when it is the
+// last) on one rank, run as explicit forward and backward passes over a pool of activation slots:
+//
+//   forward(slot, batch, input)  -> output activation (sequence rows, hidden) for the next
+//                                   stage, or the loss sums on the last stage
+//   backward(slot, d_output)     -> grad of the input activation for the previous stage
+//                                   (nullptr on the first stage); the last stage starts from its
+//                                   loss scaled by dloss_scale
+//
+// Each slot holds one micro-batch from its forward to its backward (what it keeps follows the
+// recompute policy: none / selective / full, uniform or block), so a pipeline schedule keeps as
+// many micro-batches in flight as it has slots, in any order (forward 0, forward 1, backward 0,
+// backward 1 gives the grads of running them one after the other). Parameter grads accumulate
+// into the bound grads; after each layer's backward (and the head's, and the embedding's) the
+// grads-ready callback names the layer whose grads are complete for this micro-batch (layer ids
+// of model/layout.h: head_layer(), then L-1 .. first, then kEmbeddingLayer), so DP can start
+// reducing a bucket during backward. Collectives run through the ParallelContext.
+// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/memory.h"
+#include "backend/ops.h"
+#include "core/dtype.h"
+#include "model/activations.h"
+#include "model/config.h"
+#include "model/layers/embedding.h"
+#include "model/layers/output_head.h"
+#include "model/layers/transformer_layer.h"
+#include "model/layout.h"
+#include "model/micro_batch.h"
+#include "model/parallel_context.h"
+#include "model/precision_gemm.h"
+#include "model/recompute.h"
+
+namespace mt::model {
+
+struct StageOptions {
+  Precision precision = Precision::fp32;
+  RecomputeConfig recompute;
+  int micro_batch_size = 1;  // samples per micro-batch (the buffers' capacity)
+  int sequence_length = 0;   // tokens per sample on this rank; 0: the model's seq_length
+  int activation_slots = 1;  // micro-batches in flight
+  uint64_t seed = 0;         // dropout
+};
+
+struct ForwardPass {
+  uint64_t iteration = 0;  // dropout key
+  bool training = true;    // false: no dropout (evaluation); backward needs training passes
+};
+
+struct StageOutput {
+  const float* activation = nullptr;  // (sequence rows, hidden), a chunk without the head
+  LossSums loss;                      // the last chunk: unscaled sums over the micro-batch
+};
+
+class Stage {
+ public:
+  // Chunk `chunk` of `layout`. `weights` (the rank's GEMM weight copy), `parallel` and `ops`
+  // must outlive the stage. Activation buffers report to `ledger` (nullable) through the
+  // stage's own ledger.
+  Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, const ParallelContext& parallel,
+        const backend::Ops& ops, const GemmWeights& weights, const StageOptions& options,
+        backend::MemoryLedger* ledger = nullptr);
+  ~Stage();
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  // The rank's flat fp32 parameters and grads (laid out by the layout).
+  void bind(const float* params, float* grads);
+  void on_grads_ready(std::function<void(int layer)> callback) { grads_ready_ = std::move(callback); }
+
+  bool is_first() const { return embedding_ != nullptr; }
+  bool is_last() const { return head_ != nullptr; }
+  int first_layer() const { return first_layer_; }
+  int last_layer() const { return last_layer_; }
+  int activation_slots() const { return pool_->slots(); }
+
+  // Where a stage after the first should receive its input activation for `slot` (forward
+  // reads it in place when given this pointer).
+  float* input_buffer(int slot);
+  // First stage: embeds batch.tokens (input ignored). Others: `input` (sequence rows, hidden).
+  StageOutput forward(int slot, const MicroBatch& batch, const float* input, const ForwardPass& pass);
+  // Last stage: d_output ignored, starts from the loss times dloss_scale. Others: `d_output`.
+  // The returned grad is valid until the next backward on this stage.
+  const float* backward(int slot, const float* d_output, float dloss_scale);
+
+  // The last stage's logits of a forwarded slot: (rows, logits_width()) local vocabulary columns
+  // starting at global column vocab_start(), of which valid_logits() are real vocabulary.
+  const float* logits(int slot) const;
+  int64_t logits_width() const;
+  int64_t vocab_start() const;
+  int64_t valid_logits() const;
+
+  // Bytes of activation buffers held (measured by the allocator) and their high-water mark.
+  int64_t activation_bytes() const { return ledger_.peak(backend::MemoryCategory::activations); }
+
+ private:
+  struct SlotState;
+  LayerContext context() const;
+  LayerPass layer_pass(const SlotState& state, int64_t rows) const;
+  SlotActivations& slot_activations(int slot);
+
+  ModelConfig config_;
+  const ParallelContext& parallel_;
+  const backend::Ops& ops_;
+  StageOptions options_;
+  int first_layer_, last_layer_;
+  int64_t capacity_rows_;
+  backend::MemoryLedger ledger_;
+  PrecisionGemm gemm_;
+  std::unique_ptr<Embedding> embedding_;
+  std::vector<TransformerLayer> layers_;
+  std::unique_ptr<OutputHead> head_;
+  RecomputePlan recompute_;
+  std::unique_ptr<ActivationPool> pool_;
+  std::vector<SlotState> states_;
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+  std::function<void(int)> grads_ready_;
+};
+
+// The activation buffers' shape of chunk `chunk` of `layout` for micro-batches of `rows` tokens.
+ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
+                                 const ParallelContext& parallel, int64_t rows, Precision precision);
+
+// Activation bytes a single-rank stage over layers [0, layers) (with both ends) would hold for
+// micro-batches of `micro_batch_size` samples of the model's seq_length, without allocating:
+// refuses a configuration that cannot fit before anything is allocated.
+int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
+                                 int micro_batch_size, int layers);
+
+}  // namespace mt::model
