@@ -97,7 +97,7 @@ report() {
   run_split mt-memreport --help
   section="$(printf '%s\n' "$out" | sed -n '/accepted for compatibility with mt-train, no effect here/,/^$/p')"
   for flag in --peak-tflops --flops-convention --lr --split --save-final --ddp-bucket-size; do
-    [[ "$section" == *"$flag"* ]] || fail "$flag is not listed as having no effect: $section"
+    [[ "$section" == *" $flag "* ]] || fail "$flag is not listed as having no effect: $section"
   done
 }
 

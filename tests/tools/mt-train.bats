@@ -156,6 +156,8 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
 @test "issue15: without --peak-tflops MFU divides by the FMA-probe peak of the cores used, the GEMM rate reported apart" {
   mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --train-iters 1 --eval-iters 0 >"$TMP/out.jsonl" 2>/dev/null
   check '.[0] as $r | $r.peak_tflops > 0 and ($r.peak_source | startswith("FMA probe: ") and endswith(" x \($r.threads_per_rank) cores"))'
+  # The peak is the probe's: its best core's rate times the cores a rank uses.
+  check '.[0] as $r | $r.peak_cores == $r.threads_per_rank and (($r.peak_tflops / ($r.peak_core_tflops * $r.peak_cores) - 1) | fabs < 1e-12)'
   # The GEMM rate is an efficiency against the peak, not the peak MFU divides by.
   check '.[0].gemm_tflops > 0 and ((.[0].gemm_efficiency - .[0].gemm_tflops / .[0].peak_tflops) | fabs < 1e-9)'
   check '. as $r | [$r[] | select(.record=="step")] | all((.mfu - .tflops_per_device / $r[0].peak_tflops) | fabs < 1e-9)'

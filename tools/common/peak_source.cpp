@@ -2,7 +2,6 @@
 #include "tools/common/peak_source.h"
 
 #include "perf/gemm_probe.h"
-#include "perf/peak.h"
 
 namespace mt::tools {
 
@@ -20,6 +19,7 @@ PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& de
     peak.flops_per_device = cpu.flops();
     peak.source = "FMA probe: " + cpu.arithmetic + " x " + std::to_string(cpu.cores) + " cores";
     peak.gemm_flops = perf::measure_gemm_flops(precision);
+    peak.cpu = cpu;
   }
   return peak;
 }
@@ -27,6 +27,10 @@ PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& de
 void add_peak_fields(Record& record, const PeakSource& peak) {
   record["peak_tflops"] = peak.flops_per_device / 1e12;
   record["peak_source"] = peak.source;
+  if (peak.cpu) {
+    record["peak_core_tflops"] = peak.cpu->per_core_flops / 1e12;
+    record["peak_cores"] = peak.cpu->cores;
+  }
   if (peak.gemm_flops) {
     record["gemm_tflops"] = *peak.gemm_flops / 1e12;
     record["gemm_efficiency"] = *peak.gemm_flops / peak.flops_per_device;

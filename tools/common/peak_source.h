@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "perf/peak.h"
 #include "tools/common/records.h"
 
 namespace mt::tools {
@@ -17,13 +18,15 @@ struct PeakSource {
   double flops_per_device = 0;       // FLOP/s of one device, or of one CPU rank's cores
   std::string source;                // "--peak-tflops", "h100 dense bf16", "FMA probe: fp32 fma (avx512) x 2 cores"
   std::optional<double> gemm_flops;  // this CPU's GEMM rate at the precision (with the probe only)
+  std::optional<perf::CpuPeak> cpu;  // the probe's figures (with the probe only)
 };
 
 // `peak_tflops` wins, then `device` (empty: none); otherwise the probe runs on `cores` threads
 // (about two seconds with the GEMM rate).
 PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& device, Precision precision, int cores);
 
-// Adds peak_tflops, peak_source and, when measured, gemm_tflops and gemm_efficiency to `record`.
+// Adds peak_tflops, peak_source and, when measured, the probe's peak_core_tflops and peak_cores
+// (peak = a core's x cores) and gemm_tflops and gemm_efficiency to `record`.
 void add_peak_fields(Record& record, const PeakSource& peak);
 
 }  // namespace mt::tools
