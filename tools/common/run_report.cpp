@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm.h"
+#include "backend/ops.h"
 
 namespace mt::tools {
 namespace {
@@ -193,7 +193,8 @@ perf::TrainingShape training_shape(const RunConfig& c) {
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
   shape.precision = c.train.precision;
-  shape.native_bf16_gemm = kernels::cpu::native_bf16_gemm();
+  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively.
+  shape.native_bf16_gemm = backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
   return shape;
 }
 
