@@ -72,8 +72,8 @@ struct CpuOps {
   // Merges the result of one more key block into a running result (ring attention): with
   // l = log(exp(lse) + exp(part_lse)), out = exp(lse - l) out + exp(part_lse - l) part_out and
   // lse = l, per query row and head. Layouts as the forward's (out, part_out with o_stride); a
-  // part with lse -inf leaves the running result as it is, a running result with lse -inf (out 0)
-  // becomes the part.
+  // part with lse -inf leaves the running result as it is, a running row with lse -inf becomes
+  // the part (its out is not read, so it may start uninitialised).
   void (*attention_merge)(const AttentionShape& shape, float* out, float* lse, const float* part_out,
                           const float* part_lse);
 
