@@ -177,7 +177,8 @@ void attention_roundtrip(const AttentionShape& shape, const float* q, const floa
                          float* dv) {
   if (shape.head_dim > kMaxAttentionHeadDim) throw std::runtime_error("attention: head_dim above 256");
   const size_t q_rows = size_t(shape.batch) * shape.q_len, kv_rows = size_t(shape.batch) * shape.kv_len;
-  DeviceArray<float> d_q(q, q_rows * shape.q_stride), d_k(k, kv_rows * shape.k_stride), d_v(v, kv_rows * shape.v_stride);
+  DeviceArray<float> d_q(q, q_rows * shape.q_stride), d_k(k, kv_rows * shape.k_stride);
+  DeviceArray<float> d_v(v, kv_rows * shape.v_stride);
   DeviceArray<int32_t> d_docs(doc_start, doc_start ? q_rows : 0);
   DeviceArray<float> d_dout(dout, q_rows * shape.o_stride), d_out(out, q_rows * shape.o_stride);
   DeviceArray<float> d_lse(nullptr, q_rows * shape.q_heads);

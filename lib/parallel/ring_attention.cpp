@@ -20,8 +20,8 @@ void wait_all(std::vector<std::unique_ptr<comm::Request>>& requests) {
 
 }  // namespace
 
-RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_group, const kernels::AttentionShape& local,
-                             backend::MemoryLedger* ledger)
+RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_group,
+                             const kernels::AttentionShape& local, backend::MemoryLedger* ledger)
     : ops_(ops), group_(cp_group), local_(local), cp_size_(cp_group.size()), cp_rank_(cp_group.rank()) {
   if (local.q_len != local.kv_len || local.q_len % 2 != 0) {
     throw Error("ring attention", "each rank needs two equal chunks of queries and keys, got " +
@@ -42,6 +42,15 @@ int64_t RingAttention::lse_size() const { return int64_t(local_.batch) * 2 * loc
 
 int64_t RingAttention::kv_block_floats() const {
   return int64_t(local_.batch) * local_.kv_len * local_.kv_heads * local_.head_dim;
+}
+
+void RingAttention::load_local_block(const float* k, const float* v) {
+  const int64_t kv_width = int64_t(local_.kv_heads) * local_.head_dim, rows = int64_t(local_.batch) * local_.kv_len;
+  const auto bytes = [](int64_t floats) { return floats * int64_t(sizeof(float)); };
+  ops_.copy_2d(travelling_[0].data(), bytes(kv_width), k, bytes(local_.k_stride), bytes(kv_width), rows,
+               backend::CopyKind::device_to_device, ops_.default_stream());
+  ops_.copy_2d(travelling_[0].data() + kv_block_floats(), bytes(kv_width), v, bytes(local_.v_stride), bytes(kv_width),
+               rows, backend::CopyKind::device_to_device, ops_.default_stream());
 }
 
 template <typename PairFn>
@@ -69,13 +78,9 @@ void RingAttention::forward(const float* q, const float* k, const float* v, cons
                             float* lse) {
   const backend::Stream stream = ops_.default_stream();
   const int64_t block = kv_block_floats(), kv_width = int64_t(local_.kv_heads) * local_.head_dim;
-  const int64_t rows = int64_t(local_.batch) * local_.kv_len;
   const int64_t lse_rows = int64_t(local_.q_heads) * chunk_;
   const int next = (cp_rank_ + 1) % cp_size_, previous = (cp_rank_ + cp_size_ - 1) % cp_size_;
-  ops_.copy_2d(travelling_[0].data(), kv_width * 4, k, local_.k_stride * 4, kv_width * 4, rows,
-               backend::CopyKind::device_to_device, stream);
-  ops_.copy_2d(travelling_[0].data() + block, kv_width * 4, v, local_.v_stride * 4, kv_width * 4, rows,
-               backend::CopyKind::device_to_device, stream);
+  load_local_block(k, v);
   ops_.fill(lse, lse_size(), kNegInf, stream);
 
   std::vector<std::unique_ptr<comm::Request>> requests;
@@ -112,10 +117,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   const int64_t kv_rows = int64_t(local_.batch) * local_.kv_len, q_rows = int64_t(local_.batch) * local_.q_len;
   const int64_t lse_rows = int64_t(local_.q_heads) * chunk_;
   const int next = (cp_rank_ + 1) % cp_size_, previous = (cp_rank_ + cp_size_ - 1) % cp_size_;
-  ops_.copy_2d(travelling_[0].data(), kv_width * 4, k, local_.k_stride * 4, kv_width * 4, kv_rows,
-               backend::CopyKind::device_to_device, stream);
-  ops_.copy_2d(travelling_[0].data() + block, kv_width * 4, v, local_.v_stride * 4, kv_width * 4, kv_rows,
-               backend::CopyKind::device_to_device, stream);
+  load_local_block(k, v);
   ops_.fill(travelling_[0].data() + 2 * block, 2 * block, 0.0f, stream);
   for (int64_t row = 0; row < q_rows; ++row) ops_.fill(dq + row * local_.q_stride, q_width, 0.0f, stream);
 
@@ -160,9 +162,10 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     wait_all(requests);
     home = travelling_[current].data();
   }
-  ops_.copy_2d(dk, local_.k_stride * 4, home + 2 * block, kv_width * 4, kv_width * 4, kv_rows,
+  const int64_t float_bytes = sizeof(float), row_bytes = kv_width * float_bytes;
+  ops_.copy_2d(dk, local_.k_stride * float_bytes, home + 2 * block, row_bytes, row_bytes, kv_rows,
                backend::CopyKind::device_to_device, stream);
-  ops_.copy_2d(dv, local_.v_stride * 4, home + 3 * block, kv_width * 4, kv_width * 4, kv_rows,
+  ops_.copy_2d(dv, local_.v_stride * float_bytes, home + 3 * block, row_bytes, row_bytes, kv_rows,
                backend::CopyKind::device_to_device, stream);
   ops_.synchronize(stream);
 }

@@ -46,6 +46,8 @@ class RingAttention {
   template <typename PairFn>
   void for_each_visible_pair(int kv_owner, PairFn&& pair) const;
   int64_t kv_block_floats() const;
+  // Copies this rank's K and V (strided) into travelling block 0, compact.
+  void load_local_block(const float* k, const float* v);
 
   const backend::Ops& ops_;
   comm::Communicator& group_;

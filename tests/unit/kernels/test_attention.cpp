@@ -525,13 +525,15 @@ TEST(Attention, MergingKeyBlocksThroughLseMatchesOneBlock) {
     second_accumulating.shape.accumulate_grads = true;
     std::vector<float> accumulated = part1.grads;
     ops.attention_backward(second_accumulating.shape, second.q(), second.k(), second.v(), second.docs(),
-                           merged.out.data(), second.dout.data(), merged.lse.data(), accumulated.data() + first.q_offset,
-                           accumulated.data() + first.k_offset, accumulated.data() + first.v_offset);
+                           merged.out.data(), second.dout.data(), merged.lse.data(),
+                           accumulated.data() + first.q_offset, accumulated.data() + first.k_offset,
+                           accumulated.data() + first.v_offset);
     expect_close(std::vector<float>(accumulated.begin(), accumulated.begin() + std::ptrdiff_t(q_size)), whole_dq,
                  kTolerance, name + " dq accumulated by the kernel");
     for (std::size_t i = first.k_offset; i < accumulated.size(); ++i) {
       const std::size_t offset_in_block = i - first.k_offset;
-      ASSERT_FLOAT_EQ(accumulated[i], part1.grads[i] + part2.grads[second.k_offset + offset_in_block]) << name << " " << i;
+      ASSERT_FLOAT_EQ(accumulated[i], part1.grads[i] + part2.grads[second.k_offset + offset_in_block])
+          << name << " " << i;
     }
     const int64_t cols = int64_t(s.kv_heads) * dim;
     for (const auto& [part, block, lo] : {std::tuple{&part1, &first, 0}, std::tuple{&part2, &second, 100}}) {

@@ -127,7 +127,8 @@ inline RingErrors ring_attention_errors(const mt::backend::Ops& ops, mt::comm::C
       for (int h = 0; h < c.q_heads; ++h) {
         for (int64_t t = 0; t < chunk; ++t) {
           const float got = lse[size_t(((int64_t(b) * 2 + half) * c.q_heads + h) * chunk + t)];
-          const float want = full_lse[size_t((int64_t(b) * c.q_heads + h) * c.seq_length + chunks[size_t(half)].first + t)];
+          const int64_t position = chunks[size_t(half)].first + t;
+          const float want = full_lse[size_t((int64_t(b) * c.q_heads + h) * c.seq_length + position)];
           if (!std::isfinite(got)) errors.finite = false;
           errors.lse = std::max(errors.lse, std::abs(double(got) - double(want)));
         }

@@ -46,7 +46,9 @@ struct Message {
   }
 };
 
-int virtual_stage(const PipelineShape& shape, int rank, const PipelineAction& a) { return a.chunk * shape.stages + rank; }
+int virtual_stage(const PipelineShape& shape, int rank, const PipelineAction& a) {
+  return a.chunk * shape.stages + rank;
+}
 
 std::optional<Message> receive_of(const PipelineShape& shape, int rank, const PipelineAction& a) {
   if (a.recv_from < 0) return std::nullopt;
@@ -124,7 +126,9 @@ std::string deadlock(const std::vector<size_t>& position) {
 
 // Rendezvous: batch i of a rank = {send of action i-1's output, receive of action i's input};
 // action i runs once batch i has completed; a final batch sends the last output.
-SimulationResult simulate_rendezvous(const PipelineShape& shape, const std::vector<std::vector<PipelineAction>>& lists) {
+using ActionLists = std::vector<std::vector<PipelineAction>>;
+
+SimulationResult simulate_rendezvous(const PipelineShape& shape, const ActionLists& lists) {
   const int p = shape.stages;
   std::vector<size_t> next_batch(p, 0);         // batch index being waited on
   std::vector<std::vector<Message>> posted(p);  // its operations not yet matched
@@ -184,7 +188,7 @@ SimulationResult simulate_rendezvous(const PipelineShape& shape, const std::vect
 }
 
 // Buffered: receives block in program order until their message has been sent.
-SimulationResult simulate_buffered(const PipelineShape& shape, const std::vector<std::vector<PipelineAction>>& lists) {
+SimulationResult simulate_buffered(const PipelineShape& shape, const ActionLists& lists) {
   const int p = shape.stages;
   std::vector<size_t> next(p, 0);
   std::set<Message> in_flight;  // sends not yet received, stored as the receive they wait for
@@ -221,13 +225,13 @@ SimulationResult simulate_buffered(const PipelineShape& shape, const std::vector
   return result;
 }
 
-SimulationResult simulate(const PipelineShape& shape, const std::vector<std::vector<PipelineAction>>& lists,
+SimulationResult simulate(const PipelineShape& shape, const ActionLists& lists,
                           SendSemantics semantics) {
   return semantics == SendSemantics::rendezvous ? simulate_rendezvous(shape, lists) : simulate_buffered(shape, lists);
 }
 
-std::vector<std::vector<PipelineAction>> all_lists(const PipelineShape& shape) {
-  std::vector<std::vector<PipelineAction>> lists;
+ActionLists all_lists(const PipelineShape& shape) {
+  ActionLists lists;
   for (int r = 0; r < shape.stages; ++r) lists.push_back(pipeline_actions(shape, r));
   return lists;
 }
