@@ -4,7 +4,8 @@
 # shakespeare and tokenizes the text (one JSONL document per speech) into an HDF5 token dataset;
 # mt-shard builds Megatron's split and sample index and inspects it; mt-train learns a tiny GPT
 # on those samples, evaluates it on the validation split and writes its final parameters as an
-# HDF5 checkpoint. Outputs go to demo-out/.
+# HDF5 checkpoint; mt-mfu and mt-memreport read its records back (MFU, memory predicted against
+# measured). Outputs go to demo-out/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -34,6 +35,11 @@ BATCH=(--global-batch-size 32 --train-iters 300 --eval-interval 100 --eval-iters
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
   --log-interval 50 --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
 
+# 6. The run's accounting from its own records: MFU per step against this CPU's FMA-probe peak, and
+#    the memory mt-memreport predicts beside what mt-train allocated.
+"$MT_BIN/mt-mfu" --from-log - <"$OUT/train.jsonl" >"$OUT/mfu.jsonl"
+"$MT_BIN/mt-memreport" --from-log - <"$OUT/train.jsonl" >"$OUT/memreport.jsonl"
+
 echo
 echo "mt demo: raw text to a trained tiny GPT"
 jq -r '"  tokenizer: \(.vocab_size)-token BPE learned from \(.text_bytes) bytes in \(.seconds * 100 | round / 100) s"' \
@@ -42,4 +48,6 @@ jq -r 'select(.record=="summary") | "  tokenized: \(.documents) documents, \(.to
 jq -r 'select(.record=="run") | "  model: tiny GPT, \(.model.parameters) parameters, vocabulary \(.model.vocab_size)"' "$OUT/train.jsonl"
 jq -r 'select(.record=="eval") | "  iteration \(.iteration): validation loss \(.lm_loss * 1000 | round / 1000), perplexity \(.ppl * 100 | round / 100)"' "$OUT/train.jsonl"
 jq -r 'select(.record=="summary") | "  \(.iterations) steps, \(.tokens_per_s | round) tokens/s, final training loss \(.lm_loss * 1000 | round / 1000)"' "$OUT/train.jsonl"
-echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, tiny-gpt.h5"
+jq -r 'select(.record=="mfu_summary") | "  mt-mfu: \(.tflops_per_device * 1000 | round) GFLOP/s (\(.flops_convention) FLOPs), MFU \(.mfu * 1000 | round / 10)% of \(.peak_tflops * 1000 | round) GFLOP/s (\(.peak_source)); GEMM efficiency \(.gemm_efficiency * 1000 | round / 10)%"' "$OUT/mfu.jsonl"
+jq -r 'select(.record=="memory_check") | "  mt-memreport: \(.category) predicted \(.predicted_bytes) bytes, measured \(.measured_bytes), error \(.error * 1000 | round / 10)%"' "$OUT/memreport.jsonl"
+echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, mfu.jsonl, memreport.jsonl, tiny-gpt.h5"

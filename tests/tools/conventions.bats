@@ -22,6 +22,8 @@ json_invocation() {
   case "$1" in
     mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
     mt-shard) shard_fixture && echo "mt-shard inspect $FIXTURES/index.h5" ;;
+    mt-mfu) echo "mt-mfu --model tiny-gpt --step-time 0.01 --peak-tflops 1" ;;
+    mt-memreport) echo "mt-memreport --model tiny-gpt" ;;
     mt-tokenize) echo "mt-tokenize --input $MT_ROOT/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $MT_ROOT/data/tokenizers/gpt2/encoder.json --merge-file $MT_ROOT/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
     *) echo "" ;;
   esac
