@@ -271,19 +271,30 @@ TEST_P(CommunicatorTest, BroadcastFromEveryRoot) {
 TEST_P(CommunicatorTest, WaitSecondsGrowsWhileARankIsLate) {
   Communicator& c = comm();
   // Ranks other than 0 wait for rank 0 twice, in a blocking barrier and in a request's wait().
-  // Lower bounds only: a loaded machine makes waits longer, never shorter.
+  // wait_seconds() must grow by the time each call was blocked, measured around the call here;
+  // rank 0's sleep makes that time long, and a loaded machine cannot make the check fail (a
+  // rank that arrives late simply blocks for less, and both measures shrink together).
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   const auto late = std::chrono::milliseconds(300);
   c.barrier();
   const double before_barrier = c.wait_seconds();
   if (c.rank() == 0) std::this_thread::sleep_for(late);
+  const auto barrier_start = Clock::now();
   c.barrier();
+  const double barrier_blocked = seconds_since(barrier_start);
   const double before_wait = c.wait_seconds();
   float value = 1;
   if (c.rank() == 0) std::this_thread::sleep_for(late);
-  c.all_reduce_async(&value, 1, DType::f32, ReduceOp::sum)->wait();
+  auto request = c.all_reduce_async(&value, 1, DType::f32, ReduceOp::sum);
+  const auto wait_start = Clock::now();
+  request->wait();
+  const double wait_blocked = seconds_since(wait_start);
   if (c.rank() != 0) {
-    EXPECT_GT(before_wait - before_barrier, 0.2);
-    EXPECT_GT(c.wait_seconds() - before_wait, 0.2);
+    EXPECT_NEAR(before_wait - before_barrier, barrier_blocked, 0.1 * barrier_blocked + 0.005);
+    EXPECT_NEAR(c.wait_seconds() - before_wait, wait_blocked, 0.1 * wait_blocked + 0.005);
   }
   EXPECT_EQ(value, c.size());
 }
