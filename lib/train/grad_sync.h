@@ -13,10 +13,11 @@
 // non-blocking, from the stage's grads-ready signal for the bucket's first layer (backward signals
 // layers in descending order, so the bucket's other layers are done); finish() waits for them.
 // The distributed optimizer's parameter all-gather after its step is gather_parameters().
-// Tested in tests/mpi/test_data_parallel.cpp (against single-rank training) and through mt-train
-// in tests/tools/mt-train-mpi.bats.
+// Tested in tests/mpi/test_data_parallel.cpp (on its own, and in training against one rank) and
+// through mt-train in tests/tools/mt-train-mpi.bats.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -46,6 +47,8 @@ class GradSync {
   void layer_ready(int layer);
   // Reduces the buckets not yet started and waits for every reduction.
   void finish();
+  // Buckets whose reduction has started this step.
+  int started_buckets() const { return static_cast<int>(std::count(started_.begin(), started_.end(), true)); }
 
   // Distributed optimizer: every DP rank's updated shard of the parameters to every DP rank.
   void gather_parameters(float* params);

@@ -6,6 +6,8 @@
 // buckets; at 4 ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap). Hidden
 // dropout 0.1 on the SP and DP cases, EOD-masked loss on the DP cases (micro-batches with
 // different token counts), per-token loss, no / selective / full recompute.
+// And the grad reducer on its own: with overlap, buckets start as backward signals their layers
+// (not at finish()), and the sums and shards are exact on integer-valued grads.
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 #include "data/sample_source.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
+#include "train/grad_sync.h"
 #include "train/trainer.h"
 
 using namespace mt;
@@ -215,6 +218,62 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
       const Case c{llama, model::RecomputeGranularity::none, Precision::bf16};
       SCOPED_TRACE(describe(layout, c));
       expect_layout_matches_one_rank(layout, c);
+    }
+  }
+}
+
+TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
+  const int world = g_world->size(), rank = g_world->rank();
+  const model::ModelConfig model = tiny(true, 0.0);
+  for (bool distributed_optimizer : {false, true}) {
+    SCOPED_TRACE(distributed_optimizer ? "distributed optimizer" : "all-reduce");
+    parallel::ParallelConfig parallel;
+    parallel.data_parallel_size = world;
+    parallel.use_distributed_optimizer = distributed_optimizer;
+    const model::ParamLayout layout =
+        model::build_layout(model, parallel, {}, {model::ChunkSpec{0, model.num_layers, true, true}},
+                            model::BucketOptions{3000, distributed_optimizer});
+    ASSERT_GE(layout.buckets.size(), 3u);
+    const auto single = comm::make_single_communicator();
+    train::GradSync sync(layout, *g_world, *single, distributed_optimizer, /*overlap=*/true);
+    std::vector<float> grads(static_cast<size_t>(layout.total_elements), 0.0f);
+    for (const model::ParamEntry& e : layout.entries) {
+      for (int64_t i = 0; i < e.numel; ++i) grads[static_cast<size_t>(e.offset + i)] = static_cast<float>(rank + 1 + i % 5);
+    }
+    sync.begin(grads.data());
+    sync.layer_ready(model::head_layer(model));  // not armed: an earlier micro-batch only accumulates
+    EXPECT_EQ(sync.started_buckets(), 0);
+    sync.arm();
+    int started = 0;
+    for (int layer = model::head_layer(model); layer >= model::kEmbeddingLayer; --layer) {
+      sync.layer_ready(layer);
+      EXPECT_GE(sync.started_buckets(), started) << "layer " << layer;
+      started = sync.started_buckets();
+      if (layer == model.num_layers - 1) EXPECT_GT(started, 0) << "nothing started before the embedding's signal";
+    }
+    EXPECT_EQ(started, static_cast<int>(layout.buckets.size()));
+    sync.finish();
+    const float rank_sum = static_cast<float>(world * (world + 1) / 2);
+    for (const model::FlatRange& range : sync.owned_ranges()) {
+      for (const model::ParamEntry& e : layout.entries) {
+        for (int64_t i = std::max(range.begin, e.offset); i < std::min(range.end, e.offset + e.numel); ++i) {
+          ASSERT_EQ(grads[static_cast<size_t>(i)], rank_sum + static_cast<float>(world * ((i - e.offset) % 5)))
+              << e.name << " element " << i - e.offset;
+        }
+      }
+    }
+    // The distributed optimizer's all-gather: every shard ends up holding its owner's values.
+    std::vector<float> params(grads.size(), static_cast<float>(rank));
+    sync.gather_parameters(params.data());
+    for (int owner = 0; owner < world; ++owner) {
+      const auto ranges = distributed_optimizer ? layout.data_parallel_shard(owner, world)
+                                                : std::vector<model::FlatRange>{{0, layout.total_elements}};
+      for (const model::FlatRange& range : ranges) {
+        for (int64_t i = range.begin; i < range.end; ++i) {
+          ASSERT_EQ(params[static_cast<size_t>(i)], static_cast<float>(distributed_optimizer ? owner : rank));
+        }
+      }
+      if (!distributed_optimizer) break;
     }
   }
 }
