@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/stop_request.h"
+#include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
 #include "perf/memory.h"
@@ -114,6 +115,8 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   memory.recompute = config_.recompute;
   memory.micro_batch_size = config_.micro_batch_size;
   memory.staged_samples = config_.global_batch_size / dp;
+  memory.parallel = parallel_config_;
+  memory.ranks_per_node = groups ? local_rank_count() : 1;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
   layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
