@@ -167,10 +167,11 @@ built_tools() {
 }
 
 @test "under mpirun a failing tool aborts the job with rank-prefixed one-line errors" {
-  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train --model tiny-gpt --mock-data --train-iters 1
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train --model tiny-gpt --mock-data --train-iters 1 \
+    --tensor-model-parallel-size 4
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-train exited $status (124 = hung)"
   [[ -z "$out" ]] || fail "stdout not empty: $out"
-  [[ "$err" == *"[rank "*"] mt-train: error: world size 2: mt-train runs on one rank"* ]] || fail "no rank-prefixed error: $err"
+  [[ "$err" == *"[rank "*"] mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] || fail "no rank-prefixed error: $err"
   run_split timeout 60 mpirun -np 2 --oversubscribe mt-shard inspect /nonexistent
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-shard exited $status (124 = hung)"
   [[ "$err" == *"[rank "*"] mt-shard: error: /nonexistent"* ]] || fail "no rank-prefixed error: $err"
