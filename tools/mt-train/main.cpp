@@ -134,7 +134,14 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
-      "signal exits at once. Every output path is checked writable before the first step.");
+      "signal exits at once. Every output path is checked writable before the first step.\n"
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP (TP fastest), DP = N / TP.\n"
+      "--tensor-model-parallel-size splits heads, query groups, ffn and vocabulary; --sequence-parallel adds\n"
+      "the row split of norms and dropout; --use-distributed-optimizer shards Adam's states over DP\n"
+      "(reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces --ddp-bucket-size buckets\n"
+      "during the last micro-batch's backward. --global-batch-size must be a multiple of micro-batch x DP.\n"
+      "Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout. PP, CP, EP and\n"
+      "--overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP; PP/CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
