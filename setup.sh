@@ -112,10 +112,8 @@ run_tests() {
   (cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" --timeout 1800 --no-tests=error \
     --output-junit "$log_dir/ctest-junit.xml") >"$log_dir/ctest.log" 2>&1 &
   local ctest_pid=$!
-  local bats_dirs=()
-  for dir in tests/tools tests/e2e; do
-    compgen -G "$ROOT/$dir/*.bats" >/dev/null && bats_dirs+=("$ROOT/$dir")
-  done
+  local bats_dirs=()  # every directory under tests/ that holds Bats suites
+  mapfile -t bats_dirs < <(find "$ROOT/tests" -name '*.bats' -printf '%h\n' | sort -u)
   local bats_status=0 ctest_status=0 bats_time_limit=2700
   BATS_TEST_TIMEOUT="${BATS_TEST_TIMEOUT:-600}" timeout --kill-after=30 "$bats_time_limit" \
     bats --tap "${bats_dirs[@]}" >"$log_dir/bats.log" 2>&1 || bats_status=$?

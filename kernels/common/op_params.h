@@ -16,6 +16,8 @@ namespace mt::kernels {
 // kv_len, k_stride/v_stride and kv heads; O with o_stride and q heads.
 // lse is (batch, q_heads, q_len): the log-sum-exp of the scaled scores of each query row,
 // -inf (and an all-zero output row) when a query sees no key.
+// Backward writes dq, dk, dv, or adds to them with accumulate_grads (context parallelism sums the
+// grads of a query block over the key blocks it meets, and of a key block over the query blocks).
 struct AttentionShape {
   int batch = 1;
   int q_len = 0;
@@ -30,6 +32,7 @@ struct AttentionShape {
   int64_t q_pos0 = 0;
   int64_t kv_pos0 = 0;
   float scale = 1.0f;
+  bool accumulate_grads = false;
 };
 
 struct AdamWParams {

@@ -64,10 +64,18 @@ struct CpuOps {
   // Works in tiles of at most 128 keys (online softmax): memory does not grow with T^2.
   void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                             const int32_t* doc_start, float* out, float* lse);
-  // dq, dk, dv written (same strides as q, k, v); out and lse are the forward's results.
+  // dq, dk, dv written, or added to with shape.accumulate_grads (same strides as q, k, v); out
+  // and lse are the forward's results: over every key block when the keys came in blocks.
   void (*attention_backward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                              const int32_t* doc_start, const float* out, const float* dout, const float* lse,
                              float* dq, float* dk, float* dv);
+  // Merges the result of one more key block into a running result (ring attention): with
+  // l = log(exp(lse) + exp(part_lse)), out = exp(lse - l) out + exp(part_lse - l) part_out and
+  // lse = l, per query row and head. Layouts as the forward's (out, part_out with o_stride); a
+  // part with lse -inf leaves the running result as it is, a running row with lse -inf becomes
+  // the part (its out is not read, so it may start uninitialised).
+  void (*attention_merge)(const AttentionShape& shape, float* out, float* lse, const float* part_out,
+                          const float* part_lse);
 
   // --- embedding -----------------------------------------------------------------------------
   // y[r] = wte[tokens[r] - vocab_start] (+ wpe[positions[r]] when wpe is given); tokens outside

@@ -154,6 +154,7 @@ const Ops& cpu_ops() {
       .rope_backward = MT_CPU_KERNEL(rope_backward),
       .attention_forward = MT_CPU_KERNEL(attention_forward),
       .attention_backward = MT_CPU_KERNEL(attention_backward),
+      .attention_merge = MT_CPU_KERNEL(attention_merge),
       .embedding_forward = MT_CPU_KERNEL(embedding_forward),
       .embedding_backward = MT_CPU_KERNEL(embedding_backward),
       .xent_row_max = MT_CPU_KERNEL(xent_row_max),

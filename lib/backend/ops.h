@@ -100,6 +100,8 @@ struct Ops {
   void (*attention_backward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                              const int32_t* doc_start, const float* out, const float* dout, const float* lse,
                              float* dq, float* dk, float* dv, Stream stream);
+  void (*attention_merge)(const AttentionShape& shape, float* out, float* lse, const float* part_out,
+                          const float* part_lse, Stream stream);
   void (*embedding_forward)(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                             float* y, int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end, Stream stream);
   void (*embedding_backward)(const int32_t* tokens, const int32_t* positions, const float* dy, float* dwte,

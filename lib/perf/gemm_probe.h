@@ -1,6 +1,6 @@
 // The GEMM rate probe: the best of eight 2048^3 products at a precision, on the path the model's
 // GEMMs take. mt-train reports it beside MFU; it is not a hardware peak. Tested through
-// tests/tools/mt-train.bats (the run record's peak_source).
+// tests/tools/mt-train.bats and tests/tools/mt-mfu.bats (gemm_tflops and gemm_efficiency).
 #pragma once
 
 #include "core/dtype.h"

@@ -34,7 +34,7 @@ const Cluster& find_cluster(const std::string& name) {
     if (cluster.name == name) return cluster;
     known += (known.empty() ? "" : ", ") + cluster.name;
   }
-  throw UsageError("--cluster " + name, "unknown (" + known + ")");
+  throw UsageError("cluster " + name, "unknown (" + known + ")");
 }
 
 PredictorConstants fitted_constants() {

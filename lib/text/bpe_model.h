@@ -1,4 +1,4 @@
-// The merge engine shared by every byte-level BPE tokenizer of data/tokenizer.h: a vocabulary of
+// The merge engine shared by every byte-level BPE tokenizer of text/tokenizer.h: a vocabulary of
 // byte strings, the id of each single byte, and a pair table (left id, right id) -> (priority,
 // merged id). tiktoken's rule (merge the adjacent pair whose concatenation has the lowest rank)
 // is the pair table with priority = the merged token's rank; GPT-2 / Hugging Face merges are the

@@ -1,8 +1,8 @@
 // Byte-level BPE vocabulary training (`mt-tokenize train`): texts are pre-tokenized with one of
-// the reference regexes (data/pretokenize.h), unique pieces are counted, and pairs of adjacent
+// the reference regexes (text/pretokenize.h), unique pieces are counted, and pairs of adjacent
 // tokens are merged greedily, most frequent first, with incremental pair counts, a lazily updated
 // priority queue and a pair -> words index. The result is written in GPT-2's two-file format
-// (encoder.json + vocab.bpe) that GPT2BPETokenizer (data/tokenizer.h) loads.
+// (encoder.json + vocab.bpe) that GPT2BPETokenizer (text/tokenizer.h) loads.
 //
 // The merges are those of Hugging Face tokenizers' BpeTrainer over a ByteLevel pre-tokenizer with
 // initial_alphabet=ByteLevel.alphabet() at the same vocab_size, min_frequency and number of special

@@ -1,4 +1,4 @@
-// Hand-written scanners for the pre-tokenizer regexes of data/pretokenize.h. Each scanner tries
+// Hand-written scanners for the pre-tokenizer regexes of text/pretokenize.h. Each scanner tries
 // the regex's alternatives in order at the current position and returns the length of the first
 // that matches, resolving the backtracking of each alternative in closed form (see the comments).
 //
@@ -32,7 +32,7 @@ constexpr std::string_view kMegatronV2Regex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
     R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// Class sets as bit masks over the class byte's low 3 bits (data/unicode.h).
+// Class sets as bit masks over the class byte's low 3 bits (text/unicode.h).
 constexpr unsigned kLetterSet = (1u << kLu) | (1u << kLl) | (1u << kLt) | (1u << kLm) | (1u << kLo);
 constexpr unsigned kUpperLikeSet = (1u << kLu) | (1u << kLt) | (1u << kLm) | (1u << kLo) | (1u << kMark);
 constexpr unsigned kLowerLikeSet = (1u << kLl) | (1u << kLm) | (1u << kLo) | (1u << kMark);

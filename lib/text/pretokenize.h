@@ -1,6 +1,6 @@
 // Pre-tokenization: splitting text into the pieces the reference regexes match, with hand-written
 // scanners that reproduce the regexes' leftmost-alternative semantics (backtracking of
-// `\s+(?!\S)` included) over the pinned Unicode tables of data/unicode.h:
+// `\s+(?!\S)` included) over the pinned Unicode tables of text/unicode.h:
 //   gpt2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   cl100k  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //           (also LLaMA-3's)

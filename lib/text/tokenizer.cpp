@@ -1,6 +1,6 @@
-// Loading and running the byte-level BPE tokenizers of data/tokenizer.h: file parsers for GPT-2's
+// Loading and running the byte-level BPE tokenizers of text/tokenizer.h: file parsers for GPT-2's
 // encoder.json + vocab.bpe, tiktoken rank files, Megatron's TikTokenizer JSON vocabulary and Hugging
-// Face tokenizer.json, all feeding one BpeModel (data/bpe_model.h) behind one Tokenizer class.
+// Face tokenizer.json, all feeding one BpeModel (text/bpe_model.h) behind one Tokenizer class.
 // Tested in tests/unit/text/test_tokenizer.cpp and tests/unit/text/test_tokenizer_golden.cpp.
 #include "text/tokenizer.h"
 

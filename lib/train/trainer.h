@@ -87,7 +87,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   model::RecomputeConfig recompute;
   double peak_flops_per_second = 0;  // for MFU; 0: not reported
-  perf::FlopsConvention flops_convention = perf::FlopsConvention::six_n_attention;
+  perf::FlopsConvention flops_convention = perf::FlopsConvention::megatron;  // --flops-convention
 };
 
 // TrainConfig as JSON with Megatron's argument names, and back (strict: unknown keys, wrong types

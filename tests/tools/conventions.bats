@@ -22,6 +22,8 @@ json_invocation() {
   case "$1" in
     mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
     mt-shard) shard_fixture && echo "mt-shard inspect $FIXTURES/index.h5" ;;
+    mt-mfu) echo "mt-mfu --model tiny-gpt --step-time 0.01 --peak-tflops 1" ;;
+    mt-memreport) echo "mt-memreport --model tiny-gpt" ;;
     mt-tokenize) echo "mt-tokenize --input $MT_ROOT/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $MT_ROOT/data/tokenizers/gpt2/encoder.json --merge-file $MT_ROOT/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
     *) echo "" ;;
   esac
@@ -122,7 +124,10 @@ built_tools() {
     [[ "$intro" != *sbatch* ]] || fail "the introduction names sbatch launches; sbatch/ holds no template"
   fi
   [[ "$intro" != *"launches natively"* ]] || fail "the introduction promises native launches"
-  [[ "$intro" == *"one rank"* ]] || fail "the introduction does not say mt-train runs on one rank today"
+  [[ "$intro" == *"one rank"* && "$intro" == *"tensor, sequence and data parallelism"* ]] \
+    || fail "the introduction does not say mt-train runs on one rank or with TP, SP and DP today"
+  [[ "$intro" == *"Pipeline, context and"*"expert parallelism"*"are not there yet"* ]] \
+    || fail "the introduction does not say which parallelism is missing"
 }
 
 @test "JSON output of every built tool parses and stdout holds only data" {

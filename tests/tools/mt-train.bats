@@ -30,7 +30,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
     --log-interval 10 --peak-tflops 1
   [[ $status -eq 0 ]] || fail "$err"
   printf '%s\n' "$out" >"$TMP/out.jsonl"
-  check '.[0].record == "run" and .[0].model.vocab_size == 256 and .[0].flops_convention == "6N+12LCT"'
+  check '.[0].record == "run" and .[0].model.vocab_size == 256 and .[0].flops_convention == "megatron" and .[0].train.flops_convention == "megatron"'
   check '[.[] | select(.record=="step")] | length == 30'
   check '[.[] | select(.record=="eval") | .iteration] == [15, 30]'
   check '.[-1].record == "summary" and .[-1].iterations == 30'
@@ -147,11 +147,20 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
 }
 
 @test "MFU from --peak-tflops; precision and flops convention in the run record" {
-  train_tiny --peak-tflops 0.5 --bf16
+  train_tiny --peak-tflops 0.5 --bf16 --flops-convention 6N
   check '.[0].peak_tflops == 0.5 and .[0].precision == "bf16" and .[0].peak_source == "--peak-tflops"'
+  check '.[0].flops_convention == "6N" and (.[0] | has("gemm_tflops") | not)'
   check '[.[] | select(.record=="step")] | all((.mfu - .tflops_per_device / 0.5) | fabs < 1e-9)'
+}
+
+@test "issue15: without --peak-tflops MFU divides by the FMA-probe peak of the cores used, the GEMM rate reported apart" {
   mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --train-iters 1 --eval-iters 0 >"$TMP/out.jsonl" 2>/dev/null
-  check '.[0].peak_tflops > 0 and (.[0].peak_source | startswith("measured"))'
+  check '.[0] as $r | $r.peak_tflops > 0 and ($r.peak_source | startswith("FMA probe: ") and endswith(" x \($r.threads_per_rank) cores"))'
+  # The peak is the probe's: its best core's rate times the cores a rank uses.
+  check '.[0] as $r | $r.peak_cores == $r.threads_per_rank and (($r.peak_tflops / ($r.peak_core_tflops * $r.peak_cores) - 1) | fabs < 1e-12)'
+  # The GEMM rate is an efficiency against the peak, not the peak MFU divides by.
+  check '.[0].gemm_tflops > 0 and ((.[0].gemm_efficiency - .[0].gemm_tflops / .[0].peak_tflops) | fabs < 1e-9)'
+  check '. as $r | [$r[] | select(.record=="step")] | all((.mfu - .tflops_per_device / $r[0].peak_tflops) | fabs < 1e-9)'
 }
 
 @test "issue11 case 6: a NaN/Inf loss or grad stops the run naming the iteration; --no-check-for-nan-in-loss-and-grad skips and counts" {

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "perf/flops.h"
 #include "tools/common/flags.h"
 
 namespace mt::tools {
@@ -212,6 +213,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--eval-interval", c.eval_interval)->capture_default_str();
   add("--eval-iters", c.eval_iters)->capture_default_str();
   add("--peak-tflops", f.peak_tflops);
+  add("--flops-convention", f.flops_convention)->capture_default_str();
 }
 
 train::TrainConfig training_config(const TrainingFlags& f) {
@@ -231,6 +233,7 @@ train::TrainConfig training_config(const TrainingFlags& f) {
     throw UsageError("--recompute-method block", "needs --recompute-granularity full");
   }
   if (f.peak_tflops) c.peak_flops_per_second = *f.peak_tflops * 1e12;
+  c.flops_convention = perf::parse_flops_convention(f.flops_convention);
   return c;
 }
 
@@ -260,6 +263,15 @@ void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config)
     if (!per_split[s]->empty()) config.blend_per_split[s] = data::parse_blend(*per_split[s], names[s]);
   }
   config.split = flags.split;
+}
+
+std::optional<int64_t> recorded_vocab_size(const std::vector<data::TokenDataset>& datasets) {
+  int64_t vocab = 0;
+  for (const auto& dataset : datasets) {
+    if (dataset.vocab_size() < 0) return std::nullopt;
+    vocab = std::max(vocab, dataset.vocab_size());
+  }
+  return vocab > 0 ? std::optional<int64_t>(vocab) : std::nullopt;
 }
 
 // ---- compatibility ----

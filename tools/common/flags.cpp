@@ -239,7 +239,12 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--log-throughput", "Add Megatron's 'throughput per GPU (TFLOP/s/GPU)' to the log line"),
       integer_flag("--eval-interval", "Iterations between evaluations", at_least(1)),
       integer_flag("--eval-iters", "Global batches per evaluation (0: none)", at_least(0)),
-      real_flag("--peak-tflops", "Peak TFLOP/s per device for MFU (default: measured by a GEMM probe)", positive()),
+      real_flag("--peak-tflops",
+                "Dense peak TFLOP/s per device (or CPU rank) for MFU (default: this CPU's register-only FMA probe "
+                "over the cores a rank uses)",
+                positive()),
+      text_flag("--flops-convention", "FLOPs convention of TFLOP/s and MFU (docs/accounting.md)",
+                {"megatron", "megatron-2024", "narayanan", "6N", "6N+12LCT", "6N+6LCT"}),
       // data
       list_flag(
           "--data-path",
@@ -251,6 +256,9 @@ const FlagSpec& flag_spec(std::string_view name) {
       text_flag("--data-cache-path",
                 "Directory of md5-named sample indices (default PREFIX/cache/GPTDataset_indices of the first dataset)"),
       toggle_flag("--mock-data", "Deterministic synthetic tokens"),
+      text_flag("--byte-data", "Train on a text file's UTF-8 bytes (vocabulary 256)"),
+      text_flag("--save-init", "Write the initial parameters (HDF5 checkpoint layout)"),
+      text_flag("--save-final", "Write the final parameters (HDF5 checkpoint layout)"),
       toggle_flag("--eod-mask-loss", "No loss where the input token is end-of-document"),
       toggle_flag("--reset-position-ids", "Positions restart after each end-of-document"),
       toggle_flag("--reset-attention-mask", "Attention stays inside each document (end-of-document boundaries)"),
@@ -268,6 +276,17 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--tokenizer-hf-no-include-special-tokens",
                   "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
                   "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron"),
+      // the accounting tools (mt-mfu, mt-memreport)
+      integer_flag("--world-size", "Ranks a launcher would start (the data-parallel size follows from it)", at_least(1)),
+      text_flag("--from-log", "mt-train's JSONL records (- for stdin): the run's configs and its measured steps"),
+      list_flag("--sweep", "FLAG=a,b,c: one record per value (repeat for every combination)"),
+      real_flag("--step-time", "Seconds per iteration (Megatron's log prints milliseconds)", positive()),
+      text_flag("--device", "Accelerator of the dense peak table (perf/peak.h) instead of this CPU"),
+      text_flag("--predict", "Predict step time and MFU on this cluster (perf/predict.h)"),
+      text_flag("--plan", "Rank the layouts that fit --world-size devices of this cluster by predicted throughput"),
+      integer_flag("--top", "Layouts --plan prints", at_least(1)),
+      text_flag("--memory-estimate", "Memory --plan checks layouts with: mt's engine or Megatron's formula",
+                {"mt", "megatron"}),
       // Megatron options whose default (or common) value is what mt always does: accepted with
       // that value, so Megatron's scripts run; any other value is refused as not supported yet.
       text_flag("--dataset-impl", "Legacy dataset reader: mt memory-maps .bin/.idx (mmap; infer finds the same)",

@@ -3,7 +3,7 @@
 // its range is refused while parsing with one line that says the range ("--workers: must be at
 // least 1 (got 0)"), never CLI11's generic text. Groups of Megatron flags (model, parallel,
 // training, data, tokenizer) are added by one function each and turned into lib configs here, so
-// every tool that takes them (mt-train, mt-shard, mt-tokenize; mt-mfu and mt-memreport next)
+// every tool that takes them (mt-train, mt-shard, mt-tokenize, mt-mfu, mt-memreport)
 // parses and checks them the same way. Tested in tests/unit/tools/test_flags.cpp and through the
 // tools' Bats suites.
 #pragma once
@@ -159,6 +159,7 @@ struct TrainingFlags {
   bool bf16 = false, fp16 = false;
   bool check_for_nan_in_loss_and_grad = false, no_check_for_nan_in_loss_and_grad = false;
   std::optional<double> peak_tflops;
+  std::string flops_convention = "megatron";
 };
 
 void add_training_flags(CLI::App& app, TrainingFlags& flags, const std::string& group = "Training");
@@ -183,6 +184,9 @@ struct DataPathFlags {
 void add_data_path_flags(CLI::App& app, DataPathFlags& flags, const std::string& group = "");
 // The blend, per-split blends and split of `flags` (each list parsed with data::parse_blend).
 void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config);
+// The vocabulary the token datasets record (the largest), or nullopt when one records none
+// (.bin/.idx): mt-train's model takes it unless --vocab-size is given.
+std::optional<int64_t> recorded_vocab_size(const std::vector<data::TokenDataset>& datasets);
 
 // ---- tokenizer ----
 

@@ -19,6 +19,7 @@ class ToolCli {
  public:
   ToolCli(std::string name, std::string description);
   CLI::App& app() { return app_; }
+  const CLI::App& app() const { return app_; }
   const std::string& name() const { return name_; }
   // Registers --format table|json|jsonl|csv and --json (= --format json) on `command`. Records on
   // stdout are JSONL by default in every tool (tables on request).

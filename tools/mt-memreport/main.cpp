@@ -1,9 +1,162 @@
-// mt-memreport: not built yet (issue 15 brings per-rank memory: weights, grads, optimizer and
-// activations from config flags or mt-train's JSONL). Conventions tested by tests/tools/conventions.bats.
-#include "tools/common/tool_main.h"
+// mt-memreport: memory per rank by category (weights, grads and optimizer states from the layout
+// table mt-train allocates from; activations, pipeline in-flight micro-batches, logits and
+// communication buffers from the documented formula of perf/memory_model.h) for mt-train's flags
+// on --world-size ranks, Megatron's theoretical estimate beside it; from mt-train's JSONL
+// (--from-log) the measured high-water marks beside the prediction and the error; the best layouts
+// (--plan). Tested by tests/tools/mt-memreport.bats and tests/tools/conventions.bats.
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "perf/memory_model.h"
+#include "tools/common/run_report.h"
+
+namespace {
+
+using mt::tools::Record;
+
+struct MemreportOptions {
+  mt::tools::ReportFlags report;
+};
+
+void define(mt::tools::ToolCli& cli, MemreportOptions& o) {
+  cli.app().footer(
+      "mt-train's flags describe the run (presets, Megatron spellings), plus --world-size ranks, so\n"
+      "`mt-train ARGS` -> `mt-memreport ARGS --world-size N` works, also for layouts mt-train cannot run yet.\n"
+      "Records (JSONL by default; bytes per rank):\n"
+      "  memory           one per pipeline stage (every rank of a stage holds the same): weights (fp32\n"
+      "                   master), gemm_weights (the bf16/fp16 copy), grads, optimizer (Adam's moments,\n"
+      "                   sharded with --use-distributed-optimizer), activations kept by the in-flight\n"
+      "                   micro-batches, recompute scratch, workspace, head (logits and loss, last stage),\n"
+      "                   communication buffers, total. Activations follow docs/accounting.md's formula.\n"
+      "  layer            what one layer keeps for backward per micro-batch, by part (recompute aside)\n"
+      "  megatron_memory  Megatron's theoretical_memory_usage.py for the first stage, beside mt's\n"
+      "  --from-log FILE|-: memory_check records: per category, the prediction for the log's run, the\n"
+      "                   measured high-water mark of its step records and the relative error.\n"
+      "  --plan CLUSTER:  the --top layouts of --world-size GPUs that fit (--memory-estimate mt|megatron).\n"
+      "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field;\n"
+      "                   an empty value leaves the flag unset (recompute-granularity=,selective,full).");
+  mt::tools::add_report_flags(cli, o.report,
+                              {"--peak-tflops", "--flops-convention", "--overlap-grad-reduce",
+                               "--overlap-param-gather", "--ddp-bucket-size"});
+}
+
+Record memory_record(const mt::perf::RankMemory& m, int ranks_per_stage) {
+  return Record{{"record", "memory"},
+                {"stage", m.stage},
+                {"ranks", ranks_per_stage},
+                {"parameter_source", m.parameter_source},
+                {"parameters", m.parameters},
+                {"layers", m.layers},
+                {"in_flight_microbatches", m.in_flight},
+                {"weights_bytes", m.weights},
+                {"gemm_weights_bytes", m.gemm_weights},
+                {"grads_bytes", m.grads},
+                {"optimizer_bytes", m.optimizer},
+                {"activation_per_layer_bytes", m.activation_per_layer},
+                {"activations_kept_bytes", m.activations_kept},
+                {"activations_recompute_bytes", m.activations_recompute},
+                {"workspace_bytes", m.workspace},
+                {"head_bytes", m.head},
+                {"activations_bytes", m.activations()},
+                {"comm_buffers_bytes", m.comm_buffers},
+                {"total_bytes", m.total()},
+                {"total_gib", mt::tools::gib_value(m.total())}};
+}
+
+std::vector<Record> report_records(const mt::tools::RunConfig& config) {
+  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
+  std::vector<Record> records;
+  const int ranks_per_stage = config.world_size / shape.split.pipeline_parallel;
+  for (const mt::perf::RankMemory& stage : mt::perf::predict_memory(config.model, shape)) {
+    records.push_back(memory_record(stage, ranks_per_stage));
+  }
+  const mt::perf::LayerActivations layer = mt::perf::layer_activations(config.model, shape, 0);
+  records.push_back(Record{{"record", "layer"},
+                           {"residual_bytes", layer.residual},
+                           {"norm_stats_bytes", layer.norm_stats},
+                           {"attention_bytes", layer.attention},
+                           {"core_attention_bytes", layer.core},
+                           {"mlp_bytes", layer.mlp},
+                           {"total_bytes", layer.bytes()}});
+  const mt::perf::MegatronMemory megatron = mt::perf::megatron_theoretical_memory(config.model, shape);
+  records.push_back(Record{{"record", "megatron_memory"},
+                           {"stage", 0},
+                           {"weights_and_optimizer_bytes", static_cast<int64_t>(megatron.weights_and_optimizer)},
+                           {"activations_bytes", static_cast<int64_t>(megatron.activations)},
+                           {"total_bytes", static_cast<int64_t>(megatron.total())},
+                           {"total_gib", mt::tools::gib_value(static_cast<int64_t>(megatron.total()))}});
+  return records;
+}
+
+// The largest value of `key` over the step records, -1 when none has it.
+int64_t measured_peak(const mt::tools::TrainingLog& log, const std::string& key) {
+  int64_t peak = -1;
+  for (const Record& step : log.steps) {
+    if (step.contains(key) && step[key].is_number_integer()) peak = std::max(peak, step[key].get<int64_t>());
+  }
+  return peak;
+}
+
+// The log's run predicted (stage 0: mt-train runs one stage) beside its measured high-water marks.
+std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
+  const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
+  const mt::perf::RankMemory predicted = mt::perf::predict_rank_memory(config.model, mt::tools::training_shape(config), 0);
+  std::vector<Record> records{memory_record(predicted, config.world_size / config.parallel.pipeline_model_parallel_size)};
+  // mt-train counts the GEMM copy under weights.
+  const std::pair<const char*, int64_t> categories[] = {{"weights", predicted.weights + predicted.gemm_weights},
+                                                        {"grads", predicted.grads},
+                                                        {"optimizer", predicted.optimizer},
+                                                        {"activations", predicted.activations()}};
+  const char* const keys[] = {"mem_weights_bytes", "mem_grads_bytes", "mem_optim_bytes", "mem_activations_bytes"};
+  for (size_t i = 0; i < std::size(categories); ++i) {
+    const int64_t measured = measured_peak(log, keys[i]);
+    if (measured < 0) throw mt::UsageError("--from-log " + log.path, std::string("its step records lack ") + keys[i]);
+    records.push_back(Record{{"record", "memory_check"},
+                             {"category", categories[i].first},
+                             {"predicted_bytes", categories[i].second},
+                             {"measured_bytes", measured},
+                             {"error", measured > 0 ? static_cast<double>(categories[i].second - measured) / measured
+                                                    : (categories[i].second == 0 ? 0.0 : 1.0)}});
+  }
+  return records;
+}
+
+// Every record of the invocation, computed before any is written, so bad input leaves stdout empty.
+std::vector<Record> records_of(mt::tools::ToolCli& cli, MemreportOptions& parsed) {
+  if (!parsed.report.from_log.empty()) {
+    if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
+    mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json"});
+    return log_records(mt::tools::read_training_log(parsed.report.from_log));
+  }
+  std::vector<Record> records;
+  const std::function<void(mt::tools::ToolCli&, MemreportOptions&)> definer = define;
+  for (auto& [o, label] : mt::tools::parse_sweep(cli, parsed, parsed.report.sweeps, definer)) {
+    std::vector<Record> point;
+    if (!o.report.plan.empty()) {
+      point = mt::tools::plan_records(cli, o.report);
+    } else {
+      const mt::tools::RunConfig config = mt::tools::run_config_from_flags(o.report);
+      for (const std::string& warning : config.warnings) mt::log::warn("mt-memreport: " + warning);
+      point = report_records(config);
+    }
+    for (Record& record : point) {
+      if (!label.empty()) record["sweep"] = label;
+      records.push_back(std::move(record));
+    }
+  }
+  return records;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  return mt::tools::not_built_main(
-      argc, argv, "mt-memreport", "memory reporting",
-      "report per-rank memory (weights, grads, optimizer, activations) from config flags or mt-train's JSONL", 15);
+  MemreportOptions options;
+  return mt::tools::tool_main(
+      argc, argv, "mt-memreport",
+      "Memory per rank by category for mt-train's flags on --world-size ranks, predicted exactly where mt-train "
+      "allocates from a table and by a documented formula for activations; measured beside predicted from "
+      "mt-train's JSONL (--from-log); the best layouts of a cluster (--plan).",
+      [&](mt::tools::ToolCli& cli) { define(cli, options); },
+      [&](mt::tools::ToolCli& cli) { return mt::tools::write_report(cli, records_of(cli, options)); });
 }

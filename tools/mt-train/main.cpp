@@ -24,8 +24,8 @@
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
 #include "perf/flops.h"
-#include "perf/gemm_probe.h"
 #include "tools/common/flags.h"
+#include "tools/common/peak_source.h"
 #include "tools/common/signals.h"
 #include "tools/common/tool_main.h"
 #include "train/trainer.h"
@@ -92,12 +92,8 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   mt::data::loader_eod_id(datasets, o.loader);  // refuse EOD flags the data cannot serve before building
   std::string vocabulary_source = "--vocab-size";
   if (!o.model.vocab_size) {
-    int64_t vocab = 0;
-    for (const auto& dataset : datasets) {
-      vocab = dataset.vocab_size() < 0 || vocab < 0 ? -1 : std::max(vocab, dataset.vocab_size());
-    }
-    if (vocab > 0) {
-      model.vocab_size = vocab;
+    if (const std::optional<int64_t> vocab = mt::tools::recorded_vocab_size(datasets)) {
+      model.vocab_size = *vocab;
       vocabulary_source = "recorded in the data";
     } else if (o.model.preset.empty()) {
       throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
@@ -148,19 +144,13 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
 
   auto* d = "Data and output";
   mt::tools::add_flag(app, "--mock-data", o.mock_data)->group(d);
-  static const mt::tools::FlagSpec byte_data =
-      mt::tools::text_flag("--byte-data", "Train on a text file's UTF-8 bytes (vocabulary 256)");
-  mt::tools::add_flag(app, byte_data, o.byte_data)->group(d);
+  mt::tools::add_flag(app, "--byte-data", o.byte_data)->group(d);
   mt::tools::add_data_path_flags(app, o.paths, d);
   mt::tools::add_flag(app, "--eod-mask-loss", o.loader.eod_mask_loss)->group(d);
   mt::tools::add_flag(app, "--reset-position-ids", o.loader.reset_position_ids)->group(d);
   mt::tools::add_flag(app, "--reset-attention-mask", o.loader.reset_attention_mask)->group(d);
-  static const mt::tools::FlagSpec save_init =
-      mt::tools::text_flag("--save-init", "Write the initial parameters (HDF5 checkpoint layout)");
-  static const mt::tools::FlagSpec save_final =
-      mt::tools::text_flag("--save-final", "Write the final parameters (HDF5 checkpoint layout)");
-  mt::tools::add_flag(app, save_init, o.save_init)->group(d);
-  mt::tools::add_flag(app, save_final, o.save_final)->group(d);
+  mt::tools::add_flag(app, "--save-init", o.save_init)->group(d);
+  mt::tools::add_flag(app, "--save-final", o.save_final)->group(d);
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
   cli.add_output_format(app);
 }
@@ -216,8 +206,11 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                        : mt::data::make_byte_data(o.byte_data, model.seq_length);
   }
 
-  const bool peak_from_flag = o.training.peak_tflops.has_value();
-  if (!peak_from_flag) config.peak_flops_per_second = mt::perf::measure_gemm_flops(config.precision);
+  // MFU against the dense peak of the cores used (the FMA probe) unless --peak-tflops gives one;
+  // the GEMM rate is an efficiency beside it.
+  const mt::tools::PeakSource peak =
+      mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
+  config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group is made once, here.
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
@@ -232,8 +225,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   run["data"] = data->describe();
   run["flops_convention"] = mt::perf::convention_name(config.flops_convention);
   run["flops_per_token"] = mt::perf::flops_per_token(model, config.flops_convention);
-  run["peak_tflops"] = config.peak_flops_per_second / 1e12;
-  run["peak_source"] = peak_from_flag ? "--peak-tflops" : "measured (2048^3 GEMM probe)";
+  mt::tools::add_peak_fields(run, peak);
   writer.write_run(run);
   if (rank0) mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +

@@ -46,7 +46,7 @@ void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
 
 // Forty entries after name and device: adding one to Ops without listing it below stops this
 // file from compiling.
-constexpr size_t kEntries = 40;
+constexpr size_t kEntries = 41;
 static_assert(sizeof(Ops) == offsetof(Ops, allocate) + kEntries * sizeof(void*),
               "a new backend op needs its case in tests/unit/backend/test_backend_ops.cpp");
 
@@ -69,6 +69,7 @@ TEST(BackendOps, EveryEntryIsFilled) {
       reinterpret_cast<const void*>(o.swiglu_forward), reinterpret_cast<const void*>(o.swiglu_backward),
       reinterpret_cast<const void*>(o.rope_forward), reinterpret_cast<const void*>(o.rope_backward),
       reinterpret_cast<const void*>(o.attention_forward), reinterpret_cast<const void*>(o.attention_backward),
+      reinterpret_cast<const void*>(o.attention_merge),
       reinterpret_cast<const void*>(o.embedding_forward), reinterpret_cast<const void*>(o.embedding_backward),
       reinterpret_cast<const void*>(o.xent_row_max), reinterpret_cast<const void*>(o.xent_row_sumexp),
       reinterpret_cast<const void*>(o.xent_target_logit), reinterpret_cast<const void*>(o.xent_backward),
@@ -197,6 +198,14 @@ TEST(BackendOps, FusedEntriesRunTheirOwnCpuKernels) {
                          lse2.data(), d2.data(), d2.data() + 8, d2.data() + 12);
     return std::pair{d1, d2};
   }, "attention_backward");
+  twice([&] {
+    std::vector<float> merged1 = out1, merged2 = out1, merged_lse1 = lse1, merged_lse2 = lse1;
+    o.attention_merge(shape, merged1.data(), merged_lse1.data(), dout.data(), lse2.data(), s);
+    k.attention_merge(shape, merged2.data(), merged_lse2.data(), dout.data(), lse2.data());
+    merged1.insert(merged1.end(), merged_lse1.begin(), merged_lse1.end());
+    merged2.insert(merged2.end(), merged_lse2.begin(), merged_lse2.end());
+    return std::pair{merged1, merged2};
+  }, "attention_merge");
 
   const std::vector<int32_t> tokens{2, 5, 0, 9, 3, 5, 7};
   const auto wte = random_floats(10 * cols, 7), wpe = random_floats(10 * cols, 8);

@@ -2,7 +2,8 @@
 // kernels/cpu/impl/attention.inc) at every ISA level the CPU supports: output, lse and gradients
 // against a naive double-precision reference (explicit masked softmax and its analytic gradients),
 // the reference gradients against finite differences, GQA, documents, position offsets (queries
-// that see no key), the packed qkv layout, merging key blocks through lse (context parallelism),
+// that see no key), the packed qkv layout, merging key blocks through lse with attention_merge and
+// accumulating their grads (context parallelism),
 // thread-count independence and linear memory at T = 4096.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -456,8 +457,9 @@ Problem slice_keys(const Problem& full, int lo, int hi) {
   return p;
 }
 
-// Context parallelism: two key blocks attended separately, merged through their lse, then each
-// block's backward run with the merged out and lse gives that block's dk, dv and a dq part.
+// Context parallelism: two key blocks attended separately, merged through their lse by
+// attention_merge, then each block's backward run with the merged out and lse gives that block's
+// dk, dv and a dq part; with accumulate_grads the kernel sums them into existing grads.
 TEST(Attention, MergingKeyBlocksThroughLseMatchesOneBlock) {
   for (CpuIsa isa : available_isas()) {
     const CpuOps& ops = mt::kernels::cpu::cpu_ops(isa);
@@ -471,22 +473,35 @@ TEST(Attention, MergingKeyBlocksThroughLseMatchesOneBlock) {
     KernelRun part1 = run_forward(ops, first), part2 = run_forward(ops, second);
 
     const AttentionShape& s = full.shape;
+    // The running result starts empty (lse -inf, out never read: NaN) and takes the blocks one
+    // at a time.
     KernelRun merged;
-    merged.out.assign(full.out_size(), 0.0f);
-    merged.lse.assign(full.lse_size(), 0.0f);
+    merged.out.assign(full.out_size(), std::nanf(""));
+    merged.lse.assign(full.lse_size(), -std::numeric_limits<float>::infinity());
+    ops.attention_merge(s, merged.out.data(), merged.lse.data(), part1.out.data(), part1.lse.data());
+    const std::vector<float> after_first = merged.out;
     const int dim = s.head_dim;
-    for (int b = 0; b < s.batch; ++b) {
+    for (int b = 0; b < s.batch; ++b) {  // rows that saw a key of block 1 copy it, the others wait
       for (int h = 0; h < s.q_heads; ++h) {
         for (int t = 0; t < s.q_len; ++t) {
-          const std::size_t lse_index = (std::size_t(b) * s.q_heads + h) * s.q_len + t;
-          const double lse1 = part1.lse[lse_index], lse2 = part2.lse[lse_index];
-          const double top = std::max(lse1, lse2);
-          const double w1 = std::exp(lse1 - top), w2 = std::exp(lse2 - top);
-          merged.lse[lse_index] = float(top + std::log(w1 + w2));
+          const float lse1 = part1.lse[(std::size_t(b) * s.q_heads + h) * s.q_len + t];
+          const std::size_t o = (std::size_t(b) * s.q_len + t) * s.o_stride + std::size_t(h) * dim;
           for (int d = 0; d < dim; ++d) {
-            const std::size_t o = (std::size_t(b) * s.q_len + t) * s.o_stride + std::size_t(h) * dim + d;
-            merged.out[o] = float((w1 * part1.out[o] + w2 * part2.out[o]) / (w1 + w2));
+            if (std::isinf(lse1)) {
+              ASSERT_TRUE(std::isnan(after_first[o + d])) << name;
+            } else {
+              ASSERT_EQ(after_first[o + d], part1.out[o + d]) << name;
+            }
           }
+        }
+      }
+    }
+    ops.attention_merge(s, merged.out.data(), merged.lse.data(), part2.out.data(), part2.lse.data());
+    for (int b = 0; b < s.batch; ++b) {
+      for (int t = 0; t < 60; ++t) {  // queries 40..99 see nothing of block 2: unchanged bits
+        for (int c = 0; c < s.q_heads * dim; ++c) {
+          const std::size_t o = (std::size_t(b) * s.q_len + t) * s.o_stride + c;
+          ASSERT_EQ(merged.out[o], after_first[o]) << name;
         }
       }
     }
@@ -500,9 +515,26 @@ TEST(Attention, MergingKeyBlocksThroughLseMatchesOneBlock) {
     run_backward(ops, first, part1);
     run_backward(ops, second, part2);
     const std::size_t q_size = std::size_t(s.batch) * s.q_len * s.q_stride;
+    const std::vector<double> whole_dq(whole.dq(full), whole.dq(full) + q_size);
     std::vector<float> dq_sum(q_size);
     for (std::size_t i = 0; i < q_size; ++i) dq_sum[i] = part1.dq(first)[i] + part2.dq(second)[i];
-    expect_close(dq_sum, std::vector<double>(whole.dq(full), whole.dq(full) + q_size), kTolerance, name + " dq");
+    expect_close(dq_sum, whole_dq, kTolerance, name + " dq");
+    // The same sums made by the kernel: the second block's backward adds into the first's grads
+    // (dq over both key blocks; dk, dv of the first block's layout get the second's added).
+    Problem second_accumulating = second;
+    second_accumulating.shape.accumulate_grads = true;
+    std::vector<float> accumulated = part1.grads;
+    ops.attention_backward(second_accumulating.shape, second.q(), second.k(), second.v(), second.docs(),
+                           merged.out.data(), second.dout.data(), merged.lse.data(),
+                           accumulated.data() + first.q_offset, accumulated.data() + first.k_offset,
+                           accumulated.data() + first.v_offset);
+    expect_close(std::vector<float>(accumulated.begin(), accumulated.begin() + std::ptrdiff_t(q_size)), whole_dq,
+                 kTolerance, name + " dq accumulated by the kernel");
+    for (std::size_t i = first.k_offset; i < accumulated.size(); ++i) {
+      const std::size_t offset_in_block = i - first.k_offset;
+      ASSERT_FLOAT_EQ(accumulated[i], part1.grads[i] + part2.grads[second.k_offset + offset_in_block])
+          << name << " " << i;
+    }
     const int64_t cols = int64_t(s.kv_heads) * dim;
     for (const auto& [part, block, lo] : {std::tuple{&part1, &first, 0}, std::tuple{&part2, &second, 100}}) {
       std::vector<float> dk_block, dv_block;

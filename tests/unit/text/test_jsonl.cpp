@@ -1,4 +1,4 @@
-// data/jsonl.h: JSONL lines as Megatron's preprocess_data reads them: strings and lists of
+// text/jsonl.h: JSONL lines as Megatron's preprocess_data reads them: strings and lists of
 // strings per key, JSON escapes, invalid UTF-8 and lone surrogates replaced by U+FFFD and
 // counted, and one clear error for every kind of bad line.
 #include <gtest/gtest.h>

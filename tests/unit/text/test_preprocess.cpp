@@ -1,4 +1,4 @@
-// data/preprocess.h over a byte tokenizer (id = byte, EOD 256): Megatron's preprocess_data
+// text/preprocess.h over a byte tokenizer (id = byte, EOD 256): Megatron's preprocess_data
 // semantics (a document per line, a sequence per string or list element, empty text written
 // as an empty document, --append-eod on the last sequence, one dataset per key), output files
 // byte-identical for every worker count and for inputs split across files, bad lines reported

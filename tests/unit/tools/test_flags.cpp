@@ -213,6 +213,13 @@ TEST(Flags, TrainingFlagsNamesAndCombinations) {
   AllFlags g;
   ASSERT_EQ(parse_error({}, &g), "");
   EXPECT_TRUE(training_config(g.training).check_for_nan_in_loss_and_grad);  // Megatron's default
+  // Issue 15: FLOPs are Megatron's num_floating_point_operations unless --flops-convention names another.
+  EXPECT_EQ(training_config(g.training).flops_convention, mt::perf::FlopsConvention::megatron);
+  EXPECT_EQ(mt::train::TrainConfig{}.flops_convention, mt::perf::FlopsConvention::megatron);
+  AllFlags six_n;
+  ASSERT_EQ(parse_error({"--flops-convention", "6N+6LCT"}, &six_n), "");
+  EXPECT_EQ(training_config(six_n.training).flops_convention, mt::perf::FlopsConvention::six_n_causal_attention);
+  EXPECT_NE(parse_error({"--flops-convention", "7N"}), "");
   AllFlags both;
   ASSERT_EQ(parse_error({"--bf16", "--fp16"}, &both), "");
   EXPECT_THROW(training_config(both.training), mt::UsageError);

@@ -1,0 +1,65 @@
+// Pipeline schedules: for each pipeline rank, the ordered list of forward and backward passes
+// (micro-batch m on model chunk c) it runs in one training step, with the ranks its inputs come
+// from and its outputs go to. The order is Megatron's (megatron/core/pipeline_parallel/schedules.py):
+//   - 1F1B (one chunk per rank): rank r runs min(p - r - 1, m) warm-up forwards, then alternates
+//     one forward and one backward, then drains the remaining backwards.
+//   - Interleaved (v > 1 chunks per rank): Megatron's schedule table (get_schedule_table) runs
+//     a group of G micro-batches through chunk 0, the same G through chunk 1, ...; the k-th
+//     forward is table[k], the k-th backward is table[k] with the chunk mirrored (v - 1 - c);
+//     warm-up = 2 (p - r - 1) + (v - 1) G forwards (get_pp_rank_microbatches), capped at m v.
+//   - Forward only (evaluation): every forward in table order.
+// Model chunk c of rank r is virtual stage c p + r: forwards flow from virtual stage s to s + 1
+// (rank r + 1, wrapping from the last rank to rank 0 and the next chunk), grads the other way.
+// Tested in tests/unit/parallel/test_pipeline_schedule.cpp (Megatron's warm-up formulas, a
+// simulator running every rank's list with blocking point-to-point semantics, in-flight counts).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/parallel_config.h"
+
+namespace mt::parallel {
+
+struct PipelineShape {
+  int stages = 1;          // p: --pipeline-model-parallel-size
+  int chunks = 1;          // v: model chunks (virtual stages) per pipeline rank
+  int micro_batches = 1;   // m: micro-batches per step on each data-parallel rank
+  int group_size = 1;      // G: --microbatch-group-size-per-virtual-pipeline-stage (interleaved only)
+  bool forward_only = false;
+};
+
+// The shape of a config validate() accepted, for `micro_batches` micro-batches per step.
+PipelineShape pipeline_shape(const ParallelConfig& config, int num_layers, int micro_batches,
+                             bool forward_only = false);
+
+enum class PipelinePass { forward, backward };
+
+struct PipelineAction {
+  PipelinePass pass = PipelinePass::forward;
+  int micro_batch = 0;
+  int chunk = 0;
+  // Pipeline rank the pass's input comes from (activation for a forward, output grad for a
+  // backward); -1 when it starts here (the first virtual stage's forward, the last's backward).
+  int recv_from = -1;
+  // Pipeline rank the pass's output goes to; -1 when it ends here.
+  int send_to = -1;
+  bool operator==(const PipelineAction&) const = default;
+};
+
+// Forwards before the first backward on pipeline rank `rank` (Megatron's num_warmup_microbatches,
+// counted in passes of one chunk; every pass when forward_only).
+int pipeline_warmup_passes(const PipelineShape& shape, int rank);
+
+// Rank `rank`'s passes in order. Throws mt::Error for a shape Megatron's schedules do not run
+// (v > 1 without a pipeline, G outside [p, m], a last group of fewer than p micro-batches).
+std::vector<PipelineAction> pipeline_actions(const PipelineShape& shape, int rank);
+
+// Forward activations rank `rank` holds at once at most (forwards run minus backwards run, over
+// its action list): the activation slots it needs, each one micro-batch of one chunk.
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions);
+
+// "F3.1" (forward of micro-batch 3 on chunk 1) / "B3.1": compact step orders for tests and logs.
+std::string to_string(const PipelineAction& action);
+
+}  // namespace mt::parallel
