@@ -301,7 +301,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                       {"tokens_per_s", median_ms > 0 ? tokens_per_step / (median_ms / 1e3) : 0},
                       {"tflops_per_device",
                        median_ms > 0 ? mt::perf::flops_per_token(model, config.flops_convention) * tokens_per_step /
-                                           (median_ms / 1e3) / 1e12
+                                           (median_ms / 1e3) / 1e12 / world->size()
                                      : 0},
                       {"mem_activations_peak_bytes", activation_peak},
                       {"skipped_iters", last.skipped_iters},
