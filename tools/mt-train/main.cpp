@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -20,6 +21,8 @@
 #include "data/token_range.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_grid.h"
 #include "perf/flops.h"
 #include "tools/common/flags.h"
 #include "tools/common/peak_source.h"
@@ -127,9 +130,16 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
-      "signal exits at once. Every output path is checked writable before the first step.");
+      "signal exits at once. Every output path is checked writable before the first step.\n"
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP (TP fastest), DP = N / TP.\n"
+      "--tensor-model-parallel-size splits heads, query groups, ffn and vocabulary; --sequence-parallel adds\n"
+      "the row split of norms and dropout; --use-distributed-optimizer shards Adam's states over DP\n"
+      "(reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces --ddp-bucket-size buckets\n"
+      "during the last micro-batch's backward. --global-batch-size must be a multiple of micro-batch x DP.\n"
+      "Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout. PP, CP, EP and\n"
+      "--overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (mt-train runs degree 1; other values are refused)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP; PP/CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
 
   auto* d = "Data and output";
@@ -146,10 +156,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
 }
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
-  if (mt::comm::MpiRuntime::size() > 1) {
-    throw mt::UsageError("world size " + std::to_string(mt::comm::MpiRuntime::size()),
-                         "mt-train runs on one rank until data/tensor/pipeline parallelism land");
-  }
+  mt::comm::refuse_unformed_world();
   mt::tools::check_parallel_support(o.parallel);
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
@@ -177,9 +184,17 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
+  // Parameters are written by rank 0, which holds them whole unless tensor parallelism shards them.
+  const bool saves = !o.save_init.empty() || !o.save_final.empty();
+  if (saves && parallel.tensor_model_parallel_size > 1) {
+    throw mt::UsageError(o.save_init.empty() ? "--save-final" : "--save-init",
+                         "not supported yet with --tensor-model-parallel-size > 1 (checkpoints of sharded "
+                         "parameters come with issue 14)");
+  }
+  const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   // Everything the run will write, checked before any work, so a finished run never loses its result.
-  if (!o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
-  if (!o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
+  if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
+  if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
 
   std::unique_ptr<mt::data::SampleSource> data;
   if (token_data) {
@@ -196,8 +211,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const mt::tools::PeakSource peak =
       mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
   config.peak_flops_per_second = peak.flops_per_device;
-  mt::train::Trainer trainer(model, config, *data);  // refuses what cannot fit before allocating
-  const bool rank0 = true;
+  // The world gives DP = world / (TP x PP x CP); every process group is made once, here.
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
+  mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
   Record run = mt::tools::run_record(cli);
   run["model"] = model_record(model);
@@ -210,7 +227,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   run["flops_per_token"] = mt::perf::flops_per_token(model, config.flops_convention);
   mt::tools::add_peak_fields(run, peak);
   writer.write_run(run);
-  mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
+  if (rank0) mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
                 std::to_string(trainer.total_iterations()) + " iterations");
 
@@ -218,6 +235,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                                            {"parallel", mt::parallel::to_json(parallel)},
                                            {"train", mt::train::to_json(config)}};
   auto save = [&](const std::string& path) {
+    if (!rank0) return;
     mt::io::CheckpointInfo info;
     info.iteration = trainer.iteration();
     info.consumed_samples = trainer.consumed_samples();
@@ -252,12 +270,18 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_optim_bytes", s.mem_optim_bytes},
                         {"mem_activations_bytes", s.mem_activations_bytes},
                         {"skipped_iters", s.skipped_iters},
-                        {"nan_iters", s.nan_iters}});
+                        {"nan_iters", s.nan_iters},
+                        {"mem_peak_bytes", s.mem_peak_bytes},
+                        {"mem_peak_rank", s.mem_peak_rank},
+                        {"comm_wait_ms", s.comm_wait_ms},
+                        {"comm_share", s.comm_share}});
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
   };
-  observers.on_log_line = [](const std::string& line) { mt::log::info(line); };
+  observers.on_log_line = [rank0](const std::string& line) {
+    if (rank0) mt::log::info(line);
+  };
   // From here a signal stops the run after the current step, and what it was asked to write is
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
@@ -277,7 +301,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                       {"tokens_per_s", median_ms > 0 ? tokens_per_step / (median_ms / 1e3) : 0},
                       {"tflops_per_device",
                        median_ms > 0 ? mt::perf::flops_per_token(model, config.flops_convention) * tokens_per_step /
-                                           (median_ms / 1e3) / 1e12
+                                           (median_ms / 1e3) / 1e12 / world->size()
                                      : 0},
                       {"mem_activations_peak_bytes", activation_peak},
                       {"skipped_iters", last.skipped_iters},
@@ -285,7 +309,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                       {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
   writer.finish();
   if (stop == 0) return 0;
-  mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
+  if (rank0) mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
                 std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) +
                 (o.save_final.empty() ? "" : "; wrote " + o.save_final));
   return 128 + stop;
