@@ -5,7 +5,8 @@
 # mt-shard builds Megatron's split and sample index and inspects it; mt-train learns a tiny GPT
 # on those samples, evaluates it on the validation split and writes its final parameters as an
 # HDF5 checkpoint; mt-mfu and mt-memreport read its records back (MFU, memory predicted against
-# measured). Outputs go to demo-out/.
+# measured); then the same model trains on 2 MPI ranks (data parallelism with the distributed
+# optimizer), which gives the one-rank run's losses. Outputs go to demo-out/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -40,6 +41,12 @@ BATCH=(--global-batch-size 32 --train-iters 300 --eval-interval 100 --eval-iters
 "$MT_BIN/mt-mfu" --from-log - <"$OUT/train.jsonl" >"$OUT/mfu.jsonl"
 "$MT_BIN/mt-memreport" --from-log - <"$OUT/train.jsonl" >"$OUT/memreport.jsonl"
 
+# 7. The same run on 2 ranks: DP = world / TP = 2, each rank takes its half of every global batch.
+mpirun -np 2 --oversubscribe "$MT_BIN/mt-train" --model tiny-gpt "${DATA[@]}" "${BATCH[@]}" --micro-batch-size 16 \
+  --data-cache-path "$OUT/cache" --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine \
+  --weight-decay 0.1 --clip-grad 1.0 --log-interval 50 --use-distributed-optimizer --overlap-grad-reduce \
+  >"$OUT/train-dp2.jsonl" 2>"$OUT/train-dp2.log"
+
 echo
 echo "mt demo: raw text to a trained tiny GPT"
 jq -r '"  tokenizer: \(.vocab_size)-token BPE learned from \(.text_bytes) bytes in \(.seconds * 100 | round / 100) s"' \
@@ -50,4 +57,10 @@ jq -r 'select(.record=="eval") | "  iteration \(.iteration): validation loss \(.
 jq -r 'select(.record=="summary") | "  \(.iterations) steps, \(.tokens_per_s | round) tokens/s, final training loss \(.lm_loss * 1000 | round / 1000)"' "$OUT/train.jsonl"
 jq -r 'select(.record=="mfu_summary") | "  mt-mfu: \(.tflops_per_device * 1000 | round) GFLOP/s (\(.flops_convention) FLOPs), MFU \(.mfu * 1000 | round / 10)% of \(.peak_tflops * 1000 | round) GFLOP/s (\(.peak_source)); GEMM efficiency \(.gemm_efficiency * 1000 | round / 10)%"' "$OUT/mfu.jsonl"
 jq -r 'select(.record=="memory_check") | "  mt-memreport: \(.category) predicted \(.predicted_bytes) bytes, measured \(.measured_bytes), error \(.error * 1000 | round / 10)%"' "$OUT/memreport.jsonl"
-echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, mfu.jsonl, memreport.jsonl, tiny-gpt.h5"
+jq -r -s --argjson one "$(jq -s '[.[] | select(.record=="eval")][-1].lm_loss' "$OUT/train.jsonl")" '
+  (.[0].parallel.data_parallel_size) as $dp | ([.[] | select(.record=="eval")][-1].lm_loss) as $two
+  | ([.[] | select(.record=="summary")][0]) as $s
+  | "  2 ranks (DP=\($dp), distributed optimizer): validation loss \($two * 1000 | round / 1000) (one rank: \($one * 1000 | round / 1000), relative difference \((($two - $one) / $one) | fabs * 1e9 | round / 1e9)), \($s.tokens_per_s | round) tokens/s"' \
+  "$OUT/train-dp2.jsonl"
+echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, mfu.jsonl,"
+echo "    memreport.jsonl, tiny-gpt.h5, train-dp2.jsonl"

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -15,6 +16,18 @@ int g_size = 1;
 }  // namespace
 
 bool launched_under_mpi() { return std::getenv("PMIX_RANK") || std::getenv("OMPI_COMM_WORLD_SIZE"); }
+
+void refuse_unformed_world() {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (!tasks || launched_under_mpi()) return;
+  char* end = nullptr;
+  const long count = std::strtol(tasks, &end, 10);
+  if (end == tasks || count <= 1) return;
+  throw UsageError("SLURM_STEP_NUM_TASKS=" + std::string(tasks),
+                   "started as " + std::to_string(count) +
+                       " tasks without PMIx or OpenMPI variables, so they cannot form one world (each would "
+                       "train alone); launch with srun --mpi=pmix or mpirun");
+}
 
 void MpiRuntime::init() {
   if (g_active || !launched_under_mpi()) return;

@@ -1,6 +1,7 @@
 // MPI process lifetime: started only under a launcher (mpirun/srun set PMIX_RANK or
 // OMPI_COMM_WORLD_SIZE), never for --help/--version; a failing rank aborts the whole job.
-// Tested in tests/mpi/test_mpi_runtime.cpp (mpirun -np 2).
+// Tested in tests/mpi/test_mpi_runtime.cpp (mpirun -np 2) and tests/tools/mt-train-mpi.bats (a
+// faked Slurm step without a launcher).
 #pragma once
 
 #include <string>
@@ -9,6 +10,11 @@ namespace mt::comm {
 
 // True when this process was started by an MPI launcher.
 bool launched_under_mpi();
+
+// Throws mt::UsageError when this process is one of several tasks that cannot form one world:
+// Slurm started SLURM_STEP_NUM_TASKS > 1 tasks (srun --mpi=none -n 2) without the PMIx or OpenMPI
+// variables MPI needs, so each would train alone, a copy of a one-rank run.
+void refuse_unformed_world();
 
 class MpiRuntime {
  public:

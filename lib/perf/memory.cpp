@@ -97,16 +97,21 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
   const Wide activation_elements =
       n * (always + full_sets * layer_set + kept_inputs * c + scratch_sets * (layer_set - c));
 
+  // A rank holds at least 1/TP of the parameters, and with the distributed optimizer at least
+  // 1/DP of that in Adam's moments.
+  const Wide tp = std::max(1, options.parallel.tensor_model_parallel_size);
+  const Wide optimizer_share =
+      options.parallel.use_distributed_optimizer ? std::max(1, options.parallel.data_parallel_size) : 1;
   TrainingMemory floor;
   bool overflow = false;
-  floor.weights = saturate(params * (4 + copy), overflow);
-  floor.grads = saturate(params * 4, overflow);
-  floor.optimizer = saturate(params * 8, overflow);
+  floor.weights = saturate(params / tp * (4 + copy), overflow);
+  floor.grads = saturate(params / tp * 4, overflow);
+  floor.optimizer = saturate(params / tp / optimizer_share * 8, overflow);
   floor.activations = saturate(activation_elements * 4, overflow);
   floor.other = saturate(
       layers * kHostBytesPerLayer + static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken,
       overflow);
-  floor.exact_total = params * (16 + copy) + activation_elements * 4 + layers * kHostBytesPerLayer +
+  floor.exact_total = params / tp * (8 + copy + 8 / optimizer_share) + activation_elements * 4 + layers * kHostBytesPerLayer +
                       static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken;
   floor.overflow = overflow || floor.exact_total > kLargestPlannable;
   return floor;
@@ -115,14 +120,23 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
 TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptions& options) {
   const TrainingMemory floor = memory_floor(model, options);
   if (floor.overflow) refuse_overflow(model, floor);
-  const model::ParamLayout layout = model::build_layout(model);
+  const model::ParamLayout layout =
+      model::build_layout(model, options.parallel, parallel::RankCoordinates{},
+                          {model::ChunkSpec{0, model.num_layers, true, true}}, model::bucket_options(options.parallel));
   const int64_t elements = layout.total_elements;
+  int64_t optimizer_elements = elements;
+  if (options.parallel.use_distributed_optimizer) {
+    optimizer_elements = 0;
+    for (const model::FlatRange& range : layout.data_parallel_shard(0, options.parallel.data_parallel_size)) {
+      optimizer_elements += range.end - range.begin;
+    }
+  }
   model::RecomputeConfig recompute = options.recompute;
   recompute.num_layers = effective_recompute_layers(model, options);
   TrainingMemory plan;
   plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), options.precision, elements);
   plan.grads = elements * 4;
-  plan.optimizer = elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
+  plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
   plan.activations = model::planned_activation_bytes(model, options.precision, recompute,
                                                                   options.micro_batch_size, model.num_layers);
   plan.other = floor.other;
@@ -142,17 +156,24 @@ int64_t available_memory_bytes() {
 TrainingMemory check_training_memory(const model::ModelConfig& model, const MemoryOptions& options,
                                      int64_t available_bytes) {
   const std::string what = "model " + model.name;
-  const std::string advice = "; use a smaller model, micro-batch or recompute";
+  const int ranks = std::max(1, options.ranks_per_node);
+  const std::string per_rank = ranks > 1 ? " per rank x " + std::to_string(ranks) + " ranks on this node" : "";
+  const std::string advice = "; use a smaller model, micro-batch or recompute" +
+                             std::string(ranks > 1 ? ", or fewer ranks per node" : "");
+  // The node's total, in long double: a floor near the int64 limit times the ranks must not wrap.
+  auto exceeds = [&](const TrainingMemory& m) {
+    return available_bytes > 0 && static_cast<Wide>(m.total()) * ranks > static_cast<Wide>(available_bytes);
+  };
   const TrainingMemory floor = memory_floor(model, options);
   if (floor.overflow) refuse_overflow(model, floor);
-  if (available_bytes > 0 && floor.total() > available_bytes) {
-    throw Error(what, "needs at least " + gib(floor.total()) + " (" + breakdown(floor) + ") but only " +
+  if (exceeds(floor)) {
+    throw Error(what, "needs at least " + gib(floor.total()) + per_rank + " (" + breakdown(floor) + ") but only " +
                           gib(available_bytes) + " is available" + advice);
   }
   const TrainingMemory plan = planned_memory(model, options);
-  if (available_bytes > 0 && plan.total() > available_bytes) {
-    throw Error(what, "needs " + gib(plan.total()) + " (" + breakdown(plan) + ") but only " + gib(available_bytes) +
-                          " is available" + advice);
+  if (exceeds(plan)) {
+    throw Error(what, "needs " + gib(plan.total()) + per_rank + " (" + breakdown(plan) + ") but only " +
+                          gib(available_bytes) + " is available" + advice);
   }
   return plan;
 }

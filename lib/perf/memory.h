@@ -10,6 +10,10 @@
 // 2. planned_memory: exact bytes from the layout table and the activation planner, run only when
 //    the floor is representable (stage 2 is then at most a small multiple of it, so its int64
 //    arithmetic cannot overflow) and, in check_training_memory, only when the floor fits.
+// Under a parallel layout the figures are one rank's: weights and grads of its TP shard (the
+// layout table of TP rank 0), Adam's moments of its DP shard with the distributed optimizer;
+// activations stay the one-rank plan (an upper bound: TP and SP shrink them). The check compares
+// them times the ranks sharing the node with the node's available memory.
 // mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
 // figures. Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
 #pragma once
@@ -20,6 +24,7 @@
 #include "core/dtype.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "parallel/parallel_config.h"
 
 namespace mt::perf {
 
@@ -28,7 +33,9 @@ struct MemoryOptions {
   Precision precision = Precision::fp32;
   model::RecomputeConfig recompute;
   int micro_batch_size = 1;
-  int64_t staged_samples = 1;  // samples staged per step (the global batch)
+  int64_t staged_samples = 1;  // samples staged per step on one rank (the global batch / DP)
+  parallel::ParallelConfig parallel;  // as parallel::validate left it (data_parallel_size set)
+  int ranks_per_node = 1;             // ranks sharing the memory checked against
 };
 
 // Bytes per category; saturated at INT64_MAX in a floor whose counts overflow.
@@ -52,8 +59,8 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
 // MemAvailable of /proc/meminfo in bytes, -1 when unknown.
 int64_t available_memory_bytes();
 
-// The check before allocating: the floor against `available_bytes` (-1: unknown, only overflow
-// is refused), then the plan. Returns the plan; throws mt::Error("model <name>", "needs ... GiB
+// The check before allocating: the floor times options.ranks_per_node against `available_bytes`
+// (-1: unknown, only overflow is refused), then the plan. Returns the plan; throws mt::Error("model <name>", "needs ... GiB
 // (weights ..., grads ..., optimizer ..., activations ..., other ...) but only ... is available;
 // ...") or, when the counts overflow, says so.
 TrainingMemory check_training_memory(const model::ModelConfig& model, const MemoryOptions& options,

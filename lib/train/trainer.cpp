@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/stop_request.h"
+#include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
 #include "perf/memory.h"
@@ -19,10 +20,18 @@
 namespace mt::train {
 namespace {
 
-// Whether every rank stops the run before the next step: today this process's stop request
-// (a signal). The seam the parallel engine makes collective (an all-reduce of the flag), so
-// ranks stop together after the same step.
-bool agree_to_stop() { return stop_signal() != 0; }
+// Refuses the parallel settings the trainer does not run yet, by name.
+void check_supported_layout(const parallel::ParallelConfig& p) {
+  auto refuse = [](const std::string& what) {
+    throw UsageError(what, "not supported yet (pipeline, context and expert parallelism land with issue 13)");
+  };
+  if (p.pipeline_model_parallel_size > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_model_parallel_size));
+  if (p.context_parallel_size > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel_size));
+  if (p.expert_model_parallel_size > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_model_parallel_size));
+  if (p.overlap_param_gather) {
+    throw UsageError("--overlap-param-gather", "not supported yet (the parameter all-gather runs after the optimizer step)");
+  }
+}
 
 }  // namespace
 
@@ -72,25 +81,48 @@ void validate_train_config(const TrainConfig& c) {
   if (c.seed > 4294967295ULL) throw UsageError("--seed", "must be in [0, 4294967295]");
 }
 
-Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data)
+Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data,
+                 const parallel::ProcessGroups* groups)
     : model_config_(model), config_(train), data_(data), ops_(backend::cpu_ops()) {
   model_config_.validate();
   validate_train_config(config_);
+  parallel::RankCoordinates coordinates;
+  single_ = comm::make_single_communicator();
+  world_ = tensor_group_ = data_parallel_group_ = single_.get();
+  if (groups) {
+    parallel_config_ = groups->grid().config();
+    coordinates = groups->coordinates();
+    world_ = &groups->world();
+    tensor_group_ = &groups->get(parallel::GroupKind::tp);
+    data_parallel_group_ = &groups->get(parallel::GroupKind::dp_cp);
+  }
+  check_supported_layout(parallel_config_);
+  const int dp = parallel_config_.data_parallel_size;
   if (data_.vocab_size() > model_config_.vocab_size) {
     throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
   }
-  if (config_.global_batch_size <= 0) config_.global_batch_size = config_.micro_batch_size;
+  if (config_.global_batch_size <= 0) config_.global_batch_size = config_.micro_batch_size * dp;
+  if (config_.global_batch_size % (config_.micro_batch_size * dp) != 0) {
+    throw UsageError("--global-batch-size " + std::to_string(config_.global_batch_size),
+                     "not divisible by --micro-batch-size " + std::to_string(config_.micro_batch_size) +
+                         " x data-parallel size " + std::to_string(dp));
+  }
   // A recompute chunk (or block) longer than the model is the whole model, as in Megatron.
   config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
   perf::MemoryOptions memory;
   memory.precision = config_.precision;
   memory.recompute = config_.recompute;
   memory.micro_batch_size = config_.micro_batch_size;
-  memory.staged_samples = config_.global_batch_size;
+  memory.staged_samples = config_.global_batch_size / dp;
+  memory.parallel = parallel_config_;
+  memory.ranks_per_node = groups ? local_rank_count() : 1;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
-  layout_ = model::build_layout(model_config_);
+  layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
+                                {model::ChunkSpec{0, model_config_.num_layers, true, true}},
+                                model::bucket_options(parallel_config_));
+  parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel);
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
   model::initialize_parameters(model_config_, layout_, config_.seed, params_.data());
@@ -105,8 +137,12 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
                                                      *gemm_weights_, stage_options, &memory_));
     stages_.back()->bind(params_.data(), grads_.data());
+    stages_.back()->on_grads_ready([this](int layer) { grad_sync_->layer_ready(layer); });
   }
-  optimizer_ = std::make_unique<optim::AdamW>(layout_, config_.adam, ops_, &memory_);
+  grad_sync_ = std::make_unique<GradSync>(layout_, *data_parallel_group_, *tensor_group_,
+                                          parallel_config_.use_distributed_optimizer,
+                                          parallel_config_.overlap_grad_reduce);
+  optimizer_ = std::make_unique<optim::AdamW>(layout_, grad_sync_->owned_ranges(), config_.adam, ops_, &memory_);
   scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
             : config_.loss_scale > 0
                 ? optim::LossScaler::fixed(config_.loss_scale)
@@ -150,8 +186,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     }
   }
 
-  const int64_t rows = static_cast<int64_t>(std::max(global, static_cast<int64_t>(config_.micro_batch_size))) *
-                       model_config_.seq_length;
+  const int64_t rows = global / dp * model_config_.seq_length;
   tokens_.allocate(rows);
   labels_.allocate(rows);
   positions_.allocate(rows);
@@ -215,9 +250,11 @@ model::MicroBatch Trainer::staged_batch(int count, int slot) const {
 
 StepStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
+  const double wait_before = communicator_wait_seconds();
   const int micro = config_.micro_batch_size;
   const int global = config_.global_batch_size;
-  const int num_micro = global / micro;
+  const int dp = data_parallel_group_->size();
+  const int num_micro = global / (micro * dp);  // this rank's micro-batches
   const int seq = model_config_.seq_length;
   ++iteration_;
   StepStats stats;
@@ -229,33 +266,49 @@ StepStats Trainer::train_step() {
   float* grads = grads_.data();
   const int64_t total = layout_.total_elements;
   ops_.zero(grads, total * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
+  grad_sync_->begin(grads);
 
-  // The step's samples (MegatronPretrainingSampler, one rank) are staged first: the loss is
-  // normalised by unmasked tokens, per micro-batch (Megatron's default: each micro-batch's
-  // token mean, averaged over micro-batches) or over the whole step (--calculate-per-token-loss).
+  // This rank's samples of the step (MegatronPretrainingSampler: DP rank r holds micro-batches
+  // r, r + DP, ... of the global batch) are staged first: the loss is normalised by unmasked
+  // tokens, per micro-batch (Megatron's default: each micro-batch's token mean, averaged over
+  // the step's micro-batches on every rank) or over the whole step (--calculate-per-token-loss:
+  // the token count summed over DP).
   const int64_t train_total = data_.split_size(data::Split::train);
   std::vector<double> micro_tokens(static_cast<size_t>(num_micro));
-  double total_tokens = 0;
+  double local_tokens = 0;
   for (int m = 0; m < num_micro; ++m) {
-    const int64_t first = data::pretraining_sampler_first(train_total, consumed_samples_, micro, 0, 1, m);
+    const int64_t first =
+        data::pretraining_sampler_first(train_total, consumed_samples_, micro, data_parallel_group_->rank(), dp, m);
     micro_tokens[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
-    total_tokens += micro_tokens[static_cast<size_t>(m)];
+    local_tokens += micro_tokens[static_cast<size_t>(m)];
   }
+  double step_tokens = local_tokens;
+  if (config_.calculate_per_token_loss) sum_over_data_parallel(&step_tokens, 1);
   double loss_sum = 0;
   for (int m = 0; m < num_micro; ++m) {
     const double counted = micro_tokens[static_cast<size_t>(m)];
-    const double denominator = config_.calculate_per_token_loss ? total_tokens : counted * num_micro;
+    const double denominator = config_.calculate_per_token_loss ? step_tokens : counted * num_micro * dp;
     // A micro-batch (or step) whose tokens are all masked contributes nothing.
     const float dloss_scale = denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
+    if (m + 1 == num_micro) grad_sync_->arm();  // earlier micro-batches only accumulate
     const model::LossSums sums = run_micro_batch(staged_batch(micro, m * micro),
                                                  model::ForwardPass{static_cast<uint64_t>(iteration_), true}, dloss_scale);
     loss_sum += sums.loss;
   }
+  grad_sync_->finish();
   // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
-  stats.lm_loss = total_tokens > 0 ? loss_sum / total_tokens : 0.0;
+  double loss_and_tokens[2] = {loss_sum, local_tokens};
+  sum_over_data_parallel(loss_and_tokens, 2);
+  stats.lm_loss = loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
 
+  // The grad norm over every rank, each tensor's primary copy once: TP shards and (distributed
+  // optimizer) DP shards add up; replicated copies count on one rank (AdamW's primary pieces,
+  // and DP rank 0 when every DP rank holds the whole reduced grads).
   const double unscale = 1.0 / scaler_.scale();
-  stats.grad_norm = optimizer_->grad_norm(grads, unscale);
+  const bool counts_here = parallel_config_.use_distributed_optimizer || data_parallel_group_->rank() == 0;
+  double sum_squares = counts_here ? optimizer_->grad_sum_squares(grads) : 0.0;
+  if (world_->size() > 1) world_->all_reduce(&sum_squares, 1, DType::f64, comm::ReduceOp::sum);
+  stats.grad_norm = std::sqrt(sum_squares) * unscale;
   const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
   // fp16 overflow is the loss scaler's to handle (the step is skipped, the scale lowered); any
   // other NaN/Inf stops the run, as Megatron's default, unless the check is off (then counted).
@@ -274,18 +327,34 @@ StepStats Trainer::train_step() {
     stats.skipped = true;
   } else {
     const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
-    uint16_t* fused_bf16_copy = gemm_weights_->bf16_bits();
+    // The fused bf16 refresh covers the optimizer's ranges only: a sharded step refreshes the
+    // GEMM copy after the all-gather.
+    const bool sharded = parallel_config_.use_distributed_optimizer && dp > 1;
+    uint16_t* fused_bf16_copy = sharded ? nullptr : gemm_weights_->bf16_bits();
     optimizer_->step(params_.data(), fused_bf16_copy, grads, stats.lr, unscale * clip);
+    grad_sync_->gather_parameters(params_.data());
     if (config_.precision != Precision::fp32 && !fused_bf16_copy) gemm_weights_->refresh(params_.data());
   }
   scaler_.update(nonfinite);
   consumed_samples_ += global;
 
+  int64_t peaks[2] = {memory_.peak_total(), world_->rank()};
+  std::vector<int64_t> all_peaks(static_cast<size_t>(2 * world_->size()));
+  world_->all_gather(peaks, all_peaks.data(), 2, DType::i64);
+  for (size_t r = 0; r < all_peaks.size(); r += 2) {
+    if (all_peaks[r] > stats.mem_peak_bytes) {
+      stats.mem_peak_bytes = all_peaks[r];
+      stats.mem_peak_rank = static_cast<int>(all_peaks[r + 1]);
+    }
+  }
+
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;
+  stats.comm_wait_ms = (communicator_wait_seconds() - wait_before) * 1e3;
+  stats.comm_share = stats.step_ms > 0 ? stats.comm_wait_ms / stats.step_ms : 0;
   stats.tokens_per_s = global * static_cast<double>(seq) / seconds;
-  stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12;
+  stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12 / world_->size();
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
   stats.mem_weights_bytes = total * 4 + model::GemmWeights::bytes(ops_, config_.precision, total);
   stats.mem_grads_bytes = total * 4;
@@ -299,23 +368,26 @@ StepStats Trainer::train_step() {
 EvalStats Trainer::evaluate() {
   const int micro = config_.micro_batch_size;
   const int64_t global = config_.global_batch_size;
+  const int dp = data_parallel_group_->size();
   const int64_t valid_total = data_.split_size(data::Split::valid);
-  double loss = 0, tokens = 0;
+  double sums[2] = {0, 0};  // loss, tokens
   // Megatron's evaluate(): eval_iters global batches, continuing where the last evaluation
-  // stopped (consumed_valid_samples).
+  // stopped (consumed_valid_samples), each DP rank taking its micro-batches of each.
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
-    for (int64_t m = 0; m < global / micro; ++m) {
-      const int64_t first = data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, 0, 1, m);
+    for (int64_t m = 0; m < global / (micro * dp); ++m) {
+      const int64_t first =
+          data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_group_->rank(), dp, m);
       fill_samples(data::Split::valid, first, micro, 0);
-      const model::LossSums sums = run_micro_batch(staged_batch(micro, 0), model::ForwardPass{0, false}, 0.0f);
-      loss += sums.loss;
-      tokens += sums.tokens;
+      const model::LossSums loss = run_micro_batch(staged_batch(micro, 0), model::ForwardPass{0, false}, 0.0f);
+      sums[0] += loss.loss;
+      sums[1] += loss.tokens;
     }
     consumed_valid_samples_ += global;
   }
+  sum_over_data_parallel(sums, 2);
   EvalStats stats;
   stats.iteration = iteration_;
-  stats.lm_loss = tokens > 0 ? loss / tokens : 0;
+  stats.lm_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
   stats.ppl = std::exp(std::min(stats.lm_loss, 20.0));
   return stats;
 }
@@ -353,6 +425,23 @@ model::LossSums Trainer::run_micro_batch(const model::MicroBatch& batch, const m
     for (auto stage = stages_.rbegin(); stage != stages_.rend(); ++stage) grad = (*stage)->backward(0, grad, dloss_scale);
   }
   return loss;
+}
+
+bool Trainer::agree_to_stop() {
+  int stop = stop_signal() != 0 ? 1 : 0;
+  if (world_->size() > 1) world_->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
+  return stop != 0;
+}
+
+void Trainer::sum_over_data_parallel(double* values, int count) {
+  if (data_parallel_group_->size() > 1) data_parallel_group_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
+}
+
+double Trainer::communicator_wait_seconds() const {
+  double seconds = world_->wait_seconds();
+  if (tensor_group_ != world_) seconds += tensor_group_->wait_seconds();
+  if (data_parallel_group_ != world_ && data_parallel_group_ != tensor_group_) seconds += data_parallel_group_->wait_seconds();
+  return seconds;
 }
 
 namespace {

@@ -1,14 +1,27 @@
-// The single-rank training loop, driving the model's stages (one per model chunk of the rank's
+// The training loop of one rank, driving the model's stages (one per model chunk of the rank's
 // layout, run back to back per micro-batch: Megatron's forward_backward_no_pipelining) on the
 // backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
 // fp16 loss scaling with skipped steps, NaN checks (fatal by default, as Megatron's), periodic
-// evaluation walking the validation
-// split as Megatron's consumed_valid_samples does. It reports through
-// callbacks (lib never prints): step, eval and log-line observers the tool turns into records.
-// Tested in tests/unit/train/test_trainer.cpp and end to end by tests/tools/mt-train.bats.
+// evaluation walking the validation split as Megatron's consumed_valid_samples does.
+//
+// On several ranks (the process groups of a rank grid) it runs tensor and sequence parallelism
+// through the stages' ParallelContext over the TP group, and data parallelism over the DP x CP
+// group: DP rank r takes micro-batches r, r + DP, ... of the step's global batch (the sampler's
+// slice), so every layout sees the micro-batches one rank would and Megatron's per-micro-batch
+// normalisation (1/DP folded into the loss scale) gives the one-rank loss and grads; with
+// --calculate-per-token-loss the token count is summed over DP first. Grads are reduced in
+// buckets (train/grad_sync.h, overlapped with the last micro-batch's backward on request); the
+// distributed optimizer updates this rank's shard of every bucket and all-gathers the
+// parameters. The grad norm sums each tensor's primary copy once over every rank; the loss,
+// evaluation and the decision to stop (a signal on any rank) are agreed by all ranks.
+// Pipeline, context and expert parallelism are refused by name (they come with issue 13).
+// It reports through callbacks (lib never prints): step, eval and log-line observers the tool
+// turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
+// (every layout against one rank) and end to end by tests/tools/mt-train.bats and
+// tests/tools/mt-train-mpi.bats.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +35,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "comm/communicator.h"
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "data/sample_source.h"
@@ -35,7 +49,9 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "parallel/process_groups.h"
 #include "perf/flops.h"
+#include "train/grad_sync.h"
 
 namespace mt::train {
 
@@ -95,6 +111,13 @@ struct StepStats {
   int64_t skipped_iters = 0;
   int64_t nan_iters = 0;
   bool skipped = false;
+  // Over every rank: the largest memory high-water mark (all categories) and the lowest rank
+  // holding it; the seconds this rank's communicators spent blocked during the step, and their
+  // share of the step's time.
+  int64_t mem_peak_bytes = 0;
+  int mem_peak_rank = 0;
+  double comm_wait_ms = 0;
+  double comm_share = 0;
 };
 
 struct EvalStats {
@@ -127,10 +150,13 @@ void validate_train_config(const TrainConfig& config);
 
 class Trainer {
  public:
-  // Validates the configs, refuses a plan larger than the memory available
+  // Validates the configs, refuses a plan larger than the memory available to this node's ranks
   // (perf::check_training_memory, before anything large exists), allocates everything and
-  // initialises the parameters from the seed.
-  Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data);
+  // initialises the parameters from the seed (keyed by global coordinates, so every layout starts
+  // from the same model). `groups` (nullable: one rank) must outlive the trainer; its grid's
+  // config (as parallel::validate left it) chooses the layout.
+  Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data,
+          const parallel::ProcessGroups* groups = nullptr);
   ~Trainer();
 
   int64_t total_iterations() const { return total_iters_; }
@@ -159,7 +185,8 @@ class Trainer {
   StepStats train_step();
   EvalStats evaluate();
   // Logits over the real vocabulary of training samples [first_sample, first_sample + count),
-  // (count * seq_length, vocab_size), under the current parameters.
+  // (count * seq_length, vocab_size), under the current parameters (one rank holding the whole
+  // vocabulary).
   void forward_logits(int64_t first_sample, int count, float* logits);
 
  private:
@@ -169,9 +196,21 @@ class Trainer {
   model::MicroBatch staged_batch(int count, int slot) const;
   // One micro-batch through every stage, forward then (training) backward; the loss sums.
   model::LossSums run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass, float dloss_scale);
+  // Whether every rank stops before the next step: a stop request (signal) on any of them.
+  bool agree_to_stop();
+  // Sums `values` over the data-parallel group (in place).
+  void sum_over_data_parallel(double* values, int count);
+  // Seconds this rank's communicators have been blocked so far.
+  double communicator_wait_seconds() const;
 
   model::ModelConfig model_config_;
   TrainConfig config_;
+  parallel::ParallelConfig parallel_config_;
+  // This rank's groups: world, TP and DP x CP (groups of one without process groups).
+  std::unique_ptr<comm::Communicator> single_;
+  comm::Communicator* world_ = nullptr;
+  comm::Communicator* tensor_group_ = nullptr;
+  comm::Communicator* data_parallel_group_ = nullptr;
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
@@ -181,6 +220,7 @@ class Trainer {
   model::ParallelContext parallel_;
   std::unique_ptr<model::GemmWeights> gemm_weights_;
   std::vector<std::unique_ptr<model::Stage>> stages_;
+  std::unique_ptr<GradSync> grad_sync_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LossScaler scaler_;
   optim::LrSchedule schedule_;
@@ -192,7 +232,7 @@ class Trainer {
   int64_t nan_iters_ = 0;
   bool stopped_ = false;
   double flops_per_token_ = 0;
-  // Staging of one step's samples (global batch), (samples * seq_length) each.
+  // Staging of this rank's samples of one step (global batch / DP), (samples * seq_length) each.
   Buffer<int32_t> tokens_, labels_, positions_, doc_start_;
   Buffer<float> loss_mask_;
   Buffer<int64_t> row_ids_;

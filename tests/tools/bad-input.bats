@@ -268,11 +268,12 @@ start_training() {
     || fail "no warning: $err"
   [[ "$err" == *"elapsed time per iteration (ms): "*" | throughput per GPU (TFLOP/s/GPU): "*" | learning rate:"* ]] \
     || fail "--log-throughput ignored: $err"
-  refused "--tensor-model-parallel-size 2: not supported yet (mt-train runs 1)" --tensor-model-parallel-size 2
-  refused "--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1)" --pipeline-model-parallel-size 2
-  refused "--context-parallel-size 2: not supported yet (mt-train runs 1)" --context-parallel-size 2 --sequence-parallel
-  refused "--use-distributed-optimizer: not supported yet (mt-train runs the plain optimizer)" --use-distributed-optimizer
-  refused "--overlap-grad-reduce: not supported yet (mt-train runs without data-parallel overlap)" --overlap-grad-reduce
+  refused "world size 1: not divisible by --tensor-model-parallel-size 2 x --context-parallel-size 1 x --pipeline-model-parallel-size 1 (data parallelism takes the rest)" \
+    --tensor-model-parallel-size 2
+  refused "--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)" --pipeline-model-parallel-size 2
+  refused "--context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)" --context-parallel-size 2 --sequence-parallel
+  refused "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)" \
+    --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy
   refused "--transformer-impl: transformer_engine is not supported yet (mt implements local)" \
     --transformer-impl transformer_engine

@@ -132,7 +132,10 @@ built_tools() {
     [[ "$intro" != *sbatch* ]] || fail "the introduction names sbatch launches; sbatch/ holds no template"
   fi
   [[ "$intro" != *"launches natively"* ]] || fail "the introduction promises native launches"
-  [[ "$intro" == *"one rank"* ]] || fail "the introduction does not say mt-train runs on one rank today"
+  [[ "$intro" == *"one rank"* && "$intro" == *"tensor, sequence and data parallelism"* ]] \
+    || fail "the introduction does not say mt-train runs on one rank or with TP, SP and DP today"
+  [[ "$intro" == *"Pipeline, context and"*"expert parallelism"*"are not there yet"* ]] \
+    || fail "the introduction does not say which parallelism is missing"
 }
 
 @test "JSON output of every built tool parses and stdout holds only data" {
@@ -177,10 +180,11 @@ built_tools() {
 }
 
 @test "under mpirun a failing tool aborts the job with rank-prefixed one-line errors" {
-  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train --model tiny-gpt --mock-data --train-iters 1
+  run_split timeout 60 mpirun -np 2 --oversubscribe mt-train --model tiny-gpt --mock-data --train-iters 1 \
+    --tensor-model-parallel-size 4
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-train exited $status (124 = hung)"
   [[ -z "$out" ]] || fail "stdout not empty: $out"
-  [[ "$err" == *"[rank "*"] mt-train: error: world size 2: mt-train runs on one rank"* ]] || fail "no rank-prefixed error: $err"
+  [[ "$err" == *"[rank "*"] mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] || fail "no rank-prefixed error: $err"
   run_split timeout 60 mpirun -np 2 --oversubscribe mt-shard inspect /nonexistent
   [[ $status -ne 0 && $status -ne 124 ]] || fail "mpirun mt-shard exited $status (124 = hung)"
   [[ "$err" == *"[rank "*"] mt-shard: error: /nonexistent"* ]] || fail "no rank-prefixed error: $err"

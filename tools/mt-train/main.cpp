@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -20,6 +21,8 @@
 #include "data/token_range.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "parallel/process_groups.h"
+#include "parallel/rank_grid.h"
 #include "perf/flops.h"
 #include "tools/common/flags.h"
 #include "tools/common/peak_source.h"
@@ -135,9 +138,16 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
       "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
-      "exits at once. Every output path is checked writable before the first step.");
+      "exits at once. Every output path is checked writable before the first step.\n"
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP (TP fastest), DP = N / TP.\n"
+      "--tensor-model-parallel-size splits heads, query groups, ffn and vocabulary; --sequence-parallel adds\n"
+      "the row split of norms and dropout; --use-distributed-optimizer shards Adam's states over DP\n"
+      "(reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces --ddp-bucket-size buckets\n"
+      "during the last micro-batch's backward. --global-batch-size must be a multiple of micro-batch x DP.\n"
+      "Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout. PP, CP, EP and\n"
+      "--overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (mt-train runs degree 1; other values are refused)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP; PP/CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
 
   auto* d = "Data and output";
@@ -185,10 +195,7 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
 }
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
-  if (mt::comm::MpiRuntime::size() > 1) {
-    throw mt::UsageError("world size " + std::to_string(mt::comm::MpiRuntime::size()),
-                         "mt-train runs on one rank until data/tensor/pipeline parallelism land");
-  }
+  mt::comm::refuse_unformed_world();
   mt::tools::check_parallel_support(o.parallel);
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
@@ -216,11 +223,22 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
+  // Parameters are written by rank 0, which holds them whole unless tensor parallelism shards them.
+  const bool saves = !o.save_init.empty() || !o.save_final.empty();
+  if (saves && parallel.tensor_model_parallel_size > 1) {
+    throw mt::UsageError(o.save_init.empty() ? "--save-final" : "--save-init",
+                         "not supported yet with --tensor-model-parallel-size > 1 (checkpoints of sharded "
+                         "parameters come with issue 14)");
+  }
+  const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   const mt::tools::CheckpointFlags& ck = o.checkpoint;
   check_checkpoint_flags(ck);
+  if (mt::comm::MpiRuntime::size() > 1 && (!ck.save.empty() || !ck.load.empty())) {
+    throw mt::UsageError(ck.save.empty() ? "--load" : "--save", "not supported yet on several ranks");
+  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
-  if (!o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
-  if (!o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
+  if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
+  if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
   if (!ck.save.empty()) {
     std::error_code ignored;
     std::filesystem::create_directories(ck.save, ignored);  // as Megatron's os.makedirs; checked just below
@@ -252,7 +270,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const mt::tools::PeakSource peak =
       mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
   config.peak_flops_per_second = peak.flops_per_device;
-  mt::train::Trainer trainer(model, config, *data);  // refuses what cannot fit before allocating
+  // The world gives DP = world / (TP x PP x CP); every process group is made once, here.
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
+  mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
   if (resume) {
     mt::train::LoadOptions load;
     load.optimizer = !ck.no_load_optim;
@@ -265,7 +286,6 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
                   ")" + (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
   }
-  const bool rank0 = true;
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
   Record run = mt::tools::run_record(cli);
   run["model"] = model_record(model);
@@ -278,7 +298,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   run["flops_per_token"] = mt::perf::flops_per_token(model, config.flops_convention);
   mt::tools::add_peak_fields(run, peak);
   writer.write_run(run);
-  mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
+  if (rank0) mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
                 std::to_string(trainer.total_iterations()) + " iterations");
 
@@ -298,9 +318,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     char line[160];
     std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
                   static_cast<long long>(trainer.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
-    mt::log::info("mt-train: saved " + saved.path + line);
+    if (rank0) mt::log::info("mt-train: saved " + saved.path + line);
   };
   auto save_parameters = [&](const std::string& path) {
+    if (!rank0) return;  // it holds every parameter whole (TP > 1 is refused above)
     mt::train::SaveOptions options = save_options;
     options.optimizer = false;
     options.resumable = false;
@@ -341,12 +362,18 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_optim_bytes", s.mem_optim_bytes},
                         {"mem_activations_bytes", s.mem_activations_bytes},
                         {"skipped_iters", s.skipped_iters},
-                        {"nan_iters", s.nan_iters}});
+                        {"nan_iters", s.nan_iters},
+                        {"mem_peak_bytes", s.mem_peak_bytes},
+                        {"mem_peak_rank", s.mem_peak_rank},
+                        {"comm_wait_ms", s.comm_wait_ms},
+                        {"comm_share", s.comm_share}});
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
   };
-  observers.on_log_line = [](const std::string& line) { mt::log::info(line); };
+  observers.on_log_line = [rank0](const std::string& line) {
+    if (rank0) mt::log::info(line);
+  };
   observers.on_iteration_end = [&](int64_t iteration) {
     if (!ck.save.empty() && ck.save_interval && iteration % *ck.save_interval == 0) save_checkpoint();
   };
@@ -371,7 +398,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                       {"tokens_per_s", median_ms > 0 ? tokens_per_step / (median_ms / 1e3) : 0},
                       {"tflops_per_device",
                        median_ms > 0 ? mt::perf::flops_per_token(model, config.flops_convention) * tokens_per_step /
-                                           (median_ms / 1e3) / 1e12
+                                           (median_ms / 1e3) / 1e12 / world->size()
                                      : 0},
                       {"mem_activations_peak_bytes", activation_peak},
                       {"skipped_iters", last.skipped_iters},
@@ -380,7 +407,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   writer.finish();
   if (stop == 0) return 0;
   const std::string wrote = ck.save.empty() ? "" : "; saved a checkpoint in " + ck.save + " (resume with --load)";
-  mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
+  if (rank0) mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
                 std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) + wrote +
                 (o.save_final.empty() ? "" : "; wrote " + o.save_final));
   // 75 (EX_TEMPFAIL): resumable, so a batch system requeues the job; --save-final alone is not.

@@ -1,7 +1,8 @@
 // The pre-allocation memory check (lib/perf/memory.h): the floor never exceeds the plan and stays
 // within a small factor of it (so planning after a representable floor cannot overflow), the plan
 // counts the layout's elements, and configurations far too big or overflowing 64 bits are
-// refused from the floor alone (issue 11 case 2).
+// refused from the floor alone (issue 11 case 2); a parallel layout plans one rank's shard and the
+// check counts every rank sharing the node.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -116,4 +117,35 @@ TEST(Memory, AModelThatFitsPassesWithItsPlan) {
   EXPECT_EQ(plan.total(), perf::planned_memory(c, options).total());
   EXPECT_GT(plan.activations, 0);
   EXPECT_GT(plan.other, 0);
+}
+
+TEST(Memory, ARanksShareIsItsShardAndTheNodeCountsEveryRank) {
+  model::ModelConfig c = model::preset("tiny-llama");
+  c.num_layers = 3;
+  perf::MemoryOptions one;
+  const perf::TrainingMemory whole = perf::planned_memory(c, one);
+
+  perf::MemoryOptions sharded;
+  sharded.parallel.tensor_model_parallel_size = 2;
+  sharded.parallel.data_parallel_size = 2;
+  sharded.parallel.use_distributed_optimizer = true;
+  expect_floor_below_plan(c, sharded);
+  const perf::TrainingMemory rank = perf::planned_memory(c, sharded);
+  // Half the model and more (replicated norms); Adam's moments of one DP shard of that.
+  EXPECT_LT(rank.weights, whole.weights);
+  EXPECT_GE(2 * rank.weights, whole.weights);
+  EXPECT_EQ(rank.optimizer, rank.grads);  // two fp32 moments of half the elements
+  EXPECT_GE(4 * rank.optimizer, whole.optimizer);
+
+  // What fits one rank is refused for two ranks sharing the node, naming them.
+  const int64_t available = whole.total() + whole.total() / 2;
+  EXPECT_NO_THROW(perf::check_training_memory(c, one, available));
+  perf::MemoryOptions two = one;
+  two.ranks_per_node = 2;
+  try {
+    perf::check_training_memory(c, two, available);
+    FAIL() << "two ranks of " << whole.total() << " bytes fit in " << available;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("per rank x 2 ranks on this node"), std::string::npos) << e.what();
+  }
 }
