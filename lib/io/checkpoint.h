@@ -10,9 +10,8 @@
 //
 // A writer takes, per tensor, the slices this process holds (boxes of the global tensor given by
 // global offset and extent; a flat run of a shard, as the distributed optimizer owns, is cut into
-// boxes by flat_run_boxes), so each rank writes only its slices: today one process writes every
-// slice itself (serial HDF5 calls on the parallel library); several ranks will open the file
-// through MPI-IO and write their hyperslabs (DESIGN.md says how). The file is written under a
+// boxes by flat_run_boxes); one process writes the file (serial HDF5 calls): on several ranks
+// train/checkpointing gathers every rank's slices to rank 0 first. The file is written under a
 // temporary name, fsynced and renamed; a failure at any point leaves the previous file untouched.
 // For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill] makes the write fail (or the process
 // die by SIGKILL) at a named point: mid-tensor, before-fsync, before-rename, before-tracker.

@@ -4,9 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace mt::train {
@@ -54,6 +59,178 @@ void for_each_optimizer_run(const model::ParamLayout& layout, const optim::AdamW
   }
 }
 
+// One tensor of the checkpoint and the slices of it this rank writes: none when another rank
+// writes its copy.
+struct TensorShare {
+  std::string name;
+  const std::vector<int64_t>* global_shape = nullptr;
+  std::vector<io::TensorSlice> slices;
+};
+
+// Every tensor of the checkpoint, in the same order on every rank, with this rank's slices. The
+// writer of a copy: parameters from DP rank 0 (the TP shards of its TP ranks, the TP-replicated
+// tensors from TP rank 0: ParamEntry::replica == 0); the moments from DP rank 0 too, or from every
+// DP rank's shard with the distributed optimizer.
+std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& options) {
+  const model::ParamLayout& layout = trainer.layout();
+  const bool first_replica = trainer.data_parallel_rank() == 0;
+  std::vector<TensorShare> shares;
+  const float* params = trainer.parameters();
+  for (const model::ParamEntry& entry : layout.entries) {
+    TensorShare share{"model/" + entry.name, &entry.global_shape, {}};
+    if (entry.replica == 0 && first_replica) share.slices.push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
+    shares.push_back(std::move(share));
+  }
+  if (!options.optimizer) return shares;
+  optim::AdamW& optimizer = trainer.optimizer();
+  const bool writes_moments = trainer.distributed_optimizer() || first_replica;
+  const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
+  const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
+  for (int m = 0; m < 2; ++m) {
+    const size_t first = shares.size();
+    for (const model::ParamEntry& entry : layout.entries) shares.push_back(TensorShare{names[m] + entry.name, &entry.global_shape, {}});
+    if (!writes_moments) continue;
+    // A tensor's slices may come from several ranges of the optimizer.
+    for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
+                                                  int64_t state) {
+      if (entry.replica != 0) return;
+      auto& slices = shares[first + static_cast<size_t>(&entry - layout.entries.data())].slices;
+      for (const io::Box& box : boxes) {
+        slices.push_back(io::TensorSlice{box, moments[m] + state});
+        state += box.elements();
+      }
+    });
+  }
+  return shares;
+}
+
+io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) {
+  const TrainerState state = trainer.checkpoint_state();
+  io::CheckpointState s;
+  s.iteration = state.iteration;
+  s.consumed_train_samples = state.consumed_samples;
+  s.consumed_valid_samples = state.consumed_valid_samples;
+  s.skipped_iters = state.skipped_iters;
+  s.nan_iters = state.nan_iters;
+  s.loss_scale = state.loss_scaler.scale;
+  s.loss_scale_growth_tracker = state.loss_scaler.growth_tracker;
+  s.loss_scale_hysteresis_tracker = state.loss_scaler.hysteresis_tracker;
+  s.seed = trainer.config().seed;
+  s.has_optimizer = options.optimizer;
+  s.optimizer_step = trainer.optimizer().steps();
+  s.resumable = options.resumable;
+  s.model_config = model::to_json(trainer.model_config()).dump();
+  s.parallel_config = options.parallel_config;
+  s.train_config = to_json(trainer.config()).dump();
+  return s;
+}
+
+// Rank 0 is the only writer: every other rank sends it, tensor by tensor, the boxes it writes and
+// their values (point to point over the world), and rank 0 writes the whole tensor, so the file is
+// made by one process through serial HDF5 calls (io::CheckpointWriter checks that the slices
+// cover each tensor exactly once). The cost: one tensor's values at a time pass through rank 0's
+// memory and link, and one process's write speed bounds the save. A failure on rank 0 (prepare,
+// write, commit, after_commit: the tracker) stops its writing but not its receiving, and the
+// outcome is broadcast, so every rank returns or throws the same error; nobody is left waiting.
+SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std::function<std::string()>& prepare,
+                         const std::function<void()>& after_commit) {
+  const auto start = std::chrono::steady_clock::now();
+  comm::Communicator& world = trainer.world();
+  const int ranks = world.size();
+  const bool writer_rank = world.rank() == 0;
+  const std::vector<TensorShare> shares = shares_to_write(trainer, options);
+  std::vector<int64_t> tensor_counts(static_cast<size_t>(ranks));
+  const int64_t tensors = static_cast<int64_t>(shares.size());
+  world.all_gather(&tensors, tensor_counts.data(), 1, DType::i64);
+  for (int64_t count : tensor_counts) {
+    if (count != tensors) {
+      throw Error("checkpoint", "the ranks hold different tensors (" + std::to_string(count) + " and " +
+                                    std::to_string(tensors) + "): a layout the checkpoint writer does not support yet");
+    }
+  }
+  SaveResult result;
+  std::string failure;
+  std::unique_ptr<io::CheckpointWriter> writer;
+  if (writer_rank) {
+    try {
+      result.path = prepare();
+      writer = std::make_unique<io::CheckpointWriter>(result.path);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  for (const TensorShare& share : shares) {
+    const size_t rank_of_shape = share.global_shape->size();
+    int64_t mine[2] = {static_cast<int64_t>(share.slices.size()), 0};  // slices, elements
+    for (const io::TensorSlice& slice : share.slices) mine[1] += slice.box.elements();
+    std::vector<int64_t> counts(2 * static_cast<size_t>(ranks));
+    world.all_gather(mine, counts.data(), 2, DType::i64);
+    if (!writer_rank) {
+      if (mine[0] == 0) continue;
+      std::vector<int64_t> boxes;  // per slice: its offset, then its extent
+      std::vector<float> values;
+      values.reserve(static_cast<size_t>(mine[1]));
+      for (const io::TensorSlice& slice : share.slices) {
+        boxes.insert(boxes.end(), slice.box.offset.begin(), slice.box.offset.end());
+        boxes.insert(boxes.end(), slice.box.extent.begin(), slice.box.extent.end());
+        values.insert(values.end(), slice.data, slice.data + slice.box.elements());
+      }
+      world.send(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, 0, 0);
+      world.send(values.data(), mine[1], DType::f32, 0, 1);
+      continue;
+    }
+    std::vector<io::TensorSlice> slices = share.slices;
+    std::vector<std::vector<float>> received(static_cast<size_t>(ranks));
+    for (int r = 1; r < ranks; ++r) {
+      const int64_t count = counts[2 * static_cast<size_t>(r)], elements = counts[2 * static_cast<size_t>(r) + 1];
+      if (count == 0) continue;
+      std::vector<int64_t> boxes(static_cast<size_t>(count) * 2 * rank_of_shape);
+      std::vector<float>& values = received[static_cast<size_t>(r)];
+      values.resize(static_cast<size_t>(elements));
+      world.recv(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, r, 0);
+      world.recv(values.data(), elements, DType::f32, r, 1);
+      const float* data = values.data();
+      for (int64_t b = 0; b < count; ++b) {
+        const int64_t* box = boxes.data() + b * 2 * static_cast<int64_t>(rank_of_shape);
+        io::TensorSlice slice;
+        slice.box.offset.assign(box, box + rank_of_shape);
+        slice.box.extent.assign(box + rank_of_shape, box + 2 * rank_of_shape);
+        slice.data = data;
+        data += slice.box.elements();
+        slices.push_back(std::move(slice));
+      }
+    }
+    if (!failure.empty()) continue;
+    try {
+      writer->write_tensor(share.name, *share.global_shape, slices);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  if (writer_rank && failure.empty()) {
+    try {
+      result.bytes = writer->commit(state_to_save(trainer, options));
+      after_commit();
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  writer.reset();  // a failed save's temporary is removed here
+  int64_t outcome[2] = {static_cast<int64_t>(failure.size()), result.bytes};
+  world.broadcast(outcome, 2, DType::i64, 0);
+  failure.resize(static_cast<size_t>(outcome[0]));
+  if (outcome[0] > 0) world.broadcast(failure.data(), outcome[0], DType::u8, 0);
+  if (!failure.empty()) throw Error(failure, "");
+  int64_t path_size = static_cast<int64_t>(result.path.size());
+  world.broadcast(&path_size, 1, DType::i64, 0);
+  result.path.resize(static_cast<size_t>(path_size));
+  world.broadcast(result.path.data(), path_size, DType::u8, 0);
+  result.bytes = outcome[1];
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+
 void check_same_model(const io::CheckpointReader& checkpoint, const model::ModelConfig& model) {
   nlohmann::json saved;
   try {
@@ -84,68 +261,14 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
 }  // namespace
 
 SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const model::ParamLayout& layout = trainer.layout();
-  io::CheckpointWriter writer(path);
-  // Every tensor's primary copy: the TP-replicated tensors and the tied embedding once.
-  const float* params = trainer.parameters();
-  for (const model::ParamEntry& entry : layout.entries) {
-    if (entry.replica != 0) continue;
-    writer.write_tensor("model/" + entry.name, entry.global_shape, {io::TensorSlice{shard_box(entry), params + entry.offset}});
-  }
-  optim::AdamW& optimizer = trainer.optimizer();
-  if (options.optimizer) {
-    const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
-    const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
-    for (int m = 0; m < 2; ++m) {
-      // A tensor's slices may come from several ranges: collected per tensor, then written.
-      std::vector<std::vector<io::TensorSlice>> slices(layout.entries.size());
-      for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
-                                                    int64_t state) {
-        if (entry.replica != 0) return;
-        auto& tensor = slices[static_cast<size_t>(&entry - layout.entries.data())];
-        for (const io::Box& box : boxes) {
-          tensor.push_back(io::TensorSlice{box, moments[m] + state});
-          state += box.elements();
-        }
-      });
-      for (size_t e = 0; e < layout.entries.size(); ++e) {
-        const model::ParamEntry& entry = layout.entries[e];
-        if (entry.replica == 0) writer.write_tensor(names[m] + entry.name, entry.global_shape, slices[e]);
-      }
-    }
-  }
-  const TrainerState state = trainer.checkpoint_state();
-  io::CheckpointState s;
-  s.iteration = state.iteration;
-  s.consumed_train_samples = state.consumed_samples;
-  s.consumed_valid_samples = state.consumed_valid_samples;
-  s.skipped_iters = state.skipped_iters;
-  s.nan_iters = state.nan_iters;
-  s.loss_scale = state.loss_scaler.scale;
-  s.loss_scale_growth_tracker = state.loss_scaler.growth_tracker;
-  s.loss_scale_hysteresis_tracker = state.loss_scaler.hysteresis_tracker;
-  s.seed = trainer.config().seed;
-  s.has_optimizer = options.optimizer;
-  s.optimizer_step = optimizer.steps();
-  s.resumable = options.resumable;
-  s.model_config = model::to_json(trainer.model_config()).dump();
-  s.parallel_config = options.parallel_config;
-  s.train_config = to_json(trainer.config()).dump();
-  SaveResult result;
-  result.path = path;
-  result.bytes = writer.commit(s);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  return gathered_save(trainer, options, [&] { return path; }, [] {});
 }
 
 SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::string path = io::prepare_checkpoint_directory(directory, trainer.iteration());
-  SaveResult result = save_checkpoint_file(path, trainer, options);
-  io::write_tracker(directory, trainer.iteration());
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  const int64_t iteration = trainer.iteration();
+  return gathered_save(
+      trainer, options, [&] { return io::prepare_checkpoint_directory(directory, iteration); },
+      [&] { io::write_tracker(directory, iteration); });
 }
 
 void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, const LoadOptions& options) {

@@ -2,8 +2,11 @@
 // and reads, and the state around them. Each rank hands the writer the slices of every tensor it
 // holds the primary copy of (its TP shard of a parameter as one box; its optimizer ranges, which
 // the distributed optimizer cuts inside tensors, as the boxes of their flat runs), and reads back
-// the boxes of its own layout, so a checkpoint does not depend on the layout that wrote it. Today
-// the trainer runs one process, which holds and writes everything.
+// the boxes of its own layout, so a checkpoint does not depend on the layout that wrote it. The
+// writers of a copy: DP rank 0 for parameters and the plain optimizer's moments, every DP rank for
+// its distributed-optimizer shard. Saving is collective over the trainer's world: rank 0 is the
+// single writer, the other ranks send it their slices tensor by tensor (checkpointing.cpp says
+// what that costs), and every rank returns the same result or throws the same error.
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one
@@ -11,7 +14,7 @@
 // `optimizer`; the counters, consumed samples and the loss scaler (fp16 runs from fp16
 // checkpoints, as Megatron keeps it in the optimizer state) unless `finetune` (Megatron's
 // --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp
-// and end to end by tests/tools/mt-train.bats.
+// and end to end by tests/tools/mt-train.bats and (several ranks) tests/tools/mt-train-mpi.bats.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +37,8 @@ struct SaveResult {
   double seconds = 0;
 };
 
-// Writes `trainer`'s checkpoint to the file `path` (temporary name, fsync, rename).
+// Writes `trainer`'s checkpoint to the file `path` (temporary name, fsync, rename). Collective over
+// trainer.world(); the path and the directory matter on rank 0 only.
 SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options);
 // Writes DIR/iter_NNNNNNN/checkpoint.h5 for the trainer's iteration, then points the tracker at it.
 SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options);

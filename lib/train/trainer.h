@@ -177,6 +177,11 @@ class Trainer {
   TrainerState checkpoint_state() const;
   void restore(const TrainerState& state);
   optim::AdamW& optimizer() { return *optimizer_; }
+  // Who writes what in a checkpoint: the world the save is collective over, this rank's place in
+  // the DP x CP group, and whether the optimizer's state is sharded over it.
+  comm::Communicator& world() const { return *world_; }
+  int data_parallel_rank() const { return data_parallel_group_->rank(); }
+  bool distributed_optimizer() const { return parallel_config_.use_distributed_optimizer; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
   // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.

@@ -179,7 +179,7 @@ void check_checkpoint_flags(const mt::tools::CheckpointFlags& ck) {
 
 // The checkpoint --load names through its tracker; none (with a warning, as Megatron) when the
 // directory holds no tracker, unless --exit-on-missing-checkpoint.
-std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck) {
+std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck, bool rank0) {
   if (ck.load.empty()) return nullptr;
   if (std::filesystem::exists(ck.load) && !std::filesystem::is_directory(ck.load)) {
     throw mt::UsageError("--load " + ck.load, "is not a directory (give the --save directory of the run)");
@@ -188,7 +188,7 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
   if (!iteration) {
     const std::string missing = "no checkpoint (" + mt::io::tracker_path(ck.load) + " does not exist)";
     if (ck.exit_on_missing_checkpoint) throw mt::Error("--load " + ck.load, missing + " and --exit-on-missing-checkpoint");
-    mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
+    if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
     return nullptr;
   }
   return std::make_unique<mt::io::CheckpointReader>(mt::io::checkpoint_path(ck.load, *iteration));
@@ -223,33 +223,25 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
-  // Parameters are written by rank 0, which holds them whole unless tensor parallelism shards them.
-  const bool saves = !o.save_init.empty() || !o.save_final.empty();
-  if (saves && parallel.tensor_model_parallel_size > 1) {
-    throw mt::UsageError(o.save_init.empty() ? "--save-final" : "--save-init",
-                         "not supported yet with --tensor-model-parallel-size > 1 (checkpoints of sharded "
-                         "parameters come with issue 14)");
-  }
+  // Rank 0 writes every checkpoint (the other ranks send it their slices: train/checkpointing.h);
+  // every rank reads the boxes its layout holds.
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   const mt::tools::CheckpointFlags& ck = o.checkpoint;
   check_checkpoint_flags(ck);
-  if (mt::comm::MpiRuntime::size() > 1 && (!ck.save.empty() || !ck.load.empty())) {
-    throw mt::UsageError(ck.save.empty() ? "--load" : "--save", "not supported yet on several ranks");
-  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
   if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
-  if (!ck.save.empty()) {
+  if (rank0 && !ck.save.empty()) {
     std::error_code ignored;
     std::filesystem::create_directories(ck.save, ignored);  // as Megatron's os.makedirs; checked just below
     mt::check_writable("--save", mt::io::tracker_path(ck.save));
   }
   // The checkpoint to resume from is opened first: unless --no-load-rng (or --finetune) its seed
   // is the run's, and the data is built from the seed.
-  std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(ck);
+  std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(ck, rank0);
   if (resume && !ck.no_load_rng && !ck.finetune && resume->state().seed != config.seed) {
     if (cli.app().count("--seed") > 0) {
-      mt::log::info("mt-train: --seed " + std::to_string(config.seed) + " replaced by the checkpoint's " +
+      if (rank0) mt::log::info("mt-train: --seed " + std::to_string(config.seed) + " replaced by the checkpoint's " +
                     std::to_string(resume->state().seed) + " (--no-load-rng keeps the command line's)");
     }
     config.seed = resume->state().seed;
@@ -283,7 +275,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     char took[48];
     std::snprintf(took, sizeof took, " in %.3f s",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
+    if (rank0) mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
                   ")" + (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
   }
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
@@ -321,7 +313,6 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     if (rank0) mt::log::info("mt-train: saved " + saved.path + line);
   };
   auto save_parameters = [&](const std::string& path) {
-    if (!rank0) return;  // it holds every parameter whole (TP > 1 is refused above)
     mt::train::SaveOptions options = save_options;
     options.optimizer = false;
     options.resumable = false;
@@ -331,7 +322,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   auto save_checkpoint = [&]() {
     mt::train::SaveOptions options = save_options;
     options.optimizer = !ck.no_save_optim;
-    mt::log::info("mt-train: saving a checkpoint of iteration " + std::to_string(trainer.iteration()) + " to " + ck.save);
+    if (rank0) mt::log::info("mt-train: saving a checkpoint of iteration " + std::to_string(trainer.iteration()) + " to " + ck.save);
     record_save(mt::train::save_checkpoint(ck.save, trainer, options), ck.no_save_optim ? "parameters+state" : "resumable");
     saved_iteration = trainer.iteration();
   };
@@ -384,7 +375,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // At the end, and when a signal stopped the run: the checkpoint to resume from.
   if (!ck.save.empty() && trainer.iteration() != saved_iteration) save_checkpoint();
   if (!o.save_final.empty()) save_parameters(o.save_final);
-  const int stop = mt::stop_signal();
+  // The ranks agreed to stop at the same step; a signal that reached only some of them after the
+  // last step is agreed here, so every rank exits with the same code.
+  int stop = mt::stop_signal();
+  world->all_reduce(&stop, 1, mt::DType::i32, mt::comm::ReduceOp::max);
 
   std::vector<double> steady(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
   std::sort(steady.begin(), steady.end());
