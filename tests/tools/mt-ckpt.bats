@@ -85,3 +85,12 @@ EOF
   run_split mt-ckpt
   [[ $status -eq 2 && "$err" == "mt-ckpt: error: subcommand: inspect or verify is required"* ]] || fail "$status $err"
 }
+
+@test "diff, convert, export and import are refused by name until they are built (exit 2, nothing on stdout)" {
+  for command in diff convert export import; do
+    run_split mt-ckpt "$command" a.h5 b.h5
+    [[ $status -eq 2 ]] || fail "mt-ckpt $command exited $status"
+    [[ -z "$out" ]] || fail "mt-ckpt $command printed: $out"
+    [[ "$err" == "mt-ckpt: error: $command: not built yet (mt-ckpt has inspect and verify)" ]] || fail "$err"
+  done
+}
