@@ -51,7 +51,9 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_groups.h"
 #include "perf/flops.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/grad_sync.h"
+#include "train/pipeline_engine.h"
 
 namespace mt::train {
 
@@ -174,12 +176,15 @@ class Trainer {
   // staging buffers; returns the number of tokens the loss mask counts.
   double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
   model::MicroBatch staged_batch(int count, int slot) const;
-  // One micro-batch through every stage, forward then (training) backward; the loss sums.
-  model::LossSums run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass, float dloss_scale);
   // Whether every rank stops before the next step: a stop request (signal) on any of them.
   bool agree_to_stop();
   // Sums `values` over the data-parallel group (in place).
   void sum_over_data_parallel(double* values, int count);
+  // Sums `values` over the pipeline group (in place): the loss from the last stage to all.
+  void sum_over_pipeline(double* values, int count);
+  // Sums the tied word embedding's grads between the first and the last pipeline stage (after
+  // the DP reduction, over the parts this rank owns), so both copies take the same step.
+  void sum_tied_embedding_grads(float* grads);
   // Seconds this rank's communicators have been blocked so far.
   double communicator_wait_seconds() const;
 
@@ -191,6 +196,8 @@ class Trainer {
   comm::Communicator* world_ = nullptr;
   comm::Communicator* tensor_group_ = nullptr;
   comm::Communicator* data_parallel_group_ = nullptr;
+  comm::Communicator* pipeline_group_ = nullptr;
+  comm::Communicator* embedding_group_ = nullptr;  // first and last pipeline stage; null elsewhere
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
@@ -199,7 +206,9 @@ class Trainer {
   backend::DeviceBuffer<float> grads_;
   model::ParallelContext parallel_;
   std::unique_ptr<model::GemmWeights> gemm_weights_;
-  std::vector<std::unique_ptr<model::Stage>> stages_;
+  std::vector<std::unique_ptr<model::Stage>> stages_;  // one per model chunk of this rank
+  std::vector<parallel::PipelineAction> train_actions_, eval_actions_;  // this rank's schedules
+  std::unique_ptr<PipelineEngine> pipeline_;
   std::unique_ptr<GradSync> grad_sync_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LossScaler scaler_;
