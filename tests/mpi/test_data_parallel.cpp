@@ -5,8 +5,8 @@
 // SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
 // buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
 // ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap), PP=4 with uneven
-// first/last stages, PP=2 x DP=2 (distributed optimizer: the tied embedding's shard summed
-// between stages), PP=2 x TP=2 + SP. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
+// first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed optimizer: the tied
+// embedding's shard summed between stages, buckets armed chunk by chunk), PP=2 x TP=2 + SP. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
 // dropout 0.1 on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches
 // with different token counts), per-token loss, no / selective / full recompute.
 // And the grad reducer on its own: with overlap, buckets start as backward signals their layers
@@ -195,7 +195,9 @@ std::vector<Layout> layouts_for_world(int world) {
     return {{"TP=2 x DP=2", 2},
             {"TP=2 SP x DP=2 distributed optimizer, overlapped buckets", 2, true, true, true},
             {"PP=4, first and last stage 1 layer of 6", 1, false, false, false, 4, 1, 1, 1, 6},
-            {"PP=2 x DP=2 distributed optimizer, overlapped buckets", 1, false, true, true, 2},
+            {"PP=2 x DP=2", 1, false, false, false, 2},
+            {"PP=2 x 2 virtual stages x DP=2 distributed optimizer, overlapped buckets", 1, false, true, true, 2, 2, 0,
+             0, 4},
             {"PP=2 x TP=2 SP", 2, true, false, false, 2}};
   }
   return {};
