@@ -1,6 +1,6 @@
 // The training loop of one rank, driving the model's stages (one per model chunk of the rank's
-// layout, run back to back per micro-batch: Megatron's forward_backward_no_pipelining) on the
-// backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
+// layout) through its pipeline schedule (train/pipeline_engine.h; with one stage Megatron's
+// forward_backward_no_pipelining) on the backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
@@ -17,7 +17,11 @@
 // distributed optimizer updates this rank's shard of every bucket and all-gathers the
 // parameters. The grad norm sums each tensor's primary copy once over every rank; the loss,
 // evaluation and the decision to stop (a signal on any rank) are agreed by all ranks.
-// Pipeline, context and expert parallelism are refused by name (they come with issue 13).
+// Pipeline parallelism: the rank's model chunks come from parallel/pipeline_layers.h and run the
+// 1F1B or interleaved schedule with p2p over the PP group; grad sync is armed per chunk before its
+// last backward; the tied word embedding's grads are summed between the first and the last stage;
+// the loss and evaluation loss come from the last stage over the PP group. Context and expert
+// parallelism are refused by name (they come with issue 13).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // (every layout against one rank) and end to end by tests/tools/mt-train.bats and

@@ -131,15 +131,22 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
       "signal exits at once. Every output path is checked writable before the first step.\n"
-      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP (TP fastest), DP = N / TP.\n"
-      "--tensor-model-parallel-size splits heads, query groups, ffn and vocabulary; --sequence-parallel adds\n"
-      "the row split of norms and dropout; --use-distributed-optimizer shards Adam's states over DP\n"
-      "(reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces --ddp-bucket-size buckets\n"
-      "during the last micro-batch's backward. --global-batch-size must be a multiple of micro-batch x DP.\n"
-      "Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout. PP, CP, EP and\n"
-      "--overlap-param-gather are refused until issue 13.");
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP x PP (TP fastest),\n"
+      "DP = N / (TP x PP). --tensor-model-parallel-size splits heads, query groups, ffn and vocabulary;\n"
+      "--sequence-parallel adds the row split of norms and dropout; --use-distributed-optimizer shards Adam's\n"
+      "states over DP (reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces\n"
+      "--ddp-bucket-size buckets during the last micro-batch's backward. --pipeline-model-parallel-size P\n"
+      "splits the layers into P stages run by the 1F1B schedule (embedding on the first stage, head and loss on\n"
+      "the last, a tied embedding's grads summed between them); --num-virtual-stages-per-pipeline-rank V or\n"
+      "--num-layers-per-virtual-pipeline-stage K gives each rank V model chunks run by the interleaved schedule\n"
+      "in groups of --microbatch-group-size-per-virtual-pipeline-stage G micro-batches (default P; P <= G <= m,\n"
+      "m mod G = 0 or >= P, m = global batch / (micro-batch x DP)); --decoder-first-pipeline-num-layers and\n"
+      "--decoder-last-pipeline-num-layers set the end stages' layers (the middle stages split the rest; with\n"
+      "virtual stages only through --num-virtual-stages-per-pipeline-rank). --global-batch-size must be a\n"
+      "multiple of micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes\n"
+      "stdout. CP, EP and --overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP; PP/CP/EP refused until issue 13)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP, PP; CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
 
   auto* d = "Data and output";
@@ -184,12 +191,13 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
-  // Parameters are written by rank 0, which holds them whole unless tensor parallelism shards them.
+  // Parameters are written by rank 0, which holds them whole unless tensor or pipeline parallelism
+  // splits them.
   const bool saves = !o.save_init.empty() || !o.save_final.empty();
-  if (saves && parallel.tensor_model_parallel_size > 1) {
+  if (saves && (parallel.tensor_model_parallel_size > 1 || parallel.pipeline_model_parallel_size > 1)) {
     throw mt::UsageError(o.save_init.empty() ? "--save-final" : "--save-init",
-                         "not supported yet with --tensor-model-parallel-size > 1 (checkpoints of sharded "
-                         "parameters come with issue 14)");
+                         "not supported yet with --tensor-model-parallel-size or --pipeline-model-parallel-size > 1 "
+                         "(checkpoints of split parameters come with issue 14)");
   }
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   // Everything the run will write, checked before any work, so a finished run never loses its result.
