@@ -1,100 +1,451 @@
-// HDF5 checkpoint writer and reader (see checkpoint.h).
+// HDF5 checkpoint writer, reader and directories (see checkpoint.h).
 #include "io/checkpoint.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cerrno>
 #include <cstdio>
-#include <vector>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
-#include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
 namespace mt::io {
 namespace {
 
-constexpr int kFormatVersion = 1;
+constexpr const char* kFormat = "mt-checkpoint";
+constexpr const char* kFileName = "checkpoint.h5";
+constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 
-std::string read_string_or_empty(hid_t object, const char* name) {
-  return read_string_attribute(object, name).value_or("");
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
 }
 
-int64_t read_int_or_zero(hid_t object, const char* name) { return read_int_attribute(object, name).value_or(0); }
+uint64_t element_hash(uint64_t global_index, uint32_t bits) { return splitmix64(splitmix64(global_index) ^ bits); }
 
-// The hyperslab of a rank's shard inside the global tensor.
-void shard_selection(const model::ParamEntry& entry, std::vector<hsize_t>& start, std::vector<hsize_t>& count) {
-  start.assign(entry.global_shape.size(), 0);
-  count.assign(entry.local_shape.begin(), entry.local_shape.end());
-  if (entry.shard_dim >= 0) start[static_cast<size_t>(entry.shard_dim)] = static_cast<hsize_t>(entry.shard_offset);
+// The checksum share of `rows` rows of `width` contiguous values whose first elements are at
+// the global linear indices first_index(row).
+template <typename FirstIndex>
+uint64_t rows_checksum(int64_t rows, int64_t width, const float* data, FirstIndex first_index) {
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+  for (int64_t row = 0; row < rows; ++row) {
+    const uint64_t base = first_index(row);
+    const float* values = data + row * width;
+    for (int64_t i = 0; i < width; ++i) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, values + i, sizeof bits);
+      sum += element_hash(base + static_cast<uint64_t>(i), bits);
+    }
+  }
+  return sum;
+}
+
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& values) { return {values.begin(), values.end()}; }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+void check_box(const std::string& what, const std::vector<int64_t>& shape, const Box& box) {
+  bool ok = box.offset.size() == shape.size() && box.extent.size() == shape.size();
+  for (size_t d = 0; ok && d < shape.size(); ++d) {
+    ok = box.offset[d] >= 0 && box.extent[d] >= 0 && box.offset[d] + box.extent[d] <= shape[d];
+  }
+  if (!ok) throw Error(what, "a slice lies outside the global shape " + shape_text(shape));
+}
+
+// Selects `box` in the file space of a dataset; returns the matching memory space.
+hid_t select_box(hid_t file_space, const Box& box) {
+  const std::vector<hsize_t> start = to_hsize(box.offset), count = to_hsize(box.extent);
+  if (box.offset.empty()) {
+    H5Sselect_all(file_space);
+    return H5Screate(H5S_SCALAR);
+  }
+  H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  return H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
+}
+
+void fsync_or_throw(const std::string& path, int flags, const std::string& what) {
+  const int fd = open(path.c_str(), flags);
+  if (fd < 0) throw Error(what, "cannot open " + path + " to sync it: " + std::strerror(errno));
+  const int result = fsync(fd);
+  const int saved = errno;
+  close(fd);
+  if (result != 0) throw Error(what, "cannot sync " + path + ": " + std::strerror(saved));
+}
+
+// Creates `directory` if needed and syncs its parent so the new entry survives a crash.
+void make_directory(const std::string& directory) {
+  if (mkdir(directory.c_str(), 0777) == 0) {
+    const std::filesystem::path parent = std::filesystem::path(directory).parent_path();
+    fsync_or_throw(parent.empty() ? "." : parent.string(), O_RDONLY | O_DIRECTORY, directory);
+    return;
+  }
+  if (errno == EEXIST && std::filesystem::is_directory(directory)) return;
+  throw Error(directory, std::string("cannot create the checkpoint directory: ") + std::strerror(errno));
+}
+
+// Names the datasets of a group and its subgroups, depth first in name order ("model/x").
+herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t*, void* names) {
+  const hid_t object = H5Oopen(group, name, H5P_DEFAULT);
+  if (object < 0) return 0;
+  if (H5Iget_type(object) == H5I_DATASET) static_cast<std::vector<std::string>*>(names)->push_back(name);
+  H5Oclose(object);
+  return 0;
 }
 
 }  // namespace
 
-void write_parameters(const std::string& path, const model::ParamLayout& layout, const float* params,
-                      const CheckpointInfo& info) {
-  TemporaryFile temporary(path);  // removed on any failure below
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  {
-    Hdf5Handle file(H5Fcreate(temporary.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) throw Error(path, "cannot create " + temporary.path());
-    write_string_attribute(path, file.get(), "mt_format", "mt-checkpoint");
-    write_int_attribute(path, file.get(), "mt_format_version", kFormatVersion);
-    write_int_attribute(path, file.get(), "iteration", info.iteration);
-    write_int_attribute(path, file.get(), "consumed_samples", info.consumed_samples);
-    write_string_attribute(path, file.get(), "config", info.config_json);
-    Hdf5Handle group(H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    for (const auto& entry : layout.entries) {
-      std::vector<hsize_t> dims(entry.global_shape.begin(), entry.global_shape.end());
-      Hdf5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-      Hdf5Handle dataset(H5Dcreate2(group.get(), entry.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT, H5P_DEFAULT),
-                     H5Dclose);
-      if (!dataset.ok()) throw Error(path, "cannot create dataset " + entry.name);
-      std::vector<hsize_t> start, count;
-      shard_selection(entry, start, count);
-      H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-      Hdf5Handle memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-      const Tensor shard = layout.view(entry, const_cast<float*>(params));
-      if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, shard.data<float>()) < 0) {
-        throw Error(path, "write of " + entry.name + " failed");
-      }
+int64_t Box::elements() const {
+  int64_t n = 1;
+  for (int64_t e : extent) n *= e;
+  return n;
+}
+
+std::vector<Box> flat_run_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end) {
+  std::vector<Box> boxes;
+  if (begin >= end) return boxes;
+  const size_t rank = shape.size();
+  if (rank == 0) return {Box{}};
+  // strides[d]: elements per step of dimension d.
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * shape[d];
+  auto coordinates = [&](int64_t flat) {
+    std::vector<int64_t> c(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      c[d] = flat / strides[d];
+      flat %= strides[d];
     }
-    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw Error(path, "flush failed");
+    return c;
+  };
+  // Greedy from `begin`: the largest block aligned at the cursor that fits before `end`, as a box
+  // spanning whole trailing dimensions (a run of up to `count` steps of dimension d).
+  int64_t cursor = begin;
+  while (cursor < end) {
+    size_t d = rank - 1;
+    // Climb while the cursor is aligned to the next larger stride and a whole step fits.
+    while (d > 0 && cursor % strides[d - 1] == 0 && cursor + strides[d - 1] <= end) --d;
+    const int64_t position = (cursor / strides[d]) % shape[d];
+    const int64_t count = std::min(shape[d] - position, (end - cursor) / strides[d]);
+    Box box;
+    box.offset = coordinates(cursor);
+    box.extent.assign(rank, 1);
+    box.extent[d] = count;
+    for (size_t t = d + 1; t < rank; ++t) box.extent[t] = shape[t];
+    boxes.push_back(box);
+    cursor += count * strides[d];
+  }
+  return boxes;
+}
+
+uint64_t slice_checksum(const std::vector<int64_t>& global_shape, const TensorSlice& slice) {
+  const Box& box = slice.box;
+  check_box("checksum", global_shape, box);
+  const size_t rank = global_shape.size();
+  if (rank == 0) return rows_checksum(1, 1, slice.data, [](int64_t) { return uint64_t{0}; });
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * global_shape[d];
+  const int64_t width = box.extent[rank - 1];
+  const int64_t rows = width > 0 ? box.elements() / width : 0;
+  return rows_checksum(rows, width, slice.data, [&](int64_t row) {
+    // The row's coordinates in the box, outer dimensions, from the row number.
+    uint64_t index = static_cast<uint64_t>(box.offset[rank - 1]);
+    for (size_t d = rank - 1; d > 0; --d) {
+      const int64_t extent = box.extent[d - 1];
+      index += static_cast<uint64_t>((box.offset[d - 1] + row % extent) * strides[d - 1]);
+      row /= extent;
+    }
+    return index;
+  });
+}
+
+std::string checksum_text(uint64_t checksum) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(checksum));
+  return text;
+}
+
+void fault_point(const char* point) {
+  const char* fault = std::getenv("MT_CHECKPOINT_FAULT");
+  if (fault == nullptr) return;
+  const std::string wanted = fault;
+  if (wanted == point) throw Error("checkpoint", std::string("injected fault at ") + point + " (MT_CHECKPOINT_FAULT)");
+  if (wanted == std::string(point) + ":kill") raise(SIGKILL);
+}
+
+// ---- writer ----
+
+CheckpointWriter::CheckpointWriter(std::string path) : path_(std::move(path)), temporary_(path_) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  file_id_ = H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_id_ < 0) throw Error(path_, "cannot create " + temporary_.path());
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (file_id_ >= 0) H5Fclose(file_id_);
+}
+
+void CheckpointWriter::write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
+                                    const std::vector<TensorSlice>& slices) {
+  int64_t total = 1, covered = 0;
+  for (int64_t d : global_shape) total *= d;
+  for (const TensorSlice& slice : slices) {
+    check_box(path_ + ": tensor " + name, global_shape, slice.box);
+    covered += slice.box.elements();
+  }
+  if (covered != total) {
+    throw Error(path_ + ": tensor " + name, "the slices hold " + std::to_string(covered) + " of its " +
+                                                std::to_string(total) + " elements");
+  }
+  Hdf5Handle link_options(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(link_options.get(), 1);
+  const std::vector<hsize_t> dims = to_hsize(global_shape);
+  Hdf5Handle space(global_shape.empty() ? H5Screate(H5S_SCALAR)
+                                        : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                   H5Sclose);
+  Hdf5Handle dataset(H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                link_options.get(), H5P_DEFAULT, H5P_DEFAULT),
+                     H5Dclose);
+  if (!dataset.ok()) throw Error(path_, "cannot create dataset " + name);
+  uint64_t checksum = 0;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    // Midway through the checkpoint: half the tensors written, this one half written.
+    if (s == slices.size() / 2 && tensors_ > 0) fault_point("mid-tensor");
+    Hdf5Handle memory(select_box(space.get(), slices[s].box), H5Sclose);
+    if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, slices[s].data) < 0) {
+      throw Error(path_, "write of tensor " + name + " failed");
+    }
+    checksum += slice_checksum(global_shape, slices[s]);
+  }
+  write_uint_attribute(path_, dataset.get(), "checksum", checksum);
+  ++tensors_;
+}
+
+int64_t CheckpointWriter::commit(const CheckpointState& s) {
+  const hid_t file = static_cast<hid_t>(file_id_);
+  write_string_attribute(path_, file, "mt_format", kFormat);
+  write_int_attribute(path_, file, "mt_format_version", kCheckpointFormatVersion);
+  write_int_attribute(path_, file, "iteration", s.iteration);
+  write_int_attribute(path_, file, "consumed_train_samples", s.consumed_train_samples);
+  write_int_attribute(path_, file, "consumed_valid_samples", s.consumed_valid_samples);
+  write_int_attribute(path_, file, "skipped_iterations", s.skipped_iters);
+  write_int_attribute(path_, file, "nan_iterations", s.nan_iters);
+  write_double_attribute(path_, file, "loss_scale", s.loss_scale);
+  write_int_attribute(path_, file, "loss_scale_growth_tracker", s.loss_scale_growth_tracker);
+  write_int_attribute(path_, file, "loss_scale_hysteresis_tracker", s.loss_scale_hysteresis_tracker);
+  write_uint_attribute(path_, file, "seed", s.seed);
+  write_int_attribute(path_, file, "resumable", s.resumable ? 1 : 0);
+  if (s.has_optimizer) write_int_attribute(path_, file, "optimizer_step", s.optimizer_step);
+  write_string_attribute(path_, file, "model_config", s.model_config);
+  write_string_attribute(path_, file, "parallel_config", s.parallel_config);
+  write_string_attribute(path_, file, "train_config", s.train_config);
+  const herr_t closed = H5Fclose(file);
+  file_id_ = -1;
+  if (closed < 0) throw Error(path_, "closing " + temporary_.path() + " failed");
+  fault_point("before-fsync");
+  fsync_or_throw(temporary_.path(), O_RDONLY, path_);
+  fault_point("before-rename");
+  const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(temporary_.path()));
+  temporary_.commit();
+  return bytes;
+}
+
+// ---- reader ----
+
+CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (std::filesystem::is_directory(path_)) throw Error(path_, "is a directory, not a checkpoint file");
+  file_id_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_id_ < 0) throw Error(path_, "cannot open as HDF5");
+  const hid_t file = static_cast<hid_t>(file_id_);
+  if (read_string_attribute(file, "mt_format").value_or("") != kFormat) throw Error(path_, "not an mt checkpoint");
+  const std::optional<int64_t> version = read_int_attribute(file, "mt_format_version");
+  if (!version) throw Error(path_, "attribute mt_format_version missing");
+  if (*version != kCheckpointFormatVersion) {
+    throw Error(path_, "mt_format_version " + std::to_string(*version) + " is not supported (this mt reads " +
+                           std::to_string(kCheckpointFormatVersion) + ")");
+  }
+  auto integer = [&](const char* name) {
+    const std::optional<int64_t> value = read_int_attribute(file, name);
+    if (!value) throw Error(path_, std::string("attribute ") + name + " missing or not an integer");
+    return *value;
+  };
+  auto text = [&](const char* name) {
+    const std::optional<std::string> value = read_string_attribute(file, name);
+    if (!value) throw Error(path_, std::string("attribute ") + name + " missing or not a string");
+    return *value;
+  };
+  CheckpointState& s = state_;
+  s.format_version = *version;
+  s.iteration = integer("iteration");
+  s.consumed_train_samples = integer("consumed_train_samples");
+  s.consumed_valid_samples = integer("consumed_valid_samples");
+  s.skipped_iters = integer("skipped_iterations");
+  s.nan_iters = integer("nan_iterations");
+  const std::optional<double> scale = read_double_attribute(file, "loss_scale");
+  if (!scale) throw Error(path_, "attribute loss_scale missing or not a number");
+  s.loss_scale = *scale;
+  s.loss_scale_growth_tracker = integer("loss_scale_growth_tracker");
+  s.loss_scale_hysteresis_tracker = integer("loss_scale_hysteresis_tracker");
+  const std::optional<uint64_t> seed = read_uint_attribute(file, "seed");
+  if (!seed) throw Error(path_, "attribute seed missing or not an integer");
+  s.seed = *seed;
+  s.resumable = integer("resumable") != 0;
+  s.has_optimizer = H5Aexists(file, "optimizer_step") > 0;
+  if (s.has_optimizer) s.optimizer_step = integer("optimizer_step");
+  s.model_config = text("model_config");
+  s.parallel_config = text("parallel_config");
+  s.train_config = text("train_config");
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));
+}
+
+std::vector<TensorInfo> CheckpointReader::tensors() const {
+  std::vector<std::string> names;
+  H5Lvisit(static_cast<hid_t>(file_id_), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names);
+  std::vector<TensorInfo> tensors;
+  for (const std::string& name : names) {
+    Hdf5Handle dataset(H5Dopen2(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT), H5Dclose);
+    Hdf5Handle space(H5Dget_space(dataset.get()), H5Sclose);
+    Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
+    TensorInfo info;
+    info.name = name;
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    info.shape.assign(dims.begin(), dims.end());
+    const bool is_float = H5Tget_class(type.get()) == H5T_FLOAT;
+    const size_t size = H5Tget_size(type.get());
+    info.dtype = (is_float ? "float" : H5Tget_class(type.get()) == H5T_INTEGER ? "int" : "other") +
+                 std::to_string(size * 8);
+    info.checksum = read_uint_attribute(dataset.get(), "checksum");
+    info.bytes = static_cast<int64_t>(H5Dget_storage_size(dataset.get()));
+    tensors.push_back(std::move(info));
+  }
+  return tensors;
+}
+
+bool CheckpointReader::has_tensor(const std::string& name) const {
+  // Every group on the way must exist for H5Lexists to be asked about the next.
+  size_t slash = 0;
+  while ((slash = name.find('/', slash + 1)) != std::string::npos) {
+    if (H5Lexists(static_cast<hid_t>(file_id_), name.substr(0, slash).c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return H5Lexists(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+void CheckpointReader::read_box(const std::string& name, const std::vector<int64_t>& global_shape, const Box& box,
+                                float* data) const {
+  if (!has_tensor(name)) throw Error(path_, "tensor " + name + " missing");
+  Hdf5Handle dataset(H5Dopen2(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  if (!dataset.ok() || H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4) {
+    throw Error(path_, "tensor " + name + " is not float32");
+  }
+  Hdf5Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const std::vector<int64_t> stored(dims.begin(), dims.end());
+  if (stored != global_shape) {
+    throw Error(path_, "tensor " + name + " has shape " + shape_text(stored) + ", the model's is " +
+                           shape_text(global_shape));
+  }
+  check_box(path_ + ": tensor " + name, global_shape, box);
+  Hdf5Handle memory(select_box(space.get(), box), H5Sclose);
+  if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, data) < 0) {
+    throw Error(path_, "read of tensor " + name + " failed");
+  }
+}
+
+CheckpointReader::Scan CheckpointReader::scan(const TensorInfo& tensor) const {
+  const std::vector<int64_t>& shape = tensor.shape;
+  // Whole rows of the first dimension, about 16 M elements at a time.
+  int64_t row = 1;
+  for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(row, 1));
+  std::vector<float> buffer;
+  Scan result;
+  for (int64_t first = 0; first < rows; first += rows_per_piece) {
+    Box box;
+    if (!shape.empty()) {
+      box.offset.assign(shape.size(), 0);
+      box.extent = shape;
+      box.offset[0] = first;
+      box.extent[0] = std::min(rows_per_piece, rows - first);
+    }
+    buffer.resize(static_cast<size_t>(box.elements()));
+    read_box(tensor.name, shape, box, buffer.data());
+    result.checksum += slice_checksum(shape, TensorSlice{box, buffer.data()});
+    for (float value : buffer) result.nonfinite += std::isfinite(value) ? 0 : 1;
+  }
+  return result;
+}
+
+// ---- directories ----
+
+std::string tracker_path(const std::string& directory) {
+  return (std::filesystem::path(directory) / kTrackerName).string();
+}
+
+std::string checkpoint_path(const std::string& directory, int64_t iteration) {
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07lld", static_cast<long long>(iteration));
+  return (std::filesystem::path(directory) / name / kFileName).string();
+}
+
+std::optional<int64_t> read_tracker(const std::string& directory) {
+  const std::string path = tracker_path(directory);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  if (std::filesystem::is_directory(path)) throw Error(path, "is a directory");
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text == "release") throw Error(path, "names a release checkpoint, which mt does not write or read");
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error(path, "does not hold an iteration number");
+  }
+  return std::stoll(text);
+}
+
+void write_tracker(const std::string& directory, int64_t iteration) {
+  fault_point("before-tracker");
+  const std::string path = tracker_path(directory);
+  TemporaryFile temporary(path);
+  {
+    std::FILE* file = std::fopen(temporary.path().c_str(), "w");
+    if (file == nullptr) throw Error(path, "cannot create " + temporary.path() + ": " + std::strerror(errno));
+    const bool ok = std::fprintf(file, "%lld", static_cast<long long>(iteration)) > 0 && std::fflush(file) == 0 &&
+                    fsync(fileno(file)) == 0;
+    const bool closed = std::fclose(file) == 0;
+    if (!ok || !closed) throw Error(path, "cannot write " + temporary.path());
   }
   temporary.commit();
 }
 
-CheckpointInfo read_parameters(const std::string& path, const model::ParamLayout& layout, float* params) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.ok()) throw Error(path, "cannot open as HDF5");
-  if (read_string_or_empty(file.get(), "mt_format") != "mt-checkpoint") throw Error(path, "not an mt checkpoint");
-  CheckpointInfo info;
-  info.iteration = read_int_or_zero(file.get(), "iteration");
-  info.consumed_samples = read_int_or_zero(file.get(), "consumed_samples");
-  info.config_json = read_string_or_empty(file.get(), "config");
-  for (const auto& entry : layout.entries) {
-    const std::string name = "model/" + entry.name;
-    if (H5Lexists(file.get(), "model", H5P_DEFAULT) <= 0 || H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0) {
-      throw Error(path, "tensor " + entry.name + " missing");
-    }
-    Hdf5Handle dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-    Hdf5Handle space(H5Dget_space(dataset.get()), H5Sclose);
-    std::vector<hsize_t> dims(static_cast<size_t>(H5Sget_simple_extent_ndims(space.get())));
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-    if (std::vector<int64_t>(dims.begin(), dims.end()) != entry.global_shape) {
-      throw Error(path, "tensor " + entry.name + " has another global shape than the model's");
-    }
-    std::vector<hsize_t> start, count;
-    shard_selection(entry, start, count);
-    H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-    Hdf5Handle memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-    const Tensor shard = layout.view(entry, params);
-    if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, shard.data<float>()) < 0) {
-      throw Error(path, "read of " + entry.name + " failed");
-    }
-  }
-  return info;
+std::string prepare_checkpoint_directory(const std::string& directory, int64_t iteration) {
+  make_directory(directory);
+  const std::string path = checkpoint_path(directory, iteration);
+  make_directory(std::filesystem::path(path).parent_path().string());
+  return path;
 }
 
 }  // namespace mt::io

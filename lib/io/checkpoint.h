@@ -1,28 +1,158 @@
-// HDF5 checkpoints of global tensors (DESIGN.md sec. 3-4): one float32 dataset per parameter at
-// /model/<name> with its global shape, each rank writing its shard's hyperslab; root attributes
-// mt_format = "mt-checkpoint", mt_format_version, iteration, consumed_samples and the configs as
-// JSON. Written under a temporary name and renamed, so a failed write never replaces a good file.
-// Tested in tests/unit/io/test_checkpoint.cpp.
+// HDF5 checkpoints of global tensors (docs/DESIGN.md, "Checkpoints"). One file holds every
+// tensor by name with its global shape, float32, whatever layout wrote it:
+//   /model/<name>                  the fp32 master parameters
+//   /optimizer/exp_avg/<name>      Adam's moments (absent when saved without optimizer state)
+//   /optimizer/exp_avg_sq/<name>
+// each with a uint64 attribute `checksum`: the sum (mod 2^64) over its elements of a hash of
+// (global linear index, float bits), so the checksum does not depend on how the tensor was split
+// and the shares of several ranks add up to it. The root attributes hold the training state
+// (CheckpointState). Version 1 files (parameters only, no checksums) are refused by version.
+//
+// A writer takes, per tensor, the slices this process holds (boxes of the global tensor given by
+// global offset and extent; a flat run of a shard, as the distributed optimizer owns, is cut into
+// boxes by flat_run_boxes); one process writes the file (serial HDF5 calls): on several ranks
+// train/checkpointing gathers every rank's slices to rank 0 first. The file is written under a
+// temporary name, fsynced and renamed; a failure at any point leaves the previous file untouched.
+// For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill] makes the write fail (or the process
+// die by SIGKILL) at a named point: mid-tensor, before-fsync, before-rename, before-tracker.
+//
+// A checkpoint directory (Megatron's): DIR/iter_NNNNNNN/checkpoint.h5 per saved iteration and
+// DIR/latest_checkpointed_iteration.txt naming the newest, written the same way, last.
+// Tested in tests/unit/io/test_checkpoint.cpp, tests/tools/mt-ckpt.bats (h5py reads it) and
+// tests/tools/mt-train.bats (resume, preemption, crashes).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
-#include "model/layout.h"
+#include "core/temporary_file.h"
 
 namespace mt::io {
 
-struct CheckpointInfo {
+inline constexpr int kCheckpointFormatVersion = 2;
+
+// The root attributes: everything besides the tensors that a resumed run needs to continue
+// exactly, and the configs (JSON) that say what wrote it.
+struct CheckpointState {
+  int64_t format_version = kCheckpointFormatVersion;  // as read; the writer always writes the current one
   int64_t iteration = 0;
-  int64_t consumed_samples = 0;
-  std::string config_json = "{}";
+  int64_t consumed_train_samples = 0;
+  int64_t consumed_valid_samples = 0;
+  int64_t skipped_iters = 0;
+  int64_t nan_iters = 0;
+  // Loss scaler (optim/loss_scaler.h): scale, clean steps in a row, overflows left before halving.
+  double loss_scale = 1.0;
+  int64_t loss_scale_growth_tracker = 0;
+  int64_t loss_scale_hysteresis_tracker = 0;
+  uint64_t seed = 0;
+  bool has_optimizer = false;  // the /optimizer group and optimizer_step are present
+  int64_t optimizer_step = 0;  // Adam's step counter (bias correction)
+  bool resumable = true;       // false: parameters only (--save-init/--save-final)
+  std::string model_config = "{}", parallel_config = "{}", train_config = "{}";  // JSON
 };
 
-// Writes the parameters held in `params` (laid out by `layout`) to `path`.
-void write_parameters(const std::string& path, const model::ParamLayout& layout, const float* params,
-                      const CheckpointInfo& info);
-// Reads this rank's shards of every parameter in `layout` from `path` into `params`; throws
-// mt::Error naming the tensor when one is missing or has another global shape.
-CheckpointInfo read_parameters(const std::string& path, const model::ParamLayout& layout, float* params);
+// A box of a global tensor: [offset[d], offset[d] + extent[d]) in every dimension d.
+struct Box {
+  std::vector<int64_t> offset;
+  std::vector<int64_t> extent;
+  int64_t elements() const;
+};
+
+// A box and its values, row-major over the box's extent.
+struct TensorSlice {
+  Box box;
+  const float* data = nullptr;
+};
+
+// The boxes (in the coordinates of `shape`, row-major order) that make up the flat run
+// [begin, end) of a row-major tensor of `shape`: at most 2 * rank - 1 of them.
+std::vector<Box> flat_run_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+
+// The checksum share of one slice of a tensor of `global_shape` (see the header comment).
+uint64_t slice_checksum(const std::vector<int64_t>& global_shape, const TensorSlice& slice);
+
+class CheckpointWriter {
+ public:
+  // Starts `path` under a temporary name (its directory must exist). Throws mt::Error naming it.
+  explicit CheckpointWriter(std::string path);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // A tensor ("model/<name>", ...) of `global_shape` from the slices this process holds. The
+  // slices must not overlap and, in one process, must cover the tensor; the checksum is theirs.
+  void write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
+                    const std::vector<TensorSlice>& slices);
+  // Writes the root attributes, closes, fsyncs and renames the file into place (fsyncing its
+  // directory). Returns the bytes of the file.
+  int64_t commit(const CheckpointState& state);
+
+ private:
+  std::string path_;
+  TemporaryFile temporary_;
+  int64_t file_id_ = -1;  // hid_t of the open temporary
+  int tensors_ = 0;
+};
+
+struct TensorInfo {
+  std::string name;  // "model/<name>", "optimizer/exp_avg/<name>", ...
+  std::vector<int64_t> shape;
+  std::string dtype;              // "float32" for every tensor mt writes
+  std::optional<uint64_t> checksum;  // the stored one
+  int64_t bytes = 0;
+};
+
+class CheckpointReader {
+ public:
+  // Opens `path` and reads its root attributes; throws mt::Error naming the file and the field
+  // for a file that is not an mt checkpoint, an unknown format version, a missing attribute.
+  explicit CheckpointReader(std::string path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const CheckpointState& state() const { return state_; }
+  // Every tensor in the file, in name order.
+  std::vector<TensorInfo> tensors() const;
+  bool has_tensor(const std::string& name) const;
+  // Reads `box` of tensor `name` into `data` (row-major over the box). Throws mt::Error naming
+  // the tensor when it is missing, not float32, or has another global shape than `global_shape`.
+  void read_box(const std::string& name, const std::vector<int64_t>& global_shape, const Box& box, float* data) const;
+  // The checksum of the stored values, recomputed, and how many are NaN or infinite (the whole
+  // tensor is read in pieces of about 64 MB).
+  struct Scan {
+    uint64_t checksum = 0;
+    int64_t nonfinite = 0;
+  };
+  Scan scan(const TensorInfo& tensor) const;
+
+ private:
+  std::string path_;
+  int64_t file_id_ = -1;
+  CheckpointState state_;
+};
+
+// "00a1b2c3d4e5f607": a checksum as records print it.
+std::string checksum_text(uint64_t checksum);
+
+// ---- checkpoint directories ----
+
+std::string tracker_path(const std::string& directory);  // DIR/latest_checkpointed_iteration.txt
+std::string checkpoint_path(const std::string& directory, int64_t iteration);  // DIR/iter_NNNNNNN/checkpoint.h5
+// The iteration the tracker names; std::nullopt when there is no tracker. Throws mt::Error naming
+// the tracker when it holds anything but a non-negative iteration (Megatron's "release" too).
+std::optional<int64_t> read_tracker(const std::string& directory);
+// Points the tracker at `iteration` (temporary, fsync, rename, directory fsync).
+void write_tracker(const std::string& directory, int64_t iteration);
+// Creates DIR and DIR/iter_NNNNNNN (fsyncing what it creates) and returns the checkpoint path.
+std::string prepare_checkpoint_directory(const std::string& directory, int64_t iteration);
+
+// The crash-test hook (see the header comment): throws mt::Error, or raises SIGKILL, when
+// MT_CHECKPOINT_FAULT names `point`.
+void fault_point(const char* point);
 
 }  // namespace mt::io

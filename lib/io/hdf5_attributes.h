@@ -32,11 +32,16 @@ class Hdf5Handle {
 // Scalar attributes; a failure throws mt::Error naming `path` (the file) and the attribute.
 void write_string_attribute(const std::string& path, hid_t object, const char* name, const std::string& value);
 void write_int_attribute(const std::string& path, hid_t object, const char* name, int64_t value);
+void write_uint_attribute(const std::string& path, hid_t object, const char* name, uint64_t value);
+void write_double_attribute(const std::string& path, hid_t object, const char* name, double value);
 
 // A string attribute (fixed or variable length; a fixed one that fills its size exactly, as
 // h5py writes numpy.bytes_, keeps its last character); std::nullopt when absent or not a string.
 std::optional<std::string> read_string_attribute(hid_t object, const char* name);
 // A scalar integer attribute; std::nullopt when absent or not an integer.
 std::optional<int64_t> read_int_attribute(hid_t object, const char* name);
+std::optional<uint64_t> read_uint_attribute(hid_t object, const char* name);
+// A scalar floating-point attribute; std::nullopt when absent or not a float.
+std::optional<double> read_double_attribute(hid_t object, const char* name);
 
 }  // namespace mt::io

@@ -38,4 +38,10 @@ void LossScaler::update(bool found_nonfinite) {
   }
 }
 
+void LossScaler::restore(const LossScalerState& state) {
+  scale_ = state.scale;
+  growth_tracker_ = state.growth_tracker;
+  hysteresis_tracker_ = state.hysteresis_tracker;
+}
+
 }  // namespace mt::optim

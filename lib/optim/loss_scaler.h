@@ -1,10 +1,18 @@
 // Megatron's dynamic loss scaler for fp16 (DynamicGradScaler): start at initial_scale; an
 // overflow (non-finite grads) skips the step and, after `hysteresis` overflows, halves the scale
 // (not below min_scale); `growth_interval` clean steps in a row double it. A static scaler keeps
-// one scale. Tested in tests/unit/optim/test_optim.cpp.
+// one scale. Its state (scale and the two trackers) is what a checkpoint keeps to resume exactly.
+// Tested in tests/unit/optim/test_optim.cpp.
 #pragma once
 
 namespace mt::optim {
+
+// What changes as training runs; a checkpoint stores it (io/checkpoint.h).
+struct LossScalerState {
+  double scale = 1.0;
+  int growth_tracker = 0;      // clean steps in a row
+  int hysteresis_tracker = 0;  // overflows left before the scale halves
+};
 
 class LossScaler {
  public:
@@ -15,6 +23,10 @@ class LossScaler {
   double scale() const { return scale_; }
   // Records the outcome of a step: found_nonfinite means the step is skipped.
   void update(bool found_nonfinite);
+
+  LossScalerState state() const { return {scale_, growth_tracker_, hysteresis_tracker_}; }
+  // Continues from a saved state (the configuration stays this scaler's).
+  void restore(const LossScalerState& state);
 
  private:
   double scale_ = 1.0;

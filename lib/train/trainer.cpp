@@ -223,6 +223,20 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
 
 Trainer::~Trainer() = default;
 
+TrainerState Trainer::checkpoint_state() const {
+  return TrainerState{iteration_, consumed_samples_, consumed_valid_samples_, skipped_iters_, nan_iters_,
+                      scaler_.state()};
+}
+
+void Trainer::restore(const TrainerState& state) {
+  iteration_ = state.iteration;
+  consumed_samples_ = state.consumed_samples;
+  consumed_valid_samples_ = state.consumed_valid_samples;
+  skipped_iters_ = state.skipped_iters;
+  nan_iters_ = state.nan_iters;
+  scaler_.restore(state.loss_scaler);
+}
+
 double Trainer::fill_samples(data::Split split, int64_t first_sample, int count, int slot) {
   const int seq = model_config_.seq_length;
   const int64_t vocab = model_config_.vocab_size;
@@ -524,6 +538,7 @@ void Trainer::run(const TrainObservers& observers) {
         observers.on_log_line(line);
       }
     }
+    if (observers.on_iteration_end) observers.on_iteration_end(iteration_);
   }
 }
 

@@ -136,6 +136,18 @@ struct TrainObservers {
   std::function<void(const StepStats&)> on_step;
   std::function<void(const EvalStats&)> on_eval;
   std::function<void(const std::string&)> on_log_line;  // Megatron's human log line
+  // The end of an iteration, after its evaluation: where Megatron saves (--save-interval).
+  std::function<void(int64_t iteration)> on_iteration_end;
+};
+
+// What a checkpoint keeps of a trainer besides its tensors (train/checkpointing.h).
+struct TrainerState {
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;
+  int64_t consumed_valid_samples = 0;
+  int64_t skipped_iters = 0;
+  int64_t nan_iters = 0;
+  optim::LossScalerState loss_scaler;
 };
 
 // Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
@@ -163,6 +175,19 @@ class Trainer {
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
+  const model::ModelConfig& model_config() const { return model_config_; }
+  const TrainConfig& config() const { return config_; }
+  // Checkpoints (train/checkpointing.h): the counters and loss scaler, and the optimizer whose
+  // moments and step they save. restore() continues from a saved state; the parameters and
+  // moments are loaded into parameters() and optimizer() (then parameters_changed()).
+  TrainerState checkpoint_state() const;
+  void restore(const TrainerState& state);
+  optim::AdamW& optimizer() { return *optimizer_; }
+  // Who writes what in a checkpoint: the world the save is collective over, this rank's place in
+  // the DP x CP group, and whether the optimizer's state is sharded over it.
+  comm::Communicator& world() const { return *world_; }
+  int data_parallel_rank() const { return data_parallel_group_->rank(); }
+  bool distributed_optimizer() const { return parallel_config_.use_distributed_optimizer; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
   // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.

@@ -102,6 +102,24 @@ start_training() {
   done
 }
 
+@test "issue11 case 3 with --save (issue 14): SIGTERM, SIGINT, SIGHUP and SIGUSR1 save a resumable checkpoint and exit 75" {
+  for signal in TERM INT HUP USR1; do
+    rm -rf "$TMP/ck"
+    start_training "${TINY[@]}" --train-iters 100000000 --save "$TMP/ck"
+    kill -s "$signal" "$PID"
+    wait "$PID" && status=0 || status=$?
+    PID=""
+    [[ $status -eq 75 ]] || fail "SIG$signal: exit $status: $(cat "$TMP/err.log")"
+    local steps
+    steps="$(jq -s '[.[] | select(.record == "step")] | length' "$TMP/out.jsonl")"
+    [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == "$steps" ]] || fail "SIG$signal: tracker vs $steps steps"
+    mt-ckpt verify "$TMP/ck" >/dev/null || fail "SIG$signal: the checkpoint does not verify"
+    grep -qx "mt-train: stopped by SIG$signal after iteration $steps of 100000000; saved a checkpoint in $TMP/ck (resume with --load)" \
+      "$TMP/err.log" || fail "SIG$signal: $(cat "$TMP/err.log")"
+    no_temporaries
+  done
+}
+
 @test "issue11 case 3: a second signal exits at once, without the summary" {
   # Steps of ~0.2 s, so both signals (sent microseconds apart) land in the same step.
   start_training --model tiny-gpt --mock-data --vocab-size 97 --num-layers 4 --hidden-size 256 --num-attention-heads 4 \

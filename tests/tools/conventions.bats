@@ -16,12 +16,20 @@ shard_fixture() {
     --eval-interval 4 --eval-iters 1 --output "$FIXTURES/index.h5" >/dev/null
 }
 
+# A checkpoint for mt-ckpt's data invocation, made once per file.
+ckpt_fixture() {
+  [[ -f "$FIXTURES/ck/latest_checkpointed_iteration.txt" ]] && return 0
+  mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 1 --eval-iters 0 --peak-tflops 1 \
+    --save "$FIXTURES/ck" >/dev/null 2>&1
+}
+
 # A tool's data invocation: prints records on stdout. Empty for tools whose job has not landed:
 # those must print nothing on stdout and exit 1 (never made-up output).
 json_invocation() {
   case "$1" in
     mt-train) echo "mt-train --model tiny-gpt --mock-data --seq-length 16 --train-iters 2 --eval-iters 0 --peak-tflops 1" ;;
     mt-shard) shard_fixture && echo "mt-shard inspect $FIXTURES/index.h5" ;;
+    mt-ckpt) ckpt_fixture && echo "mt-ckpt inspect $FIXTURES/ck" ;;
     mt-mfu) echo "mt-mfu --model tiny-gpt --step-time 0.01 --peak-tflops 1" ;;
     mt-memreport) echo "mt-memreport --model tiny-gpt" ;;
     mt-tokenize) echo "mt-tokenize --input $MT_ROOT/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $MT_ROOT/data/tokenizers/gpt2/encoder.json --merge-file $MT_ROOT/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;

@@ -3,7 +3,8 @@
 # one rank (per-step loss and grad norm, evaluation loss within 1e-5 relative in fp32) through the
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
-# are refused by name. The full matrix of layouts, models and recompute modes is
+# are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP and both, load under any
+# other layout, and SIGUSR1 to mpirun saves and exits 75. The full matrix of layouts, models and recompute modes is
 # tests/mpi/test_data_parallel.cpp.
 
 setup() {
@@ -128,25 +129,29 @@ same_numbers() {
     || fail "$status $err"
   run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
   [[ $status -ne 0 && "$err" == *"mt-train: error: "*"--num-layers 2"* ]] || fail "$status $err"
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --save-final "$TMP/final.h5"
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --save-final: not supported yet with"*"--pipeline-model-parallel-size > 1"* ]] \
-    || fail "$status $err"
+  for flag in "--save-final $TMP/final.h5" "--save $TMP/ckpt" "--load $TMP/ckpt"; do
+    # shellcheck disable=SC2086
+    run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 $flag
+    [[ $status -ne 0 && "$err" == *"mt-train: error: ${flag%% *}: not supported yet with --pipeline-model-parallel-size > 1"* ]] \
+      || fail "$flag: $status $err"
+  done
   run_split mpirun_n 2 mt-train "${TINY[@]}" --tensor-model-parallel-size 4
   [[ $status -ne 0 && "$err" == *"mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] \
-    || fail "$status $err"
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --tensor-model-parallel-size 2 --save-final "$TMP/final.h5"
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --save-final: not supported yet with --tensor-model-parallel-size"* ]] \
     || fail "$status $err"
   run_split mpirun_n 2 mt-train "${TINY[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   [[ $status -ne 0 && "$err" == *"mt-train: error: --overlap-param-gather: not supported yet"* ]] || fail "$status $err"
 }
 
-@test "DP=2 --save-final writes the parameters one rank trains" {
+@test "DP=2 and TP=2 --save-final write the parameters one rank trains" {
   mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --save-final "$TMP/one.h5" >/dev/null 2>"$TMP/one.err" \
     || fail "$(cat "$TMP/one.err")"
   mpirun_n 2 mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --use-distributed-optimizer \
     --save-final "$TMP/two.h5" >/dev/null 2>"$TMP/two.err" || fail "$(cat "$TMP/two.err")"
-  /usr/bin/python3 - "$TMP/one.h5" "$TMP/two.h5" <<'EOF' || fail "checkpoints differ"
+  mpirun_n 2 mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --tensor-model-parallel-size 2 \
+    --save-final "$TMP/tp.h5" >/dev/null 2>"$TMP/tp.err" || fail "$(cat "$TMP/tp.err")"
+  mt-ckpt verify "$TMP/tp.h5" >/dev/null || fail "TP=2's --save-final does not verify"
+  for two in two tp; do
+  /usr/bin/python3 - "$TMP/one.h5" "$TMP/$two.h5" <<'EOF' || fail "$two: checkpoints differ"
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
 names = []
@@ -156,4 +161,104 @@ for n in names:
     x, y = a["model"][n][...], b["model"][n][...]
     assert np.allclose(x, y, rtol=1e-4, atol=1e-6), n
 EOF
+  done
+}
+
+# ---- issue 14: checkpoints on several ranks (rank 0 writes what every rank sends it) ----
+
+CKPT=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+      --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 10 --eval-interval 5 --eval-iters 1 --peak-tflops 1)
+
+# [record, iteration, loss, grad norm] of steps and evaluations, in the order of the files.
+trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.record, .iteration, .lm_loss, .grad_norm]'; }
+
+# `launch RANKS ...`: mt-train on one rank without mpirun, else under mpirun -np RANKS.
+launch() {
+  local ranks="$1"
+  shift
+  if [[ "$ranks" == 1 ]]; then mt-train "$@"; else mpirun_n "$ranks" mt-train "$@"; fi
+}
+
+@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP and TP=2 x DP=2" {
+  local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
+                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
+  for layout in "${layouts[@]}"; do
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    launch $layout "${CKPT[@]}" --train-iters 10 >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
+    # shellcheck disable=SC2086
+    launch $layout "${CKPT[@]}" --train-iters 5 --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
+    # shellcheck disable=SC2086
+    launch $layout "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
+      || fail "$(cat "$TMP/second.err")"
+    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+      fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",6,'* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+    # One file, written once: it verifies (checksums, shapes), nothing temporary is left, rank 0 alone logged it.
+    mt-ckpt verify "$TMP/ck/iter_0000005/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
+    [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "'$layout': temporaries left: $(find "$TMP/ck")"
+    [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
+  done
+}
+
+# The evaluation and steps 6..10 of $1 equal those of $2 within 1e-5 relative.
+same_after_5() {
+  jq -e -n --argjson a "$(trace "$1" | jq -s -c '[.[] | select(.[1] > 5)]')" --argjson b "$(trace "$2" | jq -s -c '[.[] | select(.[1] > 5)]')" '
+    ($a | length) == 6 and ($a | length) == ($b | length)
+    and ([range(0; $a | length) as $i | $a[$i][0] == $b[$i][0] and $a[$i][1] == $b[$i][1]
+          and (($a[$i][2] - $b[$i][2]) | fabs) <= 1e-5 * ($b[$i][2] | fabs)] | all)' >/dev/null \
+    || fail "$(trace "$1") differs from $(trace "$2")"
+}
+
+@test "issue14: saved under TP=2 or DP=2 with the distributed optimizer, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
+  mt-train "${CKPT[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  local -a pairs=("2 --tensor-model-parallel-size 2|1" "2 --use-distributed-optimizer|1"
+                  "1|2 --tensor-model-parallel-size 2" "1|2 --use-distributed-optimizer"
+                  "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer")
+  for pair in "${pairs[@]}"; do
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    launch ${pair%|*} "${CKPT[@]}" --train-iters 5 --save "$TMP/ck" >/dev/null 2>"$TMP/save.err" || fail "'$pair': $(cat "$TMP/save.err")"
+    # shellcheck disable=SC2086
+    launch ${pair#*|} "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+      || fail "'$pair': $(cat "$TMP/load.err")"
+    same_after_5 "$TMP/load.jsonl" "$TMP/one.jsonl"
+  done
+}
+
+@test "issue14: SIGUSR1 to mpirun with --save: the ranks stop at one step, save, exit 75; the resumed run is the straight run" {
+  local -a run=("${CKPT[@]}" --train-iters 200 --lr-decay-iters 200 --eval-interval 1000 --use-distributed-optimizer)
+  mpirun_n 2 mt-train "${run[@]}" >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
+  # mpirun itself gets the signal (as from a launcher), not a shell or timeout around it.
+  mpirun -np 2 --oversubscribe mt-train "${run[@]}" --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" &
+  local launcher=$!
+  for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/first.jsonl" && break; sleep 0.1; done
+  kill -USR1 "$launcher"
+  local status=0
+  wait "$launcher" || status=$?
+  [[ $status == 75 ]] || fail "mpirun exited $status: $(cat "$TMP/first.err")"
+  local stopped
+  stopped="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+  (( stopped >= 1 && stopped < 200 )) || fail "stopped at $stopped"
+  grep -q "mt-train: stopped by SIGUSR1 after iteration $stopped of 200; saved a checkpoint in $TMP/ck" "$TMP/first.err" \
+    || fail "$(cat "$TMP/first.err")"
+  jq -e -s '.[-1].record == "summary" and .[-1].stopped_by == "SIGUSR1"' "$TMP/first.jsonl" >/dev/null || fail "$(tail -n 1 "$TMP/first.jsonl")"
+  mt-ckpt verify "$TMP/ck/iter_$(printf %07d "$stopped")/checkpoint.h5" >/dev/null || fail "the checkpoint does not verify"
+  mpirun_n 2 mt-train "${run[@]}" --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" || fail "$(cat "$TMP/second.err")"
+  [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+    fail "$(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+}
+
+@test "issue14: a save failing on rank 0 under mpirun fails every rank with one line and leaves the previous checkpoint named" {
+  local -a run=("${CKPT[@]}" --train-iters 4 --eval-iters 0 --use-distributed-optimizer --save "$TMP/ck")
+  mpirun_n 2 mt-train "${run[@]}" >/dev/null 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
+  local point
+  for point in mid-tensor before-rename before-tracker; do
+    run_split env MT_CHECKPOINT_FAULT="$point" timeout 300 mpirun -np 2 --oversubscribe -x MT_CHECKPOINT_FAULT \
+      mt-train "${run[@]}" --train-iters 6 --load "$TMP/ck"
+    [[ $status -ne 0 && "$err" == *"mt-train: error: checkpoint: injected fault at $point (MT_CHECKPOINT_FAULT)"* ]] \
+      || fail "$point: $status $err"
+    [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == 4 ]] || fail "$point: the tracker moved"
+    mt-ckpt verify "$TMP/ck/iter_0000004/checkpoint.h5" >/dev/null || fail "$point: the previous checkpoint does not verify"
+  done
 }

@@ -339,3 +339,184 @@ train_data() {
   [[ $status -eq 1 && "$(cat "$TMP/err.log")" == "mt-train: error: $TMP/dir: is a directory; a token dataset is named by its prefix X (of X.h5, or X.bin and X.idx)" ]] ||
     fail "$status $(cat "$TMP/err.log")"
 }
+
+# ---- checkpoints (issue 14) ----
+
+# mt-train on tiny-gpt with a schedule of 10 iterations whatever --train-iters says, so a run cut
+# short and resumed sees the learning rates of the straight run; stdout in $TMP/$1.jsonl.
+ckpt_run() {
+  local name="$1"
+  shift
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --eval-iters 1 --eval-interval 4 --peak-tflops 1 --lr 1e-3 --lr-decay-iters 10 --lr-decay-style cosine \
+    --hidden-dropout 0.1 "$@" >"$TMP/$name.jsonl" 2>"$TMP/$name.log"
+}
+
+# The step and eval records' numbers (JSON prints doubles exactly, so equal text is equal bits).
+trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.record, .iteration, .lm_loss, .grad_norm, .loss_scale]'; }
+
+@test "issue14: 10 steps straight equal 4 + save + load + 6, bit for bit, in fp32, bf16 and fp16 with the loss scaler" {
+  for precision in "" --bf16 "--fp16 --initial-loss-scale 65536 --loss-scale-window 3"; do
+    # shellcheck disable=SC2086
+    ckpt_run straight $precision --train-iters 10 || fail "$(cat "$TMP/straight.log")"
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    ckpt_run first $precision --train-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/first.log")"
+    # shellcheck disable=SC2086
+    ckpt_run second $precision --train-iters 10 --load "$TMP/ck" --save "$TMP/ck" || fail "$(cat "$TMP/second.log")"
+    # Cut where the straight run evaluates too (--eval-interval 4): a run also evaluates at its end.
+    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+      fail "'$precision': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",5,'* ]] || fail "'$precision': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+    jq -e -s '[.[] | select(.record == "ckpt")] | .[0].event == "load" and .[0].iteration == 4 and .[1].event == "save"
+      and .[1].iteration == 10 and .[1].bytes > 0 and .[1].mb_per_s > 0' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
+    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in " "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
+    grep -q "^mt-train: saved $TMP/ck/iter_0000010/checkpoint.h5 (iteration 10, [0-9.]* MB in [0-9.]* s, [0-9]* MB/s)$" \
+      "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
+  done
+}
+
+@test "issue14: --save-interval saves every N iterations and at the end; the tracker names the last" {
+  ckpt_run run --train-iters 7 --save "$TMP/ck" --save-interval 3 || fail "$(cat "$TMP/run.log")"
+  [[ "$(ls "$TMP/ck")" == $'iter_0000003\niter_0000006\niter_0000007\nlatest_checkpointed_iteration.txt' ]] || fail "$(ls "$TMP/ck")"
+  [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == 7 ]] || fail "tracker: $(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+  [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "temporaries left"
+  check_file() { jq -e -s "$1" "$TMP/run.jsonl" >/dev/null || fail "jq '$1': $(grep ckpt "$TMP/run.jsonl")"; }
+  check_file '[.[] | select(.record == "ckpt") | [.event, .iteration, .what]] == [["save",3,"resumable"],["save",6,"resumable"],["save",7,"resumable"]]'
+  # Saving does not change the run's numbers.
+  ckpt_run plain --train-iters 7 || fail "$(cat "$TMP/plain.log")"
+  [[ "$(trace "$TMP/run.jsonl")" == "$(trace "$TMP/plain.jsonl")" ]] || fail "saving changed the run"
+  # A finished run loaded again has nothing left to do and saves nothing new.
+  ckpt_run again --train-iters 7 --load "$TMP/ck" --save "$TMP/ck" || fail "$(cat "$TMP/again.log")"
+  [[ -z "$(trace "$TMP/again.jsonl")" ]] || fail "steps after the end: $(trace "$TMP/again.jsonl")"
+  [[ "$(ls "$TMP/ck" | wc -l)" -eq 4 ]] || fail "$(ls "$TMP/ck")"
+}
+
+@test "issue14: --load with no checkpoint warns and starts fresh; --exit-on-missing-checkpoint makes it an error" {
+  ckpt_run run --train-iters 2 --load "$TMP/empty" || fail "$(cat "$TMP/run.log")"
+  grep -qx "warning: mt-train: --load $TMP/empty: no checkpoint ($TMP/empty/latest_checkpointed_iteration.txt does not exist); starting from scratch" \
+    "$TMP/run.log" || fail "$(cat "$TMP/run.log")"
+  [[ "$(trace "$TMP/run.jsonl" | head -n 1)" == '["step",1,'* ]] || fail "$(trace "$TMP/run.jsonl")"
+  run_split ckpt_run run --train-iters 2 --load "$TMP/empty" --exit-on-missing-checkpoint
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: --load $TMP/empty: no checkpoint ($TMP/empty/latest_checkpointed_iteration.txt does not exist) and --exit-on-missing-checkpoint" ]] ||
+    fail "$status $(cat "$TMP/run.log")"
+  [[ ! -s "$TMP/run.jsonl" ]] || fail "records from a refused run"
+}
+
+@test "issue14: checkpoint flags that need --save or --load are refused without them" {
+  for flag in "--save-interval 2:--save-interval: needs --save DIR" "--no-save-optim:--no-save-optim: needs --save DIR" \
+    "--finetune:--finetune: needs --load DIR" "--no-load-optim:--no-load-optim: needs --load DIR" \
+    "--no-load-rng:--no-load-rng: needs --load DIR" \
+    "--exit-on-missing-checkpoint:--exit-on-missing-checkpoint: needs --load DIR"; do
+    # shellcheck disable=SC2086
+    run_split ckpt_run run --train-iters 1 ${flag%%:*}
+    [[ $status -eq 2 && "$(cat "$TMP/run.log")" == "mt-train: error: ${flag#*:}" ]] || fail "$flag: $status $(cat "$TMP/run.log")"
+  done
+}
+
+@test "issue14: a checkpoint of another model, a missing tensor, another shape or dtype, an unknown version: one line naming it" {
+  ckpt_run first --train-iters 2 --save "$TMP/ck" || fail "$(cat "$TMP/first.log")"
+  local file="$TMP/ck/iter_0000002/checkpoint.h5" name=model/decoder.layers.1.mlp.linear_fc2.weight
+  run_split ckpt_run run --train-iters 4 --load "$TMP/ck" --ffn-hidden-size 128
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: $file: written for another model: ffn_hidden_size is 256 there, 128 in this run" ]] ||
+    fail "$status $(cat "$TMP/run.log")"
+  cp "$file" "$TMP/good.h5"
+  for damage in "delete:tensor $name missing" "reshape:tensor $name has shape (256, 64), the model's is (64, 256)" \
+    "float64:tensor $name is not float32" "version:mt_format_version 99 is not supported (this mt reads 2)"; do
+    cp "$TMP/good.h5" "$file"
+    "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$file" "${damage%%:*}" "$name"
+    run_split ckpt_run run --train-iters 4 --load "$TMP/ck"
+    [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: $file: ${damage#*:}" ]] || fail "$damage: $status $(cat "$TMP/run.log")"
+  done
+  echo release >"$TMP/ck/latest_checkpointed_iteration.txt"
+  run_split ckpt_run run --train-iters 4 --load "$TMP/ck"
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: $TMP/ck/latest_checkpointed_iteration.txt: names a release checkpoint, which mt does not write or read" ]] ||
+    fail "$status $(cat "$TMP/run.log")"
+}
+
+@test "issue14: --finetune, --no-save-optim with --no-load-optim, and --no-load-rng load what they say" {
+  ckpt_run first --train-iters 3 --save "$TMP/ck" --seed 7 --no-save-optim || fail "$(cat "$TMP/first.log")"
+  run_split ckpt_run run --train-iters 5 --load "$TMP/ck"
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == *"holds no optimizer state (saved with --no-save-optim or --save-final); load it with --no-load-optim or --finetune" ]] ||
+    fail "$status $(cat "$TMP/run.log")"
+  # --no-load-optim: counters and seed from the checkpoint, a fresh optimizer.
+  ckpt_run run --train-iters 5 --load "$TMP/ck" --no-load-optim || fail "$(cat "$TMP/run.log")"
+  jq -e -s '.[0].seed == 7 and ([.[] | select(.record == "step") | .iteration] == [4, 5])' "$TMP/run.jsonl" >/dev/null ||
+    fail "$(head -c 400 "$TMP/run.jsonl")"
+  # --no-load-rng: the command line's seed.
+  ckpt_run run --train-iters 5 --load "$TMP/ck" --no-load-optim --no-load-rng --seed 9 || fail "$(cat "$TMP/run.log")"
+  jq -e -s '.[0].seed == 9' "$TMP/run.jsonl" >/dev/null || fail "seed: $(jq -s '.[0].seed' "$TMP/run.jsonl")"
+  # --finetune: the parameters only; iteration 1 onwards, the command line's seed.
+  ckpt_run run --train-iters 2 --load "$TMP/ck" --finetune || fail "$(cat "$TMP/run.log")"
+  jq -e -s '.[0].seed == 1234 and ([.[] | select(.record == "step") | .iteration] == [1, 2])' "$TMP/run.jsonl" >/dev/null ||
+    fail "$(head -c 400 "$TMP/run.jsonl")"
+  ckpt_run fresh --train-iters 2 || fail "$(cat "$TMP/fresh.log")"
+  [[ "$(trace "$TMP/run.jsonl" | head -n 1)" != "$(trace "$TMP/fresh.jsonl" | head -n 1)" ]] || fail "--finetune loaded nothing"
+  # --save-final is parameters only: --finetune loads it, a resume does not.
+  ckpt_run first --train-iters 2 --save-final "$TMP/final.h5" || fail "$(cat "$TMP/first.log")"
+  mkdir -p "$TMP/fin/iter_0000002" && cp "$TMP/final.h5" "$TMP/fin/iter_0000002/checkpoint.h5" && echo 2 >"$TMP/fin/latest_checkpointed_iteration.txt"
+  run_split ckpt_run run --train-iters 3 --load "$TMP/fin" --no-load-optim
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == *"holds parameters only (--save-init/--save-final); load it with --finetune" ]] || fail "$(cat "$TMP/run.log")"
+  ckpt_run run --train-iters 1 --load "$TMP/fin" --finetune || fail "$(cat "$TMP/run.log")"
+}
+
+# mt-train in the background with every signal at its default action; returns once step $1 is out.
+start_until_step() {
+  local step="$1"
+  shift
+  env --default-signal mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 \
+    --global-batch-size 4 --eval-iters 0 --peak-tflops 1 --lr-decay-iters 100000 --log-interval 1000000 "$@" \
+    >"$TMP/bg.jsonl" 2>"$TMP/bg.log" &
+  PID=$!
+  for _ in $(seq 600); do
+    jq -e -s --argjson n "$step" '[.[] | select(.record == "step")] | length >= $n' "$TMP/bg.jsonl" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  fail "no step $step: $(cat "$TMP/bg.log")"
+}
+
+@test "issue14: with --save a signal saves a checkpoint and exits 75; the run resumed from it is the straight run" {
+  start_until_step 3 --train-iters 100000 --save "$TMP/ck"
+  kill -s USR1 "$PID"
+  wait "$PID" && status=0 || status=$?
+  [[ $status -eq 75 ]] || fail "exit $status: $(cat "$TMP/bg.log")"
+  local stopped
+  stopped="$(jq -s '[.[] | select(.record == "step")] | length' "$TMP/bg.jsonl")"
+  [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == "$stopped" ]] || fail "tracker vs $stopped steps"
+  grep -qx "mt-train: stopped by SIGUSR1 after iteration $stopped of 100000; saved a checkpoint in $TMP/ck (resume with --load)" \
+    "$TMP/bg.log" || fail "$(cat "$TMP/bg.log")"
+  jq -e -s '.[-1].record == "summary" and .[-1].stopped_by == "SIGUSR1" and .[-2].record == "ckpt" and .[-2].event == "save"' \
+    "$TMP/bg.jsonl" >/dev/null || fail "$(tail -n 2 "$TMP/bg.jsonl")"
+  cp "$TMP/bg.jsonl" "$TMP/first.jsonl"
+  local total=$((stopped + 3))
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --eval-iters 0 --peak-tflops 1 --lr-decay-iters 100000 --train-iters "$total" --load "$TMP/ck" >"$TMP/second.jsonl" 2>/dev/null
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --eval-iters 0 --peak-tflops 1 --lr-decay-iters 100000 --train-iters "$total" >"$TMP/straight.jsonl" 2>/dev/null
+  [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+    fail "$(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+}
+
+@test "issue14: killed at any named point of a save, the previous checkpoint stays named, verifies and resumes" {
+  ckpt_run straight --train-iters 8 || fail "$(cat "$TMP/straight.log")"
+  for point in mid-tensor before-fsync before-rename before-tracker; do
+    rm -rf "$TMP/ck"
+    ckpt_run first --train-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/first.log")"
+    local before
+    before="$(md5sum "$TMP/ck/iter_0000004/checkpoint.h5")"
+    # The hook kills the process (SIGKILL: no clean-up runs) inside the save of iteration 6.
+    MT_CHECKPOINT_FAULT="$point:kill" ckpt_run killed --train-iters 8 --load "$TMP/ck" --save "$TMP/ck" --save-interval 2 &&
+      status=0 || status=$?
+    [[ $status -eq 137 ]] || fail "$point: exit $status: $(cat "$TMP/killed.log")"
+    grep -q '"record":"step","iteration":6,' "$TMP/killed.jsonl" || fail "$point: killed before step 6"
+    [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == 4 ]] || fail "$point: tracker $(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+    [[ "$(md5sum "$TMP/ck/iter_0000004/checkpoint.h5")" == "$before" ]] || fail "$point: the kept checkpoint changed"
+    mt-ckpt verify "$TMP/ck" >/dev/null || fail "$point: verify refused the kept checkpoint"
+    # Resumed from it: the straight run's numbers, and the killed save's temporary is cleaned up.
+    ckpt_run resumed --train-iters 8 --load "$TMP/ck" --save "$TMP/ck" --save-interval 2 || fail "$point: $(cat "$TMP/resumed.log")"
+    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/resumed.jsonl")" ]] ||
+      fail "$point: $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/resumed.jsonl"))"
+    [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "$point: temporaries left: $(find "$TMP/ck" -name '*.tmp-*')"
+    mt-ckpt verify "$TMP/ck" >/dev/null || fail "$point: verify refused the resumed run's checkpoint"
+  done
+}

@@ -265,6 +265,20 @@ std::optional<int64_t> recorded_vocab_size(const std::vector<data::TokenDataset>
   return vocab > 0 ? std::optional<int64_t>(vocab) : std::nullopt;
 }
 
+// ---- checkpoints ----
+
+void add_checkpoint_flags(CLI::App& app, CheckpointFlags& f, const std::string& group) {
+  const GroupAdder add(app, group);
+  add("--save", f.save);
+  add("--save-interval", f.save_interval);
+  add("--load", f.load);
+  add("--finetune", f.finetune);
+  add("--no-load-optim", f.no_load_optim);
+  add("--no-save-optim", f.no_save_optim);
+  add("--no-load-rng", f.no_load_rng);
+  add("--exit-on-missing-checkpoint", f.exit_on_missing_checkpoint);
+}
+
 // ---- compatibility ----
 
 void add_megatron_compat_flags(CLI::App& app, MegatronCompatFlags& f, const std::string& group) {

@@ -262,6 +262,20 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--eod-mask-loss", "No loss where the input token is end-of-document"),
       toggle_flag("--reset-position-ids", "Positions restart after each end-of-document"),
       toggle_flag("--reset-attention-mask", "Attention stays inside each document (end-of-document boundaries)"),
+      // checkpoints
+      text_flag("--save", "Checkpoint directory: DIR/iter_NNNNNNN/checkpoint.h5 every --save-interval iterations, at "
+                          "the end and on a signal; DIR/latest_checkpointed_iteration.txt names the newest"),
+      integer_flag("--save-interval", "Iterations between checkpoints (default: only at the end and on a signal)",
+                   at_least(1)),
+      text_flag("--load", "Checkpoint directory to resume from (the iteration its tracker names)"),
+      toggle_flag("--finetune", "Load the parameters only and start at iteration 0 with a fresh optimizer"),
+      toggle_flag("--no-load-optim", "Do not load the optimizer state (Adam moments and step, fp16 loss scaler)"),
+      toggle_flag("--no-save-optim", "Do not save the optimizer state (such a checkpoint resumes only with "
+                                     "--no-load-optim or --finetune)"),
+      toggle_flag("--no-load-rng", "Keep the command line's --seed (mt's randomness is keyed by the seed alone; "
+                                   "by default the checkpoint's seed is used)"),
+      toggle_flag("--exit-on-missing-checkpoint",
+                  "With --load: an error, not a fresh start, when the directory has no checkpoint"),
       // tokenizer
       text_flag("--tokenizer-type", "Tokenizer", {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}),
       text_flag("--vocab-file", "GPT2BPETokenizer: encoder.json"),
@@ -315,14 +329,14 @@ const FlagSpec& flag_spec(std::string_view name) {
 void refuse_unimplemented_megatron_flags(int argc, char** argv) {
   static const std::set<std::string> flags{
       "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",
-      "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file", "--save", "--load", "--save-interval",
+      "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file",
       "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
       "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--exit-interval",
       "--exit-duration-in-mins", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
       "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
-      "--use-checkpoint-args", "--no-load-optim", "--no-load-rng", "--finetune", "--qk-layernorm",
+      "--use-checkpoint-args", "--qk-layernorm",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
       "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
       "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler", "--tp-comm-overlap",

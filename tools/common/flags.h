@@ -188,6 +188,18 @@ void apply_data_path_flags(const DataPathFlags& flags, data::DataConfig& config)
 // (.bin/.idx): mt-train's model takes it unless --vocab-size is given.
 std::optional<int64_t> recorded_vocab_size(const std::vector<data::TokenDataset>& datasets);
 
+// ---- checkpoints ----
+
+// Megatron's checkpoint flags (train/checkpointing.h does the work; mt-train decides when).
+struct CheckpointFlags {
+  std::string save, load;
+  std::optional<int64_t> save_interval;
+  bool finetune = false, no_load_optim = false, no_save_optim = false, no_load_rng = false,
+       exit_on_missing_checkpoint = false;
+};
+
+void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const std::string& group = "Checkpoints");
+
 // ---- tokenizer ----
 
 // Megatron's tokenizer flags (--tokenizer-type and the files it reads). `required`: the type must

@@ -28,6 +28,7 @@
 #include "tools/common/peak_source.h"
 #include "tools/common/signals.h"
 #include "tools/common/tool_main.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
 
 namespace {
@@ -41,6 +42,7 @@ struct TrainOptions {
   mt::tools::TrainingFlags training;
   mt::tools::DataPathFlags paths;
   mt::tools::MegatronCompatFlags compat;
+  mt::tools::CheckpointFlags checkpoint;
   bool mock_data = false;
   std::string byte_data;
   mt::data::LoaderOptions loader;
@@ -128,9 +130,15 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
       "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
+      "Checkpoints: --save DIR writes DIR/iter_NNNNNNN/checkpoint.h5 (fp32 parameters, Adam moments and step,\n"
+      "counters, loss scaler, configs) every --save-interval iterations and at the end, then points\n"
+      "DIR/latest_checkpointed_iteration.txt at it; --load DIR resumes exactly from the iteration it names (with\n"
+      "no tracker: a warning and a fresh start, or an error with --exit-on-missing-checkpoint). The checkpoint's\n"
+      "--seed wins unless --no-load-rng. --save-init/--save-final write parameters only (not resumable).\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
-      "finish the current step, write --save-final, print the summary and exit 128 + the signal; a second\n"
-      "signal exits at once. Every output path is checked writable before the first step.\n"
+      "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
+      "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
+      "exits at once. Every output path is checked writable before the first step.\n"
       "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP x PP (TP fastest),\n"
       "DP = N / (TP x PP). --tensor-model-parallel-size splits heads, query groups, ffn and vocabulary;\n"
       "--sequence-parallel adds the row split of norms and dropout; --use-distributed-optimizer shards Adam's\n"
@@ -158,8 +166,39 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_flag(app, "--reset-attention-mask", o.loader.reset_attention_mask)->group(d);
   mt::tools::add_flag(app, "--save-init", o.save_init)->group(d);
   mt::tools::add_flag(app, "--save-final", o.save_final)->group(d);
+  mt::tools::add_checkpoint_flags(app, o.checkpoint, "Checkpoints");
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
   cli.add_output_format(app);
+}
+
+// Checkpoint flags that only mean something with another one.
+void check_checkpoint_flags(const mt::tools::CheckpointFlags& ck) {
+  if (ck.save_interval && ck.save.empty()) throw mt::UsageError("--save-interval", "needs --save DIR");
+  if (ck.no_save_optim && ck.save.empty()) throw mt::UsageError("--no-save-optim", "needs --save DIR");
+  const std::pair<bool, const char*> need_load[] = {{ck.finetune, "--finetune"},
+                                                    {ck.no_load_optim, "--no-load-optim"},
+                                                    {ck.no_load_rng, "--no-load-rng"},
+                                                    {ck.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint"}};
+  for (const auto& [given, flag] : need_load) {
+    if (given && ck.load.empty()) throw mt::UsageError(flag, "needs --load DIR");
+  }
+}
+
+// The checkpoint --load names through its tracker; none (with a warning, as Megatron) when the
+// directory holds no tracker, unless --exit-on-missing-checkpoint.
+std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck, bool rank0) {
+  if (ck.load.empty()) return nullptr;
+  if (std::filesystem::exists(ck.load) && !std::filesystem::is_directory(ck.load)) {
+    throw mt::UsageError("--load " + ck.load, "is not a directory (give the --save directory of the run)");
+  }
+  const std::optional<int64_t> iteration = mt::io::read_tracker(ck.load);
+  if (!iteration) {
+    const std::string missing = "no checkpoint (" + mt::io::tracker_path(ck.load) + " does not exist)";
+    if (ck.exit_on_missing_checkpoint) throw mt::Error("--load " + ck.load, missing + " and --exit-on-missing-checkpoint");
+    if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
+    return nullptr;
+  }
+  return std::make_unique<mt::io::CheckpointReader>(mt::io::checkpoint_path(ck.load, *iteration));
 }
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
@@ -191,18 +230,43 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
-  // Parameters are written by rank 0, which holds them whole unless tensor or pipeline parallelism
-  // splits them.
-  const bool saves = !o.save_init.empty() || !o.save_final.empty();
-  if (saves && (parallel.tensor_model_parallel_size > 1 || parallel.pipeline_model_parallel_size > 1)) {
-    throw mt::UsageError(o.save_init.empty() ? "--save-final" : "--save-init",
-                         "not supported yet with --tensor-model-parallel-size or --pipeline-model-parallel-size > 1 "
-                         "(checkpoints of split parameters come with issue 14)");
-  }
+  // Rank 0 writes every checkpoint (the other ranks send it their slices: train/checkpointing.h);
+  // every rank reads the boxes its layout holds.
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
+  const mt::tools::CheckpointFlags& ck = o.checkpoint;
+  check_checkpoint_flags(ck);
+  // Pipeline ranks hold different tensors, which the checkpoint writer and reader do not gather
+  // or place yet: refused before any work rather than after the run.
+  if (parallel.pipeline_model_parallel_size > 1) {
+    const std::pair<bool, const char*> checkpoint_flags[] = {{!ck.save.empty(), "--save"},
+                                                             {!ck.load.empty(), "--load"},
+                                                             {!o.save_init.empty(), "--save-init"},
+                                                             {!o.save_final.empty(), "--save-final"}};
+    for (const auto& [given, flag] : checkpoint_flags) {
+      if (given) {
+        throw mt::UsageError(flag, "not supported yet with --pipeline-model-parallel-size > 1 (checkpoints of "
+                                   "pipeline layouts come with issue 13)");
+      }
+    }
+  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
   if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
+  if (rank0 && !ck.save.empty()) {
+    std::error_code ignored;
+    std::filesystem::create_directories(ck.save, ignored);  // as Megatron's os.makedirs; checked just below
+    mt::check_writable("--save", mt::io::tracker_path(ck.save));
+  }
+  // The checkpoint to resume from is opened first: unless --no-load-rng (or --finetune) its seed
+  // is the run's, and the data is built from the seed.
+  std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(ck, rank0);
+  if (resume && !ck.no_load_rng && !ck.finetune && resume->state().seed != config.seed) {
+    if (cli.app().count("--seed") > 0) {
+      if (rank0) mt::log::info("mt-train: --seed " + std::to_string(config.seed) + " replaced by the checkpoint's " +
+                    std::to_string(resume->state().seed) + " (--no-load-rng keeps the command line's)");
+    }
+    config.seed = resume->state().seed;
+  }
 
   std::unique_ptr<mt::data::SampleSource> data;
   if (token_data) {
@@ -223,6 +287,18 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
   mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
+  if (resume) {
+    mt::train::LoadOptions load;
+    load.optimizer = !ck.no_load_optim;
+    load.finetune = ck.finetune;
+    const auto start = std::chrono::steady_clock::now();
+    mt::train::load_checkpoint(*resume, trainer, load);
+    char took[48];
+    std::snprintf(took, sizeof took, " in %.3f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (rank0) mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
+                  ")" + (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
+  }
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
   Record run = mt::tools::run_record(cli);
   run["model"] = model_record(model);
@@ -239,19 +315,39 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                 " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
                 std::to_string(trainer.total_iterations()) + " iterations");
 
-  const nlohmann::ordered_json config_json{{"model", mt::model::to_json(model)},
-                                           {"parallel", mt::parallel::to_json(parallel)},
-                                           {"train", mt::train::to_json(config)}};
-  auto save = [&](const std::string& path) {
-    if (!rank0) return;
-    mt::io::CheckpointInfo info;
-    info.iteration = trainer.iteration();
-    info.consumed_samples = trainer.consumed_samples();
-    info.config_json = config_json.dump();
-    mt::io::write_parameters(path, trainer.layout(), trainer.parameters(), info);
-    writer.write(Record{{"record", "ckpt"}, {"iteration", info.iteration}, {"path", path}, {"what", "parameters"}});
+  if (resume) {
+    writer.write(Record{{"record", "ckpt"}, {"event", "load"}, {"iteration", resume->state().iteration},
+                        {"path", resume->path()}, {"what", ck.finetune ? "parameters" : ck.no_load_optim ? "parameters+state" : "resumable"},
+                        {"bytes", static_cast<int64_t>(std::filesystem::file_size(resume->path()))}});
+    resume.reset();  // the file is closed before any save may replace it
+  }
+  mt::train::SaveOptions save_options;
+  save_options.parallel_config = mt::parallel::to_json(parallel).dump();
+  auto record_save = [&](const mt::train::SaveResult& saved, const std::string& what) {
+    const double mb_per_s = saved.seconds > 0 ? saved.bytes / 1e6 / saved.seconds : 0;
+    writer.write(Record{{"record", "ckpt"}, {"event", "save"}, {"iteration", trainer.iteration()},
+                        {"path", saved.path}, {"what", what}, {"bytes", saved.bytes}, {"seconds", saved.seconds},
+                        {"mb_per_s", mb_per_s}});
+    char line[160];
+    std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
+                  static_cast<long long>(trainer.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
+    if (rank0) mt::log::info("mt-train: saved " + saved.path + line);
   };
-  if (!o.save_init.empty()) save(o.save_init);
+  auto save_parameters = [&](const std::string& path) {
+    mt::train::SaveOptions options = save_options;
+    options.optimizer = false;
+    options.resumable = false;
+    record_save(mt::train::save_checkpoint_file(path, trainer, options), "parameters");
+  };
+  int64_t saved_iteration = trainer.iteration();  // a loaded checkpoint counts as saved
+  auto save_checkpoint = [&]() {
+    mt::train::SaveOptions options = save_options;
+    options.optimizer = !ck.no_save_optim;
+    if (rank0) mt::log::info("mt-train: saving a checkpoint of iteration " + std::to_string(trainer.iteration()) + " to " + ck.save);
+    record_save(mt::train::save_checkpoint(ck.save, trainer, options), ck.no_save_optim ? "parameters+state" : "resumable");
+    saved_iteration = trainer.iteration();
+  };
+  if (!o.save_init.empty()) save_parameters(o.save_init);
 
   std::vector<double> step_ms;
   mt::train::StepStats last;
@@ -290,12 +386,20 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   observers.on_log_line = [rank0](const std::string& line) {
     if (rank0) mt::log::info(line);
   };
+  observers.on_iteration_end = [&](int64_t iteration) {
+    if (!ck.save.empty() && ck.save_interval && iteration % *ck.save_interval == 0) save_checkpoint();
+  };
   // From here a signal stops the run after the current step, and what it was asked to write is
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers);
-  if (!o.save_final.empty()) save(o.save_final);
-  const int stop = mt::stop_signal();
+  // At the end, and when a signal stopped the run: the checkpoint to resume from.
+  if (!ck.save.empty() && trainer.iteration() != saved_iteration) save_checkpoint();
+  if (!o.save_final.empty()) save_parameters(o.save_final);
+  // The ranks agreed to stop at the same step; a signal that reached only some of them after the
+  // last step is agreed here, so every rank exits with the same code.
+  int stop = mt::stop_signal();
+  world->all_reduce(&stop, 1, mt::DType::i32, mt::comm::ReduceOp::max);
 
   std::vector<double> steady(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
   std::sort(steady.begin(), steady.end());
@@ -317,10 +421,12 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                       {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
   writer.finish();
   if (stop == 0) return 0;
+  const std::string wrote = ck.save.empty() ? "" : "; saved a checkpoint in " + ck.save + " (resume with --load)";
   if (rank0) mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
-                std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) +
+                std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) + wrote +
                 (o.save_final.empty() ? "" : "; wrote " + o.save_final));
-  return 128 + stop;
+  // 75 (EX_TEMPFAIL): resumable, so a batch system requeues the job; --save-final alone is not.
+  return ck.save.empty() ? 128 + stop : 75;
 }
 
 }  // namespace

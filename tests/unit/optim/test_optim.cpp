@@ -105,6 +105,25 @@ TEST(LossScaler, MixedOverflowsFollowMegatronsTrace) {
   }
 }
 
+// A scaler restored mid-trace (as a resumed run's) continues exactly as the one never stopped:
+// the scale and both trackers are carried, not just the scale.
+TEST(LossScaler, RestoredStateContinuesTheTrace) {
+  const bool overflows[] = {true, false, false, true, false, false, false, true, true, false, false, false};
+  for (size_t cut = 0; cut <= std::size(overflows); ++cut) {
+    LossScaler straight = LossScaler::dynamic(1024.0, 1.0, 3, 2);
+    for (size_t i = 0; i < cut; ++i) straight.update(overflows[i]);
+    LossScaler resumed = LossScaler::dynamic(1024.0, 1.0, 3, 2);
+    resumed.restore(straight.state());
+    for (size_t i = cut; i < std::size(overflows); ++i) {
+      straight.update(overflows[i]);
+      resumed.update(overflows[i]);
+      ASSERT_EQ(resumed.scale(), straight.scale()) << "cut at " << cut << ", step " << i;
+    }
+    EXPECT_EQ(resumed.state().growth_tracker, straight.state().growth_tracker);
+    EXPECT_EQ(resumed.state().hysteresis_tracker, straight.state().hysteresis_tracker);
+  }
+}
+
 TEST(Clip, MegatronFactor) {
   EXPECT_EQ(clip_factor(0.4, 0.5), 1.0);
   EXPECT_NEAR(clip_factor(2.0, 1.0), 1.0 / (2.0 + 1e-6), 1e-15);

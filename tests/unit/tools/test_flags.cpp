@@ -21,6 +21,7 @@ struct AllFlags {
   TrainingFlags training;
   DataPathFlags data;
   MegatronCompatFlags compat;
+  CheckpointFlags checkpoint;
   mt::text::TokenizerOptions tokenizer;
 };
 
@@ -33,6 +34,7 @@ std::string parse_error(const std::vector<std::string>& args, AllFlags* flags = 
   add_training_flags(app, f.training);
   add_data_path_flags(app, f.data);
   add_megatron_compat_flags(app, f.compat, "compat");
+  add_checkpoint_flags(app, f.checkpoint);
   add_tokenizer_flags(app, f.tokenizer, false);
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -252,6 +254,21 @@ TEST(Flags, ParallelFlagsAreValidatedForTheModelAndTheWorld) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("--sequence-parallel"), std::string::npos) << warnings[0];
   EXPECT_FALSE(sp.parallel.sequence_parallel);
+}
+
+// Megatron's checkpoint flags (issue 14), spelled as Megatron spells them.
+TEST(Flags, CheckpointFlagsBindAndCheckTheirRanges) {
+  AllFlags f;
+  EXPECT_EQ(parse_error({"--save", "ck", "--save-interval", "5", "--load", "in", "--finetune", "--no-load-optim",
+                         "--no-save-optim", "--no-load-rng", "--exit-on-missing-checkpoint"},
+                        &f),
+            "");
+  EXPECT_EQ(f.checkpoint.save, "ck");
+  EXPECT_EQ(f.checkpoint.load, "in");
+  EXPECT_EQ(f.checkpoint.save_interval, 5);
+  EXPECT_TRUE(f.checkpoint.finetune && f.checkpoint.no_load_optim && f.checkpoint.no_save_optim &&
+              f.checkpoint.no_load_rng && f.checkpoint.exit_on_missing_checkpoint);
+  EXPECT_EQ(parse_error({"--save-interval", "0"}), "--save-interval: must be at least 1 (got 0)");
 }
 
 TEST(Flags, AKindMismatchIsAProgrammingError) {

@@ -15,24 +15,13 @@
 #include "core/stop_request.h"
 #include "data/sample_source.h"
 #include "train/trainer.h"
+#include "tiny_model.h"
 
 using namespace mt;
 
 namespace {
 
-model::ModelConfig tiny() {
-  model::ModelConfig c = model::preset("tiny-llama");
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 2;
-  c.ffn_hidden_size = 48;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  return c;
-}
+model::ModelConfig tiny() { return mt::testing::tiny_llama(); }
 
 train::TrainConfig quick(int iters) {
   train::TrainConfig t;

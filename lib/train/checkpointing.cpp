@@ -1,0 +1,323 @@
+// A trainer's checkpoints (see checkpointing.h).
+#include "train/checkpointing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace mt::train {
+namespace {
+
+// Model fields that do not change a checkpoint's tensors or what they compute.
+bool free_to_differ(const std::string& field) {
+  return field == "name" || field == "seq_length" || field == "init_method_std" || field == "hidden_dropout" ||
+         field == "attention_dropout";
+}
+
+// The box of a parameter's shard inside its global tensor.
+io::Box shard_box(const model::ParamEntry& entry) {
+  io::Box box;
+  box.offset.assign(entry.global_shape.size(), 0);
+  box.extent = entry.local_shape;
+  if (entry.shard_dim >= 0) box.offset[static_cast<size_t>(entry.shard_dim)] = entry.shard_offset;
+  return box;
+}
+
+// The boxes of the elements [begin, end) of a parameter's shard (flat, row-major), in global
+// coordinates.
+std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t begin, int64_t end) {
+  std::vector<io::Box> boxes = io::flat_run_boxes(entry.local_shape, begin, end);
+  if (entry.shard_dim >= 0) {
+    for (io::Box& box : boxes) box.offset[static_cast<size_t>(entry.shard_dim)] += entry.shard_offset;
+  }
+  return boxes;
+}
+
+// Calls visit(entry, boxes, state) for every run of a tensor inside the optimizer's ranges: the
+// boxes of the run (global coordinates) and where its moments start in the optimizer's state.
+void for_each_optimizer_run(const model::ParamLayout& layout, const optim::AdamW& optimizer,
+                            const std::function<void(const model::ParamEntry&, const std::vector<io::Box>&, int64_t)>& visit) {
+  int64_t state = 0;
+  for (const model::FlatRange& range : optimizer.ranges()) {
+    for (const model::ParamEntry& entry : layout.entries) {
+      const int64_t begin = std::max(range.begin, entry.offset);
+      const int64_t end = std::min(range.end, entry.offset + entry.numel);
+      if (begin < end) {
+        visit(entry, shard_run_boxes(entry, begin - entry.offset, end - entry.offset), state + (begin - range.begin));
+      }
+    }
+    state += range.end - range.begin;
+  }
+}
+
+// One tensor of the checkpoint and the slices of it this rank writes: none when another rank
+// writes its copy.
+struct TensorShare {
+  std::string name;
+  const std::vector<int64_t>* global_shape = nullptr;
+  std::vector<io::TensorSlice> slices;
+};
+
+// Every tensor of the checkpoint, in the same order on every rank, with this rank's slices. The
+// writer of a copy: parameters from DP rank 0 (the TP shards of its TP ranks, the TP-replicated
+// tensors from TP rank 0: ParamEntry::replica == 0); the moments from DP rank 0 too, or from every
+// DP rank's shard with the distributed optimizer.
+std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& options) {
+  const model::ParamLayout& layout = trainer.layout();
+  const bool first_replica = trainer.data_parallel_rank() == 0;
+  std::vector<TensorShare> shares;
+  const float* params = trainer.parameters();
+  for (const model::ParamEntry& entry : layout.entries) {
+    TensorShare share{"model/" + entry.name, &entry.global_shape, {}};
+    if (entry.replica == 0 && first_replica) share.slices.push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
+    shares.push_back(std::move(share));
+  }
+  if (!options.optimizer) return shares;
+  optim::AdamW& optimizer = trainer.optimizer();
+  const bool writes_moments = trainer.distributed_optimizer() || first_replica;
+  const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
+  const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
+  for (int m = 0; m < 2; ++m) {
+    const size_t first = shares.size();
+    for (const model::ParamEntry& entry : layout.entries) shares.push_back(TensorShare{names[m] + entry.name, &entry.global_shape, {}});
+    if (!writes_moments) continue;
+    // A tensor's slices may come from several ranges of the optimizer.
+    for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
+                                                  int64_t state) {
+      if (entry.replica != 0) return;
+      auto& slices = shares[first + static_cast<size_t>(&entry - layout.entries.data())].slices;
+      for (const io::Box& box : boxes) {
+        slices.push_back(io::TensorSlice{box, moments[m] + state});
+        state += box.elements();
+      }
+    });
+  }
+  return shares;
+}
+
+io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) {
+  const TrainerState state = trainer.checkpoint_state();
+  io::CheckpointState s;
+  s.iteration = state.iteration;
+  s.consumed_train_samples = state.consumed_samples;
+  s.consumed_valid_samples = state.consumed_valid_samples;
+  s.skipped_iters = state.skipped_iters;
+  s.nan_iters = state.nan_iters;
+  s.loss_scale = state.loss_scaler.scale;
+  s.loss_scale_growth_tracker = state.loss_scaler.growth_tracker;
+  s.loss_scale_hysteresis_tracker = state.loss_scaler.hysteresis_tracker;
+  s.seed = trainer.config().seed;
+  s.has_optimizer = options.optimizer;
+  s.optimizer_step = trainer.optimizer().steps();
+  s.resumable = options.resumable;
+  s.model_config = model::to_json(trainer.model_config()).dump();
+  s.parallel_config = options.parallel_config;
+  s.train_config = to_json(trainer.config()).dump();
+  return s;
+}
+
+// Rank 0 is the only writer: every other rank sends it, tensor by tensor, the boxes it writes and
+// their values (point to point over the world), and rank 0 writes the whole tensor, so the file is
+// made by one process through serial HDF5 calls (io::CheckpointWriter checks that the slices
+// cover each tensor exactly once). The cost: one tensor's values at a time pass through rank 0's
+// memory and link, and one process's write speed bounds the save. A failure on rank 0 (prepare,
+// write, commit, after_commit: the tracker) stops its writing but not its receiving, and the
+// outcome is broadcast, so every rank returns or throws the same error; nobody is left waiting.
+SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std::function<std::string()>& prepare,
+                         const std::function<void()>& after_commit) {
+  const auto start = std::chrono::steady_clock::now();
+  comm::Communicator& world = trainer.world();
+  const int ranks = world.size();
+  const bool writer_rank = world.rank() == 0;
+  const std::vector<TensorShare> shares = shares_to_write(trainer, options);
+  std::vector<int64_t> tensor_counts(static_cast<size_t>(ranks));
+  const int64_t tensors = static_cast<int64_t>(shares.size());
+  world.all_gather(&tensors, tensor_counts.data(), 1, DType::i64);
+  for (int64_t count : tensor_counts) {
+    if (count != tensors) {
+      throw Error("checkpoint", "the ranks hold different tensors (" + std::to_string(count) + " and " +
+                                    std::to_string(tensors) + "): a layout the checkpoint writer does not support yet");
+    }
+  }
+  SaveResult result;
+  std::string failure;
+  std::unique_ptr<io::CheckpointWriter> writer;
+  if (writer_rank) {
+    try {
+      result.path = prepare();
+      writer = std::make_unique<io::CheckpointWriter>(result.path);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  for (const TensorShare& share : shares) {
+    const size_t rank_of_shape = share.global_shape->size();
+    int64_t mine[2] = {static_cast<int64_t>(share.slices.size()), 0};  // slices, elements
+    for (const io::TensorSlice& slice : share.slices) mine[1] += slice.box.elements();
+    std::vector<int64_t> counts(2 * static_cast<size_t>(ranks));
+    world.all_gather(mine, counts.data(), 2, DType::i64);
+    if (!writer_rank) {
+      if (mine[0] == 0) continue;
+      std::vector<int64_t> boxes;  // per slice: its offset, then its extent
+      std::vector<float> values;
+      values.reserve(static_cast<size_t>(mine[1]));
+      for (const io::TensorSlice& slice : share.slices) {
+        boxes.insert(boxes.end(), slice.box.offset.begin(), slice.box.offset.end());
+        boxes.insert(boxes.end(), slice.box.extent.begin(), slice.box.extent.end());
+        values.insert(values.end(), slice.data, slice.data + slice.box.elements());
+      }
+      world.send(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, 0, 0);
+      world.send(values.data(), mine[1], DType::f32, 0, 1);
+      continue;
+    }
+    std::vector<io::TensorSlice> slices = share.slices;
+    std::vector<std::vector<float>> received(static_cast<size_t>(ranks));
+    for (int r = 1; r < ranks; ++r) {
+      const int64_t count = counts[2 * static_cast<size_t>(r)], elements = counts[2 * static_cast<size_t>(r) + 1];
+      if (count == 0) continue;
+      std::vector<int64_t> boxes(static_cast<size_t>(count) * 2 * rank_of_shape);
+      std::vector<float>& values = received[static_cast<size_t>(r)];
+      values.resize(static_cast<size_t>(elements));
+      world.recv(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, r, 0);
+      world.recv(values.data(), elements, DType::f32, r, 1);
+      const float* data = values.data();
+      for (int64_t b = 0; b < count; ++b) {
+        const int64_t* box = boxes.data() + b * 2 * static_cast<int64_t>(rank_of_shape);
+        io::TensorSlice slice;
+        slice.box.offset.assign(box, box + rank_of_shape);
+        slice.box.extent.assign(box + rank_of_shape, box + 2 * rank_of_shape);
+        slice.data = data;
+        data += slice.box.elements();
+        slices.push_back(std::move(slice));
+      }
+    }
+    if (!failure.empty()) continue;
+    try {
+      writer->write_tensor(share.name, *share.global_shape, slices);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  if (writer_rank && failure.empty()) {
+    try {
+      result.bytes = writer->commit(state_to_save(trainer, options));
+      after_commit();
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  writer.reset();  // a failed save's temporary is removed here
+  int64_t outcome[2] = {static_cast<int64_t>(failure.size()), result.bytes};
+  world.broadcast(outcome, 2, DType::i64, 0);
+  failure.resize(static_cast<size_t>(outcome[0]));
+  if (outcome[0] > 0) world.broadcast(failure.data(), outcome[0], DType::u8, 0);
+  if (!failure.empty()) throw Error(failure, "");
+  int64_t path_size = static_cast<int64_t>(result.path.size());
+  world.broadcast(&path_size, 1, DType::i64, 0);
+  result.path.resize(static_cast<size_t>(path_size));
+  world.broadcast(result.path.data(), path_size, DType::u8, 0);
+  result.bytes = outcome[1];
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+
+void check_same_model(const io::CheckpointReader& checkpoint, const model::ModelConfig& model) {
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(checkpoint.state().model_config);
+  } catch (const nlohmann::json::exception&) {
+    throw Error(checkpoint.path(), "attribute model_config is not JSON");
+  }
+  const nlohmann::json run = model::to_json(model);
+  for (const auto& [field, value] : run.items()) {
+    if (free_to_differ(field)) continue;
+    if (!saved.contains(field)) throw Error(checkpoint.path(), "model_config has no field " + field);
+    if (saved[field] != value) {
+      throw Error(checkpoint.path(), "written for another model: " + field + " is " + saved[field].dump() +
+                                         " there, " + value.dump() + " in this run");
+    }
+  }
+}
+
+std::string saved_precision(const io::CheckpointReader& checkpoint) {
+  try {
+    const nlohmann::json train = nlohmann::json::parse(checkpoint.state().train_config);
+    return train.value("precision", "");
+  } catch (const nlohmann::json::exception&) {
+    throw Error(checkpoint.path(), "attribute train_config is not JSON");
+  }
+}
+
+}  // namespace
+
+SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options) {
+  return gathered_save(trainer, options, [&] { return path; }, [] {});
+}
+
+SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options) {
+  const int64_t iteration = trainer.iteration();
+  return gathered_save(
+      trainer, options, [&] { return io::prepare_checkpoint_directory(directory, iteration); },
+      [&] { io::write_tracker(directory, iteration); });
+}
+
+void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, const LoadOptions& options) {
+  const io::CheckpointState& saved = checkpoint.state();
+  check_same_model(checkpoint, trainer.model_config());
+  const bool optimizer_state = options.optimizer && !options.finetune;
+  if (optimizer_state && !saved.has_optimizer) {
+    throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim or --save-final); load it with "
+                                   "--no-load-optim or --finetune");
+  }
+  if (!options.finetune && !saved.resumable) {
+    throw Error(checkpoint.path(), "holds parameters only (--save-init/--save-final); load it with --finetune");
+  }
+  const model::ParamLayout& layout = trainer.layout();
+  // Every copy this rank holds (replicas too) reads its box of the global tensor.
+  for (const model::ParamEntry& entry : layout.entries) {
+    checkpoint.read_box("model/" + entry.name, entry.global_shape, shard_box(entry), trainer.parameters() + entry.offset);
+  }
+  optim::AdamW& optimizer = trainer.optimizer();
+  if (optimizer_state) {
+    const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
+    float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
+    for (int m = 0; m < 2; ++m) {
+      for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
+                                                    int64_t state) {
+        for (const io::Box& box : boxes) {
+          checkpoint.read_box(names[m] + entry.name, entry.global_shape, box, moments[m] + state);
+          state += box.elements();
+        }
+      });
+    }
+    optimizer.set_steps(saved.optimizer_step);
+  }
+  trainer.parameters_changed();
+  if (options.finetune) return;
+  TrainerState state = trainer.checkpoint_state();  // the scaler stays this run's unless restored below
+  state.iteration = saved.iteration;
+  state.consumed_samples = saved.consumed_train_samples;
+  state.consumed_valid_samples = saved.consumed_valid_samples;
+  state.skipped_iters = saved.skipped_iters;
+  state.nan_iters = saved.nan_iters;
+  const TrainConfig& config = trainer.config();
+  const bool dynamic_fp16 = config.precision == Precision::fp16 && config.loss_scale == 0;
+  if (optimizer_state && dynamic_fp16 && saved_precision(checkpoint) == "fp16") {
+    state.loss_scaler.scale = saved.loss_scale;
+    state.loss_scaler.growth_tracker = static_cast<int>(saved.loss_scale_growth_tracker);
+    state.loss_scaler.hysteresis_tracker = static_cast<int>(saved.loss_scale_hysteresis_tracker);
+  }
+  trainer.restore(state);
+}
+
+}  // namespace mt::train

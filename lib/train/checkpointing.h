@@ -1,0 +1,55 @@
+// A trainer's checkpoints (io/checkpoint.h holds the file format): which tensors a rank writes
+// and reads, and the state around them. Each rank hands the writer the slices of every tensor it
+// holds the primary copy of (its TP shard of a parameter as one box; its optimizer ranges, which
+// the distributed optimizer cuts inside tensors, as the boxes of their flat runs), and reads back
+// the boxes of its own layout, so a checkpoint does not depend on the layout that wrote it. The
+// writers of a copy: DP rank 0 for parameters and the plain optimizer's moments, every DP rank for
+// its distributed-optimizer shard. Saving is collective over the trainer's world: rank 0 is the
+// single writer, the other ranks send it their slices tensor by tensor (checkpointing.cpp says
+// what that costs), and every rank returns the same result or throws the same error.
+//
+// Loading checks that the checkpoint is of the same model (the fields that make its tensors and
+// its function: one line naming the field), then every tensor's presence, dtype and shape (one
+// line naming the tensor). Parameters always load; the optimizer's moments and step with
+// `optimizer`; the counters, consumed samples and the loss scaler (fp16 runs from fp16
+// checkpoints, as Megatron keeps it in the optimizer state) unless `finetune` (Megatron's
+// --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp
+// and end to end by tests/tools/mt-train.bats and (several ranks) tests/tools/mt-train-mpi.bats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/checkpoint.h"
+#include "train/trainer.h"
+
+namespace mt::train {
+
+struct SaveOptions {
+  bool optimizer = true;   // write Adam's moments and step (false: --no-save-optim)
+  bool resumable = true;   // false: --save-init/--save-final (parameters of a moment, not a run to resume)
+  std::string parallel_config = "{}";  // JSON of the layout that writes it (provenance only)
+};
+
+struct SaveResult {
+  std::string path;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes `trainer`'s checkpoint to the file `path` (temporary name, fsync, rename). Collective over
+// trainer.world(); the path and the directory matter on rank 0 only.
+SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options);
+// Writes DIR/iter_NNNNNNN/checkpoint.h5 for the trainer's iteration, then points the tracker at it.
+SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options);
+
+struct LoadOptions {
+  bool optimizer = true;   // false: --no-load-optim
+  bool finetune = false;   // --finetune: parameters only, the run starts at iteration 0
+};
+
+// Loads `checkpoint` into `trainer` (see the header comment). Throws mt::Error naming the file and
+// the field or tensor.
+void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, const LoadOptions& options);
+
+}  // namespace mt::train
