@@ -101,9 +101,10 @@ std::vector<PipelineAction> pipeline_actions(const PipelineShape& shape, int ran
   return actions;
 }
 
-int pipeline_activation_slots(const std::vector<PipelineAction>& actions) {
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int chunk) {
   int held = 0, most = 0;
   for (const PipelineAction& action : actions) {
+    if (chunk >= 0 && action.chunk != chunk) continue;
     held += action.pass == PipelinePass::forward ? 1 : -1;
     most = std::max(most, held);
   }

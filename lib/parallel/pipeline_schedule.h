@@ -56,8 +56,9 @@ int pipeline_warmup_passes(const PipelineShape& shape, int rank);
 std::vector<PipelineAction> pipeline_actions(const PipelineShape& shape, int rank);
 
 // Forward activations rank `rank` holds at once at most (forwards run minus backwards run, over
-// its action list): the activation slots it needs, each one micro-batch of one chunk.
-int pipeline_activation_slots(const std::vector<PipelineAction>& actions);
+// its action list): the activation slots it needs, each one micro-batch of one chunk. With
+// `chunk` >= 0, those of that model chunk only (the slots of its stage).
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int chunk = -1);
 
 // "F3.1" (forward of micro-batch 3 on chunk 1) / "B3.1": compact step orders for tests and logs.
 std::string to_string(const PipelineAction& action);

@@ -12,6 +12,7 @@ GradSync::GradSync(const model::ParamLayout& layout, comm::Communicator& data_pa
       tensor_parallel_(tensor_parallel),
       distributed_optimizer_(distributed_optimizer),
       overlap_(overlap),
+      armed_(layout.chunks.size(), false),
       started_(layout.buckets.size(), false) {
   if (distributed_optimizer_) layout_.data_parallel_shard(data_parallel_.rank(), data_parallel_.size());  // checks padding
 }
@@ -24,14 +25,21 @@ std::vector<model::FlatRange> GradSync::owned_ranges() const {
 void GradSync::begin(float* grads) {
   if (!in_flight_.empty()) throw Error("grad sync", "a step began with reductions still in flight");
   grads_ = grads;
-  armed_ = false;
+  armed_.assign(layout_.chunks.size(), false);
   started_.assign(layout_.buckets.size(), false);
 }
 
+void GradSync::arm(int chunk) {
+  if (chunk < 0 || chunk >= static_cast<int>(armed_.size())) {
+    throw Error("grad sync", "model chunk " + std::to_string(chunk) + " outside the layout");
+  }
+  armed_[static_cast<size_t>(chunk)] = overlap_;
+}
+
 void GradSync::layer_ready(int layer) {
-  if (!armed_) return;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    if (!started_[b] && layout_.buckets[b].first_layer == layer) start_bucket(b);
+    const model::GradBucket& bucket = layout_.buckets[b];
+    if (!started_[b] && armed_[static_cast<size_t>(bucket.chunk)] && bucket.first_layer == layer) start_bucket(b);
   }
 }
 
@@ -63,7 +71,7 @@ void GradSync::finish() {
   }
   for (auto& request : in_flight_) request->wait();
   in_flight_.clear();
-  armed_ = false;
+  armed_.assign(layout_.chunks.size(), false);
 }
 
 void GradSync::gather_parameters(float* params) {

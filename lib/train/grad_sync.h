@@ -8,10 +8,12 @@
 // folds Megatron's 1/DP into the loss scale of backward.
 //
 // Without overlap every bucket is reduced by finish(), after the last micro-batch's backward.
-// With overlap (--overlap-grad-reduce) the trainer arms the reducer for the last micro-batch only
-// (the earlier ones just accumulate, as Megatron's no_sync), and each bucket's reduction starts,
-// non-blocking, from the stage's grads-ready signal for the bucket's first layer (backward signals
-// layers in descending order, so the bucket's other layers are done); finish() waits for them.
+// With overlap (--overlap-grad-reduce) the trainer arms the reducer, model chunk by model chunk,
+// for the chunk's last micro-batch only (the earlier ones just accumulate, as Megatron's no_sync
+// per chunk: the interleaved schedule finishes chunks at different times), and each bucket's
+// reduction starts, non-blocking, from the stage's grads-ready signal for the bucket's first layer
+// (backward signals layers in descending order, so the bucket's other layers are done); finish()
+// waits for them.
 // The distributed optimizer's parameter all-gather after its step is gather_parameters().
 // Tested in tests/mpi/test_data_parallel.cpp (on its own, and in training against one rank) and
 // through mt-train in tests/tools/mt-train-mpi.bats.
@@ -40,9 +42,9 @@ class GradSync {
   // Starts a step's grad sync: nothing is in flight and no bucket is reduced. `grads` is the
   // rank's flat grad buffer.
   void begin(float* grads);
-  // Overlap only: from now on (the last micro-batch's backward) a grads-ready signal starts the
-  // reduction of the buckets it completes.
-  void arm() { armed_ = overlap_; }
+  // Overlap only: from now on (the last micro-batch's backward of model chunk `chunk` of the
+  // layout) a grads-ready signal starts the reduction of that chunk's buckets it completes.
+  void arm(int chunk = 0);
   // The stage's grads-ready signal (model/stage.h).
   void layer_ready(int layer);
   // Reduces the buckets not yet started and waits for every reduction.
@@ -61,7 +63,7 @@ class GradSync {
   comm::Communicator& tensor_parallel_;
   bool distributed_optimizer_;
   bool overlap_;
-  bool armed_ = false;
+  std::vector<bool> armed_;  // per model chunk
   float* grads_ = nullptr;
   std::vector<bool> started_;
   std::vector<std::unique_ptr<comm::Request>> in_flight_;

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
+#include "parallel/pipeline_layers.h"
 #include "perf/memory.h"
 
 namespace mt::train {
@@ -23,9 +25,8 @@ namespace {
 // Refuses the parallel settings the trainer does not run yet, by name.
 void check_supported_layout(const parallel::ParallelConfig& p) {
   auto refuse = [](const std::string& what) {
-    throw UsageError(what, "not supported yet (pipeline, context and expert parallelism land with issue 13)");
+    throw UsageError(what, "not supported yet (context and expert parallelism land with issue 13)");
   };
-  if (p.pipeline_model_parallel_size > 1) refuse("--pipeline-model-parallel-size " + std::to_string(p.pipeline_model_parallel_size));
   if (p.context_parallel_size > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel_size));
   if (p.expert_model_parallel_size > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_model_parallel_size));
   if (p.overlap_param_gather) {
@@ -88,13 +89,15 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   validate_train_config(config_);
   parallel::RankCoordinates coordinates;
   single_ = comm::make_single_communicator();
-  world_ = tensor_group_ = data_parallel_group_ = single_.get();
+  world_ = tensor_group_ = data_parallel_group_ = pipeline_group_ = single_.get();
   if (groups) {
     parallel_config_ = groups->grid().config();
     coordinates = groups->coordinates();
     world_ = &groups->world();
     tensor_group_ = &groups->get(parallel::GroupKind::tp);
     data_parallel_group_ = &groups->get(parallel::GroupKind::dp_cp);
+    pipeline_group_ = &groups->get(parallel::GroupKind::pp);
+    if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->get(parallel::GroupKind::embedding);
   }
   check_supported_layout(parallel_config_);
   const int dp = parallel_config_.data_parallel_size;
@@ -119,9 +122,24 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   memory.ranks_per_node = groups ? local_rank_count() : 1;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
-  layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
-                                {model::ChunkSpec{0, model_config_.num_layers, true, true}},
+  // This rank's model chunks (pipeline_layers.h): chunk c of pipeline rank r is virtual stage
+  // c p + r; the model's first virtual stage embeds, its last holds the head and the loss.
+  const int stages = parallel_config_.pipeline_model_parallel_size;
+  const int chunks = parallel_config_.virtual_pipeline_size(model_config_.num_layers);
+  std::vector<model::ChunkSpec> chunk_specs;
+  for (int c = 0; c < chunks; ++c) {
+    const parallel::LayerRange range = parallel::pipeline_layers(parallel_config_, model_config_.num_layers, coordinates.pp, c);
+    chunk_specs.push_back(model::ChunkSpec{range.first, range.end(), coordinates.pp == 0 && c == 0,
+                                           coordinates.pp == stages - 1 && c == chunks - 1});
+  }
+  layout_ = model::build_layout(model_config_, parallel_config_, coordinates, chunk_specs,
                                 model::bucket_options(parallel_config_));
+  // The schedules of a training step and of an evaluation step over this rank's micro-batches.
+  const int num_micro = config_.global_batch_size / (config_.micro_batch_size * dp);
+  train_actions_ = parallel::pipeline_actions(
+      parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro), coordinates.pp);
+  eval_actions_ = parallel::pipeline_actions(
+      parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro, true), coordinates.pp);
   parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel);
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
@@ -133,12 +151,20 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   stage_options.recompute = config_.recompute;
   stage_options.micro_batch_size = config_.micro_batch_size;
   stage_options.seed = config_.seed;
+  std::vector<model::Stage*> stage_pointers;
   for (size_t chunk = 0; chunk < layout_.chunks.size(); ++chunk) {
+    // As many activation slots as the schedule keeps this chunk's micro-batches in flight.
+    stage_options.activation_slots = parallel::pipeline_activation_slots(train_actions_, static_cast<int>(chunk));
     stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
                                                      *gemm_weights_, stage_options, &memory_));
     stages_.back()->bind(params_.data(), grads_.data());
     stages_.back()->on_grads_ready([this](int layer) { grad_sync_->layer_ready(layer); });
+    stage_pointers.push_back(stages_.back().get());
   }
+  pipeline_ = std::make_unique<PipelineEngine>(std::move(stage_pointers), *pipeline_group_, parallel_, ops_,
+                                               model_config_.hidden_size,
+                                               static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length,
+                                               &memory_);
   grad_sync_ = std::make_unique<GradSync>(layout_, *data_parallel_group_, *tensor_group_,
                                           parallel_config_.use_distributed_optimizer,
                                           parallel_config_.overlap_grad_reduce);
@@ -284,20 +310,26 @@ StepStats Trainer::train_step() {
   }
   double step_tokens = local_tokens;
   if (config_.calculate_per_token_loss) sum_over_data_parallel(&step_tokens, 1);
-  double loss_sum = 0;
-  for (int m = 0; m < num_micro; ++m) {
+  PipelineCallbacks callbacks;
+  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro); };
+  callbacks.dloss_scale = [&](int m) {
     const double counted = micro_tokens[static_cast<size_t>(m)];
     const double denominator = config_.calculate_per_token_loss ? step_tokens : counted * num_micro * dp;
     // A micro-batch (or step) whose tokens are all masked contributes nothing.
-    const float dloss_scale = denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
-    if (m + 1 == num_micro) grad_sync_->arm();  // earlier micro-batches only accumulate
-    const model::LossSums sums = run_micro_batch(staged_batch(micro, m * micro),
-                                                 model::ForwardPass{static_cast<uint64_t>(iteration_), true}, dloss_scale);
-    loss_sum += sums.loss;
-  }
+    return denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
+  };
+  // Earlier micro-batches only accumulate; each chunk's last backward reduces its buckets.
+  callbacks.before_last_backward = [&](int chunk) { grad_sync_->arm(chunk); };
+  // The micro-batches run through the pipeline schedule (plain forward-backward on one stage);
+  // the loss sums on the last pipeline stage.
+  const model::LossSums sums =
+      pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
   grad_sync_->finish();
-  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
-  double loss_and_tokens[2] = {loss_sum, local_tokens};
+  sum_tied_embedding_grads(grads);
+  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count, the
+  // sum coming from the last stage.
+  double loss_and_tokens[2] = {sums.loss, local_tokens};
+  sum_over_pipeline(loss_and_tokens, 1);
   sum_over_data_parallel(loss_and_tokens, 2);
   stats.lm_loss = loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
 
@@ -373,17 +405,23 @@ EvalStats Trainer::evaluate() {
   double sums[2] = {0, 0};  // loss, tokens
   // Megatron's evaluate(): eval_iters global batches, continuing where the last evaluation
   // stopped (consumed_valid_samples), each DP rank taking its micro-batches of each.
+  // Each step's micro-batches are staged, then run through the forward-only schedule; the loss
+  // sums on the last pipeline stage.
+  const int num_micro = static_cast<int>(global / (micro * dp));
+  PipelineCallbacks callbacks;
+  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro); };
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
-    for (int64_t m = 0; m < global / (micro * dp); ++m) {
+    for (int m = 0; m < num_micro; ++m) {
       const int64_t first =
           data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_group_->rank(), dp, m);
-      fill_samples(data::Split::valid, first, micro, 0);
-      const model::LossSums loss = run_micro_batch(staged_batch(micro, 0), model::ForwardPass{0, false}, 0.0f);
-      sums[0] += loss.loss;
-      sums[1] += loss.tokens;
+      fill_samples(data::Split::valid, first, micro, m * micro);
     }
+    const model::LossSums loss = pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
+    sums[0] += loss.loss;
+    sums[1] += loss.tokens;
     consumed_valid_samples_ += global;
   }
+  sum_over_pipeline(sums, 2);
   sum_over_data_parallel(sums, 2);
   EvalStats stats;
   stats.iteration = iteration_;
@@ -395,10 +433,16 @@ EvalStats Trainer::evaluate() {
 void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   const int micro = config_.micro_batch_size;
   const int seq = model_config_.seq_length;
+  if (pipeline_group_->size() > 1) {
+    throw Error("forward_logits", "needs the whole model on this rank (pipeline parallelism splits it)");
+  }
+  const std::vector<parallel::PipelineAction> one_forward = parallel::pipeline_actions({1, 1, 1, 1, true}, 0);
   for (int done = 0; done < count; done += micro) {
     const int n = std::min(micro, count - done);
     fill_samples(data::Split::train, first_sample + done, n, 0);
-    run_micro_batch(staged_batch(n, 0), model::ForwardPass{0, false}, 0.0f);
+    PipelineCallbacks callbacks;
+    callbacks.batch = [&](int) { return staged_batch(n, 0); };
+    pipeline_->run(one_forward, model::ForwardPass{0, false}, callbacks);
     // The real vocabulary's columns of the last stage's logits (one rank holds them all).
     const model::Stage& last = *stages_.back();
     const int64_t vocab = model_config_.vocab_size;
@@ -411,22 +455,6 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   }
 }
 
-model::LossSums Trainer::run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass,
-                                         float dloss_scale) {
-  const float* activation = nullptr;
-  model::LossSums loss;
-  for (const auto& stage : stages_) {
-    const model::StageOutput output = stage->forward(0, batch, activation, pass);
-    activation = output.activation;
-    if (stage->is_last()) loss = output.loss;
-  }
-  if (pass.training) {
-    const float* grad = nullptr;
-    for (auto stage = stages_.rbegin(); stage != stages_.rend(); ++stage) grad = (*stage)->backward(0, grad, dloss_scale);
-  }
-  return loss;
-}
-
 bool Trainer::agree_to_stop() {
   int stop = stop_signal() != 0 ? 1 : 0;
   if (world_->size() > 1) world_->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
@@ -437,10 +465,31 @@ void Trainer::sum_over_data_parallel(double* values, int count) {
   if (data_parallel_group_->size() > 1) data_parallel_group_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
 }
 
+void Trainer::sum_over_pipeline(double* values, int count) {
+  if (pipeline_group_->size() > 1) pipeline_group_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
+}
+
+void Trainer::sum_tied_embedding_grads(float* grads) {
+  if (!embedding_group_ || embedding_group_->size() == 1) return;
+  // The first stage's word embedding and the last stage's copy each sit alone in a bucket that
+  // starts at the tensor and is padded alike, so the parts of it this rank owns (all of it, or
+  // its distributed-optimizer shard) are the same elements of the tensor on both stages.
+  for (const model::ParamEntry& entry : layout_.entries) {
+    if (!entry.reduce_over_embedding_group) continue;
+    for (const model::FlatRange& range : grad_sync_->owned_ranges()) {
+      const int64_t begin = std::max(range.begin, entry.offset), end = std::min(range.end, entry.offset + entry.numel);
+      if (begin < end) embedding_group_->all_reduce(grads + begin, end - begin, DType::f32, comm::ReduceOp::sum);
+    }
+  }
+}
+
 double Trainer::communicator_wait_seconds() const {
   double seconds = world_->wait_seconds();
   if (tensor_group_ != world_) seconds += tensor_group_->wait_seconds();
   if (data_parallel_group_ != world_ && data_parallel_group_ != tensor_group_) seconds += data_parallel_group_->wait_seconds();
+  for (const comm::Communicator* group : {pipeline_group_, embedding_group_}) {
+    if (group && group != world_ && group != tensor_group_ && group != data_parallel_group_) seconds += group->wait_seconds();
+  }
   return seconds;
 }
 

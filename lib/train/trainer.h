@@ -1,6 +1,6 @@
 // The training loop of one rank, driving the model's stages (one per model chunk of the rank's
-// layout, run back to back per micro-batch: Megatron's forward_backward_no_pipelining) on the
-// backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
+// layout) through its pipeline schedule (train/pipeline_engine.h; with one stage Megatron's
+// forward_backward_no_pipelining) on the backend op table: Megatron's batch arithmetic (micro-batches accumulated into a
 // global batch, samples chosen by MegatronPretrainingSampler so a consumed-samples count fixes
 // them), loss normalisation by the unmasked tokens (per micro-batch, or per step with
 // --calculate-per-token-loss), LR schedule in samples, global grad norm and clipping, AdamW,
@@ -17,7 +17,11 @@
 // distributed optimizer updates this rank's shard of every bucket and all-gathers the
 // parameters. The grad norm sums each tensor's primary copy once over every rank; the loss,
 // evaluation and the decision to stop (a signal on any rank) are agreed by all ranks.
-// Pipeline, context and expert parallelism are refused by name (they come with issue 13).
+// Pipeline parallelism: the rank's model chunks come from parallel/pipeline_layers.h and run the
+// 1F1B or interleaved schedule with p2p over the PP group; grad sync is armed per chunk before its
+// last backward; the tied word embedding's grads are summed between the first and the last stage;
+// the loss and evaluation loss come from the last stage over the PP group. Context and expert
+// parallelism are refused by name (they come with issue 13).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // (every layout against one rank) and end to end by tests/tools/mt-train.bats and
@@ -51,7 +55,9 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_groups.h"
 #include "perf/flops.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/grad_sync.h"
+#include "train/pipeline_engine.h"
 
 namespace mt::train {
 
@@ -199,12 +205,15 @@ class Trainer {
   // staging buffers; returns the number of tokens the loss mask counts.
   double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
   model::MicroBatch staged_batch(int count, int slot) const;
-  // One micro-batch through every stage, forward then (training) backward; the loss sums.
-  model::LossSums run_micro_batch(const model::MicroBatch& batch, const model::ForwardPass& pass, float dloss_scale);
   // Whether every rank stops before the next step: a stop request (signal) on any of them.
   bool agree_to_stop();
   // Sums `values` over the data-parallel group (in place).
   void sum_over_data_parallel(double* values, int count);
+  // Sums `values` over the pipeline group (in place): the loss from the last stage to all.
+  void sum_over_pipeline(double* values, int count);
+  // Sums the tied word embedding's grads between the first and the last pipeline stage (after
+  // the DP reduction, over the parts this rank owns), so both copies take the same step.
+  void sum_tied_embedding_grads(float* grads);
   // Seconds this rank's communicators have been blocked so far.
   double communicator_wait_seconds() const;
 
@@ -216,6 +225,8 @@ class Trainer {
   comm::Communicator* world_ = nullptr;
   comm::Communicator* tensor_group_ = nullptr;
   comm::Communicator* data_parallel_group_ = nullptr;
+  comm::Communicator* pipeline_group_ = nullptr;
+  comm::Communicator* embedding_group_ = nullptr;  // first and last pipeline stage; null elsewhere
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
@@ -224,7 +235,9 @@ class Trainer {
   backend::DeviceBuffer<float> grads_;
   model::ParallelContext parallel_;
   std::unique_ptr<model::GemmWeights> gemm_weights_;
-  std::vector<std::unique_ptr<model::Stage>> stages_;
+  std::vector<std::unique_ptr<model::Stage>> stages_;  // one per model chunk of this rank
+  std::vector<parallel::PipelineAction> train_actions_, eval_actions_;  // this rank's schedules
+  std::unique_ptr<PipelineEngine> pipeline_;
   std::unique_ptr<GradSync> grad_sync_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LossScaler scaler_;

@@ -3,9 +3,12 @@
 // data, learning rate and micro-batch size, 10 steps; per-step loss and grad norm, and the
 // evaluation loss, within 1e-5 relative in fp32 (2e-3 in bf16). Layouts at 2 ranks: TP=2, TP=2 +
 // SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
-// buckets; at 4 ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap). Hidden
-// dropout 0.1 on the SP and DP cases, EOD-masked loss on the DP cases (micro-batches with
-// different token counts), per-token loss, no / selective / full recompute.
+// buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
+// ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap), PP=4 with uneven
+// first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed optimizer: the tied
+// embedding's shard summed between stages, buckets armed chunk by chunk), PP=2 x TP=2 + SP. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
+// dropout 0.1 on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches
+// with different token counts), per-token loss, no / selective / full recompute.
 // And the grad reducer on its own: with overlap, buckets start as backward signals their layers
 // (not at finish()), and the sums and shards are exact on integer-valued grads.
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
@@ -90,6 +93,11 @@ struct Layout {
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
   bool overlap = false;
+  int pp = 1;
+  int virtual_stages = 1;           // --num-virtual-stages-per-pipeline-rank
+  int first_stage_layers = 0;       // --decoder-first-pipeline-num-layers (0: even)
+  int last_stage_layers = 0;        // --decoder-last-pipeline-num-layers (0: even)
+  int num_layers = 2;
 };
 
 struct Case {
@@ -128,9 +136,11 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 
 void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   const int world = g_world->size();
-  const bool data_parallel = world / layout.tp > 1;
-  // Dropout on the SP and DP cases, EOD-masked loss on the DP cases.
-  const model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || data_parallel ? 0.1 : 0.0);
+  const bool data_parallel = world / (layout.tp * layout.pp) > 1;
+  const bool masked_loss = data_parallel || layout.pp > 1;
+  // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
+  model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
+  model.num_layers = layout.num_layers;
   train::TrainConfig config;
   config.micro_batch_size = 2;
   config.global_batch_size = 8;
@@ -144,7 +154,7 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
   EodMaskedMockData masked(model.vocab_size, model.seq_length);
   const auto plain = data::make_mock_data(model.vocab_size, model.seq_length, 77);
-  const data::SampleSource& data = data_parallel ? static_cast<const data::SampleSource&>(masked) : *plain;
+  const data::SampleSource& data = masked_loss ? static_cast<const data::SampleSource&>(masked) : *plain;
 
   parallel::ParallelConfig parallel;
   parallel.tensor_model_parallel_size = layout.tp;
@@ -152,6 +162,10 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   parallel.use_distributed_optimizer = layout.distributed_optimizer;
   parallel.overlap_grad_reduce = layout.overlap;
   if (layout.overlap) parallel.ddp_bucket_size = 3000;  // several buckets, reduced during backward
+  parallel.pipeline_model_parallel_size = layout.pp;
+  if (layout.virtual_stages > 1) parallel.num_virtual_stages_per_pipeline_rank = layout.virtual_stages;
+  if (layout.first_stage_layers > 0) parallel.decoder_first_pipeline_num_layers = layout.first_stage_layers;
+  if (layout.last_stage_layers > 0) parallel.decoder_last_pipeline_num_layers = layout.last_stage_layers;
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, world);
@@ -173,10 +187,18 @@ std::vector<Layout> layouts_for_world(int world) {
             {"DP=2", 1},
             {"DP=2 distributed optimizer", 1, false, true},
             {"DP=2 overlapped buckets", 1, false, false, true},
-            {"DP=2 distributed optimizer, overlapped buckets", 1, false, true, true}};
+            {"DP=2 distributed optimizer, overlapped buckets", 1, false, true, true},
+            {"PP=2", 1, false, false, false, 2},
+            {"PP=2 x 2 virtual stages, overlapped buckets", 1, false, false, true, 2, 2, 0, 0, 4}};
   }
   if (world == 4) {
-    return {{"TP=2 x DP=2", 2}, {"TP=2 SP x DP=2 distributed optimizer, overlapped buckets", 2, true, true, true}};
+    return {{"TP=2 x DP=2", 2},
+            {"TP=2 SP x DP=2 distributed optimizer, overlapped buckets", 2, true, true, true},
+            {"PP=4, first and last stage 1 layer of 6", 1, false, false, false, 4, 1, 1, 1, 6},
+            {"PP=2 x DP=2", 1, false, false, false, 2},
+            {"PP=2 x 2 virtual stages x DP=2 distributed optimizer, overlapped buckets", 1, false, true, true, 2, 2, 0,
+             0, 4},
+            {"PP=2 x TP=2 SP", 2, true, false, false, 2}};
   }
   return {};
 }

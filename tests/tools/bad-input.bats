@@ -270,7 +270,8 @@ start_training() {
     || fail "--log-throughput ignored: $err"
   refused "world size 1: not divisible by --tensor-model-parallel-size 2 x --context-parallel-size 1 x --pipeline-model-parallel-size 1 (data parallelism takes the rest)" \
     --tensor-model-parallel-size 2
-  refused "--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)" --pipeline-model-parallel-size 2
+  refused "world size 1: not divisible by --tensor-model-parallel-size 1 x --context-parallel-size 1 x --pipeline-model-parallel-size 2 (data parallelism takes the rest)" \
+    --pipeline-model-parallel-size 2
   refused "--context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)" --context-parallel-size 2 --sequence-parallel
   refused "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)" \
     --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather

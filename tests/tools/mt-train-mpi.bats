@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# mt-train under mpirun: the world gives DP = world / TP; every layout trains the same numbers as
+# mt-train under mpirun: the world gives DP = world / (TP x PP); every layout trains the same numbers as
 # one rank (per-step loss and grad norm, evaluation loss within 1e-5 relative in fp32) through the
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
@@ -95,10 +95,46 @@ same_numbers() {
   [[ $status -eq 0 ]] || fail "$err"
 }
 
+@test "PP=2 (1F1B), PP=2 with 2 virtual stages and PP=2 with uneven stages train one rank's numbers" {
+  # Tiny GPT: the tied embedding's grads are summed between the first and the last stage.
+  local -a model=(--model tiny-gpt --num-layers 4)
+  mt-train "${TINY[@]}" "${model[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  local -a layouts=("--pipeline-model-parallel-size 2"
+                    "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
+                    "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --microbatch-group-size-per-virtual-pipeline-stage 4"
+                    "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3")
+  for layout in "${layouts[@]}"; do
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train "${TINY[@]}" "${model[@]}" $layout >"$TMP/two.jsonl" 2>"$TMP/two.err" \
+      || fail "'$layout': $(cat "$TMP/two.err")"
+    same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+  done
+  jq -e -s '.[0].parallel.pipeline_model_parallel_size == 2 and .[0].parallel.data_parallel_size == 1' \
+    "$TMP/two.jsonl" >/dev/null || fail "run record"
+}
+
+@test "PP=2 x DP=2 and PP=2 x TP=2 on 4 ranks train one rank's numbers" {
+  mt-train "${TINY[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  for layout in "--use-distributed-optimizer" "--tensor-model-parallel-size 2 --sequence-parallel"; do
+    # shellcheck disable=SC2086
+    mpirun_n 4 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 $layout >"$TMP/four.jsonl" 2>"$TMP/four.err" \
+      || fail "'$layout': $(cat "$TMP/four.err")"
+    same_numbers "$TMP/four.jsonl" "$TMP/one.jsonl"
+  done
+}
+
 @test "layouts mt-train does not run yet, or that do not fit the world, are refused by name on every rank" {
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --pipeline-model-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"* ]] \
+  run_split mpirun_n 2 mt-train "${TINY[@]}" --context-parallel-size 2
+  [[ $status -ne 0 && "$err" == *"mt-train: error: --context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"* ]] \
     || fail "$status $err"
+  run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
+  [[ $status -ne 0 && "$err" == *"mt-train: error: "*"--num-layers 2"* ]] || fail "$status $err"
+  for flag in "--save-final $TMP/final.h5" "--save $TMP/ckpt" "--load $TMP/ckpt"; do
+    # shellcheck disable=SC2086
+    run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 $flag
+    [[ $status -ne 0 && "$err" == *"mt-train: error: ${flag%% *}: not supported yet with --pipeline-model-parallel-size > 1"* ]] \
+      || fail "$flag: $status $err"
+  done
   run_split mpirun_n 2 mt-train "${TINY[@]}" --tensor-model-parallel-size 4
   [[ $status -ne 0 && "$err" == *"mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] \
     || fail "$status $err"

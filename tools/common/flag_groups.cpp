@@ -151,23 +151,14 @@ std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, con
 
 void check_parallel_support(const parallel::ParallelConfig& c) {
   auto text = [](const auto& value) { return std::to_string(value); };
-  // Tensor, sequence and data parallelism (with the distributed optimizer and overlapped grad
-  // reduction) run; pipeline, context and expert parallelism come with issue 13.
+  // Tensor, sequence, data (with the distributed optimizer and overlapped grad reduction) and
+  // pipeline parallelism (1F1B, interleaved, uneven first/last stages) run; context and expert
+  // parallelism come with issue 13.
   const std::string one = "1 until issue 13";
-  supported_only(c.pipeline_model_parallel_size == 1, "--pipeline-model-parallel-size",
-                 text(c.pipeline_model_parallel_size), one);
   supported_only(c.context_parallel_size == 1, "--context-parallel-size", text(c.context_parallel_size), one);
   supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), one);
   supported_only(c.expert_tensor_parallel_size.value_or(1) == 1, "--expert-tensor-parallel-size",
                  text(c.expert_tensor_parallel_size.value_or(1)), one);
-  supported_only(!c.num_layers_per_virtual_pipeline_stage, "--num-layers-per-virtual-pipeline-stage", "",
-                 "without virtual stages");
-  supported_only(!c.num_virtual_stages_per_pipeline_rank, "--num-virtual-stages-per-pipeline-rank", "",
-                 "without virtual stages");
-  supported_only(!c.decoder_first_pipeline_num_layers, "--decoder-first-pipeline-num-layers", "", "one stage");
-  supported_only(!c.decoder_last_pipeline_num_layers, "--decoder-last-pipeline-num-layers", "", "one stage");
-  supported_only(!c.microbatch_group_size_per_virtual_pipeline_stage,
-                 "--microbatch-group-size-per-virtual-pipeline-stage", "", "without virtual stages");
   supported_only(!c.overlap_param_gather, "--overlap-param-gather", "",
                  "the parameter all-gather after the optimizer step");
 }

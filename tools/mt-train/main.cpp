@@ -139,15 +139,22 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
       "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
       "exits at once. Every output path is checked writable before the first step.\n"
-      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP (TP fastest), DP = N / TP.\n"
-      "--tensor-model-parallel-size splits heads, query groups, ffn and vocabulary; --sequence-parallel adds\n"
-      "the row split of norms and dropout; --use-distributed-optimizer shards Adam's states over DP\n"
-      "(reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces --ddp-bucket-size buckets\n"
-      "during the last micro-batch's backward. --global-batch-size must be a multiple of micro-batch x DP.\n"
-      "Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout. PP, CP, EP and\n"
-      "--overlap-param-gather are refused until issue 13.");
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP x PP (TP fastest),\n"
+      "DP = N / (TP x PP). --tensor-model-parallel-size splits heads, query groups, ffn and vocabulary;\n"
+      "--sequence-parallel adds the row split of norms and dropout; --use-distributed-optimizer shards Adam's\n"
+      "states over DP (reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces\n"
+      "--ddp-bucket-size buckets during the last micro-batch's backward. --pipeline-model-parallel-size P\n"
+      "splits the layers into P stages run by the 1F1B schedule (embedding on the first stage, head and loss on\n"
+      "the last, a tied embedding's grads summed between them); --num-virtual-stages-per-pipeline-rank V or\n"
+      "--num-layers-per-virtual-pipeline-stage K gives each rank V model chunks run by the interleaved schedule\n"
+      "in groups of --microbatch-group-size-per-virtual-pipeline-stage G micro-batches (default P; P <= G <= m,\n"
+      "m mod G = 0 or >= P, m = global batch / (micro-batch x DP)); --decoder-first-pipeline-num-layers and\n"
+      "--decoder-last-pipeline-num-layers set the end stages' layers (the middle stages split the rest; with\n"
+      "virtual stages only through --num-virtual-stages-per-pipeline-rank). --global-batch-size must be a\n"
+      "multiple of micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes\n"
+      "stdout. CP, EP and --overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP; PP/CP/EP refused until issue 13)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP, PP; CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
 
   auto* d = "Data and output";
@@ -228,6 +235,20 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   const mt::tools::CheckpointFlags& ck = o.checkpoint;
   check_checkpoint_flags(ck);
+  // Pipeline ranks hold different tensors, which the checkpoint writer and reader do not gather
+  // or place yet: refused before any work rather than after the run.
+  if (parallel.pipeline_model_parallel_size > 1) {
+    const std::pair<bool, const char*> checkpoint_flags[] = {{!ck.save.empty(), "--save"},
+                                                             {!ck.load.empty(), "--load"},
+                                                             {!o.save_init.empty(), "--save-init"},
+                                                             {!o.save_final.empty(), "--save-final"}};
+    for (const auto& [given, flag] : checkpoint_flags) {
+      if (given) {
+        throw mt::UsageError(flag, "not supported yet with --pipeline-model-parallel-size > 1 (checkpoints of "
+                                   "pipeline layouts come with issue 13)");
+      }
+    }
+  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
   if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);

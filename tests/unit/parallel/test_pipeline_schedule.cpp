@@ -344,6 +344,26 @@ TEST(PipelineSchedule, ActivationSlotsMatchTheFormulas) {
   }
 }
 
+TEST(PipelineSchedule, ActivationSlotsPerChunkSumToAtLeastTheRanksAndCountThatChunkOnly) {
+  // PP2 VP2 m=5 G=3, rank 0 (order below): chunk 0 runs F0.0 .. F4.0 before B0.0, chunk 1
+  // holds F0.1 F1.1 F2.1 at most; the rank as a whole never more than 6.
+  const std::vector<PipelineAction> actions = pipeline_actions({2, 2, 5, 3, false}, 0);
+  EXPECT_EQ(pipeline_activation_slots(actions, 0), 5);
+  EXPECT_EQ(pipeline_activation_slots(actions, 1), 3);
+  EXPECT_EQ(pipeline_activation_slots(actions), 6);
+  for (const PipelineShape& s : shape_grid()) {
+    for (int r = 0; r < s.stages; ++r) {
+      const auto list = pipeline_actions(s, r);
+      int sum = 0;
+      for (int c = 0; c < s.chunks; ++c) sum += pipeline_activation_slots(list, c);
+      ASSERT_GE(sum, pipeline_activation_slots(list)) << describe(s) << " rank " << r;
+      if (s.chunks == 1) {
+        ASSERT_EQ(pipeline_activation_slots(list, 0), pipeline_activation_slots(list));
+      }
+    }
+  }
+}
+
 TEST(PipelineSchedule, InterleavedFirstStageMemoryIsMegatronsPenalty) {
   // With G = p and enough micro-batches, rank 0 holds p v + p - 1 chunk activations of L/(p v)
   // layers each: p micro-batches of L/p layers times 1 + (p - 1)/(p v) (Korthikanti et al.).

@@ -136,18 +136,24 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
             "--transformer-impl: transformer_engine is not supported yet (mt implements local)");
   EXPECT_EQ(parse_error({"--tensor-model-parallel-size", "0"}),
             "--tensor-model-parallel-size: must be at least 1 (got 0)");
-  // Tensor, sequence and data parallelism run (issue 12); the rest is refused by name.
+  // Tensor, sequence and data parallelism (issue 12) and pipeline parallelism with virtual and
+  // uneven stages (issue 13) run; the rest is refused by name.
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
                                              {"--use-distributed-optimizer", "--overlap-grad-reduce"},
+                                             {"--pipeline-model-parallel-size", "4",
+                                              "--num-layers-per-virtual-pipeline-stage", "2",
+                                              "--microbatch-group-size-per-virtual-pipeline-stage", "4"},
+                                             {"--pipeline-model-parallel-size", "4",
+                                              "--num-virtual-stages-per-pipeline-rank", "2",
+                                              "--decoder-first-pipeline-num-layers", "1",
+                                              "--decoder-last-pipeline-num-layers", "1"},
                                              {"--ddp-bucket-size", "1000", "--expert-tensor-parallel-size", "1"}}) {
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
     EXPECT_NO_THROW(check_parallel_support(g.parallel)) << args[0];
   }
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
-      {{"--pipeline-model-parallel-size", "4"},
-       "--pipeline-model-parallel-size 4: not supported yet (mt-train runs 1 until issue 13)"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"},
       {{"--expert-model-parallel-size", "8"},
        "--expert-model-parallel-size 8: not supported yet (mt-train runs 1 until issue 13)"},
@@ -155,8 +161,6 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
        "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"},
       {{"--overlap-param-gather"},
        "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)"},
-      {{"--num-layers-per-virtual-pipeline-stage", "2"},
-       "--num-layers-per-virtual-pipeline-stage: not supported yet (mt-train runs without virtual stages)"},
   };
   for (const auto& [args, expected] : refused) {
     AllFlags g;
