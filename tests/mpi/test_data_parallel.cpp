@@ -26,6 +26,7 @@
 #include "parallel/rank_grid.h"
 #include "train/grad_sync.h"
 #include "train/trainer.h"
+#include "../unit/tiny_models.h"
 
 using namespace mt;
 
@@ -73,18 +74,7 @@ class EodMaskedMockData : public data::SampleSource {
 };
 
 model::ModelConfig tiny(bool llama, double hidden_dropout) {
-  model::ModelConfig c = model::preset(llama ? "tiny-llama" : "tiny-gpt");
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.num_query_groups = llama ? 2 : 4;
-  c.ffn_hidden_size = 48;
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 16;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout = static_cast<float>(hidden_dropout);
-  return c;
+  return mt::testing::trainer_model(llama, static_cast<float>(hidden_dropout));
 }
 
 struct Layout {

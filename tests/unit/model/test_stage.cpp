@@ -21,27 +21,14 @@
 #include "core/error.h"
 #include "model/init.h"
 #include "model/stage.h"
+#include "../tiny_models.h"
 
 using namespace mt;
 using namespace mt::model;
 
 namespace {
 
-ModelConfig tiny(bool llama, int layers = 4) {
-  ModelConfig c = preset(llama ? "tiny-llama" : "tiny-gpt");
-  c.num_layers = layers;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = llama ? 2 : 4;
-  c.ffn_hidden_size = 24;
-  c.vocab_size = 37;
-  c.make_vocab_size_divisible_by = 8;
-  c.seq_length = 9;
-  c.max_position_embeddings = 9;
-  c.init_method_std = 0.2f;
-  c.hidden_dropout = 0.1f;
-  return c;
-}
+ModelConfig tiny(bool llama, int layers = 4) { return mt::testing::gradient_model(llama, layers, 0.1f); }
 
 struct Samples {
   std::vector<int32_t> tokens, labels, positions;

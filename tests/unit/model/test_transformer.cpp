@@ -11,6 +11,7 @@
 
 #include "model/init.h"
 #include "model/stage.h"
+#include "../tiny_models.h"
 
 using namespace mt;
 using namespace mt::model;
@@ -54,21 +55,7 @@ class Transformer {
   const float* params_ = nullptr;
 };
 
-ModelConfig tiny(bool llama) {
-  ModelConfig c = preset(llama ? "tiny-llama" : "tiny-gpt");
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = llama ? 2 : 4;
-  c.ffn_hidden_size = 24;
-  c.vocab_size = 37;
-  c.make_vocab_size_divisible_by = 8;
-  c.seq_length = 9;
-  c.max_position_embeddings = 9;
-  c.init_method_std = 0.2f;  // large enough that every path carries gradient
-  c.hidden_dropout = 0.0f;
-  return c;
-}
+ModelConfig tiny(bool llama) { return mt::testing::gradient_model(llama, 2, 0.0f); }
 
 struct Data {
   std::vector<int32_t> tokens, labels, positions;

@@ -12,7 +12,7 @@
 
 #include "../error_text.h"
 #include "../temp_dir.h"
-#include "tiny_model.h"
+#include "../tiny_models.h"
 #include "core/error.h"
 #include "data/sample_source.h"
 #include "train/checkpointing.h"

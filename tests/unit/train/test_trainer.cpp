@@ -15,7 +15,7 @@
 #include "core/stop_request.h"
 #include "data/sample_source.h"
 #include "train/trainer.h"
-#include "tiny_model.h"
+#include "../tiny_models.h"
 
 using namespace mt;
 
