@@ -235,20 +235,6 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   const mt::tools::CheckpointFlags& ck = o.checkpoint;
   check_checkpoint_flags(ck);
-  // Pipeline ranks hold different tensors, which the checkpoint writer and reader do not gather
-  // or place yet: refused before any work rather than after the run.
-  if (parallel.pipeline_model_parallel_size > 1) {
-    const std::pair<bool, const char*> checkpoint_flags[] = {{!ck.save.empty(), "--save"},
-                                                             {!ck.load.empty(), "--load"},
-                                                             {!o.save_init.empty(), "--save-init"},
-                                                             {!o.save_final.empty(), "--save-final"}};
-    for (const auto& [given, flag] : checkpoint_flags) {
-      if (given) {
-        throw mt::UsageError(flag, "not supported yet with --pipeline-model-parallel-size > 1 (checkpoints of "
-                                   "pipeline layouts come with issue 13)");
-      }
-    }
-  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
   if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
