@@ -368,9 +368,13 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
     [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
       fail "'$precision': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
     [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",5,'* ]] || fail "'$precision': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+    # When each checkpoint started and ended (UTC, milliseconds), its size and speed, loads as saves.
     jq -e -s '[.[] | select(.record == "ckpt")] | .[0].event == "load" and .[0].iteration == 4 and .[1].event == "save"
-      and .[1].iteration == 10 and .[1].bytes > 0 and .[1].mb_per_s > 0' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
-    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in " "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
+      and .[1].iteration == 10 and all(.bytes > 0 and .seconds > 0 and .mb_per_s > 0
+        and (.started | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}[.][0-9]{3}Z$")) and .started <= .ended)
+      and .[0].ended <= .[1].started' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
+    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in [0-9.]* s ([0-9.]* MB, [0-9]* MB/s)$" \
+      "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
     grep -q "^mt-train: saved $TMP/ck/iter_0000010/checkpoint.h5 (iteration 10, [0-9.]* MB in [0-9.]* s, [0-9]* MB/s)$" \
       "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
   done
