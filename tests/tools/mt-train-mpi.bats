@@ -176,26 +176,32 @@ launch() {
   if [[ "$ranks" == 1 ]]; then mt-train "$@"; else mpirun_n "$ranks" mt-train "$@"; fi
 }
 
+# `resumes_exactly LAYOUT CUT TOTAL FLAGS...`: TOTAL steps straight under LAYOUT ("RANKS flags...")
+# equal CUT + save + load + the rest, bit for bit; the checkpoint is one verified file, written
+# once (rank 0 alone logged it), with no temporaries left.
+resumes_exactly() {
+  local layout="$1" cut="$2" total="$3"
+  shift 3
+  rm -rf "$TMP/ck"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$total" >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$cut" --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$total" --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
+    || fail "$(cat "$TMP/second.err")"
+  [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+    fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+  [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == "[\"step\",$((cut + 1)),"* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+  mt-ckpt verify "$TMP/ck/iter_$(printf %07d "$cut")/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
+  [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "'$layout': temporaries left: $(find "$TMP/ck")"
+  [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
+}
+
 @test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP and TP=2 x DP=2" {
   local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
                     "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
-  for layout in "${layouts[@]}"; do
-    rm -rf "$TMP/ck"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 10 >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 5 --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
-      || fail "$(cat "$TMP/second.err")"
-    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
-      fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
-    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",6,'* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
-    # One file, written once: it verifies (checksums, shapes), nothing temporary is left, rank 0 alone logged it.
-    mt-ckpt verify "$TMP/ck/iter_0000005/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
-    [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "'$layout': temporaries left: $(find "$TMP/ck")"
-    [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
-  done
+  for layout in "${layouts[@]}"; do resumes_exactly "$layout" 5 10 "${CKPT[@]}"; done
 }
 
 # The evaluations and steps after iteration $3 (default 5) of $1 equal those of $2 within 1e-5
@@ -236,20 +242,8 @@ PIPE=(--model tiny-gpt --num-layers 4 --mock-data --vocab-size 97 --seq-length 1
                     "2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
                     "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer")
   for layout in "${layouts[@]}"; do
-    rm -rf "$TMP/ck"
-    # shellcheck disable=SC2086
-    launch $layout "${PIPE[@]}" --train-iters 20 >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${PIPE[@]}" --train-iters 10 --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${PIPE[@]}" --train-iters 20 --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
-      || fail "$(cat "$TMP/second.err")"
-    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
-      fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
-    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",11,'* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
-    # One file whatever the layout: every tensor of the whole model (the tied word embedding once, no
-    # output layer), with its optimizer state, and the checksums hold.
-    mt-ckpt verify "$TMP/ck/iter_0000010/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
+    resumes_exactly "$layout" 10 20 "${PIPE[@]}"
+    # Every tensor of the whole model (the tied word embedding once, no output layer), with its optimizer state.
     /usr/bin/python3 - "$TMP/ck/iter_0000010/checkpoint.h5" <<'EOF' || fail "'$layout': the checkpoint's tensors"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
