@@ -87,11 +87,14 @@ dd_read="$(median dd_read)"
 share() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "n/a") printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
 printf 'checkpoint %.0f MB; disk: dd write (conv=fsync) %s MB/s, dd read (%s) %s MB/s\n' "$(awk -v b="$(median bytes)" 'BEGIN { print b / 1e6 }')" \
   "$dd_write" "$cold" "$dd_read"
-printf '%-34s %10s %10s %10s\n' "MB/s (share of dd)" "1 rank" "2 ranks" "4 ranks"
+printf '%-34s %16s %16s %16s\n' "MB/s (share of dd)" "1 rank" "2 ranks" "4 ranks"
 row() {
-  local label="$1" key="$2" base="$3" line
+  local label="$1" key="$2" base="$3" line value
   line="$(printf '%-34s' "$label")"
-  for ranks in 1 2 4; do line+="$(printf ' %10s' "$(median "${key}_$ranks") ($(share "$(median "${key}_$ranks")" "$base"))")"; done
+  for ranks in 1 2 4; do
+    value="$(median "${key}_$ranks")"
+    line+="$(printf ' %16s' "$(awk -v v="$value" 'BEGIN { printf "%.0f", v }') ($(share "$value" "$base"))")"
+  done
   echo "$line"
 }
 row "mt-train save (gather to rank 0)" save "$dd_write"
@@ -101,6 +104,6 @@ row "writer: parallel HDF5 independent" writer_independent "$dd_write"
 row "writer: parallel HDF5 collective" writer_collective "$dd_write"
 no="$(median step_ms_no)"
 yes="$(median step_ms_yes)"
-printf 'median step: %s ms without saves, %s ms saving every 3 steps (%+.1f%%)\n' "$no" "$yes" \
+printf 'median step: %.0f ms without saves, %.0f ms saving every 3 steps (%+.1f%%)\n' "$no" "$yes" \
   "$(awk -v a="$yes" -v b="$no" 'BEGIN { print 100 * (a - b) / b }')"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
