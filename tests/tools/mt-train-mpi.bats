@@ -11,17 +11,9 @@ setup() {
   load common
   mt_load_libs
   TMP="$(mktemp -d)"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-  export OMPI_MCA_rmaps_base_oversubscribe=1
 }
 
 teardown() { rm -rf "$TMP"; }
-
-mpirun_n() {
-  local ranks="$1"
-  shift
-  timeout 300 mpirun -np "$ranks" --oversubscribe "$@"
-}
 
 TINY=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
       --train-iters 10 --lr 3e-3 --lr-warmup-iters 2 --eval-interval 5 --eval-iters 2 --peak-tflops 1)

@@ -190,7 +190,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   train_tiny --format csv
   head -1 "$TMP/out.jsonl" | grep -q '^record,iteration,consumed_samples,lm_loss' || fail "csv header"
   train_tiny --json
-  check '.[0] | length == 3 and all(.[]; .record != "run")'
+  check '.[0] | map(.record) == ["step", "memory", "step", "memory", "summary"]'
 }
 
 @test "bad input: usage errors name the flag, nothing on stdout" {

@@ -1,6 +1,6 @@
-// mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, eval, ckpt and
-// summary records on stdout (JSONL by default, led by the run record), Megatron's log line on
-// stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
+// mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, memory (per
+// pipeline stage), eval, ckpt and summary records on stdout (JSONL by default, led by the run
+// record), Megatron's log line on stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -132,7 +132,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
-      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
+      "stops the run (as Megatron's default). Records: run, step, memory (one per pipeline stage, after the first\n"
+      "step and at the end, before the final saves), eval, ckpt, summary (docs/DESIGN.md).\n"
       "Checkpoints: --save DIR writes DIR/iter_NNNNNNN/checkpoint.h5 (fp32 parameters, Adam moments and step,\n"
       "counters, loss scaler, configs) every --save-interval iterations and at the end, then points\n"
       "DIR/latest_checkpointed_iteration.txt at it; --load DIR resumes exactly from the iteration it names (with\n"
@@ -364,8 +365,26 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   std::vector<double> step_ms;
   mt::train::StepStats last;
   int64_t activation_peak = 0;
+  // One memory record per pipeline stage (its most loaded rank's high-water marks, gathered by
+  // the trainer every step): after the run's first step and at its end, before the final saves
+  // and the summary.
+  auto write_memory = [&](const mt::train::StepStats& s) {
+    for (const mt::train::StageMemory& m : s.stage_memory) {
+      writer.write(Record{{"record", "memory"},
+                          {"iteration", s.iteration},
+                          {"stage", m.stage},
+                          {"rank", m.rank},
+                          {"weights_bytes", m.weights},
+                          {"grads_bytes", m.grads},
+                          {"optim_bytes", m.optimizer},
+                          {"activations_bytes", m.activations},
+                          {"comm_buffers_bytes", m.comm_buffers},
+                          {"peak_bytes", m.peak}});
+    }
+  };
   mt::train::TrainObservers observers;
   observers.on_step = [&](const mt::train::StepStats& s) {
+    const bool first_step = step_ms.empty();
     last = s;
     step_ms.push_back(s.step_ms);
     activation_peak = std::max(activation_peak, s.mem_activations_bytes);
@@ -391,6 +410,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_peak_rank", s.mem_peak_rank},
                         {"comm_wait_ms", s.comm_wait_ms},
                         {"comm_share", s.comm_share}});
+    if (first_step) write_memory(s);
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
@@ -405,6 +425,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers);
+  // The run's high-water marks per stage, before the saves at the end (the summary's records).
+  write_memory(last);
   // At the end, and when a signal stopped the run: the checkpoint to resume from.
   if (!ck.save.empty() && trainer.iteration() != saved_iteration) save_checkpoint();
   if (!o.save_final.empty()) save_parameters(o.save_final);
