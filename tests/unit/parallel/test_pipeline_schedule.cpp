@@ -3,10 +3,13 @@
 // (p, v, m, G) with point-to-point semantics of two strengths (SendSemantics below). The schedule
 // must finish (no deadlock), every message must meet the receive it was meant for (same pass,
 // micro-batch and virtual stage), every micro-batch must run forward then backward through every
-// chunk exactly once, and the activation slots must match the formulas of megatron-facts.
+// chunk exactly once, and the activation slots must match the formulas of megatron-facts. And
+// every rank's order against Megatron's, as tests/golden/pipeline_orders.py derives it from
+// Megatron's schedule table (committed as tests/golden/pipeline_orders.json).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +17,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
@@ -470,3 +475,37 @@ TEST(PipelineSchedule, ShapeComesFromTheParallelConfig) {
 }
 
 }  // namespace
+
+TEST(PipelineSchedule, EveryRanksOrderEqualsMegatronsFromTheGoldenFile) {
+  std::ifstream in(MT_SOURCE_DIR "/tests/golden/pipeline_orders.json");
+  ASSERT_TRUE(in) << "tests/golden/pipeline_orders.json (written by tests/golden/pipeline_orders.py)";
+  const auto golden = nlohmann::json::parse(in);
+  int cases = 0;
+  for (const auto& c : golden.at("cases")) {
+    PipelineShape s;
+    s.stages = c.at("p").get<int>();
+    s.chunks = c.at("v").get<int>();
+    s.micro_batches = c.at("m").get<int>();
+    s.group_size = c.at("G").is_null() ? 1 : c.at("G").get<int>();
+    s.forward_only = c.at("forward_only").get<bool>();
+    ASSERT_EQ(c.at("ranks").size(), static_cast<size_t>(s.stages)) << describe(s);
+    for (int r = 0; r < s.stages; ++r) {
+      const std::vector<PipelineAction> actions = pipeline_actions(s, r);
+      EXPECT_EQ(order(actions), c.at("ranks").at(static_cast<size_t>(r)).get<std::string>())
+          << describe(s) << " rank " << r;
+      // Every micro-batch runs forward (and, training, backward) exactly once on every chunk.
+      std::map<std::tuple<PipelinePass, int, int>, int> runs;
+      for (const PipelineAction& a : actions) ++runs[{a.pass, a.micro_batch, a.chunk}];
+      for (int mb = 0; mb < s.micro_batches; ++mb) {
+        for (int chunk = 0; chunk < s.chunks; ++chunk) {
+          EXPECT_EQ((runs[{PipelinePass::forward, mb, chunk}]), 1) << describe(s) << " rank " << r << " F" << mb << "." << chunk;
+          EXPECT_EQ((runs[{PipelinePass::backward, mb, chunk}]), s.forward_only ? 0 : 1)
+              << describe(s) << " rank " << r << " B" << mb << "." << chunk;
+        }
+      }
+      EXPECT_EQ(actions.size(), static_cast<size_t>(s.micro_batches * s.chunks * (s.forward_only ? 1 : 2)));
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 4);
+}
