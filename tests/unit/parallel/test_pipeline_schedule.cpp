@@ -26,7 +26,9 @@
 namespace {
 
 using mt::parallel::pipeline_actions;
+using mt::parallel::ActivationSlotPool;
 using mt::parallel::pipeline_activation_slots;
+using mt::parallel::pipeline_slot_pools;
 using mt::parallel::pipeline_warmup_passes;
 using mt::parallel::PipelineAction;
 using mt::parallel::PipelinePass;
@@ -508,4 +510,55 @@ TEST(PipelineSchedule, EveryRanksOrderEqualsMegatronsFromTheGoldenFile) {
     ++cases;
   }
   EXPECT_GE(cases, 4);
+}
+
+TEST(PipelineSchedule, ChunksOfEqualSlotsShareOnePoolOfTheRanksPeak) {
+  // PP2 VP2 m=4 G=2, rank 0: chunk 0 holds 4 micro-batches at once, chunk 1 two, the rank 5
+  // (F0.0 F1.0 F0.1 F1.1 F2.0 before B0.1): one shared pool of 5 slots instead of 4 + 2.
+  const std::vector<PipelineAction> actions = pipeline_actions({2, 2, 4, 2, false}, 0);
+  ASSERT_EQ(pipeline_activation_slots(actions, 0), 4);
+  ASSERT_EQ(pipeline_activation_slots(actions, 1), 2);
+  const auto pools = pipeline_slot_pools(actions, {100, 100});
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(pools[0], (ActivationSlotPool{{0, 1}, 5, 100}));
+  EXPECT_EQ(pools[0].slots, pipeline_activation_slots(actions));
+  // A chunk whose slots are much larger (the output layer's logits) keeps its own pool: sharing
+  // would make all 5 slots that large (5 x 400 > 4 x 100 + 2 x 400).
+  const auto apart = pipeline_slot_pools(actions, {100, 400});
+  ASSERT_EQ(apart.size(), 2u);
+  EXPECT_EQ(apart[0], (ActivationSlotPool{{0}, 4, 100}));
+  EXPECT_EQ(apart[1], (ActivationSlotPool{{1}, 2, 400}));
+  // Slightly larger: sharing still saves (5 x 120 < 4 x 100 + 2 x 120).
+  EXPECT_EQ(pipeline_slot_pools(actions, {100, 120}).size(), 1u);
+
+  for (const PipelineShape& s : shape_grid()) {
+    for (int r = 0; r < s.stages; ++r) {
+      const auto list = pipeline_actions(s, r);
+      const std::vector<int64_t> equal(static_cast<size_t>(s.chunks), 64);
+      const auto shared = pipeline_slot_pools(list, equal);
+      // Equal slots: one pool of exactly the rank's peak in flight, never more than the chunks'
+      // peaks summed.
+      ASSERT_EQ(shared.size(), 1u) << describe(s) << " rank " << r;
+      ASSERT_EQ(shared[0].slots, pipeline_activation_slots(list)) << describe(s) << " rank " << r;
+      int per_chunk = 0;
+      for (int c = 0; c < s.chunks; ++c) per_chunk += pipeline_activation_slots(list, c);
+      ASSERT_LE(shared[0].slots, per_chunk) << describe(s) << " rank " << r;
+      // Every chunk in exactly one pool; unequal slots never cost more than a pool per chunk.
+      std::vector<int64_t> unequal;
+      int64_t per_chunk_floats = 0;
+      for (int c = 0; c < s.chunks; ++c) {
+        unequal.push_back(64 * (1 + (c * 7 + r) % 5));
+        per_chunk_floats += pipeline_activation_slots(list, c) * unequal.back();
+      }
+      int64_t floats = 0;
+      std::vector<int> seen(static_cast<size_t>(s.chunks), 0);
+      for (const ActivationSlotPool& pool : pipeline_slot_pools(list, unequal)) {
+        floats += pool.floats();
+        for (int c : pool.chunks) ++seen[static_cast<size_t>(c)];
+        ASSERT_EQ(pool.slots, pipeline_activation_slots(list, pool.chunks));
+      }
+      ASSERT_LE(floats, per_chunk_floats) << describe(s) << " rank " << r;
+      for (int c = 0; c < s.chunks; ++c) ASSERT_EQ(seen[static_cast<size_t>(c)], 1) << describe(s) << " chunk " << c;
+    }
+  }
 }
