@@ -378,7 +378,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_peak_bytes", s.mem_peak_bytes},
                         {"mem_peak_rank", s.mem_peak_rank},
                         {"comm_wait_ms", s.comm_wait_ms},
-                        {"comm_share", s.comm_share}});
+                        {"comm_share", s.comm_share},
+                        {"compute_ms", s.compute_ms},
+                        {"pipeline_ms", s.pipeline_ms}});
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
