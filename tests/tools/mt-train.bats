@@ -422,7 +422,7 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
     fail "$status $(cat "$TMP/run.log")"
   cp "$file" "$TMP/good.h5"
   for damage in "delete:tensor $name missing" "reshape:tensor $name has shape (256, 64), the model's is (64, 256)" \
-    "float64:tensor $name is not float32" "version:mt_format_version 99 is not supported (this mt reads 2)"; do
+    "float64:tensor $name is not float32, bfloat16 or float16" "version:mt_format_version 99 is not supported (this mt reads 2)"; do
     cp "$TMP/good.h5" "$file"
     "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$file" "${damage%%:*}" "$name"
     run_split ckpt_run run --train-iters 4 --load "$TMP/ck"
