@@ -6,13 +6,17 @@
 namespace mt::model {
 
 ActivationPool::ActivationPool(const ActivationShape& shape, const RecomputePlan& plan, int slots,
-                               const backend::Ops* ops, backend::MemoryLedger* ledger)
+                               const backend::Ops* ops, backend::MemoryLedger* ledger,
+                               const std::vector<float*>& slot_blocks)
     : ops_(ops), ledger_(ledger) {
   const int64_t n = shape.rows, s = shape.sequence_rows, c = shape.hidden;
   const bool any_recomputed = plan.any_recomputed();
 
-  slots_.resize(static_cast<size_t>(std::max(slots, 1)));
-  for (SlotActivations& slot : slots_) {
+  slots_.resize(slot_blocks.empty() ? static_cast<size_t>(std::max(slots, 1)) : slot_blocks.size());
+  for (size_t index = 0; index < slots_.size(); ++index) {
+    SlotActivations& slot = slots_[index];
+    block_ = slot_blocks.empty() ? nullptr : slot_blocks[index];
+    block_start_ = taken_floats_;
     slot.layers.resize(static_cast<size_t>(shape.layers));
     for (int i = 0; i < shape.layers; ++i) {
       LayerActivations& layer = slot.layers[static_cast<size_t>(i)];
@@ -36,7 +40,9 @@ ActivationPool::ActivationPool(const ActivationShape& shape, const RecomputePlan
     } else {
       slot.output = take(s * c);
     }
+    if (index == 0) slot_floats_ = taken_floats_ - block_start_;
   }
+  block_ = nullptr;
 
   StageWorkspace& w = workspace_;
   if (any_recomputed) {
@@ -77,7 +83,11 @@ ActivationPool::ActivationPool(const ActivationShape& shape, const RecomputePlan
 }
 
 float* ActivationPool::take(int64_t count) {
-  bytes_ += backend::buffer_bytes<float>(count);
+  const int64_t bytes = backend::buffer_bytes<float>(count);
+  const int64_t offset = taken_floats_ - block_start_;
+  taken_floats_ += bytes / static_cast<int64_t>(sizeof(float));
+  if (block_) return block_ + offset;
+  bytes_ += bytes;
   if (!ops_) return nullptr;
   owned_.emplace_back(*ops_, count, backend::MemoryCategory::activations, ledger_);
   return owned_.back().data();

@@ -58,11 +58,17 @@ struct SlotActivations {
 
 class ActivationPool {
  public:
-  // Allocates on `ops` (reporting to `ledger`), or only counts when `ops` is null.
+  // Allocates on `ops` (reporting to `ledger`), or only counts when `ops` is null. With
+  // `slot_blocks` the slots are laid out in those blocks instead (one slot per block, each at
+  // least slot_floats() long, owned by the caller, who may lay other pools' slots in the same
+  // blocks: a rank's model chunks share one pool of slots, train/trainer.h); then `slots` is
+  // ignored and bytes() counts the workspace only.
   ActivationPool(const ActivationShape& shape, const RecomputePlan& plan, int slots, const backend::Ops* ops,
-                 backend::MemoryLedger* ledger);
+                 backend::MemoryLedger* ledger, const std::vector<float*>& slot_blocks = {});
 
   int64_t bytes() const { return bytes_; }
+  // Floats one slot takes in a block (its buffers 64-byte aligned, back to back).
+  int64_t slot_floats() const { return slot_floats_; }
   int slots() const { return static_cast<int>(slots_.size()); }
   SlotActivations& slot(int index) { return slots_.at(static_cast<size_t>(index)); }
   StageWorkspace& workspace() { return workspace_; }
@@ -74,6 +80,11 @@ class ActivationPool {
   const backend::Ops* ops_;
   backend::MemoryLedger* ledger_;
   int64_t bytes_ = 0;
+  int64_t slot_floats_ = 0;
+  int64_t taken_floats_ = 0;  // every buffer taken so far, 64-byte aligned
+  // The caller's block the slot being laid out goes in (null: own buffers), and where it starts.
+  float* block_ = nullptr;
+  int64_t block_start_ = 0;
   std::vector<backend::DeviceBuffer<float>> owned_;
   std::vector<SlotActivations> slots_;
   StageWorkspace workspace_;

@@ -47,6 +47,17 @@ ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& l
                                 precision);
 }
 
+int64_t activation_slot_floats(const ModelConfig& config, const ParamLayout& layout, int chunk,
+                               const ParallelContext& parallel, const StageOptions& options) {
+  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+  const int sequence_length = options.sequence_length > 0 ? options.sequence_length : config.seq_length;
+  const ActivationShape shape = activation_shape(
+      config, layout, chunk, parallel, static_cast<int64_t>(options.micro_batch_size) * sequence_length, options.precision);
+  return ActivationPool(shape, plan_recompute(options.recompute, spec.last_layer - spec.first_layer), 1, nullptr,
+                        nullptr)
+      .slot_floats();
+}
+
 int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
                                  int micro_batch_size, int layers) {
   const ParamLayout layout = build_layout(config, parallel::ParallelConfig{}, parallel::RankCoordinates{},
@@ -90,7 +101,9 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   first_layer_ = spec.first_layer;
   last_layer_ = spec.last_layer;
   if (options_.sequence_length <= 0) options_.sequence_length = config_.seq_length;
-  if (options_.activation_slots <= 0) throw Error("stage", "needs at least one activation slot");
+  if (options_.slot_blocks.empty() && options_.activation_slots <= 0) {
+    throw Error("stage", "needs at least one activation slot");
+  }
   capacity_rows_ = static_cast<int64_t>(options_.micro_batch_size) * options_.sequence_length;
   if (spec.has_embedding) embedding_ = std::make_unique<Embedding>(config_, layout);
   layers_.reserve(static_cast<size_t>(last_layer_ - first_layer_));
@@ -98,8 +111,9 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   if (spec.has_output) head_ = std::make_unique<OutputHead>(config_, layout);
   recompute_ = plan_recompute(options_.recompute, last_layer_ - first_layer_);
   const ActivationShape shape = activation_shape(config_, layout, chunk, parallel_, capacity_rows_, options_.precision);
-  pool_ = std::make_unique<ActivationPool>(shape, recompute_, options_.activation_slots, &ops_, &ledger_);
-  states_.resize(static_cast<size_t>(options_.activation_slots));
+  pool_ = std::make_unique<ActivationPool>(shape, recompute_, options_.activation_slots, &ops_, &ledger_,
+                                           options_.slot_blocks);
+  states_.resize(static_cast<size_t>(pool_->slots()));
   StageWorkspace& w = pool_->workspace();
   gemm_.set_operand_buffers(w.operands[0], w.operands[1]);
 }

@@ -46,6 +46,10 @@ struct StageOptions {
   int micro_batch_size = 1;  // samples per micro-batch (the buffers' capacity)
   int sequence_length = 0;   // tokens per sample on this rank; 0: the model's seq_length
   int activation_slots = 1;  // micro-batches in flight
+  // When not empty: the slots' memory, one block of activation_slot_floats() each (allocated by
+  // the caller, who lays the rank's other chunks' slots in the same blocks); replaces
+  // activation_slots.
+  std::vector<float*> slot_blocks{};
   uint64_t seed = 0;         // dropout
 };
 
@@ -97,7 +101,8 @@ class Stage {
   int64_t vocab_start() const;
   int64_t valid_logits() const;
 
-  // Bytes of activation buffers held (measured by the allocator) and their high-water mark.
+  // Bytes of activation buffers the stage allocated (measured by the allocator; not the
+  // caller's slot blocks) and their high-water mark.
   int64_t activation_bytes() const { return ledger_.peak(backend::MemoryCategory::activations); }
 
  private:
@@ -128,6 +133,10 @@ class Stage {
 // The activation buffers' shape of chunk `chunk` of `layout` for micro-batches of `rows` tokens.
 ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
                                  const ParallelContext& parallel, int64_t rows, Precision precision);
+
+// Floats one activation slot of chunk `chunk` takes (the block size of StageOptions::slot_blocks).
+int64_t activation_slot_floats(const ModelConfig& config, const ParamLayout& layout, int chunk,
+                               const ParallelContext& parallel, const StageOptions& options);
 
 // Activation bytes a single-rank stage over layers [0, layers) (with both ends) would hold for
 // micro-batches of `micro_batch_size` samples of the model's seq_length, without allocating:

@@ -111,6 +111,50 @@ int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int ch
   return most;
 }
 
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions, const std::vector<int>& chunks) {
+  int held = 0, most = 0;
+  for (const PipelineAction& action : actions) {
+    if (std::find(chunks.begin(), chunks.end(), action.chunk) == chunks.end()) continue;
+    held += action.pass == PipelinePass::forward ? 1 : -1;
+    most = std::max(most, held);
+  }
+  return most;
+}
+
+std::vector<ActivationSlotPool> pipeline_slot_pools(const std::vector<PipelineAction>& actions,
+                                                    const std::vector<int64_t>& chunk_slot_floats) {
+  const auto make_pool = [&](std::vector<int> chunks) {
+    std::sort(chunks.begin(), chunks.end());
+    ActivationSlotPool pool{chunks, pipeline_activation_slots(actions, chunks), 0};
+    for (int c : chunks) pool.slot_floats = std::max(pool.slot_floats, chunk_slot_floats.at(static_cast<size_t>(c)));
+    return pool;
+  };
+  std::vector<ActivationSlotPool> pools;
+  for (size_t c = 0; c < chunk_slot_floats.size(); ++c) pools.push_back(make_pool({static_cast<int>(c)}));
+  for (;;) {
+    int64_t best_saving = -1;
+    size_t best_a = 0, best_b = 0;
+    ActivationSlotPool best;
+    for (size_t a = 0; a < pools.size(); ++a) {
+      for (size_t b = a + 1; b < pools.size(); ++b) {
+        std::vector<int> chunks = pools[a].chunks;
+        chunks.insert(chunks.end(), pools[b].chunks.begin(), pools[b].chunks.end());
+        ActivationSlotPool merged = make_pool(chunks);
+        const int64_t saving = pools[a].floats() + pools[b].floats() - merged.floats();
+        if (saving > best_saving) {
+          best_saving = saving;
+          best_a = a;
+          best_b = b;
+          best = std::move(merged);
+        }
+      }
+    }
+    if (best_saving < 0) return pools;
+    pools[best_a] = std::move(best);
+    pools.erase(pools.begin() + static_cast<std::ptrdiff_t>(best_b));
+  }
+}
+
 std::string to_string(const PipelineAction& action) {
   return (action.pass == PipelinePass::forward ? "F" : "B") + std::to_string(action.micro_batch) + "." +
          std::to_string(action.chunk);

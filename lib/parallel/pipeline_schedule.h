@@ -14,6 +14,7 @@
 // simulator running every rank's list with blocking point-to-point semantics, in-flight counts).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,28 @@ std::vector<PipelineAction> pipeline_actions(const PipelineShape& shape, int ran
 // its action list): the activation slots it needs, each one micro-batch of one chunk. With
 // `chunk` >= 0, those of that model chunk only (the slots of its stage).
 int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int chunk = -1);
+
+// The same over the model chunks `chunks` together: the slots of a pool they share.
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions, const std::vector<int>& chunks);
+
+// A pool of activation slots shared by some of a rank's model chunks: a slot holds one
+// micro-batch of any of them, so it is as large as the largest of their slots.
+struct ActivationSlotPool {
+  std::vector<int> chunks;  // ascending
+  int slots = 0;            // pipeline_activation_slots(actions, chunks)
+  int64_t slot_floats = 0;  // the largest of the chunks' slots
+  int64_t floats() const { return slots * slot_floats; }
+  bool operator==(const ActivationSlotPool&) const = default;
+};
+
+// How a rank's chunks share slots, given the floats one slot of each chunk takes
+// (`chunk_slot_floats[c]`): starting from a pool per chunk, the two pools whose merging saves the
+// most floats are merged while a merge costs nothing. Chunks of equal slots all share one pool
+// (its count, the most they hold together, is never more than the sum of theirs); a chunk with
+// much larger slots (the output layer's logits) keeps its own when sharing would cost. Never more
+// floats than a pool per chunk.
+std::vector<ActivationSlotPool> pipeline_slot_pools(const std::vector<PipelineAction>& actions,
+                                                    const std::vector<int64_t>& chunk_slot_floats);
 
 // "F3.1" (forward of micro-batch 3 on chunk 1) / "B3.1": compact step orders for tests and logs.
 std::string to_string(const PipelineAction& action);

@@ -299,10 +299,10 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
                                                 : 8 * r.parameters;
   }
 
-  // Activations, chunk by chunk (each model chunk of the stage is its own set of buffers): what
-  // each in-flight micro-batch keeps, by the recompute policy, times the chunk's activation slots
-  // (the micro-batches of that chunk its pipeline schedule keeps in flight at once), then the
-  // chunk's recompute scratch and workspace.
+  // Activations, chunk by chunk: what each in-flight micro-batch keeps, by the recompute policy
+  // (a slot of the chunk), then the chunk's recompute scratch and workspace. The slots are shared
+  // by the stage's chunks as the schedule allows (parallel::pipeline_slot_pools: chunks of equal
+  // slots share one pool of the rank's peak in flight; the head's larger slots keep their own).
   const std::vector<LayerRange> chunks = stage_layers(m, shape.split, stage);
   const parallel::PipelineShape schedule =
       parallel::pipeline_shape(parallel_config(shape), m.num_layers, shape.microbatches());
@@ -319,6 +319,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     widest.act = std::max(widest.act, moe.act);
   }
   const int64_t vocab_local = m.padded_vocab_size() / t;
+  std::vector<int64_t> slot_bytes;  // per chunk: one in-flight micro-batch's kept buffers
   for (size_t c = 0; c < chunks.size(); ++c) {
     const bool with_head = last && c + 1 == chunks.size();
     std::vector<int> layers;
@@ -339,8 +340,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     }
     if (count == 0) kept += rounded_bytes(R * h);  // the embedding output
     if (!with_head) kept += rounded_bytes(R * h);  // the chunk's output, sent to the next stage
-    const int slots = parallel::pipeline_activation_slots(actions, static_cast<int>(c));
-    r.activations_kept += slots * kept;
+    slot_bytes.push_back(kept);
     if (full && count > 0) {
       // Scratch sets for the recomputed chunk (uniform: k layers, the first reading the kept
       // input in place; block: one layer).
@@ -370,6 +370,25 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     }
     r.workspace += work.bytes;
   }
+  // The head's per-slot buffers (final norm input and output, its statistics, the logits, the
+  // loss's row max, sum-exp and target logit) ride in the last chunk's slots; r.head counts one
+  // slot's worth with the loss grad, so only further slots of the head's pool add to the kept bytes.
+  int64_t head_slot = 0;
+  if (last) {
+    BufferSum slot;
+    slot.add(R * h);
+    slot.add(R * h);
+    if (w.layernorm) slot.add(R);
+    slot.add(R);
+    slot.add(N * vocab_local);
+    for (int i = 0; i < 3; ++i) slot.add(N);
+    head_slot = slot.bytes;
+    slot_bytes.back() += head_slot;
+  }
+  for (const parallel::ActivationSlotPool& pool : parallel::pipeline_slot_pools(actions, slot_bytes)) {
+    r.activations_kept += pool.floats();  // here bytes: slots x the largest slot of its chunks
+  }
+  r.activations_kept -= head_slot;
   r.layers = total_layers;
   r.activation_per_layer = total_layers > 0 ? all_layer_bytes / total_layers : 0;
   r.in_flight = parallel::pipeline_activation_slots(actions);

@@ -27,10 +27,10 @@
 //   whole layer (the first without its input). Block, n layers: those n keep R h each, the rest
 //   everything; one scratch set.
 //   Pipeline: each micro-batch in flight keeps its own sets, and a chunk that is not the model's
-//   last its output R h. Every model chunk of a stage has its own buffers: as many slots as the
-//   schedule keeps that chunk's micro-batches in flight (1F1B min(p - r, m) on stage r;
-//   interleaved per chunk, parallel::pipeline_activation_slots), its own scratch, selective and
-//   workspace buffers.
+//   last its output R h. The stage's chunks share slots as mt-train allocates them
+//   (parallel::pipeline_slot_pools: chunks of equal slots one pool of the rank's peak in flight,
+//   1F1B min(p - r, m) on stage r; the head's larger slots their own pool when sharing costs);
+//   every chunk has its own scratch, selective and workspace buffers.
 //   Chunk workspace (not kept): 8 R h (2 ping-pong outputs, the projection output, 2 stream
 //   grads, the grads after attention, into a norm, of a norm's input), with SP 3 N h full rows
 //   (gathered input or grad, partial sums and input grads before their reduce-scatter), N q/t,

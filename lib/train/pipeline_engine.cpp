@@ -2,6 +2,7 @@
 #include "train/pipeline_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -21,15 +22,30 @@ struct PipelineEngine::OutgoingMessage {
 
 PipelineEngine::PipelineEngine(std::vector<model::Stage*> stages, comm::Communicator& pipeline,
                                const model::ParallelContext& parallel, const backend::Ops& ops, int hidden_size,
-                               int64_t max_rows, backend::MemoryLedger* ledger)
+                               int64_t max_rows, backend::MemoryLedger* ledger, std::vector<int> slot_pool_of_chunk)
     : stages_(std::move(stages)),
       pipeline_(pipeline),
       parallel_(parallel),
       ops_(ops),
       hidden_size_(hidden_size),
       max_elements_(parallel.sequence_rows(max_rows) * hidden_size),
-      ledger_(ledger) {
+      ledger_(ledger),
+      slot_pool_of_chunk_(std::move(slot_pool_of_chunk)) {
   if (stages_.empty()) throw Error("pipeline", "a rank runs at least one model chunk");
+  if (slot_pool_of_chunk_.empty()) {
+    for (size_t c = 0; c < stages_.size(); ++c) slot_pool_of_chunk_.push_back(static_cast<int>(c));
+  }
+  if (slot_pool_of_chunk_.size() != stages_.size()) throw Error("pipeline", "a slot pool per model chunk expected");
+  for (size_t c = 0; c < stages_.size(); ++c) {
+    const int pool = slot_pool_of_chunk_[c];
+    if (pool < 0 || pool >= static_cast<int>(stages_.size())) throw Error("pipeline", "slot pool out of range");
+    for (size_t other = 0; other < c; ++other) {
+      if (slot_pool_of_chunk_[other] == pool && stages_[other]->activation_slots() != stages_[c]->activation_slots()) {
+        throw Error("pipeline", "model chunks " + std::to_string(other) + " and " + std::to_string(c) +
+                                    " share a slot pool but hold different numbers of slots");
+      }
+    }
+  }
   if (pipeline_.size() > 1) {
     for (int b = 0; b < 2; ++b) {
       grad_buffers_.emplace_back(ops_, max_elements_, backend::MemoryCategory::comm_buffers, ledger_);
@@ -60,7 +76,7 @@ bool PipelineEngine::post_receive(size_t index, bool wait_for_buffer) {
   const int64_t elements = message_elements(callbacks_->batch(action.micro_batch));
   const size_t chunk = static_cast<size_t>(action.chunk);
   if (action.pass == parallel::PipelinePass::forward) {
-    std::vector<int>& free = free_slots_[chunk];
+    std::vector<int>& free = free_slots_[static_cast<size_t>(slot_pool_of_chunk_[chunk])];
     if (free.empty()) {
       if (!wait_for_buffer) return false;
       throw Error("pipeline", "model chunk " + std::to_string(action.chunk) + " has no free activation slot for " +
@@ -118,18 +134,27 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
   }
   free_slots_.assign(chunks, {});
   slot_of_micro_.assign(chunks, std::vector<int>(static_cast<size_t>(micro_batches), -1));
+  std::vector<bool> pool_filled(chunks, false);
   for (size_t c = 0; c < chunks; ++c) {
-    for (int slot = stages_[c]->activation_slots() - 1; slot >= 0; --slot) free_slots_[c].push_back(slot);
+    const size_t pool = static_cast<size_t>(slot_pool_of_chunk_[c]);
+    if (pool_filled[pool]) continue;
+    pool_filled[pool] = true;
+    for (int slot = stages_[c]->activation_slots() - 1; slot >= 0; --slot) free_slots_[pool].push_back(slot);
   }
   receives_.clear();
   receives_.resize(actions.size());
   next_grad_buffer_ = 0;
 
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const Clock::time_point run_start = Clock::now();
+  compute_seconds_ = 0;
   model::LossSums loss;
   for (size_t i = 0; i < actions.size(); ++i) {
     const parallel::PipelineAction& a = actions[i];
     const size_t chunk = static_cast<size_t>(a.chunk);
     model::Stage& stage = *stages_[chunk];
+    std::vector<int>& free_slots = free_slots_[static_cast<size_t>(slot_pool_of_chunk_[chunk])];
     post_receive(i, true);
     if (i + 1 < actions.size()) post_receive(i + 1, false);  // travels while this action computes
     PendingReceive* input = receives_[i].get();
@@ -140,14 +165,16 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
     if (a.pass == parallel::PipelinePass::forward) {
       int slot = input ? input->slot : -1;
       if (slot < 0) {
-        if (free_slots_[chunk].empty()) {
+        if (free_slots.empty()) {
           throw Error("pipeline", "model chunk " + std::to_string(a.chunk) + " has no free activation slot for " +
                                       parallel::to_string(a));
         }
-        slot = free_slots_[chunk].back();
-        free_slots_[chunk].pop_back();
+        slot = free_slots.back();
+        free_slots.pop_back();
       }
+      const Clock::time_point compute_start = Clock::now();
       const model::StageOutput output = stage.forward(slot, batch, input ? input->buffer : nullptr, pass);
+      compute_seconds_ += seconds_since(compute_start);
       if (stage.is_last()) {
         loss.loss += output.loss.loss;
         loss.tokens += output.loss.tokens;
@@ -156,14 +183,17 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
       if (pass.training) {
         slot_of_micro_[chunk][static_cast<size_t>(a.micro_batch)] = slot;
       } else {
-        free_slots_[chunk].push_back(slot);
+        free_slots.push_back(slot);
       }
     } else {
       int& slot = slot_of_micro_[chunk][static_cast<size_t>(a.micro_batch)];
       if (slot < 0) throw Error("pipeline", parallel::to_string(a) + " before its forward");
       if (i == last_backward[chunk] && callbacks.before_last_backward) callbacks.before_last_backward(a.chunk);
-      const float* grad = stage.backward(slot, input ? input->buffer : nullptr, callbacks.dloss_scale(a.micro_batch));
-      free_slots_[chunk].push_back(slot);
+      const float dloss_scale = callbacks.dloss_scale(a.micro_batch);
+      const Clock::time_point compute_start = Clock::now();
+      const float* grad = stage.backward(slot, input ? input->buffer : nullptr, dloss_scale);
+      compute_seconds_ += seconds_since(compute_start);
+      free_slots.push_back(slot);
       slot = -1;
       if (a.send_to >= 0) send(grad, elements, a.send_to, tag(a.pass, vstage - 1));
     }
@@ -173,6 +203,7 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
     if (message->request) message->request->wait();
     message->request.reset();
   }
+  run_seconds_ = seconds_since(run_start);
   actions_ = nullptr;
   callbacks_ = nullptr;
   return loss;

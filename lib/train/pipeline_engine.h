@@ -8,8 +8,10 @@
 // two grad buffers), so the next input travels while this action computes, and waited just before
 // the action needs it. A message's tag names its pass and the virtual stage receiving it; the
 // micro-batches of one (pass, virtual stage) pair go and arrive in the same (ascending) order on
-// both ranks, so MPI's in-order matching of equal tags pairs them. A stage's activation slots are
-// taken by a micro-batch's forward and freed by its backward (at once in a forward-only run).
+// both ranks, so MPI's in-order matching of equal tags pairs them. Activation slots are taken by
+// a micro-batch's forward and freed by its backward (at once in a forward-only run), from the
+// pool its chunk shares with others of the rank (parallel::pipeline_slot_pools; slot k of a pool
+// is the same memory in each of its stages).
 // With one stage and one chunk it is the plain loop over micro-batches (forward, then backward).
 // Tested through the trainer in tests/mpi/test_data_parallel.cpp (every pipeline layout against
 // one rank) and tests/tools/mt-train-mpi.bats.
@@ -44,14 +46,23 @@ class PipelineEngine {
   // `stages[c]` is model chunk c of this rank; `pipeline` is the PP group (this rank is its
   // rank pipeline.rank()); all must outlive the engine. Micro-batches hold at most `max_rows`
   // tokens (micro-batch size x sequence length); p2p buffers report to `ledger` (nullable).
+  // `slot_pool_of_chunk[c]` names the slot pool chunk c's stage takes its slots from (stages
+  // of one pool have the same number of slots); empty: a pool per chunk.
   PipelineEngine(std::vector<model::Stage*> stages, comm::Communicator& pipeline, const model::ParallelContext& parallel,
-                 const backend::Ops& ops, int hidden_size, int64_t max_rows, backend::MemoryLedger* ledger = nullptr);
+                 const backend::Ops& ops, int hidden_size, int64_t max_rows, backend::MemoryLedger* ledger = nullptr,
+                 std::vector<int> slot_pool_of_chunk = {});
   ~PipelineEngine();
 
   // Runs `actions` (this rank's list for the shape) with `pass`; returns the loss sums of the
   // micro-batches whose last virtual stage ran here (zero on other ranks).
   model::LossSums run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
                       const PipelineCallbacks& callbacks);
+
+  // The last run's seconds in its stages' forward and backward passes (compute, with their
+  // tensor-parallel collectives; not the waits for p2p inputs, the sends or the callbacks), and
+  // its wall time from the first pass to the last send done.
+  double compute_seconds() const { return compute_seconds_; }
+  double run_seconds() const { return run_seconds_; }
 
  private:
   struct PendingReceive;
@@ -71,15 +82,17 @@ class PipelineEngine {
   int hidden_size_;
   int64_t max_elements_;  // the largest message: (sequence rows, hidden)
   backend::MemoryLedger* ledger_;
+  std::vector<int> slot_pool_of_chunk_;
   // Per run.
   const std::vector<parallel::PipelineAction>* actions_ = nullptr;
   const PipelineCallbacks* callbacks_ = nullptr;
-  std::vector<std::vector<int>> free_slots_;      // per chunk
+  std::vector<std::vector<int>> free_slots_;      // per slot pool
   std::vector<std::vector<int>> slot_of_micro_;   // per chunk: micro-batch -> slot
   std::vector<std::unique_ptr<PendingReceive>> receives_;  // per action
   std::vector<backend::DeviceBuffer<float>> grad_buffers_;  // two, alternating
   int next_grad_buffer_ = 0;
   std::vector<std::unique_ptr<OutgoingMessage>> outgoing_;
+  double compute_seconds_ = 0, run_seconds_ = 0;
 };
 
 }  // namespace mt::train

@@ -139,10 +139,32 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   stage_options.recompute = config_.recompute;
   stage_options.micro_batch_size = config_.micro_batch_size;
   stage_options.seed = config_.seed;
+  // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
+  // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
+  // than each holding its own peak), laid out in blocks the stages share.
+  const size_t chunk_count = layout_.chunks.size();
+  std::vector<int64_t> chunk_slot_floats;
+  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
+    chunk_slot_floats.push_back(
+        model::activation_slot_floats(model_config_, layout_, static_cast<int>(chunk), parallel_, stage_options));
+  }
+  std::vector<std::vector<float*>> chunk_slot_blocks(chunk_count);
+  std::vector<int> slot_pool_of_chunk(chunk_count, 0);
+  const std::vector<parallel::ActivationSlotPool> slot_pools = parallel::pipeline_slot_pools(train_actions_, chunk_slot_floats);
+  for (size_t pool = 0; pool < slot_pools.size(); ++pool) {
+    std::vector<float*> blocks;
+    for (int slot = 0; slot < std::max(slot_pools[pool].slots, 1); ++slot) {
+      slot_blocks_.emplace_back(ops_, slot_pools[pool].slot_floats, backend::MemoryCategory::activations, &memory_);
+      blocks.push_back(slot_blocks_.back().data());
+    }
+    for (int chunk : slot_pools[pool].chunks) {
+      chunk_slot_blocks[static_cast<size_t>(chunk)] = blocks;
+      slot_pool_of_chunk[static_cast<size_t>(chunk)] = static_cast<int>(pool);
+    }
+  }
   std::vector<model::Stage*> stage_pointers;
-  for (size_t chunk = 0; chunk < layout_.chunks.size(); ++chunk) {
-    // As many activation slots as the schedule keeps this chunk's micro-batches in flight.
-    stage_options.activation_slots = parallel::pipeline_activation_slots(train_actions_, static_cast<int>(chunk));
+  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
+    stage_options.slot_blocks = chunk_slot_blocks[chunk];
     stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
                                                      *gemm_weights_, stage_options, &memory_));
     stages_.back()->bind(params_.data(), grads_.data());
@@ -152,7 +174,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   pipeline_ = std::make_unique<PipelineEngine>(std::move(stage_pointers), *pipeline_group_, parallel_, ops_,
                                                model_config_.hidden_size,
                                                static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length,
-                                               &memory_);
+                                               &memory_, std::move(slot_pool_of_chunk));
   grad_sync_ = std::make_unique<GradSync>(layout_, *data_parallel_group_, *tensor_group_,
                                           parallel_config_.use_distributed_optimizer,
                                           parallel_config_.overlap_grad_reduce);
@@ -359,6 +381,12 @@ StepStats Trainer::train_step() {
   consumed_samples_ += global;
 
   gather_memory(stats);
+
+  double busiest[2] = {pipeline_->compute_seconds(), pipeline_->run_seconds()};
+  if (world_->size() > 1) world_->all_reduce(busiest, 2, DType::f64, comm::ReduceOp::max);
+  stats.compute_ms = busiest[0] * 1e3;
+  stats.pipeline_ms = busiest[1] * 1e3;
+
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;

@@ -136,6 +136,11 @@ struct StepStats {
   double comm_wait_ms = 0;
   double comm_share = 0;
   std::vector<StageMemory> stage_memory;  // one per pipeline stage, gathered on every rank
+  // The busiest rank's milliseconds in forward and backward compute during the step (pipeline
+  // stages' passes, not their waits for inputs), and the longest rank's wall time running the
+  // pipeline schedule: (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble.
+  double compute_ms = 0;
+  double pipeline_ms = 0;
 };
 
 struct EvalStats {
@@ -250,6 +255,9 @@ class Trainer {
   backend::DeviceBuffer<float> grads_;
   model::ParallelContext parallel_;
   std::unique_ptr<model::GemmWeights> gemm_weights_;
+  // The activation slots of this rank's chunks, pool by pool (parallel::pipeline_slot_pools):
+  // each block holds one micro-batch of any chunk of its pool.
+  std::vector<backend::DeviceBuffer<float>> slot_blocks_;
   std::vector<std::unique_ptr<model::Stage>> stages_;  // one per model chunk of this rank
   std::vector<parallel::PipelineAction> train_actions_, eval_actions_;  // this rank's schedules
   std::unique_ptr<PipelineEngine> pipeline_;

@@ -6,15 +6,19 @@
 // buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
 // ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap), PP=4 with uneven
 // first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed optimizer: the tied
-// embedding's shard summed between stages, buckets armed chunk by chunk), PP=2 x TP=2 + SP. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
+// embedding's shard summed between stages, buckets armed chunk by chunk), PP=2 x TP=2 + SP; at 8
+// ranks: TP=2 x PP=2 x DP=2. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
 // dropout 0.1 on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches
 // with different token counts), per-token loss, no / selective / full recompute.
+// The activation slots of an interleaved rank: its chunks share one pool of as many slots as the
+// schedule keeps in flight, and the ledger's activation bytes are that pool plus the workspaces.
 // And the grad reducer on its own: with overlap, buckets start as backward signals their layers
 // (not at finish()), and the sums and shards are exact on integer-valued grads.
-// Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
+// Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +26,9 @@
 #include "comm/communicator.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
+#include "model/activations.h"
+#include "model/stage.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
 #include "train/grad_sync.h"
@@ -190,6 +197,7 @@ std::vector<Layout> layouts_for_world(int world) {
              0, 4},
             {"PP=2 x TP=2 SP", 2, true, false, false, 2}};
   }
+  if (world == 8) return {{"TP=2 x PP=2 x DP=2", 2, false, false, false, 2}};
   return {};
 }
 
@@ -234,6 +242,62 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
   }
 }
 
+TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
+  if (g_world->size() != 2) GTEST_SKIP() << "PP=2 x 2 virtual stages runs at 2 ranks";
+  const int rank = g_world->rank();
+  model::ModelConfig model = tiny(false, 0.0);
+  model.num_layers = 4;
+  train::TrainConfig config;
+  config.micro_batch_size = 2;
+  config.global_batch_size = 8;  // 4 micro-batches
+  config.train_iters = 1;
+  config.eval_iters = 1;
+  parallel::ParallelConfig parallel;
+  parallel.pipeline_model_parallel_size = 2;
+  parallel.num_virtual_stages_per_pipeline_rank = 2;
+  parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
+                                       model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
+  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, 2);
+  const parallel::ProcessGroups groups(*g_world, parallel::RankGrid(parallel));
+  const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
+  train::Trainer trainer(model, config, *data, &groups);
+  trainer.run({});
+
+  // What this rank's chunks need, from the schedule and the slot shapes alone.
+  const auto actions = parallel::pipeline_actions(parallel::pipeline_shape(parallel, model.num_layers, 4), rank);
+  model::StageOptions options;
+  options.micro_batch_size = config.micro_batch_size;
+  std::vector<int64_t> slot_floats;
+  int64_t workspaces = 0, per_chunk_slots = 0;
+  for (int c = 0; c < 2; ++c) {
+    slot_floats.push_back(model::activation_slot_floats(model, trainer.layout(), c, model::ParallelContext{}, options));
+    const model::ActivationShape shape = model::activation_shape(model, trainer.layout(), c, model::ParallelContext{},
+                                                                 2 * model.seq_length, Precision::fp32);
+    const auto& spec = trainer.layout().chunks[static_cast<size_t>(c)].spec;
+    workspaces += model::ActivationPool(shape, model::plan_recompute({}, spec.last_layer - spec.first_layer), 1,
+                                        nullptr, nullptr)
+                      .bytes() -
+                  slot_floats.back() * 4;
+    per_chunk_slots += parallel::pipeline_activation_slots(actions, c) * slot_floats.back() * 4;
+  }
+  const auto pools = parallel::pipeline_slot_pools(actions, slot_floats);
+  int64_t pooled_slots = 0;
+  for (const auto& pool : pools) pooled_slots += pool.floats() * 4;
+  EXPECT_EQ(trainer.memory().peak(backend::MemoryCategory::activations), workspaces + pooled_slots);
+  if (rank == 0) {
+    // Chunks 0 and 1 hold slots of one shape: one pool of 5 (F0.0 F1.0 F0.1 F1.1 F2.0 before
+    // the first backward), where a pool per chunk would hold 4 + 2.
+    ASSERT_EQ(pools.size(), 1u);
+    EXPECT_EQ(pools[0].slots, 5);
+    EXPECT_EQ(pools[0].slots, parallel::pipeline_activation_slots(actions));
+    EXPECT_EQ(per_chunk_slots - pooled_slots, slot_floats[0] * 4);
+    std::printf("rank 0 activations: %lld bytes (slots %lld, workspaces %lld); a pool per chunk: %lld\n",
+                static_cast<long long>(workspaces + pooled_slots), static_cast<long long>(pooled_slots),
+                static_cast<long long>(workspaces), static_cast<long long>(workspaces + per_chunk_slots));
+  }
+  EXPECT_LE(pooled_slots, per_chunk_slots);
+}
+
 TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
   const int world = g_world->size(), rank = g_world->rank();
   const model::ModelConfig model = tiny(true, 0.0);
@@ -261,7 +325,9 @@ TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
       sync.layer_ready(layer);
       EXPECT_GE(sync.started_buckets(), started) << "layer " << layer;
       started = sync.started_buckets();
-      if (layer == model.num_layers - 1) EXPECT_GT(started, 0) << "nothing started before the embedding's signal";
+      if (layer == model.num_layers - 1) {
+        EXPECT_GT(started, 0) << "nothing started before the embedding's signal";
+      }
     }
     EXPECT_EQ(started, static_cast<int>(layout.buckets.size()));
     sync.finish();

@@ -100,6 +100,9 @@ same_numbers() {
     mpirun_n 2 mt-train "${TINY[@]}" "${model[@]}" $layout >"$TMP/two.jsonl" 2>"$TMP/two.err" \
       || fail "'$layout': $(cat "$TMP/two.err")"
     same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+    # The busiest stage's compute and the longest schedule run: the run holds the compute.
+    jq -e -s '[.[] | select(.record=="step")] | all(.compute_ms > 0 and .pipeline_ms >= .compute_ms)' \
+      "$TMP/two.jsonl" >/dev/null || fail "'$layout': $(cat "$TMP/two.jsonl")"
   done
   jq -e -s '.[0].parallel.pipeline_model_parallel_size == 2 and .[0].parallel.data_parallel_size == 1' \
     "$TMP/two.jsonl" >/dev/null || fail "run record"

@@ -35,7 +35,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   check '[.[] | select(.record=="eval") | .iteration] == [15, 30]'
   check '.[-1].record == "summary" and .[-1].iterations == 30'
   check '[.[] | select(.record=="step")] | (.[0].lm_loss - .[-1].lm_loss) > 1.0'
-  check '[.[] | select(.record=="step")][0] | keys == (["consumed_samples","global_batch_size","grad_norm","iteration","lm_loss","loss_scale","lr","mem_activations_bytes","mem_grads_bytes","mem_optim_bytes","mem_weights_bytes","mfu","nan_iters","record","skipped_iters","step_ms","tflops_per_device","tokens_per_s","mem_peak_bytes","mem_peak_rank","comm_wait_ms","comm_share"] | sort)'
+  check '[.[] | select(.record=="step")][0] | keys == (["consumed_samples","global_batch_size","grad_norm","iteration","lm_loss","loss_scale","lr","mem_activations_bytes","mem_grads_bytes","mem_optim_bytes","mem_weights_bytes","mfu","nan_iters","record","skipped_iters","step_ms","tflops_per_device","tokens_per_s","mem_peak_bytes","mem_peak_rank","comm_wait_ms","comm_share","compute_ms","pipeline_ms"] | sort)'
   [[ "$err" == *" iteration       10/      30 | consumed samples:"* ]] || fail "no Megatron log line: $err"
   [[ "$err" == *"validation loss at iteration 30"* ]] || fail "no validation line"
 }

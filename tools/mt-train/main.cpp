@@ -156,7 +156,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "--decoder-last-pipeline-num-layers set the end stages' layers (the middle stages split the rest; with\n"
       "virtual stages only through --num-virtual-stages-per-pipeline-rank). --global-batch-size must be a\n"
       "multiple of micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes\n"
-      "stdout. CP, EP and --overlap-param-gather are refused until issue 13.");
+      "stdout; its step records carry compute_ms (the busiest rank's forward/backward compute) and\n"
+      "pipeline_ms (the longest rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline\n"
+      "bubble. CP, EP and --overlap-param-gather are refused until issue 13.");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP, PP; CP/EP refused until issue 13)");
   mt::tools::add_training_flags(app, o.training, "Training");
@@ -409,7 +411,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_peak_bytes", s.mem_peak_bytes},
                         {"mem_peak_rank", s.mem_peak_rank},
                         {"comm_wait_ms", s.comm_wait_ms},
-                        {"comm_share", s.comm_share}});
+                        {"comm_share", s.comm_share},
+                        {"compute_ms", s.compute_ms},
+                        {"pipeline_ms", s.pipeline_ms}});
     if (first_step) write_memory(s);
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {

@@ -3,10 +3,13 @@
 // (p, v, m, G) with point-to-point semantics of two strengths (SendSemantics below). The schedule
 // must finish (no deadlock), every message must meet the receive it was meant for (same pass,
 // micro-batch and virtual stage), every micro-batch must run forward then backward through every
-// chunk exactly once, and the activation slots must match the formulas of megatron-facts.
+// chunk exactly once, and the activation slots must match the formulas of megatron-facts. And
+// every rank's order against Megatron's, as tests/golden/pipeline_orders.py derives it from
+// Megatron's schedule table (committed as tests/golden/pipeline_orders.json).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,13 +18,17 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace {
 
 using mt::parallel::pipeline_actions;
+using mt::parallel::ActivationSlotPool;
 using mt::parallel::pipeline_activation_slots;
+using mt::parallel::pipeline_slot_pools;
 using mt::parallel::pipeline_warmup_passes;
 using mt::parallel::PipelineAction;
 using mt::parallel::PipelinePass;
@@ -470,3 +477,88 @@ TEST(PipelineSchedule, ShapeComesFromTheParallelConfig) {
 }
 
 }  // namespace
+
+TEST(PipelineSchedule, EveryRanksOrderEqualsMegatronsFromTheGoldenFile) {
+  std::ifstream in(MT_SOURCE_DIR "/tests/golden/pipeline_orders.json");
+  ASSERT_TRUE(in) << "tests/golden/pipeline_orders.json (written by tests/golden/pipeline_orders.py)";
+  const auto golden = nlohmann::json::parse(in);
+  int cases = 0;
+  for (const auto& c : golden.at("cases")) {
+    PipelineShape s;
+    s.stages = c.at("p").get<int>();
+    s.chunks = c.at("v").get<int>();
+    s.micro_batches = c.at("m").get<int>();
+    s.group_size = c.at("G").is_null() ? 1 : c.at("G").get<int>();
+    s.forward_only = c.at("forward_only").get<bool>();
+    ASSERT_EQ(c.at("ranks").size(), static_cast<size_t>(s.stages)) << describe(s);
+    for (int r = 0; r < s.stages; ++r) {
+      const std::vector<PipelineAction> actions = pipeline_actions(s, r);
+      EXPECT_EQ(order(actions), c.at("ranks").at(static_cast<size_t>(r)).get<std::string>())
+          << describe(s) << " rank " << r;
+      // Every micro-batch runs forward (and, training, backward) exactly once on every chunk.
+      std::map<std::tuple<PipelinePass, int, int>, int> runs;
+      for (const PipelineAction& a : actions) ++runs[{a.pass, a.micro_batch, a.chunk}];
+      for (int mb = 0; mb < s.micro_batches; ++mb) {
+        for (int chunk = 0; chunk < s.chunks; ++chunk) {
+          EXPECT_EQ((runs[{PipelinePass::forward, mb, chunk}]), 1) << describe(s) << " rank " << r << " F" << mb << "." << chunk;
+          EXPECT_EQ((runs[{PipelinePass::backward, mb, chunk}]), s.forward_only ? 0 : 1)
+              << describe(s) << " rank " << r << " B" << mb << "." << chunk;
+        }
+      }
+      EXPECT_EQ(actions.size(), static_cast<size_t>(s.micro_batches * s.chunks * (s.forward_only ? 1 : 2)));
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 4);
+}
+
+TEST(PipelineSchedule, ChunksOfEqualSlotsShareOnePoolOfTheRanksPeak) {
+  // PP2 VP2 m=4 G=2, rank 0: chunk 0 holds 4 micro-batches at once, chunk 1 two, the rank 5
+  // (F0.0 F1.0 F0.1 F1.1 F2.0 before B0.1): one shared pool of 5 slots instead of 4 + 2.
+  const std::vector<PipelineAction> actions = pipeline_actions({2, 2, 4, 2, false}, 0);
+  ASSERT_EQ(pipeline_activation_slots(actions, 0), 4);
+  ASSERT_EQ(pipeline_activation_slots(actions, 1), 2);
+  const auto pools = pipeline_slot_pools(actions, {100, 100});
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(pools[0], (ActivationSlotPool{{0, 1}, 5, 100}));
+  EXPECT_EQ(pools[0].slots, pipeline_activation_slots(actions));
+  // A chunk whose slots are much larger (the output layer's logits) keeps its own pool: sharing
+  // would make all 5 slots that large (5 x 400 > 4 x 100 + 2 x 400).
+  const auto apart = pipeline_slot_pools(actions, {100, 400});
+  ASSERT_EQ(apart.size(), 2u);
+  EXPECT_EQ(apart[0], (ActivationSlotPool{{0}, 4, 100}));
+  EXPECT_EQ(apart[1], (ActivationSlotPool{{1}, 2, 400}));
+  // Slightly larger: sharing still saves (5 x 120 < 4 x 100 + 2 x 120).
+  EXPECT_EQ(pipeline_slot_pools(actions, {100, 120}).size(), 1u);
+
+  for (const PipelineShape& s : shape_grid()) {
+    for (int r = 0; r < s.stages; ++r) {
+      const auto list = pipeline_actions(s, r);
+      const std::vector<int64_t> equal(static_cast<size_t>(s.chunks), 64);
+      const auto shared = pipeline_slot_pools(list, equal);
+      // Equal slots: one pool of exactly the rank's peak in flight, never more than the chunks'
+      // peaks summed.
+      ASSERT_EQ(shared.size(), 1u) << describe(s) << " rank " << r;
+      ASSERT_EQ(shared[0].slots, pipeline_activation_slots(list)) << describe(s) << " rank " << r;
+      int per_chunk = 0;
+      for (int c = 0; c < s.chunks; ++c) per_chunk += pipeline_activation_slots(list, c);
+      ASSERT_LE(shared[0].slots, per_chunk) << describe(s) << " rank " << r;
+      // Every chunk in exactly one pool; unequal slots never cost more than a pool per chunk.
+      std::vector<int64_t> unequal;
+      int64_t per_chunk_floats = 0;
+      for (int c = 0; c < s.chunks; ++c) {
+        unequal.push_back(64 * (1 + (c * 7 + r) % 5));
+        per_chunk_floats += pipeline_activation_slots(list, c) * unequal.back();
+      }
+      int64_t floats = 0;
+      std::vector<int> seen(static_cast<size_t>(s.chunks), 0);
+      for (const ActivationSlotPool& pool : pipeline_slot_pools(list, unequal)) {
+        floats += pool.floats();
+        for (int c : pool.chunks) ++seen[static_cast<size_t>(c)];
+        ASSERT_EQ(pool.slots, pipeline_activation_slots(list, pool.chunks));
+      }
+      ASSERT_LE(floats, per_chunk_floats) << describe(s) << " rank " << r;
+      for (int c = 0; c < s.chunks; ++c) ASSERT_EQ(seen[static_cast<size_t>(c)], 1) << describe(s) << " chunk " << c;
+    }
+  }
+}

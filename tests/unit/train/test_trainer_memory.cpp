@@ -30,6 +30,8 @@ TEST(TrainerMemory, TheLedgerCountsEveryBufferByCategory) {
     EXPECT_GT(s.mem_activations_bytes, 0);
     EXPECT_EQ(memory.live(MemoryCategory::comm_buffers), 0);
     EXPECT_EQ(memory.peak_total(), memory.live_total());  // set-up allocates once, steps allocate nothing
-    if (precision == Precision::bf16) EXPECT_GT(s.mem_weights_bytes, flat_bytes);  // the GEMM copy
+    if (precision == Precision::bf16) {
+      EXPECT_GT(s.mem_weights_bytes, flat_bytes);  // the GEMM copy
+    }
   }
 }

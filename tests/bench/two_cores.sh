@@ -1,0 +1,18 @@
+# Sourced by the benchmarks that compare one rank on 2 threads with 2 MPI ranks on 1 thread each
+# (bench_parallel.sh, bench_pipeline.sh): the MPI environment, running one layout, medians.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=passive
+
+# run_on_two_cores RANKS NAME OUT ERR ARGS...: mt-train ARGS on one rank with 2 threads (RANKS 1)
+# or on 2 ranks with 1 thread each, records to OUT, stderr to ERR; exits naming NAME on failure.
+run_on_two_cores() {
+  local ranks="$1" name="$2" out="$3" err="$4"
+  shift 4
+  if [[ $ranks -eq 1 ]]; then
+    OMP_NUM_THREADS=2 "$MT_BIN/mt-train" "$@" >"$out" 2>"$err"
+  else
+    OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none "$MT_BIN/mt-train" "$@" >"$out" 2>"$err"
+  fi || { echo "bench: '$name' failed: $(tail -3 "$err")" >&2; exit 1; }
+}
+
+median() { jq -s 'sort | if length == 0 then 0 else .[length / 2 | floor] end'; }
