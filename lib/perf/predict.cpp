@@ -22,7 +22,7 @@ const std::vector<Cluster>& cluster_table() {
       // is not published, so both links are fitted (fit_predictor): NVLink on its 13B TP4+FSDP4
       // run (far below NVLink4's 450 GB/s: it absorbs that stack's TP overheads), the network on
       // its 13B FSDP=8 run.
-      {"h200-4gpu-nodes", "h200", 4, 154, 17.7, 5, 10,
+      {"h200-4gpu-nodes", "h200", 4, 173.9, 35.15, 5, 10,
        "8 nodes x 4 H200 of the FSDP/TP study; links fitted on its 13B runs (not published)"},
   };
   return table;
@@ -39,7 +39,7 @@ const Cluster& find_cluster(const std::string& name) {
 
 PredictorConstants fitted_constants() {
   PredictorConstants c;
-  c.gemm_efficiency = 0.801;  // fitted on fsdp-7b-1gpu (one H200, no communication)
+  c.gemm_efficiency = 0.810;  // fitted on fsdp-7b-1gpu (one H200, no communication)
   c.gemm_tile = 128;
   c.attention_efficiency = 0.50;  // flash attention 2 forward + backward on Hopper, not fitted
   c.memory_efficiency = 0.8;      // STREAM-like fraction of HBM bandwidth, not fitted
@@ -182,6 +182,19 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
   return lt;
 }
 
+// FSDP's units with nothing to overlap with on a rank of a one-stage model: the root (the
+// blocks outside the layers: embeddings, final norm, output layer) and the first layer.
+int64_t fsdp_exposed_parameters(const ModelConfig& m, const ModelSplit& split, int first_layer) {
+  int64_t elements = 0;
+  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+    if (block.layer != -1 && block.layer != first_layer) continue;
+    if (block.split == ParamSplit::tensor_parallel) elements += block.elements / split.tensor_parallel;
+    else if (block.split == ParamSplit::expert) elements += block.elements / (split.expert_parallel * split.expert_tp());
+    else elements += block.elements;
+  }
+  return elements;
+}
+
 }  // namespace
 
 StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
@@ -259,13 +272,16 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
     const double backward_last = per_microbatch * 2.0 / 3.0, forward_first = per_microbatch / 3.0;
     if (shape.fsdp) {
       // Per micro-batch: gather the params (bf16) for forward and again for backward, reduce-
-      // scatter the grads (fp32), layer by layer behind the layer's compute; the first layer's
-      // gather is never hidden.
-      const double gather = all_gather(dp_link, static_cast<int>(dp_group), params * 2.0);
-      const double scatter = all_gather(dp_link, static_cast<int>(dp_group), params * 4.0);
-      const double comm = 2 * gather + scatter;
-      const double first_layer = gather / std::max<size_t>(1, layers.size());
-      s.dp_comm = microbatches * (std::max(0.0, comm - per_microbatch) + first_layer);
+      // scatter the grads (fp32), unit by unit behind the units' compute. Two units have no
+      // compute to hide behind: the root (embedding, final norm, output layer), gathered before
+      // the first layer's forward and reduce-scattered after the last backward, and the first
+      // layer, gathered right after the root and reduce-scattered last. The rest overlaps.
+      const int64_t exposed_params = fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front());
+      const auto gather = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 2.0); };
+      const auto scatter = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 4.0); };
+      const double exposed = gather(exposed_params) + scatter(exposed_params);
+      const double hidden = 2 * gather(params) + scatter(params) - exposed;
+      s.dp_comm = microbatches * (std::max(0.0, hidden - per_microbatch) + exposed);
     } else {
       const double grad_bytes = params * 4.0;  // fp32 main grads
       double reduce = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), grad_bytes)

@@ -4,8 +4,8 @@
 // process group spans (ring all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, p2p,
 // all-to-all for EP), the pipeline bubble (p-1)/(v m), Megatron's overlap of the data-parallel
 // grad reduce-scatter with the last micro-batch's backward and of the param all-gather with the
-// next forward (a bucket left exposed), FSDP's per-layer gathers overlapped with the layer's
-// compute, and the optimizer step. The constants are global (one set, fitted once on a named
+// next forward (a bucket left exposed), FSDP's per-unit gathers and reduce-scatters overlapped
+// with the micro-batch's compute except the root's and the first layer's, and the optimizer step. The constants are global (one set, fitted once on a named
 // subset of published runs: docs/accounting.md, data/perf/published_runs.csv) and never per run.
 // Tested in tests/unit/perf/test_predict.cpp and tests/unit/perf/test_published_runs.cpp.
 #pragma once

@@ -3,7 +3,8 @@
 # stage after the first step and at the end, the stage's most loaded rank, categories adding
 # up to the step records' maxima, the first stage's in-flight activations above the last's under
 # 1F1B); mt-memreport --from-log on TP, TP + SP and pipeline logs (1F1B and interleaved) across the
-# recompute modes, every stage's weights, grads and optimizer exact and activations within 10%; and
+# recompute modes and on GPT-2 124M (micro-batch 8, T 256) under TP=2 + SP, every stage's weights,
+# grads and optimizer exact and activations within 10%; and
 # mt-mfu --from-log dividing by the world size.
 
 setup() {
@@ -52,6 +53,25 @@ check_memory_records() {
   ' "$TMP/train.jsonl" >/dev/null || fail "memory records of $1 stages: $(jq -c 'select(.record=="memory" or .record=="step")' "$TMP/train.jsonl")"
 }
 
+# mt-memreport --from-log on $TMP/train.jsonl: every stage's prediction beside that stage's last
+# memory record, weights, grads and optimizer exact and activations within 10%; $1 names the run.
+check_memreport() {
+  mt-memreport --from-log - <"$TMP/train.jsonl" >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$1: $(cat "$TMP/err.log")"
+  local stages
+  stages="$(jq -s '.[0].parallel.pipeline_model_parallel_size' "$TMP/train.jsonl")"
+  jq -e -s --argjson stages "$stages" --slurpfile train "$TMP/train.jsonl" '
+    [$train[] | select(.record=="memory")][-$stages:] as $measured |
+    [.[] | select(.record=="memory_check")] as $checks |
+    ([.[] | select(.record=="memory")] | map(.stage)) == [range(0; $stages)] and
+    ($checks | length) == 5 * $stages and
+    all(range(0; $stages) as $s | $checks | map(select(.stage == $s)) as $c | $measured[$s] as $m |
+      ($c | map(.category)) == ["weights", "grads", "optimizer", "activations", "comm_buffers"] and
+      $c[0].measured_bytes == $m.weights_bytes and $c[1].measured_bytes == $m.grads_bytes and
+      $c[2].measured_bytes == $m.optim_bytes and $c[3].measured_bytes == $m.activations_bytes and
+      ($c | all(.rank == $m.rank)) and ($c[0:3] | all(.error == 0)) and ($c[3].error | fabs) <= 0.10)
+  ' "$TMP/out.jsonl" >/dev/null || fail "$1: $(jq -c 'select(.record=="memory_check")' "$TMP/out.jsonl")"
+}
+
 @test "issue13: memory records: one per pipeline stage after the first step and at the end, adding up to the step's maxima" {
   mt-train "${TINY[@]}" >"$TMP/train.jsonl" 2>"$TMP/train.err" || fail "$(cat "$TMP/train.err")"
   check_memory_records 1 '[[0]]'
@@ -80,20 +100,7 @@ check_memory_records() {
     for recompute in "${recomputes[@]}"; do
       # shellcheck disable=SC2086
       train 2 $layout $recompute
-      mt-memreport --from-log - <"$TMP/train.jsonl" >"$TMP/out.jsonl" 2>"$TMP/err.log" \
-        || fail "$layout $recompute: $(cat "$TMP/err.log")"
-      stages="$(jq -s '.[0].parallel.pipeline_model_parallel_size' "$TMP/train.jsonl")"
-      jq -e -s --argjson stages "$stages" --slurpfile train "$TMP/train.jsonl" '
-        [$train[] | select(.record=="memory")][-$stages:] as $measured |
-        [.[] | select(.record=="memory_check")] as $checks |
-        ([.[] | select(.record=="memory")] | map(.stage)) == [range(0; $stages)] and
-        ($checks | length) == 5 * $stages and
-        all(range(0; $stages) as $s | $checks | map(select(.stage == $s)) as $c | $measured[$s] as $m |
-          ($c | map(.category)) == ["weights", "grads", "optimizer", "activations", "comm_buffers"] and
-          $c[0].measured_bytes == $m.weights_bytes and $c[1].measured_bytes == $m.grads_bytes and
-          $c[2].measured_bytes == $m.optim_bytes and $c[3].measured_bytes == $m.activations_bytes and
-          ($c | all(.rank == $m.rank)) and ($c[0:3] | all(.error == 0)) and ($c[3].error | fabs) <= 0.10)
-      ' "$TMP/out.jsonl" >/dev/null || fail "$layout $recompute: $(jq -c 'select(.record=="memory_check")' "$TMP/out.jsonl")"
+      check_memreport "$layout $recompute"
     done
   done
   # DP=2 with the distributed optimizer: Adam's moments of one shard, exact.
@@ -106,6 +113,18 @@ check_memory_records() {
   jq -c 'select(.record != "memory")' "$TMP/train.jsonl" >"$TMP/cut.jsonl"
   run_split mt-memreport --from-log "$TMP/cut.jsonl"
   [[ $status -eq 2 && -z "$out" && "$err" == *"holds no memory records"* ]] || fail "$status $out $err"
+}
+
+@test "issue15: mt-memreport --from-log on GPT-2 124M, micro-batch 8, T 256, TP=2 + SP on 2 ranks, across recompute modes: exact, activations within 10%" {
+  local -a recomputes=("" "--recompute-granularity selective" "--recompute-granularity full --recompute-num-layers 1")
+  for recompute in "${recomputes[@]}"; do
+    # One train iteration, no evaluation: the fewest steps that write the memory records.
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train --model gpt2-124m --mock-data --seq-length 256 --micro-batch-size 8 --global-batch-size 8 \
+      --train-iters 1 --eval-iters 0 --peak-tflops 1 --tensor-model-parallel-size 2 --sequence-parallel $recompute \
+      >"$TMP/train.jsonl" 2>"$TMP/train.err" || fail "gpt2-124m $recompute: $(cat "$TMP/train.err")"
+    check_memreport "gpt2-124m TP=2 + SP $recompute"
+  done
 }
 
 @test "issue15: mt-mfu --from-log on a 2-rank run: tflops_per_device = FLOPs / (step time x world size), as mt-train's" {

@@ -111,3 +111,28 @@ TEST(Predict, GemmEfficiencyFallsWithSmallShapesAndBandwidthHelps) {
   EXPECT_THROW(find_cluster("dgx-h1000"), mt::UsageError);
   EXPECT_EQ(find_cluster("dgx-h100").device, "h100");
 }
+
+TEST(Predict, FsdpExposesTheRootAndFirstLayerAndHidesTheRest) {
+  // tiny-llama: 2 layers of 46,208 (norms 128, attention 12,288, MLP 33,792); the root holds the
+  // embedding and the untied output layer (256 x 64 each, the padded vocabulary) and the final
+  // norm (64): 32,832. 125,248 in all.
+  auto c = mt::model::preset("tiny-llama");
+  TrainingShape s = bf16_shape();
+  s.data_parallel = 4;  // inside a node: 1e11 B/s
+  s.fsdp = true;
+  // Per micro-batch, each over 4 ranks ((n-1)/n = 3/4): a bf16 gather for forward and one for
+  // backward, an fp32 reduce-scatter. The root and the first layer (79,040) have nothing to
+  // overlap with: 3/4 x (2 + 4) x 79,040 / 1e11 = 3.5568 us. The rest, 3/4 x 8 x 125,248 / 1e11
+  // - 3.5568 us = 3.95808 us, hides behind the micro-batch's compute.
+  const double exposed = 3.5568e-6, hidden = 3.95808e-6;
+  const StepPrediction one = predict_step(c, s, round_cluster(), exact_links());
+  const double pass = one.gemm + one.attention + one.elementwise;
+  EXPECT_NEAR(one.dp_comm, std::max(0.0, hidden - pass) + exposed, 1e-15);
+  // With enough compute per micro-batch only the root and the first layer stay exposed, once
+  // per micro-batch.
+  s.micro_batch_size = 64;
+  s.global_batch_size = 512;  // two micro-batches a rank
+  const StepPrediction big = predict_step(c, s, round_cluster(), exact_links());
+  ASSERT_GT((big.gemm + big.attention + big.elementwise) / 2, hidden);
+  EXPECT_NEAR(big.dp_comm, 2 * exposed, 1e-15);
+}
