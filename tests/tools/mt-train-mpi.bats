@@ -124,8 +124,8 @@ same_numbers() {
 }
 
 @test "layouts mt-train does not run yet, or that do not fit the world, are refused by name on every rank" {
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --context-parallel-size 2
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"* ]] \
+  run_split mpirun_n 2 mt-train "${TINY[@]}" --context-parallel-size 2 --seq-length 18
+  [[ $status -ne 0 && "$err" == *"mt-train: error: --seq-length 18: not divisible by 2 x --context-parallel-size 2 (each context-parallel rank holds two of 2 x CP chunks)"* ]] \
     || fail "$status $err"
   run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
   [[ $status -ne 0 && "$err" == *"mt-train: error: "*"--num-layers 2"* ]] || fail "$status $err"
