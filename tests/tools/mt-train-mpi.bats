@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# mt-train under mpirun: the world gives DP = world / (TP x PP); every layout trains the same numbers as
+# mt-train under mpirun: the world gives DP = world / (TP x CP x PP); every layout trains the same numbers as
 # one rank (per-step loss and grad norm, evaluation loss within 1e-5 relative in fp32) through the
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
@@ -71,6 +71,20 @@ same_numbers() {
   mpirun_n 2 mt-train "${data[@]}" --use-distributed-optimizer >"$TMP/two.jsonl" 2>"$TMP/two.err" \
     || fail "$(cat "$TMP/two.err")"
   same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+}
+
+@test "CP=2 on token data with document masks, --eod-mask-loss and --hidden-dropout trains one rank's numbers" {
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/a" h5 100 0 counting:600:6:1
+  local data=(--model tiny-llama --data-path "$TMP/a" --split 90,5,5 --seq-length 16 --micro-batch-size 2
+              --global-batch-size 8 --train-iters 10 --lr 3e-3 --eval-interval 5 --eval-iters 2 --peak-tflops 1
+              --data-cache-path "$TMP/cache" --eod-mask-loss --reset-attention-mask --reset-position-ids
+              --hidden-dropout 0.1 --recompute-granularity selective)
+  mt-train "${data[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 2 mt-train "${data[@]}" --context-parallel-size 2 >"$TMP/two.jsonl" 2>"$TMP/two.err" \
+    || fail "$(cat "$TMP/two.err")"
+  same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+  jq -e -s '.[0].parallel.context_parallel_size == 2 and .[0].parallel.data_parallel_size == 1' \
+    "$TMP/two.jsonl" >/dev/null || fail "run record"
 }
 
 @test "under mpirun only rank 0 writes stdout; step records carry the multi-rank keys" {
