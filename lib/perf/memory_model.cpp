@@ -351,6 +351,11 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     work.add(operand);
     work.add(operand);
   }
+  if (shape.context_parallel > 1 && total_layers > 0) {
+    // Ring attention's partial output and one chunk's partial lse (parallel/ring_attention.h).
+    work.add(N * widest.core);
+    work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.context_parallel / 2));
+  }
   r.workspace = work.bytes;
 
   if (last) {
@@ -370,9 +375,11 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     comm.add(R * h);
     comm.add(R * h);
   }
-  if (shape.context_parallel > 1) {
+  if (shape.context_parallel > 1 && total_layers > 0) {
+    // Ring attention's two travelling blocks, each [K | V | dK | dV] of the rank's tokens.
     const int64_t kv = static_cast<int64_t>(m.query_groups()) * m.head_dim() / t;
-    for (int i = 0; i < 4; ++i) comm.add(N * kv);
+    comm.add(4 * N * kv);
+    comm.add(4 * N * kv);
   }
   if (shape.split.expert_parallel > 1) {
     comm.add(N * m.moe_router_topk * h);

@@ -85,6 +85,10 @@ same_numbers() {
   same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
   jq -e -s '.[0].parallel.context_parallel_size == 2 and .[0].parallel.data_parallel_size == 1' \
     "$TMP/two.jsonl" >/dev/null || fail "run record"
+  # The memory model counts ring attention's buffers: activations predicted to the byte.
+  mt-memreport --from-log "$TMP/two.jsonl" >"$TMP/memory.jsonl" 2>"$TMP/memory.err" || fail "$(cat "$TMP/memory.err")"
+  jq -e -s '[.[] | select(.record=="memory_check" and .category=="activations")] | length == 1 and .[0].error == 0' \
+    "$TMP/memory.jsonl" >/dev/null || fail "$(cat "$TMP/memory.jsonl")"
 }
 
 @test "under mpirun only rank 0 writes stdout; step records carry the multi-rank keys" {
