@@ -4,8 +4,10 @@
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
 # are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP and both, load under any
-# other layout, and SIGUSR1 to mpirun saves and exits 75. The full matrix of layouts, models and recompute modes is
-# tests/mpi/test_data_parallel.cpp.
+# other layout, and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on token data with document
+# masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout in miniature on 32
+# ranks. The full matrix of layouts, models and recompute modes is tests/mpi/test_data_parallel.cpp
+# and tests/mpi/test_context_parallel_training.cpp.
 
 setup() {
   load common
@@ -29,10 +31,12 @@ TINY=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-bat
 # Per-step [loss, grad norm] and eval losses of a record stream.
 numbers() { jq -c -s '[[.[] | select(.record=="step") | [.lm_loss, .grad_norm]], [.[] | select(.record=="eval") | .lm_loss]]' "$1"; }
 
-# The records of $1 equal those of $2 within 1e-5 relative, step by step, with 10 steps and 2 evals.
+# The records of $1 equal those of $2 within 1e-5 relative, step by step, with $3 steps (default
+# 10) and $4 evals (default 2).
 same_numbers() {
-  jq -e -n --argjson a "$(numbers "$1")" --argjson b "$(numbers "$2")" '
-    ($a[0] | length) == 10 and ($a[1] | length) == 2 and ($a[0] | length) == ($b[0] | length)
+  jq -e -n --argjson a "$(numbers "$1")" --argjson b "$(numbers "$2")" --argjson steps "${3:-10}" --argjson evals "${4:-2}" '
+    ($a[0] | length) == $steps and ($a[1] | length) == $evals and ($a[0] | length) == ($b[0] | length)
+    and ($a[1] | length) == ($b[1] | length)
     and ([range(0; $a[0] | length) as $i | range(0; 2) as $k
           | (($a[0][$i][$k] - $b[0][$i][$k]) | fabs) <= 1e-5 * ($b[0][$i][$k] | fabs)] | all)
     and ([range(0; $a[1] | length) as $i | (($a[1][$i] - $b[1][$i]) | fabs) <= 1e-5 * ($b[1][$i] | fabs)] | all)' \
@@ -89,6 +93,21 @@ same_numbers() {
   mt-memreport --from-log "$TMP/two.jsonl" >"$TMP/memory.jsonl" 2>"$TMP/memory.err" || fail "$(cat "$TMP/memory.err")"
   jq -e -s '[.[] | select(.record=="memory_check" and .category=="activations")] | length == 1 and .[0].error == 0' \
     "$TMP/memory.jsonl" >/dev/null || fail "$(cat "$TMP/memory.jsonl")"
+}
+
+@test "LLaMA-3 70B's layout in miniature (TP=4 + SP x CP=2 x PP=4, 32 ranks) trains one rank's numbers" {
+  # Shaped as the seed layout: GQA with query groups a multiple of TP, layers split over 4 stages,
+  # sequences split over CP then TP. --peak-tflops is given so no rank probes the FMA peak.
+  local seed=(--model tiny-llama --num-layers 4 --hidden-size 64 --num-attention-heads 8 --group-query-attention
+              --num-query-groups 4 --ffn-hidden-size 128 --seq-length 32 --max-position-embeddings 32 --mock-data
+              --vocab-size 97 --micro-batch-size 1 --global-batch-size 4 --train-iters 3 --lr 3e-3 --eval-interval 3
+              --eval-iters 1 --peak-tflops 1)
+  mt-train "${seed[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 32 mt-train "${seed[@]}" --tensor-model-parallel-size 4 --sequence-parallel --context-parallel-size 2 \
+    --pipeline-model-parallel-size 4 >"$TMP/seed.jsonl" 2>"$TMP/seed.err" || fail "$(cat "$TMP/seed.err")"
+  same_numbers "$TMP/seed.jsonl" "$TMP/one.jsonl" 3 1
+  jq -e -s '.[0].world_size == 32 and .[0].parallel.data_parallel_size == 1' "$TMP/seed.jsonl" >/dev/null \
+    || fail "run record"
 }
 
 @test "under mpirun only rank 0 writes stdout; step records carry the multi-rank keys" {
