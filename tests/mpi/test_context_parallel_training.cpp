@@ -47,14 +47,7 @@ struct Case {
 void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c) {
   // Dropout wherever tokens are masked, so the masks and the dropout keys both cross chunks.
   const model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
-  train::TrainConfig config;
-  config.micro_batch_size = 2;
-  config.global_batch_size = 8;
-  config.train_iters = 10;
-  config.lr = 5e-3;
-  config.lr_warmup_iters = 2;
-  config.eval_interval = 5;
-  config.eval_iters = 2;
+  train::TrainConfig config = equivalence::ten_step_config();
   config.calculate_per_token_loss = c.per_token_loss;
   config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
   data::LoaderOptions options;

@@ -63,6 +63,20 @@ class DocumentMockData : public data::SampleSource {
   data::LoaderOptions options_;
 };
 
+// The equivalence runs' schedule: micro-batches of 2 in global batches of 8, 10 steps at LR 5e-3
+// after 2 warm-up steps, 2 evaluations of 2 batches.
+inline train::TrainConfig ten_step_config() {
+  train::TrainConfig config;
+  config.micro_batch_size = 2;
+  config.global_batch_size = 8;
+  config.train_iters = 10;
+  config.lr = 5e-3;
+  config.lr_warmup_iters = 2;
+  config.eval_interval = 5;
+  config.eval_iters = 2;
+  return config;
+}
+
 // Per-step loss and grad norm, and the evaluation losses, of a run.
 struct RunNumbers {
   std::vector<double> loss, grad_norm, eval_loss;
