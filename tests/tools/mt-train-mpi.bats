@@ -4,7 +4,7 @@
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
 # are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP and both, load under any
-# other layout, and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on token data with document
+# other layout (CP=2 too), and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on token data with document
 # masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout in miniature on 32
 # ranks. The full matrix of layouts, models and recompute modes is tests/mpi/test_data_parallel.cpp
 # and tests/mpi/test_context_parallel_training.cpp.
@@ -216,9 +216,10 @@ launch() {
   if [[ "$ranks" == 1 ]]; then mt-train "$@"; else mpirun_n "$ranks" mt-train "$@"; fi
 }
 
-@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP and TP=2 x DP=2" {
+@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP, TP=2 x DP=2 and CP=2" {
   local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
-                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
+                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"
+                    "2 --context-parallel-size 2 --use-distributed-optimizer")
   for layout in "${layouts[@]}"; do
     rm -rf "$TMP/ck"
     # shellcheck disable=SC2086
@@ -247,11 +248,12 @@ same_after_5() {
     || fail "$(trace "$1") differs from $(trace "$2")"
 }
 
-@test "issue14: saved under TP=2 or DP=2 with the distributed optimizer, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
+@test "issue14: saved under TP=2, DP=2 with the distributed optimizer or CP=2, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
   mt-train "${CKPT[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
   local -a pairs=("2 --tensor-model-parallel-size 2|1" "2 --use-distributed-optimizer|1"
                   "1|2 --tensor-model-parallel-size 2" "1|2 --use-distributed-optimizer"
-                  "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer")
+                  "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer"
+                  "2 --context-parallel-size 2 --use-distributed-optimizer|1" "1|2 --context-parallel-size 2")
   for pair in "${pairs[@]}"; do
     rm -rf "$TMP/ck"
     # shellcheck disable=SC2086
