@@ -18,7 +18,8 @@
 // reducing a bucket during backward. Collectives run through the ParallelContext; under context
 // parallelism the stage owns one ring attention over the CP group (sized for its micro-batch of
 // sequence_length local tokens per sample) that all its layers' attention cores share.
-// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp.
+// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp (under CP:
+// tests/mpi/test_context_parallel_training.cpp).
 #pragma once
 
 #include <cstdint>

@@ -30,8 +30,8 @@
 // DP x CP replicas. Expert parallelism is refused by name (it comes with issue 13).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
-// (every layout against one rank) and end to end by tests/tools/mt-train.bats and
-// tests/tools/mt-train-mpi.bats.
+// and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
+// by tests/tools/mt-train.bats and tests/tools/mt-train-mpi.bats.
 #pragma once
 
 #include <cstdint>

@@ -3,10 +3,11 @@
 // attention with GQA and document masks (the fused kernel, which keeps the log-sum-exp), and a
 // row-parallel output projection. Under context parallelism (the LayerContext carries a ring
 // attention) the core attention runs over the CP group: this rank's queries against every rank's
-// keys and values, on the global positions of its two sequence chunks. TP splits by whole heads / query groups: this rank runs
-// q_heads() query heads over kv_heads() key/value heads, local head j reading kv head
-// j / (q_heads / kv_heads) exactly as the global model does. Tested through the model's finite
-// differences, the PyTorch goldens and the TP = 2 stage test.
+// keys and values, on the global positions of its two sequence chunks. TP splits by whole heads /
+// query groups: this rank runs q_heads() query heads over kv_heads() key/value heads, local head j
+// reading kv head j / (q_heads / kv_heads) exactly as the global model does. Tested through the
+// model's finite differences, the PyTorch goldens, the TP = 2 stage test and, under CP, by
+// tests/mpi/test_context_parallel_training.cpp.
 #pragma once
 
 #include "model/layers/layer_context.h"
