@@ -7,6 +7,10 @@
 # ratio to one rank (issue 13's target: at least 0.8x) and the share of the step rank 0 spent
 # blocked in communication, with the load average before and after (the machine may be shared).
 # A benchmark, not a test: quote the figures, never assert on them.
+# Measured 2026-11-24 on 2 shared cores (load average 12 falling to 5 during the run; other jobs
+# ran beside it, single steps ranged 46 to 98 s): one rank x 2 threads 64.4 s/step, 63.6 tokens/s;
+# CP=2 61.8 s/step, 66.2 tokens/s, 1.04x, 5.5% of the step blocked in communication
+# (3 rounds of 3 steps).
 # Usage: tests/bench/bench_context_parallel.sh [rounds] [steps]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
