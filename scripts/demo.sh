@@ -6,7 +6,8 @@
 # on those samples, evaluates it on the validation split and writes its final parameters as an
 # HDF5 checkpoint; mt-mfu and mt-memreport read its records back (MFU, memory predicted against
 # measured); then the same model trains on 2 MPI ranks (data parallelism with the distributed
-# optimizer), which gives the one-rank run's losses. Outputs go to demo-out/.
+# optimizer), which gives the one-rank run's losses; last, the one-rank run is stopped by a signal
+# after saving a checkpoint and resumed from it to the same losses. Outputs go to demo-out/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -32,9 +33,10 @@ BATCH=(--global-batch-size 32 --train-iters 300 --eval-interval 100 --eval-iters
 "$MT_BIN/mt-shard" inspect "$OUT/index.h5" --json >"$OUT/inspect.json"
 
 # 5. Train a tiny GPT on those samples (mt-train finds the same index in its cache or builds it).
-"$MT_BIN/mt-train" --model tiny-gpt "${DATA[@]}" "${BATCH[@]}" --micro-batch-size 16 --data-cache-path "$OUT/cache" \
-  --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
-  --log-interval 50 --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
+TRAIN=(--model tiny-gpt "${DATA[@]}" "${BATCH[@]}" --micro-batch-size 16 --data-cache-path "$OUT/cache"
+       --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0
+       --log-interval 50)
+"$MT_BIN/mt-train" "${TRAIN[@]}" --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
 
 # 6. The run's accounting from its own records: MFU per step against this CPU's FMA-probe peak, and
 #    the memory mt-memreport predicts beside what mt-train allocated.
@@ -46,6 +48,19 @@ mpirun -np 2 --oversubscribe "$MT_BIN/mt-train" --model tiny-gpt "${DATA[@]}" "$
   --data-cache-path "$OUT/cache" --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine \
   --weight-decay 0.1 --clip-grad 1.0 --log-interval 50 --use-distributed-optimizer --overlap-grad-reduce \
   >"$OUT/train-dp2.jsonl" 2>"$OUT/train-dp2.log"
+
+# 8. The run of step 5 stopped and resumed: with --save it checkpoints every 100 iterations; SIGUSR1
+#    (a cluster's preemption notice) after iteration 150 makes it save at the end of the step and
+#    exit 75; started again with --load it continues from that iteration to the same losses.
+rm -rf "$OUT/ckpt"
+"$MT_BIN/mt-train" "${TRAIN[@]}" --save "$OUT/ckpt" --save-interval 100 >"$OUT/train-stopped.jsonl" 2>"$OUT/train-stopped.log" &
+TRAINING=$!
+while kill -0 "$TRAINING" 2>/dev/null && ! grep -q '"record":"step","iteration":150,' "$OUT/train-stopped.jsonl"; do sleep 0.05; done
+kill -USR1 "$TRAINING" 2>/dev/null || true
+STOPPED=0
+wait "$TRAINING" || STOPPED=$?
+"$MT_BIN/mt-train" "${TRAIN[@]}" --save "$OUT/ckpt" --save-interval 100 --load "$OUT/ckpt" >"$OUT/train-resumed.jsonl" \
+  2>"$OUT/train-resumed.log"
 
 echo
 echo "mt demo: raw text to a trained tiny GPT"
@@ -62,5 +77,12 @@ jq -r -s --argjson one "$(jq -s '[.[] | select(.record=="eval")][-1].lm_loss' "$
   | ([.[] | select(.record=="summary")][0]) as $s
   | "  2 ranks (DP=\($dp), distributed optimizer): validation loss \($two * 1000 | round / 1000) (one rank: \($one * 1000 | round / 1000), relative difference \((($two - $one) / $one) | fabs * 1e9 | round / 1e9)), \($s.tokens_per_s | round) tokens/s"' \
   "$OUT/train-dp2.jsonl"
+jq -r -s --arg status "$STOPPED" '[.[] | select(.record == "ckpt")][-1] as $c | ([.[] | select(.record == "summary")][0]) as $s
+  | "  stopped by \($s.stopped_by // "nothing") after iteration \($c.iteration) (exit \($status)); saved \($c.bytes / 1e6 * 10 | round / 10) MB in \($c.seconds * 1000 | round) ms (\($c.mb_per_s | round) MB/s)"' \
+  "$OUT/train-stopped.jsonl"
+jq -r -s --argjson one "$(jq -s '[.[] | select(.record=="eval")][-1].lm_loss' "$OUT/train.jsonl")" '
+  ([.[] | select(.record == "ckpt" and .event == "load")][0].iteration) as $from | ([.[] | select(.record=="eval")][-1].lm_loss) as $loss
+  | "  resumed with --load from iteration \($from): validation loss \($loss * 1000 | round / 1000) at the end, \(if $loss == $one then "bit for bit" else "NOT" end) the uninterrupted run'"'"'s"' \
+  "$OUT/train-resumed.jsonl"
 echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, mfu.jsonl,"
-echo "    memreport.jsonl, tiny-gpt.h5, train-dp2.jsonl"
+echo "    memreport.jsonl, tiny-gpt.h5, train-dp2.jsonl, ckpt/, train-stopped.jsonl, train-resumed.jsonl"

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "io/hdf5_attributes.h"
+#include "kernels/common/half.h"
 
 namespace mt::io {
 namespace {
@@ -110,6 +111,40 @@ herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t*, void* n
   H5Oclose(object);
   return 0;
 }
+
+// The HDF5 file type of `stored`: IEEE float32, or the 16-bit float with bfloat16's or float16's
+// fields (sign bit 15; 8 exponent bits, bias 127, or 5, bias 15), which HDF5 converts exactly to
+// float32 when read.
+hid_t stored_float_type(DType stored, const std::string& what) {
+  if (stored == DType::f32) return H5Tcopy(H5T_IEEE_F32LE);
+  if (stored != DType::bf16 && stored != DType::f16) {
+    throw Error(what, std::string("cannot store ") + dtype_name(stored) + " (float32, bfloat16 or float16)");
+  }
+  const hid_t type = H5Tcopy(H5T_IEEE_F32LE);
+  const bool bf16 = stored == DType::bf16;
+  H5Tset_fields(type, 15, bf16 ? 7 : 10, bf16 ? 8 : 5, 0, bf16 ? 7 : 10);
+  H5Tset_size(type, 2);
+  H5Tset_ebias(type, bf16 ? 127 : 15);
+  return type;
+}
+
+// "float32", "bfloat16", "float16" for the float types mt writes, else the class and bits.
+std::string stored_dtype_name(hid_t type) {
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_class(type) != H5T_FLOAT) {
+    return (H5Tget_class(type) == H5T_INTEGER ? "int" : "other") + std::to_string(size * 8);
+  }
+  if (size == 4) return "float32";
+  if (size == 2) {
+    size_t sign = 0, exponent_position = 0, exponent_bits = 0, mantissa_position = 0, mantissa_bits = 0;
+    H5Tget_fields(type, &sign, &exponent_position, &exponent_bits, &mantissa_position, &mantissa_bits);
+    if (exponent_bits == 8) return "bfloat16";
+    if (exponent_bits == 5) return "float16";
+  }
+  return "float" + std::to_string(size * 8);
+}
+
+bool readable_float(const std::string& dtype) { return dtype == "float32" || dtype == "bfloat16" || dtype == "float16"; }
 
 }  // namespace
 
@@ -203,7 +238,7 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 void CheckpointWriter::write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
-                                    const std::vector<TensorSlice>& slices) {
+                                    const std::vector<TensorSlice>& slices, DType stored) {
   int64_t total = 1, covered = 0;
   for (int64_t d : global_shape) total *= d;
   for (const TensorSlice& slice : slices) {
@@ -220,7 +255,8 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
   Hdf5Handle space(global_shape.empty() ? H5Screate(H5S_SCALAR)
                                         : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                    H5Sclose);
-  Hdf5Handle dataset(H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), H5T_IEEE_F32LE, space.get(),
+  Hdf5Handle file_type(stored_float_type(stored, path_ + ": tensor " + name), H5Tclose);
+  Hdf5Handle dataset(H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), file_type.get(), space.get(),
                                 link_options.get(), H5P_DEFAULT, H5P_DEFAULT),
                      H5Dclose);
   if (!dataset.ok()) throw Error(path_, "cannot create dataset " + name);
@@ -228,11 +264,21 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
   for (size_t s = 0; s < slices.size(); ++s) {
     // Midway through the checkpoint: half the tensors written, this one half written.
     if (s == slices.size() / 2 && tensors_ > 0) fault_point("mid-tensor");
-    Hdf5Handle memory(select_box(space.get(), slices[s].box), H5Sclose);
-    if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, slices[s].data) < 0) {
+    TensorSlice slice = slices[s];
+    std::vector<float> rounded;  // the values as stored, when narrower than float32
+    if (stored != DType::f32) {
+      rounded.assign(slice.data, slice.data + slice.box.elements());
+      for (float& value : rounded) {
+        value = stored == DType::bf16 ? kernels::round_to_bf16(value)
+                                      : kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(value));
+      }
+      slice.data = rounded.data();
+    }
+    Hdf5Handle memory(select_box(space.get(), slice.box), H5Sclose);
+    if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, slice.data) < 0) {
       throw Error(path_, "write of tensor " + name + " failed");
     }
-    checksum += slice_checksum(global_shape, slices[s]);
+    checksum += slice_checksum(global_shape, slice);
   }
   write_uint_attribute(path_, dataset.get(), "checksum", checksum);
   ++tensors_;
@@ -332,10 +378,7 @@ std::vector<TensorInfo> CheckpointReader::tensors() const {
     std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
     H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
     info.shape.assign(dims.begin(), dims.end());
-    const bool is_float = H5Tget_class(type.get()) == H5T_FLOAT;
-    const size_t size = H5Tget_size(type.get());
-    info.dtype = (is_float ? "float" : H5Tget_class(type.get()) == H5T_INTEGER ? "int" : "other") +
-                 std::to_string(size * 8);
+    info.dtype = stored_dtype_name(type.get());
     info.checksum = read_uint_attribute(dataset.get(), "checksum");
     info.bytes = static_cast<int64_t>(H5Dget_storage_size(dataset.get()));
     tensors.push_back(std::move(info));
@@ -357,8 +400,8 @@ void CheckpointReader::read_box(const std::string& name, const std::vector<int64
   if (!has_tensor(name)) throw Error(path_, "tensor " + name + " missing");
   Hdf5Handle dataset(H5Dopen2(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT), H5Dclose);
   Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  if (!dataset.ok() || H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4) {
-    throw Error(path_, "tensor " + name + " is not float32");
+  if (!dataset.ok() || !readable_float(stored_dtype_name(type.get()))) {
+    throw Error(path_, "tensor " + name + " is not float32, bfloat16 or float16");
   }
   Hdf5Handle space(H5Dget_space(dataset.get()), H5Sclose);
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));

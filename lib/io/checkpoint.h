@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/temporary_file.h"
 
 namespace mt::io {
@@ -84,8 +85,10 @@ class CheckpointWriter {
 
   // A tensor ("model/<name>", ...) of `global_shape` from the slices this process holds. The
   // slices must not overlap and, in one process, must cover the tensor; the checksum is theirs.
+  // `stored`: float32, or bfloat16/float16 (mt-ckpt convert: the values are rounded to nearest
+  // even first, and the checksum is that of the rounded values as float32).
   void write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
-                    const std::vector<TensorSlice>& slices);
+                    const std::vector<TensorSlice>& slices, DType stored = DType::f32);
   // Writes the root attributes, closes, fsyncs and renames the file into place (fsyncing its
   // directory). Returns the bytes of the file.
   int64_t commit(const CheckpointState& state);
@@ -100,7 +103,7 @@ class CheckpointWriter {
 struct TensorInfo {
   std::string name;  // "model/<name>", "optimizer/exp_avg/<name>", ...
   std::vector<int64_t> shape;
-  std::string dtype;              // "float32" for every tensor mt writes
+  std::string dtype;              // "float32" for every tensor mt-train writes; "bfloat16", "float16" after mt-ckpt convert
   std::optional<uint64_t> checksum;  // the stored one
   int64_t bytes = 0;
 };
@@ -119,8 +122,9 @@ class CheckpointReader {
   // Every tensor in the file, in name order.
   std::vector<TensorInfo> tensors() const;
   bool has_tensor(const std::string& name) const;
-  // Reads `box` of tensor `name` into `data` (row-major over the box). Throws mt::Error naming
-  // the tensor when it is missing, not float32, or has another global shape than `global_shape`.
+  // Reads `box` of tensor `name` into `data` (row-major over the box; bfloat16/float16 tensors
+  // widened exactly). Throws mt::Error naming the tensor when it is missing, not one of those
+  // float types, or has another global shape than `global_shape`.
   void read_box(const std::string& name, const std::vector<int64_t>& global_shape, const Box& box, float* data) const;
   // The checksum of the stored values, recomputed, and how many are NaN or infinite (the whole
   // tensor is read in pieces of about 64 MB).

@@ -8,6 +8,7 @@
 #include "model/layers/embedding.h"
 #include "model/layers/output_head.h"
 #include "model/layers/transformer_layer.h"
+#include "parallel/pipeline_layers.h"
 
 namespace mt::model {
 namespace {
@@ -274,6 +275,17 @@ ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfi
                          const parallel::RankCoordinates& rank, int first_layer, int last_layer) {
   const ChunkSpec chunk{first_layer, last_layer, rank.pp == 0, rank.pp == parallel.pipeline_model_parallel_size - 1};
   return build_layout(model, parallel, rank, std::vector<ChunkSpec>{chunk});
+}
+
+std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& model, const parallel::ParallelConfig& parallel, int pp_rank) {
+  const int stages = parallel.pipeline_model_parallel_size;
+  const int chunks = parallel.virtual_pipeline_size(model.num_layers);
+  std::vector<ChunkSpec> specs;
+  for (int c = 0; c < chunks; ++c) {
+    const parallel::LayerRange range = parallel::pipeline_layers(parallel, model.num_layers, pp_rank, c);
+    specs.push_back(ChunkSpec{range.first, range.end(), pp_rank == 0 && c == 0, pp_rank == stages - 1 && c == chunks - 1});
+  }
+  return specs;
 }
 
 ParamLayout build_layout(const ModelConfig& model) {

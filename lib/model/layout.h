@@ -78,6 +78,10 @@ struct ChunkSpec {
   bool has_output = true;     // the model's last chunk (last pipeline stage, last virtual stage)
 };
 
+// The model chunks of pipeline rank `pp_rank` (parallel/pipeline_layers.h): chunk c is virtual
+// stage c p + pp_rank; the model's first virtual stage embeds, its last holds the head and loss.
+std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& model, const parallel::ParallelConfig& parallel, int pp_rank);
+
 struct ModelChunk {
   ChunkSpec spec;
   int64_t begin = 0, end = 0;  // its range of the flat buffer (whole buckets)

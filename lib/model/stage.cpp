@@ -11,18 +11,21 @@ struct Stage::SlotState {
   bool forwarded = false;
 };
 
-ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
-                                 const ParallelContext& parallel, int64_t rows, Precision precision) {
+namespace {
+
+// The shape of chunk `chunk` with `sequence_rows` rows of the sequence-parallel region.
+ActivationShape chunk_activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
+                                       int64_t sequence_rows, bool sequence_parallel, Precision precision) {
   const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
   ActivationShape shape;
   shape.rows = rows;
-  shape.sequence_rows = parallel.sequence_rows(rows);
+  shape.sequence_rows = sequence_rows;
   shape.hidden = config.hidden_size;
   shape.layers = spec.last_layer - spec.first_layer;
   shape.layernorm = config.normalization == Normalization::layernorm;
   shape.has_embedding = spec.has_embedding;
   shape.has_output = spec.has_output;
-  shape.sequence_parallel = parallel.sequence_parallel();
+  shape.sequence_parallel = sequence_parallel;
   shape.precision = precision;
   if (shape.layers > 0) {
     const TransformerLayer layer(config, layout, spec.first_layer);
@@ -36,6 +39,14 @@ ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& l
   return shape;
 }
 
+}  // namespace
+
+ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
+                                 const ParallelContext& parallel, int64_t rows, Precision precision) {
+  return chunk_activation_shape(config, layout, chunk, rows, parallel.sequence_rows(rows), parallel.sequence_parallel(),
+                                precision);
+}
+
 int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
                                  int micro_batch_size, int layers) {
   const ParamLayout layout = build_layout(config, parallel::ParallelConfig{}, parallel::RankCoordinates{},
@@ -43,6 +54,22 @@ int64_t planned_activation_bytes(const ModelConfig& config, Precision precision,
   const ActivationShape shape = activation_shape(config, layout, 0, ParallelContext{},
                                                  static_cast<int64_t>(micro_batch_size) * config.seq_length, precision);
   return ActivationPool(shape, plan_recompute(recompute, layers), 1, nullptr, nullptr).bytes();
+}
+
+int64_t planned_activation_bytes(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
+                                 int sequence_parallel_degree, Precision precision, const RecomputeConfig& recompute,
+                                 int slots) {
+  const bool sequence_parallel = sequence_parallel_degree > 1;
+  if (rows % sequence_parallel_degree != 0) {
+    throw Error("--sequence-parallel", "a micro-batch of " + std::to_string(rows) +
+                                           " tokens does not split over --tensor-model-parallel-size " +
+                                           std::to_string(sequence_parallel_degree));
+  }
+  const ActivationShape shape = chunk_activation_shape(config, layout, chunk, rows, rows / sequence_parallel_degree,
+                                                       sequence_parallel, precision);
+  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+  return ActivationPool(shape, plan_recompute(recompute, spec.last_layer - spec.first_layer), slots, nullptr, nullptr)
+      .bytes();
 }
 
 Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, const ParallelContext& parallel,

@@ -139,5 +139,11 @@ ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& l
 // refuses a configuration that cannot fit before anything is allocated.
 int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, const RecomputeConfig& recompute,
                                  int micro_batch_size, int layers);
+// The same for chunk `chunk` of a rank's `layout` (its TP shard), as a Stage with `slots`
+// activation slots allocates them: micro-batches of `rows` tokens on the rank, the residual
+// stream split `sequence_parallel_degree` ways (TP under sequence parallelism, else 1).
+int64_t planned_activation_bytes(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
+                                 int sequence_parallel_degree, Precision precision, const RecomputeConfig& recompute,
+                                 int slots);
 
 }  // namespace mt::model

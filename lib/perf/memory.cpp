@@ -12,6 +12,7 @@
 #include "model/layout.h"
 #include "model/precision_gemm.h"
 #include "model/stage.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace mt::perf {
 namespace {
@@ -97,9 +98,12 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
   const Wide activation_elements =
       n * (always + full_sets * layer_set + kept_inputs * c + scratch_sets * (layer_set - c));
 
-  // A rank holds at least 1/TP of the parameters, and with the distributed optimizer at least
-  // 1/DP of that in Adam's moments.
-  const Wide tp = std::max(1, options.parallel.tensor_model_parallel_size);
+  // A rank holds at least 1/(TP x PP) of the parameters (its stage's TP shard; the largest stage
+  // holds at least the average), with the distributed optimizer at least 1/DP of that in Adam's
+  // moments, and at least 1/(TP x PP x CP) of the one-rank activations.
+  const Wide tp = static_cast<Wide>(std::max(1, options.parallel.tensor_model_parallel_size)) *
+                  std::max(1, options.parallel.pipeline_model_parallel_size);
+  const Wide activation_share = tp * std::max(1, options.parallel.context_parallel_size);
   const Wide optimizer_share =
       options.parallel.use_distributed_optimizer ? std::max(1, options.parallel.data_parallel_size) : 1;
   TrainingMemory floor;
@@ -107,11 +111,12 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
   floor.weights = saturate(params / tp * (4 + copy), overflow);
   floor.grads = saturate(params / tp * 4, overflow);
   floor.optimizer = saturate(params / tp / optimizer_share * 8, overflow);
-  floor.activations = saturate(activation_elements * 4, overflow);
+  floor.activations = saturate(activation_elements * 4 / activation_share, overflow);
   floor.other = saturate(
       layers * kHostBytesPerLayer + static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken,
       overflow);
-  floor.exact_total = params / tp * (8 + copy + 8 / optimizer_share) + activation_elements * 4 + layers * kHostBytesPerLayer +
+  floor.exact_total = params / tp * (8 + copy + 8 / optimizer_share) + activation_elements * 4 / activation_share +
+                      layers * kHostBytesPerLayer +
                       static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken;
   floor.overflow = overflow || floor.exact_total > kLargestPlannable;
   return floor;
@@ -120,25 +125,48 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
 TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptions& options) {
   const TrainingMemory floor = memory_floor(model, options);
   if (floor.overflow) refuse_overflow(model, floor);
-  const model::ParamLayout layout =
-      model::build_layout(model, options.parallel, parallel::RankCoordinates{},
-                          {model::ChunkSpec{0, model.num_layers, true, true}}, model::bucket_options(options.parallel));
-  const int64_t elements = layout.total_elements;
-  int64_t optimizer_elements = elements;
-  if (options.parallel.use_distributed_optimizer) {
-    optimizer_elements = 0;
-    for (const model::FlatRange& range : layout.data_parallel_shard(0, options.parallel.data_parallel_size)) {
-      optimizer_elements += range.end - range.begin;
-    }
-  }
+  const parallel::ParallelConfig& parallel = options.parallel;
+  const int stages = std::max(1, parallel.pipeline_model_parallel_size);
+  const int chunks = parallel.virtual_pipeline_size(model.num_layers);
+  const int data_parallel = std::max(1, parallel.data_parallel_size);
+  const int micro_batches = static_cast<int>(std::max<int64_t>(1, options.staged_samples / options.micro_batch_size));
+  const int64_t rows = static_cast<int64_t>(options.micro_batch_size) * model.seq_length /
+                       std::max(1, parallel.context_parallel_size);
+  const int sequence_split = parallel.sequence_parallel ? std::max(1, parallel.tensor_model_parallel_size) : 1;
   model::RecomputeConfig recompute = options.recompute;
   recompute.num_layers = effective_recompute_layers(model, options);
+  const parallel::PipelineShape schedule = parallel::pipeline_shape(parallel, model.num_layers, micro_batches);
+  // Each pipeline stage as the trainer builds it (its chunks' layout on TP rank 0, DP rank 0's
+  // optimizer shard, the activation slots its schedule keeps in flight); the plan takes each
+  // category's largest over the stages.
   TrainingMemory plan;
-  plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), options.precision, elements);
-  plan.grads = elements * 4;
-  plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
-  plan.activations = model::planned_activation_bytes(model, options.precision, recompute,
-                                                                  options.micro_batch_size, model.num_layers);
+  for (int stage = 0; stage < stages; ++stage) {
+    parallel::RankCoordinates rank;
+    rank.pp = stage;
+    const model::ParamLayout layout = model::build_layout(
+        model, parallel, rank, model::pipeline_chunks(model, parallel, stage), model::bucket_options(parallel));
+    const int64_t elements = layout.total_elements;
+    int64_t optimizer_elements = elements;
+    if (parallel.use_distributed_optimizer) {
+      optimizer_elements = 0;
+      for (const model::FlatRange& range : layout.data_parallel_shard(0, data_parallel)) {
+        optimizer_elements += range.end - range.begin;
+      }
+    }
+    const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
+    TrainingMemory rank_plan;  // this stage's
+    rank_plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), options.precision, elements);
+    rank_plan.grads = elements * 4;
+    rank_plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
+    for (int c = 0; c < chunks; ++c) {
+      rank_plan.activations += model::planned_activation_bytes(model, layout, c, rows, sequence_split, options.precision,
+                                                               recompute, parallel::pipeline_activation_slots(actions, c));
+    }
+    plan.weights = std::max(plan.weights, rank_plan.weights);
+    plan.grads = std::max(plan.grads, rank_plan.grads);
+    plan.optimizer = std::max(plan.optimizer, rank_plan.optimizer);
+    plan.activations = std::max(plan.activations, rank_plan.activations);
+  }
   plan.other = floor.other;
   return plan;
 }

@@ -10,10 +10,12 @@
 // 2. planned_memory: exact bytes from the layout table and the activation planner, run only when
 //    the floor is representable (stage 2 is then at most a small multiple of it, so its int64
 //    arithmetic cannot overflow) and, in check_training_memory, only when the floor fits.
-// Under a parallel layout the figures are one rank's: weights and grads of its TP shard (the
-// layout table of TP rank 0), Adam's moments of its DP shard with the distributed optimizer;
-// activations stay the one-rank plan (an upper bound: TP and SP shrink them). The check compares
-// them times the ranks sharing the node with the node's available memory.
+// Under a parallel layout the figures are one rank's, each category the largest over the
+// pipeline stages (so an upper bound of any one rank's total): weights and grads of its stage's TP shard (the layout table of TP rank 0, with every model
+// chunk of the stage), Adam's moments of its DP shard with the distributed optimizer, and the
+// activations its stage allocates (TP-local widths, the residual stream split over TP under SP,
+// the sequence over CP, as many micro-batches as its pipeline schedule keeps in flight). The
+// check compares them times the ranks sharing the node with the node's available memory.
 // mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
 // figures. Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
 #pragma once

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/layout.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace mt::perf {
 
@@ -130,13 +131,6 @@ LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, 
   return set;
 }
 
-// In-flight micro-batches (virtual ones when interleaved) on stage r.
-int in_flight(const TrainingShape& shape, int stage) {
-  const int p = shape.split.pipeline_parallel, v = shape.split.virtual_stages, m = shape.microbatches();
-  if (v == 1) return std::min(p - stage, m);
-  return std::min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v);
-}
-
 // Elements of one layer's parameters on this rank, for FSDP's gathered buffers.
 int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shape) {
   std::vector<int64_t> per_layer(static_cast<size_t>(m.num_layers + m.mtp_num_layers), 0);
@@ -151,19 +145,40 @@ int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shap
   return per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
 }
 
-// The layout table's element count (alignment gaps included) when it can lay the stage out:
-// a dense model mt-train runs, one chunk per stage.
-bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage, int64_t& elements) {
-  if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0 || shape.split.virtual_stages > 1) {
-    return false;
-  }
-  const LayerRange range = stage_layers(m, shape.split, stage)[0];
+// The parallel config of the shape (what the layout table and the pipeline schedule read).
+parallel::ParallelConfig parallel_config(const TrainingShape& shape) {
   parallel::ParallelConfig parallel;
   parallel.tensor_model_parallel_size = shape.split.tensor_parallel;
   parallel.pipeline_model_parallel_size = shape.split.pipeline_parallel;
+  if (shape.split.virtual_stages > 1) parallel.num_virtual_stages_per_pipeline_rank = shape.split.virtual_stages;
+  if (shape.split.first_stage_layers > 0) parallel.decoder_first_pipeline_num_layers = shape.split.first_stage_layers;
+  if (shape.split.last_stage_layers > 0) parallel.decoder_last_pipeline_num_layers = shape.split.last_stage_layers;
+  parallel.context_parallel_size = shape.context_parallel;
+  parallel.data_parallel_size = shape.data_parallel;
+  parallel.use_distributed_optimizer = shape.distributed_optimizer;
+  return parallel;
+}
+
+// The layout table's element count (alignment gaps and bucket padding included) and DP rank 0's
+// optimizer shard of it, when it can lay the stage out: a dense model mt-train runs, every
+// model chunk of the stage, bucketed as mt-train buckets the DP grads.
+bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage, int64_t& elements,
+                     int64_t& optimizer_elements) {
+  if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0 || shape.fsdp) return false;
+  const parallel::ParallelConfig parallel = parallel_config(shape);
   parallel::RankCoordinates rank;
   rank.pp = stage;
-  elements = model::build_layout(m, parallel, rank, range.first, range.last).total_elements;
+  const model::ParamLayout layout =
+      model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
+                          model::BucketOptions{shape.ddp_bucket_elements, shape.distributed_optimizer});
+  elements = layout.total_elements;
+  optimizer_elements = elements;
+  if (shape.distributed_optimizer) {
+    optimizer_elements = 0;
+    for (const model::FlatRange& range : layout.data_parallel_shard(0, shape.data_parallel)) {
+      optimizer_elements += range.end - range.begin;
+    }
+  }
   return true;
 }
 
@@ -254,7 +269,9 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   r.stage = stage;
 
   // Parameters, grads, optimizer.
-  if (layout_elements(m, shape, stage, r.parameters)) {
+  int64_t optimizer_elements = 0;
+  const bool from_layout = layout_elements(m, shape, stage, r.parameters, optimizer_elements);
+  if (from_layout) {
     r.parameter_source = "layout table";
   } else {
     r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.split, stage);
@@ -277,22 +294,37 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     r.weights = 4 * r.parameters;
     r.gemm_weights = copy_bytes * r.parameters;
     r.grads = 4 * r.parameters;
-    r.optimizer = shape.distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16) : 8 * r.parameters;
+    r.optimizer = from_layout                  ? 8 * optimizer_elements
+                  : shape.distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16)
+                                                : 8 * r.parameters;
   }
 
-  // Activations kept per micro-batch, by the recompute policy, chunk by chunk.
+  // Activations, chunk by chunk (each model chunk of the stage is its own set of buffers): what
+  // each in-flight micro-batch keeps, by the recompute policy, times the chunk's activation slots
+  // (the micro-batches of that chunk its pipeline schedule keeps in flight at once), then the
+  // chunk's recompute scratch and workspace.
   const std::vector<LayerRange> chunks = stage_layers(m, shape.split, stage);
-  int64_t kept_per_microbatch_chunk = 0;  // the largest chunk's, per (virtual) micro-batch
-  int64_t scratch = 0;
+  const parallel::PipelineShape schedule =
+      parallel::pipeline_shape(parallel_config(shape), m.num_layers, shape.microbatches());
+  const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
   int total_layers = 0;
+  int ring_attentions = 0;  // one per chunk with layers under CP
   int64_t all_layer_bytes = 0;
   const model::RecomputeConfig& rc = shape.recompute;
   const bool selective = rc.granularity == model::RecomputeGranularity::selective;
   const bool full = rc.granularity == model::RecomputeGranularity::full;
+  LayerWidths widest = layer_widths(m, shape, false);
+  if (m.num_experts > 0) {
+    const LayerWidths moe = layer_widths(m, shape, true);
+    widest.fc1 = std::max(widest.fc1, moe.fc1);
+    widest.act = std::max(widest.act, moe.act);
+  }
+  const int64_t vocab_local = m.padded_vocab_size() / t;
   for (size_t c = 0; c < chunks.size(); ++c) {
+    const bool with_head = last && c + 1 == chunks.size();
     std::vector<int> layers;
     for (int layer = chunks[c].first; layer < chunks[c].last; ++layer) layers.push_back(layer);
-    if (last && c + 1 == chunks.size()) {  // MTP layers ride with the last chunk
+    if (with_head) {  // MTP layers ride with the last chunk
       for (int mtp = 0; mtp < m.mtp_num_layers; ++mtp) layers.push_back(m.num_layers + mtp);
     }
     const int count = static_cast<int>(layers.size());
@@ -306,57 +338,49 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
       if (!recomputed) kept += layer_set(m, shape, layers[static_cast<size_t>(i)], true, !selective).bytes();
       else if (chunk_start) kept += rounded_bytes(R * h);
     }
-    kept_per_microbatch_chunk = std::max(kept_per_microbatch_chunk, kept);
+    if (count == 0) kept += rounded_bytes(R * h);  // the embedding output
+    if (!with_head) kept += rounded_bytes(R * h);  // the chunk's output, sent to the next stage
+    const int slots = parallel::pipeline_activation_slots(actions, static_cast<int>(c));
+    r.activations_kept += slots * kept;
     if (full && count > 0) {
       // Scratch sets for the recomputed chunk (uniform: k layers, the first reading the kept
       // input in place; block: one layer).
       const int sets = rc.method == model::RecomputeMethod::uniform ? std::min(k, count) : 1;
-      int64_t chunk_scratch = 0;
-      for (int i = 0; i < sets; ++i) chunk_scratch += layer_set(m, shape, layers[static_cast<size_t>(i)], i > 0, true).bytes();
-      scratch = std::max(scratch, chunk_scratch);
+      for (int i = 0; i < sets; ++i) {
+        r.activations_recompute += layer_set(m, shape, layers[static_cast<size_t>(i)], i > 0, true).bytes();
+      }
     }
+    if (selective) r.activations_recompute += rounded_bytes(N * widest.core) + rounded_bytes(N * widest.lse);
+
+    // Workspace: outputs not kept and the grads of backward.
+    BufferSum work;
+    // 2 ping-pong outputs, the projection output, 2 stream grads, the grads after attention, into
+    // a norm and of a norm's input.
+    for (int i = 0; i < 8; ++i) work.add(R * h);
+    if (shape.sequence_parallel && t > 1) {
+      for (int i = 0; i < 3; ++i) work.add(N * h);  // SP's full rows: gathered, partial sums, input grads
+    }
+    work.add(N * widest.core);
+    work.add(N * widest.qkv);
+    work.add(N * widest.fc1);
+    work.add(N * widest.act);
+    if (shape.precision != Precision::fp32) {
+      const int64_t operand = N * std::max({h, widest.qkv, widest.fc1, with_head ? vocab_local : int64_t{0}});
+      work.add(operand);
+      work.add(operand);
+    }
+    if (shape.context_parallel > 1 && count > 0) {
+      // The chunk's ring attention: its partial output and one chunk's partial lse
+      // (parallel/ring_attention.h); its travelling blocks are comm buffers, below.
+      work.add(N * widest.core);
+      work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.context_parallel / 2));
+      ++ring_attentions;
+    }
+    r.workspace += work.bytes;
   }
   r.layers = total_layers;
   r.activation_per_layer = total_layers > 0 ? all_layer_bytes / total_layers : 0;
-  r.in_flight = in_flight(shape, stage);
-  // Each in-flight (virtual) micro-batch keeps one chunk's sets.
-  r.activations_kept = static_cast<int64_t>(r.in_flight) * kept_per_microbatch_chunk;
-  LayerWidths widest = layer_widths(m, shape, false);
-  if (m.num_experts > 0) {
-    const LayerWidths moe = layer_widths(m, shape, true);
-    widest.fc1 = std::max(widest.fc1, moe.fc1);
-    widest.act = std::max(widest.act, moe.act);
-  }
-  r.activations_recompute = scratch;
-  if (selective) r.activations_recompute += rounded_bytes(N * widest.core) + rounded_bytes(N * widest.lse);
-  if (total_layers == 0) r.activations_recompute += rounded_bytes(R * h);  // the embedding output
-
-  // Workspace: outputs not kept and the grads of backward, one set per stage.
-  BufferSum work;
-  work.add(R * h);  // ping-pong
-  work.add(R * h);
-  work.add(N * h);  // projection / fc2 output before its reduction
-  work.add(R * h);  // stream grads
-  work.add(R * h);
-  work.add(R * h);  // grad after attention
-  work.add(N * h);  // grad into a norm output
-  work.add(R * h);  // norm grad
-  work.add(N * widest.core);
-  work.add(N * widest.qkv);
-  work.add(N * widest.fc1);
-  work.add(N * widest.act);
-  const int64_t vocab_local = m.padded_vocab_size() / t;
-  if (shape.precision != Precision::fp32) {
-    const int64_t operand = N * std::max({h, widest.qkv, widest.fc1, vocab_local});
-    work.add(operand);
-    work.add(operand);
-  }
-  if (shape.context_parallel > 1 && total_layers > 0) {
-    // Ring attention's partial output and one chunk's partial lse (parallel/ring_attention.h).
-    work.add(N * widest.core);
-    work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.context_parallel / 2));
-  }
-  r.workspace = work.bytes;
+  r.in_flight = parallel::pipeline_activation_slots(actions);
 
   if (last) {
     BufferSum head;
@@ -370,13 +394,11 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   }
 
   BufferSum comm;
-  if (shape.sequence_parallel && t > 1) comm.add(N * h);
-  if (p > 1) {
-    comm.add(R * h);
-    comm.add(R * h);
+  if (p > 1) {  // two grad receive buffers, two send buffers
+    for (int i = 0; i < 4; ++i) comm.add(R * h);
   }
-  if (shape.context_parallel > 1 && total_layers > 0) {
-    // Ring attention's two travelling blocks, each [K | V | dK | dV] of the rank's tokens.
+  for (int ring = 0; ring < ring_attentions; ++ring) {
+    // A ring attention's two travelling blocks, each [K | V | dK | dV] of the rank's tokens.
     const int64_t kv = static_cast<int64_t>(m.query_groups()) * m.head_dim() / t;
     comm.add(4 * N * kv);
     comm.add(4 * N * kv);

@@ -26,19 +26,21 @@
 //   Full recompute, uniform, n layers a chunk: R h per chunk (its input) + n scratch sets of a
 //   whole layer (the first without its input). Block, n layers: those n keep R h each, the rest
 //   everything; one scratch set.
-//   Pipeline: each micro-batch in flight keeps its own sets: 1F1B min(p - r, m) on stage r;
-//   interleaved min(2 (p - r - 1) + (v - 1) p + 1, m v) virtual micro-batches of L/(p v) layers
-//   (Megatron's warm-up, micro-batch group size p). Scratch, selective and workspace buffers
-//   are one per stage.
-//   Stage workspace (not kept): 2 R h ping-pong outputs, N h projection output, 2 R h stream
-//   grads, R h (grad after attention), N h (grad into a norm), R h (norm grad), N q/t, N (q+2k)/t,
-//   N U/t, N F/t for the grads of attn, qkv, fc1, act; with bf16/fp16 two GEMM operand buffers
-//   of N x max(h, (q+2k)/t, U/t, V/t).
+//   Pipeline: each micro-batch in flight keeps its own sets, and a chunk that is not the model's
+//   last its output R h. Every model chunk of a stage has its own buffers: as many slots as the
+//   schedule keeps that chunk's micro-batches in flight (1F1B min(p - r, m) on stage r;
+//   interleaved per chunk, parallel::pipeline_activation_slots), its own scratch, selective and
+//   workspace buffers.
+//   Chunk workspace (not kept): 8 R h (2 ping-pong outputs, the projection output, 2 stream
+//   grads, the grads after attention, into a norm, of a norm's input), with SP 3 N h full rows
+//   (gathered input or grad, partial sums and input grads before their reduce-scatter), N q/t,
+//   N (q+2k)/t, N U/t, N F/t for the grads of attn, qkv, fc1, act; with bf16/fp16 two GEMM
+//   operand buffers of N x max(h, (q+2k)/t, U/t, and V/t on the chunk with the head).
 //   Last stage: final norm input and output R h each, its statistics LN R, logits N V/t (their
 //   grads in place) and 4 N (row max, sum-exp, target logit, loss grad).
-//   Communication buffers: the SP all-gather N h, two PP activation buffers R h, CP's
-//   double-buffered ring of received K and V 2 x 2 N k/t, EP all-to-all send/receive 2 N k h
-//   (router top-k); DP reduces the flat grad buffer in place.
+//   Communication buffers: PP's two grad receive and two send buffers R h (the send pool grows
+//   while sends are in flight), CP's double-buffered ring of received K and V 2 x 2 N k/t, EP
+//   all-to-all send/receive 2 N k h (router top-k); DP reduces the flat grad buffer in place.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +68,7 @@ struct TrainingShape {
   model::RecomputeConfig recompute;
   Precision precision = Precision::fp32;
   bool native_bf16_gemm = true;        // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
+  int64_t ddp_bucket_elements = 0;     // the DP grad buffer's bucket size (model::bucket_options); 0: one a chunk
 
   int world_size() const {
     return split.tensor_parallel * context_parallel * data_parallel * split.pipeline_parallel;
@@ -97,7 +100,7 @@ struct RankMemory {
   int64_t gemm_weights = 0;      // the bf16/fp16 GEMM copy (mt-train counts it under weights)
   int64_t grads = 0;
   int64_t optimizer = 0;
-  int in_flight = 0;             // micro-batches (virtual ones when interleaved) kept at once
+  int in_flight = 0;             // micro-batches (virtual ones when interleaved) kept at once (the schedule's peak)
   int layers = 0;                // decoder (and MTP) layers on the stage
   int64_t activation_per_layer = 0;  // bytes, an average layer of the stage, one micro-batch
   int64_t activations_kept = 0;      // every in-flight micro-batch's kept sets

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "perf/parameters.h"
 
 namespace mt::perf {
 
@@ -108,9 +109,12 @@ const std::vector<std::string> kColumns = {
     "reported_step_seconds", "reported_relative_step_time", "reported_speedup", "reported_scaling_efficiency",
     "convention", "peak_tflops", "verdict", "reason", "role", "assumptions", "predicted"};
 
+// The run's FLOPs per token as its source counted them: with a published layout, the logits over
+// the vocabulary Megatron pads to a multiple of --make-vocab-size-divisible-by x TP.
 double flops_per_token_of(const PublishedRun& run) {
   if (run.flops_per_token) return *run.flops_per_token;
-  return flops_per_token(run.model, run.convention);
+  if (!run.shape) return flops_per_token(run.model, run.convention);
+  return flops_per_token(run.model, run.convention, megatron_padded_vocab(run.model, run.shape->split.tensor_parallel));
 }
 
 bool has_model(const PublishedRun& run) { return run.model_name != "-" || run.flops_per_token.has_value(); }

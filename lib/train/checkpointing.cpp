@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,40 +64,47 @@ void for_each_optimizer_run(const model::ParamLayout& layout, const optim::AdamW
 // writes its copy.
 struct TensorShare {
   std::string name;
-  const std::vector<int64_t>* global_shape = nullptr;
+  std::vector<int64_t> global_shape;
   std::vector<io::TensorSlice> slices;
 };
 
-// Every tensor of the checkpoint, in the same order on every rank, with this rank's slices. The
-// writer of a copy: parameters from DP rank 0 (the TP shards of its TP ranks, the TP-replicated
-// tensors from TP rank 0: ParamEntry::replica == 0); the moments from DP rank 0 too, or from every
-// DP rank's shard with the distributed optimizer.
+// Every tensor of the checkpoint, in the same order on every rank (the whole model's layout
+// order, whichever pipeline stage holds it), with this rank's slices. The writer of a copy:
+// parameters from DP rank 0 (the TP shards of its TP ranks, the TP-replicated tensors from TP rank
+// 0 and the tied word embedding from the first stage: ParamEntry::replica == 0); the moments from
+// DP rank 0 too, or from every DP rank's shard with the distributed optimizer.
 std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& options) {
   const model::ParamLayout& layout = trainer.layout();
+  const model::ParamLayout whole_model = model::build_layout(trainer.model_config());
   const bool first_replica = trainer.data_parallel_rank() == 0;
+  const int groups = options.optimizer ? 3 : 1;
+  const size_t tensors = whole_model.entries.size();
+  const char* prefixes[] = {"model/", "optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
   std::vector<TensorShare> shares;
+  std::unordered_map<std::string, size_t> index;  // a parameter's name -> its place in the whole model
+  for (int g = 0; g < groups; ++g) {
+    for (const model::ParamEntry& entry : whole_model.entries) {
+      if (g == 0) index.emplace(entry.name, shares.size());
+      shares.push_back(TensorShare{prefixes[g] + entry.name, entry.global_shape, {}});
+    }
+  }
+  auto share_of = [&](int group, const model::ParamEntry& entry) -> std::vector<io::TensorSlice>& {
+    return shares[static_cast<size_t>(group) * tensors + index.at(entry.name)].slices;
+  };
   const float* params = trainer.parameters();
   for (const model::ParamEntry& entry : layout.entries) {
-    TensorShare share{"model/" + entry.name, &entry.global_shape, {}};
-    if (entry.replica == 0 && first_replica) share.slices.push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
-    shares.push_back(std::move(share));
+    if (entry.replica == 0 && first_replica) share_of(0, entry).push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
   }
-  if (!options.optimizer) return shares;
+  if (!options.optimizer || !(trainer.distributed_optimizer() || first_replica)) return shares;
   optim::AdamW& optimizer = trainer.optimizer();
-  const bool writes_moments = trainer.distributed_optimizer() || first_replica;
-  const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
   const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
   for (int m = 0; m < 2; ++m) {
-    const size_t first = shares.size();
-    for (const model::ParamEntry& entry : layout.entries) shares.push_back(TensorShare{names[m] + entry.name, &entry.global_shape, {}});
-    if (!writes_moments) continue;
     // A tensor's slices may come from several ranges of the optimizer.
     for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
                                                   int64_t state) {
       if (entry.replica != 0) return;
-      auto& slices = shares[first + static_cast<size_t>(&entry - layout.entries.data())].slices;
       for (const io::Box& box : boxes) {
-        slices.push_back(io::TensorSlice{box, moments[m] + state});
+        share_of(1 + m, entry).push_back(io::TensorSlice{box, moments[m] + state});
         state += box.elements();
       }
     });
@@ -139,15 +147,6 @@ SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std
   const int ranks = world.size();
   const bool writer_rank = world.rank() == 0;
   const std::vector<TensorShare> shares = shares_to_write(trainer, options);
-  std::vector<int64_t> tensor_counts(static_cast<size_t>(ranks));
-  const int64_t tensors = static_cast<int64_t>(shares.size());
-  world.all_gather(&tensors, tensor_counts.data(), 1, DType::i64);
-  for (int64_t count : tensor_counts) {
-    if (count != tensors) {
-      throw Error("checkpoint", "the ranks hold different tensors (" + std::to_string(count) + " and " +
-                                    std::to_string(tensors) + "): a layout the checkpoint writer does not support yet");
-    }
-  }
   SaveResult result;
   std::string failure;
   std::unique_ptr<io::CheckpointWriter> writer;
@@ -160,7 +159,7 @@ SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std
     }
   }
   for (const TensorShare& share : shares) {
-    const size_t rank_of_shape = share.global_shape->size();
+    const size_t rank_of_shape = share.global_shape.size();
     int64_t mine[2] = {static_cast<int64_t>(share.slices.size()), 0};  // slices, elements
     for (const io::TensorSlice& slice : share.slices) mine[1] += slice.box.elements();
     std::vector<int64_t> counts(2 * static_cast<size_t>(ranks));
@@ -202,7 +201,7 @@ SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std
     }
     if (!failure.empty()) continue;
     try {
-      writer->write_tensor(share.name, *share.global_shape, slices);
+      writer->write_tensor(share.name, share.global_shape, slices);
     } catch (const Error& e) {
       failure = e.what();
     }

@@ -14,7 +14,6 @@
 #include "data/gpt_dataset.h"
 #include "model/init.h"
 #include "parallel/context_parallel.h"
-#include "parallel/pipeline_layers.h"
 #include "perf/memory.h"
 
 namespace mt::train {
@@ -123,17 +122,9 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   memory.ranks_per_node = groups ? local_rank_count() : 1;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
 
-  // This rank's model chunks (pipeline_layers.h): chunk c of pipeline rank r is virtual stage
-  // c p + r; the model's first virtual stage embeds, its last holds the head and the loss.
-  const int stages = parallel_config_.pipeline_model_parallel_size;
-  const int chunks = parallel_config_.virtual_pipeline_size(model_config_.num_layers);
-  std::vector<model::ChunkSpec> chunk_specs;
-  for (int c = 0; c < chunks; ++c) {
-    const parallel::LayerRange range = parallel::pipeline_layers(parallel_config_, model_config_.num_layers, coordinates.pp, c);
-    chunk_specs.push_back(model::ChunkSpec{range.first, range.end(), coordinates.pp == 0 && c == 0,
-                                           coordinates.pp == stages - 1 && c == chunks - 1});
-  }
-  layout_ = model::build_layout(model_config_, parallel_config_, coordinates, chunk_specs,
+  // This rank's model chunks (model::pipeline_chunks).
+  layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
+                                model::pipeline_chunks(model_config_, parallel_config_, coordinates.pp),
                                 model::bucket_options(parallel_config_));
   // The schedules of a training step and of an evaluation step over this rank's micro-batches.
   const int num_micro = config_.global_batch_size / (config_.micro_batch_size * dp);
@@ -394,16 +385,7 @@ StepStats Trainer::train_step() {
   scaler_.update(nonfinite);
   consumed_samples_ += global;
 
-  int64_t peaks[2] = {memory_.peak_total(), world_->rank()};
-  std::vector<int64_t> all_peaks(static_cast<size_t>(2 * world_->size()));
-  world_->all_gather(peaks, all_peaks.data(), 2, DType::i64);
-  for (size_t r = 0; r < all_peaks.size(); r += 2) {
-    if (all_peaks[r] > stats.mem_peak_bytes) {
-      stats.mem_peak_bytes = all_peaks[r];
-      stats.mem_peak_rank = static_cast<int>(all_peaks[r + 1]);
-    }
-  }
-
+  gather_memory(stats);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;
@@ -412,10 +394,6 @@ StepStats Trainer::train_step() {
   stats.tokens_per_s = global * static_cast<double>(seq) / seconds;
   stats.tflops_per_device = flops_per_token_ * global * seq / seconds / 1e12 / world_->size();
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
-  stats.mem_weights_bytes = total * 4 + model::GemmWeights::bytes(ops_, config_.precision, total);
-  stats.mem_grads_bytes = total * 4;
-  stats.mem_optim_bytes = optimizer_->state_bytes();
-  for (const auto& stage : stages_) stats.mem_activations_bytes += stage->activation_bytes();
   stats.skipped_iters = skipped_iters_;
   stats.nan_iters = nan_iters_;
   return stats;
@@ -477,6 +455,43 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
     ops_.copy_2d(logits + static_cast<int64_t>(done) * seq * vocab, vocab * sizeof(float), last.logits(0),
                  last.logits_width() * sizeof(float), vocab * sizeof(float), static_cast<int64_t>(n) * seq,
                  backend::CopyKind::device_to_host, ops_.default_stream());
+  }
+}
+
+void Trainer::gather_memory(StepStats& stats) const {
+  // Per rank: its world rank, pipeline stage, high-water mark of the sum, and of each category.
+  constexpr int kHead = 3, kFields = kHead + backend::kMemoryCategories;
+  int64_t mine[kFields] = {world_->rank(), pipeline_group_->rank(), memory_.peak_total()};
+  for (int c = 0; c < backend::kMemoryCategories; ++c) mine[kHead + c] = memory_.peak(static_cast<backend::MemoryCategory>(c));
+  std::vector<int64_t> all(static_cast<size_t>(kFields) * static_cast<size_t>(world_->size()));
+  world_->all_gather(mine, all.data(), kFields, DType::i64);
+  stats.stage_memory.assign(static_cast<size_t>(pipeline_group_->size()), StageMemory{});
+  for (size_t s = 0; s < stats.stage_memory.size(); ++s) stats.stage_memory[s].stage = static_cast<int>(s);
+  std::vector<bool> seen(stats.stage_memory.size(), false);
+  const auto category = [](const int64_t* fields, backend::MemoryCategory c) { return fields[kHead + static_cast<int>(c)]; };
+  for (size_t offset = 0; offset < all.size(); offset += kFields) {  // ascending world rank
+    const int64_t* r = all.data() + offset;
+    const int rank = static_cast<int>(r[0]);
+    const int64_t peak = r[2];
+    if (peak > stats.mem_peak_bytes || offset == 0) {
+      stats.mem_peak_bytes = peak;
+      stats.mem_peak_rank = rank;
+    }
+    stats.mem_weights_bytes = std::max(stats.mem_weights_bytes, category(r, backend::MemoryCategory::weights));
+    stats.mem_grads_bytes = std::max(stats.mem_grads_bytes, category(r, backend::MemoryCategory::grads));
+    stats.mem_optim_bytes = std::max(stats.mem_optim_bytes, category(r, backend::MemoryCategory::optimizer));
+    stats.mem_activations_bytes = std::max(stats.mem_activations_bytes, category(r, backend::MemoryCategory::activations));
+    const size_t stage = static_cast<size_t>(r[1]);
+    StageMemory& m = stats.stage_memory.at(stage);
+    if (seen[stage] && peak <= m.peak) continue;
+    seen[stage] = true;
+    m.rank = rank;
+    m.peak = peak;
+    m.weights = category(r, backend::MemoryCategory::weights);
+    m.grads = category(r, backend::MemoryCategory::grads);
+    m.optimizer = category(r, backend::MemoryCategory::optimizer);
+    m.activations = category(r, backend::MemoryCategory::activations);
+    m.comm_buffers = category(r, backend::MemoryCategory::comm_buffers);
   }
 }
 

@@ -107,6 +107,15 @@ struct TrainConfig {
 nlohmann::ordered_json to_json(const TrainConfig& config);
 TrainConfig train_config_from_json(const nlohmann::json& json);
 
+// One pipeline stage's memory high-water marks by category, bytes (DESIGN.md section 4's memory
+// records): those of the stage's rank with the largest peak (the lowest such world rank).
+struct StageMemory {
+  int stage = 0;
+  int rank = 0;  // world rank
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
+  int64_t peak = 0;  // the high-water mark of the sum over categories
+};
+
 struct StepStats {
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
@@ -119,6 +128,8 @@ struct StepStats {
   double tokens_per_s = 0;
   double tflops_per_device = 0;
   double mfu = 0;  // 0 when no peak is known
+  // The allocator's high-water marks by category (the GEMM weight copy counts under weights), the
+  // largest over every rank.
   int64_t mem_weights_bytes = 0, mem_grads_bytes = 0, mem_optim_bytes = 0, mem_activations_bytes = 0;
   int64_t skipped_iters = 0;
   int64_t nan_iters = 0;
@@ -130,6 +141,7 @@ struct StepStats {
   int mem_peak_rank = 0;
   double comm_wait_ms = 0;
   double comm_share = 0;
+  std::vector<StageMemory> stage_memory;  // one per pipeline stage, gathered on every rank
 };
 
 struct EvalStats {
@@ -221,6 +233,9 @@ class Trainer {
   // Sums the tied word embedding's grads between the first and the last pipeline stage (after
   // the DP reduction, over the parts this rank owns), so both copies take the same step.
   void sum_tied_embedding_grads(float* grads);
+  // Every rank's memory high-water marks (collective over the world): the step's maxima over
+  // ranks (mem_*), the largest rank's total and each pipeline stage's most loaded rank.
+  void gather_memory(StepStats& stats) const;
   // Seconds this rank's communicators have been blocked so far.
   double communicator_wait_seconds() const;
 

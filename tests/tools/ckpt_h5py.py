@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """An mt checkpoint read with h5py alone, following the layout docs/DESIGN.md documents.
 
-  ckpt_h5py.py check FILE       every tensor by name: float32, its checksum recomputed here from
+  ckpt_h5py.py check FILE       every tensor by name: float32 (or bfloat16/float16 after
+                                mt-ckpt convert), its checksum recomputed here from
                                 the format's definition (sum mod 2^64 of splitmix64(splitmix64(i)
                                 ^ bits) over global row-major indices i) equals the stored one;
                                 prints one JSON line: tensors, names of the first few, root state
@@ -49,8 +50,10 @@ def check(path):
         names = tensors(f)
         for name in names:
             data = f[name]
-            if data.dtype != np.float32:
-                raise SystemExit("%s: %s is %s, not float32" % (path, name, data.dtype))
+            # mt-ckpt convert --dtype stores bfloat16 (h5py shows it as float32: HDF5 widens it
+            # exactly) or float16; checksums are over the values as float32.
+            if data.dtype not in (np.float32, np.float16):
+                raise SystemExit("%s: %s is %s, not float32 or float16" % (path, name, data.dtype))
             stored = int(data.attrs["checksum"])
             computed = checksum(data[()])
             if stored != computed:

@@ -5,6 +5,7 @@ MT_BIN="${MT_BIN:-$MT_ROOT/build/bin}"
 MT_TOOLS=(mt-tokenize mt-shard mt-train mt-ckpt mt-mfu mt-memreport)
 export PATH="$MT_BIN:$PATH"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
 
 mt_load_libs() {
   bats_load_library bats-support
@@ -19,6 +20,13 @@ run_split() {
   "$@" >"$out_file" 2>"$err_file" && status=0 || status=$?
   out="$(cat "$out_file")" err="$(cat "$err_file")"
   rm -f "$out_file" "$err_file"
+}
+
+# `mpirun_n N CMD...`: CMD on N oversubscribed ranks, stopped after 5 minutes.
+mpirun_n() {
+  local ranks="$1"
+  shift
+  timeout 300 mpirun -np "$ranks" --oversubscribe "$@"
 }
 
 # Number of lines in a string (0 for empty).

@@ -83,14 +83,191 @@ EOF
   run_split mt-ckpt inspect "$TMP"
   [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP: holds no $TMP/latest_checkpointed_iteration.txt"* ]] || fail "$err"
   run_split mt-ckpt
-  [[ $status -eq 2 && "$err" == "mt-ckpt: error: subcommand: inspect or verify is required"* ]] || fail "$status $err"
+  [[ $status -eq 2 && "$err" == "mt-ckpt: error: subcommand: one of inspect, verify, diff, convert, export, import is required"* ]] || fail "$status $err"
 }
 
-@test "diff, convert, export and import are refused by name until they are built (exit 2, nothing on stdout)" {
-  for command in diff convert export import; do
-    run_split mt-ckpt "$command" a.h5 b.h5
-    [[ $status -eq 2 ]] || fail "mt-ckpt $command exited $status"
-    [[ -z "$out" ]] || fail "mt-ckpt $command printed: $out"
-    [[ "$err" == "mt-ckpt: error: $command: not built yet (mt-ckpt has inspect and verify)" ]] || fail "$err"
+@test "diff: identical checkpoints pass; another iteration differs per tensor (exit 3) unless within --atol; one-sided and reshaped tensors are named" {
+  save_tiny --save-interval 2
+  run_split mt-ckpt diff "$TMP/ck" "$TMP/ck/iter_0000003/checkpoint.h5"
+  [[ $status -eq 0 ]] || fail "$status $err"
+  printf '%s\n' "$out" | jq -e -s '.[-1] | .record == "diff" and .ok and .compared == 108 and .differing == 0 and .max_abs == 0' \
+    >/dev/null || fail "$out"
+  local early="$TMP/ck/iter_0000002/checkpoint.h5" late="$TMP/ck/iter_0000003/checkpoint.h5"
+  run_split mt-ckpt diff "$early" "$late"
+  [[ $status -eq 3 && "$err" == "mt-ckpt: diff: "*" tensor(s) differ, first "*" elements beyond the tolerance" ]] || fail "$status $err"
+  printf '%s\n' "$out" | jq -e -s '(.[-1] | .ok == false and .differing > 100 and .iteration_a == 2 and .iteration_b == 3)
+    and ([.[] | select(.record == "tensor_diff" and .name == "model/embedding.word_embeddings.weight")][0]
+         | .max_abs > 0 and .max_rel > 0 and .mismatched > 0 and .shape_a == [128, 64] and .dtype_a == "float32")' >/dev/null \
+    || fail "$out"
+  run_split mt-ckpt diff "$early" "$late" --atol 1 --format table
+  [[ $status -eq 0 && "$out" == *"# tensor_diff"* ]] || fail "$status $err $out"
+  local name=model/decoder.layers.0.mlp.linear_fc1.weight
+  cp "$late" "$TMP/deleted.h5"
+  "$H5PY" corrupt "$TMP/deleted.h5" delete "$name"
+  run_split mt-ckpt diff "$late" "$TMP/deleted.h5"
+  [[ $status -eq 3 && "$err" == *"1 tensor(s) differ, first $name: only in A" ]] || fail "$status $err"
+  run_split mt-ckpt diff "$TMP/deleted.h5" "$late"
+  [[ $status -eq 3 && "$err" == *"first $name: only in B" ]] || fail "$status $err"
+  cp "$late" "$TMP/reshaped.h5"
+  "$H5PY" corrupt "$TMP/reshaped.h5" reshape "$name"
+  run_split mt-ckpt diff "$late" "$TMP/reshaped.h5"
+  [[ $status -eq 3 && "$err" == *"first $name: shape differs" ]] || fail "$status $err"
+  printf '%s\n' "$out" | jq -e -s --arg n "$name" '[.[] | select(.name == $n)][0] | .shape_a == [256, 64] and .shape_b == [64, 256]' \
+    >/dev/null || fail "$out"
+  run_split mt-ckpt diff "$late" "$late" --rtol -1
+  [[ $status -eq 2 ]] || fail "$status $err"
+}
+
+@test "convert: bf16/fp16 parameters (h5py reads them), not resumable, within rounding of the original; --no-optim; never overwrites" {
+  save_tiny
+  local ckpt="$TMP/ck/iter_0000003/checkpoint.h5"
+  run_split mt-ckpt convert "$TMP/ck" "$TMP/copy"
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" | jq -e -s '.[-1] | .record == "convert" and .tensors == 108 and .resumable and .optimizer' >/dev/null \
+    || fail "$out"
+  mt-ckpt diff "$TMP/ck" "$TMP/copy" >/dev/null || fail "an fp32 convert is not exact"
+  [[ "$(cat "$TMP/copy/latest_checkpointed_iteration.txt")" == 3 ]] || fail "tracker"
+  for dtype in bf16 fp16; do
+    run_split mt-ckpt convert --dtype "$dtype" "$ckpt" "$TMP/$dtype.h5"
+    [[ $status -eq 0 && "$err" == *"holds parameters only: not resumable"* ]] || fail "$dtype: $status $err"
+    printf '%s\n' "$out" | jq -e -s '.[-1] | .record == "convert" and .tensors == 36 and .dropped == 72 and (.resumable | not)' \
+      >/dev/null || fail "$out"
+    run_split mt-ckpt verify "$TMP/$dtype.h5"
+    [[ $status -eq 0 ]] || fail "$dtype verify: $err $out"
+    run_split mt-ckpt inspect "$TMP/$dtype.h5"
+    local stored
+    stored=$(printf '%s\n' "$out" | jq -r 'select(.name == "model/embedding.word_embeddings.weight") | "\(.dtype) \(.bytes)"')
+    [[ "$stored" == "$([[ $dtype == bf16 ]] && echo bfloat16 || echo float16) 16384" ]] || fail "$dtype: $stored"
+    "$H5PY" check "$TMP/$dtype.h5" >/dev/null || fail "$dtype: h5py cannot read it"
+    # Within half an ulp of the format (relative 2^-8 for bf16, 2^-11 for fp16, and fp16's subnormal step), not exact.
+    local rtol
+    rtol=$([[ $dtype == bf16 ]] && echo 0.00391 || echo 0.00049)
+    run_split mt-ckpt diff "$TMP/$dtype.h5" "$ckpt" --rtol "$rtol" --atol 6e-8
+    [[ $status -eq 3 && "$err" == *"only in B" ]] || fail "$dtype: the optimizer state should be only in B: $err"
+    printf '%s\n' "$out" | jq -e -s '(.[-1].only_in_b == 72) and ([.[] | select(.record == "tensor_diff" and .only_in == null)]
+      | length == 36 and all(.ok) and any(.max_abs > 0))' >/dev/null || fail "$dtype: $out"
   done
+  # --finetune starts from it (the weights widened to fp32); a resume without --finetune is refused.
+  mt-ckpt convert --dtype bf16 "$TMP/ck" "$TMP/bf16dir" >/dev/null 2>&1
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-iters 2 --eval-iters 0 --peak-tflops 1 --load "$TMP/bf16dir" --finetune >"$TMP/ft.jsonl" 2>"$TMP/ft.log" \
+    || fail "finetune from bf16: $(cat "$TMP/ft.log")"
+  run_split mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+    --train-iters 4 --eval-iters 0 --peak-tflops 1 --load "$TMP/bf16dir"
+  [[ $status -eq 1 && "$err" == *"holds no optimizer state"* ]] || fail "$status $err"
+  run_split mt-ckpt convert --no-optim "$TMP/ck" "$TMP/noopt.h5"
+  printf '%s\n' "$out" | jq -e -s '.[-1] | .tensors == 36 and .dtype == "float32" and (.resumable | not) and (.optimizer | not)' \
+    >/dev/null || fail "$out"
+  # Never an existing checkpoint: not the input, not another output.
+  local before
+  before=$(sha256sum "$ckpt")
+  run_split mt-ckpt convert "$ckpt" "$ckpt"
+  [[ $status -eq 2 && "$err" == "mt-ckpt: error: $ckpt: exists; mt-ckpt never overwrites a checkpoint"* && -z "$out" ]] \
+    || fail "$status $err"
+  run_split mt-ckpt convert "$TMP/ck" "$TMP/ck"
+  [[ $status -eq 2 ]] || fail "$status $err"
+  [[ "$(sha256sum "$ckpt")" == "$before" ]] || fail "the input changed"
+  run_split mt-ckpt convert --dtype fp8 "$ckpt" "$TMP/x.h5"
+  [[ $status -eq 2 && ! -e "$TMP/x.h5" ]] || fail "$status $err"
+}
+
+# Parameters only (--save-final) of PRESET flags after the name, at iteration 3, in $TMP/NAME.h5.
+save_final() {
+  local name="$1"
+  shift
+  mt-train --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --eval-iters 0 \
+    --peak-tflops 1 --save-final "$TMP/$name.h5" "$@" >/dev/null 2>"$TMP/train.log" || fail "mt-train: $(cat "$TMP/train.log")"
+}
+
+@test "export --format hf: config.json and a safetensors file an independent reader accepts, with transformers' names, layout and bytes" {
+  save_final gpt --model tiny-gpt --vocab-size 97
+  save_final llama --model tiny-llama --vocab-size 97 --group-query-attention --num-query-groups 2
+  save_final gpt_untied --model tiny-gpt --vocab-size 97 --untie-embeddings-and-output-weights
+  for name in gpt llama gpt_untied; do
+    for dtype in fp32 bf16; do
+      run_split mt-ckpt export --format hf --dtype "$dtype" "$TMP/$name.h5" "$TMP/$name-$dtype"
+      [[ $status -eq 0 ]] || fail "$name $dtype: $err"
+      printf '%s\n' "$out" | jq -e -s '.[-1] | .record == "export" and .format == "hf" and .tensors > 20' >/dev/null || fail "$out"
+      run_split "$BATS_TEST_DIRNAME/safetensors_reader.py" check "$TMP/$name-$dtype/model.safetensors"
+      [[ $status -eq 0 ]] || fail "$name $dtype: $err"
+      printf '%s' "$out" | jq -e --arg d "$([[ $dtype == fp32 ]] && echo F32 || echo BF16)" \
+        '.metadata.format == "pt" and .header_size % 8 == 0 and ([.tensors[] | .dtype] | all(. == $d))' >/dev/null || fail "$out"
+      run_split "$BATS_TEST_DIRNAME/safetensors_reader.py" compare "$TMP/$name-$dtype/model.safetensors" "$TMP/$name.h5"
+      [[ $status -eq 0 ]] || fail "$name $dtype: $err"
+    done
+  done
+  local header
+  header=$("$BATS_TEST_DIRNAME/safetensors_reader.py" check "$TMP/gpt-fp32/model.safetensors")
+  printf '%s' "$header" | jq -e '.tensors["transformer.wte.weight"].shape == [97, 64]
+    and .tensors["transformer.h.1.attn.c_attn.weight"].shape == [64, 192]
+    and .tensors["transformer.h.0.mlp.c_fc.weight"].shape == [64, 256] and (.tensors["lm_head.weight"] == null)' >/dev/null \
+    || fail "$header"
+  jq -e '.architectures == ["GPT2LMHeadModel"] and .vocab_size == 97 and .n_embd == 64 and .activation_function == "gelu_new"
+    and .tie_word_embeddings and .torch_dtype == "float32"' "$TMP/gpt-fp32/config.json" >/dev/null \
+    || fail "$(cat "$TMP/gpt-fp32/config.json")"
+  jq -e '.architectures == ["LlamaForCausalLM"] and .num_key_value_heads == 2 and .hidden_act == "silu"
+    and (.tie_word_embeddings | not) and .torch_dtype == "bfloat16"' "$TMP/llama-bf16/config.json" >/dev/null \
+    || fail "$(cat "$TMP/llama-bf16/config.json")"
+  jq -e '.tie_word_embeddings == false' "$TMP/gpt_untied-fp32/config.json" >/dev/null || fail "untied"
+  # Refusals: another format, a model no HF architecture matches.
+  run_split mt-ckpt export --format gguf "$TMP/gpt.h5" "$TMP/x"
+  [[ $status -eq 2 && ! -e "$TMP/x" ]] || fail "$status $err"
+  save_final mixed --model tiny-gpt --vocab-size 97 --swiglu
+  run_split mt-ckpt export --format hf "$TMP/mixed.h5" "$TMP/x"
+  [[ $status -eq 2 && "$err" == *"no Hugging Face architecture matches"* && ! -e "$TMP/x/model.safetensors" ]] || fail "$status $err"
+}
+
+@test "import --format hf of an export: bit-identical parameters, pad rows zero; mt-train --finetune from it trains the same losses" {
+  save_tiny
+  local ckpt="$TMP/ck/iter_0000003/checkpoint.h5"
+  mt-ckpt export --format hf "$TMP/ck" "$TMP/hf" >/dev/null || fail "export"
+  run_split mt-ckpt import --format hf "$TMP/hf" "$TMP/imported"
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" | jq -e -s '.[-1] | .record == "import" and .tensors == 36 and .ignored == [] and (.resumable | not)
+    and .model.vocab_size == 97 and (.mt_train_flags | test("--vocab-size 97"))' >/dev/null || fail "$out"
+  mt-ckpt verify "$TMP/imported" >/dev/null || fail "the import does not verify"
+  /usr/bin/python3 - "$ckpt" "$TMP/imported/iter_0000000/checkpoint.h5" <<'PY' || fail "the import differs from the original"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r")["model"], h5py.File(sys.argv[2], "r")["model"]
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for name in a:
+    x, y = a[name][()], b[name][()]
+    if name == "embedding.word_embeddings.weight":
+        assert not y[97:].any(), "pad rows not zero"
+        x, y = x[:97], y[:97]
+    assert x.dtype == y.dtype == np.float32 and np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
+PY
+  # The pad rows are outside the softmax: fine-tuning from the import or from the original gives the same losses.
+  local source
+  for source in ck imported; do
+    mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+      --train-iters 3 --eval-iters 0 --peak-tflops 1 --seed 5 --load "$TMP/$source" --finetune >"$TMP/$source.jsonl" \
+      2>"$TMP/$source.log" || fail "$source: $(cat "$TMP/$source.log")"
+  done
+  local original imported
+  original=$(jq -c -s '[.[] | select(.record == "step") | .lm_loss]' "$TMP/ck.jsonl")
+  imported=$(jq -c -s '[.[] | select(.record == "step") | .lm_loss]' "$TMP/imported.jsonl")
+  [[ "$original" == "$imported" && "$original" == "["*","*","*"]" ]] || fail "$original vs $imported"
+  # An existing output, a directory without config.json, a model mt cannot represent: refused.
+  run_split mt-ckpt import --format hf "$TMP/hf" "$TMP/imported"
+  [[ $status -eq 2 && "$err" == *"exists; mt-ckpt never overwrites"* ]] || fail "$status $err"
+  run_split mt-ckpt import --format hf "$TMP/ck" "$TMP/none.h5"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/ck/config.json: cannot open"* && ! -e "$TMP/none.h5" ]] || fail "$status $err"
+  jq '.activation_function = "relu"' "$TMP/hf/config.json" >"$TMP/relu.json"
+  mv "$TMP/relu.json" "$TMP/hf/config.json"
+  run_split mt-ckpt import --format hf "$TMP/hf" "$TMP/relu.h5"
+  [[ $status -eq 2 && "$err" == *"config.json: activation_function is relu"* && ! -e "$TMP/relu.h5" ]] || fail "$status $err"
+}
+
+@test "--help of every subcommand says what it does and its options" {
+  local command
+  for command in inspect verify diff convert export import; do
+    run_split mt-ckpt "$command" --help
+    [[ $status -eq 0 ]] || fail "$command --help: $status"
+  done
+  [[ "$(mt-ckpt diff --help)" == *"--atol"*"--rtol"*"defaults 0 and 0"* ]] || fail "diff help"
+  [[ "$(mt-ckpt convert --help)" == *"--dtype"*"--no-optim"*"not resumable"*"fp32 master weights"* ]] || fail "convert help"
+  [[ "$(mt-ckpt export --help)" == *"GPT2LMHeadModel"*"LlamaForCausalLM"*"pad rows are dropped"* ]] || fail "export help"
+  [[ "$(mt-ckpt import --help)" == *"--finetune"* ]] || fail "import help"
+  [[ "$(mt-ckpt --help)" != *"Not built yet"* ]] || fail "the top-level help still says not built"
 }

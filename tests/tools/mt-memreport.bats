@@ -61,7 +61,8 @@ report() {
     jq -e -s --slurpfile train "$TMP/train.jsonl" '
       ([$train[] | select(.record=="step")][-1]) as $step |
       [.[] | select(.record=="memory_check")] as $c |
-      ($c | map(.category)) == ["weights","grads","optimizer","activations"] and
+      ($c | map(.category)) == ["weights","grads","optimizer","activations","comm_buffers"] and
+      ($c | all(.stage == 0 and .rank == 0)) and $c[4].measured_bytes == 0 and $c[4].predicted_bytes == 0 and
       ($c[0].predicted_bytes == $step.mem_weights_bytes and $c[0].measured_bytes == $step.mem_weights_bytes) and
       ($c[1].predicted_bytes == $step.mem_grads_bytes) and ($c[2].predicted_bytes == $step.mem_optim_bytes) and
       ($c[0:3] | all(.error == 0)) and ($c[3].measured_bytes == $step.mem_activations_bytes) and
@@ -96,7 +97,7 @@ report() {
       and .activations_bytes == $s.mem_activations_bytes' "$TMP/out.jsonl" >/dev/null || fail "$(cat "$TMP/out.jsonl")"
   run_split mt-memreport --help
   section="$(printf '%s\n' "$out" | sed -n '/accepted for compatibility with mt-train, no effect here/,/^$/p')"
-  for flag in --peak-tflops --flops-convention --lr --split --save-final --ddp-bucket-size; do
+  for flag in --peak-tflops --flops-convention --lr --split --save-final --overlap-param-gather; do
     [[ "$section" == *" $flag "* ]] || fail "$flag is not listed as having no effect: $section"
   done
 }

@@ -3,27 +3,19 @@
 # one rank (per-step loss and grad norm, evaluation loss within 1e-5 relative in fp32) through the
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
-# are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP and both, load under any
-# other layout (CP=2 too), and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on token data with document
-# masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout in miniature on 32
-# ranks. The full matrix of layouts, models and recompute modes is tests/mpi/test_data_parallel.cpp
-# and tests/mpi/test_context_parallel_training.cpp.
+# are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP, PP, CP and their
+# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on
+# token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
+# in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
+# tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
 
 setup() {
   load common
   mt_load_libs
   TMP="$(mktemp -d)"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-  export OMPI_MCA_rmaps_base_oversubscribe=1
 }
 
 teardown() { rm -rf "$TMP"; }
-
-mpirun_n() {
-  local ranks="$1"
-  shift
-  timeout 300 mpirun -np "$ranks" --oversubscribe "$@"
-}
 
 TINY=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
       --train-iters 10 --lr 3e-3 --lr-warmup-iters 2 --eval-interval 5 --eval-iters 2 --peak-tflops 1)
@@ -166,12 +158,6 @@ same_numbers() {
     || fail "$status $err"
   run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
   [[ $status -ne 0 && "$err" == *"mt-train: error: "*"--num-layers 2"* ]] || fail "$status $err"
-  for flag in "--save-final $TMP/final.h5" "--save $TMP/ckpt" "--load $TMP/ckpt"; do
-    # shellcheck disable=SC2086
-    run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 $flag
-    [[ $status -ne 0 && "$err" == *"mt-train: error: ${flag%% *}: not supported yet with --pipeline-model-parallel-size > 1"* ]] \
-      || fail "$flag: $status $err"
-  done
   run_split mpirun_n 2 mt-train "${TINY[@]}" --tensor-model-parallel-size 4
   [[ $status -ne 0 && "$err" == *"mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] \
     || fail "$status $err"
@@ -179,15 +165,18 @@ same_numbers() {
   [[ $status -ne 0 && "$err" == *"mt-train: error: --overlap-param-gather: not supported yet"* ]] || fail "$status $err"
 }
 
-@test "DP=2 and TP=2 --save-final write the parameters one rank trains" {
+@test "DP=2, TP=2 and PP=2 --save-final write the parameters one rank trains" {
   mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --save-final "$TMP/one.h5" >/dev/null 2>"$TMP/one.err" \
     || fail "$(cat "$TMP/one.err")"
   mpirun_n 2 mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --use-distributed-optimizer \
     --save-final "$TMP/two.h5" >/dev/null 2>"$TMP/two.err" || fail "$(cat "$TMP/two.err")"
   mpirun_n 2 mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --tensor-model-parallel-size 2 \
     --save-final "$TMP/tp.h5" >/dev/null 2>"$TMP/tp.err" || fail "$(cat "$TMP/tp.err")"
+  mpirun_n 2 mt-train "${TINY[@]}" --train-iters 3 --eval-iters 0 --pipeline-model-parallel-size 2 \
+    --save-final "$TMP/pp.h5" >/dev/null 2>"$TMP/pp.err" || fail "$(cat "$TMP/pp.err")"
   mt-ckpt verify "$TMP/tp.h5" >/dev/null || fail "TP=2's --save-final does not verify"
-  for two in two tp; do
+  mt-ckpt verify "$TMP/pp.h5" >/dev/null || fail "PP=2's --save-final does not verify"
+  for two in two tp pp; do
   /usr/bin/python3 - "$TMP/one.h5" "$TMP/$two.h5" <<'EOF' || fail "$two: checkpoints differ"
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
@@ -216,33 +205,42 @@ launch() {
   if [[ "$ranks" == 1 ]]; then mt-train "$@"; else mpirun_n "$ranks" mt-train "$@"; fi
 }
 
+# `resumes_exactly LAYOUT CUT TOTAL FLAGS...`: TOTAL steps straight under LAYOUT ("RANKS flags...")
+# equal CUT + save + load + the rest, bit for bit; the checkpoint is one verified file, written
+# once (rank 0 alone logged it), with no temporaries left.
+resumes_exactly() {
+  local layout="$1" cut="$2" total="$3"
+  shift 3
+  rm -rf "$TMP/ck"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$total" >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$cut" --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
+  # shellcheck disable=SC2086
+  launch $layout "$@" --train-iters "$total" --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
+    || fail "$(cat "$TMP/second.err")"
+  [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
+    fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
+  [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == "[\"step\",$((cut + 1)),"* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+  mt-ckpt verify "$TMP/ck/iter_$(printf %07d "$cut")/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
+  [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "'$layout': temporaries left: $(find "$TMP/ck")"
+  [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
+}
+
 @test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP, TP=2 x DP=2 and CP=2" {
   local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
                     "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"
                     "2 --context-parallel-size 2 --use-distributed-optimizer")
-  for layout in "${layouts[@]}"; do
-    rm -rf "$TMP/ck"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 10 >"$TMP/straight.jsonl" 2>"$TMP/straight.err" || fail "$(cat "$TMP/straight.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 5 --save "$TMP/ck" >"$TMP/first.jsonl" 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
-    # shellcheck disable=SC2086
-    launch $layout "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/second.err" \
-      || fail "$(cat "$TMP/second.err")"
-    [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
-      fail "'$layout': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
-    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",6,'* ]] || fail "'$layout': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
-    # One file, written once: it verifies (checksums, shapes), nothing temporary is left, rank 0 alone logged it.
-    mt-ckpt verify "$TMP/ck/iter_0000005/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
-    [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "'$layout': temporaries left: $(find "$TMP/ck")"
-    [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
-  done
+  for layout in "${layouts[@]}"; do resumes_exactly "$layout" 5 10 "${CKPT[@]}"; done
 }
 
-# The evaluation and steps 6..10 of $1 equal those of $2 within 1e-5 relative.
-same_after_5() {
-  jq -e -n --argjson a "$(trace "$1" | jq -s -c '[.[] | select(.[1] > 5)]')" --argjson b "$(trace "$2" | jq -s -c '[.[] | select(.[1] > 5)]')" '
-    ($a | length) == 6 and ($a | length) == ($b | length)
+# The evaluations and steps after iteration $3 (default 5) of $1 equal those of $2 within 1e-5
+# relative; $4 of them (default 6).
+same_after() {
+  local after="${3:-5}" count="${4:-6}"
+  jq -e -n --argjson a "$(trace "$1" | jq -s -c --argjson n "$after" '[.[] | select(.[1] > $n)]')" \
+    --argjson b "$(trace "$2" | jq -s -c --argjson n "$after" '[.[] | select(.[1] > $n)]')" --argjson count "$count" '
+    ($a | length) == $count and ($a | length) == ($b | length)
     and ([range(0; $a | length) as $i | $a[$i][0] == $b[$i][0] and $a[$i][1] == $b[$i][1]
           and (($a[$i][2] - $b[$i][2]) | fabs) <= 1e-5 * ($b[$i][2] | fabs)] | all)' >/dev/null \
     || fail "$(trace "$1") differs from $(trace "$2")"
@@ -261,7 +259,46 @@ same_after_5() {
     # shellcheck disable=SC2086
     launch ${pair#*|} "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
       || fail "'$pair': $(cat "$TMP/load.err")"
-    same_after_5 "$TMP/load.jsonl" "$TMP/one.jsonl"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl"
+  done
+}
+
+# Pipeline layouts: tiny GPT (a tied word embedding, held by the first and the last stage) with 4
+# layers, 20 iterations.
+PIPE=(--model tiny-gpt --num-layers 4 --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+      --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 --eval-interval 5 --eval-iters 1 --peak-tflops 1)
+
+@test "issue14: 20 steps straight equal 10 + save + load + 10 bit for bit under PP=2, PP=2 x 2 virtual stages and PP=2 x DP=2 with the distributed optimizer" {
+  local -a layouts=("2 --pipeline-model-parallel-size 2"
+                    "2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
+                    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer")
+  for layout in "${layouts[@]}"; do
+    resumes_exactly "$layout" 10 20 "${PIPE[@]}"
+    # Every tensor of the whole model (the tied word embedding once, no output layer), with its optimizer state.
+    /usr/bin/python3 - "$TMP/ck/iter_0000010/checkpoint.h5" <<'EOF' || fail "'$layout': the checkpoint's tensors"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+names = set(f["model"].keys())
+assert "embedding.word_embeddings.weight" in names and not any(n.startswith("output_layer") for n in names), sorted(names)
+assert {n.split(".")[2] for n in names if n.startswith("decoder.layers.")} == {"0", "1", "2", "3"}, sorted(names)
+assert set(f["optimizer/exp_avg"].keys()) == names and set(f["optimizer/exp_avg_sq"].keys()) == names
+EOF
+  done
+}
+
+@test "issue14: saved under PP=2 (with 2 virtual stages, or uneven) and loaded under PP=1, and the reverse: the next losses equal the unchanged run within 1e-5" {
+  mt-train "${PIPE[@]}" --train-iters 20 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  local -a pairs=("2 --pipeline-model-parallel-size 2|1" "1|2 --pipeline-model-parallel-size 2"
+                  "2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2|2 --tensor-model-parallel-size 2"
+                  "2 --use-distributed-optimizer|2 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3")
+  for pair in "${pairs[@]}"; do
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    launch ${pair%|*} "${PIPE[@]}" --train-iters 10 --save "$TMP/ck" >/dev/null 2>"$TMP/save.err" || fail "'$pair': $(cat "$TMP/save.err")"
+    # shellcheck disable=SC2086
+    launch ${pair#*|} "${PIPE[@]}" --train-iters 20 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+      || fail "'$pair': $(cat "$TMP/load.err")"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 10 12
   done
 }
 

@@ -190,7 +190,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   train_tiny --format csv
   head -1 "$TMP/out.jsonl" | grep -q '^record,iteration,consumed_samples,lm_loss' || fail "csv header"
   train_tiny --json
-  check '.[0] | length == 3 and all(.[]; .record != "run")'
+  check '.[0] | map(.record) == ["step", "memory", "step", "memory", "summary"]'
 }
 
 @test "bad input: usage errors name the flag, nothing on stdout" {
@@ -368,9 +368,13 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
     [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
       fail "'$precision': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
     [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",5,'* ]] || fail "'$precision': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+    # When each checkpoint started and ended (UTC, milliseconds), its size and speed, loads as saves.
     jq -e -s '[.[] | select(.record == "ckpt")] | .[0].event == "load" and .[0].iteration == 4 and .[1].event == "save"
-      and .[1].iteration == 10 and .[1].bytes > 0 and .[1].mb_per_s > 0' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
-    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in " "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
+      and .[1].iteration == 10 and all(.bytes > 0 and .seconds > 0 and .mb_per_s > 0
+        and (.started | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}[.][0-9]{3}Z$")) and .started <= .ended)
+      and .[0].ended <= .[1].started' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
+    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in [0-9.]* s ([0-9.]* MB, [0-9]* MB/s)$" \
+      "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
     grep -q "^mt-train: saved $TMP/ck/iter_0000010/checkpoint.h5 (iteration 10, [0-9.]* MB in [0-9.]* s, [0-9]* MB/s)$" \
       "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
   done
@@ -422,7 +426,7 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
     fail "$status $(cat "$TMP/run.log")"
   cp "$file" "$TMP/good.h5"
   for damage in "delete:tensor $name missing" "reshape:tensor $name has shape (256, 64), the model's is (64, 256)" \
-    "float64:tensor $name is not float32" "version:mt_format_version 99 is not supported (this mt reads 2)"; do
+    "float64:tensor $name is not float32, bfloat16 or float16" "version:mt_format_version 99 is not supported (this mt reads 2)"; do
     cp "$TMP/good.h5" "$file"
     "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$file" "${damage%%:*}" "$name"
     run_split ckpt_run run --train-iters 4 --load "$TMP/ck"
@@ -519,4 +523,56 @@ start_until_step() {
     [[ -z "$(find "$TMP/ck" -name '*.tmp-*')" ]] || fail "$point: temporaries left: $(find "$TMP/ck" -name '*.tmp-*')"
     mt-ckpt verify "$TMP/ck" >/dev/null || fail "$point: verify refused the resumed run's checkpoint"
   done
+}
+
+# A model whose save takes long enough (about 20 MB) for kills to land anywhere in it.
+CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4 --mock-data --vocab-size 97
+       --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --eval-iters 0 --peak-tflops 1 --lr 1e-3
+       --lr-decay-iters 40)
+
+@test "issue14: killed 20 times at random moments of a save (seed printed), latest always verifies, resumes, and earlier checkpoints never change" {
+  local seed="${MT_CRASH_SEED:-$(( $(date +%s%N) % 1000000 ))}"
+  echo "# MT_CRASH_SEED=$seed (set it to replay these kill times)" >&3
+  RANDOM=$seed
+  mt-train "${CRASH[@]}" --train-iters 24 >"$TMP/straight.jsonl" 2>"$TMP/straight.log" || fail "$(cat "$TMP/straight.log")"
+  mt-train "${CRASH[@]}" --train-iters 2 --save "$TMP/ck" --save-interval 1 >"$TMP/first.jsonl" 2>"$TMP/first.log" || fail "$(cat "$TMP/first.log")"
+  # The save window, measured: the longest of the two saves, from the log line that starts it.
+  local window_us
+  window_us="$(jq -s '[.[] | select(.record == "ckpt") | .seconds] | max * 1e6 | floor' "$TMP/first.jsonl")"
+  (( window_us > 0 )) || fail "no save measured: $(cat "$TMP/first.jsonl")"
+  mkfifo "$TMP/log.fifo"
+  local round latest delay_us pid line advanced=0
+  for round in $(seq 20); do
+    latest="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+    # Every checkpoint up to the one the tracker names, as it is now.
+    (cd "$TMP/ck" && for i in $(seq -f %07g 1 "$latest"); do sha256sum "iter_$i/checkpoint.h5"; done) >"$TMP/before.sha256"
+    mt-train "${CRASH[@]}" --train-iters $((latest + 1)) --load "$TMP/ck" --save "$TMP/ck" >"$TMP/round.jsonl" 2>"$TMP/log.fifo" &
+    pid=$!  # mt-train itself (it re-executes itself in place), so the kill reaches the saving process
+    exec 4<"$TMP/log.fifo"
+    while IFS= read -r line <&4; do [[ "$line" == "mt-train: saving a checkpoint"* ]] && break; done
+    [[ "$line" == "mt-train: saving a checkpoint of iteration $((latest + 1))"* ]] || fail "round $round: no save started: $line"
+    delay_us=$(( (RANDOM * 32768 + RANDOM) % window_us ))
+    sleep "$(printf '%d.%06d' $((delay_us / 1000000)) $((delay_us % 1000000)))"
+    kill -KILL "$pid" 2>/dev/null || true
+    cat <&4 >/dev/null
+    exec 4<&-
+    wait "$pid" || true
+    # It resumed from the checkpoint the tracker named before the kill.
+    jq -e -s --argjson it "$latest" '.[] | select(.record == "ckpt" and .event == "load") | .iteration == $it' "$TMP/round.jsonl" \
+      >/dev/null || fail "round $round (killed ${delay_us} us into the save): did not resume from $latest"
+    local now
+    now="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+    (( now == latest || now == latest + 1 )) || fail "round $round: the tracker went from $latest to $now"
+    (( now == latest )) || advanced=$((advanced + 1))
+    mt-ckpt verify "$TMP/ck/iter_$(printf %07d "$now")/checkpoint.h5" >/dev/null \
+      || fail "round $round (killed ${delay_us} us into the save): the checkpoint latest names does not verify"
+    (cd "$TMP/ck" && sha256sum --quiet -c "$TMP/before.sha256") \
+      || fail "round $round (killed ${delay_us} us into the save): an earlier checkpoint changed"
+  done
+  echo "# window ${window_us} us; the save completed before the kill in $advanced of 20 rounds" >&3
+  # Trained on to the end from what the last kill left: the straight run's numbers, bit for bit.
+  latest="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+  mt-train "${CRASH[@]}" --train-iters 24 --load "$TMP/ck" >"$TMP/last.jsonl" 2>"$TMP/last.log" || fail "$(cat "$TMP/last.log")"
+  [[ "$(trace "$TMP/last.jsonl")" == "$(trace "$TMP/straight.jsonl" | tail -n $((24 - latest)))" ]] ||
+    fail "$(diff <(trace "$TMP/straight.jsonl" | tail -n $((24 - latest))) <(trace "$TMP/last.jsonl"))"
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "backend/ops.h"
+#include "model/layout.h"
 
 namespace mt::tools {
 namespace {
@@ -134,6 +135,8 @@ TrainingLog read_training_log(const std::string& path) {
       log.run = std::move(record);
     } else if (kind == "step") {
       log.steps.push_back(std::move(record));
+    } else if (kind == "memory") {
+      log.memory.push_back(std::move(record));
     }
   }
   if (log.run.is_null()) throw UsageError(what, "holds no run record of mt-train (give its JSONL stdout)");
@@ -189,6 +192,7 @@ perf::TrainingShape training_shape(const RunConfig& c) {
   shape.context_parallel = p.context_parallel_size;
   shape.sequence_parallel = p.sequence_parallel;
   shape.distributed_optimizer = p.use_distributed_optimizer;
+  shape.ddp_bucket_elements = model::bucket_options(p).bucket_elements;
   shape.micro_batch_size = c.train.micro_batch_size;
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;

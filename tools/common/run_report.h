@@ -66,12 +66,14 @@ model::ModelConfig report_model(const ReportFlags& flags);
 // The whole configuration; throws mt::UsageError naming the flags of the first rule broken.
 RunConfig run_config_from_flags(const ReportFlags& flags);
 
-// mt-train's JSONL records: its run record (with the model, parallel and train configs) and its
-// step records, in order.
+// mt-train's JSONL records: its run record (with the model, parallel and train configs), its
+// step records and its memory records (one per pipeline stage after the first step and before
+// the summary; absent from logs of mt-train before they existed), in order.
 struct TrainingLog {
   std::string path;
   Record run;
   std::vector<Record> steps;
+  std::vector<Record> memory;
 };
 // Reads `path` ("-": stdin). Throws mt::UsageError("--from-log PATH", ...) naming the line that is
 // not JSON, or saying the run record or the step records are missing.

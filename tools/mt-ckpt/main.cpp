@@ -1,14 +1,24 @@
-// mt-ckpt: look into and check mt's layout-independent HDF5 checkpoints (lib/io/checkpoint.h).
+// mt-ckpt: look into, compare, convert and exchange mt's layout-independent HDF5 checkpoints
+// (lib/io/checkpoint.h; Hugging Face: lib/io/hf_checkpoint.h).
 //   inspect PATH  a `checkpoint` record (iteration, counters, loss scaler, seed, configs) and one
 //                 `tensor` record per tensor (name, shape, dtype, bytes, stored checksum)
 //   verify PATH   recomputes every checksum, scans for NaN/Inf and checks the tensors against the
 //                 stored model config (every parameter, and the Adam moments when saved, with its
 //                 global shape; nothing else): one `tensor` record each and a `verify` summary;
 //                 exit 3 when a check fails
-// PATH is a checkpoint file or a --save directory (the iteration its tracker names). Tested by
+//   diff A B      max abs/rel difference per tensor (`tensor_diff`), a `diff` summary; exit 3
+//                 past --atol/--rtol, for a tensor on one side only or a shape mismatch
+//   convert IN OUT         parameters stored as --dtype, optimizer state dropped with --no-optim
+//   export --format hf IN OUTDIR   config.json + model.safetensors for transformers
+//   import --format hf INDIR OUT   an mt checkpoint (parameters only) from them
+// PATH, A, B and IN are a checkpoint file or a --save directory (the iteration its tracker names);
+// OUT is a file when it ends in .h5, else a --save-style directory. Tested by
 // tests/tools/mt-ckpt.bats and tests/tools/conventions.bats.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +26,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
+#include "io/hf_checkpoint.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "tools/common/tool_main.h"
@@ -25,10 +36,18 @@ namespace {
 using mt::tools::Record;
 
 struct Options {
-  std::string path;
+  std::string path, other, output;
+  std::string checkpoint_format;  // export/import --format: hf
+  std::string dtype = "fp32";
+  bool no_optim = false;
+  double atol = 0, rtol = 0;
+  int make_vocab_size_divisible_by = 128;
   CLI::App* inspect = nullptr;
-  std::vector<CLI::App*> not_built;  // issue 14's subcommands still to come: refused by name
   CLI::App* verify = nullptr;
+  CLI::App* diff = nullptr;
+  CLI::App* convert = nullptr;
+  CLI::App* export_ = nullptr;
+  CLI::App* import_ = nullptr;
 };
 
 // A checkpoint file, or the one a --save directory's tracker names.
@@ -92,6 +111,8 @@ int run_inspect(mt::tools::ToolCli& cli, const std::string& path) {
   return 0;
 }
 
+bool stored_float(const std::string& dtype) { return dtype == "float32" || dtype == "bfloat16" || dtype == "float16"; }
+
 // The tensors the stored model config says a checkpoint holds, with their global shapes.
 std::map<std::string, std::vector<int64_t>> expected_tensors(const mt::io::CheckpointReader& reader) {
   mt::model::ModelConfig model;
@@ -133,9 +154,10 @@ int run_verify(mt::tools::ToolCli& cli, const std::string& path) {
       if (wanted->second != tensor.shape) problems.push_back("shape differs from the stored model config's");
       expected.erase(wanted);
     }
-    if (tensor.dtype != "float32") problems.push_back("dtype " + tensor.dtype + ", expected float32");
+    const bool readable = stored_float(tensor.dtype);
+    if (!readable) problems.push_back("dtype " + tensor.dtype + ", expected float32 (or bfloat16/float16 after convert)");
     if (!tensor.checksum) problems.push_back("no checksum attribute");
-    if (tensor.dtype == "float32") {
+    if (readable) {
       const mt::io::CheckpointReader::Scan scan = reader.scan(tensor);
       record["checksum_computed"] = mt::io::checksum_text(scan.checksum);
       record["nonfinite"] = scan.nonfinite;
@@ -166,15 +188,290 @@ int run_verify(mt::tools::ToolCli& cli, const std::string& path) {
   return 3;
 }
 
+// Whole rows of the first dimension of `shape`, about 16 M elements at a time, in order.
+template <typename Visit>
+void for_each_piece(const std::vector<int64_t>& shape, Visit visit) {
+  if (shape.empty()) return visit(mt::io::Box{});
+  int64_t row = 1;
+  for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(row, 1));
+  for (int64_t first = 0; first < shape[0]; first += rows_per_piece) {
+    mt::io::Box box{std::vector<int64_t>(shape.size(), 0), shape};
+    box.offset[0] = first;
+    box.extent[0] = std::min(rows_per_piece, shape[0] - first);
+    visit(box);
+  }
+}
+
+// The values of A and B against each other: |a - b| beyond atol + rtol * max(|a|, |b|) counts as
+// a mismatch; NaN equals NaN, any other pair with a NaN (or inf against a finite value) mismatches.
+struct Difference {
+  double max_abs = 0, max_rel = 0;
+  int64_t mismatched = 0;
+  void add(float a, float b, double atol, double rtol) {
+    if (a == b || (std::isnan(a) && std::isnan(b))) return;
+    const double abs = std::fabs(double(a) - double(b));
+    if (!std::isfinite(abs)) {
+      ++mismatched;
+      return;
+    }
+    const double scale = std::max(std::fabs(double(a)), std::fabs(double(b)));
+    max_abs = std::max(max_abs, abs);
+    max_rel = std::max(max_rel, abs / scale);
+    if (abs > atol + rtol * scale) ++mismatched;
+  }
+};
+
+int run_diff(mt::tools::ToolCli& cli, const Options& o) {
+  const mt::io::CheckpointReader a(checkpoint_file(o.path)), b(checkpoint_file(o.other));
+  mt::tools::RecordWriter writer(cli.output_format());
+  writer.write_run(mt::tools::run_record(cli));
+  std::map<std::string, mt::io::TensorInfo> only_b;
+  for (mt::io::TensorInfo& t : b.tensors()) only_b[t.name] = std::move(t);
+  int64_t compared = 0, differing = 0, only_in_a = 0;
+  double max_abs = 0;
+  std::string first;
+  auto failed = [&](const std::string& name, const std::string& why) {
+    if (differing++ == 0) first = name + ": " + why;
+  };
+  std::vector<float> values_a, values_b;
+  for (const mt::io::TensorInfo& ta : a.tensors()) {
+    Record record{{"record", "tensor_diff"}, {"name", ta.name}};
+    const auto found = only_b.find(ta.name);
+    if (found == only_b.end()) {
+      ++only_in_a;
+      record["only_in"] = "A";
+      record["ok"] = false;
+      failed(ta.name, "only in A");
+      writer.write(record);
+      continue;
+    }
+    const mt::io::TensorInfo tb = found->second;
+    only_b.erase(found);
+    record["shape_a"] = ta.shape;
+    record["shape_b"] = tb.shape;
+    record["dtype_a"] = ta.dtype;
+    record["dtype_b"] = tb.dtype;
+    std::string problem;
+    if (ta.shape != tb.shape) problem = "shape differs";
+    if (!stored_float(ta.dtype) || !stored_float(tb.dtype)) problem = "dtype not comparable";
+    if (!problem.empty()) {
+      record["ok"] = false;
+      record["problem"] = problem;
+      failed(ta.name, problem);
+      writer.write(record);
+      continue;
+    }
+    ++compared;
+    Difference d;
+    for_each_piece(ta.shape, [&](const mt::io::Box& box) {
+      values_a.resize(static_cast<size_t>(box.elements()));
+      values_b.resize(values_a.size());
+      a.read_box(ta.name, ta.shape, box, values_a.data());
+      b.read_box(tb.name, tb.shape, box, values_b.data());
+      for (size_t i = 0; i < values_a.size(); ++i) d.add(values_a[i], values_b[i], o.atol, o.rtol);
+    });
+    max_abs = std::max(max_abs, d.max_abs);
+    record["max_abs"] = d.max_abs;
+    record["max_rel"] = d.max_rel;
+    record["mismatched"] = d.mismatched;
+    record["ok"] = d.mismatched == 0;
+    if (d.mismatched > 0) failed(ta.name, std::to_string(d.mismatched) + " elements beyond the tolerance");
+    writer.write(record);
+  }
+  for (const auto& [name, tensor] : only_b) {
+    writer.write(Record{{"record", "tensor_diff"}, {"name", name}, {"only_in", "B"}, {"ok", false}});
+    failed(name, "only in B");
+  }
+  writer.write(Record{{"record", "diff"},
+                      {"a", a.path()},
+                      {"b", b.path()},
+                      {"iteration_a", a.state().iteration},
+                      {"iteration_b", b.state().iteration},
+                      {"compared", compared},
+                      {"only_in_a", only_in_a},
+                      {"only_in_b", static_cast<int64_t>(only_b.size())},
+                      {"differing", differing},
+                      {"max_abs", max_abs},
+                      {"atol", o.atol},
+                      {"rtol", o.rtol},
+                      {"ok", differing == 0}});
+  writer.finish();
+  if (differing == 0) return 0;
+  mt::log::info("mt-ckpt: diff: " + std::to_string(differing) + " tensor(s) differ, first " + first);
+  return 3;
+}
+
+// Where convert and import write: OUT itself when it ends in .h5, else OUT as a --save directory
+// (OUT/iter_NNNNNNN/checkpoint.h5, then its tracker). Never an existing file: not the input, not
+// another checkpoint.
+struct OutputCheckpoint {
+  std::string directory;  // empty: a single file
+  std::string file;
+  int64_t iteration = 0;
+  OutputCheckpoint(const std::string& out, int64_t iteration_) : iteration(iteration_) {
+    if (std::filesystem::path(out).extension() == ".h5") {
+      file = out;
+    } else {
+      directory = out;
+      file = mt::io::checkpoint_path(out, iteration);
+    }
+    if (std::filesystem::exists(file)) {
+      throw mt::UsageError(file, "exists; mt-ckpt never overwrites a checkpoint (remove it or name another OUT)");
+    }
+  }
+  // Creates what the file needs and returns its path.
+  std::string prepare() const {
+    if (directory.empty()) {
+      mt::check_writable("OUT", file);
+      return file;
+    }
+    return mt::io::prepare_checkpoint_directory(directory, iteration);
+  }
+  void finish() const {
+    if (!directory.empty()) mt::io::write_tracker(directory, iteration);
+  }
+};
+
+mt::DType parse_dtype(const std::string& name) {
+  if (name == "fp32") return mt::DType::f32;
+  if (name == "bf16") return mt::DType::bf16;
+  if (name == "fp16") return mt::DType::f16;
+  throw mt::UsageError("--dtype " + name, "must be fp32, bf16 or fp16");
+}
+
+int run_convert(mt::tools::ToolCli& cli, const Options& o) {
+  const mt::DType dtype = parse_dtype(o.dtype);
+  const mt::io::CheckpointReader reader(checkpoint_file(o.path));
+  mt::io::CheckpointState state = reader.state();
+  const OutputCheckpoint out(o.output, state.iteration);
+  // Lower-precision master weights cannot continue the run they came from: parameters only.
+  const bool drop_optimizer = o.no_optim || dtype != mt::DType::f32;
+  mt::io::CheckpointWriter writer(out.prepare());
+  int64_t tensors = 0, dropped = 0;
+  std::vector<float> values;
+  for (const mt::io::TensorInfo& tensor : reader.tensors()) {
+    const bool parameter = tensor.name.rfind("model/", 0) == 0;
+    if (!parameter && drop_optimizer) {
+      ++dropped;
+      continue;
+    }
+    const mt::io::Box box{std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape};
+    values.resize(static_cast<size_t>(box.elements()));
+    reader.read_box(tensor.name, tensor.shape, box, values.data());
+    writer.write_tensor(tensor.name, tensor.shape, {mt::io::TensorSlice{box, values.data()}},
+                        parameter ? dtype : mt::DType::f32);
+    ++tensors;
+  }
+  if (drop_optimizer) {
+    state.has_optimizer = false;
+    state.resumable = false;
+  }
+  const int64_t bytes = writer.commit(state);
+  out.finish();
+  if (!state.resumable && reader.state().resumable) {
+    mt::log::info("mt-ckpt: convert: " + out.file + " holds parameters only: not resumable (mt-train --load DIR --finetune)");
+  }
+  mt::tools::RecordWriter records(cli.output_format());
+  records.write_run(mt::tools::run_record(cli));
+  records.write(Record{{"record", "convert"},
+                       {"input", reader.path()},
+                       {"path", out.file},
+                       {"dtype", mt::dtype_name(dtype)},
+                       {"tensors", tensors},
+                       {"dropped", dropped},
+                       {"resumable", state.resumable},
+                       {"optimizer", state.has_optimizer},
+                       {"bytes", bytes}});
+  records.finish();
+  return 0;
+}
+
+void require_hf(const Options& o, const char* command) {
+  if (o.checkpoint_format != "hf") {
+    throw mt::UsageError(std::string(command) + " --format " + o.checkpoint_format, "only hf (Hugging Face) is built");
+  }
+}
+
+int run_export(mt::tools::ToolCli& cli, const Options& o) {
+  require_hf(o, "export");
+  const mt::DType dtype = parse_dtype(o.dtype);
+  const mt::io::CheckpointReader reader(checkpoint_file(o.path));
+  const mt::io::HfExportResult result = mt::io::export_hf(reader, o.output, dtype);
+  mt::tools::RecordWriter records(cli.output_format());
+  records.write_run(mt::tools::run_record(cli));
+  records.write(Record{{"record", "export"},
+                       {"input", reader.path()},
+                       {"directory", o.output},
+                       {"format", "hf"},
+                       {"architecture", mt::io::hf_architecture_name(result.architecture)},
+                       {"dtype", mt::dtype_name(dtype)},
+                       {"tensors", result.tensors},
+                       {"bytes", result.bytes}});
+  records.finish();
+  return 0;
+}
+
+// The mt-train model flags of `m` (what --load of an import needs the run to match).
+std::string train_flags(const mt::model::ModelConfig& m) {
+  auto number = [](double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  };
+  std::string flags = "--num-layers " + std::to_string(m.num_layers) + " --hidden-size " + std::to_string(m.hidden_size) +
+                      " --ffn-hidden-size " + std::to_string(m.ffn_hidden_size) + " --num-attention-heads " +
+                      std::to_string(m.num_attention_heads);
+  if (m.query_groups() != m.num_attention_heads) {
+    flags += " --group-query-attention --num-query-groups " + std::to_string(m.query_groups());
+  }
+  flags += " --max-position-embeddings " + std::to_string(m.max_position_embeddings) + " --vocab-size " +
+           std::to_string(m.vocab_size) + " --make-vocab-size-divisible-by " + std::to_string(m.make_vocab_size_divisible_by) +
+           " --norm-epsilon " + number(m.norm_epsilon);
+  if (m.normalization == mt::model::Normalization::rmsnorm) flags += " --normalization RMSNorm";
+  if (m.position_embedding == mt::model::PositionEmbedding::rope) {
+    flags += " --position-embedding-type rope --rotary-base " + number(m.rotary_base);
+  }
+  if (m.swiglu) flags += " --swiglu";
+  if (!m.add_bias_linear) flags += " --disable-bias-linear";
+  if (m.untie_embeddings_and_output_weights) flags += " --untie-embeddings-and-output-weights";
+  return flags;
+}
+
+int run_import(mt::tools::ToolCli& cli, const Options& o) {
+  require_hf(o, "import");
+  const OutputCheckpoint out(o.output, 0);
+  const mt::io::HfImportResult result = mt::io::import_hf(o.path, out.prepare(), o.make_vocab_size_divisible_by);
+  out.finish();
+  mt::tools::RecordWriter records(cli.output_format());
+  records.write_run(mt::tools::run_record(cli));
+  records.write(Record{{"record", "import"},
+                       {"directory", o.path},
+                       {"path", out.file},
+                       {"format", "hf"},
+                       {"architecture", result.model.name},
+                       {"tensors", result.tensors},
+                       {"ignored", result.ignored},
+                       {"bytes", result.bytes},
+                       {"resumable", false},
+                       {"model", mt::model::to_json(result.model)},
+                       {"mt_train_flags", train_flags(result.model)}});
+  records.finish();
+  return 0;
+}
+
 void define(mt::tools::ToolCli& cli, Options& o) {
   CLI::App& app = cli.app();
   app.require_subcommand(0, 1);
   app.footer(
-      "PATH is a checkpoint file (DIR/iter_NNNNNNN/checkpoint.h5, or a --save-final file) or a --save directory\n"
-      "(the iteration its latest_checkpointed_iteration.txt names). The file's layout is in docs/DESIGN.md; h5py\n"
-      "reads every tensor by name (f['model/<name>'], f['optimizer/exp_avg/<name>']).\n"
-      "Exit codes: 0 ok, 1 unreadable or not an mt checkpoint, 2 usage, 3 verify found a problem.\n"
-      "Not built yet: diff, convert, export/import of Hugging Face safetensors.");
+      "PATH, A, B and IN are a checkpoint file (DIR/iter_NNNNNNN/checkpoint.h5, or a --save-final file) or a --save\n"
+      "directory (the iteration its latest_checkpointed_iteration.txt names). OUT (convert, import) is a file when it\n"
+      "ends in .h5, else a --save directory (OUT/iter_NNNNNNN/checkpoint.h5 and its tracker, so mt-train --load OUT\n"
+      "reads it); it is written under a temporary name, fsynced and renamed, and an existing checkpoint is never\n"
+      "overwritten. The file's layout is in docs/DESIGN.md; h5py reads every tensor by name (f['model/<name>'],\n"
+      "f['optimizer/exp_avg/<name>']).\n"
+      "Exit codes: 0 ok, 1 unreadable or not an mt checkpoint, 2 usage, 3 verify or diff found a problem.\n"
+      "Run mt-ckpt SUBCOMMAND --help for each subcommand's options.");
   o.inspect = app.add_subcommand("inspect", "Records of the checkpoint (state, configs) and of each tensor");
   o.verify = app.add_subcommand(
       "verify", "Recompute every checksum, scan for NaN/Inf, check tensors against the stored model config (exit 3)");
@@ -182,20 +479,82 @@ void define(mt::tools::ToolCli& cli, Options& o) {
     command->add_option("path", o.path, "Checkpoint file or --save directory")->required();
     cli.add_output_format(*command);
   }
-  for (const char* name : {"diff", "convert", "export", "import"}) {
-    CLI::App* command = app.add_subcommand(name, "Not built yet (refused with exit 2)");
-    command->allow_extras();
-    o.not_built.push_back(command);
-  }
+
+  o.diff = app.add_subcommand("diff", "Max abs/rel difference per tensor of two checkpoints (exit 3 past --atol/--rtol)");
+  o.diff->add_option("a", o.path, "Checkpoint A (file or --save directory)")->required();
+  o.diff->add_option("b", o.other, "Checkpoint B (file or --save directory)")->required();
+  o.diff->add_option("--atol", o.atol, "Absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
+  o.diff->add_option("--rtol", o.rtol, "Relative tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
+  o.diff->footer(
+      "Compares every tensor (parameters and optimizer state) by name, values widened to fp32. An element differs\n"
+      "when |a - b| > atol + rtol * max(|a|, |b|) (NaN equals NaN only); the defaults 0 and 0 accept identical values\n"
+      "only. Records: one tensor_diff per tensor (shape_a/b, dtype_a/b, max_abs, max_rel = max |a-b|/max(|a|,|b|),\n"
+      "mismatched elements; only_in A or B; a shape mismatch), then a diff summary. Exit 3 when any tensor differs,\n"
+      "has another shape or exists on one side only; a dtype difference alone is reported, not a failure.");
+  cli.add_output_format(*o.diff);
+
+  o.convert = app.add_subcommand("convert", "Store the parameters as another dtype, drop the optimizer state");
+  o.convert->add_option("in", o.path, "Checkpoint file or --save directory")->required();
+  o.convert->add_option("out", o.output, "Output: a file (*.h5) or a --save directory")->required();
+  o.convert->add_option("--dtype", o.dtype, "Dtype of the stored parameters: fp32, bf16 or fp16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  o.convert->add_flag("--no-optim", o.no_optim, "Drop the optimizer state (Adam's moments and step)");
+  o.convert->footer(
+      "Without --no-optim and with --dtype fp32 the copy is exact and as resumable as its input. --no-optim, or a\n"
+      "bf16/fp16 --dtype, makes a parameters-only checkpoint: not resumable (its `resumable` attribute is 0 and the\n"
+      "record says so); mt-train starts from it with --load DIR --finetune. A bf16/fp16 checkpoint is half the size,\n"
+      "for evaluation, export, distribution or the start of a fine-tuning run: its optimizer state is dropped too\n"
+      "(moments without the master weights they belong to cannot continue a run). Loading it widens every value to\n"
+      "fp32 exactly, so the fp32 master weights start as the rounded values: the low bits that bf16/fp16 dropped\n"
+      "are gone. Checksums are those of the stored (rounded) values. Records: one convert record.");
+  cli.add_output_format(*o.convert);
+
+  o.export_ = app.add_subcommand("export", "Write a Hugging Face directory (config.json + model.safetensors)");
+  o.export_->add_option("--format", o.checkpoint_format, "Checkpoint format to write: hf")
+      ->required()
+      ->check(CLI::IsMember({"hf"}));
+  o.export_->add_option("in", o.path, "Checkpoint file or --save directory")->required();
+  o.export_->add_option("outdir", o.output, "Directory to write (created)")->required();
+  o.export_->add_option("--dtype", o.dtype, "Dtype of the safetensors: fp32, bf16 or fp16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  o.export_->footer(
+      "Writes the parameters with the names and shapes transformers expects: GPT2LMHeadModel for LayerNorm + learned\n"
+      "positions + GELU + biases (Conv1D weights transposed, q/k/v fused into attn.c_attn), LlamaForCausalLM for\n"
+      "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted).\n"
+      "The vocabulary pad rows are dropped (config.json's vocab_size is the real vocabulary); a tied output layer is\n"
+      "tie_word_embeddings: true and no lm_head.weight. Each file is written under a temporary name, fsynced,\n"
+      "renamed. The records are printed as JSONL (--format names the checkpoint format here).");
+
+  o.import_ = app.add_subcommand("import", "Make an mt checkpoint (parameters only) from a Hugging Face directory");
+  o.import_->add_option("--format", o.checkpoint_format, "Checkpoint format to read: hf")
+      ->required()
+      ->check(CLI::IsMember({"hf"}));
+  o.import_->add_option("indir", o.path, "Directory with config.json and model.safetensors (or its index and shards)")
+      ->required();
+  o.import_->add_option("out", o.output, "Output: a file (*.h5) or a --save directory")->required();
+  o.import_->add_option("--make-vocab-size-divisible-by", o.make_vocab_size_divisible_by,
+                        "Pad the vocabulary to a multiple of this (mt-train's flag; the run must use the same)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  o.import_->footer(
+      "Reads config.json (model_type gpt2 or llama; anything mt cannot represent, such as rope_scaling, biases in\n"
+      "LLaMA or another activation, is refused naming the field) and the F32/BF16/F16 safetensors, and writes the\n"
+      "parameters as fp32 with mt's names, the vocabulary padded with zero rows. The checkpoint is parameters only\n"
+      "(iteration 0, no optimizer state, not resumable): train from it with mt-train --load OUT --finetune and the\n"
+      "model flags the import record's mt_train_flags lists. Tensors of the files no parameter comes from (e.g. a\n"
+      "tied lm_head.weight) are listed as ignored. The records are printed as JSONL.");
 }
 
 int run(mt::tools::ToolCli& cli, Options& o) {
   if (o.inspect->parsed()) return run_inspect(cli, o.path);
   if (o.verify->parsed()) return run_verify(cli, o.path);
-  for (const CLI::App* command : o.not_built) {
-    if (command->parsed()) throw mt::UsageError(command->get_name(), "not built yet (mt-ckpt has inspect and verify)");
-  }
-  throw mt::UsageError("subcommand", "inspect or verify is required (see mt-ckpt --help)");
+  if (o.diff->parsed()) return run_diff(cli, o);
+  if (o.convert->parsed()) return run_convert(cli, o);
+  if (o.export_->parsed()) return run_export(cli, o);
+  if (o.import_->parsed()) return run_import(cli, o);
+  throw mt::UsageError("subcommand", "one of inspect, verify, diff, convert, export, import is required (see mt-ckpt --help)");
 }
 
 }  // namespace
@@ -203,6 +562,8 @@ int run(mt::tools::ToolCli& cli, Options& o) {
 int main(int argc, char** argv) {
   Options options;
   return mt::tools::tool_main(
-      argc, argv, "mt-ckpt", "Inspect and verify mt's layout-independent HDF5 checkpoints; JSONL records on stdout.",
+      argc, argv, "mt-ckpt",
+      "Inspect, verify, compare and convert mt's layout-independent HDF5 checkpoints, and exchange them with Hugging "
+      "Face; JSONL records on stdout.",
       [&](mt::tools::ToolCli& cli) { define(cli, options); }, [&](mt::tools::ToolCli& cli) { return run(cli, options); });
 }

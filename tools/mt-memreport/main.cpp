@@ -31,14 +31,15 @@ void define(mt::tools::ToolCli& cli, MemreportOptions& o) {
       "                   communication buffers, total. Activations follow docs/accounting.md's formula.\n"
       "  layer            what one layer keeps for backward per micro-batch, by part (recompute aside)\n"
       "  megatron_memory  Megatron's theoretical_memory_usage.py for the first stage, beside mt's\n"
-      "  --from-log FILE|-: memory_check records: per category, the prediction for the log's run, the\n"
-      "                   measured high-water mark of its step records and the relative error.\n"
+      "  --from-log FILE|-: per pipeline stage, the memory record predicted for the log's run and memory_check\n"
+      "                   records: per category (weights, grads, optimizer, activations, comm_buffers), the\n"
+      "                   prediction, the high-water mark mt-train measured on the stage's most loaded rank\n"
+      "                   (its memory records) and the relative error.\n"
       "  --plan CLUSTER:  the --top layouts of --world-size GPUs that fit (--memory-estimate mt|megatron).\n"
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field;\n"
       "                   an empty value leaves the flag unset (recompute-granularity=,selective,full).");
   mt::tools::add_report_flags(cli, o.report,
-                              {"--peak-tflops", "--flops-convention", "--overlap-grad-reduce",
-                               "--overlap-param-gather", "--ddp-bucket-size"});
+                              {"--peak-tflops", "--flops-convention", "--overlap-param-gather"});
 }
 
 Record memory_record(const mt::perf::RankMemory& m, int ranks_per_stage) {
@@ -89,35 +90,75 @@ std::vector<Record> report_records(const mt::tools::RunConfig& config) {
   return records;
 }
 
-// The largest value of `key` over the step records, -1 when none has it.
-int64_t measured_peak(const mt::tools::TrainingLog& log, const std::string& key) {
+// The largest value of `key` over `records`, -1 when none has it.
+int64_t largest(const std::vector<Record>& records, const std::string& key) {
   int64_t peak = -1;
-  for (const Record& step : log.steps) {
-    if (step.contains(key) && step[key].is_number_integer()) peak = std::max(peak, step[key].get<int64_t>());
+  for (const Record& record : records) {
+    if (record.contains(key) && record[key].is_number_integer()) peak = std::max(peak, record[key].get<int64_t>());
   }
   return peak;
 }
 
-// The log's run predicted (stage 0: mt-train runs one stage) beside its measured high-water marks.
+// A category compared: its name, the prediction and the key measuring it in a memory record and
+// in a step record (empty: step records do not carry it).
+struct Category {
+  const char* name;
+  int64_t predicted;
+  const char* memory_key;
+  const char* step_key;
+};
+
+// The log's run predicted stage by stage beside what mt-train measured there: its memory records
+// (the last per stage: the summary's), or, in a log without them, the step records' high-water
+// marks as the one stage's.
 std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
   const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
-  const mt::perf::RankMemory predicted = mt::perf::predict_rank_memory(config.model, mt::tools::training_shape(config), 0);
-  std::vector<Record> records{memory_record(predicted, config.world_size / config.parallel.pipeline_model_parallel_size)};
-  // mt-train counts the GEMM copy under weights.
-  const std::pair<const char*, int64_t> categories[] = {{"weights", predicted.weights + predicted.gemm_weights},
-                                                        {"grads", predicted.grads},
-                                                        {"optimizer", predicted.optimizer},
-                                                        {"activations", predicted.activations()}};
-  const char* const keys[] = {"mem_weights_bytes", "mem_grads_bytes", "mem_optim_bytes", "mem_activations_bytes"};
-  for (size_t i = 0; i < std::size(categories); ++i) {
-    const int64_t measured = measured_peak(log, keys[i]);
-    if (measured < 0) throw mt::UsageError("--from-log " + log.path, std::string("its step records lack ") + keys[i]);
-    records.push_back(Record{{"record", "memory_check"},
-                             {"category", categories[i].first},
-                             {"predicted_bytes", categories[i].second},
-                             {"measured_bytes", measured},
-                             {"error", measured > 0 ? static_cast<double>(categories[i].second - measured) / measured
-                                                    : (categories[i].second == 0 ? 0.0 : 1.0)}});
+  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
+  const int stages = shape.split.pipeline_parallel;
+  std::vector<std::vector<Record>> measured(static_cast<size_t>(stages));
+  for (const Record& record : log.memory) {
+    const int stage = record.value("stage", -1);
+    if (stage < 0 || stage >= stages) {
+      throw mt::UsageError("--from-log " + log.path, "a memory record names stage " + std::to_string(stage) +
+                                                         " of a run with " + std::to_string(stages) + " pipeline stages");
+    }
+    measured[static_cast<size_t>(stage)] = {record};  // the last one wins
+  }
+  const bool from_steps = log.memory.empty();
+  if (from_steps && stages > 1) {
+    throw mt::UsageError("--from-log " + log.path, "holds no memory records (a pipeline run's stages need them)");
+  }
+  std::vector<Record> records;
+  for (int stage = 0; stage < stages; ++stage) {
+    const std::vector<Record>& mine = from_steps ? log.steps : measured[static_cast<size_t>(stage)];
+    if (mine.empty()) {
+      throw mt::UsageError("--from-log " + log.path, "holds no memory record of pipeline stage " + std::to_string(stage));
+    }
+    const mt::perf::RankMemory predicted = mt::perf::predict_rank_memory(config.model, shape, stage);
+    records.push_back(memory_record(predicted, config.world_size / stages));
+    // mt-train counts the GEMM copy under weights.
+    const Category categories[] = {
+        {"weights", predicted.weights + predicted.gemm_weights, "weights_bytes", "mem_weights_bytes"},
+        {"grads", predicted.grads, "grads_bytes", "mem_grads_bytes"},
+        {"optimizer", predicted.optimizer, "optim_bytes", "mem_optim_bytes"},
+        {"activations", predicted.activations(), "activations_bytes", "mem_activations_bytes"},
+        {"comm_buffers", predicted.comm_buffers, "comm_buffers_bytes", ""}};
+    for (const Category& category : categories) {
+      const std::string key = from_steps ? category.step_key : category.memory_key;
+      if (key.empty()) continue;
+      const int64_t bytes = largest(mine, key);
+      if (bytes < 0) {
+        throw mt::UsageError("--from-log " + log.path, std::string(from_steps ? "its step" : "its memory") +
+                                                           " records lack " + key);
+      }
+      Record check{{"record", "memory_check"}, {"stage", stage}};
+      if (!from_steps) check["rank"] = mine.front().value("rank", -1);
+      check["category"] = category.name;
+      check["predicted_bytes"] = category.predicted;
+      check["measured_bytes"] = bytes;
+      check["error"] = bytes > 0 ? static_cast<double>(category.predicted - bytes) / bytes : (category.predicted == 0 ? 0.0 : 1.0);
+      records.push_back(std::move(check));
+    }
   }
   return records;
 }

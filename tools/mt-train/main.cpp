@@ -1,10 +1,13 @@
-// mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, eval, ckpt and
-// summary records on stdout (JSONL by default, led by the run record), Megatron's log line on
-// stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
+// mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, memory (per
+// pipeline stage), eval, ckpt and summary records on stdout (JSONL by default, led by the run
+// record), Megatron's log line on stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -129,7 +132,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. A NaN/Inf loss or grad outside fp16 loss scaling\n"
-      "stops the run (as Megatron's default). Records: run, step, eval, ckpt, summary (docs/DESIGN.md).\n"
+      "stops the run (as Megatron's default). Records: run, step, memory (one per pipeline stage, after the first\n"
+      "step and at the end, before the final saves), eval, ckpt, summary (docs/DESIGN.md).\n"
       "Checkpoints: --save DIR writes DIR/iter_NNNNNNN/checkpoint.h5 (fp32 parameters, Adam moments and step,\n"
       "counters, loss scaler, configs) every --save-interval iterations and at the end, then points\n"
       "DIR/latest_checkpointed_iteration.txt at it; --load DIR resumes exactly from the iteration it names (with\n"
@@ -190,6 +194,20 @@ void check_checkpoint_flags(const mt::tools::CheckpointFlags& ck) {
   }
 }
 
+// "2026-01-02T03:04:05.678Z": UTC, `seconds_before` the time point `at` (the ckpt records'
+// started and ended).
+std::string utc_time(std::chrono::system_clock::time_point at, double seconds_before) {
+  const auto moment = at - std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(seconds_before));
+  const auto milliseconds = std::chrono::duration_cast<std::chrono::milliseconds>(moment.time_since_epoch()).count();
+  const std::time_t whole = static_cast<std::time_t>(milliseconds / 1000);
+  std::tm utc{};
+  gmtime_r(&whole, &utc);
+  char buffer[40];
+  const size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(buffer + n, sizeof buffer - n, ".%03dZ", static_cast<int>(milliseconds % 1000));
+  return buffer;
+}
+
 // The checkpoint --load names through its tracker; none (with a warning, as Megatron) when the
 // directory holds no tracker, unless --exit-on-missing-checkpoint.
 std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck, bool rank0) {
@@ -241,20 +259,6 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
   const mt::tools::CheckpointFlags& ck = o.checkpoint;
   check_checkpoint_flags(ck);
-  // Pipeline ranks hold different tensors, which the checkpoint writer and reader do not gather
-  // or place yet: refused before any work rather than after the run.
-  if (parallel.pipeline_model_parallel_size > 1) {
-    const std::pair<bool, const char*> checkpoint_flags[] = {{!ck.save.empty(), "--save"},
-                                                             {!ck.load.empty(), "--load"},
-                                                             {!o.save_init.empty(), "--save-init"},
-                                                             {!o.save_final.empty(), "--save-final"}};
-    for (const auto& [given, flag] : checkpoint_flags) {
-      if (given) {
-        throw mt::UsageError(flag, "not supported yet with --pipeline-model-parallel-size > 1 (checkpoints of "
-                                   "pipeline layouts come with issue 13)");
-      }
-    }
-  }
   // Everything the run will write, checked before any work, so a finished run never loses its result.
   if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
   if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
@@ -293,15 +297,21 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
   mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
+  double load_seconds = 0;
+  int64_t load_bytes = 0;
+  std::chrono::system_clock::time_point loaded_at;
   if (resume) {
     mt::train::LoadOptions load;
     load.optimizer = !ck.no_load_optim;
     load.finetune = ck.finetune;
     const auto start = std::chrono::steady_clock::now();
     mt::train::load_checkpoint(*resume, trainer, load);
-    char took[48];
-    std::snprintf(took, sizeof took, " in %.3f s",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    load_bytes = static_cast<int64_t>(std::filesystem::file_size(resume->path()));
+    loaded_at = std::chrono::system_clock::now();
+    char took[96];
+    std::snprintf(took, sizeof took, " in %.3f s (%.1f MB, %.0f MB/s)", load_seconds, load_bytes / 1e6,
+                  load_bytes / 1e6 / load_seconds);
     if (rank0) mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
                   ")" + (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
   }
@@ -324,16 +334,19 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (resume) {
     writer.write(Record{{"record", "ckpt"}, {"event", "load"}, {"iteration", resume->state().iteration},
                         {"path", resume->path()}, {"what", ck.finetune ? "parameters" : ck.no_load_optim ? "parameters+state" : "resumable"},
-                        {"bytes", static_cast<int64_t>(std::filesystem::file_size(resume->path()))}});
+                        {"bytes", load_bytes}, {"seconds", load_seconds},
+                        {"mb_per_s", load_seconds > 0 ? load_bytes / 1e6 / load_seconds : 0},
+                        {"started", utc_time(loaded_at, load_seconds)}, {"ended", utc_time(loaded_at, 0)}});
     resume.reset();  // the file is closed before any save may replace it
   }
   mt::train::SaveOptions save_options;
   save_options.parallel_config = mt::parallel::to_json(parallel).dump();
   auto record_save = [&](const mt::train::SaveResult& saved, const std::string& what) {
+    const auto saved_at = std::chrono::system_clock::now();
     const double mb_per_s = saved.seconds > 0 ? saved.bytes / 1e6 / saved.seconds : 0;
     writer.write(Record{{"record", "ckpt"}, {"event", "save"}, {"iteration", trainer.iteration()},
                         {"path", saved.path}, {"what", what}, {"bytes", saved.bytes}, {"seconds", saved.seconds},
-                        {"mb_per_s", mb_per_s}});
+                        {"mb_per_s", mb_per_s}, {"started", utc_time(saved_at, saved.seconds)}, {"ended", utc_time(saved_at, 0)}});
     char line[160];
     std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
                   static_cast<long long>(trainer.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
@@ -358,8 +371,26 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   std::vector<double> step_ms;
   mt::train::StepStats last;
   int64_t activation_peak = 0;
+  // One memory record per pipeline stage (its most loaded rank's high-water marks, gathered by
+  // the trainer every step): after the run's first step and at its end, before the final saves
+  // and the summary.
+  auto write_memory = [&](const mt::train::StepStats& s) {
+    for (const mt::train::StageMemory& m : s.stage_memory) {
+      writer.write(Record{{"record", "memory"},
+                          {"iteration", s.iteration},
+                          {"stage", m.stage},
+                          {"rank", m.rank},
+                          {"weights_bytes", m.weights},
+                          {"grads_bytes", m.grads},
+                          {"optim_bytes", m.optimizer},
+                          {"activations_bytes", m.activations},
+                          {"comm_buffers_bytes", m.comm_buffers},
+                          {"peak_bytes", m.peak}});
+    }
+  };
   mt::train::TrainObservers observers;
   observers.on_step = [&](const mt::train::StepStats& s) {
+    const bool first_step = step_ms.empty();
     last = s;
     step_ms.push_back(s.step_ms);
     activation_peak = std::max(activation_peak, s.mem_activations_bytes);
@@ -385,6 +416,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                         {"mem_peak_rank", s.mem_peak_rank},
                         {"comm_wait_ms", s.comm_wait_ms},
                         {"comm_share", s.comm_share}});
+    if (first_step) write_memory(s);
   };
   observers.on_eval = [&](const mt::train::EvalStats& e) {
     writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
@@ -399,6 +431,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers);
+  // The run's high-water marks per stage, before the saves at the end (the summary's records).
+  write_memory(last);
   // At the end, and when a signal stopped the run: the checkpoint to resume from.
   if (!ck.save.empty() && trainer.iteration() != saved_iteration) save_checkpoint();
   if (!o.save_final.empty()) save_parameters(o.save_final);

@@ -2,7 +2,8 @@
 // within a small factor of it (so planning after a representable floor cannot overflow), the plan
 // counts the layout's elements, and configurations far too big or overflowing 64 bits are
 // refused from the floor alone (issue 11 case 2); a parallel layout plans one rank's shard and the
-// check counts every rank sharing the node.
+// check counts every rank sharing the node; under TP, SP and PP the activations are the rank's
+// stage's, so a layout that fits only because of them is not refused.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -148,4 +149,42 @@ TEST(Memory, ARanksShareIsItsShardAndTheNodeCountsEveryRank) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("per rank x 2 ranks on this node"), std::string::npos) << e.what();
   }
+}
+
+TEST(Memory, ARanksActivationsAreItsStagesTensorAndSequenceParallelShare) {
+  model::ModelConfig c = model::preset("tiny-llama");
+  c.num_layers = 4;
+  perf::MemoryOptions one;
+  one.micro_batch_size = 4;
+  one.staged_samples = 4;
+  const perf::TrainingMemory whole = perf::planned_memory(c, one);
+
+  // TP 2 with SP: every activation is split over the two ranks (the residual stream by SP, the
+  // rest by TP) except the SP full-row buffers.
+  perf::MemoryOptions tp = one;
+  tp.parallel.tensor_model_parallel_size = 2;
+  tp.parallel.sequence_parallel = true;
+  expect_floor_below_plan(c, tp);
+  const perf::TrainingMemory rank = perf::planned_memory(c, tp);
+  EXPECT_LT(rank.activations, whole.activations * 6 / 10);
+  // A layout that fits only because TP splits the activations is not refused: the node holds two
+  // ranks of the TP plan, not two ranks that would each hold one rank's activations.
+  tp.ranks_per_node = 2;
+  const int64_t available = 2 * rank.total();
+  EXPECT_GT(2 * (rank.total() - rank.activations + whole.activations), available);
+  EXPECT_NO_THROW(perf::check_training_memory(c, tp, available));
+  EXPECT_THROW(perf::check_training_memory(c, tp, available - 1), Error);
+
+  // PP 2 with one micro-batch: each stage holds half the layers (and its end), so the larger
+  // stage is below the whole model in weights and activations; with four micro-batches the
+  // first stage keeps two in flight.
+  perf::MemoryOptions pp = one;
+  pp.parallel.pipeline_model_parallel_size = 2;
+  expect_floor_below_plan(c, pp);
+  const perf::TrainingMemory stage = perf::planned_memory(c, pp);
+  EXPECT_LT(stage.weights, whole.weights);
+  EXPECT_LT(stage.activations, whole.activations);
+  pp.staged_samples = 16;
+  expect_floor_below_plan(c, pp);
+  EXPECT_GT(perf::planned_memory(c, pp).activations, stage.activations);
 }

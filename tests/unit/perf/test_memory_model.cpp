@@ -10,6 +10,7 @@
 #include "model/layout.h"
 #include "model/stage.h"
 #include "optim/adamw.h"
+#include "parallel/pipeline_schedule.h"
 #include "perf/memory_model.h"
 
 using namespace mt::perf;
@@ -147,22 +148,33 @@ TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
   shape.global_batch_size = 8;  // 8 micro-batches
   const auto stages = predict_memory(c, shape);
   ASSERT_EQ(stages.size(), 4u);
-  // 1F1B: stage r keeps min(p - r, m) micro-batches of its 2 layers.
+  // 1F1B: stage r keeps min(p - r, m) micro-batches of its 2 layers and, but on the last stage,
+  // each one's output (64 x 64 floats) sent on.
+  const int64_t output = 64 * 64 * 4;
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(stages[static_cast<size_t>(r)].in_flight, 4 - r);
-    EXPECT_EQ(stages[static_cast<size_t>(r)].activations_kept, (4 - r) * 2 * stages[0].activation_per_layer);
+    EXPECT_EQ(stages[static_cast<size_t>(r)].activations_kept,
+              (4 - r) * (2 * stages[0].activation_per_layer + (r < 3 ? output : 0)));
   }
   EXPECT_EQ(stages[0].head, 0);
   EXPECT_GT(stages[3].head, 0);
   shape.global_batch_size = 2;  // fewer micro-batches than stages
   EXPECT_EQ(predict_rank_memory(c, shape, 0).in_flight, 2);
   // Interleaved, v = 2: stage 0 warms up 2 (p - 1) + (v - 1) p = 10 virtual micro-batches, 11 in
-  // flight, each 1 layer: Megatron's 1 + (p - 1)/(p v) penalty on L layers.
+  // flight, each 1 layer: Megatron's 1 + (p - 1)/(p v) penalty on L layers. Each model chunk has
+  // its own slots, as many as the schedule keeps of that chunk in flight (8 of chunk 0 and 4 of
+  // chunk 1 here: 12 > 11), each with the layer and its output.
   shape.global_batch_size = 8;
   shape.split.virtual_stages = 2;
   const RankMemory interleaved = predict_rank_memory(c, shape, 0);
   EXPECT_EQ(interleaved.in_flight, 11);
-  EXPECT_EQ(interleaved.activations_kept, 11 * stages[0].activation_per_layer);
+  mt::parallel::ParallelConfig parallel;
+  parallel.pipeline_model_parallel_size = 4;
+  parallel.num_virtual_stages_per_pipeline_rank = 2;
+  const auto actions = mt::parallel::pipeline_actions(mt::parallel::pipeline_shape(parallel, 8, 8), 0);
+  const int slots = mt::parallel::pipeline_activation_slots(actions, 0) + mt::parallel::pipeline_activation_slots(actions, 1);
+  EXPECT_EQ(slots, 12);
+  EXPECT_EQ(interleaved.activations_kept, slots * (stages[0].activation_per_layer + output));
   EXPECT_EQ(predict_rank_memory(c, shape, 3).in_flight, 5);
 }
 

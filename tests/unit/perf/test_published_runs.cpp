@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
+#include "model/config.h"
+#include "perf/flops.h"
+#include "perf/parameters.h"
 #include "perf/published_runs.h"
 
 using namespace mt::perf;
@@ -85,6 +89,17 @@ TEST(PublishedRuns, SelfConsistencyOnMadeUpRows) {
   EXPECT_EQ(check_self_consistency(rows[0], rows).verdict, "consistent");
   EXPECT_EQ(check_self_consistency(rows[1], rows).verdict, "inconsistent");
   EXPECT_EQ(check_self_consistency(rows[2], rows).verdict, "not-checkable");
+  // A run with a layout counts its logits over Megatron's vocabulary padding (a multiple of 128 x
+  // TP: 512 for tiny-gpt's 97 at TP 4, where mt pads to 128), as the source's logs do.
+  mt::model::ModelConfig tiny = mt::model::preset("tiny-gpt");
+  tiny.vocab_size = 97;
+  const double megatron_fpt = flops_per_token(tiny, FlopsConvention::megatron, megatron_padded_vocab(tiny, 4));
+  ASSERT_GT(megatron_fpt / flops_per_token(tiny, FlopsConvention::megatron), 1.2);
+  char mfu[32];
+  std::snprintf(mfu, sizeof mfu, "%.9g", 1e9 / 4 * megatron_fpt / 1e15);
+  const auto padded = parse_published_runs(header + "d,s,tiny-gpt,vocab_size=97,,dgx-h100,4,4,1,1,1,1,1,0,0,1,1,64,,none,0,,"
+                                           + mfu + ",,1e9,,,,,megatron,1000,,r,excluded,,\n");
+  EXPECT_EQ(check_self_consistency(padded[0], padded).verdict, "consistent") << check_self_consistency(padded[0], padded).detail;
   EXPECT_THROW(parse_published_runs(header + "a,s,-\n"), mt::Error);                 // too few fields
   EXPECT_THROW(parse_published_runs("id,source\n"), mt::Error);                      // not the header
   EXPECT_THROW(parse_published_runs(header + "a,\"open\n"), mt::Error);              // unclosed quote

@@ -4,7 +4,10 @@
 // warm-up + cosine, clipping, weight decay) trained on a learnable token stream, so the loss
 // falls well below chance within the 10 steps. fp32 must match (logits abs 1e-5, the rest rel
 // 1e-4); bf16 and fp16 must stay near the fp32 goldens on every step's loss and grad norm and on
-// the final parameters (low_precision_tolerance below). Needs no torch: only the .h5 goldens.
+// the final parameters (low_precision_tolerance below). And mt against transformers: the committed
+// logits of tests/golden/hf (make_hf_goldens.sh: mt-train's --save-final of each case on mock data,
+// exported by mt-ckpt export --format hf, run by GPT2LMHeadModel / LlamaForCausalLM) equal mt's
+// forward of the same training within 1e-4 in fp32. Needs no torch: only the .h5 goldens.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -16,7 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "data/sample_source.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
 
 using namespace mt;
@@ -194,7 +199,83 @@ void compare(const std::string& name, Precision precision) {
   H5Fclose(file);
 }
 
+std::vector<int64_t> dataset_shape(hid_t file, const std::string& name) {
+  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(dataset);
+  std::vector<hsize_t> dims(static_cast<size_t>(H5Sget_simple_extent_ndims(space)));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  H5Dclose(dataset);
+  return {dims.begin(), dims.end()};
+}
+
+// Fixed token rows (the committed ones); sample i's labels are not used.
+class FixedTokens : public data::SampleSource {
+ public:
+  FixedTokens(std::vector<int32_t> tokens, int seq_length, int64_t vocab_size)
+      : tokens_(std::move(tokens)), seq_length_(seq_length), vocab_size_(vocab_size) {}
+  void sample(data::Split, int64_t index, int32_t* tokens) const override {
+    const int64_t rows = static_cast<int64_t>(tokens_.size()) / seq_length_;
+    const int32_t* row = tokens_.data() + (index % rows) * seq_length_;
+    std::copy(row, row + seq_length_, tokens);
+    tokens[seq_length_] = 0;
+  }
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::string describe() const override { return "fixed tokens"; }
+
+ private:
+  std::vector<int32_t> tokens_;
+  int seq_length_;
+  int64_t vocab_size_;
+};
+
+// mt-train --mock-data with the case's flags (make_hf_goldens.sh), saved as --save-final does,
+// loaded with --finetune into a model that reads the committed tokens: its logits against
+// transformers' on the export of that checkpoint.
+void compare_with_transformers(const std::string& name) {
+  SCOPED_TRACE(name);
+  const Case c = load_case(name);
+  const hid_t file = H5Fopen((kGoldenDir + "/hf/" + name + "-logits.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << "missing tests/golden/hf/" << name << "-logits.h5 (regenerate: tests/golden/hf/make_hf_goldens.sh)";
+  const std::vector<int64_t> shape = dataset_shape(file, "tokens");
+  ASSERT_EQ(shape.size(), 2u);
+  ASSERT_EQ(shape[1], c.model.seq_length);
+  const auto tokens = read_dataset<int32_t>(file, "tokens", H5T_NATIVE_INT32);
+  const auto expected = read_dataset<float>(file, "logits", H5T_NATIVE_FLOAT);
+  H5Fclose(file);
+  const int rows = static_cast<int>(shape[0]);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(rows * c.model.seq_length * c.model.vocab_size));
+
+  mt::testing::TempDir dir("mt_test_hf_logits");
+  const std::string checkpoint = (dir.path() / "final.h5").string();
+  {
+    const auto mock = data::make_mock_data(c.model.vocab_size, c.model.seq_length, c.train.seed);
+    train::Trainer trainer(c.model, c.train, *mock);
+    while (trainer.iteration() < trainer.total_iterations()) trainer.train_step();
+    train::SaveOptions save;
+    save.optimizer = false;
+    save.resumable = false;
+    train::save_checkpoint_file(checkpoint, trainer, save);
+  }
+  FixedTokens fixed(tokens, c.model.seq_length, c.model.vocab_size);
+  train::Trainer trainer(c.model, c.train, fixed);
+  train::LoadOptions load;
+  load.finetune = true;
+  train::load_checkpoint(io::CheckpointReader(checkpoint), trainer, load);
+  std::vector<float> logits(expected.size());
+  trainer.forward_logits(0, rows, logits.data());
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(logits[i]) - expected[i]));
+    largest = std::max(largest, std::fabs(double(expected[i])));
+  }
+  EXPECT_LT(worst, 1e-4) << "max abs difference from transformers' logits (largest logit " << largest << ")";
+}
+
 }  // namespace
+
+TEST(Golden, TinyGpt2MatchesTransformersLogits) { compare_with_transformers("tiny-gpt2"); }
+TEST(Golden, TinyLlamaMatchesTransformersLogits) { compare_with_transformers("tiny-llama"); }
 
 TEST(Golden, TinyGpt2MatchesPyTorchInFp32) { compare("tiny-gpt2", Precision::fp32); }
 TEST(Golden, TinyLlamaMatchesPyTorchInFp32) { compare("tiny-llama", Precision::fp32); }

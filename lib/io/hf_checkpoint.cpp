@@ -1,0 +1,423 @@
+// Hugging Face export and import (see hf_checkpoint.h).
+#include "io/hf_checkpoint.h"
+
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "core/temporary_file.h"
+#include "io/safetensors.h"
+#include "model/layout.h"
+
+namespace mt::io {
+namespace {
+
+using model::ModelConfig;
+
+// A float as JSON with its shortest decimal form (1e-05, not 9.99999974737875e-06).
+double float_json(float value) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof text, value);
+  double parsed = 0;
+  std::from_chars(text, result.ptr, parsed);
+  return parsed;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The global shape of every parameter of `model`'s single-rank layout, by layout name.
+std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelConfig& model) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const model::ParamEntry& entry : model::build_layout(model).entries) {
+    if (entry.replica == 0) shapes[entry.name] = entry.global_shape;
+  }
+  return shapes;
+}
+
+// The HF shape of `tensor`: its parts stacked along dimension 0 (vocabulary rows cut to the
+// real vocabulary), transposed when HF stores the transpose.
+std::vector<int64_t> hf_shape(const HfTensor& tensor, const ModelConfig& model,
+                              const std::map<std::string, std::vector<int64_t>>& shapes) {
+  std::vector<int64_t> shape = shapes.at(tensor.mt_names.front());
+  shape[0] = 0;
+  for (const std::string& name : tensor.mt_names) shape[0] += tensor.vocabulary ? model.vocab_size : shapes.at(name)[0];
+  if (tensor.transposed) std::swap(shape[0], shape[1]);
+  return shape;
+}
+
+// (rows, cols) -> (cols, rows).
+std::vector<float> transpose(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::vector<float> out(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = values[static_cast<size_t>(r * cols + c)];
+  }
+  return out;
+}
+
+int64_t row_width(const std::vector<int64_t>& shape) {
+  int64_t width = 1;
+  for (size_t d = 1; d < shape.size(); ++d) width *= shape[d];
+  return width;
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what, std::string("not JSON: ") + e.what());
+  }
+}
+
+// Writes `text` to `path` under a temporary name, fsynced, renamed.
+void write_text_file(const std::string& path, const std::string& text) {
+  TemporaryFile temporary(path);
+  {
+    std::ofstream out(temporary.path(), std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) throw Error(path, "cannot write " + temporary.path());
+  }
+  temporary.commit();
+}
+
+// The tensors of an HF directory: model.safetensors, or the shards model.safetensors.index.json names.
+class HfWeights {
+ public:
+  explicit HfWeights(const std::string& directory) {
+    const std::filesystem::path dir(directory);
+    const std::filesystem::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+    if (std::filesystem::exists(single)) {
+      add_file(single.string());
+    } else if (std::filesystem::exists(index)) {
+      std::ifstream in(index);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const nlohmann::json parsed = parse_json(text, index.string());
+      if (!parsed.contains("weight_map") || !parsed["weight_map"].is_object()) {
+        throw Error(index.string(), "has no weight_map object");
+      }
+      std::map<std::string, bool> files;
+      for (const auto& [name, file] : parsed["weight_map"].items()) files[file.get<std::string>()] = true;
+      for (const auto& [file, unused] : files) add_file((dir / file).string());
+    } else {
+      throw Error(directory, "holds neither model.safetensors nor model.safetensors.index.json");
+    }
+  }
+  const SafetensorsEntry* find(const std::string& name) const {
+    const auto found = where_.find(name);
+    return found == where_.end() ? nullptr : found->second.second;
+  }
+  std::vector<float> read(const std::string& name) const { return where_.at(name).first->read(name); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, unused] : where_) names.push_back(name);
+    return names;
+  }
+
+ private:
+  void add_file(const std::string& path) {
+    readers_.push_back(std::make_unique<SafetensorsReader>(path));
+    for (const SafetensorsEntry& entry : readers_.back()->entries()) {
+      if (where_.count(entry.name)) throw Error(path, "tensor " + entry.name + " is also in another shard");
+      where_[entry.name] = {readers_.back().get(), &entry};
+    }
+  }
+  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
+  std::map<std::string, std::pair<const SafetensorsReader*, const SafetensorsEntry*>> where_;
+};
+
+// A config.json value: `key` must be present with the JSON type `get` accepts.
+template <typename T>
+T required(const nlohmann::json& config, const char* key, const std::string& path) {
+  if (!config.contains(key) || config[key].is_null()) throw UsageError(path, std::string("config.json has no ") + key);
+  try {
+    return config[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(path, std::string("config.json: ") + key + " has the wrong type");
+  }
+}
+
+template <typename T>
+T optional_value(const nlohmann::json& config, const char* key, T fallback, const std::string& path) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  return required<T>(config, key, path);
+}
+
+}  // namespace
+
+HfArchitecture hf_architecture(const ModelConfig& m) {
+  const std::string what = "model " + m.name;
+  if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0) {
+    throw UsageError(what, "mixture-of-experts, multi-latent attention and multi-token prediction have no Hugging Face export");
+  }
+  if (m.head_dim() * m.num_attention_heads != m.hidden_size) {
+    throw UsageError(what, "kv_channels x num_attention_heads differs from hidden_size, which GPT2LMHeadModel and "
+                           "LlamaForCausalLM cannot express");
+  }
+  if (m.normalization == model::Normalization::layernorm && m.position_embedding == model::PositionEmbedding::learned_absolute &&
+      !m.swiglu && m.add_bias_linear && m.query_groups() == m.num_attention_heads) {
+    return HfArchitecture::gpt2;
+  }
+  if (m.normalization == model::Normalization::rmsnorm && m.position_embedding == model::PositionEmbedding::rope &&
+      m.swiglu && !m.add_bias_linear) {
+    return HfArchitecture::llama;
+  }
+  throw UsageError(what, "no Hugging Face architecture matches (GPT2LMHeadModel: LayerNorm, learned positions, GELU, "
+                         "biases, no GQA; LlamaForCausalLM: RMSNorm, rope, SwiGLU, no biases)");
+}
+
+const char* hf_architecture_name(HfArchitecture architecture) {
+  return architecture == HfArchitecture::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+}
+
+std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
+  const HfArchitecture architecture = hf_architecture(m);
+  std::vector<HfTensor> t;
+  auto add = [&](std::string hf, std::vector<std::string> mt, bool transposed = false, bool vocabulary = false) {
+    t.push_back(HfTensor{std::move(hf), std::move(mt), transposed, vocabulary});
+  };
+  const bool tied = !m.untie_embeddings_and_output_weights;
+  if (architecture == HfArchitecture::gpt2) {
+    add("transformer.wte.weight", {"embedding.word_embeddings.weight"}, false, true);
+    add("transformer.wpe.weight", {"embedding.position_embeddings.weight"});
+    for (int layer = 0; layer < m.num_layers; ++layer) {
+      const std::string mt = model::layer_prefix(layer), hf = "transformer.h." + std::to_string(layer) + ".";
+      for (const char* field : {"weight", "bias"}) {
+        const std::string f = field;
+        const bool weight = f == "weight";
+        add(hf + "ln_1." + f, {mt + "input_layernorm." + f});
+        add(hf + "attn.c_attn." + f,
+            {mt + "self_attention.linear_q." + f, mt + "self_attention.linear_k." + f, mt + "self_attention.linear_v." + f},
+            weight);
+        add(hf + "attn.c_proj." + f, {mt + "self_attention.linear_proj." + f}, weight);
+        add(hf + "ln_2." + f, {mt + "pre_mlp_layernorm." + f});
+        add(hf + "mlp.c_fc." + f, {mt + "mlp.linear_fc1." + f}, weight);
+        add(hf + "mlp.c_proj." + f, {mt + "mlp.linear_fc2." + f}, weight);
+      }
+    }
+    add("transformer.ln_f.weight", {"decoder.final_layernorm.weight"});
+    add("transformer.ln_f.bias", {"decoder.final_layernorm.bias"});
+  } else {
+    add("model.embed_tokens.weight", {"embedding.word_embeddings.weight"}, false, true);
+    for (int layer = 0; layer < m.num_layers; ++layer) {
+      const std::string mt = model::layer_prefix(layer), hf = "model.layers." + std::to_string(layer) + ".";
+      add(hf + "input_layernorm.weight", {mt + "input_layernorm.weight"});
+      add(hf + "self_attn.q_proj.weight", {mt + "self_attention.linear_q.weight"});
+      add(hf + "self_attn.k_proj.weight", {mt + "self_attention.linear_k.weight"});
+      add(hf + "self_attn.v_proj.weight", {mt + "self_attention.linear_v.weight"});
+      add(hf + "self_attn.o_proj.weight", {mt + "self_attention.linear_proj.weight"});
+      add(hf + "post_attention_layernorm.weight", {mt + "pre_mlp_layernorm.weight"});
+      add(hf + "mlp.gate_proj.weight", {mt + "mlp.linear_fc1_gate.weight"});
+      add(hf + "mlp.up_proj.weight", {mt + "mlp.linear_fc1_up.weight"});
+      add(hf + "mlp.down_proj.weight", {mt + "mlp.linear_fc2.weight"});
+    }
+    add("model.norm.weight", {"decoder.final_layernorm.weight"});
+  }
+  if (!tied) add("lm_head.weight", {"output_layer.weight"}, false, true);
+  return t;
+}
+
+nlohmann::ordered_json hf_config(const ModelConfig& m, DType dtype) {
+  const HfArchitecture architecture = hf_architecture(m);
+  nlohmann::ordered_json c;
+  c["architectures"] = {hf_architecture_name(architecture)};
+  if (architecture == HfArchitecture::gpt2) {
+    c["model_type"] = "gpt2";
+    c["vocab_size"] = m.vocab_size;
+    c["n_positions"] = m.max_position_embeddings;
+    c["n_embd"] = m.hidden_size;
+    c["n_layer"] = m.num_layers;
+    c["n_head"] = m.num_attention_heads;
+    c["n_inner"] = m.ffn_hidden_size;
+    c["activation_function"] = "gelu_new";  // GELU's tanh approximation, as mt's
+    c["layer_norm_epsilon"] = float_json(m.norm_epsilon);
+    c["resid_pdrop"] = float_json(m.hidden_dropout);
+    c["embd_pdrop"] = float_json(m.hidden_dropout);
+    c["attn_pdrop"] = float_json(m.attention_dropout);
+    c["scale_attn_weights"] = true;
+    c["scale_attn_by_inverse_layer_idx"] = false;
+  } else {
+    c["model_type"] = "llama";
+    c["vocab_size"] = m.vocab_size;
+    c["hidden_size"] = m.hidden_size;
+    c["intermediate_size"] = m.ffn_hidden_size;
+    c["num_hidden_layers"] = m.num_layers;
+    c["num_attention_heads"] = m.num_attention_heads;
+    c["num_key_value_heads"] = m.query_groups();
+    c["max_position_embeddings"] = m.max_position_embeddings;
+    c["rms_norm_eps"] = float_json(m.norm_epsilon);
+    c["rope_theta"] = float_json(m.rotary_base);
+    c["rope_scaling"] = nullptr;
+    c["hidden_act"] = "silu";
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["attention_dropout"] = float_json(m.attention_dropout);
+  }
+  c["initializer_range"] = float_json(m.init_method_std);
+  c["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+  c["torch_dtype"] = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
+  c["use_cache"] = true;
+  return c;
+}
+
+ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& path, int make_vocab_size_divisible_by) {
+  const std::string model_type = optional_value<std::string>(c, "model_type", "", path);
+  ModelConfig m;
+  m.make_vocab_size_divisible_by = make_vocab_size_divisible_by;
+  m.vocab_size = required<int64_t>(c, "vocab_size", path);
+  m.init_method_std = static_cast<float>(optional_value<double>(c, "initializer_range", 0.02, path));
+  auto refuse_unless = [&](bool ok, const std::string& key, const std::string& why) {
+    if (!ok) throw UsageError(path, "config.json: " + key + " " + why);
+  };
+  if (model_type == "gpt2") {
+    m.name = "GPT2LMHeadModel";
+    m.num_layers = required<int>(c, "n_layer", path);
+    m.hidden_size = required<int>(c, "n_embd", path);
+    m.num_attention_heads = required<int>(c, "n_head", path);
+    m.ffn_hidden_size = optional_value<int>(c, "n_inner", 4 * m.hidden_size, path);
+    m.max_position_embeddings = required<int>(c, "n_positions", path);
+    m.norm_epsilon = static_cast<float>(optional_value<double>(c, "layer_norm_epsilon", 1e-5, path));
+    m.hidden_dropout = static_cast<float>(optional_value<double>(c, "resid_pdrop", 0.1, path));
+    m.attention_dropout = static_cast<float>(optional_value<double>(c, "attn_pdrop", 0.1, path));
+    const std::string activation = optional_value<std::string>(c, "activation_function", "gelu_new", path);
+    refuse_unless(activation == "gelu_new" || activation == "gelu_pytorch_tanh", "activation_function",
+                  "is " + activation + "; mt's MLP uses GELU's tanh approximation (gelu_new)");
+    refuse_unless(optional_value<bool>(c, "scale_attn_weights", true, path), "scale_attn_weights",
+                  "is false; mt scales attention by 1/sqrt(head_dim)");
+    refuse_unless(!optional_value<bool>(c, "scale_attn_by_inverse_layer_idx", false, path),
+                  "scale_attn_by_inverse_layer_idx", "is true, which mt does not implement");
+    m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", true, path);
+  } else if (model_type == "llama") {
+    m.name = "LlamaForCausalLM";
+    m.num_layers = required<int>(c, "num_hidden_layers", path);
+    m.hidden_size = required<int>(c, "hidden_size", path);
+    m.num_attention_heads = required<int>(c, "num_attention_heads", path);
+    m.num_query_groups = optional_value<int>(c, "num_key_value_heads", m.num_attention_heads, path);
+    m.ffn_hidden_size = required<int>(c, "intermediate_size", path);
+    m.max_position_embeddings = required<int>(c, "max_position_embeddings", path);
+    m.norm_epsilon = static_cast<float>(optional_value<double>(c, "rms_norm_eps", 1e-6, path));
+    m.rotary_base = static_cast<float>(optional_value<double>(c, "rope_theta", 10000.0, path));
+    m.attention_dropout = static_cast<float>(optional_value<double>(c, "attention_dropout", 0.0, path));
+    m.hidden_dropout = 0.0f;
+    m.normalization = model::Normalization::rmsnorm;
+    m.position_embedding = model::PositionEmbedding::rope;
+    m.swiglu = true;
+    m.add_bias_linear = false;
+    const std::string activation = optional_value<std::string>(c, "hidden_act", "silu", path);
+    refuse_unless(activation == "silu", "hidden_act", "is " + activation + "; mt's SwiGLU uses silu");
+    refuse_unless(!optional_value<bool>(c, "attention_bias", false, path), "attention_bias",
+                  "is true; mt's LLaMA has no biases");
+    refuse_unless(!optional_value<bool>(c, "mlp_bias", false, path), "mlp_bias", "is true; mt's LLaMA has no biases");
+    refuse_unless(!c.contains("rope_scaling") || c["rope_scaling"].is_null(), "rope_scaling",
+                  "is set; mt implements plain RoPE only");
+    refuse_unless(optional_value<int>(c, "head_dim", m.hidden_size / std::max(1, m.num_attention_heads), path) *
+                          m.num_attention_heads == m.hidden_size,
+                  "head_dim", "times num_attention_heads differs from hidden_size, which mt's import does not handle");
+    m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", false, path);
+  } else {
+    throw UsageError(path, "config.json: model_type '" + model_type + "' is not imported (gpt2 or llama)");
+  }
+  m.seq_length = m.max_position_embeddings;
+  if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  try {
+    m.validate();
+  } catch (const Error& e) {
+    throw UsageError(path, std::string("config.json gives an invalid model: ") + e.what());
+  }
+  hf_architecture(m);
+  return m;
+}
+
+HfExportResult export_hf(const CheckpointReader& checkpoint, const std::string& directory, DType dtype) {
+  ModelConfig m;
+  try {
+    m = model::config_from_json(parse_json(checkpoint.state().model_config, checkpoint.path() + ": model_config"));
+  } catch (const Error& e) {
+    throw Error(checkpoint.path(), std::string("attribute model_config: ") + e.what());
+  }
+  HfExportResult result;
+  result.architecture = hf_architecture(m);
+  const std::map<std::string, std::vector<int64_t>> shapes = parameter_shapes(m);
+  SafetensorsWriter writer;
+  for (const HfTensor& tensor : hf_tensors(m)) {
+    std::vector<float> stacked;
+    for (const std::string& name : tensor.mt_names) {
+      const std::vector<int64_t>& shape = shapes.at(name);
+      Box box{std::vector<int64_t>(shape.size(), 0), shape};
+      if (tensor.vocabulary) box.extent[0] = m.vocab_size;  // the pad rows stay behind
+      std::vector<float> values(static_cast<size_t>(box.elements()));
+      checkpoint.read_box("model/" + name, shape, box, values.data());
+      stacked.insert(stacked.end(), values.begin(), values.end());
+    }
+    const std::vector<int64_t> shape = hf_shape(tensor, m, shapes);
+    if (tensor.transposed) stacked = transpose(stacked, shape[1], shape[0]);
+    writer.add(tensor.name, dtype, shape, std::move(stacked));
+    ++result.tensors;
+  }
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) throw Error(directory, "cannot create the directory: " + error.message());
+  const std::filesystem::path dir(directory);
+  result.bytes = writer.write((dir / "model.safetensors").string(), {{"format", "pt"}});
+  write_text_file((dir / "config.json").string(), hf_config(m, dtype).dump(2) + "\n");
+  return result;
+}
+
+HfImportResult import_hf(const std::string& directory, const std::string& path, int make_vocab_size_divisible_by) {
+  const std::string config_path = (std::filesystem::path(directory) / "config.json").string();
+  std::ifstream in(config_path);
+  if (!in) throw Error(config_path, "cannot open (an HF model directory holds config.json)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  HfImportResult result;
+  result.model = model_config_from_hf(parse_json(text, config_path), config_path, make_vocab_size_divisible_by);
+  const ModelConfig& m = result.model;
+  const HfWeights weights(directory);
+  const std::map<std::string, std::vector<int64_t>> shapes = parameter_shapes(m);
+  std::vector<HfTensor> tensors = hf_tensors(m);
+  // Released GPT-2 files name the tensors without the "transformer." of GPT2LMHeadModel.
+  const bool unprefixed = weights.find("transformer.wte.weight") == nullptr && weights.find("wte.weight") != nullptr;
+  std::map<std::string, bool> used;
+  CheckpointWriter writer(path);
+  for (HfTensor& tensor : tensors) {
+    if (unprefixed && tensor.name.rfind("transformer.", 0) == 0) tensor.name.erase(0, std::string("transformer.").size());
+    const SafetensorsEntry* entry = weights.find(tensor.name);
+    if (entry == nullptr) throw Error(directory, "tensor " + tensor.name + " missing from the safetensors file(s)");
+    const std::vector<int64_t> shape = hf_shape(tensor, m, shapes);
+    if (entry->shape != shape) {
+      throw Error(directory, "tensor " + tensor.name + " has shape " + shape_text(entry->shape) + ", config.json's model needs " +
+                                 shape_text(shape));
+    }
+    used[tensor.name] = true;
+    std::vector<float> stacked = weights.read(tensor.name);
+    if (tensor.transposed) stacked = transpose(stacked, shape[0], shape[1]);
+    int64_t row = 0;
+    for (const std::string& name : tensor.mt_names) {
+      const std::vector<int64_t>& mt_shape = shapes.at(name);
+      const int64_t width = row_width(mt_shape), rows = tensor.vocabulary ? m.vocab_size : mt_shape[0];
+      std::vector<float> values(static_cast<size_t>(mt_shape[0] * width), 0.0f);  // pad rows stay zero
+      std::copy(stacked.begin() + row * width, stacked.begin() + (row + rows) * width, values.begin());
+      row += rows;
+      writer.write_tensor("model/" + name, mt_shape,
+                          {TensorSlice{Box{std::vector<int64_t>(mt_shape.size(), 0), mt_shape}, values.data()}});
+      ++result.tensors;
+    }
+  }
+  for (const std::string& name : weights.names()) {
+    if (!used.count(name)) result.ignored.push_back(name);
+  }
+  CheckpointState state;
+  state.resumable = false;
+  state.has_optimizer = false;
+  state.model_config = model::to_json(m).dump();
+  result.bytes = writer.commit(state);
+  return result;
+}
+
+}  // namespace mt::io

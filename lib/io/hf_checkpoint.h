@@ -1,0 +1,75 @@
+// Hugging Face checkpoints in and out of mt's (io/checkpoint.h): a directory with `config.json`
+// and `model.safetensors` (io/safetensors.h) holding the names and shapes transformers expects.
+//
+// Two architectures, picked from the model config:
+// - GPT2LMHeadModel (LayerNorm, learned positions, tanh-GELU MLP, biases): Conv1D weights stored
+//   (in, out), the transpose of mt's (out, in); q, k and v fused into `attn.c_attn` as the
+//   columns [q | k | v]; `lm_head.weight` only when the embeddings are untied.
+// - LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, no biases): q/k/v/o and gate/up/down (out, in) as
+//   mt stores them. mt applies RoPE in the rotate-half layout (dimension i of a head pairs with
+//   i + D/2), which is the layout of HF's LlamaForCausalLM (rotate_half); HF's convert script
+//   permutes Meta's interleaved q/k rows into that layout, so from mt no permutation is needed.
+// Vocabulary rows: mt pads the embedding and output tables to a multiple of
+// make_vocab_size_divisible_by (DESIGN.md section 3.4); export drops the pad rows, import adds
+// them as zeros (they are outside the softmax and never looked up). An import is parameters only:
+// iteration 0, no optimizer state, not resumable (mt-train --load DIR --finetune trains from it).
+// Tested in tests/unit/io/test_hf_checkpoint.cpp, tests/tools/mt-ckpt.bats (the import of an export
+// is bit-identical; tests/tools/safetensors_reader.py reads the export independently) and
+// tests/unit/train/test_golden.cpp (mt's logits against transformers', tests/golden/hf).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+
+namespace mt::io {
+
+enum class HfArchitecture { gpt2, llama };
+
+// The architecture an mt model maps to; throws mt::UsageError naming what no architecture has.
+HfArchitecture hf_architecture(const model::ModelConfig& model);
+const char* hf_architecture_name(HfArchitecture architecture);  // "GPT2LMHeadModel", "LlamaForCausalLM"
+
+// One Hugging Face tensor: the mt tensors stacked along their first dimension (the vocabulary
+// tables cut to the real vocabulary), transposed when HF stores the transpose (GPT-2's Conv1D).
+struct HfTensor {
+  std::string name;                   // HF's
+  std::vector<std::string> mt_names;  // layout names (model/layout.h), without "model/"
+  bool transposed = false;
+  bool vocabulary = false;            // rows are the vocabulary: pad rows dropped/added
+};
+std::vector<HfTensor> hf_tensors(const model::ModelConfig& model);
+
+// config.json for `model`, its weights stored as `dtype`.
+nlohmann::ordered_json hf_config(const model::ModelConfig& model, DType dtype);
+// The mt model of a config.json (its path for errors); mt pads the vocabulary to a multiple of
+// `make_vocab_size_divisible_by`. Throws mt::UsageError naming the field mt cannot represent.
+model::ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& path,
+                                        int make_vocab_size_divisible_by);
+
+struct HfExportResult {
+  HfArchitecture architecture = HfArchitecture::gpt2;
+  int64_t tensors = 0;
+  int64_t bytes = 0;  // model.safetensors
+};
+// Writes DIRECTORY/config.json and DIRECTORY/model.safetensors (each under a temporary name,
+// fsynced, renamed; the directory is created) from the parameters of `checkpoint`.
+HfExportResult export_hf(const CheckpointReader& checkpoint, const std::string& directory, DType dtype);
+
+struct HfImportResult {
+  model::ModelConfig model;
+  int64_t tensors = 0;                // mt tensors written
+  std::vector<std::string> ignored;   // tensors of the HF files no mt parameter comes from
+  int64_t bytes = 0;                  // the checkpoint file
+};
+// Reads DIRECTORY/config.json and model.safetensors (or the shards model.safetensors.index.json
+// names) and writes the mt checkpoint file `path` (temporary, fsync, rename).
+HfImportResult import_hf(const std::string& directory, const std::string& path, int make_vocab_size_divisible_by);
+
+}  // namespace mt::io

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Regenerates the committed transformers logits (tests/golden/hf/<case>-logits.h5): for each golden
+# case, mt-train trains the case's model for its train_iters on mock data (--save-final), mt-ckpt
+# exports it (--format hf), and hf_logits.py loads the export with transformers' GPT2LMHeadModel or
+# LlamaForCausalLM and records its logits on fixed tokens. tests/unit/train/test_golden.cpp
+# (Golden.*MatchesTransformers) trains the same model in mt and compares. Run by hand, never in CI:
+# it makes a venv ($MT_HF_VENV, default /tmp/venv-mt-hf) over Debian's /usr/bin/python3 (torch
+# 1.13, numpy, h5py as system site packages) and pip-installs transformers $TRANSFORMERS_VERSION
+# (default 4.38.2, one that works with torch 1.13) from PyPI.
+# Usage: tests/golden/hf/make_hf_goldens.sh [case ...]   (MT_BIN defaults to build/bin)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+GOLDEN="$HERE/.."
+MT_BIN="${MT_BIN:-$HERE/../../../build/bin}"
+VENV="${MT_HF_VENV:-/tmp/venv-mt-hf}"
+TRANSFORMERS_VERSION="${TRANSFORMERS_VERSION:-4.38.2}"
+cases=("$@")
+[[ ${#cases[@]} -gt 0 ]] || cases=(tiny-gpt2 tiny-llama)
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION"
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for case in "${cases[@]}"; do
+  # shellcheck disable=SC2046
+  "$MT_BIN/mt-train" $("$GOLDEN/case_flags.py" "$case") --peak-tflops 1 \
+    --save-final "$work/$case.h5" >/dev/null
+  "$MT_BIN/mt-ckpt" export --format hf "$work/$case.h5" "$work/$case-hf" >/dev/null
+  "$VENV/bin/python" "$HERE/hf_logits.py" --case "$case" --model "$work/$case-hf" --out "$HERE/$case-logits.h5"
+done
