@@ -222,7 +222,8 @@ ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfi
   chunk_starts.push_back(declared.size());
 
   // Offsets: groups aligned, buckets (per chunk, formed backward) padded at their ends.
-  const int dp = parallel.data_parallel_size;
+  // The distributed optimizer shards every bucket over the DP x CP group.
+  const int dp = parallel.data_parallel_size * parallel.context_parallel_size;
   const int64_t pad = options.distributed_optimizer ? std::lcm<int64_t>(dp, kDistributedOptimizerPad) : kAlignElements;
   int64_t offset = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {

@@ -5,13 +5,20 @@
 
 namespace mt::model {
 
-ParallelContext::ParallelContext(comm::Communicator* tensor_group, bool sequence_parallel) {
+ParallelContext::ParallelContext(comm::Communicator* tensor_group, bool sequence_parallel,
+                                 comm::Communicator* context_group) {
+  if (context_group && context_group->size() > 1) context_group_ = context_group;
   if (tensor_group && tensor_group->size() > 1) {
     tensor_group_ = tensor_group;
     tp_size_ = tensor_group->size();
     tp_rank_ = tensor_group->rank();
     sequence_parallel_ = sequence_parallel;
   }
+}
+
+comm::Communicator& ParallelContext::context_group() const {
+  if (!context_group_) throw Error("parallel context", "no context-parallel group (--context-parallel-size 1)");
+  return *context_group_;
 }
 
 int64_t ParallelContext::sequence_rows(int64_t rows) const {

@@ -15,8 +15,10 @@
 // and residual adds only need each token once, and dropout stays keyed by global row ids, so any
 // block of tokens works (Megatron cuts its sequence-first [s, b, h] the same way along dim 0).
 // The vocab-parallel cross-entropy's three small all-reduces (row max, sum of exps, target logit)
-// are here too. Context parallelism (ring attention) and the DP grad reduction are not layer
-// collectives: the attention core and the grads-ready hook of model/stage.h carry them.
+// are here too. The context-parallel group (nullable or size 1: no CP) is carried here for the
+// attention core, which runs ring attention over it (parallel/ring_attention.h) when it has more
+// than one rank; the DP x CP grad reduction is not a layer collective (the grads-ready hook of
+// model/stage.h carries it).
 // Tested in tests/unit/model/test_stage.cpp (degree 1 and TP = 2 over threads).
 #pragma once
 
@@ -33,11 +35,16 @@ class ParallelContext {
   // `tensor_group`: this rank's TP group (nullable or size 1 for degree 1), kept by the caller.
   // Sequence parallelism is on only with a group of more than one rank (Megatron warns and turns
   // it off at TP = 1).
-  ParallelContext(comm::Communicator* tensor_group, bool sequence_parallel);
+  // `context_group`: this rank's CP group (nullable or size 1: no context parallelism).
+  ParallelContext(comm::Communicator* tensor_group, bool sequence_parallel,
+                  comm::Communicator* context_group = nullptr);
 
   int tensor_parallel_size() const { return tp_size_; }
   int tensor_parallel_rank() const { return tp_rank_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  int context_parallel_size() const { return context_group_ ? context_group_->size() : 1; }
+  // The CP group; only when context_parallel_size() > 1.
+  comm::Communicator& context_group() const;
   // Rows of the sequence-parallel region for a micro-batch of `rows` tokens (rows / TP under
   // SP, else rows), and the first of them on this rank.
   int64_t sequence_rows(int64_t rows) const;
@@ -81,6 +88,7 @@ class ParallelContext {
   int tp_size_ = 1;
   int tp_rank_ = 0;
   bool sequence_parallel_ = false;
+  comm::Communicator* context_group_ = nullptr;
 };
 
 }  // namespace mt::model

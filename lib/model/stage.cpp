@@ -114,6 +114,11 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   pool_ = std::make_unique<ActivationPool>(shape, recompute_, options_.activation_slots, &ops_, &ledger_,
                                            options_.slot_blocks);
   states_.resize(static_cast<size_t>(pool_->slots()));
+  if (parallel_.context_parallel_size() > 1 && !layers_.empty()) {
+    ring_attention_ = std::make_unique<parallel::RingAttention>(
+        ops_, parallel_.context_group(),
+        layers_.front().attention().attention_shape(options_.micro_batch_size, options_.sequence_length), &ledger_);
+  }
   StageWorkspace& w = pool_->workspace();
   gemm_.set_operand_buffers(w.operands[0], w.operands[1]);
 }
@@ -127,7 +132,8 @@ void Stage::bind(const float* params, float* grads) {
 }
 
 LayerContext Stage::context() const {
-  return LayerContext{config_, ops_, ops_.default_stream(), parallel_, gemm_, params_, grads_, options_.seed};
+  return LayerContext{config_, ops_, ops_.default_stream(), parallel_, gemm_, params_, grads_, options_.seed,
+                      ring_attention_.get()};
 }
 
 LayerPass Stage::layer_pass(const SlotState& state, int64_t rows) const {

@@ -15,8 +15,11 @@
 // into the bound grads; after each layer's backward (and the head's, and the embedding's) the
 // grads-ready callback names the layer whose grads are complete for this micro-batch (layer ids
 // of model/layout.h: head_layer(), then L-1 .. first, then kEmbeddingLayer), so DP can start
-// reducing a bucket during backward. Collectives run through the ParallelContext.
-// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp.
+// reducing a bucket during backward. Collectives run through the ParallelContext; under context
+// parallelism the stage owns one ring attention over the CP group (sized for its micro-batch of
+// sequence_length local tokens per sample) that all its layers' attention cores share.
+// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp (under CP:
+// tests/mpi/test_context_parallel_training.cpp).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,7 @@
 #include "model/parallel_context.h"
 #include "model/precision_gemm.h"
 #include "model/recompute.h"
+#include "parallel/ring_attention.h"
 
 namespace mt::model {
 
@@ -44,7 +48,7 @@ struct StageOptions {
   Precision precision = Precision::fp32;
   RecomputeConfig recompute;
   int micro_batch_size = 1;  // samples per micro-batch (the buffers' capacity)
-  int sequence_length = 0;   // tokens per sample on this rank; 0: the model's seq_length
+  int sequence_length = 0;   // tokens per sample on this rank (seq_length / CP); 0: the model's seq_length
   int activation_slots = 1;  // micro-batches in flight
   // When not empty: the slots' memory, one block of activation_slot_floats() each (allocated by
   // the caller, who lays the rank's other chunks' slots in the same blocks); replaces
@@ -124,6 +128,7 @@ class Stage {
   std::unique_ptr<OutputHead> head_;
   RecomputePlan recompute_;
   std::unique_ptr<ActivationPool> pool_;
+  std::unique_ptr<parallel::RingAttention> ring_attention_;  // CP > 1 with layers
   std::vector<SlotState> states_;
   const float* params_ = nullptr;
   float* grads_ = nullptr;

@@ -29,6 +29,7 @@ RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_gro
                                       " keys");
   }
   chunk_ = local.q_len / 2;
+  capacity_batch_ = local.batch;
   for (auto& block : travelling_) {
     block = backend::DeviceBuffer<float>(ops, 4 * kv_block_floats(), backend::MemoryCategory::comm_buffers, ledger);
   }
@@ -39,6 +40,14 @@ RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_gro
 }
 
 int64_t RingAttention::lse_size() const { return int64_t(local_.batch) * 2 * local_.q_heads * chunk_; }
+
+void RingAttention::set_batch(int batch) {
+  if (batch < 1 || batch > capacity_batch_) {
+    throw Error("ring attention", "a micro-batch of " + std::to_string(batch) + " samples, buffers for " +
+                                      std::to_string(capacity_batch_));
+  }
+  local_.batch = batch;
+}
 
 int64_t RingAttention::kv_block_floats() const {
   return int64_t(local_.batch) * local_.kv_len * local_.kv_heads * local_.head_dim;

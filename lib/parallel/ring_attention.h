@@ -32,6 +32,9 @@ class RingAttention {
   // The lse layout: (batch, 2 chunks, q_heads, chunk length) floats.
   int64_t lse_size() const;
 
+  // The samples the next passes run (at most the `local` batch the buffers were sized for).
+  void set_batch(int batch);
+
   // out (rows, o_stride) and lse of the local queries over the whole sequence's keys.
   // doc_start (batch, local tokens) nullable: global first position of each token's document.
   void forward(const float* q, const float* k, const float* v, const int32_t* doc_start, float* out, float* lse);
@@ -55,6 +58,7 @@ class RingAttention {
   int cp_size_;
   int cp_rank_;
   int chunk_;
+  int capacity_batch_;
   backend::DeviceBuffer<float> travelling_[2];  // [K | V | dK | dV], compact (batch, local tokens, kv heads x dim)
   backend::DeviceBuffer<float> part_out_;       // (batch x local tokens, o_stride)
   backend::DeviceBuffer<float> part_lse_;       // (1 sample, q heads, chunk)

@@ -308,6 +308,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
       parallel::pipeline_shape(parallel_config(shape), m.num_layers, shape.microbatches());
   const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
   int total_layers = 0;
+  int ring_attentions = 0;  // one per chunk with layers under CP
   int64_t all_layer_bytes = 0;
   const model::RecomputeConfig& rc = shape.recompute;
   const bool selective = rc.granularity == model::RecomputeGranularity::selective;
@@ -368,6 +369,13 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
       work.add(operand);
       work.add(operand);
     }
+    if (shape.context_parallel > 1 && count > 0) {
+      // The chunk's ring attention: its partial output and one chunk's partial lse
+      // (parallel/ring_attention.h); its travelling blocks are comm buffers, below.
+      work.add(N * widest.core);
+      work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.context_parallel / 2));
+      ++ring_attentions;
+    }
     r.workspace += work.bytes;
   }
   // The head's per-slot buffers (final norm input and output, its statistics, the logits, the
@@ -408,9 +416,11 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   if (p > 1) {  // two grad receive buffers, two send buffers
     for (int i = 0; i < 4; ++i) comm.add(R * h);
   }
-  if (shape.context_parallel > 1) {
+  for (int ring = 0; ring < ring_attentions; ++ring) {
+    // A ring attention's two travelling blocks, each [K | V | dK | dV] of the rank's tokens.
     const int64_t kv = static_cast<int64_t>(m.query_groups()) * m.head_dim() / t;
-    for (int i = 0; i < 4; ++i) comm.add(N * kv);
+    comm.add(4 * N * kv);
+    comm.add(4 * N * kv);
   }
   if (shape.split.expert_parallel > 1) {
     comm.add(N * m.moe_router_topk * h);

@@ -13,6 +13,7 @@
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
+#include "parallel/context_parallel.h"
 #include "perf/memory.h"
 
 namespace mt::train {
@@ -21,9 +22,8 @@ namespace {
 // Refuses the parallel settings the trainer does not run yet, by name.
 void check_supported_layout(const parallel::ParallelConfig& p) {
   auto refuse = [](const std::string& what) {
-    throw UsageError(what, "not supported yet (context and expert parallelism land with issue 13)");
+    throw UsageError(what, "not supported yet (expert parallelism lands with issue 13)");
   };
-  if (p.context_parallel_size > 1) refuse("--context-parallel-size " + std::to_string(p.context_parallel_size));
   if (p.expert_model_parallel_size > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_model_parallel_size));
   if (p.overlap_param_gather) {
     throw UsageError("--overlap-param-gather", "not supported yet (the parameter all-gather runs after the optimizer step)");
@@ -85,18 +85,22 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   validate_train_config(config_);
   parallel::RankCoordinates coordinates;
   single_ = comm::make_single_communicator();
-  world_ = tensor_group_ = data_parallel_group_ = pipeline_group_ = single_.get();
+  world_ = tensor_group_ = data_parallel_group_ = context_group_ = pipeline_group_ = single_.get();
   if (groups) {
     parallel_config_ = groups->grid().config();
     coordinates = groups->coordinates();
     world_ = &groups->world();
     tensor_group_ = &groups->get(parallel::GroupKind::tp);
     data_parallel_group_ = &groups->get(parallel::GroupKind::dp_cp);
+    context_group_ = &groups->get(parallel::GroupKind::cp);
     pipeline_group_ = &groups->get(parallel::GroupKind::pp);
     if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->get(parallel::GroupKind::embedding);
   }
   check_supported_layout(parallel_config_);
   const int dp = parallel_config_.data_parallel_size;
+  data_parallel_rank_ = coordinates.dp;
+  data_parallel_size_ = dp;
+  const int cp = parallel_config_.context_parallel_size;
   if (data_.vocab_size() > model_config_.vocab_size) {
     throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
@@ -128,7 +132,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro), coordinates.pp);
   eval_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro, true), coordinates.pp);
-  parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel);
+  parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel, context_group_);
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
   model::initialize_parameters(model_config_, layout_, config_.seed, params_.data());
@@ -138,6 +142,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   stage_options.precision = config_.precision;
   stage_options.recompute = config_.recompute;
   stage_options.micro_batch_size = config_.micro_batch_size;
+  stage_options.sequence_length = model_config_.seq_length / cp;
   stage_options.seed = config_.seed;
   // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
   // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
@@ -173,7 +178,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   pipeline_ = std::make_unique<PipelineEngine>(std::move(stage_pointers), *pipeline_group_, parallel_, ops_,
                                                model_config_.hidden_size,
-                                               static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length,
+                                               static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length / cp,
                                                &memory_, std::move(slot_pool_of_chunk));
   grad_sync_ = std::make_unique<GradSync>(layout_, *data_parallel_group_, *tensor_group_,
                                           parallel_config_.use_distributed_optimizer,
@@ -222,13 +227,17 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     }
   }
 
-  const int64_t rows = global / dp * model_config_.seq_length;
-  tokens_.allocate(rows);
-  labels_.allocate(rows);
-  positions_.allocate(rows);
-  doc_start_.allocate(rows);
-  loss_mask_.allocate(rows);
-  row_ids_.allocate(rows);
+  sample_rows_.allocate(model_config_.seq_length);
+  staged_.allocate(global / dp * model_config_.seq_length / cp);
+}
+
+void Trainer::TokenRows::allocate(int64_t rows) {
+  tokens.allocate(rows);
+  labels.allocate(rows);
+  positions.allocate(rows);
+  doc_start.allocate(rows);
+  loss_mask.allocate(rows);
+  row_ids.allocate(rows);
 }
 
 Trainer::~Trainer() = default;
@@ -249,39 +258,53 @@ void Trainer::restore(const TrainerState& state) {
 
 double Trainer::fill_samples(data::Split split, int64_t first_sample, int count, int slot) {
   const int seq = model_config_.seq_length;
+  const int cp = context_group_->size(), cp_rank = context_group_->rank();
+  const int64_t local_seq = seq / cp;
   const int64_t vocab = model_config_.vocab_size;
+  TokenRows& whole = sample_rows_;
   double counted = 0;
   for (int b = 0; b < count; ++b) {
-    const int64_t row0 = static_cast<int64_t>(slot + b) * seq;
+    // The whole sample first: document starts and positions are computed on the whole sequence
+    // and keep their global values in every CP rank's part.
     const int64_t sample = first_sample + b;
     data_.rows(split, sample, seq,
-               data::SampleRows{tokens_.data() + row0, labels_.data() + row0, loss_mask_.data() + row0,
-                                positions_.data() + row0, doc_start_.data() + row0});
+               data::SampleRows{whole.tokens.data(), whole.labels.data(), whole.loss_mask.data(),
+                                whole.positions.data(), whole.doc_start.data()});
     for (int t = 0; t < seq; ++t) {
-      const int64_t r = row0 + t;
-      if (tokens_[r] < 0 || tokens_[r] >= vocab || labels_[r] < 0 || labels_[r] >= vocab) {
-        throw Error("sample " + std::to_string(sample),
-                    "token id " + std::to_string(tokens_[r] < 0 || tokens_[r] >= vocab ? tokens_[r] : labels_[r]) +
-                        " outside the model's vocabulary of " + std::to_string(vocab) + " (set --vocab-size)");
+      if (whole.tokens[t] < 0 || whole.tokens[t] >= vocab || whole.labels[t] < 0 || whole.labels[t] >= vocab) {
+        const int32_t bad = whole.tokens[t] < 0 || whole.tokens[t] >= vocab ? whole.tokens[t] : whole.labels[t];
+        throw Error("sample " + std::to_string(sample), "token id " + std::to_string(bad) +
+                                                            " outside the model's vocabulary of " +
+                                                            std::to_string(vocab) + " (set --vocab-size)");
       }
-      row_ids_[r] = sample * seq + t;
-      counted += loss_mask_[r];
+      whole.row_ids[t] = sample * seq + t;  // dropout keys: global coordinates
     }
+    const int64_t row0 = (slot + b) * local_seq;
+    const auto split_rows = [&](const auto& from, auto& to) {
+      parallel::split_for_context_parallel(from.data(), to.data() + row0, 1, seq, 1, cp, cp_rank);
+    };
+    split_rows(whole.tokens, staged_.tokens);
+    split_rows(whole.labels, staged_.labels);
+    split_rows(whole.loss_mask, staged_.loss_mask);
+    split_rows(whole.positions, staged_.positions);
+    split_rows(whole.doc_start, staged_.doc_start);
+    split_rows(whole.row_ids, staged_.row_ids);
+    for (int64_t t = 0; t < local_seq; ++t) counted += staged_.loss_mask[row0 + t];
   }
   return counted;
 }
 
 model::MicroBatch Trainer::staged_batch(int count, int slot) const {
-  const int seq = model_config_.seq_length;
-  const int64_t row0 = static_cast<int64_t>(slot) * seq;
+  const int local_seq = model_config_.seq_length / context_group_->size();
+  const int64_t row0 = static_cast<int64_t>(slot) * local_seq;
   return model::MicroBatch{count,
-                           seq,
-                           tokens_.data() + row0,
-                           labels_.data() + row0,
-                           loss_mask_.data() + row0,
-                           positions_.data() + row0,
-                           data_.document_attention() ? doc_start_.data() + row0 : nullptr,
-                           row_ids_.data() + row0};
+                           local_seq,
+                           staged_.tokens.data() + row0,
+                           staged_.labels.data() + row0,
+                           staged_.loss_mask.data() + row0,
+                           staged_.positions.data() + row0,
+                           data_.document_attention() ? staged_.doc_start.data() + row0 : nullptr,
+                           staged_.row_ids.data() + row0};
 }
 
 StepStats Trainer::train_step() {
@@ -289,7 +312,7 @@ StepStats Trainer::train_step() {
   const double wait_before = communicator_wait_seconds();
   const int micro = config_.micro_batch_size;
   const int global = config_.global_batch_size;
-  const int dp = data_parallel_group_->size();
+  const int dp = data_parallel_size_;
   const int num_micro = global / (micro * dp);  // this rank's micro-batches
   const int seq = model_config_.seq_length;
   ++iteration_;
@@ -308,15 +331,19 @@ StepStats Trainer::train_step() {
   // r, r + DP, ... of the global batch) are staged first: the loss is normalised by unmasked
   // tokens, per micro-batch (Megatron's default: each micro-batch's token mean, averaged over
   // the step's micro-batches on every rank) or over the whole step (--calculate-per-token-loss:
-  // the token count summed over DP).
+  // the token count summed over DP). The CP ranks of a DP rank read the same samples and each
+  // holds its part of every sequence: the whole sequences' token counts are summed over CP.
   const int64_t train_total = data_.split_size(data::Split::train);
   std::vector<double> micro_tokens(static_cast<size_t>(num_micro));
   double local_tokens = 0;
   for (int m = 0; m < num_micro; ++m) {
     const int64_t first =
-        data::pretraining_sampler_first(train_total, consumed_samples_, micro, data_parallel_group_->rank(), dp, m);
+        data::pretraining_sampler_first(train_total, consumed_samples_, micro, data_parallel_rank_, dp, m);
     micro_tokens[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
     local_tokens += micro_tokens[static_cast<size_t>(m)];
+  }
+  if (context_group_->size() > 1) {
+    context_group_->all_reduce(micro_tokens.data(), num_micro, DType::f64, comm::ReduceOp::sum);
   }
   double step_tokens = local_tokens;
   if (config_.calculate_per_token_loss) sum_over_data_parallel(&step_tokens, 1);
@@ -337,15 +364,15 @@ StepStats Trainer::train_step() {
   grad_sync_->finish();
   sum_tied_embedding_grads(grads);
   // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count, the
-  // sum coming from the last stage.
+  // sum coming from the last stage, both summed over DP x CP.
   double loss_and_tokens[2] = {sums.loss, local_tokens};
   sum_over_pipeline(loss_and_tokens, 1);
   sum_over_data_parallel(loss_and_tokens, 2);
   stats.lm_loss = loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
 
   // The grad norm over every rank, each tensor's primary copy once: TP shards and (distributed
-  // optimizer) DP shards add up; replicated copies count on one rank (AdamW's primary pieces,
-  // and DP rank 0 when every DP rank holds the whole reduced grads).
+  // optimizer) DP x CP shards add up; replicated copies count on one rank (AdamW's primary
+  // pieces, and DP x CP rank 0 when every DP and CP rank holds the whole reduced grads).
   const double unscale = 1.0 / scaler_.scale();
   const bool counts_here = parallel_config_.use_distributed_optimizer || data_parallel_group_->rank() == 0;
   double sum_squares = counts_here ? optimizer_->grad_sum_squares(grads) : 0.0;
@@ -371,7 +398,7 @@ StepStats Trainer::train_step() {
     const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
     // The fused bf16 refresh covers the optimizer's ranges only: a sharded step refreshes the
     // GEMM copy after the all-gather.
-    const bool sharded = parallel_config_.use_distributed_optimizer && dp > 1;
+    const bool sharded = parallel_config_.use_distributed_optimizer && data_parallel_group_->size() > 1;
     uint16_t* fused_bf16_copy = sharded ? nullptr : gemm_weights_->bf16_bits();
     optimizer_->step(params_.data(), fused_bf16_copy, grads, stats.lr, unscale * clip);
     grad_sync_->gather_parameters(params_.data());
@@ -403,7 +430,7 @@ StepStats Trainer::train_step() {
 EvalStats Trainer::evaluate() {
   const int micro = config_.micro_batch_size;
   const int64_t global = config_.global_batch_size;
-  const int dp = data_parallel_group_->size();
+  const int dp = data_parallel_size_;
   const int64_t valid_total = data_.split_size(data::Split::valid);
   double sums[2] = {0, 0};  // loss, tokens
   // Megatron's evaluate(): eval_iters global batches, continuing where the last evaluation
@@ -416,7 +443,7 @@ EvalStats Trainer::evaluate() {
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
     for (int m = 0; m < num_micro; ++m) {
       const int64_t first =
-          data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_group_->rank(), dp, m);
+          data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_rank_, dp, m);
       fill_samples(data::Split::valid, first, micro, m * micro);
     }
     const model::LossSums loss = pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
@@ -436,8 +463,9 @@ EvalStats Trainer::evaluate() {
 void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   const int micro = config_.micro_batch_size;
   const int seq = model_config_.seq_length;
-  if (pipeline_group_->size() > 1) {
-    throw Error("forward_logits", "needs the whole model on this rank (pipeline parallelism splits it)");
+  if (pipeline_group_->size() > 1 || context_group_->size() > 1) {
+    throw Error("forward_logits", "needs the whole model and sequence on this rank (pipeline or context parallelism "
+                                  "splits them)");
   }
   const std::vector<parallel::PipelineAction> one_forward = parallel::pipeline_actions({1, 1, 1, 1, true}, 0);
   for (int done = 0; done < count; done += micro) {
@@ -527,7 +555,7 @@ double Trainer::communicator_wait_seconds() const {
   double seconds = world_->wait_seconds();
   if (tensor_group_ != world_) seconds += tensor_group_->wait_seconds();
   if (data_parallel_group_ != world_ && data_parallel_group_ != tensor_group_) seconds += data_parallel_group_->wait_seconds();
-  for (const comm::Communicator* group : {pipeline_group_, embedding_group_}) {
+  for (const comm::Communicator* group : {context_group_, pipeline_group_, embedding_group_}) {
     if (group && group != world_ && group != tensor_group_ && group != data_parallel_group_) seconds += group->wait_seconds();
   }
   return seconds;

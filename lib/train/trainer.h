@@ -20,12 +20,18 @@
 // Pipeline parallelism: the rank's model chunks come from parallel/pipeline_layers.h and run the
 // 1F1B or interleaved schedule with p2p over the PP group; grad sync is armed per chunk before its
 // last backward; the tied word embedding's grads are summed between the first and the last stage;
-// the loss and evaluation loss come from the last stage over the PP group. Context and expert
-// parallelism are refused by name (they come with issue 13).
+// the loss and evaluation loss come from the last stage over the PP group.
+// Context parallelism: the CP ranks of one DP rank read the same samples; each sample is read
+// whole (document starts and positions computed on the whole sequence), then every per-token
+// array is split so CP rank i keeps chunks i and 2 CP - 1 - i (parallel/context_parallel.h); the
+// stages run ring attention over the CP group. Each micro-batch's loss is normalised by the whole
+// sequence's unmasked tokens (the CP ranks sum their counts; Megatron divides by each CP rank's
+// own count), grads are reduced over DP x CP, and the grad norm counts each tensor once over the
+// DP x CP replicas. Expert parallelism is refused by name (it comes with issue 13).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
-// (every layout against one rank) and end to end by tests/tools/mt-train.bats and
-// tests/tools/mt-train-mpi.bats.
+// and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
+// by tests/tools/mt-train.bats and tests/tools/mt-train-mpi.bats.
 #pragma once
 
 #include <cstdint>
@@ -218,8 +224,9 @@ class Trainer {
   void forward_logits(int64_t first_sample, int count, float* logits);
 
  private:
-  // Stages samples [first_sample, first_sample + count) of `split` at sample slot `slot` of the
-  // staging buffers; returns the number of tokens the loss mask counts.
+  // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
+  // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
+  // mask counts in that part.
   double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
   model::MicroBatch staged_batch(int count, int slot) const;
   // Whether every rank stops before the next step: a stop request (signal) on any of them.
@@ -244,7 +251,10 @@ class Trainer {
   std::unique_ptr<comm::Communicator> single_;
   comm::Communicator* world_ = nullptr;
   comm::Communicator* tensor_group_ = nullptr;
-  comm::Communicator* data_parallel_group_ = nullptr;
+  comm::Communicator* data_parallel_group_ = nullptr;  // DP x CP: grads, loss and token sums
+  comm::Communicator* context_group_ = nullptr;
+  int data_parallel_rank_ = 0;  // the DP coordinate (sampler slice), without CP
+  int data_parallel_size_ = 1;
   comm::Communicator* pipeline_group_ = nullptr;
   comm::Communicator* embedding_group_ = nullptr;  // first and last pipeline stage; null elsewhere
   const data::SampleSource& data_;
@@ -273,10 +283,16 @@ class Trainer {
   int64_t nan_iters_ = 0;
   bool stopped_ = false;
   double flops_per_token_ = 0;
-  // Staging of this rank's samples of one step (global batch / DP), (samples * seq_length) each.
-  Buffer<int32_t> tokens_, labels_, positions_, doc_start_;
-  Buffer<float> loss_mask_;
-  Buffer<int64_t> row_ids_;
+  // Per-token arrays of `rows` tokens.
+  struct TokenRows {
+    Buffer<int32_t> tokens, labels, positions, doc_start;
+    Buffer<float> loss_mask;
+    Buffer<int64_t> row_ids;
+    void allocate(int64_t rows);
+  };
+  // One whole sample as the data gives it, (seq_length), and this rank's staging of one step's
+  // samples (global batch / DP), (samples * seq_length / CP) each.
+  TokenRows sample_rows_, staged_;
 };
 
 }  // namespace mt::train

@@ -272,7 +272,8 @@ start_training() {
     --tensor-model-parallel-size 2
   refused "world size 1: not divisible by --tensor-model-parallel-size 1 x --context-parallel-size 1 x --pipeline-model-parallel-size 2 (data parallelism takes the rest)" \
     --pipeline-model-parallel-size 2
-  refused "--context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)" --context-parallel-size 2 --sequence-parallel
+  refused "world size 1: not divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 x --pipeline-model-parallel-size 1 (data parallelism takes the rest)" \
+    --context-parallel-size 2 --sequence-parallel
   refused "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)" \
     --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy

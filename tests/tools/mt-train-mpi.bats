@@ -1,11 +1,13 @@
 #!/usr/bin/env bats
-# mt-train under mpirun: the world gives DP = world / (TP x PP); every layout trains the same numbers as
+# mt-train under mpirun: the world gives DP = world / (TP x CP x PP); every layout trains the same numbers as
 # one rank (per-step loss and grad norm, evaluation loss within 1e-5 relative in fp32) through the
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
-# are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP, PP and their
-# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75. The full matrix of layouts, models and recompute modes is
-# tests/mpi/test_data_parallel.cpp.
+# are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP, PP, CP and their
+# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on
+# token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
+# in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
+# tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
 
 setup() {
   load common
@@ -21,10 +23,12 @@ TINY=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-bat
 # Per-step [loss, grad norm] and eval losses of a record stream.
 numbers() { jq -c -s '[[.[] | select(.record=="step") | [.lm_loss, .grad_norm]], [.[] | select(.record=="eval") | .lm_loss]]' "$1"; }
 
-# The records of $1 equal those of $2 within 1e-5 relative, step by step, with 10 steps and 2 evals.
+# The records of $1 equal those of $2 within 1e-5 relative, step by step, with $3 steps (default
+# 10) and $4 evals (default 2).
 same_numbers() {
-  jq -e -n --argjson a "$(numbers "$1")" --argjson b "$(numbers "$2")" '
-    ($a[0] | length) == 10 and ($a[1] | length) == 2 and ($a[0] | length) == ($b[0] | length)
+  jq -e -n --argjson a "$(numbers "$1")" --argjson b "$(numbers "$2")" --argjson steps "${3:-10}" --argjson evals "${4:-2}" '
+    ($a[0] | length) == $steps and ($a[1] | length) == $evals and ($a[0] | length) == ($b[0] | length)
+    and ($a[1] | length) == ($b[1] | length)
     and ([range(0; $a[0] | length) as $i | range(0; 2) as $k
           | (($a[0][$i][$k] - $b[0][$i][$k]) | fabs) <= 1e-5 * ($b[0][$i][$k] | fabs)] | all)
     and ([range(0; $a[1] | length) as $i | (($a[1][$i] - $b[1][$i]) | fabs) <= 1e-5 * ($b[1][$i] | fabs)] | all)' \
@@ -63,6 +67,39 @@ same_numbers() {
   mpirun_n 2 mt-train "${data[@]}" --use-distributed-optimizer >"$TMP/two.jsonl" 2>"$TMP/two.err" \
     || fail "$(cat "$TMP/two.err")"
   same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+}
+
+@test "CP=2 on token data with document masks, --eod-mask-loss and --hidden-dropout trains one rank's numbers" {
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/a" h5 100 0 counting:600:6:1
+  local data=(--model tiny-llama --data-path "$TMP/a" --split 90,5,5 --seq-length 16 --micro-batch-size 2
+              --global-batch-size 8 --train-iters 10 --lr 3e-3 --eval-interval 5 --eval-iters 2 --peak-tflops 1
+              --data-cache-path "$TMP/cache" --eod-mask-loss --reset-attention-mask --reset-position-ids
+              --hidden-dropout 0.1 --recompute-granularity selective)
+  mt-train "${data[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 2 mt-train "${data[@]}" --context-parallel-size 2 >"$TMP/two.jsonl" 2>"$TMP/two.err" \
+    || fail "$(cat "$TMP/two.err")"
+  same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+  jq -e -s '.[0].parallel.context_parallel_size == 2 and .[0].parallel.data_parallel_size == 1' \
+    "$TMP/two.jsonl" >/dev/null || fail "run record"
+  # The memory model counts ring attention's buffers: activations predicted to the byte.
+  mt-memreport --from-log "$TMP/two.jsonl" >"$TMP/memory.jsonl" 2>"$TMP/memory.err" || fail "$(cat "$TMP/memory.err")"
+  jq -e -s '[.[] | select(.record=="memory_check" and .category=="activations")] | length == 1 and .[0].error == 0' \
+    "$TMP/memory.jsonl" >/dev/null || fail "$(cat "$TMP/memory.jsonl")"
+}
+
+@test "LLaMA-3 70B's layout in miniature (TP=4 + SP x CP=2 x PP=4, 32 ranks) trains one rank's numbers" {
+  # Shaped as the seed layout: GQA with query groups a multiple of TP, layers split over 4 stages,
+  # sequences split over CP then TP. --peak-tflops is given so no rank probes the FMA peak.
+  local seed=(--model tiny-llama --num-layers 4 --hidden-size 64 --num-attention-heads 8 --group-query-attention
+              --num-query-groups 4 --ffn-hidden-size 128 --seq-length 32 --max-position-embeddings 32 --mock-data
+              --vocab-size 97 --micro-batch-size 1 --global-batch-size 4 --train-iters 3 --lr 3e-3 --eval-interval 3
+              --eval-iters 1 --peak-tflops 1)
+  mt-train "${seed[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 32 mt-train "${seed[@]}" --tensor-model-parallel-size 4 --sequence-parallel --context-parallel-size 2 \
+    --pipeline-model-parallel-size 4 >"$TMP/seed.jsonl" 2>"$TMP/seed.err" || fail "$(cat "$TMP/seed.err")"
+  same_numbers "$TMP/seed.jsonl" "$TMP/one.jsonl" 3 1
+  jq -e -s '.[0].world_size == 32 and .[0].parallel.data_parallel_size == 1' "$TMP/seed.jsonl" >/dev/null \
+    || fail "run record"
 }
 
 @test "under mpirun only rank 0 writes stdout; step records carry the multi-rank keys" {
@@ -119,8 +156,8 @@ same_numbers() {
 }
 
 @test "layouts mt-train does not run yet, or that do not fit the world, are refused by name on every rank" {
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --context-parallel-size 2
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"* ]] \
+  run_split mpirun_n 2 mt-train "${TINY[@]}" --context-parallel-size 2 --seq-length 18
+  [[ $status -ne 0 && "$err" == *"mt-train: error: --seq-length 18: not divisible by 2 x --context-parallel-size 2 (each context-parallel rank holds two of 2 x CP chunks)"* ]] \
     || fail "$status $err"
   run_split mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
   [[ $status -ne 0 && "$err" == *"mt-train: error: "*"--num-layers 2"* ]] || fail "$status $err"
@@ -193,9 +230,10 @@ resumes_exactly() {
   [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
 }
 
-@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP and TP=2 x DP=2" {
+@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP, TP=2 x DP=2 and CP=2" {
   local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
-                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer")
+                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"
+                    "2 --context-parallel-size 2 --use-distributed-optimizer")
   for layout in "${layouts[@]}"; do resumes_exactly "$layout" 5 10 "${CKPT[@]}"; done
 }
 
@@ -211,11 +249,12 @@ same_after() {
     || fail "$(trace "$1") differs from $(trace "$2")"
 }
 
-@test "issue14: saved under TP=2 or DP=2 with the distributed optimizer, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
+@test "issue14: saved under TP=2, DP=2 with the distributed optimizer or CP=2, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
   mt-train "${CKPT[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
   local -a pairs=("2 --tensor-model-parallel-size 2|1" "2 --use-distributed-optimizer|1"
                   "1|2 --tensor-model-parallel-size 2" "1|2 --use-distributed-optimizer"
-                  "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer")
+                  "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer"
+                  "2 --context-parallel-size 2 --use-distributed-optimizer|1" "1|2 --context-parallel-size 2")
   for pair in "${pairs[@]}"; do
     rm -rf "$TMP/ck"
     # shellcheck disable=SC2086

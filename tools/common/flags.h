@@ -144,9 +144,8 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& config, const s
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
                                            const train::TrainConfig& training, int world_size);
 // Refuses, by name, every parallel setting the training engine does not implement yet
-// ("--pipeline-model-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"), before
-// validation. The
-// one place that says what is supported: one line per flag. Tools that only compute
+// ("--expert-model-parallel-size 8: not supported yet (mt-train runs 1: ...)"), before
+// validation. The one place that says what is supported: one line per flag. Tools that only compute
 // (mt-memreport, mt-mfu) accept every valid layout.
 void check_parallel_support(const parallel::ParallelConfig& config);
 

@@ -143,8 +143,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
       "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
       "exits at once. Every output path is checked writable before the first step.\n"
-      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x DP x PP (TP fastest),\n"
-      "DP = N / (TP x PP). --tensor-model-parallel-size splits heads, query groups, ffn and vocabulary;\n"
+      "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x CP x DP x PP (TP fastest),\n"
+      "DP = N / (TP x CP x PP): the four dense dimensions combine freely. --tensor-model-parallel-size splits\n"
+      "heads, query groups, ffn and vocabulary;\n"
       "--sequence-parallel adds the row split of norms and dropout; --use-distributed-optimizer shards Adam's\n"
       "states over DP (reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces\n"
       "--ddp-bucket-size buckets during the last micro-batch's backward. --pipeline-model-parallel-size P\n"
@@ -154,13 +155,18 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "in groups of --microbatch-group-size-per-virtual-pipeline-stage G micro-batches (default P; P <= G <= m,\n"
       "m mod G = 0 or >= P, m = global batch / (micro-batch x DP)); --decoder-first-pipeline-num-layers and\n"
       "--decoder-last-pipeline-num-layers set the end stages' layers (the middle stages split the rest; with\n"
-      "virtual stages only through --num-virtual-stages-per-pipeline-rank). --global-batch-size must be a\n"
-      "multiple of micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes\n"
-      "stdout; its step records carry compute_ms (the busiest rank's forward/backward compute) and\n"
-      "pipeline_ms (the longest rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline\n"
-      "bubble. CP, EP and --overlap-param-gather are refused until issue 13.");
+      "virtual stages only through --num-virtual-stages-per-pipeline-rank). --context-parallel-size C splits\n"
+      "every sequence into 2C chunks, rank i of the CP group keeping chunks i and 2C-1-i (equal causal work);\n"
+      "ring attention passes keys and values round the CP group (--seq-length divisible by 2C, and with\n"
+      "--sequence-parallel seq-length / C by TP); grads are reduced over DP x CP (the distributed optimizer\n"
+      "shards over DP x CP). The loss is normalised over the whole sequence's tokens (the CP ranks sum their\n"
+      "counts; Megatron divides by each CP rank's own count). --global-batch-size must be a multiple of\n"
+      "micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout; its step\n"
+      "records carry compute_ms (the busiest rank's forward/backward compute) and pipeline_ms (the longest\n"
+      "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble. EP and\n"
+      "--overlap-param-gather are refused (not built yet).");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, DP, PP; CP/EP refused until issue 13)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");
 
   auto* d = "Data and output";

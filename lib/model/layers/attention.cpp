@@ -58,10 +58,10 @@ SelfAttention::SelfAttention(const ModelConfig& config, const ParamLayout& layou
       qkv_(qkv_params(config, layout, layer)),
       proj_(proj_params(config, layout, layer)) {}
 
-kernels::AttentionShape SelfAttention::shape(const MicroBatch& batch) const {
+kernels::AttentionShape SelfAttention::attention_shape(int batch, int seq) const {
   kernels::AttentionShape shape;
-  shape.batch = batch.batch;
-  shape.q_len = shape.kv_len = batch.seq;
+  shape.batch = batch;
+  shape.q_len = shape.kv_len = seq;
   shape.q_heads = q_heads_;
   shape.kv_heads = kv_heads_;
   shape.head_dim = head_dim_;
@@ -73,8 +73,14 @@ kernels::AttentionShape SelfAttention::shape(const MicroBatch& batch) const {
 
 void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, Saved& saved) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
-  ctx.ops.attention_forward(shape(pass.batch), saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start,
-                            saved.attn, saved.lse, ctx.stream);
+  if (ctx.ring_attention) {
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->forward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, saved.attn,
+                                saved.lse);
+    return;
+  }
+  ctx.ops.attention_forward(attention_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
+                            saved.qkv + q + kv, pass.batch.doc_start, saved.attn, saved.lse, ctx.stream);
 }
 
 void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, Saved& saved,
@@ -95,9 +101,15 @@ void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, con
                              const Saved& saved, const Buffers& buffers, float* dx_seq) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
   proj_.backward(ctx, pass, dy_seq, saved.attn, buffers.sequence_parallel, buffers.d_attn);
-  ctx.ops.attention_backward(shape(pass.batch), saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start,
-                             saved.attn, buffers.d_attn, saved.lse, buffers.d_qkv, buffers.d_qkv + q,
-                             buffers.d_qkv + q + kv, ctx.stream);
+  if (ctx.ring_attention) {
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->backward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, saved.attn,
+                                 buffers.d_attn, saved.lse, buffers.d_qkv, buffers.d_qkv + q, buffers.d_qkv + q + kv);
+  } else {
+    ctx.ops.attention_backward(attention_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
+                               saved.qkv + q + kv, pass.batch.doc_start, saved.attn, buffers.d_attn, saved.lse,
+                               buffers.d_qkv, buffers.d_qkv + q, buffers.d_qkv + q + kv, ctx.stream);
+  }
   if (rope_) {
     const int64_t width = qkv_width();
     ctx.ops.rope_backward(buffers.d_qkv, pass.rows, width, q_heads_, head_dim_, pass.batch.positions, rotary_base_,

@@ -1,6 +1,7 @@
 // What every layer's forward and backward read: the backend op table and its stream, the
 // parallel context, the precision GEMMs, the bound parameters and grads (LayerContext, fixed for
-// a stage), and the micro-batch pass in progress (LayerPass). Layers hold only offsets into the
+// a stage), and the micro-batch pass in progress (LayerPass). Under context parallelism the
+// stage's ring attention (sized for its micro-batch) is in the LayerContext too. Layers hold only offsets into the
 // flat buffers and their local (sharded) widths, read from the layout.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "model/micro_batch.h"
 #include "model/parallel_context.h"
 #include "model/precision_gemm.h"
+#include "parallel/ring_attention.h"
 
 namespace mt::model {
 
@@ -25,6 +27,7 @@ struct LayerContext {
   const float* params = nullptr;
   float* grads = nullptr;
   uint64_t seed = 0;
+  parallel::RingAttention* ring_attention = nullptr;  // CP > 1: the attention core runs over the CP group
 };
 
 struct LayerPass {

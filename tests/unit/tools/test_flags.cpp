@@ -148,17 +148,17 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                                               "--num-virtual-stages-per-pipeline-rank", "2",
                                               "--decoder-first-pipeline-num-layers", "1",
                                               "--decoder-last-pipeline-num-layers", "1"},
-                                             {"--ddp-bucket-size", "1000", "--expert-tensor-parallel-size", "1"}}) {
+                                             {"--ddp-bucket-size", "1000", "--expert-tensor-parallel-size", "1"},
+                                             {"--context-parallel-size", "2", "--sequence-parallel"}}) {
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
     EXPECT_NO_THROW(check_parallel_support(g.parallel)) << args[0];
   }
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
-      {{"--context-parallel-size", "2"}, "--context-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"},
       {{"--expert-model-parallel-size", "8"},
-       "--expert-model-parallel-size 8: not supported yet (mt-train runs 1 until issue 13)"},
+       "--expert-model-parallel-size 8: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
       {{"--expert-tensor-parallel-size", "2"},
-       "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1 until issue 13)"},
+       "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
       {{"--overlap-param-gather"},
        "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)"},
   };
