@@ -17,8 +17,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
 ROUNDS="${1:-3}"
 STEPS="${2:-4}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=passive
+# shellcheck source=tests/bench/two_cores.sh
+source "$ROOT/tests/bench/two_cores.sh"
 
 SEQ=2048
 GLOBAL=2
@@ -29,15 +29,12 @@ NAMES=("1 rank x 2 threads" "CP=2 (1 thread per rank)")
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
+LAYOUTS=("" "--context-parallel-size 2")
 run_layout() {
   local i="$1" round="$2"
-  local out="$OUT/$i-$round.jsonl"
-  if [[ $i -eq 0 ]]; then
-    OMP_NUM_THREADS=2 "$MT_BIN/mt-train" "${MODEL[@]}" >"$out" 2>"$OUT/err"
-  else
-    OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none "$MT_BIN/mt-train" "${MODEL[@]}" \
-      --context-parallel-size 2 >"$out" 2>"$OUT/err"
-  fi || { echo "bench: '${NAMES[$i]}' failed: $(tail -3 "$OUT/err")" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  run_on_two_cores "$([[ $i -eq 0 ]] && echo 1 || echo 2)" "${NAMES[$i]}" "$OUT/$i-$round.jsonl" "$OUT/err" \
+    "${MODEL[@]}" ${LAYOUTS[$i]}
 }
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -46,7 +43,6 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-median() { jq -s 'sort | if length == 0 then 0 else .[length / 2 | floor] end'; }
 base=0
 printf '%-28s %10s %10s %8s %11s\n' layout "step ms" tokens/s ratio comm_share
 for i in "${!NAMES[@]}"; do

@@ -1,5 +1,5 @@
 # Sourced by the benchmarks that compare one rank on 2 threads with 2 MPI ranks on 1 thread each
-# (bench_parallel.sh, bench_pipeline.sh): the MPI environment, running one layout, medians.
+# (bench_parallel.sh, bench_pipeline.sh, bench_context_parallel.sh): the MPI environment, running one layout, medians.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=passive
 

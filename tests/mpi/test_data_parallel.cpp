@@ -1,6 +1,6 @@
-// Every layout the trainer runs over MPI against the single-rank run (each rank also trains the
-// one-rank reference itself): tiny GPT and tiny LLaMA (GQA with query groups = TP), the same seed,
-// data, learning rate and micro-batch size, 10 steps; per-step loss and grad norm, and the
+// Every layout the trainer runs over MPI against the single-rank run (trained once, on rank 0, and
+// broadcast: tests/mpi/training_equivalence.h): tiny GPT and tiny LLaMA (GQA with query groups =
+// TP), the same seed, data, learning rate and micro-batch size, 10 steps; per-step loss and grad norm, and the
 // evaluation loss, within 1e-5 relative in fp32 (2e-3 in bf16). Layouts at 2 ranks: TP=2, TP=2 +
 // SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
 // buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
@@ -34,29 +34,13 @@
 #include "train/grad_sync.h"
 #include "train/trainer.h"
 #include "../unit/tiny_models.h"
+#include "training_equivalence.h"
 
 using namespace mt;
 
 namespace {
 
-comm::Communicator* g_world = nullptr;
-
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    world_ = comm::make_world_communicator();
-    g_world = world_.get();
-  }
-  void TearDown() override {
-    g_world = nullptr;
-    world_.reset();
-  }
-
- private:
-  std::unique_ptr<comm::Communicator> world_;
-};
-
-const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new equivalence::WorldEnvironment);
 
 constexpr int32_t kEod = 0;
 
@@ -104,35 +88,10 @@ struct Case {
   bool per_token_loss = false;
 };
 
-struct Run {
-  std::vector<double> loss, grad_norm, eval_loss;
-};
-
-Run train(const model::ModelConfig& model, const train::TrainConfig& config, const data::SampleSource& data,
-          const parallel::ProcessGroups* groups) {
-  train::Trainer trainer(model, config, data, groups);
-  Run run;
-  train::TrainObservers observers;
-  observers.on_step = [&](const train::StepStats& s) {
-    run.loss.push_back(s.lm_loss);
-    run.grad_norm.push_back(s.grad_norm);
-  };
-  observers.on_eval = [&](const train::EvalStats& e) { run.eval_loss.push_back(e.lm_loss); };
-  trainer.run(observers);
-  return run;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_LE(std::fabs(got[i] - want[i]), tolerance * std::fabs(want[i]))
-        << what << " at " << i + 1 << ": " << got[i] << " vs one rank's " << want[i];
-  }
-}
+using equivalence::expect_close;
 
 void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
-  const int world = g_world->size();
+  const int world = equivalence::world().size();
   const bool data_parallel = world / (layout.tp * layout.pp) > 1;
   const bool masked_loss = data_parallel || layout.pp > 1;
   // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
@@ -166,10 +125,10 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, world);
-  const parallel::ProcessGroups groups(*g_world, parallel::RankGrid(parallel));
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
 
-  const Run reference = train(model, config, data, nullptr);
-  const Run run = train(model, config, data, &groups);
+  const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
+  const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
   const double tolerance = c.precision == Precision::fp32 ? 1e-5 : 2e-3;
   expect_close(run.loss, reference.loss, tolerance, "lm loss");
   expect_close(run.grad_norm, reference.grad_norm, tolerance, "grad norm");
@@ -212,7 +171,7 @@ std::string describe(const Layout& layout, const Case& c) {
 }  // namespace
 
 TEST(DataParallel, EveryLayoutMatchesOneRankInFp32) {
-  for (const Layout& layout : layouts_for_world(g_world->size())) {
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     for (bool llama : {false, true}) {
       for (auto recompute : {model::RecomputeGranularity::none, model::RecomputeGranularity::selective,
                              model::RecomputeGranularity::full}) {
@@ -225,7 +184,7 @@ TEST(DataParallel, EveryLayoutMatchesOneRankInFp32) {
 }
 
 TEST(DataParallel, PerTokenLossSumsTheTokenCountOverDataParallelRanks) {
-  for (const Layout& layout : layouts_for_world(g_world->size())) {
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     const Case c{true, model::RecomputeGranularity::none, Precision::fp32, true};
     SCOPED_TRACE(describe(layout, c));
     expect_layout_matches_one_rank(layout, c);
@@ -233,7 +192,7 @@ TEST(DataParallel, PerTokenLossSumsTheTokenCountOverDataParallelRanks) {
 }
 
 TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
-  for (const Layout& layout : layouts_for_world(g_world->size())) {
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     for (bool llama : {false, true}) {
       const Case c{llama, model::RecomputeGranularity::none, Precision::bf16};
       SCOPED_TRACE(describe(layout, c));
@@ -243,8 +202,8 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
 }
 
 TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
-  if (g_world->size() != 2) GTEST_SKIP() << "PP=2 x 2 virtual stages runs at 2 ranks";
-  const int rank = g_world->rank();
+  if (equivalence::world().size() != 2) GTEST_SKIP() << "PP=2 x 2 virtual stages runs at 2 ranks";
+  const int rank = equivalence::world().rank();
   model::ModelConfig model = tiny(false, 0.0);
   model.num_layers = 4;
   train::TrainConfig config;
@@ -258,7 +217,7 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, 2);
-  const parallel::ProcessGroups groups(*g_world, parallel::RankGrid(parallel));
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
   const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
   train::Trainer trainer(model, config, *data, &groups);
   trainer.run({});
@@ -299,7 +258,7 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
 }
 
 TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
-  const int world = g_world->size(), rank = g_world->rank();
+  const int world = equivalence::world().size(), rank = equivalence::world().rank();
   const model::ModelConfig model = tiny(true, 0.0);
   for (bool distributed_optimizer : {false, true}) {
     SCOPED_TRACE(distributed_optimizer ? "distributed optimizer" : "all-reduce");
@@ -311,7 +270,7 @@ TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
                             model::BucketOptions{3000, distributed_optimizer});
     ASSERT_GE(layout.buckets.size(), 3u);
     const auto single = comm::make_single_communicator();
-    train::GradSync sync(layout, *g_world, *single, distributed_optimizer, /*overlap=*/true);
+    train::GradSync sync(layout, equivalence::world(), *single, distributed_optimizer, /*overlap=*/true);
     std::vector<float> grads(static_cast<size_t>(layout.total_elements), 0.0f);
     for (const model::ParamEntry& e : layout.entries) {
       for (int64_t i = 0; i < e.numel; ++i) grads[static_cast<size_t>(e.offset + i)] = static_cast<float>(rank + 1 + i % 5);

@@ -2,7 +2,7 @@
 // communicator (made after MPI starts, by a gtest environment), mock data with documents, the
 // per-step numbers of a run, the one-rank reference (trained once, on world rank 0, and broadcast,
 // so oversubscribed ranks do not all repeat it) and the comparison within a relative tolerance.
-// Used by tests/mpi/test_context_parallel_training.cpp.
+// Used by tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
