@@ -132,10 +132,10 @@ built_tools() {
     [[ "$intro" != *sbatch* ]] || fail "the introduction names sbatch launches; sbatch/ holds no template"
   fi
   [[ "$intro" != *"launches natively"* ]] || fail "the introduction promises native launches"
-  [[ "$intro" == *"one rank"* && "$intro" == *"tensor, sequence and data parallelism"* \
+  [[ "$intro" == *"one rank"* && "$intro" == *"tensor, sequence, context (ring attention) and data parallelism"* \
      && "$intro" == *"pipeline parallelism"* ]] \
-    || fail "the introduction does not say mt-train runs on one rank or with TP, SP, DP and PP today"
-  [[ "$intro" == *"Context and expert parallelism"*"are not there yet"* ]] \
+    || fail "the introduction does not say mt-train runs on one rank or with TP, SP, CP, DP and PP today"
+  [[ "$intro" == *"Expert parallelism"*"are not there yet"* ]] \
     || fail "the introduction does not say which parallelism is missing"
 }
 
