@@ -39,7 +39,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-median() { jq -s 'sort | .[length / 2 | floor]'; }
+median() { jq -s 'sort | .[(length - 1) / 2 | floor]'; }
 printf '%-16s %14s %14s %8s\n' "B,T dtype" "before ms" "after ms" "ratio"
 for c in "${!CASES[@]}"; do
   before="$(cat "$OUT"/before-"$c"-* | median)"

@@ -48,7 +48,7 @@ printf '%-28s %10s %10s %8s %11s\n' layout "step ms" tokens/s ratio comm_share
 for i in "${!NAMES[@]}"; do
   ms="$(for round in $(seq 1 "$ROUNDS"); do jq 'select(.record=="summary") | .median_step_ms' "$OUT/$i-$round.jsonl"; done | median)"
   share="$(for round in $(seq 1 "$ROUNDS"); do
-    jq -s '[.[] | select(.record=="step") | .comm_share][1:] | sort | .[length / 2 | floor]' "$OUT/$i-$round.jsonl"
+    jq -s '[.[] | select(.record=="step") | .comm_share][1:] | sort | .[(length - 1) / 2 | floor]' "$OUT/$i-$round.jsonl"
   done | median)"
   tps="$(jq -n "$GLOBAL * $SEQ / ($ms / 1000)")"
   [[ $i -eq 0 ]] && base="$tps"

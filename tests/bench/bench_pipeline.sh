@@ -48,7 +48,7 @@ echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 of_steps() {
   local i="$1" filter="$2"
   for round in $(seq 1 "$ROUNDS"); do
-    jq -s "[.[] | select(.record==\"step\") | $filter][1:] | sort | .[length / 2 | floor]" "$OUT/$i-$round.jsonl"
+    jq -s "[.[] | select(.record==\"step\") | $filter][1:] | sort | .[(length - 1) / 2 | floor]" "$OUT/$i-$round.jsonl"
   done | median
 }
 base=0

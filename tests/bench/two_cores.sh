@@ -15,4 +15,5 @@ run_on_two_cores() {
   fi || { echo "bench: '$name' failed: $(tail -3 "$err")" >&2; exit 1; }
 }
 
-median() { jq -s 'sort | if length == 0 then 0 else .[length / 2 | floor] end'; }
+# The middle value; of an even count the lower of the two middle ones (an outlier above cannot be it).
+median() { jq -s 'sort | if length == 0 then 0 else .[(length - 1) / 2 | floor] end'; }
