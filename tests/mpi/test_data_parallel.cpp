@@ -97,14 +97,7 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
   model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
   model.num_layers = layout.num_layers;
-  train::TrainConfig config;
-  config.micro_batch_size = 2;
-  config.global_batch_size = 8;
-  config.train_iters = 10;
-  config.lr = 5e-3;
-  config.lr_warmup_iters = 2;
-  config.eval_interval = 5;
-  config.eval_iters = 2;
+  train::TrainConfig config = equivalence::ten_step_config();
   config.precision = c.precision;
   config.calculate_per_token_loss = c.per_token_loss;
   config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
