@@ -564,9 +564,9 @@ class MpiCommunicator final : public Communicator {
   double wait_seconds() const override { return group_->wait_seconds; }
 
   const ProcessContext& process() const { return *group_->process; }
+  MPI_Comm comm() const { return group_->comm; }
 
  private:
-  MPI_Comm comm() const { return group_->comm; }
   int64_t max_count() const { return process().options.max_count_per_call; }
   void check_message(const char* op, int64_t count, int peer, int tag) const {
     detail::check_count(op, count);
@@ -589,6 +589,11 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, const MpiComm
 bool has_progress_thread(const Communicator& communicator) {
   const auto* mpi = dynamic_cast<const MpiCommunicator*>(&communicator);
   return mpi && mpi->process().progress;
+}
+
+MPI_Comm mpi_comm_of(const Communicator& communicator) {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&communicator);
+  return mpi ? mpi->comm() : MPI_COMM_NULL;
 }
 
 long long progress_thread_polls(const Communicator& communicator) {

@@ -35,6 +35,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, const MpiComm
 // Whether `communicator` (made by make_mpi_communicator) runs a progress thread, and how many
 // times that thread has polled MPI; 0 and false for other communicators.
 bool has_progress_thread(const Communicator& communicator);
+// The MPI communicator behind `communicator` (for libraries that take one, as parallel HDF5 does);
+// MPI_COMM_NULL for communicators not made by make_mpi_communicator.
+MPI_Comm mpi_comm_of(const Communicator& communicator);
 long long progress_thread_polls(const Communicator& communicator);
 
 }  // namespace mt::comm

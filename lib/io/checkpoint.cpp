@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "io/hdf5_attributes.h"
 #include "kernels/common/half.h"
@@ -227,65 +228,170 @@ void fault_point(const char* point) {
 
 // ---- writer ----
 
-CheckpointWriter::CheckpointWriter(std::string path) : path_(std::move(path)), temporary_(path_) {
+CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
+    : path_(std::move(path)), group_(group != nullptr && group->size() > 1 ? group : nullptr) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  file_id_ = H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_id_ < 0) throw Error(path_, "cannot create " + temporary_.path());
+  Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!in_group()) {
+    temporary_.emplace(path_);
+    temporary_path_ = temporary_->path();
+  } else {
+    const MPI_Comm comm = comm::mpi_comm_of(*group_);
+    if (comm == MPI_COMM_NULL) throw Error(path_, "writing a checkpoint from several ranks needs an MPI communicator");
+    // Rank 0 names the temporary (and removes stale ones); every rank opens that name.
+    std::string failure;
+    if (group_->rank() == 0) {
+      try {
+        temporary_.emplace(path_);
+        temporary_path_ = temporary_->path();
+      } catch (const Error& e) {
+        failure = e.what();
+      }
+    }
+    int64_t sizes[2] = {static_cast<int64_t>(failure.size()), static_cast<int64_t>(temporary_path_.size())};
+    group_->broadcast(sizes, 2, DType::i64, 0);
+    failure.resize(static_cast<size_t>(sizes[0]));
+    temporary_path_.resize(static_cast<size_t>(sizes[1]));
+    group_->broadcast(failure.data(), sizes[0], DType::u8, 0);
+    group_->broadcast(temporary_path_.data(), sizes[1], DType::u8, 0);
+    if (!failure.empty()) throw Error(failure, "");
+    H5Pset_fapl_mpio(access.get(), comm, MPI_INFO_NULL);
+    // Metadata is read and written by collective calls (rank 0 writes it), not by every rank.
+    H5Pset_all_coll_metadata_ops(access.get(), true);
+    H5Pset_coll_metadata_write(access.get(), true);
+  }
+  file_id_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+  if (in_group()) {
+    int64_t opened = file_id_ >= 0 ? 1 : 0;
+    group_->all_reduce(&opened, 1, DType::i64, comm::ReduceOp::min);
+    if (opened == 0) {
+      close_file();
+      throw Error(path_, "cannot create " + temporary_path_ + " on every rank");
+    }
+  }
+  if (file_id_ < 0) throw Error(path_, "cannot create " + temporary_path_);
 }
 
-CheckpointWriter::~CheckpointWriter() {
-  if (file_id_ >= 0) H5Fclose(file_id_);
+CheckpointWriter::~CheckpointWriter() { close_file(); }
+
+void CheckpointWriter::close_file() {
+  if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));
+  file_id_ = -1;
+}
+
+void CheckpointWriter::fail(const Error& error) {
+  if (!in_group()) throw error;
+  if (failure_.empty()) failure_ = error.what();
+}
+
+void CheckpointWriter::agree() {
+  if (!in_group()) return;
+  int64_t first = failure_.empty() ? group_->size() : group_->rank();
+  group_->all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == group_->size()) return;
+  int64_t length = static_cast<int64_t>(failure_.size());
+  group_->broadcast(&length, 1, DType::i64, static_cast<int>(first));
+  std::string failure = failure_;
+  failure.resize(static_cast<size_t>(length));
+  group_->broadcast(failure.data(), length, DType::u8, static_cast<int>(first));
+  close_file();
+  temporary_.reset();  // removes the temporary
+  throw Error(failure, "");
 }
 
 void CheckpointWriter::write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                                     const std::vector<TensorSlice>& slices, DType stored) {
+  const std::string what = path_ + ": tensor " + name;
   int64_t total = 1, covered = 0;
   for (int64_t d : global_shape) total *= d;
-  for (const TensorSlice& slice : slices) {
-    check_box(path_ + ": tensor " + name, global_shape, slice.box);
-    covered += slice.box.elements();
-  }
-  if (covered != total) {
-    throw Error(path_ + ": tensor " + name, "the slices hold " + std::to_string(covered) + " of its " +
-                                                std::to_string(total) + " elements");
-  }
+  for (const TensorSlice& slice : slices) covered += slice.box.elements();
+  // The dataset is made by every rank of a group (a collective call), whatever failed before.
   Hdf5Handle link_options(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(link_options.get(), 1);
+  Hdf5Handle create_options(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_fill_time(create_options.get(), H5D_FILL_TIME_NEVER);  // every element is written
   const std::vector<hsize_t> dims = to_hsize(global_shape);
   Hdf5Handle space(global_shape.empty() ? H5Screate(H5S_SCALAR)
                                         : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                    H5Sclose);
-  Hdf5Handle file_type(stored_float_type(stored, path_ + ": tensor " + name), H5Tclose);
+  Hdf5Handle file_type(stored_float_type(stored, what), H5Tclose);
   Hdf5Handle dataset(H5Dcreate2(static_cast<hid_t>(file_id_), name.c_str(), file_type.get(), space.get(),
-                                link_options.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                link_options.get(), create_options.get(), H5P_DEFAULT),
                      H5Dclose);
-  if (!dataset.ok()) throw Error(path_, "cannot create dataset " + name);
+  Hdf5Handle transfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (in_group()) H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_INDEPENDENT);
   uint64_t checksum = 0;
-  for (size_t s = 0; s < slices.size(); ++s) {
-    // Midway through the checkpoint: half the tensors written, this one half written.
-    if (s == slices.size() / 2 && tensors_ > 0) fault_point("mid-tensor");
-    TensorSlice slice = slices[s];
-    std::vector<float> rounded;  // the values as stored, when narrower than float32
-    if (stored != DType::f32) {
-      rounded.assign(slice.data, slice.data + slice.box.elements());
-      for (float& value : rounded) {
-        value = stored == DType::bf16 ? kernels::round_to_bf16(value)
-                                      : kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(value));
+  try {
+    if (!dataset.ok()) throw Error(path_, "cannot create dataset " + name);
+    for (const TensorSlice& slice : slices) check_box(what, global_shape, slice.box);
+    if (!in_group() && covered != total) {
+      throw Error(what, "the slices hold " + std::to_string(covered) + " of its " + std::to_string(total) + " elements");
+    }
+    for (size_t s = 0; failure_.empty() && s < slices.size(); ++s) {
+      // Midway through the checkpoint: half the tensors written, this one half written.
+      if (s == slices.size() / 2 && tensors_ > 0) fault_point("mid-tensor");
+      TensorSlice slice = slices[s];
+      std::vector<float> rounded;  // the values as stored, when narrower than float32
+      if (stored != DType::f32) {
+        rounded.assign(slice.data, slice.data + slice.box.elements());
+        for (float& value : rounded) {
+          value = stored == DType::bf16 ? kernels::round_to_bf16(value)
+                                        : kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(value));
+        }
+        slice.data = rounded.data();
       }
-      slice.data = rounded.data();
+      Hdf5Handle memory(select_box(space.get(), slice.box), H5Sclose);
+      if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), transfer.get(), slice.data) < 0) {
+        throw Error(path_, "write of tensor " + name + " failed");
+      }
+      checksum += slice_checksum(global_shape, slice);
     }
-    Hdf5Handle memory(select_box(space.get(), slice.box), H5Sclose);
-    if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, slice.data) < 0) {
-      throw Error(path_, "write of tensor " + name + " failed");
-    }
-    checksum += slice_checksum(global_shape, slice);
+    if (!in_group()) write_uint_attribute(path_, dataset.get(), "checksum", checksum);
+  } catch (const Error& e) {
+    fail(e);
   }
-  write_uint_attribute(path_, dataset.get(), "checksum", checksum);
+  if (in_group()) {
+    names_.push_back(name);
+    totals_.push_back(total);
+    covered_.push_back(covered);
+    checksums_.push_back(checksum);
+  }
   ++tensors_;
 }
 
 int64_t CheckpointWriter::commit(const CheckpointState& s) {
   const hid_t file = static_cast<hid_t>(file_id_);
+  std::string failure;
+  if (in_group()) {
+    agree();
+    // Every rank's element counts and checksum shares (sums mod 2^64 of their shares).
+    const size_t tensors = names_.size(), ranks = static_cast<size_t>(group_->size());
+    std::vector<int64_t> mine(2 * tensors), all(2 * tensors * ranks);
+    for (size_t t = 0; t < tensors; ++t) {
+      mine[t] = covered_[t];
+      mine[tensors + t] = static_cast<int64_t>(checksums_[t]);
+    }
+    group_->all_gather(mine.data(), all.data(), static_cast<int64_t>(mine.size()), DType::i64);
+    for (size_t t = 0; t < tensors; ++t) {
+      int64_t covered = 0;
+      uint64_t checksum = 0;
+      for (size_t r = 0; r < ranks; ++r) {
+        covered += all[r * 2 * tensors + t];
+        checksum += static_cast<uint64_t>(all[r * 2 * tensors + tensors + t]);
+      }
+      try {
+        if (covered != totals_[t]) {
+          throw Error(path_ + ": tensor " + names_[t], "the slices of all ranks hold " + std::to_string(covered) +
+                                                           " of its " + std::to_string(totals_[t]) + " elements");
+        }
+        Hdf5Handle dataset(H5Dopen2(file, names_[t].c_str(), H5P_DEFAULT), H5Dclose);
+        write_uint_attribute(path_, dataset.get(), "checksum", checksum);
+      } catch (const Error& e) {
+        fail(e);
+      }
+    }
+    agree();
+  }
   write_string_attribute(path_, file, "mt_format", kFormat);
   write_int_attribute(path_, file, "mt_format_version", kCheckpointFormatVersion);
   write_int_attribute(path_, file, "iteration", s.iteration);
@@ -304,12 +410,27 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
   write_string_attribute(path_, file, "train_config", s.train_config);
   const herr_t closed = H5Fclose(file);
   file_id_ = -1;
-  if (closed < 0) throw Error(path_, "closing " + temporary_.path() + " failed");
-  fault_point("before-fsync");
-  fsync_or_throw(temporary_.path(), O_RDONLY, path_);
-  fault_point("before-rename");
-  const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(temporary_.path()));
-  temporary_.commit();
+  try {
+    if (closed < 0) throw Error(path_, "closing " + temporary_path_ + " failed");
+    fault_point("before-fsync");
+    // Every rank that wrote flushes its own writes (on a shared file system they are its node's).
+    fsync_or_throw(temporary_path_, O_RDONLY, path_);
+  } catch (const Error& e) {
+    fail(e);
+  }
+  agree();
+  int64_t bytes = 0;
+  if (temporary_) {
+    try {
+      fault_point("before-rename");
+      bytes = static_cast<int64_t>(std::filesystem::file_size(temporary_path_));
+      temporary_->commit();
+    } catch (const Error& e) {
+      fail(e);
+    }
+  }
+  agree();
+  if (in_group()) group_->broadcast(&bytes, 1, DType::i64, 0);
   return bytes;
 }
 

@@ -10,9 +10,12 @@
 //
 // A writer takes, per tensor, the slices this process holds (boxes of the global tensor given by
 // global offset and extent; a flat run of a shard, as the distributed optimizer owns, is cut into
-// boxes by flat_run_boxes); one process writes the file (serial HDF5 calls): on several ranks
-// train/checkpointing gathers every rank's slices to rank 0 first. The file is written under a
-// temporary name, fsynced and renamed; a failure at any point leaves the previous file untouched.
+// boxes by flat_run_boxes). One process writes through serial HDF5; a group of ranks writes one
+// file together through parallel HDF5 (the MPI-IO driver: datasets and attributes created
+// collectively, each rank writing its own hyperslabs independently, which measured faster than
+// collective transfers and than gathering to one writer: docs/DESIGN.md, "Checkpoints"). The file
+// is written under a temporary name, fsynced (by every rank that wrote) and renamed; a failure at
+// any point, on any rank, leaves the previous file untouched.
 // For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill] makes the write fail (or the process
 // die by SIGKILL) at a named point: mid-tensor, before-fsync, before-rename, before-tracker.
 //
@@ -28,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/temporary_file.h"
 
 namespace mt::io {
@@ -78,26 +83,48 @@ uint64_t slice_checksum(const std::vector<int64_t>& global_shape, const TensorSl
 class CheckpointWriter {
  public:
   // Starts `path` under a temporary name (its directory must exist). Throws mt::Error naming it.
-  explicit CheckpointWriter(std::string path);
+  // With a `group` of several ranks (an MPI communicator; every rank sees the same file system)
+  // the ranks write the file together and every call below is collective over the group: each
+  // rank passes its own slices (none is fine) and the same names, shapes and state. The group's
+  // rank 0 picks the temporary name and renames the file; its `path` is the one written.
+  explicit CheckpointWriter(std::string path, comm::Communicator* group = nullptr);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // A tensor ("model/<name>", ...) of `global_shape` from the slices this process holds. The
-  // slices must not overlap and, in one process, must cover the tensor; the checksum is theirs.
+  // slices of all ranks together must cover the tensor exactly once; the checksum is theirs.
   // `stored`: float32, or bfloat16/float16 (mt-ckpt convert: the values are rounded to nearest
-  // even first, and the checksum is that of the rounded values as float32).
+  // even first, and the checksum is that of the rounded values as float32). One process throws
+  // here on a bad slice or a failed write; in a group the rank keeps taking part in the
+  // collective calls and commit() reports the first failing rank's error on every rank.
   void write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                     const std::vector<TensorSlice>& slices, DType stored = DType::f32);
   // Writes the root attributes, closes, fsyncs and renames the file into place (fsyncing its
-  // directory). Returns the bytes of the file.
+  // directory). Returns the bytes of the file (on every rank of a group). Throws the same
+  // mt::Error on every rank of a group, with the temporary removed.
   int64_t commit(const CheckpointState& state);
 
  private:
+  bool in_group() const { return group_ != nullptr; }
+  // Records this rank's first failure (a group), or throws it (one process).
+  void fail(const Error& error);
+  // Collective in a group: throws on every rank the error of the lowest rank that recorded one,
+  // after closing the file (the temporary is removed as the writer goes).
+  void agree();
+  void close_file();
+
   std::string path_;
-  TemporaryFile temporary_;
+  comm::Communicator* group_ = nullptr;  // nullptr: this process alone
+  std::optional<TemporaryFile> temporary_;  // the process that renames (a group's rank 0)
+  std::string temporary_path_;
   int64_t file_id_ = -1;  // hid_t of the open temporary
   int tensors_ = 0;
+  std::string failure_;  // a group's rank: its first error, reported by agree()
+  // A group's tensors, checked and given their checksums at commit, when every rank's share is known.
+  std::vector<std::string> names_;
+  std::vector<int64_t> totals_, covered_;
+  std::vector<uint64_t> checksums_;
 };
 
 struct TensorInfo {

@@ -43,17 +43,20 @@ std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t beg
   return boxes;
 }
 
-// Calls visit(entry, boxes, state) for every run of a tensor inside the optimizer's ranges: the
-// boxes of the run (global coordinates) and where its moments start in the optimizer's state.
+// Calls visit(entry, boxes, state, flat) for every run of a tensor inside the optimizer's ranges:
+// the boxes of the run (global coordinates), where its moments start in the optimizer's state and
+// where its parameters start in the rank's flat parameter buffer.
+using OptimizerRunVisitor = std::function<void(const model::ParamEntry&, const std::vector<io::Box>&, int64_t, int64_t)>;
 void for_each_optimizer_run(const model::ParamLayout& layout, const optim::AdamW& optimizer,
-                            const std::function<void(const model::ParamEntry&, const std::vector<io::Box>&, int64_t)>& visit) {
+                            const OptimizerRunVisitor& visit) {
   int64_t state = 0;
   for (const model::FlatRange& range : optimizer.ranges()) {
     for (const model::ParamEntry& entry : layout.entries) {
       const int64_t begin = std::max(range.begin, entry.offset);
       const int64_t end = std::min(range.end, entry.offset + entry.numel);
       if (begin < end) {
-        visit(entry, shard_run_boxes(entry, begin - entry.offset, end - entry.offset), state + (begin - range.begin));
+        visit(entry, shard_run_boxes(entry, begin - entry.offset, end - entry.offset), state + (begin - range.begin),
+              begin);
       }
     }
     state += range.end - range.begin;
@@ -69,10 +72,11 @@ struct TensorShare {
 };
 
 // Every tensor of the checkpoint, in the same order on every rank (the whole model's layout
-// order, whichever pipeline stage holds it), with this rank's slices. The writer of a copy:
-// parameters from DP rank 0 (the TP shards of its TP ranks, the TP-replicated tensors from TP rank
-// 0 and the tied word embedding from the first stage: ParamEntry::replica == 0); the moments from
-// DP rank 0 too, or from every DP rank's shard with the distributed optimizer.
+// order, whichever pipeline stage holds it), with this rank's slices. The writer of a copy: the
+// TP shards of each TP rank, the TP-replicated tensors from TP rank 0 and the tied word embedding
+// from the first stage (ParamEntry::replica == 0), and of the DP (x CP) replicas: DP rank 0, or,
+// with the distributed optimizer, every DP rank for its shard, parameters and moments alike (every
+// rank holds all parameters after the step's all-gather, so the shard owners share the writing).
 std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& options) {
   const model::ParamLayout& layout = trainer.layout();
   const model::ParamLayout whole_model = model::build_layout(trainer.model_config());
@@ -92,23 +96,28 @@ std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& op
     return shares[static_cast<size_t>(group) * tensors + index.at(entry.name)].slices;
   };
   const float* params = trainer.parameters();
-  for (const model::ParamEntry& entry : layout.entries) {
-    if (entry.replica == 0 && first_replica) share_of(0, entry).push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
-  }
-  if (!options.optimizer || !(trainer.distributed_optimizer() || first_replica)) return shares;
   optim::AdamW& optimizer = trainer.optimizer();
-  const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
-  for (int m = 0; m < 2; ++m) {
-    // A tensor's slices may come from several ranges of the optimizer.
-    for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
-                                                  int64_t state) {
-      if (entry.replica != 0) return;
-      for (const io::Box& box : boxes) {
-        share_of(1 + m, entry).push_back(io::TensorSlice{box, moments[m] + state});
-        state += box.elements();
-      }
-    });
+  const bool sharded = trainer.distributed_optimizer();
+  if (!sharded && first_replica) {
+    for (const model::ParamEntry& entry : layout.entries) {
+      if (entry.replica == 0) share_of(0, entry).push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
+    }
   }
+  if (!sharded && !(options.optimizer && first_replica)) return shares;
+  const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
+  // A tensor's slices may come from several ranges of the optimizer.
+  for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
+                                                int64_t state, int64_t flat) {
+    if (entry.replica != 0) return;
+    for (const io::Box& box : boxes) {
+      if (sharded) share_of(0, entry).push_back(io::TensorSlice{box, params + flat});
+      if (options.optimizer) {
+        for (int m = 0; m < 2; ++m) share_of(1 + m, entry).push_back(io::TensorSlice{box, moments[m] + state});
+      }
+      state += box.elements();
+      flat += box.elements();
+    }
+  });
   return shares;
 }
 
@@ -133,102 +142,60 @@ io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) 
   return s;
 }
 
-// Rank 0 is the only writer: every other rank sends it, tensor by tensor, the boxes it writes and
-// their values (point to point over the world), and rank 0 writes the whole tensor, so the file is
-// made by one process through serial HDF5 calls (io::CheckpointWriter checks that the slices
-// cover each tensor exactly once). The cost: one tensor's values at a time pass through rank 0's
-// memory and link, and one process's write speed bounds the save. A failure on rank 0 (prepare,
-// write, commit, after_commit: the tracker) stops its writing but not its receiving, and the
-// outcome is broadcast, so every rank returns or throws the same error; nobody is left waiting.
-SaveResult gathered_save(Trainer& trainer, const SaveOptions& options, const std::function<std::string()>& prepare,
+// Every rank of the world writes its slices into one file through parallel HDF5
+// (io::CheckpointWriter with the world as its group; it checks that the slices of all ranks cover
+// each tensor exactly once). Rank 0 prepares the directory and, after the commit, the tracker
+// (after_commit); their outcome is broadcast, so every rank returns or throws the same error.
+SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std::function<std::string()>& prepare,
                          const std::function<void()>& after_commit) {
   const auto start = std::chrono::steady_clock::now();
   comm::Communicator& world = trainer.world();
-  const int ranks = world.size();
-  const bool writer_rank = world.rank() == 0;
   const std::vector<TensorShare> shares = shares_to_write(trainer, options);
   SaveResult result;
+  // Rank 0's outcome (an error, or the path) to every rank; throws the error on every rank.
+  auto share_outcome = [&](std::string& failure) {
+    int64_t sizes[2] = {static_cast<int64_t>(failure.size()), static_cast<int64_t>(result.path.size())};
+    world.broadcast(sizes, 2, DType::i64, 0);
+    failure.resize(static_cast<size_t>(sizes[0]));
+    result.path.resize(static_cast<size_t>(sizes[1]));
+    world.broadcast(failure.data(), sizes[0], DType::u8, 0);
+    world.broadcast(result.path.data(), sizes[1], DType::u8, 0);
+    if (!failure.empty()) throw Error(failure, "");
+  };
   std::string failure;
-  std::unique_ptr<io::CheckpointWriter> writer;
-  if (writer_rank) {
+  if (world.rank() == 0) {
     try {
       result.path = prepare();
-      writer = std::make_unique<io::CheckpointWriter>(result.path);
     } catch (const Error& e) {
       failure = e.what();
     }
   }
-  for (const TensorShare& share : shares) {
-    const size_t rank_of_shape = share.global_shape.size();
-    int64_t mine[2] = {static_cast<int64_t>(share.slices.size()), 0};  // slices, elements
-    for (const io::TensorSlice& slice : share.slices) mine[1] += slice.box.elements();
-    std::vector<int64_t> counts(2 * static_cast<size_t>(ranks));
-    world.all_gather(mine, counts.data(), 2, DType::i64);
-    if (!writer_rank) {
-      if (mine[0] == 0) continue;
-      std::vector<int64_t> boxes;  // per slice: its offset, then its extent
-      std::vector<float> values;
-      values.reserve(static_cast<size_t>(mine[1]));
-      for (const io::TensorSlice& slice : share.slices) {
-        boxes.insert(boxes.end(), slice.box.offset.begin(), slice.box.offset.end());
-        boxes.insert(boxes.end(), slice.box.extent.begin(), slice.box.extent.end());
-        values.insert(values.end(), slice.data, slice.data + slice.box.elements());
-      }
-      world.send(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, 0, 0);
-      world.send(values.data(), mine[1], DType::f32, 0, 1);
-      continue;
-    }
-    std::vector<io::TensorSlice> slices = share.slices;
-    std::vector<std::vector<float>> received(static_cast<size_t>(ranks));
-    for (int r = 1; r < ranks; ++r) {
-      const int64_t count = counts[2 * static_cast<size_t>(r)], elements = counts[2 * static_cast<size_t>(r) + 1];
-      if (count == 0) continue;
-      std::vector<int64_t> boxes(static_cast<size_t>(count) * 2 * rank_of_shape);
-      std::vector<float>& values = received[static_cast<size_t>(r)];
-      values.resize(static_cast<size_t>(elements));
-      world.recv(boxes.data(), static_cast<int64_t>(boxes.size()), DType::i64, r, 0);
-      world.recv(values.data(), elements, DType::f32, r, 1);
-      const float* data = values.data();
-      for (int64_t b = 0; b < count; ++b) {
-        const int64_t* box = boxes.data() + b * 2 * static_cast<int64_t>(rank_of_shape);
-        io::TensorSlice slice;
-        slice.box.offset.assign(box, box + rank_of_shape);
-        slice.box.extent.assign(box + rank_of_shape, box + 2 * rank_of_shape);
-        slice.data = data;
-        data += slice.box.elements();
-        slices.push_back(std::move(slice));
-      }
-    }
-    if (!failure.empty()) continue;
-    try {
-      writer->write_tensor(share.name, share.global_shape, slices);
-    } catch (const Error& e) {
-      failure = e.what();
-    }
+  share_outcome(failure);
+  {
+    io::CheckpointWriter writer(result.path, &world);
+    for (const TensorShare& share : shares) writer.write_tensor(share.name, share.global_shape, share.slices);
+    result.bytes = writer.commit(state_to_save(trainer, options));
   }
-  if (writer_rank && failure.empty()) {
+  if (world.rank() == 0) {
     try {
-      result.bytes = writer->commit(state_to_save(trainer, options));
       after_commit();
     } catch (const Error& e) {
       failure = e.what();
     }
   }
-  writer.reset();  // a failed save's temporary is removed here
-  int64_t outcome[2] = {static_cast<int64_t>(failure.size()), result.bytes};
-  world.broadcast(outcome, 2, DType::i64, 0);
-  failure.resize(static_cast<size_t>(outcome[0]));
-  if (outcome[0] > 0) world.broadcast(failure.data(), outcome[0], DType::u8, 0);
-  if (!failure.empty()) throw Error(failure, "");
-  int64_t path_size = static_cast<int64_t>(result.path.size());
-  world.broadcast(&path_size, 1, DType::i64, 0);
-  result.path.resize(static_cast<size_t>(path_size));
-  world.broadcast(result.path.data(), path_size, DType::u8, 0);
-  result.bytes = outcome[1];
+  share_outcome(failure);
+  int64_t mine = 0;
+  for (const TensorShare& share : shares) {
+    for (const io::TensorSlice& slice : share.slices) mine += slice.box.elements() * static_cast<int64_t>(sizeof(float));
+  }
+  int64_t writers = mine > 0 ? 1 : 0;
+  world.all_reduce(&writers, 1, DType::i64, comm::ReduceOp::sum);
+  world.all_reduce(&mine, 1, DType::i64, comm::ReduceOp::max);
+  result.writers = static_cast<int>(writers);
+  result.largest_share_bytes = mine;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
-
 
 void check_same_model(const io::CheckpointReader& checkpoint, const model::ModelConfig& model) {
   nlohmann::json saved;
@@ -260,12 +227,12 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
 }  // namespace
 
 SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options) {
-  return gathered_save(trainer, options, [&] { return path; }, [] {});
+  return parallel_save(trainer, options, [&] { return path; }, [] {});
 }
 
 SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options) {
   const int64_t iteration = trainer.iteration();
-  return gathered_save(
+  return parallel_save(
       trainer, options, [&] { return io::prepare_checkpoint_directory(directory, iteration); },
       [&] { io::write_tracker(directory, iteration); });
 }
@@ -292,7 +259,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
     for (int m = 0; m < 2; ++m) {
       for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
-                                                    int64_t state) {
+                                                    int64_t state, int64_t) {
         for (const io::Box& box : boxes) {
           checkpoint.read_box(names[m] + entry.name, entry.global_shape, box, moments[m] + state);
           state += box.elements();

@@ -4,11 +4,11 @@
 // the distributed optimizer cuts inside tensors, as the boxes of their flat runs), and reads back
 // the boxes of its own layout, so a checkpoint does not depend on the layout that wrote it. The
 // writers of a copy: DP rank 0 for parameters and the plain optimizer's moments, every DP rank for
-// its distributed-optimizer shard; under pipeline parallelism each stage for the layers it holds
-// (the tied word embedding from the first stage; the last stage's copy reads it back). Saving is
-// collective over the trainer's world: rank 0 is the single writer, the other ranks send it their
-// slices tensor by tensor (checkpointing.cpp says what that costs), and every rank returns the
-// same result or throws the same error.
+// its distributed-optimizer shard (parameters and moments); under pipeline parallelism each stage
+// for the layers it holds (the tied word embedding from the first stage; the last stage's copy
+// reads it back). Saving is collective over the trainer's world: every rank writes its slices into
+// the one file through parallel HDF5, and every rank returns the same result or throws the same
+// error.
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one
@@ -37,6 +37,8 @@ struct SaveResult {
   std::string path;
   int64_t bytes = 0;
   double seconds = 0;
+  int writers = 0;                  // ranks that wrote tensor values
+  int64_t largest_share_bytes = 0;  // the most tensor bytes one rank wrote
 };
 
 // Writes `trainer`'s checkpoint to the file `path` (temporary name, fsync, rename). Collective over

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Checkpoint speed: GPT-2 124M with optimizer state (about 1.5 GB) against the disk, in one script.
-#   disk      dd of 1.5 GB with conv=fsync (write) and back to /dev/null (read; cold when the page
-#             cache can be dropped, else labelled warm)
-#   writers   tests/bench/bench_checkpoint_writers.cpp on the same tensors at 1, 2 and 4 ranks:
-#             gather to rank 0 + serial HDF5 (what mt does) against parallel HDF5 independent and
-#             collective hyperslab writes
-#   mt-train  save (--save, at the end of one step) and load (--load, cold like dd's read) on one
-#             rank, DP=2 and DP=4 with the distributed optimizer (every rank holds a share of the
-#             moments, so the gather to rank 0 is exercised), as MB/s and as a share of dd's
+#   disk      dd of 1.5 GB of random bytes with conv=fsync (write) and back to /dev/null (read;
+#             cold when the page cache can be dropped, else labelled warm)
+#   writers   tests/bench/bench_checkpoint_writers.cpp on the same tensors (random values) at 1, 2
+#             and 4 ranks: gather to rank 0 + serial HDF5 against parallel HDF5 independent and
+#             collective hyperslab writes (mt writes independent hyperslabs)
+#   mt-train  save (--save, at the end of one step) and load (--load, cold like dd's read; the
+#             slowest rank's time) on one rank, DP=2 and DP=4 with the distributed optimizer (every
+#             rank writes its shard), as MB/s and as a share of dd's
 #   steps     the median step time of a run saving every --save-interval steps against the same
 #             run without saves (the steps between saves; the saves themselves are not steps)
+# Every measured write or read starts after `settle`: sync, drop the page cache, wait
+# MT_BENCH_SETTLE seconds (default 10). On the VMs this was written on, memory freed by a drop or
+# a deleted file goes back to the host within seconds, and a read right after the drop ran 2-3x
+# faster than the same read 5 s later (dd: 1.6-2.6 GB/s against 0.64-0.78 GB/s), so dd measured at
+# once and mt-train measured after its start-up compared different disks.
 # Figures are medians over rounds, interleaved so the machine's load falls on all alike; the load
 # average is printed since the machine is shared. A benchmark, not a test: quote the figures,
 # never assert on them. Usage: tests/bench/bench_checkpoint.sh [rounds] [DIR on the disk to measure]
@@ -20,7 +25,8 @@ WRITERS="${MT_BENCH_WRITERS:-$ROOT/build/tests/mt_bench_checkpoint_writers}"
 ROUNDS="${1:-2}"
 DISK="$(mktemp -d "${2:-${TMPDIR:-/tmp}}/mt-bench-ckpt.XXXXXX")"
 OUT="$(mktemp -d)"
-trap 'rm -rf "$DISK" "$OUT"' EXIT
+SOURCE="$(mktemp /dev/shm/mt-bench-random.XXXXXX)"  # in memory: dropping the page cache keeps it
+trap 'rm -rf "$DISK" "$OUT" "$SOURCE"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=passive
 
@@ -29,8 +35,11 @@ MODEL=(--model gpt2-124m --mock-data --seq-length 128 --micro-batch-size 1 --glo
 LAYOUTS=("1" "2 --use-distributed-optimizer" "4 --use-distributed-optimizer")
 
 cold=warm
+SETTLE="${MT_BENCH_SETTLE:-10}"
 drop_cache() { sync; { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null && cold=cold; }
-drop_cache || true
+settle() { drop_cache || true; sleep "$SETTLE"; }
+settle
+head -c 1500M /dev/urandom >"$SOURCE"  # dd's source: bytes that no layer below can compress
 
 launch() {
   local ranks="$1"
@@ -47,25 +56,30 @@ ckpt_field() { jq -r --arg e "$2" "select(.record == \"ckpt\" and .event == \$e)
 echo "bench_checkpoint: $ROUNDS rounds on $(df -h --output=source,target "$DISK" | tail -n 1), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq 1 "$ROUNDS"); do
   # The disk.
-  dd if=/dev/zero of="$DISK/dd" bs=16M count=90 conv=fsync 2>"$OUT/dd" && record dd_write "$(awk '/copied/ { print $(NF-1) * ($NF == "GB/s" ? 1000 : 1) }' "$OUT/dd")"
-  drop_cache || true
+  settle
+  dd if="$SOURCE" of="$DISK/dd" bs=16M conv=fsync 2>"$OUT/dd" && record dd_write "$(awk '/copied/ { print $(NF-1) * ($NF == "GB/s" ? 1000 : 1) }' "$OUT/dd")"
+  settle
   dd if="$DISK/dd" of=/dev/null bs=16M 2>"$OUT/dd" && record dd_read "$(awk '/copied/ { print $(NF-1) * ($NF == "GB/s" ? 1000 : 1) }' "$OUT/dd")"
   rm -f "$DISK/dd"
   # The writers on the same tensors.
   for ranks in 1 2 4; do
-    mpirun -np "$ranks" --oversubscribe --bind-to none "$WRITERS" "$DISK" >"$OUT/writers.jsonl"
-    while read -r writer mbs; do record "writer_${writer}_$ranks" "$mbs"; done < <(jq -r '"\(.writer) \(.mb_per_s)"' "$OUT/writers.jsonl")
+    for writer in gather independent collective; do
+      settle
+      mpirun -np "$ranks" --oversubscribe --bind-to none "$WRITERS" "$DISK" "$writer" >"$OUT/writers.jsonl"
+      record "writer_${writer}_$ranks" "$(jq -r .mb_per_s "$OUT/writers.jsonl")"
+    done
   done
   # mt-train's save and load.
   for layout in "${LAYOUTS[@]}"; do
     ranks="${layout%% *}"
     rm -rf "$DISK/ck"
+    settle
     # shellcheck disable=SC2086
     launch $layout "${MODEL[@]}" --train-iters 1 --save "$DISK/ck" >"$OUT/save.jsonl" 2>"$OUT/save.err" \
       || { echo "bench: save on '$layout' failed: $(tail -3 "$OUT/save.err")" >&2; exit 1; }
     record "save_$ranks" "$(ckpt_field "$OUT/save.jsonl" save mb_per_s)"
     record "bytes" "$(ckpt_field "$OUT/save.jsonl" save bytes)"
-    drop_cache || true
+    settle
     # shellcheck disable=SC2086
     launch $layout "${MODEL[@]}" --train-iters 1 --load "$DISK/ck" >"$OUT/load.jsonl" 2>"$OUT/load.err" \
       || { echo "bench: load on '$layout' failed: $(tail -3 "$OUT/load.err")" >&2; exit 1; }
@@ -97,8 +111,8 @@ row() {
   done
   echo "$line"
 }
-row "mt-train save (gather to rank 0)" save "$dd_write"
-row "mt-train load ($cold, every rank)" load "$dd_read"
+row "mt-train save (parallel HDF5)" save "$dd_write"
+row "mt-train load ($cold, slowest rank)" load "$dd_read"
 row "writer: gather + serial HDF5" writer_gather "$dd_write"
 row "writer: parallel HDF5 independent" writer_independent "$dd_write"
 row "writer: parallel HDF5 collective" writer_collective "$dd_write"

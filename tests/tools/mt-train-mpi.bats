@@ -193,7 +193,7 @@ EOF
   done
 }
 
-# ---- issue 14: checkpoints on several ranks (rank 0 writes what every rank sends it) ----
+# ---- issue 14: checkpoints on several ranks (every rank writes its slices through parallel HDF5) ----
 
 CKPT=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
       --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 10 --eval-interval 5 --eval-iters 1 --peak-tflops 1)
@@ -328,7 +328,7 @@ EOF
     fail "$(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
 }
 
-@test "issue14: a save failing on rank 0 under mpirun fails every rank with one line and leaves the previous checkpoint named" {
+@test "issue14: a save failing under mpirun fails every rank with one line and leaves the previous checkpoint named" {
   local -a run=("${CKPT[@]}" --train-iters 4 --eval-iters 0 --use-distributed-optimizer --save "$TMP/ck")
   mpirun_n 2 mt-train "${run[@]}" >/dev/null 2>"$TMP/first.err" || fail "$(cat "$TMP/first.err")"
   local point
@@ -339,5 +339,24 @@ EOF
       || fail "$point: $status $err"
     [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == 4 ]] || fail "$point: the tracker moved"
     mt-ckpt verify "$TMP/ck/iter_0000004/checkpoint.h5" >/dev/null || fail "$point: the previous checkpoint does not verify"
+  done
+}
+
+@test "issue14: every rank writes its own slices: DP=2 with the distributed optimizer and TP=2 split the save between two writers, DP=2 without it leaves one" {
+  local layout
+  for layout in "--use-distributed-optimizer" "--tensor-model-parallel-size 2" ""; do
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train "${CKPT[@]}" --train-iters 2 --eval-iters 0 --save "$TMP/ck" $layout >"$TMP/save.jsonl" 2>"$TMP/save.err" \
+      || fail "'$layout': $(cat "$TMP/save.err")"
+    local split
+    split="$(jq -c 'select(.record == "ckpt" and .event == "save") | [.writers, .largest_share_bytes, .bytes]' "$TMP/save.jsonl")"
+    if [[ -z "$layout" ]]; then
+      jq -e '.[0] == 1 and .[1] < .[2]' <<<"$split" >/dev/null || fail "'$layout': $split"
+    else
+      # Two writers, neither writing more than 60% of the file's tensor bytes.
+      jq -e '.[0] == 2 and .[1] * 10 < .[2] * 6' <<<"$split" >/dev/null || fail "'$layout': $split"
+    fi
+    mt-ckpt verify "$TMP/ck/iter_0000002/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
   done
 }

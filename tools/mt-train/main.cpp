@@ -139,6 +139,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "DIR/latest_checkpointed_iteration.txt at it; --load DIR resumes exactly from the iteration it names (with\n"
       "no tracker: a warning and a fresh start, or an error with --exit-on-missing-checkpoint). The checkpoint's\n"
       "--seed wins unless --no-load-rng. --save-init/--save-final write parameters only (not resumable).\n"
+      "Under mpirun every rank writes the slices it holds into the one file through parallel HDF5 (with\n"
+      "--use-distributed-optimizer each DP rank its shard of parameters and moments; the save record's\n"
+      "writers and largest_share_bytes show the split), and each rank reads only its own slices.\n"
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
       "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
@@ -309,6 +312,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     const auto start = std::chrono::steady_clock::now();
     mt::train::load_checkpoint(*resume, trainer, load);
     load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    world->all_reduce(&load_seconds, 1, mt::DType::f64, mt::comm::ReduceOp::max);  // the slowest rank's
     load_bytes = static_cast<int64_t>(std::filesystem::file_size(resume->path()));
     loaded_at = std::chrono::system_clock::now();
     char took[96];
@@ -348,7 +352,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     const double mb_per_s = saved.seconds > 0 ? saved.bytes / 1e6 / saved.seconds : 0;
     writer.write(Record{{"record", "ckpt"}, {"event", "save"}, {"iteration", trainer.iteration()},
                         {"path", saved.path}, {"what", what}, {"bytes", saved.bytes}, {"seconds", saved.seconds},
-                        {"mb_per_s", mb_per_s}, {"started", utc_time(saved_at, saved.seconds)}, {"ended", utc_time(saved_at, 0)}});
+                        {"mb_per_s", mb_per_s}, {"writers", saved.writers}, {"largest_share_bytes", saved.largest_share_bytes},
+                        {"started", utc_time(saved_at, saved.seconds)}, {"ended", utc_time(saved_at, 0)}});
     char line[160];
     std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
                   static_cast<long long>(trainer.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
