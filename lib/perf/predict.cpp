@@ -24,7 +24,7 @@ const std::vector<Cluster>& cluster_table() {
       // reaches on them is not published, so both links are fitted (fit_predictor): NVLink on its
       // 13B TP4+FSDP4 run (below NVLink4's 450 GB/s: it absorbs that stack's TP overheads), the
       // network on its 13B FSDP=8 run (below NDR's 50 GB/s a GPU).
-      {"h200-4gpu-nodes", "h200", 4, 165.6, 26.21, 5, 10, false,
+      {"h200-4gpu-nodes", "h200", 4, 187.4, 26.21, 5, 10, false,
        "8 nodes x 4 H200 (HGX 4-GPU, 4 x NDR 400 Gb/s) of the FSDP/TP study; links fitted on its 13B runs"},
   };
   return table;
@@ -202,6 +202,14 @@ int64_t fsdp_exposed_parameters(const ModelConfig& m, const ModelSplit& split, i
   return elements;
 }
 
+// The input embedding's elements a first-stage rank holds beyond its vocabulary-parallel share
+// when TP leaves the embedding whole on every rank.
+int64_t replicated_embedding_elements(const ModelConfig& m, const ModelSplit& split, int stage, const RunOptions& options) {
+  if (options.tp_sharded_embedding || split.tensor_parallel == 1 || stage != 0) return 0;
+  const int64_t rows = m.padded_vocab_size() * m.hidden_size;
+  return rows - rows / split.tensor_parallel;
+}
+
 }  // namespace
 
 StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
@@ -273,7 +281,8 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
 
     // Data parallelism over the stage's parameters (dense over DP x CP, experts over expert-DP).
     const ModelSplit& split = shape.split;
-    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage);
+    const int64_t replicated_embedding = replicated_embedding_elements(m, split, stage, options);
+    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage) + replicated_embedding;
     const double dp_group = static_cast<double>(dp) * cp;
     const Link dp_link = group_link(machine, dp * cp, t);
     const double backward_last = per_microbatch * 2.0 / 3.0, forward_first = per_microbatch / 3.0;
@@ -284,7 +293,8 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
       // (embedding, final norm, output layer), gathered before the first layer's forward and
       // reduce-scattered after the last backward, and the first layer, gathered right after the
       // root and reduce-scattered last. The rest overlaps.
-      const int64_t exposed_params = fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front());
+      const int64_t exposed_params =
+          fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front()) + replicated_embedding;
       const auto gather = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 2.0); };
       const auto scatter = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 4.0); };
       const auto exposed_comm = [&](bool reduce) {

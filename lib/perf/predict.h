@@ -1,15 +1,15 @@
 // Step-time prediction for a configuration on a named cluster, without running it: a roofline
 // per operation (GEMMs at a shape-dependent fraction of the dense peak, flash attention at its
-// own fraction, element-wise work at the HBM bandwidth), alpha-beta collectives on the links a
-// process group spans (ring all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, p2p,
-// all-to-all for EP; inside a node without NVSwitch a group gets only the links to its own members),
-// the pipeline bubble (p-1)/(v m), Megatron's overlap of the data-parallel
-// grad reduce-scatter with the last micro-batch's backward and of the param all-gather with the
-// next forward (a bucket left exposed), FSDP's per-unit gathers and reduce-scatters overlapped
-// with the micro-batch's compute except the root's and the first layer's (grads reduce-scattered
-// every micro-batch or once a step), element-wise work fused or run op by op (eager PyTorch), and
-// the optimizer step. The constants are global (one set, fitted once on a named subset of
-// published runs: docs/accounting.md, data/perf/published_runs.csv) and never per run.
+// own fraction, element-wise work at the HBM bandwidth, fused or run op by op as eager PyTorch
+// does), alpha-beta collectives on the links a process group spans (ring all-reduce 2(n-1)/n,
+// all-gather and reduce-scatter (n-1)/n, p2p, all-to-all for EP; inside a node without NVSwitch
+// a group gets only the links to its own members), the pipeline bubble (p-1)/(v m), Megatron's
+// overlap of the data-parallel grad reduce-scatter with the last micro-batch's backward and of
+// the param all-gather with the next forward (a bucket left exposed), FSDP's per-unit gathers and
+// reduce-scatters (every micro-batch or once a step) overlapped with the micro-batch's compute
+// except the root's (with the whole embedding when TP leaves it on every rank) and the first
+// layer's, and the optimizer step. The constants are global (one set, fitted once on a named
+// subset of published runs: docs/accounting.md, data/perf/published_runs.csv) and never per run.
 // Tested in tests/unit/perf/test_predict.cpp and tests/unit/perf/test_published_runs.cpp.
 #pragma once
 
@@ -68,6 +68,10 @@ struct RunOptions {
   // unsharded grads and only the step's last micro-batch reduce-scatters (PyTorch FSDP2's
   // set_requires_gradient_sync(False), FSDP1's no_sync()).
   bool fsdp_reduce_every_microbatch = true;
+  // TP splits the input embedding over the vocabulary (Megatron's VocabParallelEmbedding); false:
+  // every TP rank holds it whole (DTensor plans that leave it replicated), so FSDP's root unit
+  // gathers and reduce-scatters all of it.
+  bool tp_sharded_embedding = true;
 };
 
 struct StepPrediction {

@@ -105,7 +105,7 @@ void apply_overrides(model::ModelConfig& m, const std::string& overrides, const 
 const std::vector<std::string> kColumns = {
     "id", "source", "model", "model_overrides", "flops_per_token", "cluster", "gpus", "tp", "pp", "vp", "cp", "ep",
     "dp", "fsdp", "sp", "micro_batch", "global_batch", "seq_length", "first_last_stage_layers", "recompute",
-    "distributed_optimizer", "fused_elementwise", "fsdp_reduce", "baseline", "reported_mfu", "reported_tflops_per_gpu", "reported_tokens_per_s",
+    "distributed_optimizer", "fused_elementwise", "fsdp_reduce", "tp_embedding", "baseline", "reported_mfu", "reported_tflops_per_gpu", "reported_tokens_per_s",
     "reported_step_seconds", "reported_relative_step_time", "reported_speedup", "reported_scaling_efficiency",
     "convention", "peak_tflops", "verdict", "reason", "role", "assumptions", "predicted"};
 
@@ -191,6 +191,10 @@ std::vector<PublishedRun> parse_published_runs(const std::string& csv_text) {
         throw Error(where, "fsdp_reduce must be microbatch or step");
       }
       if (!c["fsdp_reduce"].empty() && !shape.fsdp) throw Error(where, "fsdp_reduce is given without fsdp");
+      if (c["tp_embedding"] == "replicated") run.options.tp_sharded_embedding = false;
+      else if (!c["tp_embedding"].empty() && c["tp_embedding"] != "vocab-parallel") {
+        throw Error(where, "tp_embedding must be vocab-parallel or replicated");
+      }
       shape.precision = Precision::bf16;
       if (shape.world_size() != run.gpus) {
         throw Error(where, "TP x PP x CP x DP = " + std::to_string(shape.world_size()) + ", not the " +

@@ -182,3 +182,28 @@ TEST(Predict, FsdpExposesTheRootAndFirstLayerAndHidesTheRest) {
   once.fsdp_reduce_every_microbatch = false;
   EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links(), once).dp_comm, 2 * 1.1856e-6 + 2.3712e-6, 1e-15);
 }
+
+TEST(Predict, FsdpGathersAnEmbeddingTpLeavesWhole) {
+  // tiny-llama at TP 2 x FSDP 2 (stride 2, inside a node: 1e11 B/s, (n-1)/n = 1/2). A TP rank's
+  // root: half the embedding and half the output layer (8,192 each) and the final norm (64);
+  // its first layer: norms 128, half of attention 6,144 and of the MLP 16,896. 39,616 exposed,
+  // 1/2 x (2 + 4) x 39,616 / 1e11 per micro-batch, two micro-batches.
+  auto c = mt::model::preset("tiny-llama");
+  TrainingShape s = bf16_shape();
+  s.split.tensor_parallel = 2;
+  s.data_parallel = 2;
+  s.fsdp = true;
+  s.micro_batch_size = 64;
+  s.global_batch_size = 256;
+  const StepPrediction sharded = predict_step(c, s, round_cluster(), exact_links());
+  ASSERT_GT((sharded.gemm + sharded.attention + sharded.elementwise) / 2, 1e-5);  // every other unit hides
+  EXPECT_NEAR(sharded.dp_comm, 2 * 3 * 39616 / 1e11, 1e-15);
+  // The embedding whole on both TP ranks: the root gathers 8,192 more.
+  RunOptions whole;
+  whole.tp_sharded_embedding = false;
+  EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm, 2 * 3 * (39616 + 8192) / 1e11, 1e-15);
+  // Without TP there is nothing more to hold.
+  s.split.tensor_parallel = 1;
+  EXPECT_EQ(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm,
+            predict_step(c, s, round_cluster(), exact_links()).dp_comm);
+}
