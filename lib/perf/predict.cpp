@@ -12,18 +12,20 @@ namespace mt::perf {
 const std::vector<Cluster>& cluster_table() {
   // NVLink per GPU and direction (NVIDIA quotes both directions: 600 / 900 / 1800 GB/s); the
   // network is each GPU's NIC (DGX systems: one 200 or 400 Gb/s adapter per GPU). Latencies:
-  // typical NCCL small-message figures.
+  // typical NCCL small-message figures. DGX systems switch NVLink (NVSwitch).
   static const std::vector<Cluster> table{
-      {"dgx-a100", "a100", 8, 300, 25, 5, 10, "NVIDIA DGX A100 system architecture (2020): NVLink3, 8 x 200 Gb/s HDR"},
-      {"dgx-h100", "h100", 8, 450, 50, 5, 10, "NVIDIA DGX H100 data sheet (2023): NVLink4, 8 x 400 Gb/s NDR"},
-      {"dgx-h200", "h200", 8, 450, 50, 5, 10, "NVIDIA DGX H200 data sheet (2024): NVLink4, 8 x 400 Gb/s NDR"},
-      {"dgx-b200", "b200", 8, 900, 50, 5, 10, "NVIDIA DGX B200 data sheet (2025): NVLink5, 8 x 400 Gb/s"},
-      // The dense FSDP/TP study's 8 nodes x 4 H200 (data/perf/published_runs.csv): its interconnect
-      // is not published, so both links are fitted (fit_predictor): NVLink on its 13B TP4+FSDP4
-      // run (far below NVLink4's 450 GB/s: it absorbs that stack's TP overheads), the network on
-      // its 13B FSDP=8 run.
-      {"h200-4gpu-nodes", "h200", 4, 173.9, 35.15, 5, 10,
-       "8 nodes x 4 H200 of the FSDP/TP study; links fitted on its 13B runs (not published)"},
+      {"dgx-a100", "a100", 8, 300, 25, 5, 10, true, "NVIDIA DGX A100 system architecture (2020): NVLink3, 8 x 200 Gb/s HDR"},
+      {"dgx-h100", "h100", 8, 450, 50, 5, 10, true, "NVIDIA DGX H100 data sheet (2023): NVLink4, 8 x 400 Gb/s NDR"},
+      {"dgx-h200", "h200", 8, 450, 50, 5, 10, true, "NVIDIA DGX H200 data sheet (2024): NVLink4, 8 x 400 Gb/s NDR"},
+      {"dgx-b200", "b200", 8, 900, 50, 5, 10, true, "NVIDIA DGX B200 data sheet (2025): NVLink5, 8 x 400 Gb/s"},
+      // The dense FSDP/TP study's 8 nodes x 4 H200 (data/perf/published_runs.csv): 4-GPU HGX H200
+      // boards (no NVSwitch: each GPU's 18 NVLink4 links go 6 to each peer) with 4 ConnectX-7 NDR
+      // 400 Gb/s NICs a node (the study's repository, scripts/slurm/multinode.sh). What the stack
+      // reaches on them is not published, so both links are fitted (fit_predictor): NVLink on its
+      // 13B TP4+FSDP4 run (below NVLink4's 450 GB/s: it absorbs that stack's TP overheads), the
+      // network on its 13B FSDP=8 run (below NDR's 50 GB/s a GPU).
+      {"h200-4gpu-nodes", "h200", 4, 187.4, 26.21, 5, 10, false,
+       "8 nodes x 4 H200 (HGX 4-GPU, 4 x NDR 400 Gb/s) of the FSDP/TP study; links fitted on its 13B runs"},
   };
   return table;
 }
@@ -44,6 +46,7 @@ PredictorConstants fitted_constants() {
   c.attention_efficiency = 0.50;  // flash attention 2 forward + backward on Hopper, not fitted
   c.memory_efficiency = 0.8;      // STREAM-like fraction of HBM bandwidth, not fitted
   c.link_efficiency = 0.80;       // nccl-tests bus bandwidth over link bandwidth, not fitted
+  c.eager_elementwise = 3.2;      // bytes of Llama's element-wise ops run eagerly over fused, counted (not fitted)
   return c;
 }
 
@@ -70,15 +73,17 @@ struct Machine {
 
 // Alpha-beta time of a collective moving `bytes` per rank over a group of `ranks` ranks whose
 // members are `stride` ranks apart in the world (TP fastest): inside a node when the group's
-// span fits, else on the network.
+// span fits, else on the network. Without NVSwitch a group inside a node rides only the direct
+// links to its other members: (ranks-1)/(G-1) of the GPU's links in a node of G.
 struct Link {
   double bandwidth = 0, latency = 0;
 };
 Link group_link(const Machine& machine, int ranks, int stride) {
   const Cluster& c = *machine.cluster;
   const bool intra = static_cast<int64_t>(ranks) * stride <= c.gpus_per_node;
-  return intra ? Link{c.nvlink_gbps * 1e9 * machine.k.link_efficiency, c.nvlink_latency_us * 1e-6}
-               : Link{c.network_gbps * 1e9 * machine.k.link_efficiency, c.network_latency_us * 1e-6};
+  if (!intra) return Link{c.network_gbps * 1e9 * machine.k.link_efficiency, c.network_latency_us * 1e-6};
+  const double links_used = c.nvswitch || c.gpus_per_node <= 1 ? 1.0 : (ranks - 1.0) / (c.gpus_per_node - 1.0);
+  return Link{c.nvlink_gbps * 1e9 * machine.k.link_efficiency * links_used, c.nvlink_latency_us * 1e-6};
 }
 double all_reduce(const Link& link, int n, double bytes) {
   return n <= 1 ? 0 : 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.bandwidth;
@@ -97,7 +102,8 @@ struct LayerTime {
   double forward() const { return gemm + attention + elementwise + tp + cp + ep; }
 };
 
-LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const Machine& machine, int layer) {
+LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const Machine& machine, const RunOptions& options,
+                        int layer) {
   const double t = shape.split.tensor_parallel, c = shape.context_parallel;
   const double N = static_cast<double>(shape.micro_batch_size) * m.seq_length / c;  // tokens on the rank
   const double h = m.hidden_size, n = m.num_attention_heads;
@@ -160,10 +166,11 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
   for (const Gemm& g : gemms) lt.gemm += machine.gemm_seconds(g);
   lt.attention = core_flops / (machine.peak * machine.k.attention_efficiency);
   // Element-wise traffic per token: two norms and two residual adds on the residual stream (1/t
-  // of it with SP), RoPE over q and k, the activation function.
+  // of it with SP), RoPE over q and k, the activation function; each op reading and writing HBM
+  // on its own (eager) multiplies it.
   const double residual = shape.sequence_parallel ? h / t : h;
   const double per_token = bytes * (2 * 2 * residual + 2 * 3 * residual + 2 * (q_width + kv_width) + (up + 1) * act_width);
-  lt.elementwise = N * per_token / machine.hbm;
+  lt.elementwise = N * per_token / machine.hbm * (options.fused_elementwise ? 1.0 : machine.k.eager_elementwise);
   if (t > 1) {
     // Two TP collectives a layer (all-reduce, or all-gather + reduce-scatter with SP: the same
     // bytes on the wire).
@@ -195,10 +202,18 @@ int64_t fsdp_exposed_parameters(const ModelConfig& m, const ModelSplit& split, i
   return elements;
 }
 
+// The input embedding's elements a first-stage rank holds beyond its vocabulary-parallel share
+// when TP leaves the embedding whole on every rank.
+int64_t replicated_embedding_elements(const ModelConfig& m, const ModelSplit& split, int stage, const RunOptions& options) {
+  if (options.tp_sharded_embedding || split.tensor_parallel == 1 || stage != 0) return 0;
+  const int64_t rows = m.padded_vocab_size() * m.hidden_size;
+  return rows - rows / split.tensor_parallel;
+}
+
 }  // namespace
 
 StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
-                            const PredictorConstants& constants, const OverlapOptions& overlap) {
+                            const PredictorConstants& constants, const RunOptions& options) {
   shape.validate(m);
   const Device& device = find_device(cluster.device);
   Machine machine;
@@ -230,7 +245,7 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
     }
     const int k = std::max(1, rc.num_layers);
     for (size_t i = 0; i < layers.size(); ++i) {
-      const LayerTime lt = layer_forward(m, shape, machine, layers[i]);
+      const LayerTime lt = layer_forward(m, shape, machine, options, layers[i]);
       double passes = 3;  // forward + backward (two GEMMs per forward GEMM)
       const bool recomputed = rc.granularity == model::RecomputeGranularity::full &&
                               (rc.method == model::RecomputeMethod::uniform ||
@@ -240,7 +255,7 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
       s.attention += (passes + (rc.granularity == model::RecomputeGranularity::selective ? 1 : 0)) * lt.attention;
       s.elementwise += passes * lt.elementwise;
       const double collective_passes = recomputed ? 3 : 2;  // forward, backward (+ recomputed forward)
-      if (!overlap.tp_comm_overlap) s.tp_comm += collective_passes * lt.tp;
+      if (!options.tp_comm_overlap) s.tp_comm += collective_passes * lt.tp;
       s.cp_comm += 3 * lt.cp;
       s.ep_comm += collective_passes * lt.ep;
     }
@@ -266,30 +281,38 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
 
     // Data parallelism over the stage's parameters (dense over DP x CP, experts over expert-DP).
     const ModelSplit& split = shape.split;
-    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage);
+    const int64_t replicated_embedding = replicated_embedding_elements(m, split, stage, options);
+    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage) + replicated_embedding;
     const double dp_group = static_cast<double>(dp) * cp;
     const Link dp_link = group_link(machine, dp * cp, t);
     const double backward_last = per_microbatch * 2.0 / 3.0, forward_first = per_microbatch / 3.0;
     if (shape.fsdp) {
       // Per micro-batch: gather the params (bf16) for forward and again for backward, reduce-
-      // scatter the grads (fp32), unit by unit behind the units' compute. Two units have no
-      // compute to hide behind: the root (embedding, final norm, output layer), gathered before
-      // the first layer's forward and reduce-scattered after the last backward, and the first
-      // layer, gathered right after the root and reduce-scattered last. The rest overlaps.
-      const int64_t exposed_params = fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front());
+      // scatter the grads (fp32; every micro-batch, or the step's last one only), unit by unit
+      // behind the units' compute. Two units have no compute to hide behind: the root
+      // (embedding, final norm, output layer), gathered before the first layer's forward and
+      // reduce-scattered after the last backward, and the first layer, gathered right after the
+      // root and reduce-scattered last. The rest overlaps.
+      const int64_t exposed_params =
+          fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front()) + replicated_embedding;
       const auto gather = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 2.0); };
       const auto scatter = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 4.0); };
-      const double exposed = gather(exposed_params) + scatter(exposed_params);
-      const double hidden = 2 * gather(params) + scatter(params) - exposed;
-      s.dp_comm = microbatches * (std::max(0.0, hidden - per_microbatch) + exposed);
+      const auto exposed_comm = [&](bool reduce) {
+        const double exposed = gather(exposed_params) + (reduce ? scatter(exposed_params) : 0.0);
+        const double hidden = 2 * gather(params) + (reduce ? scatter(params) : 0.0) - exposed;
+        return std::max(0.0, hidden - per_microbatch) + exposed;
+      };
+      s.dp_comm = options.fsdp_reduce_every_microbatch
+                      ? microbatches * exposed_comm(true)
+                      : (microbatches - 1) * exposed_comm(false) + exposed_comm(true);
     } else {
       const double grad_bytes = params * 4.0;  // fp32 main grads
       double reduce = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), grad_bytes)
                                                   : all_reduce(dp_link, static_cast<int>(dp_group), grad_bytes);
       double gather = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), params * 2.0) : 0;
-      const double last_bucket = std::min(1.0, static_cast<double>(overlap.bucket_elements) / std::max<int64_t>(1, params));
-      if (overlap.overlap_grad_reduce) reduce = std::max(reduce * last_bucket, reduce - backward_last);
-      if (overlap.overlap_param_gather && shape.distributed_optimizer) {
+      const double last_bucket = std::min(1.0, static_cast<double>(options.bucket_elements) / std::max<int64_t>(1, params));
+      if (options.overlap_grad_reduce) reduce = std::max(reduce * last_bucket, reduce - backward_last);
+      if (options.overlap_param_gather && shape.distributed_optimizer) {
         gather = std::max(gather * last_bucket, gather - forward_first);
       }
       s.dp_comm = reduce + gather;

@@ -105,7 +105,7 @@ void apply_overrides(model::ModelConfig& m, const std::string& overrides, const 
 const std::vector<std::string> kColumns = {
     "id", "source", "model", "model_overrides", "flops_per_token", "cluster", "gpus", "tp", "pp", "vp", "cp", "ep",
     "dp", "fsdp", "sp", "micro_batch", "global_batch", "seq_length", "first_last_stage_layers", "recompute",
-    "distributed_optimizer", "baseline", "reported_mfu", "reported_tflops_per_gpu", "reported_tokens_per_s",
+    "distributed_optimizer", "fused_elementwise", "fsdp_reduce", "tp_embedding", "baseline", "reported_mfu", "reported_tflops_per_gpu", "reported_tokens_per_s",
     "reported_step_seconds", "reported_relative_step_time", "reported_speedup", "reported_scaling_efficiency",
     "convention", "peak_tflops", "verdict", "reason", "role", "assumptions", "predicted"};
 
@@ -183,6 +183,18 @@ std::vector<PublishedRun> parse_published_runs(const std::string& csv_text) {
       else if (c["recompute"] == "selective") shape.recompute.granularity = model::RecomputeGranularity::selective;
       else if (c["recompute"] != "none") throw Error(where, "recompute must be none, selective or full");
       shape.distributed_optimizer = c["distributed_optimizer"] == "1";
+      // How the run's software works where stacks differ (predict.h RunOptions); empty: as mt does.
+      if (c["fused_elementwise"] == "0") run.options.fused_elementwise = false;
+      else if (!c["fused_elementwise"].empty() && c["fused_elementwise"] != "1") throw Error(where, "fused_elementwise must be 1 or 0");
+      if (c["fsdp_reduce"] == "step") run.options.fsdp_reduce_every_microbatch = false;
+      else if (!c["fsdp_reduce"].empty() && c["fsdp_reduce"] != "microbatch") {
+        throw Error(where, "fsdp_reduce must be microbatch or step");
+      }
+      if (!c["fsdp_reduce"].empty() && !shape.fsdp) throw Error(where, "fsdp_reduce is given without fsdp");
+      if (c["tp_embedding"] == "replicated") run.options.tp_sharded_embedding = false;
+      else if (!c["tp_embedding"].empty() && c["tp_embedding"] != "vocab-parallel") {
+        throw Error(where, "tp_embedding must be vocab-parallel or replicated");
+      }
       shape.precision = Precision::bf16;
       if (shape.world_size() != run.gpus) {
         throw Error(where, "TP x PP x CP x DP = " + std::to_string(shape.world_size()) + ", not the " +
@@ -295,7 +307,7 @@ std::optional<double> predicted_figure(const PublishedRun& run, const std::vecto
   const auto figure = compared_figure(run);
   if (!run.shape || !figure) return std::nullopt;
   auto predict = [&](const PublishedRun& r) {
-    return predict_step(r.model, *r.shape, cluster_in(clusters, r.cluster), constants);
+    return predict_step(r.model, *r.shape, cluster_in(clusters, r.cluster), constants, r.options);
   };
   const StepPrediction p = predict(run);
   const double tokens_per_gpu = p.tokens_per_second / run.gpus;

@@ -27,6 +27,7 @@ struct PublishedRun {
   int seq_length = 0;    // tokens per sequence (0: not given)
   int global_batch = 0;  // sequences per step (0: not given)
   std::optional<TrainingShape> shape;    // empty when the source gives no layout to predict from
+  RunOptions options;                    // fused element-wise work, when FSDP reduce-scatters, TP's embedding
   std::string baseline;                  // the row relative figures are relative to
   std::optional<double> reported_mfu, reported_tflops_per_gpu, reported_tokens_per_s, reported_step_seconds;
   std::optional<double> reported_relative_step_time, reported_speedup, reported_scaling_efficiency;

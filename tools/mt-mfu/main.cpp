@@ -93,11 +93,11 @@ Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConv
                          const std::string& cluster_name) {
   const mt::perf::Cluster& cluster = mt::perf::find_cluster(cluster_name);
   const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
-  mt::perf::OverlapOptions overlap;
-  overlap.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
-  overlap.overlap_param_gather = config.parallel.overlap_param_gather;
-  if (config.parallel.ddp_bucket_size) overlap.bucket_elements = *config.parallel.ddp_bucket_size;
-  const mt::perf::StepPrediction p = mt::perf::predict_step(config.model, shape, cluster, mt::perf::fitted_constants(), overlap);
+  mt::perf::RunOptions options;
+  options.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
+  options.overlap_param_gather = config.parallel.overlap_param_gather;
+  if (config.parallel.ddp_bucket_size) options.bucket_elements = *config.parallel.ddp_bucket_size;
+  const mt::perf::StepPrediction p = mt::perf::predict_step(config.model, shape, cluster, mt::perf::fitted_constants(), options);
   const double flops = mt::perf::model_flops(config.model, shape.global_batch(), convention).total();
   const mt::perf::Device& device = mt::perf::find_device(cluster.device);
   const double peak = mt::perf::device_peak_flops(device, shape.precision == mt::Precision::fp32 ? "fp32" : "bf16");

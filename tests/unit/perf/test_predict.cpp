@@ -1,5 +1,6 @@
 // The step-time predictor (lib/perf/predict.h) on a made-up cluster with round numbers, so each
-// term can be worked out by hand: collectives by the alpha-beta formulas, the bubble, overlap.
+// term can be worked out by hand: collectives by the alpha-beta formulas, NVLink without NVSwitch,
+// the bubble, overlap, FSDP's reduce-scatters, eager element-wise work.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -55,11 +56,50 @@ TEST(Predict, TensorParallelCollectivesByHand) {
   EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links()).tp_comm, 1.5 * p.tp_comm, 1e-12);
 }
 
+TEST(Predict, WithoutNvswitchAGroupRidesOnlyTheLinksToItsMembers) {
+  // Four GPUs a node, each GPU's links split evenly over its 3 peers (an HGX 4-GPU board): TP 2
+  // uses the one pair's third of the 1e11 B/s, TP 4 all of it.
+  auto c = mt::model::preset("llama3-8b");
+  c.num_layers = 4;
+  c.seq_length = 1024;
+  Cluster mesh = round_cluster();
+  mesh.gpus_per_node = 4;
+  mesh.nvswitch = false;
+  Cluster switched = mesh;
+  switched.nvswitch = true;
+  TrainingShape s = bf16_shape();
+  s.split.tensor_parallel = 2;
+  // 4 layers x 2 passes x 2 all-reduces of 8,388,608 bytes, 2(n-1)/n = 1, at 1e11 / 3 B/s.
+  EXPECT_NEAR(predict_step(c, s, mesh, exact_links()).tp_comm, 4 * 2 * 2 * 8388608 * 3 / 1e11, 1e-12);
+  EXPECT_NEAR(predict_step(c, s, switched, exact_links()).tp_comm, 4 * 2 * 2 * 8388608 / 1e11, 1e-12);
+  s.split.tensor_parallel = 4;
+  EXPECT_NEAR(predict_step(c, s, mesh, exact_links()).tp_comm, predict_step(c, s, switched, exact_links()).tp_comm,
+              1e-15);
+}
+
+TEST(Predict, EagerElementwiseWorkMovesMoreBytes) {
+  // tiny-llama (h 64, q 64, k + v 64, ffn 176), 64 tokens, no TP: per token and layer the norms
+  // 2 x 2 x 64, the residual adds 2 x 3 x 64, RoPE 2 x 128 and SwiGLU 3 x 176 bf16 values, 2,848
+  // bytes; forward and backward (3 passes), 2 layers; the cross-entropy reads and writes the fp32
+  // logits (64 x 256) 4 times. At 0.8 of the H100's 3.35 TB/s.
+  const auto c = mt::model::preset("tiny-llama");
+  const TrainingShape s = bf16_shape();
+  const double hbm = 3.35e12 * 0.8, layers = 6 * 64 * 2848 / hbm, logits = 4 * 64 * 256 * 4 / hbm;
+  const StepPrediction fused = predict_step(c, s, round_cluster(), exact_links());
+  EXPECT_NEAR(fused.elementwise, layers + logits, 1e-18);
+  // Eager PyTorch: the layers' element-wise work moves 3.2 times the bytes (the logits' do not change).
+  RunOptions eager;
+  eager.fused_elementwise = false;
+  const StepPrediction slow = predict_step(c, s, round_cluster(), exact_links(), eager);
+  EXPECT_NEAR(slow.elementwise, 3.2 * layers + logits, 1e-18);
+  EXPECT_EQ(slow.gemm, fused.gemm);
+}
+
 TEST(Predict, DataParallelAllReduceAndItsOverlap) {
   auto c = mt::model::preset("tiny-llama");
   TrainingShape s = bf16_shape();
   s.data_parallel = 4;
-  OverlapOptions no_overlap;
+  RunOptions no_overlap;
   no_overlap.overlap_grad_reduce = false;
   const StepPrediction p = predict_step(c, s, round_cluster(), exact_links(), no_overlap);
   // fp32 grads of every parameter (padded vocabulary), ring all-reduce over 4 ranks in a node:
@@ -68,7 +108,7 @@ TEST(Predict, DataParallelAllReduceAndItsOverlap) {
   EXPECT_NEAR(p.dp_comm, 1.5 * 4 * params / 1e11, 1e-15);
   // Overlapped with the backward: only the last bucket (here everything: one bucket) or what
   // outlasts the backward stays exposed.
-  OverlapOptions small_buckets;
+  RunOptions small_buckets;
   small_buckets.bucket_elements = 1000;
   const StepPrediction overlapped = predict_step(c, s, round_cluster(), exact_links(), small_buckets);
   const double pass = overlapped.gemm + overlapped.attention + overlapped.elementwise;  // one micro-batch
@@ -135,4 +175,35 @@ TEST(Predict, FsdpExposesTheRootAndFirstLayerAndHidesTheRest) {
   const StepPrediction big = predict_step(c, s, round_cluster(), exact_links());
   ASSERT_GT((big.gemm + big.attention + big.elementwise) / 2, hidden);
   EXPECT_NEAR(big.dp_comm, 2 * exposed, 1e-15);
+  // Grads reduce-scattered once a step (FSDP2's set_requires_gradient_sync(False) on the first
+  // micro-batch): the root's and first layer's bf16 gather, 3/4 x 2 x 79,040 / 1e11 = 1.1856 us,
+  // stays exposed on both micro-batches, their fp32 reduce-scatter, 2.3712 us, only on the last.
+  RunOptions once;
+  once.fsdp_reduce_every_microbatch = false;
+  EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links(), once).dp_comm, 2 * 1.1856e-6 + 2.3712e-6, 1e-15);
+}
+
+TEST(Predict, FsdpGathersAnEmbeddingTpLeavesWhole) {
+  // tiny-llama at TP 2 x FSDP 2 (stride 2, inside a node: 1e11 B/s, (n-1)/n = 1/2). A TP rank's
+  // root: half the embedding and half the output layer (8,192 each) and the final norm (64);
+  // its first layer: norms 128, half of attention 6,144 and of the MLP 16,896. 39,616 exposed,
+  // 1/2 x (2 + 4) x 39,616 / 1e11 per micro-batch, two micro-batches.
+  auto c = mt::model::preset("tiny-llama");
+  TrainingShape s = bf16_shape();
+  s.split.tensor_parallel = 2;
+  s.data_parallel = 2;
+  s.fsdp = true;
+  s.micro_batch_size = 64;
+  s.global_batch_size = 256;
+  const StepPrediction sharded = predict_step(c, s, round_cluster(), exact_links());
+  ASSERT_GT((sharded.gemm + sharded.attention + sharded.elementwise) / 2, 1e-5);  // every other unit hides
+  EXPECT_NEAR(sharded.dp_comm, 2 * 3 * 39616 / 1e11, 1e-15);
+  // The embedding whole on both TP ranks: the root gathers 8,192 more.
+  RunOptions whole;
+  whole.tp_sharded_embedding = false;
+  EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm, 2 * 3 * (39616 + 8192) / 1e11, 1e-15);
+  // Without TP there is nothing more to hold.
+  s.split.tensor_parallel = 1;
+  EXPECT_EQ(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm,
+            predict_step(c, s, round_cluster(), exact_links()).dp_comm);
 }

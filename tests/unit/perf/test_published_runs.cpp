@@ -36,7 +36,7 @@ TEST(PublishedRuns, VerdictsFollowFromTheFigures) {
   // The seeds' known errors are found: 390 TFLOP/s called 47% (GPT-3 175B, GPT 462B), the
   // weak-scaling efficiencies, the MoE run's 1.5%.
   EXPECT_EQ(inconsistent, 7);
-  EXPECT_EQ(consistent, 15);
+  EXPECT_EQ(consistent, 18);
 }
 
 TEST(PublishedRuns, PredictionsAreCurrentAndWithinFifteenPercent) {
@@ -58,7 +58,7 @@ TEST(PublishedRuns, PredictionsAreCurrentAndWithinFifteenPercent) {
       EXPECT_EQ(run.role, "excluded") << run.id;
     }
   }
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 16);
 }
 
 TEST(PublishedRuns, TheConstantsAreTheFit) {
@@ -75,15 +75,16 @@ TEST(PublishedRuns, TheConstantsAreTheFit) {
 TEST(PublishedRuns, SelfConsistencyOnMadeUpRows) {
   const std::string header =
       "id,source,model,model_overrides,flops_per_token,cluster,gpus,tp,pp,vp,cp,ep,dp,fsdp,sp,micro_batch,"
-      "global_batch,seq_length,first_last_stage_layers,recompute,distributed_optimizer,baseline,reported_mfu,"
+      "global_batch,seq_length,first_last_stage_layers,recompute,distributed_optimizer,fused_elementwise,fsdp_reduce,"
+      "tp_embedding,baseline,reported_mfu,"
       "reported_tflops_per_gpu,reported_tokens_per_s,reported_step_seconds,reported_relative_step_time,"
       "reported_speedup,reported_scaling_efficiency,convention,peak_tflops,verdict,reason,role,assumptions,"
       "predicted\n";
   // 1e12 FLOP/token x 500 tok/s on 1 GPU = 500 TFLOP/s: 50% of a 1000 peak; 60% is not.
   const auto rows = parse_published_runs(header +
-                                         "a,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,0.5,,500,,,,,6N,1000,,\"x, y\",excluded,,\n"
-                                         "b,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,0.6,,500,,,,,6N,1000,,r,excluded,,\n"
-                                         "c,s,-,,,dgx-h100,1,,,,,,,,,,,,,,,,0.6,,,,,,,6N,1000,,r,excluded,,\n");
+                                         "a,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,,,,0.5,,500,,,,,6N,1000,,\"x, y\",excluded,,\n"
+                                         "b,s,-,,1e12,dgx-h100,1,,,,,,,,,,,,,,,,,,,0.6,,500,,,,,6N,1000,,r,excluded,,\n"
+                                         "c,s,-,,,dgx-h100,1,,,,,,,,,,,,,,,,,,,0.6,,,,,,,6N,1000,,r,excluded,,\n");
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].reason, "x, y");
   EXPECT_EQ(check_self_consistency(rows[0], rows).verdict, "consistent");
@@ -97,9 +98,26 @@ TEST(PublishedRuns, SelfConsistencyOnMadeUpRows) {
   ASSERT_GT(megatron_fpt / flops_per_token(tiny, FlopsConvention::megatron), 1.2);
   char mfu[32];
   std::snprintf(mfu, sizeof mfu, "%.9g", 1e9 / 4 * megatron_fpt / 1e15);
-  const auto padded = parse_published_runs(header + "d,s,tiny-gpt,vocab_size=97,,dgx-h100,4,4,1,1,1,1,1,0,0,1,1,64,,none,0,,"
+  const auto padded = parse_published_runs(header + "d,s,tiny-gpt,vocab_size=97,,dgx-h100,4,4,1,1,1,1,1,0,0,1,1,64,,none,0,,,,,"
                                            + mfu + ",,1e9,,,,,megatron,1000,,r,excluded,,\n");
   EXPECT_EQ(check_self_consistency(padded[0], padded).verdict, "consistent") << check_self_consistency(padded[0], padded).detail;
+  // How the run's software works: eager element-wise work, FSDP's once-a-step reduce-scatter and a
+  // TP-replicated embedding are read; anything else in those columns, or fsdp_reduce without
+  // FSDP, is refused.
+  const std::string fsdp_row = "e,s,tiny-llama,,,dgx-h100,4,1,1,1,1,1,4,1,0,1,8,64,,none,0,";
+  const auto styled = parse_published_runs(header + fsdp_row + "0,step,replicated,,,,1e3,,,,,6N,1000,,r,excluded,,\n");
+  EXPECT_FALSE(styled[0].options.fused_elementwise);
+  EXPECT_FALSE(styled[0].options.fsdp_reduce_every_microbatch);
+  EXPECT_FALSE(styled[0].options.tp_sharded_embedding);
+  const auto plain = parse_published_runs(header + fsdp_row + ",,,,,,1e3,,,,,6N,1000,,r,excluded,,\n");
+  EXPECT_TRUE(plain[0].options.fused_elementwise);
+  EXPECT_TRUE(plain[0].options.fsdp_reduce_every_microbatch);
+  EXPECT_TRUE(plain[0].options.tp_sharded_embedding);
+  EXPECT_THROW(parse_published_runs(header + fsdp_row + "yes,,,,,,1e3,,,,,6N,1000,,r,excluded,,\n"), mt::Error);
+  EXPECT_THROW(parse_published_runs(header + fsdp_row + "1,never,,,,,1e3,,,,,6N,1000,,r,excluded,,\n"), mt::Error);
+  EXPECT_THROW(parse_published_runs(header + fsdp_row + "1,step,whole,,,,1e3,,,,,6N,1000,,r,excluded,,\n"), mt::Error);
+  EXPECT_THROW(parse_published_runs(header + "f,s,tiny-llama,,,dgx-h100,4,1,1,1,1,1,4,0,0,1,8,64,,none,0,1,step,,,,,1e3,,,,,6N,1000,,r,excluded,,\n"),
+               mt::Error);  // fsdp_reduce without FSDP
   EXPECT_THROW(parse_published_runs(header + "a,s,-\n"), mt::Error);                 // too few fields
   EXPECT_THROW(parse_published_runs("id,source\n"), mt::Error);                      // not the header
   EXPECT_THROW(parse_published_runs(header + "a,\"open\n"), mt::Error);              // unclosed quote
