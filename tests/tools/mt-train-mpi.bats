@@ -230,11 +230,14 @@ resumes_exactly() {
   [[ "$(grep -c 'mt-train: saved ' "$TMP/first.err")" == 1 ]] || fail "'$layout': $(cat "$TMP/first.err")"
 }
 
-@test "issue14: 10 steps straight equal 5 + save + load + 5 bit for bit on DP=2 with the distributed optimizer, TP=2 + SP, TP=2 x DP=2 and CP=2" {
-  local -a layouts=("2 --use-distributed-optimizer" "2 --tensor-model-parallel-size 2 --sequence-parallel"
-                    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"
+# CKPT with a 20-iteration schedule (the later flag wins).
+CKPT20=("${CKPT[@]}" --lr-decay-iters 20)
+
+@test "issue14: 20 steps straight equal 10 + save + load + 10 bit for bit on TP=2 x DP=2 with the distributed optimizer, DP=2 with it, TP=2 + SP and CP=2" {
+  local -a layouts=("4 --tensor-model-parallel-size 2 --use-distributed-optimizer" "2 --use-distributed-optimizer"
+                    "2 --tensor-model-parallel-size 2 --sequence-parallel"
                     "2 --context-parallel-size 2 --use-distributed-optimizer")
-  for layout in "${layouts[@]}"; do resumes_exactly "$layout" 5 10 "${CKPT[@]}"; done
+  for layout in "${layouts[@]}"; do resumes_exactly "$layout" 10 20 "${CKPT20[@]}"; done
 }
 
 # The evaluations and steps after iteration $3 (default 5) of $1 equal those of $2 within 1e-5
@@ -249,8 +252,8 @@ same_after() {
     || fail "$(trace "$1") differs from $(trace "$2")"
 }
 
-@test "issue14: saved under TP=2, DP=2 with the distributed optimizer or CP=2, loaded on one rank (and the reverse): the next losses equal the unchanged run within 1e-5" {
-  mt-train "${CKPT[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+@test "issue14: saved under TP=2, DP=2 with the distributed optimizer or CP=2, loaded on one rank (and the reverse): the next 10 losses equal the unchanged run within 1e-5" {
+  mt-train "${CKPT20[@]}" --train-iters 20 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
   local -a pairs=("2 --tensor-model-parallel-size 2|1" "2 --use-distributed-optimizer|1"
                   "1|2 --tensor-model-parallel-size 2" "1|2 --use-distributed-optimizer"
                   "2 --tensor-model-parallel-size 2|2 --use-distributed-optimizer"
@@ -258,11 +261,11 @@ same_after() {
   for pair in "${pairs[@]}"; do
     rm -rf "$TMP/ck"
     # shellcheck disable=SC2086
-    launch ${pair%|*} "${CKPT[@]}" --train-iters 5 --save "$TMP/ck" >/dev/null 2>"$TMP/save.err" || fail "'$pair': $(cat "$TMP/save.err")"
+    launch ${pair%|*} "${CKPT20[@]}" --train-iters 10 --save "$TMP/ck" >/dev/null 2>"$TMP/save.err" || fail "'$pair': $(cat "$TMP/save.err")"
     # shellcheck disable=SC2086
-    launch ${pair#*|} "${CKPT[@]}" --train-iters 10 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+    launch ${pair#*|} "${CKPT20[@]}" --train-iters 20 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
       || fail "'$pair': $(cat "$TMP/load.err")"
-    same_after "$TMP/load.jsonl" "$TMP/one.jsonl"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 10 12  # steps 11 to 20 and the evaluations at 15 and 20
   done
 }
 

@@ -355,27 +355,29 @@ ckpt_run() {
 # The step and eval records' numbers (JSON prints doubles exactly, so equal text is equal bits).
 trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.record, .iteration, .lm_loss, .grad_norm, .loss_scale]'; }
 
-@test "issue14: 10 steps straight equal 4 + save + load + 6, bit for bit, in fp32, bf16 and fp16 with the loss scaler" {
+@test "issue14: 20 steps straight equal 10 + save + load + 10, bit for bit, in fp32, bf16 and fp16 with the loss scaler" {
+  # A 20-iteration schedule, evaluated every 5 (the later flags win over ckpt_run's).
+  local -a schedule=(--lr-decay-iters 20 --eval-interval 5)
   for precision in "" --bf16 "--fp16 --initial-loss-scale 65536 --loss-scale-window 3"; do
     # shellcheck disable=SC2086
-    ckpt_run straight $precision --train-iters 10 || fail "$(cat "$TMP/straight.log")"
+    ckpt_run straight $precision "${schedule[@]}" --train-iters 20 || fail "$(cat "$TMP/straight.log")"
     rm -rf "$TMP/ck"
     # shellcheck disable=SC2086
-    ckpt_run first $precision --train-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/first.log")"
+    ckpt_run first $precision "${schedule[@]}" --train-iters 10 --save "$TMP/ck" || fail "$(cat "$TMP/first.log")"
     # shellcheck disable=SC2086
-    ckpt_run second $precision --train-iters 10 --load "$TMP/ck" --save "$TMP/ck" || fail "$(cat "$TMP/second.log")"
-    # Cut where the straight run evaluates too (--eval-interval 4): a run also evaluates at its end.
+    ckpt_run second $precision "${schedule[@]}" --train-iters 20 --load "$TMP/ck" --save "$TMP/ck" || fail "$(cat "$TMP/second.log")"
+    # Cut where the straight run evaluates too (--eval-interval 5): a run also evaluates at its end.
     [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
       fail "'$precision': $(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
-    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",5,'* ]] || fail "'$precision': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
+    [[ "$(trace "$TMP/second.jsonl" | head -n 1)" == '["step",11,'* ]] || fail "'$precision': resumed at $(trace "$TMP/second.jsonl" | head -n 1)"
     # When each checkpoint started and ended (UTC, milliseconds), its size and speed, loads as saves.
-    jq -e -s '[.[] | select(.record == "ckpt")] | .[0].event == "load" and .[0].iteration == 4 and .[1].event == "save"
-      and .[1].iteration == 10 and all(.bytes > 0 and .seconds > 0 and .mb_per_s > 0
+    jq -e -s '[.[] | select(.record == "ckpt")] | .[0].event == "load" and .[0].iteration == 10 and .[1].event == "save"
+      and .[1].iteration == 20 and all(.bytes > 0 and .seconds > 0 and .mb_per_s > 0
         and (.started | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}[.][0-9]{3}Z$")) and .started <= .ended)
       and .[0].ended <= .[1].started' "$TMP/second.jsonl" >/dev/null || fail "$(cat "$TMP/second.jsonl")"
-    grep -q "^mt-train: loaded $TMP/ck/iter_0000004/checkpoint.h5 (iteration 4) in [0-9.]* s ([0-9.]* MB, [0-9]* MB/s)$" \
+    grep -q "^mt-train: loaded $TMP/ck/iter_0000010/checkpoint.h5 (iteration 10) in [0-9.]* s ([0-9.]* MB, [0-9]* MB/s)$" \
       "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
-    grep -q "^mt-train: saved $TMP/ck/iter_0000010/checkpoint.h5 (iteration 10, [0-9.]* MB in [0-9.]* s, [0-9]* MB/s)$" \
+    grep -q "^mt-train: saved $TMP/ck/iter_0000020/checkpoint.h5 (iteration 20, [0-9.]* MB in [0-9.]* s, [0-9]* MB/s)$" \
       "$TMP/second.log" || fail "$(cat "$TMP/second.log")"
   done
 }
