@@ -363,3 +363,31 @@ EOF
     mt-ckpt verify "$TMP/ck/iter_0000002/checkpoint.h5" >/dev/null || fail "'$layout': the checkpoint does not verify"
   done
 }
+
+@test "signals: every thread of every rank blocks SIGHUP, SIGINT, SIGUSR1 and SIGTERM (one waiting thread takes them; no handler interrupts the compute)" {
+  local -a run=("${CKPT[@]}" --train-iters 100000 --lr-decay-iters 100000 --eval-interval 100000 --use-distributed-optimizer)
+  mpirun -np 2 --oversubscribe mt-train "${run[@]}" --save "$TMP/ck" >"$TMP/run.jsonl" 2>"$TMP/run.err" &
+  local launcher=$!
+  for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/run.jsonl" && break; sleep 0.1; done
+  local -a ranks
+  local pid
+  for pid in $(pgrep -f -- "--save $TMP/ck"); do [[ "$(readlink "/proc/$pid/exe")" == */mt-train ]] && ranks+=("$pid"); done
+  # Every thread blocks them (bits 0, 1, 9 and 14 of SigBlk) but the one waiting for them in
+  # sigwait, whose mask the kernel lifts while it waits: one per rank.
+  local threads=0 waiting=0 unblocked="" task mask
+  for pid in "${ranks[@]}"; do
+    for task in /proc/"$pid"/task/*; do
+      mask="$(awk '/^SigBlk:/ { print $2 }' "$task/status" 2>/dev/null)" || continue
+      [[ -n "$mask" ]] || continue
+      threads=$((threads + 1))
+      if [[ "$(cat "$task/wchan" 2>/dev/null)" == *sigtimedwait* ]]; then waiting=$((waiting + 1))
+      elif (( (16#$mask & 16#4203) != 16#4203 )); then unblocked+=" $task:$mask"; fi
+    done
+  done
+  kill -USR1 "$launcher"
+  wait "$launcher" || true
+  (( ${#ranks[@]} == 2 )) || fail "ranks found: ${ranks[*]}"
+  (( threads > 2 )) || fail "only $threads threads"
+  [[ -z "$unblocked" ]] || fail "threads that do not block the signals:$unblocked"
+  (( waiting == 2 )) || fail "$waiting threads waiting for the signals, not one per rank"
+}

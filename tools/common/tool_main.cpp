@@ -112,6 +112,7 @@ Record run_record(const ToolCli& cli) {
 int tool_main(int argc, char** argv, const std::string& name, const std::string& description,
               const std::function<void(ToolCli&)>& define, const std::function<int(ToolCli&)>& run) {
   ensure_passive_openmp(argv);
+  block_signals();  // before MPI, OpenMP or mt start a thread: they all inherit the block (signals.h)
   ToolCli cli(name, description);
   cli.set_argv(std::vector<std::string>(argv, argv + argc));
   int code = 0;
