@@ -13,9 +13,11 @@
 // boxes by flat_run_boxes). One process writes through serial HDF5; a group of ranks writes one
 // file together through parallel HDF5 (the MPI-IO driver: datasets and attributes created
 // collectively, each rank writing its own hyperslabs independently, which measured faster than
-// collective transfers and than gathering to one writer: docs/DESIGN.md, "Checkpoints"). The file
-// is written under a temporary name, fsynced (by every rank that wrote) and renamed; a failure at
-// any point, on any rank, leaves the previous file untouched.
+// collective transfers and than gathering to one writer: docs/DESIGN.md, "Checkpoints"). Each
+// tensor's writeback to the disk starts as soon as it is written (sync_file_range), so the disk
+// works while the next tensors are copied and checksummed. The file is written under a temporary
+// name, fsynced (by every rank that wrote) and renamed; a failure at any point, on any rank,
+// leaves the previous file untouched.
 // For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill] makes the write fail (or the process
 // die by SIGKILL) at a named point: mid-tensor, before-fsync, before-rename, before-tracker.
 //
@@ -119,6 +121,7 @@ class CheckpointWriter {
   std::optional<TemporaryFile> temporary_;  // the process that renames (a group's rank 0)
   std::string temporary_path_;
   int64_t file_id_ = -1;  // hid_t of the open temporary
+  int writeback_fd_ = -1;  // the temporary again, to start the writeback of each written tensor
   int tensors_ = 0;
   std::string failure_;  // a group's rank: its first error, reported by agree()
   // A group's tensors, checked and given their checksums at commit, when every rank's share is known.
