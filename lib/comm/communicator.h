@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -85,6 +86,15 @@ class Communicator {
   // test()) since it was made: the source of the step records' comm_wait_ms.
   virtual double wait_seconds() const = 0;
 };
+
+// Every rank ends with `root`'s `text`: its length, then its bytes (two broadcasts). Collective
+// over the group; other ranks' `text` is replaced.
+inline void broadcast_text(Communicator& group, std::string& text, int root) {
+  int64_t length = static_cast<int64_t>(text.size());
+  group.broadcast(&length, 1, DType::i64, root);
+  text.resize(static_cast<size_t>(length));
+  group.broadcast(text.data(), length, DType::u8, root);
+}
 
 // A group of one: collectives are identities (or copies between distinct buffers); send and
 // recv to oneself are an error.

@@ -248,13 +248,9 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
         failure = e.what();
       }
     }
-    int64_t sizes[2] = {static_cast<int64_t>(failure.size()), static_cast<int64_t>(temporary_path_.size())};
-    group_->broadcast(sizes, 2, DType::i64, 0);
-    failure.resize(static_cast<size_t>(sizes[0]));
-    temporary_path_.resize(static_cast<size_t>(sizes[1]));
-    group_->broadcast(failure.data(), sizes[0], DType::u8, 0);
-    group_->broadcast(temporary_path_.data(), sizes[1], DType::u8, 0);
+    comm::broadcast_text(*group_, failure, 0);
     if (!failure.empty()) throw Error(failure, "");
+    comm::broadcast_text(*group_, temporary_path_, 0);
     H5Pset_fapl_mpio(access.get(), comm, MPI_INFO_NULL);
     // Metadata is read and written by collective calls (rank 0 writes it), not by every rank.
     H5Pset_all_coll_metadata_ops(access.get(), true);
@@ -292,11 +288,8 @@ void CheckpointWriter::agree() {
   int64_t first = failure_.empty() ? group_->size() : group_->rank();
   group_->all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
   if (first == group_->size()) return;
-  int64_t length = static_cast<int64_t>(failure_.size());
-  group_->broadcast(&length, 1, DType::i64, static_cast<int>(first));
   std::string failure = failure_;
-  failure.resize(static_cast<size_t>(length));
-  group_->broadcast(failure.data(), length, DType::u8, static_cast<int>(first));
+  comm::broadcast_text(*group_, failure, static_cast<int>(first));
   close_file();
   temporary_.reset();  // removes the temporary
   throw Error(failure, "");
@@ -367,7 +360,6 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
 
 int64_t CheckpointWriter::commit(const CheckpointState& s) {
   const hid_t file = static_cast<hid_t>(file_id_);
-  std::string failure;
   if (in_group()) {
     agree();
     // Every rank's element counts and checksum shares (sums mod 2^64 of their shares).
@@ -416,8 +408,7 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
   write_string_attribute(path_, file, "train_config", s.train_config);
   const herr_t closed = H5Fclose(file);
   file_id_ = -1;
-  if (writeback_fd_ >= 0) close(writeback_fd_);
-  writeback_fd_ = -1;
+  close_file();  // the writeback descriptor
   try {
     if (closed < 0) throw Error(path_, "closing " + temporary_path_ + " failed");
     fault_point("before-fsync");

@@ -154,13 +154,9 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   SaveResult result;
   // Rank 0's outcome (an error, or the path) to every rank; throws the error on every rank.
   auto share_outcome = [&](std::string& failure) {
-    int64_t sizes[2] = {static_cast<int64_t>(failure.size()), static_cast<int64_t>(result.path.size())};
-    world.broadcast(sizes, 2, DType::i64, 0);
-    failure.resize(static_cast<size_t>(sizes[0]));
-    result.path.resize(static_cast<size_t>(sizes[1]));
-    world.broadcast(failure.data(), sizes[0], DType::u8, 0);
-    world.broadcast(result.path.data(), sizes[1], DType::u8, 0);
+    comm::broadcast_text(world, failure, 0);
     if (!failure.empty()) throw Error(failure, "");
+    comm::broadcast_text(world, result.path, 0);
   };
   std::string failure;
   if (world.rank() == 0) {

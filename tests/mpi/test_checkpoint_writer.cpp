@@ -51,10 +51,7 @@ class SharedDir {
   SharedDir() {
     if (g_world->rank() == 0) dir_ = std::make_unique<mt::testing::TempDir>("mt_test_parallel_ckpt");
     std::string path = dir_ ? dir_->path().string() : "";
-    int64_t size = static_cast<int64_t>(path.size());
-    g_world->broadcast(&size, 1, DType::i64, 0);
-    path.resize(static_cast<size_t>(size));
-    g_world->broadcast(path.data(), size, DType::u8, 0);
+    comm::broadcast_text(*g_world, path, 0);
     path_ = path;
   }
   ~SharedDir() { g_world->barrier(); }  // nobody removes it while another rank still reads it

@@ -267,6 +267,19 @@ TEST_P(CommunicatorTest, BroadcastFromEveryRoot) {
   }
 }
 
+TEST_P(CommunicatorTest, BroadcastTextFromEveryRoot) {
+  Communicator& c = comm();
+  for (int root = 0; root < c.size(); ++root) {
+    // Longer and shorter than the root's, and empty.
+    std::string text = c.rank() == root ? "from rank " + std::to_string(root) : std::string(c.rank() * 40, 'x');
+    mt::comm::broadcast_text(c, text, root);
+    EXPECT_EQ(text, "from rank " + std::to_string(root));
+    std::string empty = c.rank() == root ? "" : "not empty";
+    mt::comm::broadcast_text(c, empty, root);
+    EXPECT_EQ(empty, "");
+  }
+}
+
 // ---- blocked time ----
 
 TEST_P(CommunicatorTest, WaitSecondsGrowsWhileARankIsLate) {
