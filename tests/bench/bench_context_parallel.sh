@@ -30,26 +30,15 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
 LAYOUTS=("" "--context-parallel-size 2")
-run_layout() {
-  local i="$1" round="$2"
-  # shellcheck disable=SC2086
-  run_on_two_cores "$([[ $i -eq 0 ]] && echo 1 || echo 2)" "${NAMES[$i]}" "$OUT/$i-$round.jsonl" "$OUT/err" \
-    "${MODEL[@]}" ${LAYOUTS[$i]}
-}
-
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
-for round in $(seq 1 "$ROUNDS"); do
-  for i in "${!NAMES[@]}"; do run_layout "$i" "$round"; done
-done
+run_rounds
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 base=0
 printf '%-28s %10s %10s %8s %11s\n' layout "step ms" tokens/s ratio comm_share
 for i in "${!NAMES[@]}"; do
   ms="$(for round in $(seq 1 "$ROUNDS"); do jq 'select(.record=="summary") | .median_step_ms' "$OUT/$i-$round.jsonl"; done | median)"
-  share="$(for round in $(seq 1 "$ROUNDS"); do
-    jq -s '[.[] | select(.record=="step") | .comm_share][1:] | sort | .[(length - 1) / 2 | floor]' "$OUT/$i-$round.jsonl"
-  done | median)"
+  share="$(of_steps "$i" .comm_share)"
   tps="$(jq -n "$GLOBAL * $SEQ / ($ms / 1000)")"
   [[ $i -eq 0 ]] && base="$tps"
   printf '%-28s %10.1f %10.1f %7.2fx %10.1f%%\n' "${NAMES[$i]}" "$ms" "$tps" "$(jq -n "$tps / $base")" \

@@ -31,26 +31,10 @@ LAYOUTS=(""
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-run_layout() {
-  local i="$1" round="$2"
-  # shellcheck disable=SC2086
-  run_on_two_cores "$([[ $i -eq 0 ]] && echo 1 || echo 2)" "${NAMES[$i]}" "$OUT/$i-$round.jsonl" "$OUT/err" \
-    "${MODEL[@]}" ${LAYOUTS[$i]}
-}
-
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
-for round in $(seq 1 "$ROUNDS"); do
-  for i in "${!NAMES[@]}"; do run_layout "$i" "$round"; done
-done
+run_rounds
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# of_steps FILTER: the median over rounds of each run's median over its steps after the first.
-of_steps() {
-  local i="$1" filter="$2"
-  for round in $(seq 1 "$ROUNDS"); do
-    jq -s "[.[] | select(.record==\"step\") | $filter][1:] | sort | .[(length - 1) / 2 | floor]" "$OUT/$i-$round.jsonl"
-  done | median
-}
 base=0
 printf '%-24s %9s %9s %7s %11s %12s %7s %7s\n' layout "step ms" tokens/s ratio "compute ms" "pipeline ms" bubble theory
 for i in "${!NAMES[@]}"; do
