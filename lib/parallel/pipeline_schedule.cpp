@@ -101,24 +101,28 @@ std::vector<PipelineAction> pipeline_actions(const PipelineShape& shape, int ran
   return actions;
 }
 
-int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int chunk) {
+namespace {
+
+// The most forwards of the chunks `counts` accepts whose backward has not run yet, over `actions`.
+template <typename Counts>
+int most_in_flight(const std::vector<PipelineAction>& actions, Counts counts) {
   int held = 0, most = 0;
   for (const PipelineAction& action : actions) {
-    if (chunk >= 0 && action.chunk != chunk) continue;
+    if (!counts(action.chunk)) continue;
     held += action.pass == PipelinePass::forward ? 1 : -1;
     most = std::max(most, held);
   }
   return most;
 }
 
+}  // namespace
+
+int pipeline_activation_slots(const std::vector<PipelineAction>& actions, int chunk) {
+  return most_in_flight(actions, [chunk](int c) { return chunk < 0 || c == chunk; });
+}
+
 int pipeline_activation_slots(const std::vector<PipelineAction>& actions, const std::vector<int>& chunks) {
-  int held = 0, most = 0;
-  for (const PipelineAction& action : actions) {
-    if (std::find(chunks.begin(), chunks.end(), action.chunk) == chunks.end()) continue;
-    held += action.pass == PipelinePass::forward ? 1 : -1;
-    most = std::max(most, held);
-  }
-  return most;
+  return most_in_flight(actions, [&chunks](int c) { return std::find(chunks.begin(), chunks.end(), c) != chunks.end(); });
 }
 
 std::vector<ActivationSlotPool> pipeline_slot_pools(const std::vector<PipelineAction>& actions,
