@@ -1,5 +1,5 @@
 // The CPU backend's op table (see ops.h): host memory, memcpy copies, kernels/cpu conversions and
-// fused kernels at the active ISA level, oneDNN GEMMs.
+// fused kernels at the active ISA level, oneDNN GEMMs on f32 and bf16 operands.
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -113,6 +113,25 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
+// What the CPU runs (see Ops::supports): GEMMs on f32 and bf16 operands (bf16 natively or widened
+// to fp32, kernels/cpu/gemm.h), conversions between f32 and bf16/f16, the fused kernels on f32.
+bool supports(OpId op, DType dtype) {
+  switch (op) {
+    case OpId::allocate:
+    case OpId::release:
+    case OpId::default_stream:
+    case OpId::synchronize:
+    case OpId::copy:
+    case OpId::copy_2d:
+    case OpId::zero:
+    case OpId::gemm_operand_type: return true;
+    case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16;
+    case OpId::convert:
+    case OpId::round_through: return dtype == DType::bf16 || dtype == DType::f16;
+    default: return dtype == DType::f32;  // fill and the fused kernels
+  }
+}
+
 }  // namespace
 
 const char* memory_category_name(MemoryCategory category) {
@@ -130,6 +149,7 @@ const Ops& cpu_ops() {
   static const Ops table{
       .name = "cpu",
       .device = Device::cpu,
+      .supports = supports,
       .allocate = allocate,
       .release = release,
       .default_stream = default_stream,

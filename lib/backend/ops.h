@@ -9,12 +9,15 @@
 // Contracts of the fused kernels (row-major, backward ops write input grads and accumulate
 // parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
 // file documents the entries the backend adds: memory, streams, copies, conversions and GEMM.
-// Tested in tests/unit/backend/test_backend_ops.cpp (every entry, gemm/convert against reference loops).
+// Each backend also says which entries run on which element types (supports, with the entries
+// listed as OpId in backend/op_list.h). Tested in tests/unit/backend/test_backend_ops.cpp (every
+// entry, gemm/convert against reference loops).
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "backend/op_list.h"
 #include "core/tensor.h"
 #include "kernels/common/op_params.h"
 
@@ -41,6 +44,15 @@ enum class CopyKind { device_to_device, host_to_device, device_to_host };
 struct Ops {
   const char* name = nullptr;  // "cpu"
   Device device = Device::cpu;
+
+  // --- what this backend runs (for the op harness and start-up checks; never on the hot path) -
+  // Whether entry `op` runs on elements of `dtype`: gemm on its operand type; convert and
+  // round_through on the 16-bit side (bf16, f16) of a conversion with f32; fill and the fused
+  // kernels on the f32 they compute in (the indices, masks and bf16 copies their signatures name
+  // beside it included); entries that move bytes or answer queries (memory, streams, copy,
+  // copy_2d, zero, gemm_operand_type) on every dtype. gemm, convert and round_through called on a
+  // dtype they do not support throw std::invalid_argument naming it.
+  bool (*supports)(OpId op, DType dtype);
 
   // --- memory --------------------------------------------------------------------------------
   // `bytes` of device memory, 64-byte aligned and zero-filled; throws std::bad_alloc when it
@@ -132,6 +144,9 @@ struct Ops {
   void (*adamw_update)(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq,
                        int64_t n, const AdamWParams& params, Stream stream);
 };
+
+// The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.
+const void* op_entry(const Ops& ops, OpId op);
 
 // The CPU backend: kernels/cpu at the active ISA level (looked up at each call, so MT_CPU_ISA and
 // kernels::set_active_isa apply), oneDNN GEMMs, host memory.

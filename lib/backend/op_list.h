@@ -1,0 +1,71 @@
+// The entries of the backend op table (backend/ops.h) as one list: an X-macro names every entry
+// of backend::Ops in declaration order, so the identifiers (OpId), their names and the check that
+// the list and the struct agree come from one place (an entry added to Ops without its line here
+// stops lib/backend/op_list.cpp from compiling). Backends say per entry and element type what they
+// run (Ops::supports). Tested in tests/unit/backend/test_backend_ops.cpp.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#define MT_BACKEND_OPS(X) \
+  X(allocate)             \
+  X(release)              \
+  X(default_stream)       \
+  X(synchronize)          \
+  X(copy)                 \
+  X(copy_2d)              \
+  X(fill)                 \
+  X(zero)                 \
+  X(convert)              \
+  X(round_through)        \
+  X(gemm_operand_type)    \
+  X(gemm)                 \
+  X(layernorm_forward)    \
+  X(layernorm_backward)   \
+  X(rmsnorm_forward)      \
+  X(rmsnorm_backward)     \
+  X(gelu_forward)         \
+  X(gelu_backward)        \
+  X(swiglu_forward)       \
+  X(swiglu_backward)      \
+  X(rope_forward)         \
+  X(rope_backward)        \
+  X(attention_forward)    \
+  X(attention_backward)   \
+  X(attention_merge)      \
+  X(embedding_forward)    \
+  X(embedding_backward)   \
+  X(xent_row_max)         \
+  X(xent_row_sumexp)      \
+  X(xent_target_logit)    \
+  X(xent_backward)        \
+  X(xent_loss_sums)       \
+  X(add_inplace)          \
+  X(scale_inplace)        \
+  X(bias_add)             \
+  X(bias_backward)        \
+  X(sum_squares)          \
+  X(all_finite)           \
+  X(dropout_forward)      \
+  X(dropout_backward)     \
+  X(adamw_update)
+
+namespace mt::backend {
+
+enum class OpId : int {
+#define MT_BACKEND_OP_ID(entry) entry,
+  MT_BACKEND_OPS(MT_BACKEND_OP_ID)
+#undef MT_BACKEND_OP_ID
+};
+
+#define MT_BACKEND_OP_COUNT(entry) +1
+inline constexpr int kOpCount = 0 MT_BACKEND_OPS(MT_BACKEND_OP_COUNT);
+#undef MT_BACKEND_OP_COUNT
+
+// The entry's name in Ops ("layernorm_backward").
+const char* op_name(OpId op);
+// The OpId of an entry name; nullopt for a name that is not an entry.
+std::optional<OpId> op_from_name(std::string_view name);
+
+}  // namespace mt::backend
