@@ -3,7 +3,8 @@
 // The bf16 variant takes bf16 A and B (uint16 bits) and accumulates in fp32 into fp32 C. Where
 // oneDNN has no bf16 matmul (Debian's oneDNN 2.6 below AVX-512, or ONEDNN_MAX_CPU_ISA holding it
 // there) it widens the operands to fp32 and runs the fp32 GEMM: the same exact products and fp32
-// accumulation, never a raw oneDNN error. Tested in tests/unit/kernels/test_gemm.cpp.
+// accumulation, never a raw oneDNN error. Tested in tests/unit/backend/test_op_harness.cpp (the
+// backend's gemm entry on f32 and bf16 operands at every ISA level).
 #pragma once
 
 #include <cstdint>

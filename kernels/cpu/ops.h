@@ -1,9 +1,10 @@
 // The CPU op table: every fused, vectorised CPU kernel mt trains with, as one struct of function
 // pointers. The implementations (cpu/impl/*.inc) are compiled once per ISA level
 // (ops_x86_64_v2.cpp, ops_avx2.cpp, ops_avx512.cpp, each with its own -m flags) and the table
-// for the active level is picked at run time (cpu/isa.h). Tests run every entry at every level
-// the CPU has against simple reference loops (tests/unit/kernels/). lib reaches these kernels only
-// through the backend op table (lib/backend/ops.h), which the CPU backend fills from this one.
+// for the active level is picked at run time (cpu/isa.h). lib reaches these kernels only through
+// the backend op table (lib/backend/ops.h), which the CPU backend fills from this one; the op
+// harness runs every entry of that table at every level the CPU has against double-precision
+// reference loops (tests/unit/backend/test_op_harness.cpp).
 //
 // Conventions for every op:
 //   - Row-major; `rows` is the number of tokens (B*T), `cols` the feature width.

@@ -3,7 +3,7 @@
 // MemoryLedger that keeps the live and peak bytes of each category and of their sum. Ledgers
 // chain: a stage's ledger forwards to its rank's, so the step and memory records (DESIGN.md
 // sec. 4) read measured bytes, per stage and per rank, never estimates. Allocation happens at
-// set-up on one thread; ledgers are not thread-safe. Tested in tests/unit/backend/test_backend_ops.cpp.
+// set-up on one thread; ledgers are not thread-safe. Tested in tests/unit/backend/test_device_memory.cpp.
 #pragma once
 
 #include <cstdint>

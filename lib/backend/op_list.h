@@ -2,7 +2,8 @@
 // of backend::Ops in declaration order, so the identifiers (OpId), their names and the check that
 // the list and the struct agree come from one place (an entry added to Ops without its line here
 // stops lib/backend/op_list.cpp from compiling). Backends say per entry and element type what they
-// run (Ops::supports). Tested in tests/unit/backend/test_backend_ops.cpp.
+// run (Ops::supports); the op harness (tests/harness/) runs its cases per entry and prints which
+// entries each backend fills. Tested in tests/unit/backend/test_op_harness.cpp.
 #pragma once
 
 #include <optional>

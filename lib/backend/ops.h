@@ -10,8 +10,9 @@
 // parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
 // file documents the entries the backend adds: memory, streams, copies, conversions and GEMM.
 // Each backend also says which entries run on which element types (supports, with the entries
-// listed as OpId in backend/op_list.h). Tested in tests/unit/backend/test_backend_ops.cpp (every
-// entry, gemm/convert against reference loops).
+// listed as OpId in backend/op_list.h). Tested in tests/unit/backend/test_op_harness.cpp: the op
+// harness (tests/harness/) runs every entry of every filled table against double-precision
+// reference loops and prints each backend's coverage.
 #pragma once
 
 #include <cstdint>

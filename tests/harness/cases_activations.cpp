@@ -1,0 +1,202 @@
+// Cases of the activation and rotary entries (see op_cases.h): GELU (tanh) and SwiGLU forward and
+// backward against the reference, including saturated inputs where exp over- or underflows inside a
+// kernel, backward against central differences; RoPE forward and backward against the reference
+// on heads inside wider rows and at positions past any cached table, backward the transpose of
+// forward and its inverse.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "case_helpers.h"
+#include "op_cases.h"
+#include "reference.h"
+
+namespace mt::harness {
+namespace {
+
+void add_gelu(std::vector<OpCase>& cases) {
+  for (int64_t n : {1, 5, 67, 100003}) {
+    const auto inputs = [n] {
+      auto x = random_floats(n, 40, -6.0f, 6.0f);
+      if (n > 8) {  // saturated tails: exp overflows / underflows inside the kernel
+        x[0] = -100.0f;
+        x[1] = 100.0f;
+        x[2] = -30.0f;
+        x[3] = 30.0f;
+        x[4] = 0.0f;
+      }
+      return x;
+    };
+    cases.push_back({.op = OpId::gelu_forward,
+                     .mode = CaseMode::forward,
+                     .name = shape_text({{"n", n}}) + (n > 8 ? " with saturated tails" : ""),
+                     .body = [n, inputs](CaseContext& c) {
+                       const auto x = inputs();
+                       const DeviceArray<float> y = c.filled(n, kNaN);
+                       c.ops().gelu_forward(c.upload(x).data, y.data, n, c.stream());
+                       c.expect_close("y", c.download(y, "y"), ref_gelu_all(to_double(x)),
+                                      tolerances(DType::f32).reference);
+                     }});
+    cases.push_back({.op = OpId::gelu_backward,
+                     .mode = CaseMode::backward,
+                     .name = shape_text({{"n", n}}) + (n > 8 ? " with saturated tails" : ""),
+                     .body = [n, inputs](CaseContext& c) {
+                       const auto x = inputs();
+                       const auto dy = random_floats(n, 41);
+                       const DeviceArray<float> dx = c.filled(n, kNaN);
+                       c.ops().gelu_backward(c.upload(dy).data, c.upload(x).data, dx.data, n, c.stream());
+                       std::vector<double> expected(n);
+                       for (int64_t i = 0; i < n; ++i) expected[i] = dy[i] * ref_gelu_derivative(x[i]);
+                       c.expect_close("dx", c.download(dx, "dx"), expected, tolerances(DType::f32).reference);
+                     }});
+  }
+  cases.push_back({.op = OpId::gelu_backward,
+                   .mode = CaseMode::grad,
+                   .name = shape_text({{"n", 67}}),
+                   .body = [](CaseContext& c) {
+                     const int64_t n = 67;
+                     const auto x = random_floats(n, 42, -4.0f, 4.0f), dy = random_floats(n, 43);
+                     const DeviceArray<float> dx = c.filled(n, kNaN);
+                     c.ops().gelu_backward(c.upload(dy).data, c.upload(x).data, dx.data, n, c.stream());
+                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(ref_gelu_all, to_double(x), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
+                   }});
+}
+
+void add_swiglu(std::vector<OpCase>& cases) {
+  for (int64_t rows : {1, 7, 33})
+    for (int ffn : {1, 37, 768}) {
+      const auto inputs = [rows, ffn] {
+        auto gate_up = random_floats(rows * 2 * ffn, 50, -8.0f, 8.0f);
+        gate_up[0] = -120.0f;  // silu saturates to -0: exp(120) overflows inside the kernel
+        if (ffn > 1) gate_up[1] = 120.0f;
+        return gate_up;
+      };
+      const std::string shape = shape_text({{"rows", rows}, {"ffn", ffn}}) + " with saturated gates";
+      cases.push_back({.op = OpId::swiglu_forward,
+                       .mode = CaseMode::forward,
+                       .name = shape,
+                       .body = [rows, ffn, inputs](CaseContext& c) {
+                         const auto gate_up = inputs();
+                         const DeviceArray<float> y = c.filled(rows * ffn, kNaN);
+                         c.ops().swiglu_forward(c.upload(gate_up).data, y.data, rows, ffn, c.stream());
+                         c.expect_close("y", c.download(y, "y"), ref_swiglu(to_double(gate_up), rows, ffn),
+                                        tolerances(DType::f32).reference);
+                       }});
+      cases.push_back({.op = OpId::swiglu_backward,
+                       .mode = CaseMode::backward,
+                       .name = shape,
+                       .body = [rows, ffn, inputs](CaseContext& c) {
+                         const auto gate_up = inputs();
+                         const auto dy = random_floats(rows * ffn, 51);
+                         const DeviceArray<float> d_gate_up = c.filled(rows * 2 * ffn, kNaN);
+                         c.ops().swiglu_backward(c.upload(dy).data, c.upload(gate_up).data, d_gate_up.data, rows, ffn,
+                                                 c.stream());
+                         c.expect_close("d_gate_up", c.download(d_gate_up, "d_gate_up"),
+                                        ref_swiglu_backward(dy, gate_up, rows, ffn), tolerances(DType::f32).reference);
+                       }});
+    }
+  cases.push_back({.op = OpId::swiglu_backward,
+                   .mode = CaseMode::grad,
+                   .name = shape_text({{"rows", 3}, {"ffn", 37}}),
+                   .body = [](CaseContext& c) {
+                     const int64_t rows = 3;
+                     const int ffn = 37;
+                     const auto gate_up = random_floats(rows * 2 * ffn, 52, -4.0f, 4.0f);
+                     const auto dy = random_floats(rows * ffn, 53);
+                     const DeviceArray<float> d_gate_up = c.filled(rows * 2 * ffn, kNaN);
+                     c.ops().swiglu_backward(c.upload(dy).data, c.upload(gate_up).data, d_gate_up.data, rows, ffn,
+                                             c.stream());
+                     c.expect_close("d_gate_up", c.download(d_gate_up, "d_gate_up"),
+                                    numeric_gradient([&](const auto& v) { return ref_swiglu(v, rows, ffn); },
+                                                     to_double(gate_up), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
+                   }});
+}
+
+struct RopeShape {
+  int64_t rows;
+  int heads, head_dim;
+  int64_t row_stride;  // > heads * head_dim: the heads sit inside a wider (e.g. packed QKV) row
+  float base;
+};
+
+std::string describe(const RopeShape& s) {
+  return shape_text({{"rows", s.rows}, {"heads", s.heads}, {"head_dim", s.head_dim}, {"row_stride", s.row_stride}}) +
+         " base=" + std::to_string(static_cast<long long>(s.base));
+}
+
+std::vector<int32_t> rope_positions(int64_t rows) {
+  std::vector<int32_t> positions(rows);
+  std::mt19937 rng(60);
+  for (auto& p : positions) p = static_cast<int32_t>(rng() % 2048);
+  positions[0] = 0;
+  if (rows > 2) positions[1] = 70000;  // past the kernel's cached table
+  return positions;
+}
+
+// Forward, backward, <rope(x), y> = <x, rope_backward(y)>, and backward(forward(x)) = x.
+void check_rope(CaseContext& c, const RopeShape& s) {
+  const auto positions = rope_positions(s.rows);
+  const auto x = random_floats(s.rows * s.row_stride, 61), y = random_floats(s.rows * s.row_stride, 62);
+  const DeviceArray<int32_t> d_positions = c.upload(positions);
+  const DeviceArray<float> rotated = c.upload(x), back = c.upload(y);
+  c.ops().rope_forward(rotated.data, s.rows, s.row_stride, s.heads, s.head_dim, d_positions.data, s.base, c.stream());
+  c.ops().rope_backward(back.data, s.rows, s.row_stride, s.heads, s.head_dim, d_positions.data, s.base, c.stream());
+  const std::vector<float> rotated_x = c.download(rotated, "rope_forward(x)");
+  const std::vector<float> back_y = c.download(back, "rope_backward(y)");
+  const double tol = tolerances(DType::f32).reference;
+  c.expect_close("rope_forward", rotated_x,
+                 ref_rope(to_double(x), s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, false), tol);
+  c.expect_close("rope_backward", back_y,
+                 ref_rope(to_double(y), s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, true), tol);
+  double lhs = 0, rhs = 0, scale = 0;  // columns outside the heads are untouched by both
+  for (size_t i = 0; i < x.size(); ++i) {
+    lhs += static_cast<double>(rotated_x[i]) * y[i];
+    rhs += static_cast<double>(x[i]) * back_y[i];
+    scale += std::abs(static_cast<double>(x[i]) * y[i]);
+  }
+  c.expect(std::abs(lhs - rhs) <= 1e-5 * scale,
+           "<rope(x), y> = " + std::to_string(lhs) + " but <x, rope_backward(y)> = " + std::to_string(rhs));
+  c.ops().rope_backward(rotated.data, s.rows, s.row_stride, s.heads, s.head_dim, d_positions.data, s.base, c.stream());
+  c.expect_close("backward(forward(x))", c.download(rotated, "round trip"), to_double(x), tol);
+}
+
+void add_rope(std::vector<OpCase>& cases) {
+  for (const RopeShape& shape : {RopeShape{1, 1, 2, 2, 10000.0f}, RopeShape{7, 3, 6, 18, 10000.0f},
+                                 RopeShape{33, 4, 64, 300, 10000.0f}, RopeShape{5, 2, 128, 256, 500000.0f}}) {
+    cases.push_back({.op = OpId::rope_forward,
+                     .mode = CaseMode::forward,
+                     .name = describe(shape) + ", with backward as its transpose and inverse",
+                     .also_uses = {OpId::rope_backward},
+                     .body = [shape](CaseContext& c) { check_rope(c, shape); }});
+  }
+  // The backward entry's own case: the transpose rotation of a gradient (positions 0 and 70000).
+  cases.push_back({.op = OpId::rope_backward,
+                   .mode = CaseMode::backward,
+                   .name = describe({7, 3, 6, 18, 10000.0f}),
+                   .body = [](CaseContext& c) {
+                     const RopeShape s{7, 3, 6, 18, 10000.0f};
+                     const auto positions = rope_positions(s.rows);
+                     const auto dy = random_floats(s.rows * s.row_stride, 63);
+                     const DeviceArray<float> dx = c.upload(dy);
+                     c.ops().rope_backward(dx.data, s.rows, s.row_stride, s.heads, s.head_dim,
+                                           c.upload(positions).data, s.base, c.stream());
+                     c.expect_close("dx", c.download(dx, "dx"),
+                                    ref_rope(to_double(dy), s.rows, s.row_stride, s.heads, s.head_dim, positions,
+                                             s.base, true),
+                                    tolerances(DType::f32).reference);
+                   }});
+}
+
+}  // namespace
+
+void add_activation_cases(std::vector<OpCase>& cases) {
+  add_gelu(cases);
+  add_swiglu(cases);
+  add_rope(cases);
+}
+
+}  // namespace mt::harness

@@ -1,0 +1,140 @@
+// Cases of the GEMM entries (see op_cases.h): every transpose combination at odd shapes (k = 1,
+// rows and columns that are not multiples of a vector), leading dimensions wider than the matrix,
+// alpha and beta, on f32, bf16 and f16 operands against the reference over the operands' rounded
+// values; the operand type each training precision asks for is one the backend's GEMM supports;
+// other operand types are refused by name.
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "case_helpers.h"
+#include "kernels/common/half.h"
+#include "op_cases.h"
+#include "reference.h"
+
+namespace mt::harness {
+namespace {
+
+struct GemmShape {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t extra_lda, extra_ldb, extra_ldc;  // leading dimensions beyond the rows' widths
+  float alpha, beta;
+  uint32_t seed;
+};
+
+std::string describe(const GemmShape& s) {
+  return std::string(s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N") + " " +
+         shape_text({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"lda+", s.extra_lda}, {"ldb+", s.extra_ldb},
+                     {"ldc+", s.extra_ldc}}) +
+         " alpha=" + std::to_string(s.alpha).substr(0, 4) + " beta=" + std::to_string(s.beta).substr(0, 4);
+}
+
+// The operands as the GEMM takes them (f32 values, or bf16/f16 bits) and the values they stand for.
+struct Operand {
+  std::vector<float> values;     // rounded to the dtype
+  std::vector<uint16_t> bits;    // bf16/f16 only
+};
+
+Operand make_operand(const std::vector<float>& values, DType dtype) {
+  Operand operand{values, {}};
+  if (dtype == DType::f32) return operand;
+  operand.bits.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::bf16) {
+      operand.values[i] = kernels::bf16_bits_to_fp32(operand.bits[i] = kernels::fp32_to_bf16_bits(values[i]));
+    } else {
+      operand.values[i] = kernels::fp16_bits_to_fp32(operand.bits[i] = kernels::fp32_to_fp16_bits(values[i]));
+    }
+  }
+  return operand;
+}
+
+const void* device_operand(CaseContext& c, const Operand& operand, DType dtype) {
+  if (dtype == DType::f32) return c.upload(operand.values).data;
+  return c.upload(operand.bits).data;
+}
+
+void check_gemm(CaseContext& c, const GemmShape& s, DType dtype) {
+  const int64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
+  const int64_t b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
+  const int64_t lda = a_cols + s.extra_lda, ldb = b_cols + s.extra_ldb, ldc = s.n + s.extra_ldc;
+  const Operand a = make_operand(random_floats(a_rows * lda, s.seed), dtype);
+  const Operand b = make_operand(random_floats(b_rows * ldb, s.seed + 1), dtype);
+  const auto c0 = random_floats(s.m * ldc, s.seed + 2);
+  const DeviceArray<float> out = c.upload(c0);
+  c.ops().gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, s.alpha, device_operand(c, a, dtype), lda,
+               device_operand(c, b, dtype), ldb, s.beta, out.data, ldc, dtype, c.stream());
+  const std::vector<float> result = c.download(out, "c");
+  const std::vector<double> expected =
+      ref_gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, s.alpha, a.values, lda, b.values, ldb, s.beta, c0, ldc);
+  const double tol = tolerances(dtype).gemm;
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      const double error = std::abs(result[i * ldc + j] - expected[i * ldc + j]);
+      if (!(error <= tol)) {
+        return c.fail("c[" + std::to_string(i) + "," + std::to_string(j) + "] = " + std::to_string(result[i * ldc + j]) +
+                      ", expected " + std::to_string(expected[i * ldc + j]));
+      }
+    }
+  for (int64_t i = 0; i < s.m; ++i)  // columns past n keep C's values
+    for (int64_t j = s.n; j < ldc; ++j) c.expect(result[i * ldc + j] == c0[i * ldc + j], "c beyond column n changed");
+}
+
+const std::vector<GemmShape>& gemm_shapes() {
+  static const std::vector<GemmShape> shapes = {
+      {false, false, 7, 5, 3, 3, 1, 2, 0.5f, 2.0f, 1},     {false, true, 33, 17, 65, 3, 1, 2, 0.5f, 2.0f, 4},
+      {true, false, 64, 48, 1, 3, 1, 2, 0.5f, 2.0f, 7},    {true, true, 5, 129, 31, 3, 1, 2, 0.5f, 2.0f, 10},
+      {false, false, 7, 5, 3, 3, 1, 2, 1.0f, 1.0f, 13},    {true, true, 5, 129, 31, 3, 1, 2, 1.0f, 1.0f, 16},
+      {false, true, 37, 29, 53, 3, 2, 1, 0.5f, 1.5f, 19},  {false, false, 5, 3, 7, 3, 2, 1, 0.5f, 1.5f, 22},
+      {true, false, 13, 65, 1, 3, 2, 1, 0.5f, 1.5f, 25},   {true, true, 1, 17, 33, 3, 2, 1, 0.5f, 1.5f, 28},
+  };
+  return shapes;
+}
+
+}  // namespace
+
+void add_gemm_cases(std::vector<OpCase>& cases) {
+  cases.push_back({.op = OpId::gemm_operand_type,
+                   .mode = CaseMode::property,
+                   .name = "fp32 runs f32 GEMMs, bf16 and fp16 f32 or their own bits, each one the GEMM supports",
+                   .body = [](CaseContext& c) {
+                     const backend::Ops& ops = c.ops();
+                     c.expect(ops.gemm_operand_type(Precision::fp32) == DType::f32, "fp32 does not give f32");
+                     const DType bf16 = ops.gemm_operand_type(Precision::bf16);
+                     const DType fp16 = ops.gemm_operand_type(Precision::fp16);
+                     c.expect(bf16 == DType::f32 || bf16 == DType::bf16,
+                              std::string("bf16 gives ") + dtype_name(bf16));
+                     c.expect(fp16 == DType::f32 || fp16 == DType::f16,
+                              std::string("fp16 gives ") + dtype_name(fp16));
+                     for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+                       c.expect(ops.supports(OpId::gemm, ops.gemm_operand_type(p)),
+                                std::string("gemm does not support the operands of ") + precision_name(p));
+                     }
+                   }});
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const GemmShape& shape : gemm_shapes()) {
+      cases.push_back({.op = OpId::gemm,
+                       .dtype = dtype,
+                       .mode = CaseMode::forward,
+                       .name = describe(shape),
+                       .body = [shape, dtype](CaseContext& c) { check_gemm(c, shape, dtype); }});
+    }
+  }
+  for (DType refused : {DType::i32, DType::f16}) {
+    cases.push_back({.op = OpId::gemm,
+                     .dtype = refused,
+                     .mode = CaseMode::refusal,
+                     .name = std::string(dtype_name(refused)) + " operands are refused by name",
+                     .body = [refused](CaseContext& c) {
+                       const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
+                       expect_refusal(c, "gemm", dtype_name(refused), [&] {
+                         c.ops().gemm(false, false, 2, 2, 2, 1.0f, one.data, 2, one.data, 2, 0.0f, out.data, 2,
+                                      refused, c.stream());
+                       });
+                     }});
+  }
+}
+
+}  // namespace mt::harness

@@ -1,0 +1,72 @@
+// The case list (see op_cases.h) and the family of each entry.
+#include "op_cases.h"
+
+namespace mt::harness {
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> list;
+    add_memory_cases(list);
+    add_conversion_cases(list);
+    add_gemm_cases(list);
+    add_norm_cases(list);
+    add_activation_cases(list);
+    add_attention_cases(list);
+    add_embedding_cases(list);
+    add_cross_entropy_cases(list);
+    add_elementwise_cases(list);
+    add_dropout_cases(list);
+    add_optimizer_cases(list);
+    return list;
+  }();
+  return cases;
+}
+
+const char* op_family(OpId op) {
+  switch (op) {
+    case OpId::allocate:
+    case OpId::release:
+    case OpId::default_stream:
+    case OpId::synchronize:
+    case OpId::copy:
+    case OpId::copy_2d:
+    case OpId::fill:
+    case OpId::zero: return "memory";
+    case OpId::convert:
+    case OpId::round_through: return "conversions";
+    case OpId::gemm_operand_type:
+    case OpId::gemm: return "gemm";
+    case OpId::layernorm_forward:
+    case OpId::layernorm_backward:
+    case OpId::rmsnorm_forward:
+    case OpId::rmsnorm_backward: return "norms";
+    case OpId::gelu_forward:
+    case OpId::gelu_backward:
+    case OpId::swiglu_forward:
+    case OpId::swiglu_backward:
+    case OpId::rope_forward:
+    case OpId::rope_backward: return "activations";
+    case OpId::attention_forward:
+    case OpId::attention_backward:
+    case OpId::attention_merge: return "attention";
+    case OpId::embedding_forward:
+    case OpId::embedding_backward: return "embedding";
+    case OpId::xent_row_max:
+    case OpId::xent_row_sumexp:
+    case OpId::xent_target_logit:
+    case OpId::xent_backward:
+    case OpId::xent_loss_sums: return "cross_entropy";
+    case OpId::add_inplace:
+    case OpId::scale_inplace:
+    case OpId::bias_add:
+    case OpId::bias_backward:
+    case OpId::sum_squares:
+    case OpId::all_finite: return "elementwise";
+    case OpId::dropout_forward:
+    case OpId::dropout_backward: return "dropout";
+    case OpId::adamw_update: return "optimizer";
+  }
+  return "?";
+}
+
+}  // namespace mt::harness
