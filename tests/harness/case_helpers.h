@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +26,28 @@ inline std::string shape_text(std::initializer_list<std::pair<const char*, long 
     text += std::to_string(value);
   }
   return text;
+}
+
+// A value made on first use and shared by the runs of a case (a reference the case checks at
+// several thread counts, or several cases check): the reference loops cost more than the entries.
+template <typename T>
+class Lazy {
+ public:
+  explicit Lazy(std::function<T()> make) : make_(std::move(make)) {}
+  const T& get() {
+    std::call_once(made_, [this] { value_ = make_(); });
+    return value_;
+  }
+
+ private:
+  std::function<T()> make_;
+  std::once_flag made_;
+  T value_{};
+};
+
+template <typename T>
+std::shared_ptr<Lazy<T>> lazy(std::function<T()> make) {
+  return std::make_shared<Lazy<T>>(std::move(make));
 }
 
 // `call` must throw std::invalid_argument whose message names `what` (the refused dtype).

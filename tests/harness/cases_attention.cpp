@@ -202,9 +202,8 @@ void expect_lse_close(CaseContext& c, const std::vector<float>& actual, const st
 }
 
 // Forward: out and lse against the reference; out's columns past the heads keep the sentinel.
-void check_forward(CaseContext& c, const Problem& p) {
+void check_forward(CaseContext& c, const Problem& p, const AttentionReference& ref) {
   const AttentionShape& s = p.shape();
-  const AttentionReference ref = reference(p);
   const DeviceProblem d = upload(c, p);
   const HostResults run = download(c, run_forward(c, p, d), "forward");
   const int64_t q_rows = int64_t(s.batch) * s.q_len, q_cols = int64_t(s.q_heads) * s.head_dim;
@@ -219,9 +218,8 @@ void check_forward(CaseContext& c, const Problem& p) {
 
 // Backward: dq, dk, dv against the reference; grad elements outside the q, k, v columns (packed
 // rows' unused columns) keep the sentinel.
-void check_backward(CaseContext& c, const Problem& p) {
+void check_backward(CaseContext& c, const Problem& p, const AttentionReference& ref) {
   const AttentionShape& s = p.shape();
-  const AttentionReference ref = reference(p);
   const HostResults run = run_kernel(c, p, "kernel");
   const int64_t q_rows = int64_t(s.batch) * s.q_len, kv_rows = int64_t(s.batch) * s.kv_len;
   const int64_t q_cols = int64_t(s.q_heads) * s.head_dim, kv_cols = int64_t(s.kv_heads) * s.head_dim;
@@ -244,17 +242,38 @@ void check_backward(CaseContext& c, const Problem& p) {
   }
 }
 
+// A problem and its reference, made on first use and shared by the cases that check it.
+struct ProblemAndReference {
+  Problem problem;
+  AttentionReference reference;
+};
+using SharedProblem = std::shared_ptr<Lazy<ProblemAndReference>>;
+
+SharedProblem shared_problem(std::function<Problem()> make) {
+  return lazy<ProblemAndReference>([make = std::move(make)] {
+    Problem p = make();
+    AttentionReference r = reference(p);
+    return ProblemAndReference{std::move(p), std::move(r)};
+  });
+}
+
 // A problem as a pair of cases: the forward entry's and the backward entry's.
-void add_problem(std::vector<OpCase>& cases, const std::string& name, const std::function<Problem()>& make) {
+SharedProblem add_problem(std::vector<OpCase>& cases, const std::string& name, std::function<Problem()> make) {
+  SharedProblem shared = shared_problem(std::move(make));
   cases.push_back({.op = OpId::attention_forward,
                    .mode = CaseMode::forward,
                    .name = name,
-                   .body = [make](CaseContext& c) { check_forward(c, make()); }});
+                   .body = [shared](CaseContext& c) {
+                     check_forward(c, shared->get().problem, shared->get().reference);
+                   }});
   cases.push_back({.op = OpId::attention_backward,
                    .mode = CaseMode::backward,
                    .name = name,
                    .also_uses = {OpId::attention_forward},
-                   .body = [make](CaseContext& c) { check_backward(c, make()); }});
+                   .body = [shared](CaseContext& c) {
+                     check_backward(c, shared->get().problem, shared->get().reference);
+                   }});
+  return shared;
 }
 
 void add_reference_problems(std::vector<OpCase>& cases) {
@@ -297,14 +316,14 @@ void add_reference_problems(std::vector<OpCase>& cases) {
 // keys 60..69 no query (zero dk, dv).
 void add_hidden_block(std::vector<OpCase>& cases) {
   const ShapeSpec spec{2, 100, 70, 2, 1, 16, 0, 40};
-  add_problem(cases, "partly hidden block " + describe(spec), [spec] { return make_problem(spec, 23); });
+  const auto shared = add_problem(cases, "partly hidden block " + describe(spec), [spec] { return make_problem(spec, 23); });
   cases.push_back({.op = OpId::attention_backward,
                    .mode = CaseMode::property,
                    .name = "queries that see no key get lse -inf and zero rows; unseen keys zero grads, " +
                            describe(spec),
                    .also_uses = {OpId::attention_forward},
-                   .body = [spec](CaseContext& c) {
-                     const Problem p = make_problem(spec, 23);
+                   .body = [shared](CaseContext& c) {
+                     const Problem& p = shared->get().problem;
                      const HostResults run = run_kernel(c, p, "kernel");
                      const AttentionShape& s = p.shape();
                      for (int b = 0; b < s.batch; ++b) {
@@ -602,11 +621,14 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                            describe({2, 257, 257, 4, 2, 16}),
                    .also_uses = {OpId::attention_forward},
                    .thread_count_independent = true,
-                   .body = [](CaseContext& c) {
-                     Problem p = make_problem({2, 257, 257, 4, 2, 16}, 61);
-                     set_documents(p, {{0, 17, 60, 200}, {0, 129}});
+                   .body = [shared = shared_problem([] {
+                              Problem p = make_problem({2, 257, 257, 4, 2, 16}, 61);
+                              set_documents(p, {{0, 17, 60, 200}, {0, 129}});
+                              return p;
+                            })](CaseContext& c) {  // run at two thread counts: one reference
+                     const Problem& p = shared->get().problem;
                      const HostResults run = run_kernel(c, p, "kernel");
-                     const AttentionReference ref = reference(p);  // compact layouts: grads = [dq | dk | dv]
+                     const AttentionReference& ref = shared->get().reference;  // grads = [dq | dk | dv]
                      std::vector<double> grads = ref.dq;
                      grads.insert(grads.end(), ref.dk.begin(), ref.dk.end());
                      grads.insert(grads.end(), ref.dv.begin(), ref.dv.end());

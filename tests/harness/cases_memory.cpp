@@ -75,7 +75,7 @@ void add_allocation_cases(std::vector<OpCase>& cases) {
                    .name = "returns after the fills and the copy into host memory issued before it",
                    .body = [](CaseContext& c) {
                      const backend::Ops& ops = c.ops();
-                     const int64_t n = (int64_t{1} << 20) + 5;
+                     const int64_t n = (int64_t{1} << 18) + 5;
                      const DeviceArray<float> x = c.allocated<float>(n);
                      ops.fill(x.data, n, 0.25f, c.stream());
                      ops.fill(x.data + 7, 3, -4.0f, c.stream());

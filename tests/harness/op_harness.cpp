@@ -52,11 +52,11 @@ void* CaseContext::allocate_bytes(int64_t bytes) {
   return data;
 }
 
-void CaseContext::copy_to_device(void* device, const void* host, int64_t bytes) {
+void CaseContext::copy_to_device(void* device, const void* host, int64_t bytes,
+                                 std::shared_ptr<const void> keep_alive) {
   if (bytes == 0) return;
-  const auto* first = static_cast<const unsigned char*>(host);
-  staging_.emplace_back(first, first + bytes);
-  ops_.copy(device, staging_.back().data(), bytes, backend::CopyKind::host_to_device, stream_);
+  staging_.push_back(std::move(keep_alive));
+  ops_.copy(device, host, bytes, backend::CopyKind::host_to_device, stream_);
 }
 
 void CaseContext::copy_to_host(void* host, const void* device, int64_t bytes) {
@@ -66,6 +66,7 @@ void CaseContext::copy_to_host(void* host, const void* device, int64_t bytes) {
 }
 
 void CaseContext::record(const std::string& name, const void* bytes, size_t size) {
+  if (!keep_results) return;
   const auto* first = static_cast<const unsigned char*>(bytes);
   records_.emplace_back(name, std::vector<unsigned char>(first, first + size));
 }
@@ -165,11 +166,12 @@ bool runs_case(const backend::Ops& ops, const OpCase& op_case) {
   return true;
 }
 
-CaseOutcome run_case(const backend::Ops& ops, const OpCase& op_case, const std::function<long()>& peak_rss_kib) {
+CaseOutcome run_case(const backend::Ops& ops, const OpCase& op_case, const RunOptions& options) {
   CaseOutcome outcome;
   if (!runs_case(ops, op_case)) return outcome;
   CaseContext context(ops);
-  context.peak_rss_kib = peak_rss_kib;
+  context.keep_results = options.keep_results;
+  context.peak_rss_kib = options.peak_rss_kib;
   try {
     op_case.body(context);
   } catch (const std::exception& e) {

@@ -15,8 +15,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -69,12 +69,14 @@ class CaseContext {
   const backend::Ops& ops() const { return ops_; }
   backend::Stream stream() const { return stream_; }
 
-  // A device copy of `values` (allocate, then copy host_to_device on the stream).
+  // A device copy of `values` (allocate, then copy host_to_device on the stream; the host values
+  // are kept until the stream has run the copy).
   template <typename T>
-  DeviceArray<T> upload(const std::vector<T>& values) {
-    DeviceArray<T> array{static_cast<T*>(allocate_bytes(byte_size<T>(values.size()))),
-                         static_cast<int64_t>(values.size())};
-    copy_to_device(array.data, values.data(), byte_size<T>(values.size()));
+  DeviceArray<T> upload(std::vector<T> values) {
+    auto staged = std::make_shared<const std::vector<T>>(std::move(values));
+    DeviceArray<T> array{static_cast<T*>(allocate_bytes(byte_size<T>(staged->size()))),
+                         static_cast<int64_t>(staged->size())};
+    copy_to_device(array.data, staged->data(), byte_size<T>(staged->size()), staged);
     return array;
   }
   // `n` device elements as the table's allocate gives them (zero-filled by contract).
@@ -87,8 +89,8 @@ class CaseContext {
   DeviceArray<T> filled(int64_t n, T value) {
     return upload(std::vector<T>(static_cast<size_t>(n), value));
   }
-  // The array's values on the host (copy device_to_host, then synchronize); recorded under `name`
-  // so that two runs of a case can be compared bit for bit.
+  // The array's values on the host (copy device_to_host, then synchronize); kept under `name`
+  // when the run keeps its results, so that two runs of a case can be compared bit for bit.
   template <typename T>
   std::vector<T> download(const DeviceArray<T>& array, const std::string& name) {
     std::vector<T> values(static_cast<size_t>(array.size));
@@ -96,7 +98,7 @@ class CaseContext {
     record(name, values.data(), byte_size<T>(values.size()));
     return values;
   }
-  // A host result (sum_squares, all_finite, loss sums), recorded for rerun comparisons.
+  // A host result (sum_squares, all_finite, loss sums), kept like a download.
   template <typename T>
   void record_result(const std::string& name, const T& value) {
     record(name, &value, sizeof(T));
@@ -125,6 +127,8 @@ class CaseContext {
   }
   void fail(const std::string& message);
 
+  // Whether downloads are kept for compare_results (a copy of every result; off by default).
+  bool keep_results = false;
   // Peak resident set of the process in KiB, where the runner can measure it (the CPU); null
   // elsewhere, and cases then skip their host-memory checks.
   std::function<long()> peak_rss_kib;
@@ -148,14 +152,14 @@ class CaseContext {
     return out.str();
   }
   void* allocate_bytes(int64_t bytes);
-  void copy_to_device(void* device, const void* host, int64_t bytes);
+  void copy_to_device(void* device, const void* host, int64_t bytes, std::shared_ptr<const void> keep_alive);
   void copy_to_host(void* host, const void* device, int64_t bytes);
   void record(const std::string& name, const void* bytes, size_t size);
 
   const backend::Ops& ops_;
   backend::Stream stream_;
   std::vector<std::pair<void*, int64_t>> allocations_;
-  std::deque<std::vector<unsigned char>> staging_;  // host sources of copies still in flight
+  std::vector<std::shared_ptr<const void>> staging_;  // host sources of copies still in flight
   std::vector<std::pair<std::string, std::vector<unsigned char>>> records_;
   std::vector<std::string> failures_;
 };
@@ -180,15 +184,19 @@ enum class CaseStatus { passed, failed, unsupported };
 struct CaseOutcome {
   CaseStatus status = CaseStatus::unsupported;
   std::vector<std::string> failures;
-  std::vector<std::pair<std::string, std::vector<unsigned char>>> results;  // every download, in order
+  std::vector<std::pair<std::string, std::vector<unsigned char>>> results;  // kept downloads, in order
+};
+
+struct RunOptions {
+  bool keep_results = false;            // keep every download (for compare_results)
+  std::function<long()> peak_rss_kib = {};  // see CaseContext::peak_rss_kib
 };
 
 // Whether `ops` runs the case: every entry it uses filled, and supported on its dtype (for a
 // refusal case: the entry filled and the dtype not supported).
 bool runs_case(const backend::Ops& ops, const OpCase& op_case);
 // Runs the case on `ops` (unsupported: not run). An exception out of the case is a failure.
-CaseOutcome run_case(const backend::Ops& ops, const OpCase& op_case,
-                     const std::function<long()>& peak_rss_kib = nullptr);
+CaseOutcome run_case(const backend::Ops& ops, const OpCase& op_case, const RunOptions& options = {});
 // The differences between two runs' results (empty when every download has the same bits).
 std::vector<std::string> compare_results(const CaseOutcome& first, const CaseOutcome& second);
 

@@ -42,6 +42,19 @@ std::vector<double> numeric_gradient(const std::function<std::vector<double>(con
   return gradient;
 }
 
+std::vector<double> numeric_gradient_by_row(
+    const std::function<std::vector<double>(const std::vector<double>&)>& f_row, const std::vector<double>& at,
+    const std::vector<double>& dy, int64_t rows, int cols) {
+  std::vector<double> gradient(at.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> row(at.begin() + r * cols, at.begin() + (r + 1) * cols);
+    const std::vector<double> row_dy(dy.begin() + r * cols, dy.begin() + (r + 1) * cols);
+    const std::vector<double> row_gradient = numeric_gradient(f_row, row, row_dy);
+    std::copy(row_gradient.begin(), row_gradient.end(), gradient.begin() + r * cols);
+  }
+  return gradient;
+}
+
 NormReference ref_layernorm(const std::vector<double>& x, const std::vector<double>& weight,
                             const std::vector<double>* bias, int64_t rows, int cols, double eps) {
   NormReference out{std::vector<double>(x.size()), std::vector<double>(rows), std::vector<double>(rows)};

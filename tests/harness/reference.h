@@ -26,6 +26,12 @@ double rms(const std::vector<double>& values);
 std::vector<double> numeric_gradient(const std::function<std::vector<double>(const std::vector<double>&)>& f,
                                      std::vector<double> at, const std::vector<double>& dy);
 
+// The same for a function applied to each of `rows` rows of `cols` separately (a norm's x): only
+// the perturbed row is recomputed, since the others' differences are exactly 0.
+std::vector<double> numeric_gradient_by_row(
+    const std::function<std::vector<double>(const std::vector<double>&)>& f_row, const std::vector<double>& at,
+    const std::vector<double>& dy, int64_t rows, int cols);
+
 // --- normalisation ------------------------------------------------------------------------------
 struct NormReference {
   std::vector<double> y, mean, rstd;

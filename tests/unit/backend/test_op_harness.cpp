@@ -8,6 +8,7 @@
 // operands only where oneDNN has a native bf16 matmul.
 //   mt_test_op_harness --coverage   runs every case at every level and prints the coverage table
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -79,14 +80,15 @@ auto with_threads(int threads, Body&& body) {
 void run_on_cpu(const OpCase& op_case) {
   SCOPED_TRACE(describe(op_case));
   const mt::backend::Ops& ops = mt::backend::cpu_ops();
-  const auto probe = op_case.measures_host_memory ? peak_rss_kib : nullptr;
+  mt::harness::RunOptions options;
+  options.keep_results = op_case.thread_count_independent;
+  if (op_case.measures_host_memory) options.peak_rss_kib = peak_rss_kib;
   const int threads = std::max(2, omp_get_max_threads());
-  const CaseOutcome outcome =
-      with_threads(threads, [&] { return mt::harness::run_case(ops, op_case, probe); });
+  const CaseOutcome outcome = with_threads(threads, [&] { return mt::harness::run_case(ops, op_case, options); });
   if (outcome.status == CaseStatus::unsupported) return;  // OpHarness.CpuRunsEveryCaseItSupports
   for (const std::string& failure : outcome.failures) ADD_FAILURE() << failure;
   if (!op_case.thread_count_independent || outcome.status != CaseStatus::passed) return;
-  const CaseOutcome one_thread = with_threads(1, [&] { return mt::harness::run_case(ops, op_case); });
+  const CaseOutcome one_thread = with_threads(1, [&] { return mt::harness::run_case(ops, op_case, options); });
   for (const std::string& difference : mt::harness::compare_results(outcome, one_thread)) {
     ADD_FAILURE() << "1 thread against " << threads << ": " << difference;
   }
@@ -254,8 +256,8 @@ TEST(CpuBackend, FusedEntriesRunTheKernelsOfTheActiveLevel) {
       }
       done.insert(op_case.op);
       SCOPED_TRACE(describe(op_case));
-      const CaseOutcome table = mt::harness::run_case(mt::backend::cpu_ops(), op_case);
-      const CaseOutcome kernels = mt::harness::run_case(pinned, op_case);
+      const CaseOutcome table = mt::harness::run_case(mt::backend::cpu_ops(), op_case, {.keep_results = true});
+      const CaseOutcome kernels = mt::harness::run_case(pinned, op_case, {.keep_results = true});
       EXPECT_EQ(table.status, CaseStatus::passed) << "the case fails on the CPU table";
       for (const std::string& difference : mt::harness::compare_results(table, kernels)) ADD_FAILURE() << difference;
     }
@@ -276,6 +278,7 @@ TEST(CpuBackend, Bf16GemmOperandsOnlyWhereOneDnnHasANativeMatmul) {
     EXPECT_EQ(ops.gemm_operand_type(mt::Precision::fp16), DType::f32);
     EXPECT_EQ(ops.gemm_operand_type(mt::Precision::fp32), DType::f32);
   }
+  mt::kernels::set_active_isa(cpu_levels().back());
 }
 
 // Every case at every level, with the coverage table of each level; exit status 1 on a failure.
@@ -299,6 +302,10 @@ int print_coverage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Freed blocks stay with the process: cases allocate and free the same large sizes again and
+  // again, and returning them to the kernel each time doubled the suite's system time.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (argc == 2 && std::string(argv[1]) == "--coverage") return print_coverage();
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
