@@ -52,17 +52,15 @@ void add_gelu(std::vector<OpCase>& cases) {
                        c.expect_close("dx", c.download(dx, "dx"), expected, tolerances(DType::f32).reference);
                      }});
   }
-  cases.push_back({.op = OpId::gelu_backward,
-                   .mode = CaseMode::grad,
-                   .name = shape_text({{"n", 67}}),
-                   .body = [](CaseContext& c) {
-                     const int64_t n = 67;
-                     const auto x = random_floats(n, 42, -4.0f, 4.0f), dy = random_floats(n, 43);
-                     const DeviceArray<float> dx = c.filled(n, kNaN);
-                     c.ops().gelu_backward(c.upload(dy).data, c.upload(x).data, dx.data, n, c.stream());
-                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(ref_gelu_all, to_double(x), to_double(dy)),
-                                    tolerances(DType::f32).finite_difference);
-                   }});
+  cases.push_back(
+      {.op = OpId::gelu_backward, .mode = CaseMode::grad, .name = shape_text({{"n", 67}}), .body = [](CaseContext& c) {
+         const int64_t n = 67;
+         const auto x = random_floats(n, 42, -4.0f, 4.0f), dy = random_floats(n, 43);
+         const DeviceArray<float> dx = c.filled(n, kNaN);
+         c.ops().gelu_backward(c.upload(dy).data, c.upload(x).data, dx.data, n, c.stream());
+         c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(ref_gelu_all, to_double(x), to_double(dy)),
+                        tolerances(DType::f32).finite_difference);
+       }});
 }
 
 void add_swiglu(std::vector<OpCase>& cases) {
@@ -182,12 +180,12 @@ void add_rope(std::vector<OpCase>& cases) {
                      const auto positions = rope_positions(s.rows);
                      const auto dy = random_floats(s.rows * s.row_stride, 63);
                      const DeviceArray<float> dx = c.upload(dy);
-                     c.ops().rope_backward(dx.data, s.rows, s.row_stride, s.heads, s.head_dim,
-                                           c.upload(positions).data, s.base, c.stream());
-                     c.expect_close("dx", c.download(dx, "dx"),
-                                    ref_rope(to_double(dy), s.rows, s.row_stride, s.heads, s.head_dim, positions,
-                                             s.base, true),
-                                    tolerances(DType::f32).reference);
+                     c.ops().rope_backward(dx.data, s.rows, s.row_stride, s.heads, s.head_dim, c.upload(positions).data,
+                                           s.base, c.stream());
+                     c.expect_close(
+                         "dx", c.download(dx, "dx"),
+                         ref_rope(to_double(dy), s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, true),
+                         tolerances(DType::f32).reference);
                    }});
 }
 

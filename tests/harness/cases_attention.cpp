@@ -47,8 +47,14 @@ struct ShapeSpec {
 };
 
 std::string describe(const ShapeSpec& s) {
-  return shape_text({{"B", s.batch}, {"Tq", s.q_len}, {"Tkv", s.kv_len}, {"H", s.heads}, {"G", s.kv_heads},
-                     {"D", s.dim}, {"q_pos0", s.q_pos0}, {"kv_pos0", s.kv_pos0}});
+  return shape_text({{"B", s.batch},
+                     {"Tq", s.q_len},
+                     {"Tkv", s.kv_len},
+                     {"H", s.heads},
+                     {"G", s.kv_heads},
+                     {"D", s.dim},
+                     {"q_pos0", s.q_pos0},
+                     {"kv_pos0", s.kv_pos0}});
 }
 
 void fill_uniform(std::vector<float>& values, uint32_t seed, float range) {
@@ -122,7 +128,9 @@ void set_documents(Problem& p, const std::vector<std::vector<int64_t>>& starts) 
   }
 }
 
-AttentionReference reference(const Problem& p) { return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start); }
+AttentionReference reference(const Problem& p) {
+  return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start);
+}
 
 // The problem's inputs on the device.
 struct DeviceProblem {
@@ -190,10 +198,9 @@ void expect_lse_close(CaseContext& c, const std::vector<float>& actual, const st
                       const std::string& what) {
   if (actual.size() != expected.size()) return c.fail(what + " lse: wrong size");
   for (size_t i = 0; i < actual.size(); ++i) {
-    const bool ok = std::isinf(expected[i])
-                        ? actual[i] == -std::numeric_limits<float>::infinity()
-                        : std::abs(actual[i] - expected[i]) <=
-                              attention_tolerance() * std::max(1.0, std::abs(expected[i]));
+    const bool ok = std::isinf(expected[i]) ? actual[i] == -std::numeric_limits<float>::infinity()
+                                            : std::abs(actual[i] - expected[i]) <=
+                                                  attention_tolerance() * std::max(1.0, std::abs(expected[i]));
     if (!ok) {
       return c.fail(what + " lse[" + std::to_string(i) + "] = " + std::to_string(actual[i]) + ", expected " +
                     std::to_string(expected[i]));
@@ -260,25 +267,22 @@ SharedProblem shared_problem(std::function<Problem()> make) {
 // A problem as a pair of cases: the forward entry's and the backward entry's.
 SharedProblem add_problem(std::vector<OpCase>& cases, const std::string& name, std::function<Problem()> make) {
   SharedProblem shared = shared_problem(std::move(make));
-  cases.push_back({.op = OpId::attention_forward,
-                   .mode = CaseMode::forward,
-                   .name = name,
-                   .body = [shared](CaseContext& c) {
-                     check_forward(c, shared->get().problem, shared->get().reference);
-                   }});
-  cases.push_back({.op = OpId::attention_backward,
-                   .mode = CaseMode::backward,
-                   .name = name,
-                   .also_uses = {OpId::attention_forward},
-                   .body = [shared](CaseContext& c) {
-                     check_backward(c, shared->get().problem, shared->get().reference);
-                   }});
+  cases.push_back(
+      {.op = OpId::attention_forward, .mode = CaseMode::forward, .name = name, .body = [shared](CaseContext& c) {
+         check_forward(c, shared->get().problem, shared->get().reference);
+       }});
+  cases.push_back(
+      {.op = OpId::attention_backward,
+       .mode = CaseMode::backward,
+       .name = name,
+       .also_uses = {OpId::attention_forward},
+       .body = [shared](CaseContext& c) { check_backward(c, shared->get().problem, shared->get().reference); }});
   return shared;
 }
 
 void add_reference_problems(std::vector<OpCase>& cases) {
   const std::vector<ShapeSpec> specs = {
-      {2, 7, 7, 2, 2, 8}, {1, 1, 1, 1, 1, 16}, {1, 130, 130, 1, 1, 16},
+      {2, 7, 7, 2, 2, 8},      {1, 1, 1, 1, 1, 16},     {1, 130, 130, 1, 1, 16},
       {2, 257, 257, 4, 2, 12}, {1, 200, 200, 4, 1, 64}, {2, 65, 65, 3, 3, 33},
   };
   uint32_t seed = 100;
@@ -298,13 +302,16 @@ void add_reference_problems(std::vector<OpCase>& cases) {
     return p;
   });
   // Every key before every query (no causal mask at all), and a diagonal block away from 0.
-  add_problem(cases, "keys before queries " + describe({2, 70, 100, 2, 1, 16, 100, 0}),
-              [] { return make_problem({2, 70, 100, 2, 1, 16, 100, 0}, 21); });
-  add_problem(cases, "diagonal block " + describe({1, 130, 130, 2, 2, 16, 64, 64}),
-              [] { return make_problem({1, 130, 130, 2, 2, 16, 64, 64}, 22); });
+  add_problem(cases, "keys before queries " + describe({2, 70, 100, 2, 1, 16, 100, 0}), [] {
+    return make_problem({2, 70, 100, 2, 1, 16, 100, 0}, 21);
+  });
+  add_problem(cases, "diagonal block " + describe({1, 130, 130, 2, 2, 16, 64, 64}), [] {
+    return make_problem({1, 130, 130, 2, 2, 16, 64, 64}, 22);
+  });
   // Strides exactly (H + 2G) D, and with 5 unused NaN columns per token.
-  add_problem(cases, "packed qkv " + describe({2, 130, 130, 4, 2, 16}),
-              [] { return make_packed_problem({2, 130, 130, 4, 2, 16}, 0, 31); });
+  add_problem(cases, "packed qkv " + describe({2, 130, 130, 4, 2, 16}), [] {
+    return make_packed_problem({2, 130, 130, 4, 2, 16}, 0, 31);
+  });
   add_problem(cases, "packed qkv with 5 unused columns, documents " + describe({2, 130, 130, 4, 2, 12}), [] {
     Problem p = make_packed_problem({2, 130, 130, 4, 2, 12}, 5, 32);
     set_documents(p, {{0, 70}, {0, 3, 129}});
@@ -316,36 +323,36 @@ void add_reference_problems(std::vector<OpCase>& cases) {
 // keys 60..69 no query (zero dk, dv).
 void add_hidden_block(std::vector<OpCase>& cases) {
   const ShapeSpec spec{2, 100, 70, 2, 1, 16, 0, 40};
-  const auto shared = add_problem(cases, "partly hidden block " + describe(spec), [spec] { return make_problem(spec, 23); });
-  cases.push_back({.op = OpId::attention_backward,
-                   .mode = CaseMode::property,
-                   .name = "queries that see no key get lse -inf and zero rows; unseen keys zero grads, " +
-                           describe(spec),
-                   .also_uses = {OpId::attention_forward},
-                   .body = [shared](CaseContext& c) {
-                     const Problem& p = shared->get().problem;
-                     const HostResults run = run_kernel(c, p, "kernel");
-                     const AttentionShape& s = p.shape();
-                     for (int b = 0; b < s.batch; ++b) {
-                       for (int t = 0; t < 40; ++t) {
-                         for (int h = 0; h < s.q_heads; ++h) {
-                           c.expect(run.lse[(b * s.q_heads + h) * s.q_len + t] ==
-                                        -std::numeric_limits<float>::infinity(),
-                                    "lse of a query that sees no key is not -inf");
-                         }
-                         for (int col = 0; col < s.q_heads * s.head_dim; ++col) {
-                           c.expect(run.out[(b * s.q_len + t) * s.o_stride + col] == 0.0f, "out of a blind query");
-                           c.expect(run.dq(p)[(b * s.q_len + t) * s.q_stride + col] == 0.0f, "dq of a blind query");
-                         }
-                       }
-                       for (int j = 60; j < 70; ++j) {
-                         for (int col = 0; col < s.kv_heads * s.head_dim; ++col) {
-                           c.expect(run.dk(p)[(b * s.kv_len + j) * s.k_stride + col] == 0.0f, "dk of an unseen key");
-                           c.expect(run.dv(p)[(b * s.kv_len + j) * s.v_stride + col] == 0.0f, "dv of an unseen key");
-                         }
-                       }
-                     }
-                   }});
+  const auto shared =
+      add_problem(cases, "partly hidden block " + describe(spec), [spec] { return make_problem(spec, 23); });
+  cases.push_back(
+      {.op = OpId::attention_backward,
+       .mode = CaseMode::property,
+       .name = "queries that see no key get lse -inf and zero rows; unseen keys zero grads, " + describe(spec),
+       .also_uses = {OpId::attention_forward},
+       .body = [shared](CaseContext& c) {
+         const Problem& p = shared->get().problem;
+         const HostResults run = run_kernel(c, p, "kernel");
+         const AttentionShape& s = p.shape();
+         for (int b = 0; b < s.batch; ++b) {
+           for (int t = 0; t < 40; ++t) {
+             for (int h = 0; h < s.q_heads; ++h) {
+               c.expect(run.lse[(b * s.q_heads + h) * s.q_len + t] == -std::numeric_limits<float>::infinity(),
+                        "lse of a query that sees no key is not -inf");
+             }
+             for (int col = 0; col < s.q_heads * s.head_dim; ++col) {
+               c.expect(run.out[(b * s.q_len + t) * s.o_stride + col] == 0.0f, "out of a blind query");
+               c.expect(run.dq(p)[(b * s.q_len + t) * s.q_stride + col] == 0.0f, "dq of a blind query");
+             }
+           }
+           for (int j = 60; j < 70; ++j) {
+             for (int col = 0; col < s.kv_heads * s.head_dim; ++col) {
+               c.expect(run.dk(p)[(b * s.kv_len + j) * s.k_stride + col] == 0.0f, "dk of an unseen key");
+               c.expect(run.dv(p)[(b * s.kv_len + j) * s.v_stride + col] == 0.0f, "dv of an unseen key");
+             }
+           }
+         }
+       }});
 }
 
 // The problem restricted to keys [lo, hi) of each sample (compact K, V; kv_pos0 moved).
@@ -400,7 +407,8 @@ void check_merge(CaseContext& c) {
   const HostResults part1_host = download(c, part1, "part 1");
   // The running result starts empty (lse -inf, out never read: NaN) and takes the blocks in turn.
   DeviceResults merged{c.filled(int64_t(full.out_size()), kNaN),
-                       c.filled(int64_t(full.lse_size()), -std::numeric_limits<float>::infinity()), {}};
+                       c.filled(int64_t(full.lse_size()), -std::numeric_limits<float>::infinity()),
+                       {}};
   c.ops().attention_merge(s, merged.out.data, merged.lse.data, part1.out.data, part1.lse.data, c.stream());
   const std::vector<float> after_first = c.download(merged.out, "merged out after block 1");
   const int dim = s.head_dim;
@@ -454,8 +462,8 @@ void check_merge(CaseContext& c) {
   for (size_t i = first.layout.k_offset; i < accumulated.size(); ++i) {
     const float expected = grads1.grads[i] + grads2.grads[second.layout.k_offset + (i - first.layout.k_offset)];
     if (!float_eq(accumulated[i], expected)) {
-      return c.fail("accumulated dk/dv[" + std::to_string(i) + "] = " + std::to_string(accumulated[i]) +
-                    ", expected " + std::to_string(expected));
+      return c.fail("accumulated dk/dv[" + std::to_string(i) + "] = " + std::to_string(accumulated[i]) + ", expected " +
+                    std::to_string(expected));
     }
   }
   const int64_t cols = int64_t(s.kv_heads) * dim;
@@ -485,30 +493,31 @@ void add_block_cases(std::vector<OpCase>& cases) {
                            describe({2, 120, 200, 4, 2, 16, 40, 0}),
                    .also_uses = {OpId::attention_forward, OpId::attention_backward},
                    .body = check_merge});
-  cases.push_back({.op = OpId::attention_backward,
-                   .mode = CaseMode::accumulate,
-                   .name = "accumulate_grads: two calls add twice onto random grads, " + describe({2, 65, 65, 4, 2, 12}),
-                   .also_uses = {OpId::attention_forward},
-                   .body = [](CaseContext& c) {
-                     Problem p = make_problem({2, 65, 65, 4, 2, 12}, 45);
-                     set_documents(p, {{0, 20}, {0, 40}});
-                     const AttentionReference ref = reference(p);
-                     const auto start = random_floats(p.inputs.size(), 46);
-                     const DeviceProblem d = upload(c, p);
-                     DeviceResults r = run_forward(c, p, d);
-                     r.grads = c.upload(start);
-                     AttentionShape accumulating = p.shape();
-                     accumulating.accumulate_grads = true;
-                     run_backward(c, p, d, r, accumulating);
-                     run_backward(c, p, d, r, accumulating);
-                     const std::vector<float> grads = c.download(r.grads, "grads");
-                     std::vector<double> expected = to_double(start);  // compact layout: [dq | dk | dv]
-                     const std::vector<double>* parts[] = {&ref.dq, &ref.dk, &ref.dv};
-                     const size_t offsets[] = {p.layout.q_offset, p.layout.k_offset, p.layout.v_offset};
-                     for (int part = 0; part < 3; ++part)
-                       for (size_t i = 0; i < parts[part]->size(); ++i) expected[offsets[part] + i] += 2 * (*parts[part])[i];
-                     c.expect_max_close("grads", grads, expected, attention_tolerance(), kFloor);
-                   }});
+  cases.push_back(
+      {.op = OpId::attention_backward,
+       .mode = CaseMode::accumulate,
+       .name = "accumulate_grads: two calls add twice onto random grads, " + describe({2, 65, 65, 4, 2, 12}),
+       .also_uses = {OpId::attention_forward},
+       .body = [](CaseContext& c) {
+         Problem p = make_problem({2, 65, 65, 4, 2, 12}, 45);
+         set_documents(p, {{0, 20}, {0, 40}});
+         const AttentionReference ref = reference(p);
+         const auto start = random_floats(p.inputs.size(), 46);
+         const DeviceProblem d = upload(c, p);
+         DeviceResults r = run_forward(c, p, d);
+         r.grads = c.upload(start);
+         AttentionShape accumulating = p.shape();
+         accumulating.accumulate_grads = true;
+         run_backward(c, p, d, r, accumulating);
+         run_backward(c, p, d, r, accumulating);
+         const std::vector<float> grads = c.download(r.grads, "grads");
+         std::vector<double> expected = to_double(start);  // compact layout: [dq | dk | dv]
+         const std::vector<double>* parts[] = {&ref.dq, &ref.dk, &ref.dv};
+         const size_t offsets[] = {p.layout.q_offset, p.layout.k_offset, p.layout.v_offset};
+         for (int part = 0; part < 3; ++part)
+           for (size_t i = 0; i < parts[part]->size(); ++i) expected[offsets[part] + i] += 2 * (*parts[part])[i];
+         c.expect_max_close("grads", grads, expected, attention_tolerance(), kFloor);
+       }});
 }
 
 // The reference's analytic grads against central differences of its fp64 forward (accurate to
@@ -615,27 +624,27 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                    .name = "documents " + describe({1, 9, 9, 2, 1, 4}) + ", and the reference's own grads",
                    .also_uses = {OpId::attention_forward},
                    .body = check_finite_differences});
-  cases.push_back({.op = OpId::attention_backward,
-                   .mode = CaseMode::property,
-                   .name = "out, lse and grads the same bits at any thread count, documents " +
-                           describe({2, 257, 257, 4, 2, 16}),
-                   .also_uses = {OpId::attention_forward},
-                   .thread_count_independent = true,
-                   .body = [shared = shared_problem([] {
-                              Problem p = make_problem({2, 257, 257, 4, 2, 16}, 61);
-                              set_documents(p, {{0, 17, 60, 200}, {0, 129}});
-                              return p;
-                            })](CaseContext& c) {  // run at two thread counts: one reference
-                     const Problem& p = shared->get().problem;
-                     const HostResults run = run_kernel(c, p, "kernel");
-                     const AttentionReference& ref = shared->get().reference;  // grads = [dq | dk | dv]
-                     std::vector<double> grads = ref.dq;
-                     grads.insert(grads.end(), ref.dk.begin(), ref.dk.end());
-                     grads.insert(grads.end(), ref.dv.begin(), ref.dv.end());
-                     c.expect_max_close("out", run.out, ref.out, attention_tolerance(), kFloor);
-                     expect_lse_close(c, run.lse, ref.lse, "kernel");
-                     c.expect_max_close("grads", run.grads, grads, attention_tolerance(), kFloor);
-                   }});
+  cases.push_back(
+      {.op = OpId::attention_backward,
+       .mode = CaseMode::property,
+       .name = "out, lse and grads the same bits at any thread count, documents " + describe({2, 257, 257, 4, 2, 16}),
+       .also_uses = {OpId::attention_forward},
+       .thread_count_independent = true,
+       .body = [shared = shared_problem([] {
+                  Problem p = make_problem({2, 257, 257, 4, 2, 16}, 61);
+                  set_documents(p, {{0, 17, 60, 200}, {0, 129}});
+                  return p;
+                })](CaseContext& c) {  // run at two thread counts: one reference
+         const Problem& p = shared->get().problem;
+         const HostResults run = run_kernel(c, p, "kernel");
+         const AttentionReference& ref = shared->get().reference;  // grads = [dq | dk | dv]
+         std::vector<double> grads = ref.dq;
+         grads.insert(grads.end(), ref.dk.begin(), ref.dk.end());
+         grads.insert(grads.end(), ref.dv.begin(), ref.dv.end());
+         c.expect_max_close("out", run.out, ref.out, attention_tolerance(), kFloor);
+         expect_lse_close(c, run.lse, ref.lse, "kernel");
+         c.expect_max_close("grads", run.grads, grads, attention_tolerance(), kFloor);
+       }});
 }
 
 }  // namespace mt::harness

@@ -26,15 +26,19 @@ struct GemmShape {
 
 std::string describe(const GemmShape& s) {
   return std::string(s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N") + " " +
-         shape_text({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"lda+", s.extra_lda}, {"ldb+", s.extra_ldb},
+         shape_text({{"m", s.m},
+                     {"n", s.n},
+                     {"k", s.k},
+                     {"lda+", s.extra_lda},
+                     {"ldb+", s.extra_ldb},
                      {"ldc+", s.extra_ldc}}) +
          " alpha=" + std::to_string(s.alpha).substr(0, 4) + " beta=" + std::to_string(s.beta).substr(0, 4);
 }
 
 // The operands as the GEMM takes them (f32 values, or bf16/f16 bits) and the values they stand for.
 struct Operand {
-  std::vector<float> values;     // rounded to the dtype
-  std::vector<uint16_t> bits;    // bf16/f16 only
+  std::vector<float> values;   // rounded to the dtype
+  std::vector<uint16_t> bits;  // bf16/f16 only
 };
 
 Operand make_operand(const std::vector<float>& values, DType dtype) {
@@ -74,8 +78,8 @@ void check_gemm(CaseContext& c, const GemmShape& s, DType dtype) {
     for (int64_t j = 0; j < s.n; ++j) {
       const double error = std::abs(result[i * ldc + j] - expected[i * ldc + j]);
       if (!(error <= tol)) {
-        return c.fail("c[" + std::to_string(i) + "," + std::to_string(j) + "] = " + std::to_string(result[i * ldc + j]) +
-                      ", expected " + std::to_string(expected[i * ldc + j]));
+        return c.fail("c[" + std::to_string(i) + "," + std::to_string(j) + "] = " +
+                      std::to_string(result[i * ldc + j]) + ", expected " + std::to_string(expected[i * ldc + j]));
       }
     }
   for (int64_t i = 0; i < s.m; ++i)  // columns past n keep C's values
@@ -84,11 +88,11 @@ void check_gemm(CaseContext& c, const GemmShape& s, DType dtype) {
 
 const std::vector<GemmShape>& gemm_shapes() {
   static const std::vector<GemmShape> shapes = {
-      {false, false, 7, 5, 3, 3, 1, 2, 0.5f, 2.0f, 1},     {false, true, 33, 17, 65, 3, 1, 2, 0.5f, 2.0f, 4},
-      {true, false, 64, 48, 1, 3, 1, 2, 0.5f, 2.0f, 7},    {true, true, 5, 129, 31, 3, 1, 2, 0.5f, 2.0f, 10},
-      {false, false, 7, 5, 3, 3, 1, 2, 1.0f, 1.0f, 13},    {true, true, 5, 129, 31, 3, 1, 2, 1.0f, 1.0f, 16},
-      {false, true, 37, 29, 53, 3, 2, 1, 0.5f, 1.5f, 19},  {false, false, 5, 3, 7, 3, 2, 1, 0.5f, 1.5f, 22},
-      {true, false, 13, 65, 1, 3, 2, 1, 0.5f, 1.5f, 25},   {true, true, 1, 17, 33, 3, 2, 1, 0.5f, 1.5f, 28},
+      {false, false, 7, 5, 3, 3, 1, 2, 0.5f, 2.0f, 1},    {false, true, 33, 17, 65, 3, 1, 2, 0.5f, 2.0f, 4},
+      {true, false, 64, 48, 1, 3, 1, 2, 0.5f, 2.0f, 7},   {true, true, 5, 129, 31, 3, 1, 2, 0.5f, 2.0f, 10},
+      {false, false, 7, 5, 3, 3, 1, 2, 1.0f, 1.0f, 13},   {true, true, 5, 129, 31, 3, 1, 2, 1.0f, 1.0f, 16},
+      {false, true, 37, 29, 53, 3, 2, 1, 0.5f, 1.5f, 19}, {false, false, 5, 3, 7, 3, 2, 1, 0.5f, 1.5f, 22},
+      {true, false, 13, 65, 1, 3, 2, 1, 0.5f, 1.5f, 25},  {true, true, 1, 17, 33, 3, 2, 1, 0.5f, 1.5f, 28},
   };
   return shapes;
 }
@@ -104,10 +108,8 @@ void add_gemm_cases(std::vector<OpCase>& cases) {
                      c.expect(ops.gemm_operand_type(Precision::fp32) == DType::f32, "fp32 does not give f32");
                      const DType bf16 = ops.gemm_operand_type(Precision::bf16);
                      const DType fp16 = ops.gemm_operand_type(Precision::fp16);
-                     c.expect(bf16 == DType::f32 || bf16 == DType::bf16,
-                              std::string("bf16 gives ") + dtype_name(bf16));
-                     c.expect(fp16 == DType::f32 || fp16 == DType::f16,
-                              std::string("fp16 gives ") + dtype_name(fp16));
+                     c.expect(bf16 == DType::f32 || bf16 == DType::bf16, std::string("bf16 gives ") + dtype_name(bf16));
+                     c.expect(fp16 == DType::f32 || fp16 == DType::f16, std::string("fp16 gives ") + dtype_name(fp16));
                      for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
                        c.expect(ops.supports(OpId::gemm, ops.gemm_operand_type(p)),
                                 std::string("gemm does not support the operands of ") + precision_name(p));
@@ -130,8 +132,8 @@ void add_gemm_cases(std::vector<OpCase>& cases) {
                      .body = [refused](CaseContext& c) {
                        const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
                        expect_refusal(c, "gemm", dtype_name(refused), [&] {
-                         c.ops().gemm(false, false, 2, 2, 2, 1.0f, one.data, 2, one.data, 2, 0.0f, out.data, 2,
-                                      refused, c.stream());
+                         c.ops().gemm(false, false, 2, 2, 2, 1.0f, one.data, 2, one.data, 2, 0.0f, out.data, 2, refused,
+                                      c.stream());
                        });
                      }});
   }

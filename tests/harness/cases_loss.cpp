@@ -28,7 +28,8 @@ void add_embedding_forward(std::vector<OpCase>& cases) {
       cases.push_back({.op = OpId::embedding_forward,
                        .mode = CaseMode::forward,
                        .name = shape_text({{"rows", 33}, {"cols", cols}, {"vocab_start", 20}, {"vocab_end", 50}}) +
-                               (with_wpe ? " with positions" : " without positions") + ", tokens in and out of the shard",
+                               (with_wpe ? " with positions" : " without positions") +
+                               ", tokens in and out of the shard",
                        .body = [cols, with_wpe](CaseContext& c) {
                          const int64_t rows = 33, vocab_start = 20, vocab_end = 50, max_positions = 16;
                          const auto wte = random_floats((vocab_end - vocab_start) * cols, 70);
@@ -124,7 +125,8 @@ void check_embedding_differences(CaseContext& c) {
     std::vector<double> y(rows * cols, 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int col = 0; col < cols; ++col) {
-        if (tokens[r] >= vocab_start && tokens[r] < vocab_end) y[r * cols + col] += wte_d[(tokens[r] - vocab_start) * cols + col];
+        if (tokens[r] >= vocab_start && tokens[r] < vocab_end)
+          y[r * cols + col] += wte_d[(tokens[r] - vocab_start) * cols + col];
         y[r * cols + col] += wpe_d[positions[r] * cols + col];
       }
     return y;
@@ -352,7 +354,8 @@ void check_loss_sums(CaseContext& c) {
   c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, c.upload(mask).data, rows, &loss_sum, &mask_sum,
                          c.stream());
   c.record_result("loss_sum", loss_sum);
-  c.expect(loss_sum == loss, "loss_sum " + std::to_string(loss_sum) + " is not the row-order sum " + std::to_string(loss));
+  c.expect(loss_sum == loss,
+           "loss_sum " + std::to_string(loss_sum) + " is not the row-order sum " + std::to_string(loss));
   c.expect(mask_sum == tokens, "mask_sum " + std::to_string(mask_sum) + ", expected " + std::to_string(tokens));
   c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, nullptr, rows, &loss_sum, &mask_sum, c.stream());
   c.expect(mask_sum == static_cast<double>(rows), "without a mask, mask_sum is not the row count");

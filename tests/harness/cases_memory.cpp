@@ -106,30 +106,29 @@ void add_copy_cases(std::vector<OpCase>& cases) {
                      std::fill(expected.begin() + 13, expected.end(), 0xee);
                      c.expect_equal("13 bytes", c.download(to, "to"), expected);
                    }});
-  cases.push_back({.op = OpId::copy_2d,
-                   .mode = CaseMode::forward,
-                   .name = "5 rows of 3 floats from pitch 7 to pitch 4, every copy kind; outside the width untouched",
-                   .body = [](CaseContext& c) {
-                     const backend::Ops& ops = c.ops();
-                     const auto source = random_floats(5 * 7, 17);
-                     std::vector<float> expected(5 * 4, -1.0f);
-                     for (int r = 0; r < 5; ++r)
-                       for (int col = 0; col < 3; ++col) expected[r * 4 + col] = source[r * 7 + col];
-                     const int64_t from_pitch = 7 * sizeof(float), to_pitch = 4 * sizeof(float), width = 3 * sizeof(float);
-                     const DeviceArray<float> src = c.upload(source), dst = c.filled(20, -1.0f);
-                     ops.copy_2d(dst.data, to_pitch, src.data, from_pitch, width, 5, CopyKind::device_to_device,
-                                 c.stream());
-                     c.expect_equal("device to device", c.download(dst, "d2d"), expected);
-                     const DeviceArray<float> uploaded = c.filled(20, -1.0f);
-                     ops.copy_2d(uploaded.data, to_pitch, source.data(), from_pitch, width, 5, CopyKind::host_to_device,
-                                 c.stream());
-                     c.expect_equal("host to device", c.download(uploaded, "h2d"), expected);
-                     std::vector<float> host(20, -1.0f);
-                     ops.copy_2d(host.data(), to_pitch, src.data, from_pitch, width, 5, CopyKind::device_to_host,
-                                 c.stream());
-                     ops.synchronize(c.stream());
-                     c.expect_equal("device to host", host, expected);
-                   }});
+  cases.push_back(
+      {.op = OpId::copy_2d,
+       .mode = CaseMode::forward,
+       .name = "5 rows of 3 floats from pitch 7 to pitch 4, every copy kind; outside the width untouched",
+       .body = [](CaseContext& c) {
+         const backend::Ops& ops = c.ops();
+         const auto source = random_floats(5 * 7, 17);
+         std::vector<float> expected(5 * 4, -1.0f);
+         for (int r = 0; r < 5; ++r)
+           for (int col = 0; col < 3; ++col) expected[r * 4 + col] = source[r * 7 + col];
+         const int64_t from_pitch = 7 * sizeof(float), to_pitch = 4 * sizeof(float), width = 3 * sizeof(float);
+         const DeviceArray<float> src = c.upload(source), dst = c.filled(20, -1.0f);
+         ops.copy_2d(dst.data, to_pitch, src.data, from_pitch, width, 5, CopyKind::device_to_device, c.stream());
+         c.expect_equal("device to device", c.download(dst, "d2d"), expected);
+         const DeviceArray<float> uploaded = c.filled(20, -1.0f);
+         ops.copy_2d(uploaded.data, to_pitch, source.data(), from_pitch, width, 5, CopyKind::host_to_device,
+                     c.stream());
+         c.expect_equal("host to device", c.download(uploaded, "h2d"), expected);
+         std::vector<float> host(20, -1.0f);
+         ops.copy_2d(host.data(), to_pitch, src.data, from_pitch, width, 5, CopyKind::device_to_host, c.stream());
+         ops.synchronize(c.stream());
+         c.expect_equal("device to host", host, expected);
+       }});
   cases.push_back({.op = OpId::fill,
                    .mode = CaseMode::forward,
                    .name = "the first 100000 of 100003 floats; the rest untouched",
@@ -233,9 +232,8 @@ void add_conversion_cases(std::vector<OpCase>& cases) {
                    .name = "f32 -> int32 is refused by name",
                    .body = [](CaseContext& c) {
                      const DeviceArray<float> in = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
-                     expect_refusal(c, "convert", dtype_name(DType::i32), [&] {
-                       c.ops().convert(in.data, DType::f32, out.data, DType::i32, 4, c.stream());
-                     });
+                     expect_refusal(c, "convert", dtype_name(DType::i32),
+                                    [&] { c.ops().convert(in.data, DType::f32, out.data, DType::i32, 4, c.stream()); });
                    }});
   cases.push_back({.op = OpId::round_through,
                    .dtype = DType::f32,
@@ -243,9 +241,8 @@ void add_conversion_cases(std::vector<OpCase>& cases) {
                    .name = "rounding through f32 is refused by name",
                    .body = [](CaseContext& c) {
                      const DeviceArray<float> in = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
-                     expect_refusal(c, "round_through", dtype_name(DType::f32), [&] {
-                       c.ops().round_through(in.data, out.data, 4, DType::f32, c.stream());
-                     });
+                     expect_refusal(c, "round_through", dtype_name(DType::f32),
+                                    [&] { c.ops().round_through(in.data, out.data, 4, DType::f32, c.stream()); });
                    }});
 }
 

@@ -72,73 +72,73 @@ void add_layernorm_forward(std::vector<OpCase>& cases) {
 void add_layernorm_backward(std::vector<OpCase>& cases) {
   for (int64_t rows : {1, 7, 33, 130})
     for (int cols : {1, 5, 67, 768}) {
-      cases.push_back({.op = OpId::layernorm_backward,
-                       .mode = CaseMode::backward,
-                       .name = norm_shape(rows, cols) + ", grads accumulated onto random values, dbias optional",
-                       .also_uses = {OpId::layernorm_forward},
-                       .body = [rows, cols](CaseContext& c) {
-                         const auto x = random_floats(rows * cols, 4, -2.0f, 2.0f);
-                         const auto weight = random_floats(cols, 5, 0.5f, 1.5f), bias = random_floats(cols, 6);
-                         const auto dy = random_floats(rows * cols, 7);
-                         const auto dweight_before = random_floats(cols, 8), dbias_before = random_floats(cols, 9);
-                         const NormSaved saved = layernorm_forward(c, x, weight, &bias, rows, cols);
-                         const DeviceArray<float> d_dy = c.upload(dy), dx = c.filled(rows * cols, kNaN);
-                         const DeviceArray<float> dweight = c.upload(dweight_before), dbias = c.upload(dbias_before);
-                         const DeviceArray<float> dweight_alone = c.upload(dweight_before);
-                         c.ops().layernorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.mean.data,
-                                                    saved.rstd.data, dx.data, dweight.data, dbias.data, rows, cols,
-                                                    c.stream());
-                         c.ops().layernorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.mean.data,
-                                                    saved.rstd.data, dx.data, dweight_alone.data, nullptr, rows, cols,
-                                                    c.stream());
-                         LayerNormGrads ref = ref_layernorm_backward(x, weight, dy, rows, cols, 1e-5);
-                         for (int col = 0; col < cols; ++col) {
-                           ref.dweight[col] += dweight_before[col];
-                           ref.dbias[col] += dbias_before[col];
-                         }
-                         const double tol = tolerances(DType::f32).reference;
-                         // dx is a difference of terms of size rstd dy w (exactly 0 when cols = 1):
-                         // fp32 rounding of those terms, not of dx, sets the error.
-                         c.expect_close("dx", c.download(dx, "dx"), ref.dx, tol, rms(ref.dx_terms));
-                         const std::vector<float> dweight_result = c.download(dweight, "dweight");
-                         c.expect_close("dweight", dweight_result, ref.dweight, tol);
-                         c.expect_close("dbias", c.download(dbias, "dbias"), ref.dbias, tol);
-                         c.expect_bits_equal("dweight without dbias", c.download(dweight_alone, "dweight alone"),
-                                             dweight_result);
-                       }});
+      cases.push_back(
+          {.op = OpId::layernorm_backward,
+           .mode = CaseMode::backward,
+           .name = norm_shape(rows, cols) + ", grads accumulated onto random values, dbias optional",
+           .also_uses = {OpId::layernorm_forward},
+           .body = [rows, cols](CaseContext& c) {
+             const auto x = random_floats(rows * cols, 4, -2.0f, 2.0f);
+             const auto weight = random_floats(cols, 5, 0.5f, 1.5f), bias = random_floats(cols, 6);
+             const auto dy = random_floats(rows * cols, 7);
+             const auto dweight_before = random_floats(cols, 8), dbias_before = random_floats(cols, 9);
+             const NormSaved saved = layernorm_forward(c, x, weight, &bias, rows, cols);
+             const DeviceArray<float> d_dy = c.upload(dy), dx = c.filled(rows * cols, kNaN);
+             const DeviceArray<float> dweight = c.upload(dweight_before), dbias = c.upload(dbias_before);
+             const DeviceArray<float> dweight_alone = c.upload(dweight_before);
+             c.ops().layernorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.mean.data, saved.rstd.data,
+                                        dx.data, dweight.data, dbias.data, rows, cols, c.stream());
+             c.ops().layernorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.mean.data, saved.rstd.data,
+                                        dx.data, dweight_alone.data, nullptr, rows, cols, c.stream());
+             LayerNormGrads ref = ref_layernorm_backward(x, weight, dy, rows, cols, 1e-5);
+             for (int col = 0; col < cols; ++col) {
+               ref.dweight[col] += dweight_before[col];
+               ref.dbias[col] += dbias_before[col];
+             }
+             const double tol = tolerances(DType::f32).reference;
+             // dx is a difference of terms of size rstd dy w (exactly 0 when cols = 1):
+             // fp32 rounding of those terms, not of dx, sets the error.
+             c.expect_close("dx", c.download(dx, "dx"), ref.dx, tol, rms(ref.dx_terms));
+             const std::vector<float> dweight_result = c.download(dweight, "dweight");
+             c.expect_close("dweight", dweight_result, ref.dweight, tol);
+             c.expect_close("dbias", c.download(dbias, "dbias"), ref.dbias, tol);
+             c.expect_bits_equal("dweight without dbias", c.download(dweight_alone, "dweight alone"), dweight_result);
+           }});
     }
   for (int cols : {5, 67}) {
-    cases.push_back({.op = OpId::layernorm_backward,
-                     .mode = CaseMode::grad,
-                     .name = norm_shape(3, cols) + ": dx, dweight, dbias",
-                     .also_uses = {OpId::layernorm_forward},
-                     .body = [cols](CaseContext& c) {
-                       const int64_t rows = 3;
-                       const auto x = random_floats(rows * cols, 10, -2.0f, 2.0f);
-                       const auto weight = random_floats(cols, 11, 0.5f, 1.5f), bias = random_floats(cols, 12);
-                       const auto dy = random_floats(rows * cols, 13);
-                       const NormSaved saved = layernorm_forward(c, x, weight, &bias, rows, cols);
-                       const DeviceArray<float> dx = c.filled(rows * cols, kNaN), dweight = c.filled(cols, 0.0f),
-                                                dbias = c.filled(cols, 0.0f);
-                       c.ops().layernorm_backward(c.upload(dy).data, saved.x.data, saved.weight.data, saved.mean.data,
-                                                  saved.rstd.data, dx.data, dweight.data, dbias.data, rows, cols,
-                                                  c.stream());
-                       const auto x_d = to_double(x), weight_d = to_double(weight), bias_d = to_double(bias),
-                                  dy_d = to_double(dy);
-                       const double tol = tolerances(DType::f32).finite_difference;
-                       c.expect_close("dx", c.download(dx, "dx"),
-                                      numeric_gradient_by_row([&](const auto& v) {
-                                        return ref_layernorm(v, weight_d, &bias_d, 1, cols, 1e-5).y;
-                                      }, x_d, dy_d, rows, cols), tol);
-                       c.expect_close("dweight", c.download(dweight, "dweight"),
-                                      numeric_gradient([&](const auto& v) {
-                                        return ref_layernorm(x_d, v, &bias_d, rows, cols, 1e-5).y;
-                                      }, weight_d, dy_d), tol);
-                       c.expect_close("dbias", c.download(dbias, "dbias"),
-                                      numeric_gradient([&](const auto& v) {
-                                        return ref_layernorm(x_d, weight_d, &v, rows, cols, 1e-5).y;
-                                      }, bias_d, dy_d), tol);
-                     }});
+    cases.push_back(
+        {.op = OpId::layernorm_backward,
+         .mode = CaseMode::grad,
+         .name = norm_shape(3, cols) + ": dx, dweight, dbias",
+         .also_uses = {OpId::layernorm_forward},
+         .body = [cols](CaseContext& c) {
+           const int64_t rows = 3;
+           const auto x = random_floats(rows * cols, 10, -2.0f, 2.0f);
+           const auto weight = random_floats(cols, 11, 0.5f, 1.5f), bias = random_floats(cols, 12);
+           const auto dy = random_floats(rows * cols, 13);
+           const NormSaved saved = layernorm_forward(c, x, weight, &bias, rows, cols);
+           const DeviceArray<float> dx = c.filled(rows * cols, kNaN), dweight = c.filled(cols, 0.0f),
+                                    dbias = c.filled(cols, 0.0f);
+           c.ops().layernorm_backward(c.upload(dy).data, saved.x.data, saved.weight.data, saved.mean.data,
+                                      saved.rstd.data, dx.data, dweight.data, dbias.data, rows, cols, c.stream());
+           const auto x_d = to_double(x), weight_d = to_double(weight), bias_d = to_double(bias), dy_d = to_double(dy);
+           const double tol = tolerances(DType::f32).finite_difference;
+           c.expect_close("dx", c.download(dx, "dx"),
+                          numeric_gradient_by_row(
+                              [&](const auto& v) { return ref_layernorm(v, weight_d, &bias_d, 1, cols, 1e-5).y; }, x_d,
+                              dy_d, rows, cols),
+                          tol);
+           c.expect_close(
+               "dweight", c.download(dweight, "dweight"),
+               numeric_gradient([&](const auto& v) { return ref_layernorm(x_d, v, &bias_d, rows, cols, 1e-5).y; },
+                                weight_d, dy_d),
+               tol);
+           c.expect_close(
+               "dbias", c.download(dbias, "dbias"),
+               numeric_gradient([&](const auto& v) { return ref_layernorm(x_d, weight_d, &v, rows, cols, 1e-5).y; },
+                                bias_d, dy_d),
+               tol);
+         }});
   }
   cases.push_back({.op = OpId::layernorm_backward,
                    .mode = CaseMode::accumulate,
@@ -205,8 +205,8 @@ void add_rmsnorm(std::vector<OpCase>& cases) {
                          const auto x = random_floats(rows * cols, 20, -2.0f, 3.0f);
                          const auto weight = random_floats(cols, 21, 0.5f, 1.5f);
                          const DeviceArray<float> y = c.filled(rows * cols, kNaN), rstd = c.filled(rows, kNaN);
-                         c.ops().rmsnorm_forward(c.upload(x).data, c.upload(weight).data, y.data, rstd.data, rows,
-                                                 cols, kRmsNormEps, c.stream());
+                         c.ops().rmsnorm_forward(c.upload(x).data, c.upload(weight).data, y.data, rstd.data, rows, cols,
+                                                 kRmsNormEps, c.stream());
                          const NormReference ref = ref_rmsnorm(to_double(x), to_double(weight), rows, cols, 1e-6);
                          const double tol = tolerances(DType::f32).reference;
                          c.expect_close("y", c.download(y, "y"), ref.y, tol);
@@ -231,43 +231,45 @@ void add_rmsnorm(std::vector<OpCase>& cases) {
                          const auto x_d = to_double(x), weight_d = to_double(weight), dy_d = to_double(dy);
                          const double tol = tolerances(DType::f32).finite_difference;
                          c.expect_close("dx", c.download(dx, "dx"),
-                                        numeric_gradient_by_row([&](const auto& v) {
-                                          return ref_rmsnorm(v, weight_d, 1, cols, 1e-6).y;
-                                        }, x_d, dy_d, rows, cols), tol);
+                                        numeric_gradient_by_row(
+                                            [&](const auto& v) { return ref_rmsnorm(v, weight_d, 1, cols, 1e-6).y; },
+                                            x_d, dy_d, rows, cols),
+                                        tol);
                          std::vector<double> expected = numeric_gradient(
                              [&](const auto& v) { return ref_rmsnorm(x_d, v, rows, cols, 1e-6).y; }, weight_d, dy_d);
                          for (int col = 0; col < cols; ++col) expected[col] += dweight_before[col];
                          c.expect_close("dweight (accumulated)", c.download(dweight, "dweight"), expected, tol);
                        }});
     }
-  cases.push_back({.op = OpId::rmsnorm_backward,
-                   .mode = CaseMode::accumulate,
-                   .name = norm_shape(7, 67) + ": two calls add dweight twice, write dx once",
-                   .also_uses = {OpId::rmsnorm_forward},
-                   .body = [](CaseContext& c) {
-                     const int64_t rows = 7;
-                     const int cols = 67;
-                     const auto x = random_floats(rows * cols, 26, -2.0f, 2.0f);
-                     const auto weight = random_floats(cols, 27, 0.5f, 1.5f), dy = random_floats(rows * cols, 28);
-                     const auto start = random_floats(cols, 29);
-                     const NormSaved saved = rmsnorm_forward(c, x, weight, rows, cols);
-                     const DeviceArray<float> d_dy = c.upload(dy), dx = c.filled(rows * cols, kNaN),
-                                              dweight = c.upload(start);
-                     for (int call = 0; call < 2; ++call) {
-                       c.ops().rmsnorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.rstd.data, dx.data,
-                                                dweight.data, rows, cols, c.stream());
-                     }
-                     const auto x_d = to_double(x), weight_d = to_double(weight), dy_d = to_double(dy);
-                     const double tol = tolerances(DType::f32).finite_difference;
-                     c.expect_close("dx", c.download(dx, "dx"),
-                                    numeric_gradient_by_row([&](const auto& v) {
-                                      return ref_rmsnorm(v, weight_d, 1, cols, 1e-6).y;
-                                    }, x_d, dy_d, rows, cols), tol);
-                     std::vector<double> expected = numeric_gradient(
-                         [&](const auto& v) { return ref_rmsnorm(x_d, v, rows, cols, 1e-6).y; }, weight_d, dy_d);
-                     for (int col = 0; col < cols; ++col) expected[col] = start[col] + 2 * expected[col];
-                     c.expect_close("dweight", c.download(dweight, "dweight"), expected, tol);
-                   }});
+  cases.push_back(
+      {.op = OpId::rmsnorm_backward,
+       .mode = CaseMode::accumulate,
+       .name = norm_shape(7, 67) + ": two calls add dweight twice, write dx once",
+       .also_uses = {OpId::rmsnorm_forward},
+       .body = [](CaseContext& c) {
+         const int64_t rows = 7;
+         const int cols = 67;
+         const auto x = random_floats(rows * cols, 26, -2.0f, 2.0f);
+         const auto weight = random_floats(cols, 27, 0.5f, 1.5f), dy = random_floats(rows * cols, 28);
+         const auto start = random_floats(cols, 29);
+         const NormSaved saved = rmsnorm_forward(c, x, weight, rows, cols);
+         const DeviceArray<float> d_dy = c.upload(dy), dx = c.filled(rows * cols, kNaN), dweight = c.upload(start);
+         for (int call = 0; call < 2; ++call) {
+           c.ops().rmsnorm_backward(d_dy.data, saved.x.data, saved.weight.data, saved.rstd.data, dx.data, dweight.data,
+                                    rows, cols, c.stream());
+         }
+         const auto x_d = to_double(x), weight_d = to_double(weight), dy_d = to_double(dy);
+         const double tol = tolerances(DType::f32).finite_difference;
+         c.expect_close(
+             "dx", c.download(dx, "dx"),
+             numeric_gradient_by_row([&](const auto& v) { return ref_rmsnorm(v, weight_d, 1, cols, 1e-6).y; }, x_d,
+                                     dy_d, rows, cols),
+             tol);
+         std::vector<double> expected =
+             numeric_gradient([&](const auto& v) { return ref_rmsnorm(x_d, v, rows, cols, 1e-6).y; }, weight_d, dy_d);
+         for (int col = 0; col < cols; ++col) expected[col] = start[col] + 2 * expected[col];
+         c.expect_close("dweight", c.download(dweight, "dweight"), expected, tol);
+       }});
   cases.push_back({.op = OpId::rmsnorm_backward,
                    .mode = CaseMode::property,
                    .name = norm_shape(517, 768) + ": dweight the same bits at any thread count",

@@ -62,7 +62,8 @@ void add_bias(std::vector<OpCase>& cases) {
                          c.ops().bias_add(y.data, c.upload(bias).data, rows, cols, c.stream());
                          std::vector<float> expected(rows * cols);
                          for (int64_t r = 0; r < rows; ++r)
-                           for (int col = 0; col < cols; ++col) expected[r * cols + col] = y0[r * cols + col] + bias[col];
+                           for (int col = 0; col < cols; ++col)
+                             expected[r * cols + col] = y0[r * cols + col] + bias[col];
                          c.expect_equal("y", c.download(y, "y"), expected);
                        }});
       cases.push_back({.op = OpId::bias_backward,
@@ -87,7 +88,8 @@ void add_bias(std::vector<OpCase>& cases) {
                      const int cols = 67;
                      const auto dy = random_floats(rows * cols, 95), start = random_floats(cols, 96);
                      const DeviceArray<float> d_dy = c.upload(dy), dbias = c.upload(start);
-                     for (int call = 0; call < 2; ++call) c.ops().bias_backward(d_dy.data, dbias.data, rows, cols, c.stream());
+                     for (int call = 0; call < 2; ++call)
+                       c.ops().bias_backward(d_dy.data, dbias.data, rows, cols, c.stream());
                      std::vector<double> expected = to_double(start);
                      for (int64_t r = 0; r < rows; ++r)
                        for (int col = 0; col < cols; ++col) expected[col] += 2.0 * dy[r * cols + col];
@@ -133,34 +135,34 @@ void add_reductions(std::vector<OpCase>& cases) {
                      const std::vector<float> big{1e20f, 1e20f, 1.0f};
                      const double squared = static_cast<double>(big[0]) * big[0];
                      const double result = c.ops().sum_squares(c.upload(big).data, 3, c.stream());
-                     c.expect(std::abs(result - 2 * squared) <= 1e-15 * squared, "sum_squares overflowed or lost precision");
+                     c.expect(std::abs(result - 2 * squared) <= 1e-15 * squared,
+                              "sum_squares overflowed or lost precision");
                    }});
   for (int64_t n : {1, 5, 67, 100003}) {
-    cases.push_back({.op = OpId::all_finite,
-                     .mode = CaseMode::forward,
-                     .name = shape_text({{"n", n}}) + ": +-FLT_MAX finite; NaN, +-Inf, -NaN at the first, middle, last",
-                     .body = [n](CaseContext& c) {
-                       auto x = random_floats(n, 96, -1e3f, 1e3f);
-                       x[0] = std::numeric_limits<float>::max();
-                       x[n - 1] = -std::numeric_limits<float>::max();
-                       const DeviceArray<float> d_x = c.upload(x);
-                       c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "finite values reported not finite");
-                       for (float bad : {kNaN, kInf, -kInf, -kNaN})
-                         for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
-                           c.ops().copy(d_x.data + at, &bad, sizeof(float), backend::CopyKind::host_to_device,
-                                        c.stream());
-                           c.expect(!c.ops().all_finite(d_x.data, n, c.stream()),
-                                    std::to_string(bad) + " at " + std::to_string(at) + " not found");
-                           c.ops().copy(d_x.data + at, &x[at], sizeof(float), backend::CopyKind::host_to_device,
-                                        c.stream());
-                         }
-                       c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "restored values reported not finite");
-                     }});
+    cases.push_back(
+        {.op = OpId::all_finite,
+         .mode = CaseMode::forward,
+         .name = shape_text({{"n", n}}) + ": +-FLT_MAX finite; NaN, +-Inf, -NaN at the first, middle, last",
+         .body = [n](CaseContext& c) {
+           auto x = random_floats(n, 96, -1e3f, 1e3f);
+           x[0] = std::numeric_limits<float>::max();
+           x[n - 1] = -std::numeric_limits<float>::max();
+           const DeviceArray<float> d_x = c.upload(x);
+           c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "finite values reported not finite");
+           for (float bad : {kNaN, kInf, -kInf, -kNaN})
+             for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+               c.ops().copy(d_x.data + at, &bad, sizeof(float), backend::CopyKind::host_to_device, c.stream());
+               c.expect(!c.ops().all_finite(d_x.data, n, c.stream()),
+                        std::to_string(bad) + " at " + std::to_string(at) + " not found");
+               c.ops().copy(d_x.data + at, &x[at], sizeof(float), backend::CopyKind::host_to_device, c.stream());
+             }
+           c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "restored values reported not finite");
+         }});
   }
-  cases.push_back({.op = OpId::all_finite,
-                   .mode = CaseMode::forward,
-                   .name = "no elements: finite",
-                   .body = [](CaseContext& c) { c.expect(c.ops().all_finite(nullptr, 0, c.stream()), "n = 0"); }});
+  cases.push_back(
+      {.op = OpId::all_finite, .mode = CaseMode::forward, .name = "no elements: finite", .body = [](CaseContext& c) {
+         c.expect(c.ops().all_finite(nullptr, 0, c.stream()), "n = 0");
+       }});
 }
 
 // --- dropout ------------------------------------------------------------------------------------

@@ -16,13 +16,13 @@ const std::vector<OpCase>& op_cases();
 const char* op_family(OpId op);
 
 // Each family's cases (the files they are written in).
-void add_memory_cases(std::vector<OpCase>& cases);       // cases_memory.cpp: memory, stream, copies, fill, zero
-void add_conversion_cases(std::vector<OpCase>& cases);   // cases_memory.cpp: convert, round_through
-void add_gemm_cases(std::vector<OpCase>& cases);         // cases_gemm.cpp
-void add_norm_cases(std::vector<OpCase>& cases);         // cases_norms.cpp: layernorm, rmsnorm
-void add_activation_cases(std::vector<OpCase>& cases);   // cases_activations.cpp: gelu, swiglu, rope
-void add_attention_cases(std::vector<OpCase>& cases);    // cases_attention.cpp
-void add_embedding_cases(std::vector<OpCase>& cases);    // cases_loss.cpp: embedding
+void add_memory_cases(std::vector<OpCase>& cases);         // cases_memory.cpp: memory, stream, copies, fill, zero
+void add_conversion_cases(std::vector<OpCase>& cases);     // cases_memory.cpp: convert, round_through
+void add_gemm_cases(std::vector<OpCase>& cases);           // cases_gemm.cpp
+void add_norm_cases(std::vector<OpCase>& cases);           // cases_norms.cpp: layernorm, rmsnorm
+void add_activation_cases(std::vector<OpCase>& cases);     // cases_activations.cpp: gelu, swiglu, rope
+void add_attention_cases(std::vector<OpCase>& cases);      // cases_attention.cpp
+void add_embedding_cases(std::vector<OpCase>& cases);      // cases_loss.cpp: embedding
 void add_cross_entropy_cases(std::vector<OpCase>& cases);  // cases_loss.cpp: xent_*
 void add_elementwise_cases(std::vector<OpCase>& cases);  // cases_update.cpp: add, scale, bias, sum_squares, all_finite
 void add_dropout_cases(std::vector<OpCase>& cases);      // cases_update.cpp

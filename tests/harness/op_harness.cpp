@@ -104,8 +104,8 @@ void CaseContext::expect_close(const std::string& what, const std::vector<float>
   for (size_t i = 0; i < actual.size() && misses < 5; ++i) {
     const double bound = tol * (std::abs(expected[i]) + scale);
     if (!(std::abs(static_cast<double>(actual[i]) - expected[i]) <= bound)) {
-      fail(what + "[" + std::to_string(i) + "] = " + text(actual[i]) + ", expected " + text(expected[i]) +
-           " (bound " + text(bound) + ")");
+      fail(what + "[" + std::to_string(i) + "] = " + text(actual[i]) + ", expected " + text(expected[i]) + " (bound " +
+           text(bound) + ")");
       ++misses;
     }
   }
@@ -124,8 +124,8 @@ void CaseContext::expect_max_close(const std::string& what, const std::vector<fl
   }
   const double bound = tol * std::max(max_expected, floor);
   if (!(max_error <= bound)) {
-    fail(what + ": max error " + text(max_error) + " above " + text(bound) + " (max |expected| " +
-         text(max_expected) + ")");
+    fail(what + ": max error " + text(max_error) + " above " + text(bound) + " (max |expected| " + text(max_expected) +
+         ")");
   }
 }
 
@@ -176,6 +176,8 @@ CaseOutcome run_case(const backend::Ops& ops, const OpCase& op_case, const RunOp
     op_case.body(context);
   } catch (const std::exception& e) {
     context.fail(std::string("threw: ") + e.what());
+  } catch (...) {
+    context.fail("threw something that is not a std::exception");
   }
   context.finish();
   outcome.failures = context.failures();
@@ -236,9 +238,10 @@ void Coverage::add(const OpCase& op_case, const CaseOutcome& outcome) {
 void Coverage::print(std::ostream& out, const std::string& title) const {
   out << title << "\n";
   out << std::left << std::setw(20) << "op" << std::setw(7) << "filled" << std::setw(5) << "f32" << std::setw(5)
-      << "bf16" << std::setw(5) << "f16" << std::setw(7) << "cases"
-      << std::setw(26) << "fwd/bwd/grad/acc/prop/ref";
-  if (runs_added_) out << std::setw(6) << "ran" << std::setw(8) << "passed" << "unsupported";
+      << "bf16" << std::setw(5) << "f16" << std::setw(7) << "cases" << std::setw(26) << "fwd/bwd/grad/acc/prop/ref";
+  if (runs_added_)
+    out << std::setw(6) << "ran" << std::setw(8) << "passed"
+        << "unsupported";
   out << "\n";
   int cases = 0, ran = 0, passed = 0, unsupported = 0;
   for (const CoverageRow& row : rows_) {

@@ -111,14 +111,13 @@ class CaseContext {
   void expect_close(const std::string& what, const std::vector<float>& actual, const std::vector<double>& expected,
                     double tol, double scale_override = 0.0);
   // max |actual - expected| <= tol max(max |expected|, floor), every actual finite.
-  void expect_max_close(const std::string& what, const std::vector<float>& actual,
-                        const std::vector<double>& expected, double tol, double floor);
-  void expect_bits_equal(const std::string& what, const std::vector<float>& actual,
-                         const std::vector<float>& expected);
+  void expect_max_close(const std::string& what, const std::vector<float>& actual, const std::vector<double>& expected,
+                        double tol, double floor);
+  void expect_bits_equal(const std::string& what, const std::vector<float>& actual, const std::vector<float>& expected);
   template <typename T>
   void expect_equal(const std::string& what, const std::vector<T>& actual, const std::vector<T>& expected) {
-    if (actual.size() != expected.size()) return fail(what + ": " + std::to_string(actual.size()) + " values, expected " +
-                                                      std::to_string(expected.size()));
+    if (actual.size() != expected.size())
+      return fail(what + ": " + std::to_string(actual.size()) + " values, expected " + std::to_string(expected.size()));
     for (size_t i = 0; i < actual.size(); ++i) {
       if (!(actual[i] == expected[i])) {
         return fail(what + "[" + std::to_string(i) + "] = " + text(actual[i]) + ", expected " + text(expected[i]));
@@ -166,10 +165,10 @@ class CaseContext {
 
 // One case of the list.
 struct OpCase {
-  OpId op;                    // the entry it checks (coverage, filters)
-  DType dtype = DType::f32;   // the element type it runs the entry on
+  OpId op;                   // the entry it checks (coverage, filters)
+  DType dtype = DType::f32;  // the element type it runs the entry on
   CaseMode mode = CaseMode::forward;
-  std::string name;           // what it checks and on which shape
+  std::string name;                  // what it checks and on which shape
   std::vector<OpId> also_uses = {};  // other entries it runs (a backward case's forward), on the same dtype
   // Results must not change with the number of threads a backend runs the entry on: the CPU
   // runner reruns the case at another OpenMP team size and compares every result bit for bit.
@@ -188,7 +187,7 @@ struct CaseOutcome {
 };
 
 struct RunOptions {
-  bool keep_results = false;            // keep every download (for compare_results)
+  bool keep_results = false;                // keep every download (for compare_results)
   std::function<long()> peak_rss_kib = {};  // see CaseContext::peak_rss_kib
 };
 

@@ -42,9 +42,9 @@ std::vector<double> numeric_gradient(const std::function<std::vector<double>(con
   return gradient;
 }
 
-std::vector<double> numeric_gradient_by_row(
-    const std::function<std::vector<double>(const std::vector<double>&)>& f_row, const std::vector<double>& at,
-    const std::vector<double>& dy, int64_t rows, int cols) {
+std::vector<double> numeric_gradient_by_row(const std::function<std::vector<double>(const std::vector<double>&)>& f_row,
+                                            const std::vector<double>& at, const std::vector<double>& dy, int64_t rows,
+                                            int cols) {
   std::vector<double> gradient(at.size());
   for (int64_t r = 0; r < rows; ++r) {
     const std::vector<double> row(at.begin() + r * cols, at.begin() + (r + 1) * cols);
@@ -88,8 +88,8 @@ NormReference ref_rmsnorm(const std::vector<double>& x, const std::vector<double
 
 LayerNormGrads ref_layernorm_backward(const std::vector<float>& x, const std::vector<float>& weight,
                                       const std::vector<float>& dy, int64_t rows, int cols, double eps) {
-  LayerNormGrads out{std::vector<double>(rows * cols), std::vector<double>(cols, 0.0),
-                     std::vector<double>(cols, 0.0), std::vector<double>(rows * cols)};
+  LayerNormGrads out{std::vector<double>(rows * cols), std::vector<double>(cols, 0.0), std::vector<double>(cols, 0.0),
+                     std::vector<double>(rows * cols)};
   const NormReference fwd = ref_layernorm(to_double(x), to_double(weight), nullptr, rows, cols, eps);
   for (int64_t r = 0; r < rows; ++r) {
     double mean_g = 0, mean_g_xhat = 0;

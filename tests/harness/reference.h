@@ -28,9 +28,9 @@ std::vector<double> numeric_gradient(const std::function<std::vector<double>(con
 
 // The same for a function applied to each of `rows` rows of `cols` separately (a norm's x): only
 // the perturbed row is recomputed, since the others' differences are exactly 0.
-std::vector<double> numeric_gradient_by_row(
-    const std::function<std::vector<double>(const std::vector<double>&)>& f_row, const std::vector<double>& at,
-    const std::vector<double>& dy, int64_t rows, int cols);
+std::vector<double> numeric_gradient_by_row(const std::function<std::vector<double>(const std::vector<double>&)>& f_row,
+                                            const std::vector<double>& at, const std::vector<double>& dy, int64_t rows,
+                                            int cols);
 
 // --- normalisation ------------------------------------------------------------------------------
 struct NormReference {

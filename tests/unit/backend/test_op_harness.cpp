@@ -158,7 +158,8 @@ TEST(OpHarness, CpuRunsEveryCaseItSupportsAndRefusesTheRest) {
   const mt::backend::Ops& ops = mt::backend::cpu_ops();
   std::set<std::pair<OpId, DType>> refused;
   for (const OpCase& op_case : mt::harness::op_cases()) {
-    if (op_case.mode == CaseMode::refusal && mt::harness::runs_case(ops, op_case)) refused.insert({op_case.op, op_case.dtype});
+    if (op_case.mode == CaseMode::refusal && mt::harness::runs_case(ops, op_case))
+      refused.insert({op_case.op, op_case.dtype});
   }
   for (const OpCase& op_case : mt::harness::op_cases()) {
     if (op_case.mode == CaseMode::refusal || mt::harness::runs_case(ops, op_case)) continue;
