@@ -233,6 +233,7 @@ void Coverage::add(const OpCase& op_case, const CaseOutcome& outcome) {
   }
   ++row.ran;
   if (outcome.status == CaseStatus::passed) ++row.passed;
+  if (outcome.status == CaseStatus::failed) ++failed_;
 }
 
 void Coverage::print(std::ostream& out, const std::string& title) const {
@@ -263,6 +264,21 @@ void Coverage::print(std::ostream& out, const std::string& title) const {
   out << "total: " << cases << " cases";
   if (runs_added_) out << ", " << ran << " ran, " << passed << " passed, " << unsupported << " unsupported";
   out << "\n";
+}
+
+std::string describe(const OpCase& op_case) {
+  return std::string(backend::op_name(op_case.op)) + " " + case_mode_name(op_case.mode) + " " +
+         dtype_name(op_case.dtype) + ": " + op_case.name;
+}
+
+Coverage run_cases(const backend::Ops& ops, const std::vector<OpCase>& cases, std::ostream& failures) {
+  Coverage coverage(ops, cases);
+  for (const OpCase& op_case : cases) {
+    const CaseOutcome outcome = run_case(ops, op_case);
+    coverage.add(op_case, outcome);
+    for (const std::string& failure : outcome.failures) failures << describe(op_case) << ": " << failure << "\n";
+  }
+  return coverage;
 }
 
 }  // namespace mt::harness

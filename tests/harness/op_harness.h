@@ -218,10 +218,20 @@ class Coverage {
   // One line per entry: op, filled, f32/bf16/f16, cases (forward/backward/grad/accumulate/
   // property/refusal), and ran / passed / unsupported when runs were added.
   void print(std::ostream& out, const std::string& title) const;
+  // Cases that ran and failed.
+  int failed() const { return failed_; }
 
  private:
   std::vector<CoverageRow> rows_;
   bool runs_added_ = false;
+  int failed_ = 0;
 };
+
+// "layernorm_backward grad float32: rows=3 cols=5 ...": a case as failures and listings name it.
+std::string describe(const OpCase& op_case);
+
+// Every case of `cases` on `ops`, once each: the coverage with the runs added; each failure is
+// written to `failures` as one line naming its case.
+Coverage run_cases(const backend::Ops& ops, const std::vector<OpCase>& cases, std::ostream& failures);
 
 }  // namespace mt::harness

@@ -33,6 +33,7 @@ using mt::backend::OpId;
 using mt::harness::CaseMode;
 using mt::harness::CaseOutcome;
 using mt::harness::CaseStatus;
+using mt::harness::describe;
 using mt::harness::OpCase;
 using mt::kernels::CpuIsa;
 
@@ -52,11 +53,6 @@ std::vector<std::string> families() {
     if (std::find(names.begin(), names.end(), family) == names.end()) names.push_back(family);
   }
   return names;
-}
-
-std::string describe(const OpCase& op_case) {
-  return std::string(mt::backend::op_name(op_case.op)) + " " + mt::harness::case_mode_name(op_case.mode) + " " +
-         mt::dtype_name(op_case.dtype) + ": " + op_case.name;
 }
 
 long peak_rss_kib() {
@@ -284,18 +280,13 @@ TEST(CpuBackend, Bf16GemmOperandsOnlyWhereOneDnnHasANativeMatmul) {
 
 // Every case at every level, with the coverage table of each level; exit status 1 on a failure.
 int print_coverage() {
-  const mt::backend::Ops& ops = mt::backend::cpu_ops();
   int failed = 0;
   for (CpuIsa isa : cpu_levels()) {
     mt::kernels::set_active_isa(isa);
-    mt::harness::Coverage coverage(ops, mt::harness::op_cases());
-    for (const OpCase& op_case : mt::harness::op_cases()) {
-      const CaseOutcome outcome = mt::harness::run_case(ops, op_case);
-      coverage.add(op_case, outcome);
-      for (const std::string& failure : outcome.failures) std::cerr << describe(op_case) << ": " << failure << "\n";
-      failed += outcome.status == CaseStatus::failed;
-    }
+    const mt::harness::Coverage coverage =
+        mt::harness::run_cases(mt::backend::cpu_ops(), mt::harness::op_cases(), std::cerr);
     coverage.print(std::cout, std::string("cpu table at ") + mt::kernels::isa_name(isa));
+    failed += coverage.failed();
   }
   return failed ? 1 : 0;
 }
