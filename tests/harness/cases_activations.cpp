@@ -171,21 +171,25 @@ void add_rope(std::vector<OpCase>& cases) {
                      .also_uses = {OpId::rope_backward},
                      .body = [shape](CaseContext& c) { check_rope(c, shape); }});
   }
-  // The backward entry's own case: the transpose rotation of a gradient (positions 0 and 70000).
+  // The backward entry's own case: the gradient of sum(dy * rope_forward(x)) by central
+  // differences of the reference forward (positions below 2048; the cases above take 70000).
   cases.push_back({.op = OpId::rope_backward,
-                   .mode = CaseMode::backward,
-                   .name = describe({7, 3, 6, 18, 10000.0f}),
+                   .mode = CaseMode::grad,
+                   .name = describe({7, 3, 6, 18, 10000.0f}) + ", positions below 2048",
                    .body = [](CaseContext& c) {
                      const RopeShape s{7, 3, 6, 18, 10000.0f};
-                     const auto positions = rope_positions(s.rows);
-                     const auto dy = random_floats(s.rows * s.row_stride, 63);
+                     std::vector<int32_t> positions = rope_positions(s.rows);
+                     positions[1] = 2047;
+                     const auto x = random_floats(s.rows * s.row_stride, 63),
+                                dy = random_floats(s.rows * s.row_stride, 64);
                      const DeviceArray<float> dx = c.upload(dy);
                      c.ops().rope_backward(dx.data, s.rows, s.row_stride, s.heads, s.head_dim, c.upload(positions).data,
                                            s.base, c.stream());
-                     c.expect_close(
-                         "dx", c.download(dx, "dx"),
-                         ref_rope(to_double(dy), s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, true),
-                         tolerances(DType::f32).reference);
+                     const auto forward = [&](const std::vector<double>& v) {
+                       return ref_rope(v, s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, false);
+                     };
+                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(forward, to_double(x), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
                    }});
 }
 
