@@ -262,14 +262,14 @@ int64_t IndexSplit::size() const {
 }
 
 void write_sample_index(const std::string& path, const SampleIndex& index) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const io::Hdf5QuietErrors quiet;
   TemporaryFile temporary(path);  // removed if writing fails
   write_file(path, temporary.path(), index);
   temporary.commit();
 }
 
 SampleIndex read_sample_index(const std::string& path) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const io::Hdf5QuietErrors quiet;
   check_input_file(path);
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path, "not an HDF5 file");
   Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

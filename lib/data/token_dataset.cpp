@@ -324,7 +324,7 @@ struct TokenDatasetWriter::State {
   }
 
   void write_hdf5() const {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const io::Hdf5QuietErrors quiet;
     {
       Hdf5Handle file(H5Fcreate(h5_temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
       if (!file.ok()) throw Error(h5_final, "cannot create " + h5_temporary);
@@ -588,7 +588,7 @@ void TokenDataset::State::open_hdf5(const std::string& path) {
   State& s = *this;
   s.format = TokenDatasetFormat::hdf5;
   s.path = path;
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const io::Hdf5QuietErrors quiet;
   uint64_t tokens_offset = 0;
   uint64_t tokens_count = 0;
   {

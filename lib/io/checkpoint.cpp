@@ -230,7 +230,7 @@ void fault_point(const char* point) {
 
 CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
     : path_(std::move(path)), group_(group != nullptr && group->size() > 1 ? group : nullptr) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const Hdf5QuietErrors quiet;
   Hdf5Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!in_group()) {
     temporary_.emplace(path_);
@@ -272,6 +272,7 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
 CheckpointWriter::~CheckpointWriter() { close_file(); }
 
 void CheckpointWriter::close_file() {
+  const Hdf5QuietErrors quiet;
   if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));
   file_id_ = -1;
   if (writeback_fd_ >= 0) close(writeback_fd_);
@@ -297,6 +298,7 @@ void CheckpointWriter::agree() {
 
 void CheckpointWriter::write_tensor(const std::string& name, const std::vector<int64_t>& global_shape,
                                     const std::vector<TensorSlice>& slices, DType stored) {
+  const Hdf5QuietErrors quiet;
   const std::string what = path_ + ": tensor " + name;
   int64_t total = 1, covered = 0;
   for (int64_t d : global_shape) total *= d;
@@ -359,6 +361,7 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
 }
 
 int64_t CheckpointWriter::commit(const CheckpointState& s) {
+  const Hdf5QuietErrors quiet;
   const hid_t file = static_cast<hid_t>(file_id_);
   if (in_group()) {
     agree();
@@ -436,7 +439,7 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
 // ---- reader ----
 
 CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const Hdf5QuietErrors quiet;
   if (std::filesystem::is_directory(path_)) throw Error(path_, "is a directory, not a checkpoint file");
   file_id_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_id_ < 0) throw Error(path_, "cannot open as HDF5");
@@ -482,10 +485,12 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
 }
 
 CheckpointReader::~CheckpointReader() {
+  const Hdf5QuietErrors quiet;
   if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));
 }
 
 std::vector<TensorInfo> CheckpointReader::tensors() const {
+  const Hdf5QuietErrors quiet;
   std::vector<std::string> names;
   H5Lvisit(static_cast<hid_t>(file_id_), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names);
   std::vector<TensorInfo> tensors;
@@ -507,6 +512,7 @@ std::vector<TensorInfo> CheckpointReader::tensors() const {
 }
 
 bool CheckpointReader::has_tensor(const std::string& name) const {
+  const Hdf5QuietErrors quiet;
   // Every group on the way must exist for H5Lexists to be asked about the next.
   size_t slash = 0;
   while ((slash = name.find('/', slash + 1)) != std::string::npos) {
@@ -517,6 +523,7 @@ bool CheckpointReader::has_tensor(const std::string& name) const {
 
 void CheckpointReader::read_box(const std::string& name, const std::vector<int64_t>& global_shape, const Box& box,
                                 float* data) const {
+  const Hdf5QuietErrors quiet;
   if (!has_tensor(name)) throw Error(path_, "tensor " + name + " missing");
   Hdf5Handle dataset(H5Dopen2(static_cast<hid_t>(file_id_), name.c_str(), H5P_DEFAULT), H5Dclose);
   Hdf5Handle type(H5Dget_type(dataset.get()), H5Tclose);

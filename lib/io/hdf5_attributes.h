@@ -1,6 +1,6 @@
-// The small HDF5 pieces every mt file format needs: a handle that closes itself, and scalar
-// string and integer attributes written and read the same way everywhere (token datasets,
-// sample indices, checkpoints). Tested through tests/unit/data/test_token_dataset.cpp,
+// The small HDF5 pieces every mt file format needs: a handle that closes itself, a scope that
+// keeps HDF5's error printing quiet, and scalar string and integer attributes written and read
+// the same way everywhere (token datasets, sample indices, checkpoints). Tested through tests/unit/data/test_token_dataset.cpp,
 // test_sample_index.cpp and tests/unit/io/test_checkpoint.cpp.
 #pragma once
 
@@ -27,6 +27,25 @@ class Hdf5Handle {
  private:
   hid_t id_;
   herr_t (*close_)(hid_t);
+};
+
+// HDF5 prints its error stack on stderr whenever a call fails; mt turns each failure into one
+// mt::Error line instead. Inside this scope the printing is off for the calling thread, and the
+// caller's handler comes back when the scope ends: never process-wide, so a program that links
+// mt keeps its own setting. Every mt function that calls HDF5 opens one.
+class Hdf5QuietErrors {
+ public:
+  Hdf5QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &handler_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~Hdf5QuietErrors() { H5Eset_auto2(H5E_DEFAULT, handler_, data_); }
+  Hdf5QuietErrors(const Hdf5QuietErrors&) = delete;
+  Hdf5QuietErrors& operator=(const Hdf5QuietErrors&) = delete;
+
+ private:
+  H5E_auto2_t handler_ = nullptr;
+  void* data_ = nullptr;
 };
 
 // Scalar attributes; a failure throws mt::Error naming `path` (the file) and the attribute.

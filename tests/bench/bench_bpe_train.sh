@@ -4,8 +4,8 @@
 # and 16000 and prints the held-out tokens per byte of each, their ratio, how many leading merges
 # agree, and training times; then times tinyshakespeare -> 8k and all of War and Peace -> 32k.
 # A benchmark, not a test: quote the figures, don't assert on them.
-# mt's side runs through the test binary's env-driven BpeTrainerBench test (MT_BPE_TEST_BIN,
-# default build-bpe/tests/mt_test_bpe_trainer, else build/tests/); HF's side through
+# mt's side runs through tests/bench/bench_bpe_train.cpp (MT_BPE_BENCH_BIN, default
+# build-bpe/tests/mt_bench_bpe_train, else build/tests/); HF's side through
 # tests/bench/bpe_train_reference.py in a venv (MT_BENCH_VENV) with `pip install tokenizers`.
 # Usage: tests/bench/bench_bpe_train.sh [corpus]   (default: data/corpus/war_and_peace_pg2600.txt)
 set -euo pipefail
@@ -15,13 +15,13 @@ SHAKESPEARE="$ROOT/data/demo/tinyshakespeare.txt"
 VENV="${MT_BENCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mt-bench-tokenizers-venv}"
 MIN_FREQUENCY="${MT_BPE_MIN_FREQUENCY:-2}"
 
-TEST_BIN="${MT_BPE_TEST_BIN:-}"
-if [[ -z $TEST_BIN ]]; then
-  for candidate in "$ROOT/build-bpe/tests/mt_test_bpe_trainer" "$ROOT/build/tests/mt_test_bpe_trainer"; do
-    [[ -x $candidate ]] && { TEST_BIN="$candidate"; break; }
+BENCH_BIN="${MT_BPE_BENCH_BIN:-}"
+if [[ -z $BENCH_BIN ]]; then
+  for candidate in "$ROOT/build-bpe/tests/mt_bench_bpe_train" "$ROOT/build/tests/mt_bench_bpe_train"; do
+    [[ -x $candidate ]] && { BENCH_BIN="$candidate"; break; }
   done
 fi
-[[ -x $TEST_BIN ]] || { echo "bench: build mt_test_bpe_trainer first (or set MT_BPE_TEST_BIN)" >&2; exit 1; }
+[[ -x $BENCH_BIN ]] || { echo "bench: build mt_bench_bpe_train first (or set MT_BPE_BENCH_BIN)" >&2; exit 1; }
 if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import tokenizers' 2>/dev/null; then
   echo "bench: installing tokenizers into $VENV" >&2
   python3 -m venv "$VENV" >&2
@@ -33,9 +33,7 @@ trap 'rm -rf "$TMP"' EXIT
 
 # mt_run TRAIN HELDOUT VOCAB PREFIX: the mt record (JSON) of one training run.
 mt_run() {
-  MT_BPE_TRAIN_INPUT="$1" MT_BPE_TRAIN_HELDOUT="$2" MT_BPE_TRAIN_VOCAB="$3" MT_BPE_TRAIN_PREFIX="$4" \
-    MT_BPE_TRAIN_MIN_FREQUENCY="$MIN_FREQUENCY" "$TEST_BIN" --gtest_filter='BpeTrainerBench.*' |
-    sed -n 's/^mt_bpe_train //p'
+  "$BENCH_BIN" "$1" "$2" "$3" "$4" "$MIN_FREQUENCY"
 }
 
 echo "corpus: $CORPUS (first 90% trained, last 10% held out), min_frequency $MIN_FREQUENCY, tokenizers $("$VENV/bin/python" -c 'import tokenizers; print(tokenizers.__version__)')"

@@ -1,8 +1,8 @@
 // Every layout the trainer runs over MPI against the single-rank run (trained once, on rank 0, and
 // broadcast: tests/mpi/training_equivalence.h): tiny GPT and tiny LLaMA (GQA with query groups =
-// TP), the same seed, data, learning rate and micro-batch size, 10 steps; per-step loss and grad norm, and the
-// evaluation loss, within 1e-5 relative in fp32 (2e-3 in bf16). Layouts at 2 ranks: TP=2, TP=2 +
-// SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
+// TP), the same seed, data, learning rate and micro-batch size, 10 steps; per-step loss and grad
+// norm, and the evaluation loss, within the fp32 equivalence bound of training_equivalence.h (2e-3
+// relative in bf16). Layouts at 2 ranks: TP=2, TP=2 + SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
 // buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
 // ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap), PP=4 with uneven
 // first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed optimizer: the tied
@@ -122,10 +122,14 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
   const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
-  const double tolerance = c.precision == Precision::fp32 ? 1e-5 : 2e-3;
-  expect_close(run.loss, reference.loss, tolerance, "lm loss");
-  expect_close(run.grad_norm, reference.grad_norm, tolerance, "grad norm");
-  expect_close(run.eval_loss, reference.eval_loss, tolerance, "eval loss");
+  if (c.precision == Precision::fp32) {
+    equivalence::expect_same_numbers(run, reference, config);
+  } else {
+    const double tolerance = 2e-3;
+    expect_close(run.loss, reference.loss, tolerance, "lm loss");
+    expect_close(run.grad_norm, reference.grad_norm, tolerance, "grad norm");
+    expect_close(run.eval_loss, reference.eval_loss, tolerance, "eval loss");
+  }
   EXPECT_EQ(run.eval_loss.size(), 2u);
 }
 
@@ -164,6 +168,7 @@ std::string describe(const Layout& layout, const Case& c) {
 }  // namespace
 
 TEST(DataParallel, EveryLayoutMatchesOneRankInFp32) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
   for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     for (bool llama : {false, true}) {
       for (auto recompute : {model::RecomputeGranularity::none, model::RecomputeGranularity::selective,
@@ -177,6 +182,7 @@ TEST(DataParallel, EveryLayoutMatchesOneRankInFp32) {
 }
 
 TEST(DataParallel, PerTokenLossSumsTheTokenCountOverDataParallelRanks) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
   for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     const Case c{true, model::RecomputeGranularity::none, Precision::fp32, true};
     SCOPED_TRACE(describe(layout, c));
@@ -185,6 +191,7 @@ TEST(DataParallel, PerTokenLossSumsTheTokenCountOverDataParallelRanks) {
 }
 
 TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
   for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
     for (bool llama : {false, true}) {
       const Case c{llama, model::RecomputeGranularity::none, Precision::bf16};

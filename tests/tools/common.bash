@@ -1,7 +1,9 @@
 # Shared set-up for the Bats suites: finds the built tools and loads bats-support/bats-assert.
-# MT_BIN may point at another build's bin/ directory.
+# MT_BIN may point at another build's bin/ directory; its test helpers (mt_equivalence_check) are
+# in the tests/ directory beside it (MT_TEST_BIN).
 MT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$MT_ROOT/build/bin}"
+MT_TEST_BIN="${MT_TEST_BIN:-$MT_BIN/../tests}"
 MT_TOOLS=(mt-tokenize mt-shard mt-train mt-ckpt mt-mfu mt-memreport)
 export PATH="$MT_BIN:$PATH"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1

@@ -194,6 +194,9 @@ TEST(SampleIndexFile, StaleParametersAreRefusedNamingTheDifference) {
 
 TEST(SampleIndexFile, CorruptFilesAreRefused) {
   TempDir dir;
+  H5E_auto2_t handler_before = nullptr;
+  void* data_before = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &handler_before, &data_before);
   write_dataset(dir.file("a"), 60, 0, TokenDatasetFormat::hdf5);
   const DataConfig config = config_for({"0.5", dir.file("a"), "0.5", dir.file("a")});
   const auto datasets = open_datasets(config);
@@ -226,4 +229,13 @@ TEST(SampleIndexFile, CorruptFilesAreRefused) {
   fs::copy_file(path, dir.file("blend.h5"));
   poke_dataset(dir.file("blend.h5"), "/train/dataset_index", 7);
   expect_refused(dir.file("blend.h5"), "points past its component");
+
+  // Writing and reading datasets and indices, and refusing bad ones, leave the caller's HDF5
+  // error handler in place (mt quiets HDF5's printing only inside its own calls).
+  H5E_auto2_t handler_after = nullptr;
+  void* data_after = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &handler_after, &data_after);
+  EXPECT_NE(handler_before, nullptr);
+  EXPECT_EQ(handler_after, handler_before);
+  EXPECT_EQ(data_after, data_before);
 }

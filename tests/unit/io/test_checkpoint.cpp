@@ -1,7 +1,8 @@
 // Checkpoint format (io/checkpoint.h): flat runs cut into boxes, a tensor written from slices (two
 // TP-like halves, or the flat runs a distributed optimizer owns) reads back and checksums as the
 // whole tensor written at once, the checksum sees values and their positions, the root attributes
-// round-trip, wrong files are refused with the field or tensor named, a fault at each named point
+// round-trip, wrong files are refused with the field or tensor named (one mt::Error, no HDF5 error
+// stack on stderr, and the caller's HDF5 error handler left in place), a fault at each named point
 // of a save leaves the previous checkpoint and tracker as they were, and the tracker's format.
 #include <gtest/gtest.h>
 
@@ -290,6 +291,34 @@ TEST(CheckpointFormat, WrongFilesAreRefusedNamingTheFieldOrTensor) {
   std::ofstream(text) << "not hdf5";
   EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{text}; }).find("cannot open as HDF5"), std::string::npos);
   EXPECT_NE(mt::testing::error_text([&] { io::CheckpointReader{dir.path().string()}; }).find("is a directory"), std::string::npos);
+}
+
+// HDF5's error printing is kept quiet only inside mt's calls: a failed read prints nothing but
+// the mt::Error, and the handler the caller had (HDF5's default printer here) is in place after
+// every call, successful or not.
+TEST(CheckpointFormat, HdfErrorsAreQuietInsideMtCallsOnly) {
+  mt::testing::TempDir dir("mt_test_ckpt_quiet");
+  H5E_auto2_t before = nullptr;
+  void* before_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &before, &before_data);
+  ASSERT_NE(before, nullptr) << "HDF5's default handler prints errors";
+  const std::string path = dir.file("c.h5");
+  write_small(path, random_values(60, 1), random_values(7, 2));
+  {
+    std::ofstream(dir.file("not.h5")) << "not an HDF5 file";
+    ::testing::internal::CaptureStderr();
+    EXPECT_THROW(io::CheckpointReader(dir.file("not.h5")), Error);
+    io::CheckpointReader reader(path);
+    std::vector<float> values(60);
+    EXPECT_THROW(reader.read_box("model/missing.weight", {6, 10}, whole({6, 10}), values.data()), Error);
+    reader.read_box("model/a.weight", {6, 10}, whole({6, 10}), values.data());
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  }
+  H5E_auto2_t after = nullptr;
+  void* after_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &after, &after_data);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(after_data, before_data);
 }
 
 TEST(CheckpointFormat, TheTrackerHoldsAnIterationAndNothingElse) {

@@ -3,17 +3,14 @@
 // grouping of documents, Hugging Face BpeTrainer's merges on tinyshakespeare at two vocabulary
 // sizes (goldens in tests/golden/bpe), exact vocab_size, GPT-2 files that reload through
 // Tokenizer::load and encode as the merges say, bad options refused with mt::UsageError. The
-// env-driven BpeTrainerBench test is the mt half of tests/bench/bench_bpe_train.sh.
+// benchmark is tests/bench/bench_bpe_train.cpp (run by tests/bench/bench_bpe_train.sh).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -392,43 +389,4 @@ TEST(BpeTrainer, GptTwoFilesReloadAndEncode) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 2);
   EXPECT_THROW(write_gpt2_files(vocab, dir.file("missing/vocab.json"), merges_path), Error);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 2);
-}
-
-// The mt half of tests/bench/bench_bpe_train.sh, skipped unless MT_BPE_TRAIN_INPUT is set: trains
-// on that file (one document) to MT_BPE_TRAIN_VOCAB ids (MT_BPE_TRAIN_MIN_FREQUENCY, default 2),
-// writes MT_BPE_TRAIN_PREFIX-vocab.json / -merges.txt, encodes MT_BPE_TRAIN_HELDOUT through
-// Tokenizer::load and prints one JSON line on stdout.
-TEST(BpeTrainerBench, TrainFromEnvironment) {
-  const char* input = std::getenv("MT_BPE_TRAIN_INPUT");
-  if (!input) GTEST_SKIP() << "MT_BPE_TRAIN_INPUT not set";
-  const char* vocab_size = std::getenv("MT_BPE_TRAIN_VOCAB");
-  const char* min_frequency = std::getenv("MT_BPE_TRAIN_MIN_FREQUENCY");
-  const char* prefix = std::getenv("MT_BPE_TRAIN_PREFIX");
-  const char* held_out_path = std::getenv("MT_BPE_TRAIN_HELDOUT");
-  ASSERT_TRUE(vocab_size && prefix && held_out_path);
-  const std::string text = read_file(input), held_out = read_file(held_out_path);
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  BpeTrainer trainer({.vocab_size = std::stoll(vocab_size), .min_frequency = min_frequency ? std::stoll(min_frequency) : 2});
-  trainer.add_text(text);
-  const auto counted = clock::now();
-  BpeVocabulary vocab = trainer.train();
-  const auto trained = clock::now();
-  const std::string encoder_path = std::string(prefix) + "-vocab.json", merges_path = std::string(prefix) + "-merges.txt";
-  write_gpt2_files(vocab, encoder_path, merges_path);
-  auto tokenizer = load_gpt2(encoder_path, merges_path);
-  std::vector<int32_t> ids;
-  tokenizer->encode(held_out, ids);
-  EXPECT_EQ(ids, reference_encode(vocab, held_out));
-  nlohmann::json record = {
-      {"vocab_size", vocab.tokens.size()},
-      {"merges", vocab.merges.size()},
-      {"unique_pieces", trainer.num_unique_pieces()},
-      {"count_s", std::chrono::duration<double>(counted - start).count()},
-      {"train_s", std::chrono::duration<double>(trained - start).count()},
-      {"heldout_bytes", held_out.size()},
-      {"heldout_tokens", ids.size()},
-      {"tokens_per_byte", held_out.empty() ? nlohmann::json() : nlohmann::json(double(ids.size()) / double(held_out.size()))},
-  };
-  std::cout << "mt_bpe_train " << record.dump() << std::endl;
 }
