@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/layout.h"
 #include "perf/flops.h"
 #include "tools/common/flags.h"
 
@@ -135,18 +136,10 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::s
 
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
                                            const train::TrainConfig& training, int world_size) {
-  parallel::ModelDimensions dimensions;
-  dimensions.num_layers = model.num_layers;
-  dimensions.num_attention_heads = model.num_attention_heads;
-  dimensions.num_query_groups = model.query_groups();
-  dimensions.ffn_hidden_size = model.ffn_hidden_size;
-  dimensions.padded_vocab_size = model.padded_vocab_size();
-  dimensions.seq_length = model.seq_length;
-  dimensions.num_experts = model.num_experts;
   parallel::BatchDimensions batch;
   batch.micro_batch_size = training.micro_batch_size;
   batch.global_batch_size = training.global_batch_size > 0 ? training.global_batch_size : training.micro_batch_size;
-  return parallel::validate(config, dimensions, batch, world_size);
+  return parallel::validate(config, model::parallel_dimensions(model), batch, world_size);
 }
 
 void check_parallel_support(const parallel::ParallelConfig& c) {
