@@ -30,14 +30,6 @@ void apply(const std::optional<T>& value, T& target) {
   if (value) target = *value;
 }
 
-// A value the engine does not implement yet: "--tensor-model-parallel-size 2: not supported yet
-// (mt-train runs 1)".
-void supported_only(bool supported, const std::string& flag, const std::string& value, const std::string& implemented) {
-  if (!supported)
-    throw UsageError(flag + (value.empty() ? "" : " " + value),
-                     "not supported yet (mt-train runs " + implemented + ")");
-}
-
 }  // namespace
 
 // ---- model ----
@@ -140,19 +132,6 @@ std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, con
   batch.micro_batch_size = training.micro_batch_size;
   batch.global_batch_size = training.global_batch_size > 0 ? training.global_batch_size : training.micro_batch_size;
   return parallel::validate(config, model::parallel_dimensions(model), batch, world_size);
-}
-
-void check_parallel_support(const parallel::ParallelConfig& c) {
-  auto text = [](const auto& value) { return std::to_string(value); };
-  // Tensor, sequence, context, data (with the distributed optimizer and overlapped grad
-  // reduction) and pipeline parallelism (1F1B, interleaved, uneven first/last stages) run; expert
-  // parallelism (MoE layers) is not built yet.
-  const std::string one = "1: MoE expert parallelism is not built yet";
-  supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), one);
-  supported_only(c.expert_tensor_parallel_size.value_or(1) == 1, "--expert-tensor-parallel-size",
-                 text(c.expert_tensor_parallel_size.value_or(1)), one);
-  supported_only(!c.overlap_param_gather, "--overlap-param-gather", "",
-                 "the parameter all-gather after the optimizer step");
 }
 
 // ---- training ----

@@ -324,8 +324,9 @@ const FlagSpec& flag_spec(std::string_view name) {
   throw std::logic_error("flag " + std::string(name) + " is not in the table of tools/common/flags.cpp");
 }
 
-// Megatron flags mt has no implementation of yet. Parallel flags are not here: they are parsed
-// with their ranges and refused by value (check_parallel_support), so degree 1 works today.
+// Megatron flags mt has no implementation of yet. Flags mt parses but does not run with every
+// value are not here: they are parsed with their ranges and refused by value in the one list of
+// what mt-train does not run yet (train/supported.h), so degree 1 works today.
 void refuse_unimplemented_megatron_flags(int argc, char** argv) {
   static const std::set<std::string> flags{
       "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",

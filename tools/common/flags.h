@@ -143,11 +143,6 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& config, const s
 // warnings, one line each, for the tool to print.
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
                                            const train::TrainConfig& training, int world_size);
-// Refuses, by name, every parallel setting the training engine does not implement yet
-// ("--expert-model-parallel-size 8: not supported yet (mt-train runs 1: ...)"), before
-// validation. The one place that says what is supported: one line per flag. Tools that only compute
-// (mt-memreport, mt-mfu) accept every valid layout.
-void check_parallel_support(const parallel::ParallelConfig& config);
 
 // ---- training ----
 

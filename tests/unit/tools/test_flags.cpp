@@ -9,8 +9,18 @@
 
 #include "core/error.h"
 #include "tools/common/flags.h"
+#include "train/supported.h"
 
 using namespace mt::tools;
+
+namespace {
+
+// mt-train's refusal of what it does not run yet (train/supported.h), for a dense model.
+void check_supported_dense(const mt::parallel::ParallelConfig& parallel) {
+  mt::train::check_supported(mt::model::preset("tiny-gpt"), parallel);
+}
+
+}  // namespace
 
 namespace {
 
@@ -128,7 +138,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                          "--transformer-impl", "local", "--use-mcore-models", "--exit-signal-handler"},
                         &f),
             "");
-  EXPECT_NO_THROW(check_parallel_support(f.parallel));
+  EXPECT_NO_THROW(check_supported_dense(f.parallel));
   EXPECT_TRUE(f.training.config.log_throughput);
   EXPECT_EQ(parse_error({"--dataset-impl", "lazy"}),
             "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)");
@@ -152,7 +162,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                                              {"--context-parallel-size", "2", "--sequence-parallel"}}) {
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
-    EXPECT_NO_THROW(check_parallel_support(g.parallel)) << args[0];
+    EXPECT_NO_THROW(check_supported_dense(g.parallel)) << args[0];
   }
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
       {{"--expert-model-parallel-size", "8"},
@@ -166,7 +176,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
     try {
-      check_parallel_support(g.parallel);
+      check_supported_dense(g.parallel);
       ADD_FAILURE() << args[0] << " accepted";
     } catch (const mt::UsageError& e) {
       EXPECT_EQ(std::string(e.what()), expected);
@@ -249,7 +259,7 @@ TEST(Flags, ParallelFlagsAreValidatedForTheModelAndTheWorld) {
   // At TP 1 --sequence-parallel is turned off with Megatron's warning, so mt-train accepts it.
   AllFlags sp;
   ASSERT_EQ(parse_error({"--sequence-parallel"}, &sp), "");
-  EXPECT_NO_THROW(check_parallel_support(sp.parallel));
+  EXPECT_NO_THROW(check_supported_dense(sp.parallel));
   const std::vector<std::string> warnings = validate_parallel(sp.parallel, model, sp.training.config, 1);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("--sequence-parallel"), std::string::npos) << warnings[0];
