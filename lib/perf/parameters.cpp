@@ -2,6 +2,7 @@
 #include "perf/parameters.h"
 
 #include "core/error.h"
+#include "parallel/pipeline_layers.h"
 
 namespace mt::perf {
 
@@ -120,60 +121,22 @@ int64_t megatron_padded_vocab(const ModelConfig& m, int tensor_parallel) {
   return (m.vocab_size + multiple - 1) / multiple * multiple;
 }
 
-std::vector<LayerRange> stage_layers(const ModelConfig& m, const ModelSplit& split, int stage) {
-  const int p = split.pipeline_parallel, v = split.virtual_stages, layers = m.num_layers;
-  if (p < 1) throw UsageError("--pipeline-model-parallel-size", "must be at least 1");
-  if (v < 1) throw UsageError("--num-virtual-stages-per-pipeline-rank", "must be at least 1");
-  if (stage < 0 || stage >= p) throw Error("pipeline stage " + std::to_string(stage), "outside the pipeline");
-  if (v > 1 && (split.first_stage_layers > 0 || split.last_stage_layers > 0)) {
-    throw UsageError("--decoder-first-pipeline-num-layers", "with virtual stages is not supported");
-  }
-  if (p == 1 && v == 1) return {{0, layers}};
-  // Uneven first/last stages: the middle stages split what is left evenly.
-  const int first = split.first_stage_layers, last = split.last_stage_layers;
-  if (first > 0 || last > 0) {
-    const int middle_stages = p - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
-    const int rest = layers - first - last;
-    if (rest < 0 || (middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % middle_stages != 0)) {
-      throw UsageError("--decoder-first/last-pipeline-num-layers",
-                       "leave " + std::to_string(rest) + " layers for " + std::to_string(middle_stages) +
-                           " middle stages (must divide evenly)");
-    }
-    const int per_middle = middle_stages > 0 ? rest / middle_stages : 0;
-    int begin = 0;
-    for (int r = 0; r < p; ++r) {
-      const int count = r == 0 && first > 0 ? first : r == p - 1 && last > 0 ? last : per_middle;
-      if (r == stage) return {{begin, begin + count}};
-      begin += count;
-    }
-  }
-  if (layers % (p * v) != 0) {
-    throw UsageError("--num-layers " + std::to_string(layers),
-                     "not divisible by pipeline stages x virtual stages (" + std::to_string(p) + " x " +
-                         std::to_string(v) + ")");
-  }
-  const int per_chunk = layers / (p * v);
-  std::vector<LayerRange> chunks;
-  for (int c = 0; c < v; ++c) {
-    const int begin = c * layers / v + stage * per_chunk;
-    chunks.push_back({begin, begin + per_chunk});
-  }
-  return chunks;
-}
-
-int64_t rank_parameter_count(const ModelConfig& m, int64_t vocab, const ModelSplit& split, int stage) {
-  const int tp = split.tensor_parallel, ep = split.expert_parallel, etp = split.expert_tp();
+int64_t rank_parameter_count(const ModelConfig& m, int64_t vocab, const parallel::ParallelConfig& parallel, int stage) {
+  const int tp = parallel.tensor_model_parallel_size, ep = parallel.expert_model_parallel_size;
+  const int etp = parallel.expert_tensor_parallel();
   if (tp < 1 || ep < 1 || etp < 1) throw UsageError("parallel sizes", "must be at least 1");
   if (m.num_experts > 0 && m.num_experts % ep != 0) {
     throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
                      "does not divide --num-experts " + std::to_string(m.num_experts));
   }
-  const bool first_stage = stage == 0, last_stage = stage == split.pipeline_parallel - 1;
-  std::vector<LayerRange> ranges = stage_layers(m, split, stage);
-  if (last_stage && m.mtp_num_layers > 0) ranges.push_back({m.num_layers, m.num_layers + m.mtp_num_layers});
+  const int stages = parallel.pipeline_model_parallel_size;
+  if (stage < 0 || stage >= stages) throw Error("pipeline stage " + std::to_string(stage), "outside the pipeline");
+  const bool first_stage = stage == 0, last_stage = stage == stages - 1;
+  std::vector<parallel::LayerRange> ranges = parallel::pipeline_layer_table(parallel, m.num_layers)[static_cast<size_t>(stage)];
+  if (last_stage && m.mtp_num_layers > 0) ranges.push_back({m.num_layers, m.mtp_num_layers});
   auto on_rank = [&](int layer) {
-    for (const LayerRange& range : ranges) {
-      if (layer >= range.first && layer < range.last) return true;
+    for (const parallel::LayerRange& range : ranges) {
+      if (layer >= range.first && layer < range.end()) return true;
     }
     return false;
   };

@@ -23,7 +23,7 @@ int64_t peak_bytes(const model::ModelConfig& m, const TrainingShape& shape, Memo
   // The first stage keeps the most micro-batches in flight, the last holds the logits; the
   // middle ones hold less than either.
   int64_t peak = predict_rank_memory(m, shape, 0).total();
-  const int last = shape.split.pipeline_parallel - 1;
+  const int last = shape.parallel.pipeline_model_parallel_size - 1;
   if (last > 0) peak = std::max(peak, predict_rank_memory(m, shape, last).total());
   return peak;
 }
@@ -58,14 +58,15 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
                 for (int sharding = 0; sharding < (dp > 1 ? 3 : 1); ++sharding) {  // none, ZeRO-1, FSDP
                   if (sharding == 2 && pp > 1) continue;
                   TrainingShape shape;
-                  shape.split.tensor_parallel = tp;
-                  shape.split.pipeline_parallel = pp;
-                  shape.split.virtual_stages = vp;
-                  shape.split.expert_parallel = ep;
-                  shape.context_parallel = cp;
-                  shape.data_parallel = dp;
-                  shape.sequence_parallel = tp > 1;
-                  shape.distributed_optimizer = sharding == 1;
+                  parallel::ParallelConfig& parallel = shape.parallel;
+                  parallel.tensor_model_parallel_size = tp;
+                  parallel.pipeline_model_parallel_size = pp;
+                  if (vp > 1) parallel.num_virtual_stages_per_pipeline_rank = vp;
+                  parallel.expert_model_parallel_size = ep;
+                  parallel.context_parallel_size = cp;
+                  parallel.data_parallel_size = dp;
+                  parallel.sequence_parallel = tp > 1;
+                  parallel.use_distributed_optimizer = sharding == 1;
                   shape.fsdp = sharding == 2;
                   shape.micro_batch_size = mbs;
                   shape.global_batch_size = request.global_batch_size;

@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "backend/ops.h"
-#include "model/layout.h"
 
 namespace mt::tools {
 namespace {
@@ -102,7 +101,6 @@ RunConfig run_config_from_flags(const ReportFlags& f) {
   config.parallel = f.parallel;
   config.world_size = f.world_size;
   config.warnings = validate_parallel(config.parallel, config.model, config.train, config.world_size);
-  training_shape(config).validate(config.model);
   return config;
 }
 
@@ -179,20 +177,8 @@ void refuse_config_flags_with_log(const CLI::App& app, const std::vector<std::st
 }
 
 perf::TrainingShape training_shape(const RunConfig& c) {
-  const parallel::ParallelConfig& p = c.parallel;
   perf::TrainingShape shape;
-  shape.split.tensor_parallel = p.tensor_model_parallel_size;
-  shape.split.pipeline_parallel = p.pipeline_model_parallel_size;
-  shape.split.virtual_stages = p.virtual_pipeline_size(c.model.num_layers);
-  shape.split.expert_parallel = p.expert_model_parallel_size;
-  shape.split.expert_tensor_parallel = p.expert_tensor_parallel_size.value_or(0);
-  shape.split.first_stage_layers = p.decoder_first_pipeline_num_layers.value_or(0);
-  shape.split.last_stage_layers = p.decoder_last_pipeline_num_layers.value_or(0);
-  shape.data_parallel = p.data_parallel_size;
-  shape.context_parallel = p.context_parallel_size;
-  shape.sequence_parallel = p.sequence_parallel;
-  shape.distributed_optimizer = p.use_distributed_optimizer;
-  shape.ddp_bucket_elements = model::bucket_options(p).bucket_elements;
+  shape.parallel = c.parallel;
   shape.micro_batch_size = c.train.micro_batch_size;
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
@@ -286,16 +272,18 @@ std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& f) {
                                                                                                  : "none";
     records.push_back(Record{{"record", "plan"},
                              {"rank", ++rank},
-                             {"tp", s.split.tensor_parallel},
-                             {"pp", s.split.pipeline_parallel},
-                             {"vp", s.split.virtual_stages},
-                             {"cp", s.context_parallel},
-                             {"ep", s.split.expert_parallel},
-                             {"dp", s.data_parallel},
-                             {"sp", s.sequence_parallel},
+                             {"tp", s.parallel.tensor_model_parallel_size},
+                             {"pp", s.parallel.pipeline_model_parallel_size},
+                             {"vp", s.parallel.virtual_pipeline_size(model.num_layers)},
+                             {"cp", s.parallel.context_parallel_size},
+                             {"ep", s.parallel.expert_model_parallel_size},
+                             {"dp", s.parallel.data_parallel_size},
+                             {"sp", s.parallel.sequence_parallel},
                              {"micro_batch_size", s.micro_batch_size},
                              {"recompute", recompute},
-                             {"sharding", s.fsdp ? "fsdp" : s.distributed_optimizer ? "distributed-optimizer" : "none"},
+                             {"sharding", s.fsdp                                 ? "fsdp"
+                                          : s.parallel.use_distributed_optimizer ? "distributed-optimizer"
+                                                                                 : "none"},
                              {"peak_gib", gib_value(c.peak_bytes)},
                              {"step_seconds", p.step_seconds},
                              {"tokens_per_s", p.tokens_per_second},

@@ -68,7 +68,7 @@ Record memory_record(const mt::perf::RankMemory& m, int ranks_per_stage) {
 std::vector<Record> report_records(const mt::tools::RunConfig& config) {
   const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
   std::vector<Record> records;
-  const int ranks_per_stage = config.world_size / shape.split.pipeline_parallel;
+  const int ranks_per_stage = config.world_size / shape.parallel.pipeline_model_parallel_size;
   for (const mt::perf::RankMemory& stage : mt::perf::predict_memory(config.model, shape)) {
     records.push_back(memory_record(stage, ranks_per_stage));
   }
@@ -114,7 +114,7 @@ struct Category {
 std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
   const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
   const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
-  const int stages = shape.split.pipeline_parallel;
+  const int stages = shape.parallel.pipeline_model_parallel_size;
   std::vector<std::vector<Record>> measured(static_cast<size_t>(stages));
   for (const Record& record : log.memory) {
     const int stage = record.value("stage", -1);

@@ -61,7 +61,8 @@ Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention 
   const double sequences = shape.global_batch();
   const double tokens = sequences * model.seq_length;
   const double flops = mt::perf::model_flops(model, sequences, convention).total();
-  const int layers_per_chunk = model.num_layers / (shape.split.pipeline_parallel * shape.split.virtual_stages);
+  const int layers_per_chunk = model.num_layers / (shape.parallel.pipeline_model_parallel_size *
+                                                   shape.parallel.virtual_pipeline_size(model.num_layers));
   const double hardware = mt::perf::hardware_flops(model, sequences, shape.recompute, std::max(1, layers_per_chunk));
   Record record{{"record", "mfu"},
                 {"model", model.name},
