@@ -1,9 +1,10 @@
 // Parameter accounting for every architecture mt knows (dense GPT/LLaMA, MoE, MLA, MTP): the
 // model as blocks of parameters by kind and by how they are split over ranks, and from them
-// the total, active (MoE: top-k of the routed experts), embedding share and per-rank counts.
-// For dense models the blocks split exactly as model/layout.h lays them out (column-parallel
-// biases split over TP, row-parallel biases and norms replicated), so a rank's count equals its
-// layout table's parameter_elements(). Tested in tests/unit/perf/test_parameters.cpp.
+// the total, active (MoE: top-k of the routed experts) and embedding share; the FLOPs
+// conventions count from them. For dense models the blocks split exactly as model/layout.h lays
+// them out (column-parallel biases split over TP, row-parallel biases and norms replicated), so
+// one rank's count (study/rank_parameters.h) equals its layout table's parameter_elements().
+// Tested in tests/unit/perf/test_parameters.cpp.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "model/config.h"
-#include "parallel/parallel_config.h"
 
 namespace mt::perf {
 
@@ -59,17 +59,5 @@ struct ParameterCounts {
 ParameterCounts count_parameters(const model::ModelConfig& model, int64_t vocab);
 // On the real vocabulary, as models publish their sizes.
 ParameterCounts count_parameters(const model::ModelConfig& model);
-
-// Megatron's padded vocabulary: a multiple of make_vocab_size_divisible_by x TP (mt pads
-// independently of TP; reproducing Megatron's logs needs its padding).
-int64_t megatron_padded_vocab(const model::ModelConfig& model, int tensor_parallel);
-
-// Parameters one rank of pipeline stage `stage` holds under `parallel` (a layout parallel::validate
-// accepts): its chunks' layers as mt-train places them (parallel::pipeline_layers; TP-sharded
-// blocks / TP, experts E/EP of them / expert-TP), the word (and position) embedding on the first
-// stage, the final norm, output layer (or a copy of the tied embedding when the stage is not also
-// the first) and MTP layers on the last.
-int64_t rank_parameter_count(const model::ModelConfig& model, int64_t vocab, const parallel::ParallelConfig& parallel,
-                             int stage);
 
 }  // namespace mt::perf

@@ -296,7 +296,7 @@ const FlagSpec& flag_spec(std::string_view name) {
       list_flag("--sweep", "FLAG=a,b,c: one record per value (repeat for every combination)"),
       real_flag("--step-time", "Seconds per iteration (Megatron's log prints milliseconds)", positive()),
       text_flag("--device", "Accelerator of the dense peak table (perf/peak.h) instead of this CPU"),
-      text_flag("--predict", "Predict step time and MFU on this cluster (perf/predict.h)"),
+      text_flag("--predict", "Predict step time and MFU on this cluster (study/predict.h)"),
       text_flag("--plan", "Rank the layouts that fit --world-size devices of this cluster by predicted throughput"),
       integer_flag("--top", "Layouts --plan prints", at_least(1)),
       text_flag("--memory-estimate", "Memory --plan checks layouts with: mt's engine or Megatron's formula",

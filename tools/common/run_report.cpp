@@ -176,8 +176,8 @@ void refuse_config_flags_with_log(const CLI::App& app, const std::vector<std::st
   }
 }
 
-perf::TrainingShape training_shape(const RunConfig& c) {
-  perf::TrainingShape shape;
+study::TrainingShape training_shape(const RunConfig& c) {
+  study::TrainingShape shape;
   shape.parallel = c.parallel;
   shape.micro_batch_size = c.train.micro_batch_size;
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
@@ -254,19 +254,19 @@ std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& f) {
     throw UsageError("--plan", "needs --global-batch-size (sequences per step)");
   }
   const model::ModelConfig model = report_model(f);
-  perf::PlanRequest request;
+  study::PlanRequest request;
   request.gpus = f.world_size;
   request.cluster = f.plan;
   request.global_batch_size = static_cast<int>(f.training.config.global_batch_size);
   request.precision = training_config(f.training).precision;
-  request.memory = f.memory_estimate == "megatron" ? perf::MemoryEstimate::megatron : perf::MemoryEstimate::mt;
+  request.memory = f.memory_estimate == "megatron" ? study::MemoryEstimate::megatron : study::MemoryEstimate::mt;
   request.top = f.top;
-  const perf::PlanResult result = perf::plan_layouts(model, request);
+  const study::PlanResult result = study::plan_layouts(model, request);
   std::vector<Record> records;
   int rank = 0;
-  for (const perf::PlanCandidate& c : result.best) {
-    const perf::TrainingShape& s = c.shape;
-    const perf::StepPrediction& p = c.prediction;
+  for (const study::PlanCandidate& c : result.best) {
+    const study::TrainingShape& s = c.shape;
+    const study::StepPrediction& p = c.prediction;
     const char* recompute = s.recompute.granularity == model::RecomputeGranularity::full        ? "full"
                             : s.recompute.granularity == model::RecomputeGranularity::selective ? "selective"
                                                                                                  : "none";

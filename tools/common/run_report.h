@@ -15,8 +15,8 @@
 #include "data/gpt_dataset.h"
 #include "model/config.h"
 #include "parallel/parallel_config.h"
-#include "perf/memory_model.h"
-#include "perf/planner.h"
+#include "study/memory_model.h"
+#include "study/planner.h"
 #include "tools/common/flags.h"
 #include "tools/common/records.h"
 #include "tools/common/tool_main.h"
@@ -86,7 +86,7 @@ void refuse_config_flags_with_log(const CLI::App& app, const std::vector<std::st
 void refuse_given(const CLI::App& app, const std::vector<std::string>& names, const std::string& why);
 
 // perf's view of the run: its split, batch, recompute and precision.
-perf::TrainingShape training_shape(const RunConfig& config);
+study::TrainingShape training_shape(const RunConfig& config);
 
 // One combination of --sweep: the tool's arguments with the values appended, and the values as
 // "flag=value ..." for the records.

@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "perf/flops.h"
-#include "perf/predict.h"
+#include "study/predict.h"
 #include "tools/common/peak_source.h"
 #include "tools/common/run_report.h"
 
@@ -37,7 +37,7 @@ void define(mt::tools::ToolCli& cli, MfuOptions& o) {
       "             rate / the FMA-probe peak) is reported beside, never as the peak.\n"
       "  --from-log FILE|-: one mfu record per step record of mt-train's JSONL (its run record gives the\n"
       "             configs, world size and peak) and an mfu_summary over the steps after the first.\n"
-      "  --predict CLUSTER: a prediction record (perf/predict.h; clusters in docs/accounting.md).\n"
+      "  --predict CLUSTER: a prediction record (study/predict.h; clusters in docs/accounting.md).\n"
       "  --plan CLUSTER: the --top layouts of --world-size GPUs, fastest first (plan records), and a\n"
       "             plan_summary; --format table prints them as a table.\n"
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field.\n"
@@ -57,7 +57,7 @@ const char* const kFlopsFlags[] = {"--peak-tflops", "--flops-convention", "--dev
 Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention convention,
                   std::optional<double> step_seconds, const mt::tools::PeakSource* peak) {
   const mt::model::ModelConfig& model = config.model;
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
   const double sequences = shape.global_batch();
   const double tokens = sequences * model.seq_length;
   const double flops = mt::perf::model_flops(model, sequences, convention).total();
@@ -92,13 +92,14 @@ mt::tools::PeakSource flags_peak(const MfuOptions& o, mt::Precision precision) {
 
 Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention convention,
                          const std::string& cluster_name) {
-  const mt::perf::Cluster& cluster = mt::perf::find_cluster(cluster_name);
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
-  mt::perf::RunOptions options;
+  const mt::study::Cluster& cluster = mt::study::find_cluster(cluster_name);
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
+  mt::study::RunOptions options;
   options.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
   options.overlap_param_gather = config.parallel.overlap_param_gather;
   if (config.parallel.ddp_bucket_size) options.bucket_elements = *config.parallel.ddp_bucket_size;
-  const mt::perf::StepPrediction p = mt::perf::predict_step(config.model, shape, cluster, mt::perf::fitted_constants(), options);
+  const mt::study::StepPrediction p =
+      mt::study::predict_step(config.model, shape, cluster, mt::study::fitted_constants(), options);
   const double flops = mt::perf::model_flops(config.model, shape.global_batch(), convention).total();
   const mt::perf::Device& device = mt::perf::find_device(cluster.device);
   const double peak = mt::perf::device_peak_flops(device, shape.precision == mt::Precision::fp32 ? "fp32" : "bf16");

@@ -1,13 +1,13 @@
-// The step-time predictor (lib/perf/predict.h) on a made-up cluster with round numbers, so each
+// The step-time predictor (lib/study/predict.h) on a made-up cluster with round numbers, so each
 // term can be worked out by hand: collectives by the alpha-beta formulas, NVLink without NVSwitch,
 // the bubble, overlap, FSDP's reduce-scatters, eager element-wise work.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "model/config.h"
-#include "perf/predict.h"
+#include "study/predict.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // mt's memory per rank and Megatron's theoretical estimate (see memory_model.h).
-#include "perf/memory_model.h"
+#include "study/memory_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,10 @@
 #include "model/layout.h"
 #include "parallel/pipeline_layers.h"
 #include "parallel/pipeline_schedule.h"
+#include "perf/parameters.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -136,10 +138,10 @@ LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, 
 int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shape) {
   const parallel::ParallelConfig& p = shape.parallel;
   std::vector<int64_t> per_layer(static_cast<size_t>(m.num_layers + m.mtp_num_layers), 0);
-  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, m.padded_vocab_size())) {
     if (block.layer < 0) continue;
-    const int64_t divisor = block.split == ParamSplit::tensor_parallel ? p.tensor_model_parallel_size
-                            : block.split == ParamSplit::expert
+    const int64_t divisor = block.split == perf::ParamSplit::tensor_parallel ? p.tensor_model_parallel_size
+                            : block.split == perf::ParamSplit::expert
                                 ? static_cast<int64_t>(p.expert_model_parallel_size) * p.expert_tensor_parallel()
                                 : 1;
     per_layer[static_cast<size_t>(block.layer)] += block.elements / divisor;
@@ -388,14 +390,14 @@ MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingS
   // Weights and optimizer: parameter classes from the blocks (Megatron's own per-layer formulas
   // give the same numbers without biases), placed as compute_weight_and_optimizer_memory does.
   double tp_sharded = 0, replicated = 0, expert = 0, tp_sharded_mtp = 0, replicated_mtp = 0, expert_mtp = 0;
-  for (const ParamBlock& block : parameter_blocks(m, static_cast<int64_t>(V))) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, static_cast<int64_t>(V))) {
     if (block.layer < 0) continue;
     const bool mtp = block.layer >= m.num_layers;
     const double e = static_cast<double>(block.elements);
     switch (block.split) {
-      case ParamSplit::tensor_parallel: (mtp ? tp_sharded_mtp : tp_sharded) += e; break;
-      case ParamSplit::replicated: (mtp ? replicated_mtp : replicated) += e; break;
-      case ParamSplit::expert: (mtp ? expert_mtp : expert) += e; break;
+      case perf::ParamSplit::tensor_parallel: (mtp ? tp_sharded_mtp : tp_sharded) += e; break;
+      case perf::ParamSplit::replicated: (mtp ? replicated_mtp : replicated) += e; break;
+      case perf::ParamSplit::expert: (mtp ? expert_mtp : expert) += e; break;
     }
   }
   // Megatron counts every attention parameter as TP-sharded and the final norm as replicated.
@@ -440,4 +442,4 @@ MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingS
   return result;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

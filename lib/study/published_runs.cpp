@@ -1,5 +1,5 @@
 // Published runs: CSV, self-consistency, predictions and the fit (see published_runs.h).
-#include "perf/published_runs.h"
+#include "study/published_runs.h"
 
 #include <cmath>
 #include <cstdio>
@@ -8,8 +8,9 @@
 
 #include "core/error.h"
 #include "perf/parameters.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -113,8 +114,8 @@ const std::vector<std::string> kColumns = {
 // the vocabulary Megatron pads to a multiple of --make-vocab-size-divisible-by x TP.
 double flops_per_token_of(const PublishedRun& run) {
   if (run.flops_per_token) return *run.flops_per_token;
-  if (!run.shape) return flops_per_token(run.model, run.convention);
-  return flops_per_token(run.model, run.convention,
+  if (!run.shape) return perf::flops_per_token(run.model, run.convention);
+  return perf::flops_per_token(run.model, run.convention,
                          megatron_padded_vocab(run.model, run.shape->parallel.tensor_model_parallel_size));
 }
 
@@ -216,7 +217,7 @@ std::vector<PublishedRun> parse_published_runs(const std::string& csv_text) {
     run.reported_relative_step_time = number(c["reported_relative_step_time"], where);
     run.reported_speedup = number(c["reported_speedup"], where);
     run.reported_scaling_efficiency = number(c["reported_scaling_efficiency"], where);
-    run.convention = parse_flops_convention(c["convention"]);
+    run.convention = perf::parse_flops_convention(c["convention"]);
     run.peak_tflops = number(c["peak_tflops"], where).value_or(0);
     run.verdict = c["verdict"];
     run.reason = c["reason"];
@@ -380,4 +381,4 @@ Fit fit_predictor(const std::vector<PublishedRun>& runs) {
   return fit;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -1,5 +1,5 @@
 // Step-time prediction (see predict.h).
-#include "perf/predict.h"
+#include "study/predict.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,11 @@
 #include "core/error.h"
 #include "parallel/pipeline_layers.h"
 #include "perf/flops.h"
+#include "perf/parameters.h"
+#include "perf/peak.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 const std::vector<Cluster>& cluster_table() {
   // NVLink per GPU and direction (NVIDIA quotes both directions: 600 / 900 / 1800 GB/s); the
@@ -197,11 +200,11 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
 // blocks outside the layers: embeddings, final norm, output layer) and the first layer.
 int64_t fsdp_exposed_parameters(const ModelConfig& m, const parallel::ParallelConfig& parallel, int first_layer) {
   int64_t elements = 0;
-  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, m.padded_vocab_size())) {
     if (block.layer != -1 && block.layer != first_layer) continue;
-    if (block.split == ParamSplit::tensor_parallel) {
+    if (block.split == perf::ParamSplit::tensor_parallel) {
       elements += block.elements / parallel.tensor_model_parallel_size;
-    } else if (block.split == ParamSplit::expert) {
+    } else if (block.split == perf::ParamSplit::expert) {
       elements += block.elements / (parallel.expert_model_parallel_size * parallel.expert_tensor_parallel());
     } else {
       elements += block.elements;
@@ -225,11 +228,11 @@ int64_t replicated_embedding_elements(const ModelConfig& m, const parallel::Para
 StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
                             const PredictorConstants& constants, const RunOptions& options) {
   shape.validate(m);
-  const Device& device = find_device(cluster.device);
+  const perf::Device& device = perf::find_device(cluster.device);
   Machine machine;
   machine.k = constants;
   machine.cluster = &cluster;
-  machine.peak = device_peak_flops(device, shape.precision == Precision::fp32 ? "fp32" : "bf16");
+  machine.peak = perf::device_peak_flops(device, shape.precision == Precision::fp32 ? "fp32" : "bf16");
   machine.hbm = device.hbm_tbps * 1e12 * constants.memory_efficiency;
   const parallel::ParallelConfig& parallel = shape.parallel;
   const int p = parallel.pipeline_model_parallel_size, v = parallel.virtual_pipeline_size(m.num_layers);
@@ -346,4 +349,4 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
   return best;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -1,13 +1,13 @@
-// The layout planner (lib/perf/planner.h): every candidate is valid and fits, the ranking is by
+// The layout planner (lib/study/planner.h): every candidate is valid and fits, the ranking is by
 // predicted throughput, and the obvious answers come out (no model parallelism for a model that
 // fits one GPU; model parallelism for one that does not).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "model/config.h"
-#include "perf/planner.h"
+#include "study/planner.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 
 TEST(Planner, SmallModelNeedsNoModelParallelism) {
   PlanRequest request;

@@ -1,12 +1,13 @@
 // The layout planner (see planner.h).
-#include "perf/planner.h"
+#include "study/planner.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "perf/flops.h"
+#include "perf/peak.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -33,11 +34,11 @@ int64_t peak_bytes(const model::ModelConfig& m, const TrainingShape& shape, Memo
 PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request) {
   m.validate();
   const Cluster& cluster = find_cluster(request.cluster);
-  const Device& device = find_device(cluster.device);
+  const perf::Device& device = perf::find_device(cluster.device);
   if (request.gpus < 1) throw UsageError("--world-size", "must be at least 1");
   if (request.global_batch_size < 1) throw UsageError("--global-batch-size", "must be at least 1");
   const double budget = request.memory_bytes > 0 ? request.memory_bytes : device.memory_gib * 1024 * 1024 * 1024;
-  const double peak_flops = device_peak_flops(device, request.precision == Precision::fp32 ? "fp32" : "bf16");
+  const double peak_flops = perf::device_peak_flops(device, request.precision == Precision::fp32 ? "fp32" : "bf16");
   using model::RecomputeGranularity;
 
   PlanResult result;
@@ -83,8 +84,10 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
                   candidate.peak_bytes = peak_bytes(m, shape, request.memory);
                   if (static_cast<double>(candidate.peak_bytes) > budget) continue;
                   candidate.prediction = predict_step(m, shape, cluster);
-                  const double flops = model_flops(m, request.global_batch_size, FlopsConvention::megatron).total();
-                  candidate.mfu = model_flops_utilization(flops, candidate.prediction.step_seconds, peak_flops * request.gpus);
+                  const double flops =
+                      perf::model_flops(m, request.global_batch_size, perf::FlopsConvention::megatron).total();
+                  candidate.mfu =
+                      perf::model_flops_utilization(flops, candidate.prediction.step_seconds, peak_flops * request.gpus);
                   fitting.push_back(candidate);
                 }
               }
@@ -112,4 +115,4 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
   return result;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -5,7 +5,7 @@
 // under each recompute mode (written out below and in docs/accounting.md), deliberately not
 // by calling its workspace planner, so comparing the two with mt-train's measured high-water
 // marks tests both. Megatron's own estimate (megatron/training/theoretical_memory_usage.py)
-// is computed beside it. Tested in tests/unit/perf/test_memory_model.cpp.
+// is computed beside it. Tested in tests/unit/study/test_memory_model.cpp.
 //
 // mt's activations (fp32 storage at every precision; every buffer rounded up to 64 bytes).
 // Notation: b micro-batch, s sequence, c = CP, t = TP, N = b s / c rows on a rank, R = N / t
@@ -51,9 +51,8 @@
 #include "model/config.h"
 #include "model/recompute.h"
 #include "parallel/parallel_config.h"
-#include "perf/parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 // A run as the accounting sees it: mt-train's parallel layout (one parallel::ParallelConfig, the
 // fields mt-train validates: TP, PP with its virtual and uneven stages, CP, DP, EP, expert-TP, SP,
@@ -132,4 +131,4 @@ struct MegatronMemory {
 };
 MegatronMemory megatron_theoretical_memory(const model::ModelConfig& model, const TrainingShape& shape);
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -1,4 +1,4 @@
-// Memory per rank (lib/perf/memory_model.h): the activation formula against what the
+// Memory per rank (lib/study/memory_model.h): the activation formula against what the
 // transformer really allocates under each recompute mode and precision, exact weights, grads and
 // optimizer bytes, the pipeline's in-flight micro-batches, and Megatron's theoretical estimate
 // against numbers worked out by hand.
@@ -11,9 +11,9 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline_schedule.h"
-#include "perf/memory_model.h"
+#include "study/memory_model.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 using mt::model::preset;
 using mt::model::RecomputeConfig;
 using mt::model::RecomputeGranularity;
