@@ -88,6 +88,12 @@ TINY=(--model tiny-gpt --seq-length 16)
   check '.[1] | .record == "prediction" and .device == "h100" and .step_ms > 0 and .mfu > 0.1 and .mfu < 0.9
     and ((.mfu - .tflops_per_device / 989.5) | fabs < 1e-9)
     and ((.tokens_per_s * .step_ms / 1e3 / (128 * 8192) - 1) | fabs < 1e-9)'
+  # Uneven first/last stages with virtual stages, as mt-train runs them: 32 layers on 4 stages of 2
+  # chunks, 6 on the first and the last, 10 on each middle stage.
+  mfu --model llama3-8b --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 \
+    --decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 6 --world-size 32 --global-batch-size 64 \
+    --bf16 --predict dgx-h100
+  check '.[1] | .record == "prediction" and .step_ms > 0 and .bubble_ms > 0 and .world_size == 32'
 }
 
 @test "issue15: --plan ranks the layouts that fit by predicted throughput, --top of them" {
