@@ -2,7 +2,7 @@
 # mt-memreport end to end: tiny-gpt's bytes per category against the arithmetic written out, TP/SP
 # and pipeline layouts (uneven stages with virtual stages placed as mt-train places them), real
 # mt-train runs read back with --from-log (weights, grads and optimizer exact, activations within
-# 10%), sweeps, --plan and bad input.
+# 10%), mt-train's --device, sweeps, --plan and bad input.
 
 setup() {
   load common
@@ -61,6 +61,14 @@ report() {
     --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4 --world-size 2 --global-batch-size 4
   check '[.[] | select(.record=="memory")] | length == 2 and ([.[].layers] == [2, 4])
     and ([.[].parameters] == [120448, 216448]) and all(.parameter_source == "layout table")'
+}
+
+@test "issue21: --device is mt-train's backend: cuda keeps the bf16 GEMM copy as bf16 bits, cpu as this CPU's backend does" {
+  report --model gpt2-124m --bf16 --seq-length 256 --sweep device=,cpu,cuda
+  check '[.[] | select(.record=="memory")] | length == 3 and (.[0] | del(.sweep)) == (.[1] | del(.sweep))
+    and .[2].gemm_weights_bytes * 2 == .[2].weights_bytes and .[2].grads_bytes == .[0].grads_bytes'
+  run_split mt-memreport --help
+  [[ "$out" == *"--device"*"cuda bf16 bits"* ]] || fail "$out"
 }
 
 @test "issue15: --from-log against real mt-train runs: weights, grads and optimizer exact, activations within 10%" {
@@ -127,6 +135,8 @@ report() {
 --model tiny-gpt --context-parallel-size 2 --world-size 2 --seq-length 6|--seq-length 6
 --model tiny-gpt --sweep from-log=x|--sweep from-log=x: cannot be swept
 --model tiny-gpt --memory-estimate exact|--memory-estimate: must be one of
+--model tiny-gpt --device H100|--device H100: a GPU model for peaks is --peak-device H100; --device names the backend, cpu or cuda
+--model llama3-8b --world-size 16 --global-batch-size 64 --device cpu --plan dgx-h100|--device cpu: --plan dgx-h100 models the cluster's GPUs
 --from-log $TMP/shard.jsonl|--from-log $TMP/shard.jsonl: line 1 is the run record of mt-shard, not mt-train
 --from-log $TMP/nosteps.jsonl|--from-log $TMP/nosteps.jsonl: holds no step records
 --from-log $TMP/nosteps.jsonl --sweep micro-batch-size=1,2|--sweep: a log is one run

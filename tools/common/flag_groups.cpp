@@ -199,6 +199,27 @@ train::TrainConfig training_config(const TrainingFlags& f) {
   return c;
 }
 
+// ---- device ----
+
+CLI::Option* add_device_flag(CLI::App& app, std::optional<std::string>& device, const std::string& group,
+                             const std::string& help) {
+  CLI::Option* option = add_flag(app, "--device", device, help);
+  option->check(CLI::Validator(
+      [](std::string& text) {
+        backend_device(text);  // throws the one-line refusal (a usage error, not CLI11's text)
+        return std::string();
+      },
+      "cpu or cuda"));
+  return group.empty() ? option : option->group(group);
+}
+
+BackendDevice backend_device(const std::optional<std::string>& device) {
+  if (!device || *device == "cpu") return BackendDevice::cpu;
+  if (*device == "cuda") return BackendDevice::cuda;
+  throw UsageError("--device " + *device, "a GPU model for peaks is --peak-device " + *device +
+                                              "; --device names the backend, cpu or cuda");
+}
+
 // ---- data ----
 
 void add_data_path_flags(CLI::App& app, DataPathFlags& f, const std::string& group) {

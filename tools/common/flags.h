@@ -160,6 +160,22 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags, const std::string& 
 // The training config: named values parsed, combinations checked (mt::UsageError naming flags).
 train::TrainConfig training_config(const TrainingFlags& flags);
 
+// ---- device ----
+
+// The backend a run uses: mt-train's --device, defined once for every tool that takes mt-train's
+// flags (mt-mfu and mt-memreport accept it; mt-train gets it with its CUDA backend).
+enum class BackendDevice { cpu, cuda };
+
+// Adds --device to `app`, bound to `device` (unset: cpu), in option group `group` ("": the
+// default group) with `help` ("": the table's). Its value is checked while parsing by
+// backend_device, so a bad one is a usage error before anything runs.
+CLI::Option* add_device_flag(CLI::App& app, std::optional<std::string>& device, const std::string& group = "",
+                             const std::string& help = "");
+// The backend `device` names (unset: cpu). Anything but cpu and cuda is mt::UsageError with a hint
+// for the old use of the flag: "--device H100: a GPU model for peaks is --peak-device H100;
+// --device names the backend, cpu or cuda".
+BackendDevice backend_device(const std::optional<std::string>& device);
+
 // ---- data ----
 
 // Megatron's data-path flags (--data-path PREFIX..., or W1 PREFIX1 W2 PREFIX2 ..., the per-split

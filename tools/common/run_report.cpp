@@ -44,7 +44,8 @@ std::vector<std::string> split_values(const std::string& text) {
 
 }  // namespace
 
-void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::string>& no_effect) {
+void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::string>& no_effect,
+                      const std::string& device_help) {
   CLI::App& app = cli.app();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as mt-train: the last one wins
   add_model_flags(app, f.model, "Model");
@@ -53,6 +54,7 @@ void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::strin
   add_parallel_flags(app, f.parallel, parallel_group);
   add_flag(app, "--world-size", f.world_size)->capture_default_str()->group(parallel_group);
   add_training_flags(app, f.training, "Training");
+  add_device_flag(app, f.device, "Device", device_help);
   const std::string data_group = "Data (read only for the vocabulary they give the model, as mt-train takes it)";
   add_data_path_flags(app, f.paths, data_group);
   add_flag(app, "--byte-data", f.byte_data)->group(data_group);
@@ -100,6 +102,7 @@ RunConfig run_config_from_flags(const ReportFlags& f) {
   config.train = training_config(f.training);
   config.parallel = f.parallel;
   config.world_size = f.world_size;
+  config.device = backend_device(f.device);
   config.warnings = validate_parallel(config.parallel, config.model, config.train, config.world_size);
   return config;
 }
@@ -183,9 +186,17 @@ study::TrainingShape training_shape(const RunConfig& c) {
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
   shape.precision = c.train.precision;
-  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively.
-  shape.native_bf16_gemm = backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
+  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively;
+  // GPU tensor cores take bf16 bits.
+  shape.native_bf16_gemm = c.device == BackendDevice::cuda ||
+                           backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
   return shape;
+}
+
+void refuse_cpu_device(const ReportFlags& f, const std::string& mode) {
+  if (f.device && backend_device(f.device) == BackendDevice::cpu) {
+    throw UsageError("--device cpu", mode + " models the cluster's GPUs (give --device cuda or leave it out)");
+  }
 }
 
 std::vector<SweepPoint> sweep_points(const CLI::App& app, const std::vector<std::string>& argv,
@@ -250,6 +261,7 @@ std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& f) {
       "--use-distributed-optimizer", "--micro-batch-size", "--recompute-granularity", "--recompute-method",
       "--recompute-num-layers"};
   refuse_given(cli.app(), chosen, "chosen by --plan (give the model, --world-size and --global-batch-size)");
+  refuse_cpu_device(f, "--plan " + f.plan);
   if (!f.training.config.global_batch_size) {
     throw UsageError("--plan", "needs --global-batch-size (sequences per step)");
   }

@@ -38,8 +38,10 @@ void define(mt::tools::ToolCli& cli, MemreportOptions& o) {
       "  --plan CLUSTER:  the --top layouts of --world-size GPUs that fit (--memory-estimate mt|megatron).\n"
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field;\n"
       "                   an empty value leaves the flag unset (recompute-granularity=,selective,full).");
-  mt::tools::add_report_flags(cli, o.report,
-                              {"--peak-tflops", "--flops-convention", "--overlap-param-gather"});
+  mt::tools::add_report_flags(cli, o.report, {"--peak-tflops", "--flops-convention", "--overlap-param-gather"},
+                              "mt-train's backend, cpu (the default) or cuda; here it sets the bf16 GEMM copy: cpu as "
+                              "this CPU's backend keeps it (bf16 bits where it multiplies bf16 natively, else "
+                              "bf16-rounded fp32), cuda bf16 bits");
 }
 
 Record memory_record(const mt::study::RankMemory& m, int ranks_per_stage) {

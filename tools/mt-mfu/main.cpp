@@ -1,7 +1,8 @@
 // mt-mfu: model FLOPs per step, TFLOP/s per device and MFU of a configuration, from mt-train's
 // flags plus --step-time, or from mt-train's JSONL (--from-log), under a selectable FLOPs
-// convention against a dense peak (--peak-tflops, --device, or this CPU's FMA probe); the step
-// time and MFU predicted on a named cluster (--predict) and the best layouts (--plan).
+// convention against a dense peak (--peak-tflops, --peak-device, or with --device cpu, the
+// default, this CPU's FMA probe); the step time and MFU predicted on a named cluster (--predict)
+// and the best layouts (--plan).
 // Tested by tests/tools/mt-mfu.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <numeric>
@@ -21,7 +22,7 @@ using mt::tools::Record;
 struct MfuOptions {
   mt::tools::ReportFlags report;
   std::optional<double> step_time;
-  std::string device;
+  std::string peak_device;
   std::string predict;
 };
 
@@ -35,6 +36,9 @@ void define(mt::tools::ToolCli& cli, MfuOptions& o) {
       "             as Megatron's 'throughput per GPU', MFU = model FLOPs / (step time x peak x world size),\n"
       "             HFU likewise with the hardware FLOPs; on this CPU the GEMM efficiency (the 2048^3 GEMM\n"
       "             rate / the FMA-probe peak) is reported beside, never as the peak.\n"
+      "  The peak: --peak-tflops, else --peak-device NAME (a GPU model of the dense peak table: h100, a100,\n"
+      "             ...), else this CPU's FMA probe. --device names mt-train's backend (cpu, cuda), never a\n"
+      "             GPU model: --device cuda needs one of the first two, --device cpu takes the probe.\n"
       "  --from-log FILE|-: one mfu record per step record of mt-train's JSONL (its run record gives the\n"
       "             configs, world size and peak) and an mfu_summary over the steps after the first.\n"
       "  --predict CLUSTER: a prediction record (study/predict.h; clusters in docs/accounting.md).\n"
@@ -43,14 +47,15 @@ void define(mt::tools::ToolCli& cli, MfuOptions& o) {
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field.\n"
       "Conventions (--flops-convention): megatron (Megatron-LM's num_floating_point_operations, the default),\n"
       "megatron-2024, narayanan, 6N, 6N+12LCT, 6N+6LCT; formulas in docs/accounting.md.");
-  mt::tools::add_report_flags(cli, o.report, {});
+  mt::tools::add_report_flags(cli, o.report, {},
+                              "mt-train's backend, cpu (the default) or cuda; here it picks the peak of --step-time: "
+                              "cpu this CPU's FMA probe, cuda needs --peak-device or --peak-tflops (FLOPs do not "
+                              "depend on it)");
   const std::string group = "Report";
   mt::tools::add_flag(app, "--step-time", o.step_time)->group(group);
-  mt::tools::add_flag(app, "--device", o.device)->group(group);
+  mt::tools::add_flag(app, "--peak-device", o.peak_device)->group(group);
   mt::tools::add_flag(app, "--predict", o.predict)->group(group);
 }
-
-const char* const kFlopsFlags[] = {"--peak-tflops", "--flops-convention", "--device"};
 
 // FLOPs of one step of `config` under `convention`, with the throughput fields when the step time
 // and peak are known.
@@ -85,9 +90,21 @@ Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention 
   return record;
 }
 
-// The peak of a run on this machine's CPU (each rank's cores) unless a flag names one.
+// The peak of a run on this machine's CPU (each rank's cores) unless a flag names one: a backend of
+// cuda needs one named, and a named accelerator contradicts --device cpu.
 mt::tools::PeakSource flags_peak(const MfuOptions& o, mt::Precision precision) {
-  return mt::tools::resolve_peak(o.report.training.peak_tflops, o.device, precision, mt::default_threads_per_rank());
+  const mt::tools::BackendDevice device = mt::tools::backend_device(o.report.device);
+  const bool named = o.report.training.peak_tflops || !o.peak_device.empty();
+  if (device == mt::tools::BackendDevice::cuda && !named) {
+    throw mt::UsageError("--device cuda", "a peak needs --peak-device NAME or --peak-tflops (the FMA probe measures "
+                                          "this CPU)");
+  }
+  if (o.report.device && device == mt::tools::BackendDevice::cpu && !o.peak_device.empty()) {
+    throw mt::UsageError("--peak-device " + o.peak_device,
+                         "contradicts --device cpu (the CPU's peak is its FMA probe)");
+  }
+  return mt::tools::resolve_peak(o.report.training.peak_tflops, o.peak_device, precision,
+                                 mt::default_threads_per_rank());
 }
 
 Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention convention,
@@ -135,14 +152,15 @@ std::vector<Record> log_records(mt::tools::ToolCli& cli, const MfuOptions& o) {
       cli.app().count("--flops-convention") > 0 ? mt::perf::parse_flops_convention(o.report.training.flops_convention)
                                                 : config.train.flops_convention;
   mt::tools::PeakSource peak;
-  if (o.report.training.peak_tflops || !o.device.empty()) {
+  if (o.report.training.peak_tflops || !o.peak_device.empty()) {
     peak = flags_peak(o, config.train.precision);
   } else if (log.run.contains("peak_tflops") && log.run["peak_tflops"].is_number()) {
     peak.flops_per_device = log.run["peak_tflops"].get<double>() * 1e12;
     peak.source = "the log: " + log.run.value("peak_source", std::string("mt-train's"));
     if (log.run.contains("gemm_tflops")) peak.gemm_flops = log.run["gemm_tflops"].get<double>() * 1e12;
   } else {
-    throw mt::UsageError("--from-log " + log.path, "its run record has no peak_tflops: give --peak-tflops or --device");
+    throw mt::UsageError("--from-log " + log.path,
+                         "its run record has no peak_tflops: give --peak-tflops or --peak-device");
   }
   std::vector<double> steady_ms;
   for (const Record& step : log.steps) {
@@ -168,7 +186,7 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
   if (!parsed.report.from_log.empty()) {
     if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
     mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json", "--peak-tflops",
-                                                        "--flops-convention", "--device"});
+                                                        "--flops-convention", "--peak-device"});
     return log_records(cli, parsed);
   }
   const std::function<void(mt::tools::ToolCli&, MfuOptions&)> definer = define;
@@ -186,14 +204,15 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
     for (const std::string& warning : config.warnings) mt::log::warn("mt-mfu: " + warning);
     const mt::perf::FlopsConvention convention = mt::perf::parse_flops_convention(o.report.training.flops_convention);
     if (!o.predict.empty()) {
-      mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "the --predict cluster names its device");
+      mt::tools::refuse_given(cli.app(), {"--peak-device", "--peak-tflops"}, "the --predict cluster names its device");
+      mt::tools::refuse_cpu_device(o.report, "--predict " + o.predict);
       records.push_back(labelled(prediction_record(config, convention, o.predict)));
     }
     if (o.step_time) {
       const mt::tools::PeakSource peak = flags_peak(o, config.train.precision);
       records.push_back(labelled(mfu_record(config, convention, o.step_time, &peak)));
     } else if (o.predict.empty()) {
-      mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "a peak needs --step-time");
+      mt::tools::refuse_given(cli.app(), {"--peak-device", "--peak-tflops"}, "a peak needs --step-time");
       records.push_back(labelled(mfu_record(config, convention, std::nullopt, nullptr)));
     }
   }

@@ -1,9 +1,10 @@
 // Flags defined once (tools/common/flags.h): every group defines against the table, values outside
 // a range are refused while parsing with one short line that says the range (issue 11 cases 6, 7,
-// 13, 14), the groups' configs follow Megatron's defaults, and parallel values mt-train does not
-// implement are refused by name (case 18).
+// 13, 14), the groups' configs follow Megatron's defaults, parallel values mt-train does not
+// implement are refused by name (case 18), and --device names the backend, never a GPU model.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -286,4 +287,28 @@ TEST(Flags, AKindMismatchIsAProgrammingError) {
   double wrong = 0;
   EXPECT_THROW(add_flag(app, "--num-layers", wrong), std::logic_error);
   EXPECT_THROW(flag_spec("--no-such-flag"), std::logic_error);
+}
+
+TEST(Flags, DeviceNamesTheBackendAndRefusesAGpuModelWithAHint) {
+  std::optional<std::string> device;
+  auto parse = [&](const std::vector<std::string>& args) {
+    CLI::App app("test", "test");
+    device.reset();
+    add_device_flag(app, device);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+    return backend_device(device);
+  };
+  EXPECT_EQ(parse({}), BackendDevice::cpu);
+  EXPECT_EQ(parse({"--device", "cpu"}), BackendDevice::cpu);
+  EXPECT_EQ(parse({"--device", "cuda"}), BackendDevice::cuda);
+  // The old use of the flag (mt-mfu's peak table) is refused while parsing, by name, with the new one.
+  try {
+    parse({"--device", "H100"});
+    ADD_FAILURE() << "--device H100 accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--device H100: a GPU model for peaks is --peak-device H100; --device names the backend, cpu or cuda");
+  }
+  EXPECT_THROW(backend_device(std::string("gpu")), mt::UsageError);
 }
