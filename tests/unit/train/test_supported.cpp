@@ -48,7 +48,9 @@ TEST(Supported, EverythingTheEngineRunsIsAccepted) {
   layouts[5].num_layers_per_virtual_pipeline_stage = 1;
   layouts[6].expert_tensor_parallel_size = 1;  // Megatron's spelling of the default
   for (const char* preset : {"tiny-gpt", "tiny-llama", "gpt2-124m", "llama3-8b"}) {
-    for (const ParallelConfig& parallel : layouts) EXPECT_EQ(refusal(mt::model::preset(preset), parallel), "") << preset;
+    for (const ParallelConfig& parallel : layouts) {
+      EXPECT_EQ(refusal(mt::model::preset(preset), parallel), "") << preset;
+    }
   }
 }
 
