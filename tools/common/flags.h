@@ -2,9 +2,9 @@
 // flag), the kind of value, the range or choices it accepts and its help line. A value outside
 // its range is refused while parsing with one line that says the range ("--workers: must be at
 // least 1 (got 0)"), never CLI11's generic text. Groups of Megatron flags (model, parallel,
-// training, data, tokenizer) are added by one function each and turned into lib configs here, so
-// every tool that takes them (mt-train, mt-shard, mt-tokenize, mt-mfu, mt-memreport)
-// parses and checks them the same way. Tested in tests/unit/tools/test_flags.cpp and through the
+// training, data, tokenizer) and mt-train's backend flag (--device) are added by one function
+// each and turned into lib configs here, so every tool that takes them (mt-train, mt-shard,
+// mt-tokenize, mt-mfu, mt-memreport) parses and checks them the same way. Tested in tests/unit/tools/test_flags.cpp and through the
 // tools' Bats suites.
 #pragma once
 
