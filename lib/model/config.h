@@ -41,7 +41,7 @@ struct ModelConfig {
   float attention_dropout = 0.0f;
 
   // Mixture of experts, with Megatron's flags. mt-mfu and mt-memreport account for these;
-  // mt-train cannot run them yet (check_trainable()).
+  // mt-train cannot run them yet (train/supported.h).
   int num_experts = 0;                          // --num-experts; 0: every MLP is dense
   int moe_router_topk = 2;                      // --moe-router-topk
   int moe_ffn_hidden_size = 0;                  // --moe-ffn-hidden-size; 0: --ffn-hidden-size
@@ -69,7 +69,9 @@ struct ModelConfig {
   int moe_layer_count() const;  // among the num_layers decoder layers
   // Throws mt::UsageError naming the offending flag(s).
   void validate() const;
-  // Throws mt::UsageError naming the first feature mt-train cannot run yet (MoE, MLA, MTP).
+  // The layout's and parameter_count's assertion: mt::UsageError when the model has layers
+  // lib/model does not build (MoE, MLA, MTP). Users are refused earlier, by flag, by the one list
+  // of what mt-train does not run yet (train/supported.h).
   void check_trainable() const;
 };
 

@@ -166,21 +166,20 @@ BucketOptions bucket_options(const parallel::ParallelConfig& parallel) {
   return BucketOptions{parallel.bucket_size_elements(), parallel.use_distributed_optimizer};
 }
 
+parallel::ModelDimensions parallel_dimensions(const ModelConfig& model) {
+  parallel::ModelDimensions dimensions;
+  dimensions.num_layers = model.num_layers;
+  dimensions.num_attention_heads = model.num_attention_heads;
+  dimensions.num_query_groups = model.query_groups();
+  dimensions.ffn_hidden_size = model.ffn_hidden_size;
+  dimensions.padded_vocab_size = model.padded_vocab_size();
+  dimensions.seq_length = model.seq_length;
+  dimensions.num_experts = model.num_experts;
+  return dimensions;
+}
+
 void check_tensor_parallel_split(const ModelConfig& model, int tp) {
-  if (tp <= 1) return;
-  auto require = [&](int64_t count, const std::string& what) {
-    if (count % tp != 0) {
-      throw UsageError("--tensor-model-parallel-size " + std::to_string(tp), "does not divide " + what);
-    }
-  };
-  require(model.num_attention_heads, "--num-attention-heads " + std::to_string(model.num_attention_heads) +
-                                         " (tensor parallelism splits attention by whole heads)");
-  require(model.query_groups(), "--num-query-groups " + std::to_string(model.query_groups()) +
-                                    " (tensor parallelism splits attention by whole query groups)");
-  require(model.ffn_hidden_size, "--ffn-hidden-size " + std::to_string(model.ffn_hidden_size));
-  require(model.padded_vocab_size(), "the padded vocabulary of " + std::to_string(model.padded_vocab_size()) +
-                                         " (--make-vocab-size-divisible-by " +
-                                         std::to_string(model.make_vocab_size_divisible_by) + ")");
+  parallel::check_tensor_parallel_split(tp, parallel_dimensions(model));
 }
 
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,

@@ -160,8 +160,11 @@ ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfi
 // The single-rank layout of the whole model.
 ParamLayout build_layout(const ModelConfig& model);
 
-// Throws mt::UsageError naming the flags when tensor parallelism of degree `tp` cannot split the
-// model by whole heads, query groups, ffn columns and padded vocabulary rows.
+// The model's dimensions as parallel::validate and its tensor-parallel rule read them.
+parallel::ModelDimensions parallel_dimensions(const ModelConfig& model);
+// parallel::check_tensor_parallel_split for this model: mt::UsageError naming the flags when
+// tensor parallelism of degree `tp` cannot split it by whole heads, query groups, ffn columns and
+// padded vocabulary rows.
 void check_tensor_parallel_split(const ModelConfig& model, int tp);
 
 // Names used by the layout (also the HDF5 dataset names of checkpoints).

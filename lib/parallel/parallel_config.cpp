@@ -56,18 +56,6 @@ void check_degrees(const ParallelConfig& c, const ModelDimensions& model, const 
   require_positive("--seq-length", model.seq_length);
 }
 
-void check_tensor_parallel(const ParallelConfig& c, const ModelDimensions& model) {
-  const int tp = c.tensor_model_parallel_size;
-  const std::string by_tp = flag(kTp, tp);
-  require_divisible(flag("--num-attention-heads", model.num_attention_heads), model.num_attention_heads, tp, by_tp,
-                    "each tensor-parallel rank holds whole heads");
-  require_divisible(flag("--num-query-groups", model.num_query_groups), model.num_query_groups, tp, by_tp,
-                    "each tensor-parallel rank holds whole key/value heads");
-  require_divisible(flag("--ffn-hidden-size", model.ffn_hidden_size), model.ffn_hidden_size, tp, by_tp);
-  require_divisible("padded vocabulary size " + std::to_string(model.padded_vocab_size), model.padded_vocab_size, tp,
-                    by_tp, "pad it with --make-vocab-size-divisible-by");
-}
-
 void check_sequence(ParallelConfig& c, const ModelDimensions& model, std::vector<std::string>& warnings) {
   const int cp = c.context_parallel_size, tp = c.tensor_model_parallel_size;
   if (cp > 1) {
@@ -204,6 +192,18 @@ void check_data_parallel(const ParallelConfig& c, std::vector<std::string>& warn
 
 }  // namespace
 
+void check_tensor_parallel_split(int tensor_parallel, const ModelDimensions& model) {
+  require_positive(kTp, tensor_parallel);
+  const std::string by_tp = flag(kTp, tensor_parallel);
+  require_divisible(flag("--num-attention-heads", model.num_attention_heads), model.num_attention_heads,
+                    tensor_parallel, by_tp, "each tensor-parallel rank holds whole heads");
+  require_divisible(flag("--num-query-groups", model.num_query_groups), model.num_query_groups, tensor_parallel, by_tp,
+                    "each tensor-parallel rank holds whole query groups (key/value heads)");
+  require_divisible(flag("--ffn-hidden-size", model.ffn_hidden_size), model.ffn_hidden_size, tensor_parallel, by_tp);
+  require_divisible("padded vocabulary size " + std::to_string(model.padded_vocab_size), model.padded_vocab_size,
+                    tensor_parallel, by_tp, "pad it with --make-vocab-size-divisible-by");
+}
+
 int ParallelConfig::virtual_pipeline_size(int num_layers) const {
   if (num_virtual_stages_per_pipeline_rank) return *num_virtual_stages_per_pipeline_rank;
   if (num_layers_per_virtual_pipeline_stage && pipeline_model_parallel_size > 0 && *num_layers_per_virtual_pipeline_stage > 0) {
@@ -229,7 +229,7 @@ std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions&
                " (data parallelism takes the rest)");
   }
   config.data_parallel_size = world_size / model_ranks;
-  check_tensor_parallel(config, model);
+  check_tensor_parallel_split(config.tensor_model_parallel_size, model);
   check_sequence(config, model, warnings);
   check_pipeline(config, model);
   check_batch_and_schedule(config, model, batch, warnings);

@@ -82,6 +82,12 @@ struct BatchDimensions {
   int global_batch_size = 1;
 };
 
+// The tensor-parallel rule, the one place it is written (validate() applies it; lib/model's
+// layout calls it before it shards): heads, query groups, ffn and padded vocabulary divisible by
+// `tensor_parallel`, so each TP rank holds whole heads and whole query groups. Throws UsageError
+// naming the flag and value that do not divide.
+void check_tensor_parallel_split(int tensor_parallel, const ModelDimensions& model);
+
 // Checks `config` for a world of `world_size` ranks, sets config.data_parallel_size, and turns
 // --sequence-parallel off at TP = 1. Throws UsageError naming the flags (and values) of the
 // first rule broken: heads, query groups, ffn and padded vocabulary divisible by TP; layers per

@@ -49,8 +49,8 @@ struct FlopsBreakdown {
 };
 
 // `sequences` samples of model.seq_length tokens; `vocab` is the logits' width for the Megatron
-// conventions (0: the model's padded vocabulary; megatron_padded_vocab() when reproducing
-// Megatron's logs). The 6N conventions count parameters on the real vocabulary.
+// conventions (0: the model's padded vocabulary; study/rank_parameters.h's megatron_padded_vocab()
+// when reproducing Megatron's logs). The 6N conventions count parameters on the real vocabulary.
 FlopsBreakdown model_flops(const model::ModelConfig& model, double sequences, FlopsConvention convention,
                            int64_t vocab = 0);
 double flops_per_token(const model::ModelConfig& model, FlopsConvention convention, int64_t vocab = 0);

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 
 #include "core/error.h"
@@ -28,9 +29,11 @@ const std::vector<Device>& device_table() {
 }
 
 const Device& find_device(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string known;
   for (const Device& device : device_table()) {
-    if (device.name == name) return device;
+    if (device.name == lower) return device;
     known += (known.empty() ? "" : ", ") + device.name;
   }
   throw UsageError("device " + name, "unknown (" + known + "; or give --peak-tflops)");

@@ -24,7 +24,7 @@ struct Device {
 };
 
 const std::vector<Device>& device_table();
-// Throws mt::UsageError listing the known names.
+// The device of that name in any case ("H100" is h100); throws mt::UsageError listing the known names.
 const Device& find_device(const std::string& name);
 // The dense peak for a training precision (bf16/fp16 -> tensor-core 16-bit, fp32 -> fp32
 // without TF32) in FLOP/s; "fp8" for FP8 runs. Throws mt::UsageError when the device has none.

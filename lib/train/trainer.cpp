@@ -15,22 +15,9 @@
 #include "model/init.h"
 #include "parallel/context_parallel.h"
 #include "perf/memory.h"
+#include "train/supported.h"
 
 namespace mt::train {
-namespace {
-
-// Refuses the parallel settings the trainer does not run yet, by name.
-void check_supported_layout(const parallel::ParallelConfig& p) {
-  auto refuse = [](const std::string& what) {
-    throw UsageError(what, "not supported yet (expert parallelism lands with issue 13)");
-  };
-  if (p.expert_model_parallel_size > 1) refuse("--expert-model-parallel-size " + std::to_string(p.expert_model_parallel_size));
-  if (p.overlap_param_gather) {
-    throw UsageError("--overlap-param-gather", "not supported yet (the parameter all-gather runs after the optimizer step)");
-  }
-}
-
-}  // namespace
 
 void validate_train_config(const TrainConfig& c) {
   if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
@@ -96,7 +83,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     pipeline_group_ = &groups->get(parallel::GroupKind::pp);
     if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->get(parallel::GroupKind::embedding);
   }
-  check_supported_layout(parallel_config_);
+  check_supported(model_config_, parallel_config_);
   const int dp = parallel_config_.data_parallel_size;
   data_parallel_rank_ = coordinates.dp;
   data_parallel_size_ = dp;

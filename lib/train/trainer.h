@@ -27,7 +27,8 @@
 // stages run ring attention over the CP group. Each micro-batch's loss is normalised by the whole
 // sequence's unmasked tokens (the CP ranks sum their counts; Megatron divides by each CP rank's
 // own count), grads are reduced over DP x CP, and the grad norm counts each tensor once over the
-// DP x CP replicas. Expert parallelism is refused by name (it comes with issue 13).
+// DP x CP replicas. What mt-train does not run yet (expert parallelism, MoE, ...) is refused by
+// name first (train/supported.h).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end

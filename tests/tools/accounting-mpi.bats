@@ -3,8 +3,9 @@
 # stage after the first step and at the end, the stage's most loaded rank, categories adding
 # up to the step records' maxima, the first stage's in-flight activations above the last's under
 # 1F1B); mt-memreport --from-log on TP, TP + SP and pipeline logs (1F1B and interleaved) across the
-# recompute modes and on GPT-2 124M (micro-batch 8, T 256) under TP=2 + SP, every stage's weights,
-# grads and optimizer exact and activations within 10%; and
+# recompute modes, on uneven stages with virtual stages and on an interleaved group size other than
+# PP, and on GPT-2 124M (micro-batch 8, T 256) under TP=2 + SP, every stage's weights, grads and
+# optimizer exact and activations within 10%; and
 # mt-mfu --from-log dividing by the world size.
 
 setup() {
@@ -113,6 +114,17 @@ check_memreport() {
   jq -c 'select(.record != "memory")' "$TMP/train.jsonl" >"$TMP/cut.jsonl"
   run_split mt-memreport --from-log "$TMP/cut.jsonl"
   [[ $status -eq 2 && -z "$out" && "$err" == *"holds no memory records"* ]] || fail "$status $out $err"
+}
+
+@test "issue21: mt-memreport --from-log on PP=2 with uneven stages and virtual stages, and with a micro-batch group of 4: every stage exact, activations within 10%" {
+  # 6 layers: the first stage 2 (a layer a chunk), the last 4 (two a chunk), placed as mt-train places them.
+  train 2 --num-layers 6 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+    --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4
+  check_memreport "uneven stages with virtual stages"
+  # The interleaved schedule's group of 4 micro-batches (not PP's 2) keeps more of them in flight.
+  train 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+    --microbatch-group-size-per-virtual-pipeline-stage 4
+  check_memreport "a micro-batch group of 4"
 }
 
 @test "issue15: mt-memreport --from-log on GPT-2 124M, micro-batch 8, T 256, TP=2 + SP on 2 ranks, across recompute modes: exact, activations within 10%" {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # mt-memreport end to end: tiny-gpt's bytes per category against the arithmetic written out, TP/SP
-# and pipeline layouts mt-train cannot run yet, real mt-train runs read back with --from-log
-# (weights, grads and optimizer exact, activations within 10%), sweeps, --plan and bad input.
+# and pipeline layouts (uneven stages with virtual stages placed as mt-train places them), real
+# mt-train runs read back with --from-log (weights, grads and optimizer exact, activations within
+# 10%), mt-train's --device, sweeps, --plan and bad input.
 
 setup() {
   load common
@@ -49,6 +50,25 @@ report() {
   # The distributed optimizer: Adam's 8 bytes a parameter over 8 data-parallel ranks, a quarter of the fp32 grads.
   report --model gpt2-124m --world-size 8 --global-batch-size 8 --use-distributed-optimizer --bf16
   check '[.[] | select(.record=="memory")][0] | .optimizer_bytes * 4 == .grads_bytes and .gemm_weights_bytes > 0'
+}
+
+@test "issue21: uneven stages with virtual stages are accounted for as mt-train places their layers" {
+  # 6 layers on 2 stages of 2 chunks: --decoder-first-pipeline-num-layers 2 (a layer a chunk) and
+  # --decoder-last-pipeline-num-layers 4 (two a chunk). tiny-gpt's layer holds 49984 parameters: the
+  # first stage 2 of them + the embedding 256 x 64 + positions 64 x 64 = 120448, the last 4 + the final
+  # norm 128 + its copy of the tied embedding 16384 = 216448.
+  report --model tiny-gpt --num-layers 6 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+    --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4 --world-size 2 --global-batch-size 4
+  check '[.[] | select(.record=="memory")] | length == 2 and ([.[].layers] == [2, 4])
+    and ([.[].parameters] == [120448, 216448]) and all(.parameter_source == "layout table")'
+}
+
+@test "issue21: --device is mt-train's backend: cuda keeps the bf16 GEMM copy as bf16 bits, cpu as this CPU's backend does" {
+  report --model gpt2-124m --bf16 --seq-length 256 --sweep device=,cpu,cuda
+  check '[.[] | select(.record=="memory")] | length == 3 and (.[0] | del(.sweep)) == (.[1] | del(.sweep))
+    and .[2].gemm_weights_bytes * 2 == .[2].weights_bytes and .[2].grads_bytes == .[0].grads_bytes'
+  run_split mt-memreport --help
+  [[ "$out" == *"--device"*"cuda bf16 bits"* ]] || fail "$out"
 }
 
 @test "issue15: --from-log against real mt-train runs: weights, grads and optimizer exact, activations within 10%" {
@@ -115,6 +135,8 @@ report() {
 --model tiny-gpt --context-parallel-size 2 --world-size 2 --seq-length 6|--seq-length 6
 --model tiny-gpt --sweep from-log=x|--sweep from-log=x: cannot be swept
 --model tiny-gpt --memory-estimate exact|--memory-estimate: must be one of
+--model tiny-gpt --device H100|--device H100: a GPU model for peaks is --peak-device H100; --device names the backend, cpu or cuda
+--model llama3-8b --world-size 16 --global-batch-size 64 --device cpu --plan dgx-h100|--device cpu: --plan dgx-h100 models the cluster's GPUs
 --from-log $TMP/shard.jsonl|--from-log $TMP/shard.jsonl: line 1 is the run record of mt-shard, not mt-train
 --from-log $TMP/nosteps.jsonl|--from-log $TMP/nosteps.jsonl: holds no step records
 --from-log $TMP/nosteps.jsonl --sweep micro-batch-size=1,2|--sweep: a log is one run

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # mt-mfu end to end: FLOPs of tiny-gpt under each convention against the arithmetic written out,
-# TFLOP/s and MFU from --step-time and a peak (--peak-tflops, --device, the CPU's FMA probe), a
-# real mt-train run read back with --from-log, sweeps, --predict, --plan and bad input.
+# TFLOP/s and MFU from --step-time and a peak (--peak-tflops, --peak-device, the CPU's FMA probe),
+# mt-train's --device (the backend, never a GPU model), a real mt-train run read back with
+# --from-log, sweeps, --predict (uneven pipelines with virtual stages included), --plan and bad input.
 
 setup() {
   load common
@@ -37,16 +38,32 @@ TINY=(--model tiny-gpt --seq-length 16)
   check '[.[] | select(.record=="mfu") | .hardware_flops_per_step / 64] == [700416, 704512, 901120]'
 }
 
-@test "issue15: TFLOP/s per device and MFU from --step-time over the world size, against --peak-tflops or --device" {
+@test "issue15: TFLOP/s per device and MFU from --step-time over the world size, against --peak-tflops or --peak-device" {
   mfu "${TINY[@]}" --global-batch-size 4 --world-size 2 --step-time 0.5 --peak-tflops 0.001
   # 64 tokens x 700416 = 44826624 FLOPs in 0.5 s on 2 devices of 1 GFLOP/s.
   check '.[1] | .tflops_per_device == 44826624 / (0.5 * 2) / 1e12 and ((.mfu - 0.044826624) | fabs < 1e-12)
     and .tokens_per_s == 128 and .peak_source == "--peak-tflops" and (has("gemm_efficiency") | not)'
-  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --device h100 --bf16
+  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --peak-device h100 --bf16
   check '.[1] | .peak_tflops == 989.5 and (.peak_source | startswith("h100 dense bf16"))
     and ((.mfu - 44826624 / 0.5 / 989.5e12) | fabs < 1e-15)'
-  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --device a100 --fp16
+  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --peak-device A100 --fp16  # as data sheets spell it
   check '.[1].peak_tflops == 312'
+}
+
+@test "issue21: --device is mt-train's backend: cpu takes the FMA probe, cuda needs a named peak, a GPU model is refused with a hint" {
+  mfu "${TINY[@]}" --step-time 0.01 --device cpu
+  check '.[1] | (.peak_source | startswith("FMA probe: ")) and .gemm_tflops > 0'
+  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --device cuda --peak-device h100 --bf16
+  check '.[1] | .peak_tflops == 989.5 and (.peak_source | startswith("h100 dense bf16"))'
+  mfu "${TINY[@]}" --global-batch-size 4 --step-time 0.5 --device cuda --peak-tflops 0.001
+  check '.[1].peak_source == "--peak-tflops"'
+  # FLOPs do not depend on the backend; the prediction of a cluster is of its GPUs.
+  mfu "${TINY[@]}" --global-batch-size 4 --sweep device=,cpu,cuda
+  check '[.[] | select(.record=="mfu") | .model_flops_per_step] | length == 3 and (unique | length == 1)'
+  mfu --model tiny-gpt --world-size 8 --global-batch-size 8 --bf16 --device cuda --predict dgx-h100
+  check '.[1] | .record == "prediction" and .step_ms > 0'
+  run_split mt-mfu --help
+  [[ "$out" == *"--device"*"cpu this CPU's FMA probe, cuda needs --peak-device or --peak-tflops"* ]] || fail "$out"
 }
 
 @test "issue15: on the CPU the peak is the FMA probe over a rank's cores, the GEMM efficiency beside it" {
@@ -88,6 +105,12 @@ TINY=(--model tiny-gpt --seq-length 16)
   check '.[1] | .record == "prediction" and .device == "h100" and .step_ms > 0 and .mfu > 0.1 and .mfu < 0.9
     and ((.mfu - .tflops_per_device / 989.5) | fabs < 1e-9)
     and ((.tokens_per_s * .step_ms / 1e3 / (128 * 8192) - 1) | fabs < 1e-9)'
+  # Uneven first/last stages with virtual stages, as mt-train runs them: 32 layers on 4 stages of 2
+  # chunks, 6 on the first and the last, 10 on each middle stage.
+  mfu --model llama3-8b --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 \
+    --decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 6 --world-size 32 --global-batch-size 64 \
+    --bf16 --predict dgx-h100
+  check '.[1] | .record == "prediction" and .step_ms > 0 and .bubble_ms > 0 and .world_size == 32'
 }
 
 @test "issue15: --plan ranks the layouts that fit by predicted throughput, --top of them" {
@@ -129,7 +152,12 @@ TINY=(--model tiny-gpt --seq-length 16)
 --model tiny-gpt --world-size 0|--world-size: must be at least 1
 --model tiny-gpt --tensor-model-parallel-size 3 --world-size 3|--num-attention-heads 4: not divisible by --tensor-model-parallel-size 3
 --model tiny-gpt --world-size 3 --global-batch-size 4|--global-batch-size 4
---model tiny-gpt --step-time 1 --device x100|device x100: unknown
+--model tiny-gpt --step-time 1 --peak-device x100|device x100: unknown
+--model tiny-gpt --step-time 1 --device H100|--device H100: a GPU model for peaks is --peak-device H100; --device names the backend, cpu or cuda
+--model tiny-gpt --sweep device=cpu,h100|--device h100: a GPU model for peaks is --peak-device h100
+--model tiny-gpt --step-time 1 --device cuda|--device cuda: a peak needs --peak-device NAME or --peak-tflops
+--model tiny-gpt --step-time 1 --device cpu --peak-device h100|--peak-device h100: contradicts --device cpu
+--model tiny-gpt --world-size 8 --global-batch-size 8 --device cpu --predict dgx-h100|--device cpu: --predict dgx-h100 models the cluster's GPUs
 --model tiny-gpt --flops-convention 7N|--flops-convention: must be one of
 --model tiny-gpt --peak-tflops 2|--peak-tflops: a peak needs --step-time
 --model tiny-gpt --sweep nope=1,2|--sweep nope=1,2: no such flag
@@ -143,6 +171,7 @@ TINY=(--model tiny-gpt --seq-length 16)
 --from-log $TMP/bad.jsonl|--from-log $TMP/bad.jsonl: line 1 is not a JSON record
 --from-log $TMP/norun.jsonl|--from-log $TMP/norun.jsonl: holds no run record of mt-train
 --from-log $TMP/bad.jsonl --model tiny-gpt|--model: the configuration comes from the log
+--from-log $TMP/bad.jsonl --device cpu|--device: the configuration comes from the log
 --num-layers 2|--vocab-size: needed
 EOF
 }

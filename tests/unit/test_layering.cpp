@@ -118,6 +118,10 @@ TEST(LayeringChecker, AllowsDownwardEdges) {
   EXPECT_EQ(layering_violation("tools/mt-train/main.cpp", "tools/common/tool_main.h"), "");
   EXPECT_EQ(layering_violation("tools/mt-train/main.cpp", "train/trainer.h"), "");
   EXPECT_EQ(layering_violation("kernels/cpu/ops.cpp", "kernels/cpu/ops.h"), "");
+  // The study sits above training: it may read the trainer's run-time accounting and the trainer.
+  EXPECT_EQ(layering_violation("lib/study/memory_model.cpp", "perf/parameters.h"), "");
+  EXPECT_EQ(layering_violation("lib/study/predict.cpp", "train/trainer.h"), "");
+  EXPECT_EQ(layering_violation("tools/mt-mfu/main.cpp", "study/predict.h"), "");
 }
 
 TEST(LayeringChecker, RefusesUpwardAndSkippingEdges) {
@@ -134,6 +138,9 @@ TEST(LayeringChecker, RefusesUpwardAndSkippingEdges) {
   EXPECT_NE(layering_violation("lib/model/stage.cpp", "kernels/cpu/ops.h"), "");  // only through backend/ops.h
   EXPECT_NE(layering_violation("lib/optim/adamw.cpp", "kernels/cpu/gemm.h"), "");
   EXPECT_NE(layering_violation("lib/train/trainer.cpp", "kernels/cpu/ops.h"), "");
+  // Training and its run-time accounting never reach the study.
+  EXPECT_NE(layering_violation("lib/train/trainer.cpp", "study/memory_model.h"), "");
+  EXPECT_NE(layering_violation("lib/perf/memory.cpp", "study/predict.h"), "");
 }
 
 TEST(Layering, EveryIncludeInTheTreePointsDown) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/layout.h"
 #include "perf/flops.h"
 #include "tools/common/flags.h"
 
@@ -27,14 +28,6 @@ class GroupAdder {
 template <typename T>
 void apply(const std::optional<T>& value, T& target) {
   if (value) target = *value;
-}
-
-// A value the engine does not implement yet: "--tensor-model-parallel-size 2: not supported yet
-// (mt-train runs 1)".
-void supported_only(bool supported, const std::string& flag, const std::string& value, const std::string& implemented) {
-  if (!supported)
-    throw UsageError(flag + (value.empty() ? "" : " " + value),
-                     "not supported yet (mt-train runs " + implemented + ")");
 }
 
 }  // namespace
@@ -135,31 +128,10 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::s
 
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
                                            const train::TrainConfig& training, int world_size) {
-  parallel::ModelDimensions dimensions;
-  dimensions.num_layers = model.num_layers;
-  dimensions.num_attention_heads = model.num_attention_heads;
-  dimensions.num_query_groups = model.query_groups();
-  dimensions.ffn_hidden_size = model.ffn_hidden_size;
-  dimensions.padded_vocab_size = model.padded_vocab_size();
-  dimensions.seq_length = model.seq_length;
-  dimensions.num_experts = model.num_experts;
   parallel::BatchDimensions batch;
   batch.micro_batch_size = training.micro_batch_size;
   batch.global_batch_size = training.global_batch_size > 0 ? training.global_batch_size : training.micro_batch_size;
-  return parallel::validate(config, dimensions, batch, world_size);
-}
-
-void check_parallel_support(const parallel::ParallelConfig& c) {
-  auto text = [](const auto& value) { return std::to_string(value); };
-  // Tensor, sequence, context, data (with the distributed optimizer and overlapped grad
-  // reduction) and pipeline parallelism (1F1B, interleaved, uneven first/last stages) run; expert
-  // parallelism (MoE layers) is not built yet.
-  const std::string one = "1: MoE expert parallelism is not built yet";
-  supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), one);
-  supported_only(c.expert_tensor_parallel_size.value_or(1) == 1, "--expert-tensor-parallel-size",
-                 text(c.expert_tensor_parallel_size.value_or(1)), one);
-  supported_only(!c.overlap_param_gather, "--overlap-param-gather", "",
-                 "the parameter all-gather after the optimizer step");
+  return parallel::validate(config, model::parallel_dimensions(model), batch, world_size);
 }
 
 // ---- training ----
@@ -225,6 +197,27 @@ train::TrainConfig training_config(const TrainingFlags& f) {
   if (f.peak_tflops) c.peak_flops_per_second = *f.peak_tflops * 1e12;
   c.flops_convention = perf::parse_flops_convention(f.flops_convention);
   return c;
+}
+
+// ---- device ----
+
+CLI::Option* add_device_flag(CLI::App& app, std::optional<std::string>& device, const std::string& group,
+                             const std::string& help) {
+  CLI::Option* option = add_flag(app, "--device", device, help);
+  option->check(CLI::Validator(
+      [](std::string& text) {
+        backend_device(text);  // throws the one-line refusal (a usage error, not CLI11's text)
+        return std::string();
+      },
+      "cpu or cuda"));
+  return group.empty() ? option : option->group(group);
+}
+
+BackendDevice backend_device(const std::optional<std::string>& device) {
+  if (!device || *device == "cpu") return BackendDevice::cpu;
+  if (*device == "cuda") return BackendDevice::cuda;
+  throw UsageError("--device " + *device, "a GPU model for peaks is --peak-device " + *device +
+                                              "; --device names the backend, cpu or cuda");
 }
 
 // ---- data ----

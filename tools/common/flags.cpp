@@ -290,13 +290,18 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--tokenizer-hf-no-include-special-tokens",
                   "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
                   "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron"),
+      // the backend (add_device_flag checks the value)
+      text_flag("--device", "Backend to run on: cpu, or cuda (not built yet); a GPU model for peak figures is "
+                            "--peak-device"),
       // the accounting tools (mt-mfu, mt-memreport)
       integer_flag("--world-size", "Ranks a launcher would start (the data-parallel size follows from it)", at_least(1)),
       text_flag("--from-log", "mt-train's JSONL records (- for stdin): the run's configs and its measured steps"),
       list_flag("--sweep", "FLAG=a,b,c: one record per value (repeat for every combination)"),
       real_flag("--step-time", "Seconds per iteration (Megatron's log prints milliseconds)", positive()),
-      text_flag("--device", "Accelerator of the dense peak table (perf/peak.h) instead of this CPU"),
-      text_flag("--predict", "Predict step time and MFU on this cluster (perf/predict.h)"),
+      text_flag("--peak-device",
+                "Accelerator of the dense peak table (perf/peak.h: h100, a100, ...) whose peak MFU divides by, "
+                "instead of this CPU's FMA probe"),
+      text_flag("--predict", "Predict step time and MFU on this cluster (study/predict.h)"),
       text_flag("--plan", "Rank the layouts that fit --world-size devices of this cluster by predicted throughput"),
       integer_flag("--top", "Layouts --plan prints", at_least(1)),
       text_flag("--memory-estimate", "Memory --plan checks layouts with: mt's engine or Megatron's formula",
@@ -324,8 +329,9 @@ const FlagSpec& flag_spec(std::string_view name) {
   throw std::logic_error("flag " + std::string(name) + " is not in the table of tools/common/flags.cpp");
 }
 
-// Megatron flags mt has no implementation of yet. Parallel flags are not here: they are parsed
-// with their ranges and refused by value (check_parallel_support), so degree 1 works today.
+// Megatron flags mt has no implementation of yet. Flags mt parses but does not run with every
+// value are not here: they are parsed with their ranges and refused by value in the one list of
+// what mt-train does not run yet (train/supported.h), so degree 1 works today.
 void refuse_unimplemented_megatron_flags(int argc, char** argv) {
   static const std::set<std::string> flags{
       "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",

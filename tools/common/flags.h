@@ -2,9 +2,9 @@
 // flag), the kind of value, the range or choices it accepts and its help line. A value outside
 // its range is refused while parsing with one line that says the range ("--workers: must be at
 // least 1 (got 0)"), never CLI11's generic text. Groups of Megatron flags (model, parallel,
-// training, data, tokenizer) are added by one function each and turned into lib configs here, so
-// every tool that takes them (mt-train, mt-shard, mt-tokenize, mt-mfu, mt-memreport)
-// parses and checks them the same way. Tested in tests/unit/tools/test_flags.cpp and through the
+// training, data, tokenizer) and mt-train's backend flag (--device) are added by one function
+// each and turned into lib configs here, so every tool that takes them (mt-train, mt-shard,
+// mt-tokenize, mt-mfu, mt-memreport) parses and checks them the same way. Tested in tests/unit/tools/test_flags.cpp and through the
 // tools' Bats suites.
 #pragma once
 
@@ -143,11 +143,6 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& config, const s
 // warnings, one line each, for the tool to print.
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
                                            const train::TrainConfig& training, int world_size);
-// Refuses, by name, every parallel setting the training engine does not implement yet
-// ("--expert-model-parallel-size 8: not supported yet (mt-train runs 1: ...)"), before
-// validation. The one place that says what is supported: one line per flag. Tools that only compute
-// (mt-memreport, mt-mfu) accept every valid layout.
-void check_parallel_support(const parallel::ParallelConfig& config);
 
 // ---- training ----
 
@@ -164,6 +159,22 @@ struct TrainingFlags {
 void add_training_flags(CLI::App& app, TrainingFlags& flags, const std::string& group = "Training");
 // The training config: named values parsed, combinations checked (mt::UsageError naming flags).
 train::TrainConfig training_config(const TrainingFlags& flags);
+
+// ---- device ----
+
+// The backend a run uses: mt-train's --device, defined once for every tool that takes mt-train's
+// flags (mt-mfu and mt-memreport accept it; mt-train gets it with its CUDA backend).
+enum class BackendDevice { cpu, cuda };
+
+// Adds --device to `app`, bound to `device` (unset: cpu), in option group `group` ("": the
+// default group) with `help` ("": the table's). Its value is checked while parsing by
+// backend_device, so a bad one is a usage error before anything runs.
+CLI::Option* add_device_flag(CLI::App& app, std::optional<std::string>& device, const std::string& group = "",
+                             const std::string& help = "");
+// The backend `device` names (unset: cpu). Anything but cpu and cuda is mt::UsageError with a hint
+// for the old use of the flag: "--device H100: a GPU model for peaks is --peak-device H100;
+// --device names the backend, cpu or cuda".
+BackendDevice backend_device(const std::optional<std::string>& device);
 
 // ---- data ----
 

@@ -5,13 +5,14 @@
 
 namespace mt::tools {
 
-PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& device, Precision precision, int cores) {
+PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& peak_device, Precision precision,
+                        int cores) {
   PeakSource peak;
   if (peak_tflops) {
     peak.flops_per_device = *peak_tflops * 1e12;
     peak.source = "--peak-tflops";
-  } else if (!device.empty()) {
-    const perf::Device& d = perf::find_device(device);
+  } else if (!peak_device.empty()) {
+    const perf::Device& d = perf::find_device(peak_device);
     peak.flops_per_device = perf::device_peak_flops(d, precision_name(precision));
     peak.source = d.name + " dense " + precision_name(precision) + " (" + d.source + ")";
   } else {

@@ -1,5 +1,5 @@
 // The peak MFU divides by and where it comes from, shared by mt-train and mt-mfu: --peak-tflops,
-// a --device of perf/peak.h's dense table at the run's precision, or this CPU's register-only
+// a --peak-device of perf/peak.h's dense table at the run's precision, or this CPU's register-only
 // FMA probe over the cores a rank uses. With the probe, the 2048^3 GEMM rate is measured beside
 // it and reported as an efficiency against that peak, never as the peak. Tested through
 // tests/tools/mt-train.bats and tests/tools/mt-mfu.bats.
@@ -21,9 +21,10 @@ struct PeakSource {
   std::optional<perf::CpuPeak> cpu;  // the probe's figures (with the probe only)
 };
 
-// `peak_tflops` wins, then `device` (empty: none); otherwise the probe runs on `cores` threads
+// `peak_tflops` wins, then `peak_device` (empty: none); otherwise the probe runs on `cores` threads
 // (about two seconds with the GEMM rate).
-PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& device, Precision precision, int cores);
+PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& peak_device, Precision precision,
+                        int cores);
 
 // Adds peak_tflops, peak_source and, when measured, the probe's peak_core_tflops and peak_cores
 // (peak = a core's x cores) and gemm_tflops and gemm_efficiency to `record`.

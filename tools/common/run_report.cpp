@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "backend/ops.h"
-#include "model/layout.h"
 
 namespace mt::tools {
 namespace {
@@ -45,7 +44,8 @@ std::vector<std::string> split_values(const std::string& text) {
 
 }  // namespace
 
-void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::string>& no_effect) {
+void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::string>& no_effect,
+                      const std::string& device_help) {
   CLI::App& app = cli.app();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as mt-train: the last one wins
   add_model_flags(app, f.model, "Model");
@@ -54,6 +54,7 @@ void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::strin
   add_parallel_flags(app, f.parallel, parallel_group);
   add_flag(app, "--world-size", f.world_size)->capture_default_str()->group(parallel_group);
   add_training_flags(app, f.training, "Training");
+  add_device_flag(app, f.device, "Device", device_help);
   const std::string data_group = "Data (read only for the vocabulary they give the model, as mt-train takes it)";
   add_data_path_flags(app, f.paths, data_group);
   add_flag(app, "--byte-data", f.byte_data)->group(data_group);
@@ -101,8 +102,8 @@ RunConfig run_config_from_flags(const ReportFlags& f) {
   config.train = training_config(f.training);
   config.parallel = f.parallel;
   config.world_size = f.world_size;
+  config.device = backend_device(f.device);
   config.warnings = validate_parallel(config.parallel, config.model, config.train, config.world_size);
-  training_shape(config).validate(config.model);
   return config;
 }
 
@@ -178,28 +179,24 @@ void refuse_config_flags_with_log(const CLI::App& app, const std::vector<std::st
   }
 }
 
-perf::TrainingShape training_shape(const RunConfig& c) {
-  const parallel::ParallelConfig& p = c.parallel;
-  perf::TrainingShape shape;
-  shape.split.tensor_parallel = p.tensor_model_parallel_size;
-  shape.split.pipeline_parallel = p.pipeline_model_parallel_size;
-  shape.split.virtual_stages = p.virtual_pipeline_size(c.model.num_layers);
-  shape.split.expert_parallel = p.expert_model_parallel_size;
-  shape.split.expert_tensor_parallel = p.expert_tensor_parallel_size.value_or(0);
-  shape.split.first_stage_layers = p.decoder_first_pipeline_num_layers.value_or(0);
-  shape.split.last_stage_layers = p.decoder_last_pipeline_num_layers.value_or(0);
-  shape.data_parallel = p.data_parallel_size;
-  shape.context_parallel = p.context_parallel_size;
-  shape.sequence_parallel = p.sequence_parallel;
-  shape.distributed_optimizer = p.use_distributed_optimizer;
-  shape.ddp_bucket_elements = model::bucket_options(p).bucket_elements;
+study::TrainingShape training_shape(const RunConfig& c) {
+  study::TrainingShape shape;
+  shape.parallel = c.parallel;
   shape.micro_batch_size = c.train.micro_batch_size;
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
   shape.precision = c.train.precision;
-  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively.
-  shape.native_bf16_gemm = backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
+  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively;
+  // GPU tensor cores take bf16 bits.
+  shape.native_bf16_gemm = c.device == BackendDevice::cuda ||
+                           backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
   return shape;
+}
+
+void refuse_cpu_device(const ReportFlags& f, const std::string& mode) {
+  if (f.device && backend_device(f.device) == BackendDevice::cpu) {
+    throw UsageError("--device cpu", mode + " models the cluster's GPUs (give --device cuda or leave it out)");
+  }
 }
 
 std::vector<SweepPoint> sweep_points(const CLI::App& app, const std::vector<std::string>& argv,
@@ -264,38 +261,41 @@ std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& f) {
       "--use-distributed-optimizer", "--micro-batch-size", "--recompute-granularity", "--recompute-method",
       "--recompute-num-layers"};
   refuse_given(cli.app(), chosen, "chosen by --plan (give the model, --world-size and --global-batch-size)");
+  refuse_cpu_device(f, "--plan " + f.plan);
   if (!f.training.config.global_batch_size) {
     throw UsageError("--plan", "needs --global-batch-size (sequences per step)");
   }
   const model::ModelConfig model = report_model(f);
-  perf::PlanRequest request;
+  study::PlanRequest request;
   request.gpus = f.world_size;
   request.cluster = f.plan;
   request.global_batch_size = static_cast<int>(f.training.config.global_batch_size);
   request.precision = training_config(f.training).precision;
-  request.memory = f.memory_estimate == "megatron" ? perf::MemoryEstimate::megatron : perf::MemoryEstimate::mt;
+  request.memory = f.memory_estimate == "megatron" ? study::MemoryEstimate::megatron : study::MemoryEstimate::mt;
   request.top = f.top;
-  const perf::PlanResult result = perf::plan_layouts(model, request);
+  const study::PlanResult result = study::plan_layouts(model, request);
   std::vector<Record> records;
   int rank = 0;
-  for (const perf::PlanCandidate& c : result.best) {
-    const perf::TrainingShape& s = c.shape;
-    const perf::StepPrediction& p = c.prediction;
+  for (const study::PlanCandidate& c : result.best) {
+    const study::TrainingShape& s = c.shape;
+    const study::StepPrediction& p = c.prediction;
     const char* recompute = s.recompute.granularity == model::RecomputeGranularity::full        ? "full"
                             : s.recompute.granularity == model::RecomputeGranularity::selective ? "selective"
                                                                                                  : "none";
     records.push_back(Record{{"record", "plan"},
                              {"rank", ++rank},
-                             {"tp", s.split.tensor_parallel},
-                             {"pp", s.split.pipeline_parallel},
-                             {"vp", s.split.virtual_stages},
-                             {"cp", s.context_parallel},
-                             {"ep", s.split.expert_parallel},
-                             {"dp", s.data_parallel},
-                             {"sp", s.sequence_parallel},
+                             {"tp", s.parallel.tensor_model_parallel_size},
+                             {"pp", s.parallel.pipeline_model_parallel_size},
+                             {"vp", s.parallel.virtual_pipeline_size(model.num_layers)},
+                             {"cp", s.parallel.context_parallel_size},
+                             {"ep", s.parallel.expert_model_parallel_size},
+                             {"dp", s.parallel.data_parallel_size},
+                             {"sp", s.parallel.sequence_parallel},
                              {"micro_batch_size", s.micro_batch_size},
                              {"recompute", recompute},
-                             {"sharding", s.fsdp ? "fsdp" : s.distributed_optimizer ? "distributed-optimizer" : "none"},
+                             {"sharding", s.fsdp                                 ? "fsdp"
+                                          : s.parallel.use_distributed_optimizer ? "distributed-optimizer"
+                                                                                 : "none"},
                              {"peak_gib", gib_value(c.peak_bytes)},
                              {"step_seconds", p.step_seconds},
                              {"tokens_per_s", p.tokens_per_second},

@@ -1,5 +1,5 @@
-// What the accounting tools (mt-mfu, mt-memreport) share: mt-train's model, parallel and training
-// flags (the same add_*_flags mt-train uses) plus --world-size, with every flag that cannot change
+// What the accounting tools (mt-mfu, mt-memreport) share: mt-train's model, parallel, training and
+// --device flags (the same add_*_flags mt-train uses) plus --world-size, with every flag that cannot change
 // a report listed under "accepted for compatibility with mt-train, no effect here"; the run's
 // configs from those flags or from mt-train's JSONL (--from-log); sweeps (--sweep FLAG=a,b,c:
 // the arguments parsed once per combination); and the layout planner (--plan CLUSTER). Layouts
@@ -15,8 +15,8 @@
 #include "data/gpt_dataset.h"
 #include "model/config.h"
 #include "parallel/parallel_config.h"
-#include "perf/memory_model.h"
-#include "perf/planner.h"
+#include "study/memory_model.h"
+#include "study/planner.h"
 #include "tools/common/flags.h"
 #include "tools/common/records.h"
 #include "tools/common/tool_main.h"
@@ -30,6 +30,7 @@ struct ReportFlags {
   ModelFlags model;
   parallel::ParallelConfig parallel;
   TrainingFlags training;
+  std::optional<std::string> device;  // mt-train's --device; each tool's --help says what it changes there
   int world_size = 1;
   std::string from_log;
   std::vector<std::string> sweeps;
@@ -48,8 +49,9 @@ struct ReportFlags {
 
 // Adds mt-train's flags and the shared report flags to `cli`; `no_effect` names the shared flags
 // that cannot change this tool's report (moved into kNoEffectGroup beside the data-loading,
-// saving and compatibility flags).
-void add_report_flags(ToolCli& cli, ReportFlags& flags, const std::vector<std::string>& no_effect);
+// saving and compatibility flags); `device_help` says what --device changes in this tool.
+void add_report_flags(ToolCli& cli, ReportFlags& flags, const std::vector<std::string>& no_effect,
+                      const std::string& device_help);
 
 // A run's configs as mt-train would run them, on `world_size` ranks.
 struct RunConfig {
@@ -57,7 +59,8 @@ struct RunConfig {
   parallel::ParallelConfig parallel;  // validated: data_parallel_size set
   train::TrainConfig train;
   int world_size = 1;
-  std::vector<std::string> warnings;  // parallel::validate's, for stderr
+  BackendDevice device = BackendDevice::cpu;  // --device; a log's run is mt-train's, on the CPU
+  std::vector<std::string> warnings;          // parallel::validate's, for stderr
 };
 
 // The model of the flags, its vocabulary resolved as mt-train resolves it (--vocab-size, the
@@ -85,8 +88,12 @@ void refuse_config_flags_with_log(const CLI::App& app, const std::vector<std::st
 // Refuses every flag of `names` given on the command line: "<flag>: <why>".
 void refuse_given(const CLI::App& app, const std::vector<std::string>& names, const std::string& why);
 
-// perf's view of the run: its split, batch, recompute and precision.
-perf::TrainingShape training_shape(const RunConfig& config);
+// The study's view of the run: its parallel layout, batch, recompute and precision, and the GEMM
+// copy its backend keeps (bf16 bits where the CPU multiplies bf16 natively, and on cuda).
+study::TrainingShape training_shape(const RunConfig& config);
+// Refuses --device cpu for what models a cluster's GPUs (--plan, --predict): "<flag> predicts
+// the cluster's GPUs".
+void refuse_cpu_device(const ReportFlags& flags, const std::string& mode);
 
 // One combination of --sweep: the tool's arguments with the values appended, and the values as
 // "flag=value ..." for the records.
@@ -127,7 +134,8 @@ std::vector<std::pair<Options, std::string>> parse_sweep(const ToolCli& cli, con
 
 // The planner's top layouts as records ("plan", ranked) and a "plan_summary"; `flags` give the
 // model, --world-size devices, --global-batch-size, the precision, --top and --memory-estimate.
-// Parallel, micro-batch and recompute flags given are refused (the planner chooses them).
+// Parallel, micro-batch and recompute flags given are refused (the planner chooses them), and so
+// is --device cpu (the planner plans the cluster's GPUs).
 std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& flags);
 
 // Writes the run record and `records` in the tool's format; returns 0.

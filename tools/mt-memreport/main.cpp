@@ -1,6 +1,6 @@
 // mt-memreport: memory per rank by category (weights, grads and optimizer states from the layout
 // table mt-train allocates from; activations, pipeline in-flight micro-batches, logits and
-// communication buffers from the documented formula of perf/memory_model.h) for mt-train's flags
+// communication buffers from the documented formula of study/memory_model.h) for mt-train's flags
 // on --world-size ranks, Megatron's theoretical estimate beside it; from mt-train's JSONL
 // (--from-log) the measured high-water marks beside the prediction and the error; the best layouts
 // (--plan). Tested by tests/tools/mt-memreport.bats and tests/tools/conventions.bats.
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "perf/memory_model.h"
+#include "study/memory_model.h"
 #include "tools/common/run_report.h"
 
 namespace {
@@ -38,11 +38,13 @@ void define(mt::tools::ToolCli& cli, MemreportOptions& o) {
       "  --plan CLUSTER:  the --top layouts of --world-size GPUs that fit (--memory-estimate mt|megatron).\n"
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field;\n"
       "                   an empty value leaves the flag unset (recompute-granularity=,selective,full).");
-  mt::tools::add_report_flags(cli, o.report,
-                              {"--peak-tflops", "--flops-convention", "--overlap-param-gather"});
+  mt::tools::add_report_flags(cli, o.report, {"--peak-tflops", "--flops-convention", "--overlap-param-gather"},
+                              "mt-train's backend, cpu (the default) or cuda; here it sets the bf16 GEMM copy: cpu as "
+                              "this CPU's backend keeps it (bf16 bits where it multiplies bf16 natively, else "
+                              "bf16-rounded fp32), cuda bf16 bits");
 }
 
-Record memory_record(const mt::perf::RankMemory& m, int ranks_per_stage) {
+Record memory_record(const mt::study::RankMemory& m, int ranks_per_stage) {
   return Record{{"record", "memory"},
                 {"stage", m.stage},
                 {"ranks", ranks_per_stage},
@@ -66,13 +68,13 @@ Record memory_record(const mt::perf::RankMemory& m, int ranks_per_stage) {
 }
 
 std::vector<Record> report_records(const mt::tools::RunConfig& config) {
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
   std::vector<Record> records;
-  const int ranks_per_stage = config.world_size / shape.split.pipeline_parallel;
-  for (const mt::perf::RankMemory& stage : mt::perf::predict_memory(config.model, shape)) {
+  const int ranks_per_stage = config.world_size / shape.parallel.pipeline_model_parallel_size;
+  for (const mt::study::RankMemory& stage : mt::study::predict_memory(config.model, shape)) {
     records.push_back(memory_record(stage, ranks_per_stage));
   }
-  const mt::perf::LayerActivations layer = mt::perf::layer_activations(config.model, shape, 0);
+  const mt::study::LayerActivations layer = mt::study::layer_activations(config.model, shape, 0);
   records.push_back(Record{{"record", "layer"},
                            {"residual_bytes", layer.residual},
                            {"norm_stats_bytes", layer.norm_stats},
@@ -80,7 +82,7 @@ std::vector<Record> report_records(const mt::tools::RunConfig& config) {
                            {"core_attention_bytes", layer.core},
                            {"mlp_bytes", layer.mlp},
                            {"total_bytes", layer.bytes()}});
-  const mt::perf::MegatronMemory megatron = mt::perf::megatron_theoretical_memory(config.model, shape);
+  const mt::study::MegatronMemory megatron = mt::study::megatron_theoretical_memory(config.model, shape);
   records.push_back(Record{{"record", "megatron_memory"},
                            {"stage", 0},
                            {"weights_and_optimizer_bytes", static_cast<int64_t>(megatron.weights_and_optimizer)},
@@ -113,8 +115,8 @@ struct Category {
 // marks as the one stage's.
 std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
   const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
-  const int stages = shape.split.pipeline_parallel;
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
+  const int stages = shape.parallel.pipeline_model_parallel_size;
   std::vector<std::vector<Record>> measured(static_cast<size_t>(stages));
   for (const Record& record : log.memory) {
     const int stage = record.value("stage", -1);
@@ -134,7 +136,7 @@ std::vector<Record> log_records(const mt::tools::TrainingLog& log) {
     if (mine.empty()) {
       throw mt::UsageError("--from-log " + log.path, "holds no memory record of pipeline stage " + std::to_string(stage));
     }
-    const mt::perf::RankMemory predicted = mt::perf::predict_rank_memory(config.model, shape, stage);
+    const mt::study::RankMemory predicted = mt::study::predict_rank_memory(config.model, shape, stage);
     records.push_back(memory_record(predicted, config.world_size / stages));
     // mt-train counts the GEMM copy under weights.
     const Category categories[] = {

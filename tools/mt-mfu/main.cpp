@@ -1,7 +1,8 @@
 // mt-mfu: model FLOPs per step, TFLOP/s per device and MFU of a configuration, from mt-train's
 // flags plus --step-time, or from mt-train's JSONL (--from-log), under a selectable FLOPs
-// convention against a dense peak (--peak-tflops, --device, or this CPU's FMA probe); the step
-// time and MFU predicted on a named cluster (--predict) and the best layouts (--plan).
+// convention against a dense peak (--peak-tflops, --peak-device, or with --device cpu, the
+// default, this CPU's FMA probe); the step time and MFU predicted on a named cluster (--predict)
+// and the best layouts (--plan).
 // Tested by tests/tools/mt-mfu.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <numeric>
@@ -10,7 +11,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "perf/flops.h"
-#include "perf/predict.h"
+#include "study/predict.h"
 #include "tools/common/peak_source.h"
 #include "tools/common/run_report.h"
 
@@ -21,7 +22,7 @@ using mt::tools::Record;
 struct MfuOptions {
   mt::tools::ReportFlags report;
   std::optional<double> step_time;
-  std::string device;
+  std::string peak_device;
   std::string predict;
 };
 
@@ -35,33 +36,38 @@ void define(mt::tools::ToolCli& cli, MfuOptions& o) {
       "             as Megatron's 'throughput per GPU', MFU = model FLOPs / (step time x peak x world size),\n"
       "             HFU likewise with the hardware FLOPs; on this CPU the GEMM efficiency (the 2048^3 GEMM\n"
       "             rate / the FMA-probe peak) is reported beside, never as the peak.\n"
+      "  The peak: --peak-tflops, else --peak-device NAME (a GPU model of the dense peak table: h100, a100,\n"
+      "             ...), else this CPU's FMA probe. --device names mt-train's backend (cpu, cuda), never a\n"
+      "             GPU model: --device cuda needs one of the first two, --device cpu takes the probe.\n"
       "  --from-log FILE|-: one mfu record per step record of mt-train's JSONL (its run record gives the\n"
       "             configs, world size and peak) and an mfu_summary over the steps after the first.\n"
-      "  --predict CLUSTER: a prediction record (perf/predict.h; clusters in docs/accounting.md).\n"
+      "  --predict CLUSTER: a prediction record (study/predict.h; clusters in docs/accounting.md).\n"
       "  --plan CLUSTER: the --top layouts of --world-size GPUs, fastest first (plan records), and a\n"
       "             plan_summary; --format table prints them as a table.\n"
       "  --sweep FLAG=a,b,c (repeatable): every record once per combination, labelled in its sweep field.\n"
       "Conventions (--flops-convention): megatron (Megatron-LM's num_floating_point_operations, the default),\n"
       "megatron-2024, narayanan, 6N, 6N+12LCT, 6N+6LCT; formulas in docs/accounting.md.");
-  mt::tools::add_report_flags(cli, o.report, {});
+  mt::tools::add_report_flags(cli, o.report, {},
+                              "mt-train's backend, cpu (the default) or cuda; here it picks the peak of --step-time: "
+                              "cpu this CPU's FMA probe, cuda needs --peak-device or --peak-tflops (FLOPs do not "
+                              "depend on it)");
   const std::string group = "Report";
   mt::tools::add_flag(app, "--step-time", o.step_time)->group(group);
-  mt::tools::add_flag(app, "--device", o.device)->group(group);
+  mt::tools::add_flag(app, "--peak-device", o.peak_device)->group(group);
   mt::tools::add_flag(app, "--predict", o.predict)->group(group);
 }
-
-const char* const kFlopsFlags[] = {"--peak-tflops", "--flops-convention", "--device"};
 
 // FLOPs of one step of `config` under `convention`, with the throughput fields when the step time
 // and peak are known.
 Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention convention,
                   std::optional<double> step_seconds, const mt::tools::PeakSource* peak) {
   const mt::model::ModelConfig& model = config.model;
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
   const double sequences = shape.global_batch();
   const double tokens = sequences * model.seq_length;
   const double flops = mt::perf::model_flops(model, sequences, convention).total();
-  const int layers_per_chunk = model.num_layers / (shape.split.pipeline_parallel * shape.split.virtual_stages);
+  const int layers_per_chunk = model.num_layers / (shape.parallel.pipeline_model_parallel_size *
+                                                   shape.parallel.virtual_pipeline_size(model.num_layers));
   const double hardware = mt::perf::hardware_flops(model, sequences, shape.recompute, std::max(1, layers_per_chunk));
   Record record{{"record", "mfu"},
                 {"model", model.name},
@@ -84,20 +90,33 @@ Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention 
   return record;
 }
 
-// The peak of a run on this machine's CPU (each rank's cores) unless a flag names one.
+// The peak of a run on this machine's CPU (each rank's cores) unless a flag names one: a backend of
+// cuda needs one named, and a named accelerator contradicts --device cpu.
 mt::tools::PeakSource flags_peak(const MfuOptions& o, mt::Precision precision) {
-  return mt::tools::resolve_peak(o.report.training.peak_tflops, o.device, precision, mt::default_threads_per_rank());
+  const mt::tools::BackendDevice device = mt::tools::backend_device(o.report.device);
+  const bool named = o.report.training.peak_tflops || !o.peak_device.empty();
+  if (device == mt::tools::BackendDevice::cuda && !named) {
+    throw mt::UsageError("--device cuda", "a peak needs --peak-device NAME or --peak-tflops (the FMA probe measures "
+                                          "this CPU)");
+  }
+  if (o.report.device && device == mt::tools::BackendDevice::cpu && !o.peak_device.empty()) {
+    throw mt::UsageError("--peak-device " + o.peak_device,
+                         "contradicts --device cpu (the CPU's peak is its FMA probe)");
+  }
+  return mt::tools::resolve_peak(o.report.training.peak_tflops, o.peak_device, precision,
+                                 mt::default_threads_per_rank());
 }
 
 Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention convention,
                          const std::string& cluster_name) {
-  const mt::perf::Cluster& cluster = mt::perf::find_cluster(cluster_name);
-  const mt::perf::TrainingShape shape = mt::tools::training_shape(config);
-  mt::perf::RunOptions options;
+  const mt::study::Cluster& cluster = mt::study::find_cluster(cluster_name);
+  const mt::study::TrainingShape shape = mt::tools::training_shape(config);
+  mt::study::RunOptions options;
   options.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
   options.overlap_param_gather = config.parallel.overlap_param_gather;
   if (config.parallel.ddp_bucket_size) options.bucket_elements = *config.parallel.ddp_bucket_size;
-  const mt::perf::StepPrediction p = mt::perf::predict_step(config.model, shape, cluster, mt::perf::fitted_constants(), options);
+  const mt::study::StepPrediction p =
+      mt::study::predict_step(config.model, shape, cluster, mt::study::fitted_constants(), options);
   const double flops = mt::perf::model_flops(config.model, shape.global_batch(), convention).total();
   const mt::perf::Device& device = mt::perf::find_device(cluster.device);
   const double peak = mt::perf::device_peak_flops(device, shape.precision == mt::Precision::fp32 ? "fp32" : "bf16");
@@ -133,14 +152,15 @@ std::vector<Record> log_records(mt::tools::ToolCli& cli, const MfuOptions& o) {
       cli.app().count("--flops-convention") > 0 ? mt::perf::parse_flops_convention(o.report.training.flops_convention)
                                                 : config.train.flops_convention;
   mt::tools::PeakSource peak;
-  if (o.report.training.peak_tflops || !o.device.empty()) {
+  if (o.report.training.peak_tflops || !o.peak_device.empty()) {
     peak = flags_peak(o, config.train.precision);
   } else if (log.run.contains("peak_tflops") && log.run["peak_tflops"].is_number()) {
     peak.flops_per_device = log.run["peak_tflops"].get<double>() * 1e12;
     peak.source = "the log: " + log.run.value("peak_source", std::string("mt-train's"));
     if (log.run.contains("gemm_tflops")) peak.gemm_flops = log.run["gemm_tflops"].get<double>() * 1e12;
   } else {
-    throw mt::UsageError("--from-log " + log.path, "its run record has no peak_tflops: give --peak-tflops or --device");
+    throw mt::UsageError("--from-log " + log.path,
+                         "its run record has no peak_tflops: give --peak-tflops or --peak-device");
   }
   std::vector<double> steady_ms;
   for (const Record& step : log.steps) {
@@ -166,7 +186,7 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
   if (!parsed.report.from_log.empty()) {
     if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
     mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json", "--peak-tflops",
-                                                        "--flops-convention", "--device"});
+                                                        "--flops-convention", "--peak-device"});
     return log_records(cli, parsed);
   }
   const std::function<void(mt::tools::ToolCli&, MfuOptions&)> definer = define;
@@ -184,14 +204,15 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
     for (const std::string& warning : config.warnings) mt::log::warn("mt-mfu: " + warning);
     const mt::perf::FlopsConvention convention = mt::perf::parse_flops_convention(o.report.training.flops_convention);
     if (!o.predict.empty()) {
-      mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "the --predict cluster names its device");
+      mt::tools::refuse_given(cli.app(), {"--peak-device", "--peak-tflops"}, "the --predict cluster names its device");
+      mt::tools::refuse_cpu_device(o.report, "--predict " + o.predict);
       records.push_back(labelled(prediction_record(config, convention, o.predict)));
     }
     if (o.step_time) {
       const mt::tools::PeakSource peak = flags_peak(o, config.train.precision);
       records.push_back(labelled(mfu_record(config, convention, o.step_time, &peak)));
     } else if (o.predict.empty()) {
-      mt::tools::refuse_given(cli.app(), {"--device", "--peak-tflops"}, "a peak needs --step-time");
+      mt::tools::refuse_given(cli.app(), {"--peak-device", "--peak-tflops"}, "a peak needs --step-time");
       records.push_back(labelled(mfu_record(config, convention, std::nullopt, nullptr)));
     }
   }

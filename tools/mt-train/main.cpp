@@ -32,6 +32,7 @@
 #include "tools/common/signals.h"
 #include "tools/common/tool_main.h"
 #include "train/checkpointing.h"
+#include "train/supported.h"
 #include "train/trainer.h"
 
 namespace {
@@ -232,7 +233,6 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::comm::refuse_unformed_world();
-  mt::tools::check_parallel_support(o.parallel);
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
   const bool token_data = o.paths.any();
@@ -252,6 +252,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   }
   if (!o.byte_data.empty() && !o.model.vocab_size && o.model.preset.empty()) o.model.vocab_size = 256;
   mt::model::ModelConfig model = mt::tools::model_config(o.model);
+  mt::train::check_supported(model, o.parallel);  // before validation: what mt-train cannot run is named first
   if (o.mock_data && !o.model.vocab_size && model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
   }

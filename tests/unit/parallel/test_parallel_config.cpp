@@ -111,6 +111,25 @@ TEST(ParallelConfig, FfnAndPaddedVocabularySplitAcrossTensorParallelRanks) {
                                     "--make-vocab-size-divisible-by"}));
 }
 
+TEST(ParallelConfig, TheTensorParallelRuleStandsAloneForTheLayout) {
+  // The rule validate() applies, exported for lib/model's layout: whole heads and query groups,
+  // ffn columns and vocabulary rows per TP rank; nothing else of the config is read.
+  const ModelDimensions model{8, 8, 4, 256, 512, 64, 0};
+  EXPECT_NO_THROW(mt::parallel::check_tensor_parallel_split(4, model));
+  try {
+    mt::parallel::check_tensor_parallel_split(8, model);
+    ADD_FAILURE() << "TP 8 over 4 query groups was accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--num-query-groups 4: not divisible by --tensor-model-parallel-size 8 (each tensor-parallel rank holds "
+              "whole query groups (key/value heads))");
+  }
+  EXPECT_THROW(mt::parallel::check_tensor_parallel_split(0, model), mt::UsageError);
+  ModelDimensions odd_vocab = model;
+  odd_vocab.padded_vocab_size = 510;
+  EXPECT_THROW(mt::parallel::check_tensor_parallel_split(4, odd_vocab), mt::UsageError);
+}
+
 TEST(ParallelConfig, LayersSplitEvenlyAcrossPipelineStages) {
   Case s;
   s.model.num_layers = 9;

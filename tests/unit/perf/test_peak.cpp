@@ -24,6 +24,7 @@ TEST(Peak, DeviceTableHoldsDensePeaks) {
   }
   EXPECT_THROW(device_peak_flops(find_device("a100"), "fp8"), mt::UsageError);  // Ampere has no FP8
   EXPECT_THROW(find_device("h1000"), mt::UsageError);
+  EXPECT_EQ(&find_device("H100"), &find_device("h100"));  // as data sheets spell it
   EXPECT_THROW(device_peak_flops(find_device("a100"), "int4"), mt::UsageError);
 }
 

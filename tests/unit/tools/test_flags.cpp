@@ -1,16 +1,27 @@
 // Flags defined once (tools/common/flags.h): every group defines against the table, values outside
 // a range are refused while parsing with one short line that says the range (issue 11 cases 6, 7,
-// 13, 14), the groups' configs follow Megatron's defaults, and parallel values mt-train does not
-// implement are refused by name (case 18).
+// 13, 14), the groups' configs follow Megatron's defaults, parallel values mt-train does not
+// implement are refused by name (case 18), and --device names the backend, never a GPU model.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "tools/common/flags.h"
+#include "train/supported.h"
 
 using namespace mt::tools;
+
+namespace {
+
+// mt-train's refusal of what it does not run yet (train/supported.h), for a dense model.
+void check_supported_dense(const mt::parallel::ParallelConfig& parallel) {
+  mt::train::check_supported(mt::model::preset("tiny-gpt"), parallel);
+}
+
+}  // namespace
 
 namespace {
 
@@ -128,7 +139,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                          "--transformer-impl", "local", "--use-mcore-models", "--exit-signal-handler"},
                         &f),
             "");
-  EXPECT_NO_THROW(check_parallel_support(f.parallel));
+  EXPECT_NO_THROW(check_supported_dense(f.parallel));
   EXPECT_TRUE(f.training.config.log_throughput);
   EXPECT_EQ(parse_error({"--dataset-impl", "lazy"}),
             "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)");
@@ -152,7 +163,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                                              {"--context-parallel-size", "2", "--sequence-parallel"}}) {
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
-    EXPECT_NO_THROW(check_parallel_support(g.parallel)) << args[0];
+    EXPECT_NO_THROW(check_supported_dense(g.parallel)) << args[0];
   }
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
       {{"--expert-model-parallel-size", "8"},
@@ -166,7 +177,7 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
     try {
-      check_parallel_support(g.parallel);
+      check_supported_dense(g.parallel);
       ADD_FAILURE() << args[0] << " accepted";
     } catch (const mt::UsageError& e) {
       EXPECT_EQ(std::string(e.what()), expected);
@@ -249,7 +260,7 @@ TEST(Flags, ParallelFlagsAreValidatedForTheModelAndTheWorld) {
   // At TP 1 --sequence-parallel is turned off with Megatron's warning, so mt-train accepts it.
   AllFlags sp;
   ASSERT_EQ(parse_error({"--sequence-parallel"}, &sp), "");
-  EXPECT_NO_THROW(check_parallel_support(sp.parallel));
+  EXPECT_NO_THROW(check_supported_dense(sp.parallel));
   const std::vector<std::string> warnings = validate_parallel(sp.parallel, model, sp.training.config, 1);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("--sequence-parallel"), std::string::npos) << warnings[0];
@@ -276,4 +287,28 @@ TEST(Flags, AKindMismatchIsAProgrammingError) {
   double wrong = 0;
   EXPECT_THROW(add_flag(app, "--num-layers", wrong), std::logic_error);
   EXPECT_THROW(flag_spec("--no-such-flag"), std::logic_error);
+}
+
+TEST(Flags, DeviceNamesTheBackendAndRefusesAGpuModelWithAHint) {
+  std::optional<std::string> device;
+  auto parse = [&](const std::vector<std::string>& args) {
+    CLI::App app("test", "test");
+    device.reset();
+    add_device_flag(app, device);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+    return backend_device(device);
+  };
+  EXPECT_EQ(parse({}), BackendDevice::cpu);
+  EXPECT_EQ(parse({"--device", "cpu"}), BackendDevice::cpu);
+  EXPECT_EQ(parse({"--device", "cuda"}), BackendDevice::cuda);
+  // The old use of the flag (mt-mfu's peak table) is refused while parsing, by name, with the new one.
+  try {
+    parse({"--device", "H100"});
+    ADD_FAILURE() << "--device H100 accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--device H100: a GPU model for peaks is --peak-device H100; --device names the backend, cpu or cuda");
+  }
+  EXPECT_THROW(backend_device(std::string("gpu")), mt::UsageError);
 }

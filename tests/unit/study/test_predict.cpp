@@ -1,13 +1,13 @@
-// The step-time predictor (lib/perf/predict.h) on a made-up cluster with round numbers, so each
+// The step-time predictor (lib/study/predict.h) on a made-up cluster with round numbers, so each
 // term can be worked out by hand: collectives by the alpha-beta formulas, NVLink without NVSwitch,
 // the bubble, overlap, FSDP's reduce-scatters, eager element-wise work.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "model/config.h"
-#include "perf/predict.h"
+#include "study/predict.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 
 namespace {
 
@@ -43,13 +43,13 @@ TEST(Predict, TensorParallelCollectivesByHand) {
   c.num_layers = 4;
   c.seq_length = 1024;
   TrainingShape s = bf16_shape();
-  s.split.tensor_parallel = 2;
+  s.parallel.tensor_model_parallel_size = 2;
   const StepPrediction p = predict_step(c, s, round_cluster(), exact_links());
   // Per layer two all-reduces of N h bf16 = 1024 x 4096 x 2 bytes over 2 ranks, 2(n-1)/n = 1:
   // 8,388,608 / 1e11 s each; forward and backward: x2; 4 layers.
   EXPECT_NEAR(p.tp_comm, 4 * 2 * 2 * 8388608 / 1e11, 1e-12);
   // With SP: all-gather + reduce-scatter, (n-1)/n = 1/2 each: the same bytes on the wire.
-  s.sequence_parallel = true;
+  s.parallel.sequence_parallel = true;
   EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links()).tp_comm, p.tp_comm, 1e-12);
   // Full recompute repeats the forward's two.
   s.recompute.granularity = mt::model::RecomputeGranularity::full;
@@ -68,11 +68,11 @@ TEST(Predict, WithoutNvswitchAGroupRidesOnlyTheLinksToItsMembers) {
   Cluster switched = mesh;
   switched.nvswitch = true;
   TrainingShape s = bf16_shape();
-  s.split.tensor_parallel = 2;
+  s.parallel.tensor_model_parallel_size = 2;
   // 4 layers x 2 passes x 2 all-reduces of 8,388,608 bytes, 2(n-1)/n = 1, at 1e11 / 3 B/s.
   EXPECT_NEAR(predict_step(c, s, mesh, exact_links()).tp_comm, 4 * 2 * 2 * 8388608 * 3 / 1e11, 1e-12);
   EXPECT_NEAR(predict_step(c, s, switched, exact_links()).tp_comm, 4 * 2 * 2 * 8388608 / 1e11, 1e-12);
-  s.split.tensor_parallel = 4;
+  s.parallel.tensor_model_parallel_size = 4;
   EXPECT_NEAR(predict_step(c, s, mesh, exact_links()).tp_comm, predict_step(c, s, switched, exact_links()).tp_comm,
               1e-15);
 }
@@ -98,7 +98,7 @@ TEST(Predict, EagerElementwiseWorkMovesMoreBytes) {
 TEST(Predict, DataParallelAllReduceAndItsOverlap) {
   auto c = mt::model::preset("tiny-llama");
   TrainingShape s = bf16_shape();
-  s.data_parallel = 4;
+  s.parallel.data_parallel_size = 4;
   RunOptions no_overlap;
   no_overlap.overlap_grad_reduce = false;
   const StepPrediction p = predict_step(c, s, round_cluster(), exact_links(), no_overlap);
@@ -115,8 +115,8 @@ TEST(Predict, DataParallelAllReduceAndItsOverlap) {
   EXPECT_NEAR(overlapped.dp_comm, std::max(p.dp_comm * 1000 / params, p.dp_comm - pass * 2 / 3), 1e-15);
   EXPECT_LT(overlapped.dp_comm, p.dp_comm);
   // Across nodes the network's bandwidth applies: 8 ranks at stride 2 span 16 GPUs.
-  s.data_parallel = 8;
-  s.split.tensor_parallel = 2;
+  s.parallel.data_parallel_size = 8;
+  s.parallel.tensor_model_parallel_size = 2;
   const StepPrediction across = predict_step(c, s, round_cluster(), exact_links(), no_overlap);
   EXPECT_NEAR(across.dp_comm, 2.0 * 7 / 8 * 4 * (params - 2 * (12288 + 33792) / 2 - 2 * 256 * 64 / 2) / 1e10,
               across.dp_comm * 1e-9);
@@ -126,15 +126,33 @@ TEST(Predict, PipelineBubbleIsPMinusOneOverVM) {
   auto c = mt::model::preset("tiny-llama");
   c.num_layers = 8;
   TrainingShape s = bf16_shape();
-  s.split.pipeline_parallel = 4;
+  s.parallel.pipeline_model_parallel_size = 4;
   s.global_batch_size = 8;
   const StepPrediction p = predict_step(c, s, round_cluster(), exact_links());
   const double pipeline = p.gemm + p.attention + p.elementwise + p.tp_comm + p.cp_comm + p.ep_comm + p.pp_comm;
   EXPECT_NEAR(p.bubble / pipeline, 3.0 / 8, 1e-12);
-  s.split.virtual_stages = 2;
+  s.parallel.num_virtual_stages_per_pipeline_rank = 2;
   const StepPrediction v = predict_step(c, s, round_cluster(), exact_links());
   const double pipeline_v = v.gemm + v.attention + v.elementwise + v.tp_comm + v.cp_comm + v.ep_comm + v.pp_comm;
   EXPECT_NEAR(v.bubble / pipeline_v, 3.0 / (2 * 8), 1e-12);
+}
+
+TEST(Predict, UnevenStagesWithVirtualStages) {
+  // 6 layers, 2 stages of 2 chunks, 2 layers on the first and 4 on the last (a layout mt-train
+  // runs): the last stage, with twice the layers and the head, is the slowest, and the bubble is
+  // (p - 1)/v of its pass.
+  auto c = mt::model::preset("tiny-llama");
+  c.num_layers = 6;
+  TrainingShape s = bf16_shape();
+  s.parallel.pipeline_model_parallel_size = 2;
+  s.parallel.num_virtual_stages_per_pipeline_rank = 2;
+  s.parallel.decoder_first_pipeline_num_layers = 2;
+  s.parallel.decoder_last_pipeline_num_layers = 4;
+  s.global_batch_size = 4;
+  const StepPrediction p = predict_step(c, s, round_cluster(), exact_links());
+  EXPECT_EQ(p.slowest_stage, 1);
+  const double pipeline = p.gemm + p.attention + p.elementwise + p.tp_comm + p.cp_comm + p.ep_comm + p.pp_comm;
+  EXPECT_NEAR(p.bubble / pipeline, 1.0 / (2 * 4), 1e-12);
 }
 
 TEST(Predict, GemmEfficiencyFallsWithSmallShapesAndBandwidthHelps) {
@@ -142,7 +160,7 @@ TEST(Predict, GemmEfficiencyFallsWithSmallShapesAndBandwidthHelps) {
   TrainingShape s = bf16_shape();
   const StepPrediction one = predict_step(c, s, round_cluster(), exact_links());
   // 8 GPUs, TP 8: every GEMM 8 times narrower; compute per GPU more than an eighth.
-  s.split.tensor_parallel = 8;
+  s.parallel.tensor_model_parallel_size = 8;
   const StepPrediction eight = predict_step(c, s, round_cluster(), exact_links());
   EXPECT_GT(eight.gemm, one.gemm / 8);
   Cluster fast = round_cluster();
@@ -158,7 +176,7 @@ TEST(Predict, FsdpExposesTheRootAndFirstLayerAndHidesTheRest) {
   // norm (64): 32,832. 125,248 in all.
   auto c = mt::model::preset("tiny-llama");
   TrainingShape s = bf16_shape();
-  s.data_parallel = 4;  // inside a node: 1e11 B/s
+  s.parallel.data_parallel_size = 4;  // inside a node: 1e11 B/s
   s.fsdp = true;
   // Per micro-batch, each over 4 ranks ((n-1)/n = 3/4): a bf16 gather for forward and one for
   // backward, an fp32 reduce-scatter. The root and the first layer (79,040) have nothing to
@@ -190,8 +208,8 @@ TEST(Predict, FsdpGathersAnEmbeddingTpLeavesWhole) {
   // 1/2 x (2 + 4) x 39,616 / 1e11 per micro-batch, two micro-batches.
   auto c = mt::model::preset("tiny-llama");
   TrainingShape s = bf16_shape();
-  s.split.tensor_parallel = 2;
-  s.data_parallel = 2;
+  s.parallel.tensor_model_parallel_size = 2;
+  s.parallel.data_parallel_size = 2;
   s.fsdp = true;
   s.micro_batch_size = 64;
   s.global_batch_size = 256;
@@ -203,7 +221,7 @@ TEST(Predict, FsdpGathersAnEmbeddingTpLeavesWhole) {
   whole.tp_sharded_embedding = false;
   EXPECT_NEAR(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm, 2 * 3 * (39616 + 8192) / 1e11, 1e-15);
   // Without TP there is nothing more to hold.
-  s.split.tensor_parallel = 1;
+  s.parallel.tensor_model_parallel_size = 1;
   EXPECT_EQ(predict_step(c, s, round_cluster(), exact_links(), whole).dp_comm,
             predict_step(c, s, round_cluster(), exact_links()).dp_comm);
 }

@@ -1,14 +1,17 @@
 // mt's memory per rank and Megatron's theoretical estimate (see memory_model.h).
-#include "perf/memory_model.h"
+#include "study/memory_model.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "model/layout.h"
+#include "parallel/pipeline_layers.h"
 #include "parallel/pipeline_schedule.h"
+#include "perf/parameters.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -36,9 +39,9 @@ struct Widths {
 
 Widths widths(const ModelConfig& m, const TrainingShape& shape) {
   Widths w;
-  w.t = shape.split.tensor_parallel;
-  w.rows = static_cast<int64_t>(shape.micro_batch_size) * m.seq_length / shape.context_parallel;
-  w.residual = shape.sequence_parallel && w.t > 1 ? w.rows / w.t : w.rows;
+  w.t = shape.parallel.tensor_model_parallel_size;
+  w.rows = static_cast<int64_t>(shape.micro_batch_size) * m.seq_length / shape.parallel.context_parallel_size;
+  w.residual = shape.parallel.sequence_parallel && w.t > 1 ? w.rows / w.t : w.rows;
   w.h = m.hidden_size;
   w.layernorm = m.normalization == model::Normalization::layernorm;
   return w;
@@ -51,7 +54,7 @@ struct LayerWidths {
 };
 
 LayerWidths layer_widths(const ModelConfig& m, const TrainingShape& shape, bool moe) {
-  const int64_t t = shape.split.tensor_parallel, n = m.num_attention_heads;
+  const int64_t t = shape.parallel.tensor_model_parallel_size, n = m.num_attention_heads;
   LayerWidths lw;
   if (m.multi_latent_attention) {
     lw.qkv = n * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.qk_head_dim + m.v_head_dim) / t;
@@ -63,7 +66,7 @@ LayerWidths layer_widths(const ModelConfig& m, const TrainingShape& shape, bool 
   lw.lse = n / t;
   const int64_t up = m.swiglu ? 2 : 1;
   if (moe) {
-    const int64_t k = m.moe_router_topk, etp = shape.split.expert_tp();
+    const int64_t k = m.moe_router_topk, etp = shape.parallel.expert_tensor_parallel();
     lw.fc1 = std::max(k * up * m.moe_ffn() / etp, up * static_cast<int64_t>(m.moe_shared_expert_intermediate_size) / t);
     lw.act = std::max(k * m.moe_ffn() / etp, static_cast<int64_t>(m.moe_shared_expert_intermediate_size) / t);
   } else {
@@ -115,7 +118,7 @@ LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, 
   if (moe) {
     // Router scores; each token's k copies routed to the experts (in balance N k per rank
     // whatever EP is), their fc1 and activation over expert-TP; a shared expert like an MLP.
-    const int64_t k = m.moe_router_topk, etp = shape.split.expert_tp(), up = m.swiglu ? 2 : 1;
+    const int64_t k = m.moe_router_topk, etp = shape.parallel.expert_tensor_parallel(), up = m.swiglu ? 2 : 1;
     set.mlp.add(N * m.num_experts);
     set.mlp.add(N * k * h);
     set.mlp.add(N * k * up * m.moe_ffn() / etp);
@@ -133,30 +136,17 @@ LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, 
 
 // Elements of one layer's parameters on this rank, for FSDP's gathered buffers.
 int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shape) {
+  const parallel::ParallelConfig& p = shape.parallel;
   std::vector<int64_t> per_layer(static_cast<size_t>(m.num_layers + m.mtp_num_layers), 0);
-  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, m.padded_vocab_size())) {
     if (block.layer < 0) continue;
-    const int64_t divisor = block.split == ParamSplit::tensor_parallel ? shape.split.tensor_parallel
-                            : block.split == ParamSplit::expert
-                                ? static_cast<int64_t>(shape.split.expert_parallel) * shape.split.expert_tp()
+    const int64_t divisor = block.split == perf::ParamSplit::tensor_parallel ? p.tensor_model_parallel_size
+                            : block.split == perf::ParamSplit::expert
+                                ? static_cast<int64_t>(p.expert_model_parallel_size) * p.expert_tensor_parallel()
                                 : 1;
     per_layer[static_cast<size_t>(block.layer)] += block.elements / divisor;
   }
   return per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
-}
-
-// The parallel config of the shape (what the layout table and the pipeline schedule read).
-parallel::ParallelConfig parallel_config(const TrainingShape& shape) {
-  parallel::ParallelConfig parallel;
-  parallel.tensor_model_parallel_size = shape.split.tensor_parallel;
-  parallel.pipeline_model_parallel_size = shape.split.pipeline_parallel;
-  if (shape.split.virtual_stages > 1) parallel.num_virtual_stages_per_pipeline_rank = shape.split.virtual_stages;
-  if (shape.split.first_stage_layers > 0) parallel.decoder_first_pipeline_num_layers = shape.split.first_stage_layers;
-  if (shape.split.last_stage_layers > 0) parallel.decoder_last_pipeline_num_layers = shape.split.last_stage_layers;
-  parallel.context_parallel_size = shape.context_parallel;
-  parallel.data_parallel_size = shape.data_parallel;
-  parallel.use_distributed_optimizer = shape.distributed_optimizer;
-  return parallel;
 }
 
 // The layout table's element count (alignment gaps and bucket padding included) and DP rank 0's
@@ -165,17 +155,16 @@ parallel::ParallelConfig parallel_config(const TrainingShape& shape) {
 bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage, int64_t& elements,
                      int64_t& optimizer_elements) {
   if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0 || shape.fsdp) return false;
-  const parallel::ParallelConfig parallel = parallel_config(shape);
+  const parallel::ParallelConfig& parallel = shape.parallel;
   parallel::RankCoordinates rank;
   rank.pp = stage;
-  const model::ParamLayout layout =
-      model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
-                          model::BucketOptions{shape.ddp_bucket_elements, shape.distributed_optimizer});
+  const model::ParamLayout layout = model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
+                                                        model::bucket_options(parallel));
   elements = layout.total_elements;
   optimizer_elements = elements;
-  if (shape.distributed_optimizer) {
+  if (parallel.use_distributed_optimizer) {
     optimizer_elements = 0;
-    for (const model::FlatRange& range : layout.data_parallel_shard(0, shape.data_parallel)) {
+    for (const model::FlatRange& range : layout.data_parallel_shard(0, parallel.data_parallel_size)) {
       optimizer_elements += range.end - range.begin;
     }
   }
@@ -188,62 +177,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void TrainingShape::validate(const ModelConfig& m) const {
   m.validate();
-  const int t = split.tensor_parallel, p = split.pipeline_parallel, v = split.virtual_stages;
-  const int c = context_parallel, ep = split.expert_parallel, etp = split.expert_tp();
-  auto at_least_one = [](int value, const char* flag) {
-    if (value < 1) throw UsageError(flag, "must be at least 1 (got " + std::to_string(value) + ")");
-  };
-  at_least_one(t, "--tensor-model-parallel-size");
-  at_least_one(p, "--pipeline-model-parallel-size");
-  at_least_one(v, "--num-virtual-stages-per-pipeline-rank");
-  at_least_one(c, "--context-parallel-size");
-  at_least_one(ep, "--expert-model-parallel-size");
-  at_least_one(etp, "--expert-tensor-parallel-size");
-  at_least_one(data_parallel, "data-parallel size (--world-size / (TP x CP x PP))");
-  at_least_one(micro_batch_size, "--micro-batch-size");
-  const std::string tp_flag = "--tensor-model-parallel-size " + std::to_string(t);
-  if (m.num_attention_heads % t != 0 || m.query_groups() % t != 0) {
-    throw UsageError(tp_flag, "must divide --num-attention-heads " + std::to_string(m.num_attention_heads) +
-                                  " and --num-query-groups " + std::to_string(m.query_groups()) + " (whole heads)");
+  if (parallel.data_parallel_size < 1) {
+    throw UsageError("data-parallel size " + std::to_string(parallel.data_parallel_size),
+                     "must be at least 1 (--world-size / (TP x CP x PP))");
   }
-  if (m.ffn_hidden_size % t != 0) throw UsageError(tp_flag, "must divide --ffn-hidden-size " + std::to_string(m.ffn_hidden_size));
-  if (m.padded_vocab_size() % t != 0) {
-    throw UsageError(tp_flag, "must divide the padded vocabulary " + std::to_string(m.padded_vocab_size()) +
-                                  " (--make-vocab-size-divisible-by)");
-  }
-  stage_layers(m, split, 0);  // throws when the layers do not split
-  if (global_batch() % (micro_batch_size * data_parallel) != 0) {
-    throw UsageError("--global-batch-size " + std::to_string(global_batch()),
-                     "not divisible by --micro-batch-size x data-parallel size (" + std::to_string(micro_batch_size) +
-                         " x " + std::to_string(data_parallel) + ")");
-  }
-  if (v > 1 && (p < 2 || microbatches() % p != 0)) {
-    throw UsageError("--num-virtual-stages-per-pipeline-rank " + std::to_string(v),
-                     "needs pipeline parallelism and micro-batches (" + std::to_string(microbatches()) +
-                         ") a multiple of the pipeline size " + std::to_string(p));
-  }
-  if (c > 1 && m.seq_length % (2 * c) != 0) {
-    throw UsageError("--context-parallel-size " + std::to_string(c),
-                     "needs --seq-length " + std::to_string(m.seq_length) + " divisible by 2 x CP");
-  }
-  if (sequence_parallel && t > 1 && (m.seq_length / c) % t != 0) {
-    throw UsageError("--sequence-parallel", "needs the sequence per CP rank divisible by TP " + std::to_string(t));
-  }
-  if (ep > 1 || split.expert_tensor_parallel > 0) {
-    if (m.num_experts == 0) {
-      throw UsageError(ep > 1 ? "--expert-model-parallel-size " + std::to_string(ep) : "--expert-tensor-parallel-size",
-                       "needs --num-experts");
-    }
-    if (m.num_experts % ep != 0) {
-      throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
-                       "must divide --num-experts " + std::to_string(m.num_experts));
-    }
-    if ((t * c * data_parallel) % (ep * etp) != 0) {
-      throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
-                       "x expert-TP " + std::to_string(etp) + " must divide TP x CP x DP (" +
-                           std::to_string(t * c * data_parallel) + ")");
-    }
-  }
+  parallel::ParallelConfig checked = parallel;
+  const parallel::BatchDimensions batch{micro_batch_size, global_batch()};
+  parallel::validate(checked, model::parallel_dimensions(m), batch, world_size());
 }
 
 int64_t LayerActivations::bytes() const { return residual + norm_stats + attention + core + mlp; }
@@ -261,7 +201,7 @@ LayerActivations layer_activations(const ModelConfig& m, const TrainingShape& sh
 
 RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape, int stage) {
   shape.validate(m);
-  const int p = shape.split.pipeline_parallel;
+  const int p = shape.parallel.pipeline_model_parallel_size;
   const bool last = stage == p - 1;
   const Widths w = widths(m, shape);
   const int64_t N = w.rows, R = w.residual, h = w.h, t = w.t;
@@ -274,10 +214,10 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   if (from_layout) {
     r.parameter_source = "layout table";
   } else {
-    r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.split, stage);
+    r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.parallel, stage);
     r.parameter_source = "parameter count";
   }
-  const int64_t dp = shape.data_parallel;
+  const int64_t dp = shape.parallel.data_parallel_size;
   const int64_t copy_bytes = shape.precision == Precision::fp32                                ? 0
                              : shape.precision == Precision::bf16 && shape.native_bf16_gemm ? 2
                                                                                               : 4;
@@ -295,7 +235,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     r.gemm_weights = copy_bytes * r.parameters;
     r.grads = 4 * r.parameters;
     r.optimizer = from_layout                  ? 8 * optimizer_elements
-                  : shape.distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16)
+                  : shape.parallel.use_distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16)
                                                 : 8 * r.parameters;
   }
 
@@ -303,9 +243,9 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   // (a slot of the chunk), then the chunk's recompute scratch and workspace. The slots are shared
   // by the stage's chunks as the schedule allows (parallel::pipeline_slot_pools: chunks of equal
   // slots share one pool of the rank's peak in flight; the head's larger slots keep their own).
-  const std::vector<LayerRange> chunks = stage_layers(m, shape.split, stage);
-  const parallel::PipelineShape schedule =
-      parallel::pipeline_shape(parallel_config(shape), m.num_layers, shape.microbatches());
+  const std::vector<parallel::LayerRange> chunks =
+      parallel::pipeline_layer_table(shape.parallel, m.num_layers)[static_cast<size_t>(stage)];
+  const parallel::PipelineShape schedule = parallel::pipeline_shape(shape.parallel, m.num_layers, shape.microbatches());
   const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
   int total_layers = 0;
   int ring_attentions = 0;  // one per chunk with layers under CP
@@ -324,7 +264,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   for (size_t c = 0; c < chunks.size(); ++c) {
     const bool with_head = last && c + 1 == chunks.size();
     std::vector<int> layers;
-    for (int layer = chunks[c].first; layer < chunks[c].last; ++layer) layers.push_back(layer);
+    for (int layer = chunks[c].first; layer < chunks[c].end(); ++layer) layers.push_back(layer);
     if (with_head) {  // MTP layers ride with the last chunk
       for (int mtp = 0; mtp < m.mtp_num_layers; ++mtp) layers.push_back(m.num_layers + mtp);
     }
@@ -357,7 +297,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     // 2 ping-pong outputs, the projection output, 2 stream grads, the grads after attention, into
     // a norm and of a norm's input.
     for (int i = 0; i < 8; ++i) work.add(R * h);
-    if (shape.sequence_parallel && t > 1) {
+    if (shape.parallel.sequence_parallel && t > 1) {
       for (int i = 0; i < 3; ++i) work.add(N * h);  // SP's full rows: gathered, partial sums, input grads
     }
     work.add(N * widest.core);
@@ -369,11 +309,11 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
       work.add(operand);
       work.add(operand);
     }
-    if (shape.context_parallel > 1 && count > 0) {
+    if (shape.parallel.context_parallel_size > 1 && count > 0) {
       // The chunk's ring attention: its partial output and one chunk's partial lse
       // (parallel/ring_attention.h); its travelling blocks are comm buffers, below.
       work.add(N * widest.core);
-      work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.context_parallel / 2));
+      work.add(static_cast<int64_t>(m.num_attention_heads) / t * (m.seq_length / shape.parallel.context_parallel_size / 2));
       ++ring_attentions;
     }
     r.workspace += work.bytes;
@@ -422,7 +362,7 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     comm.add(4 * N * kv);
     comm.add(4 * N * kv);
   }
-  if (shape.split.expert_parallel > 1) {
+  if (shape.parallel.expert_model_parallel_size > 1) {
     comm.add(N * m.moe_router_topk * h);
     comm.add(N * m.moe_router_topk * h);
   }
@@ -432,29 +372,32 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
 
 std::vector<RankMemory> predict_memory(const ModelConfig& m, const TrainingShape& shape) {
   std::vector<RankMemory> stages;
-  for (int stage = 0; stage < shape.split.pipeline_parallel; ++stage) stages.push_back(predict_rank_memory(m, shape, stage));
+  for (int stage = 0; stage < shape.parallel.pipeline_model_parallel_size; ++stage) {
+    stages.push_back(predict_rank_memory(m, shape, stage));
+  }
   return stages;
 }
 
 MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingShape& shape) {
   shape.validate(m);
-  const double t = shape.split.tensor_parallel, p = shape.split.pipeline_parallel;
-  const double ep = shape.split.expert_parallel, etp = shape.split.expert_tp();
-  const double dp = shape.data_parallel, world = shape.world_size();
+  const parallel::ParallelConfig& parallel = shape.parallel;
+  const double t = parallel.tensor_model_parallel_size, p = parallel.pipeline_model_parallel_size;
+  const double ep = parallel.expert_model_parallel_size, etp = parallel.expert_tensor_parallel();
+  const double dp = parallel.data_parallel_size, world = shape.world_size();
   const double h = m.hidden_size, s = m.seq_length, b = shape.micro_batch_size;
-  const double V = static_cast<double>(megatron_padded_vocab(m, shape.split.tensor_parallel));
+  const double V = static_cast<double>(megatron_padded_vocab(m, parallel.tensor_model_parallel_size));
 
   // Weights and optimizer: parameter classes from the blocks (Megatron's own per-layer formulas
   // give the same numbers without biases), placed as compute_weight_and_optimizer_memory does.
   double tp_sharded = 0, replicated = 0, expert = 0, tp_sharded_mtp = 0, replicated_mtp = 0, expert_mtp = 0;
-  for (const ParamBlock& block : parameter_blocks(m, static_cast<int64_t>(V))) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, static_cast<int64_t>(V))) {
     if (block.layer < 0) continue;
     const bool mtp = block.layer >= m.num_layers;
     const double e = static_cast<double>(block.elements);
     switch (block.split) {
-      case ParamSplit::tensor_parallel: (mtp ? tp_sharded_mtp : tp_sharded) += e; break;
-      case ParamSplit::replicated: (mtp ? replicated_mtp : replicated) += e; break;
-      case ParamSplit::expert: (mtp ? expert_mtp : expert) += e; break;
+      case perf::ParamSplit::tensor_parallel: (mtp ? tp_sharded_mtp : tp_sharded) += e; break;
+      case perf::ParamSplit::replicated: (mtp ? replicated_mtp : replicated) += e; break;
+      case perf::ParamSplit::expert: (mtp ? expert_mtp : expert) += e; break;
     }
   }
   // Megatron counts every attention parameter as TP-sharded and the final norm as replicated.
@@ -466,19 +409,20 @@ MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingS
   if (m.untie_embeddings_and_output_weights && p == 1) tp_on_shard += embedding / t;
   const double expert_dp = world / (etp * ep * p);
   auto bytes_per_parameter = [&](double data_parallel) {
-    return shape.distributed_optimizer ? 6 + 12 / data_parallel : 18.0;
+    return parallel.use_distributed_optimizer ? 6 + 12 / data_parallel : 18.0;
   };
   MegatronMemory result;
   result.weights_and_optimizer =
       (tp_on_shard + replicated_on_shard) * bytes_per_parameter(dp) + expert_on_shard * bytes_per_parameter(expert_dp);
 
   // Activations.
-  const bool interleaved = shape.split.virtual_stages > 1;
-  const double v = shape.split.virtual_stages, microbatches = shape.microbatches();
+  const int virtual_stages = parallel.virtual_pipeline_size(m.num_layers);
+  const bool interleaved = virtual_stages > 1;
+  const double v = virtual_stages, microbatches = shape.microbatches();
   const double L = m.num_layers;
   double activations = 0;
   const bool sp_selective =
-      shape.sequence_parallel && shape.recompute.granularity == model::RecomputeGranularity::selective;
+      parallel.sequence_parallel && shape.recompute.granularity == model::RecomputeGranularity::selective;
   if (sp_selective) {
     activations = s * b * h * (18 + 4 * m.ffn_hidden_size / h) * L;
   } else {
@@ -498,4 +442,4 @@ MegatronMemory megatron_theoretical_memory(const ModelConfig& m, const TrainingS
   return result;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -9,10 +9,12 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "perf/flops.h"
-#include "perf/parameters.h"
-#include "perf/published_runs.h"
+#include "study/published_runs.h"
+#include "study/rank_parameters.h"
 
-using namespace mt::perf;
+using namespace mt::study;
+using mt::perf::FlopsConvention;
+using mt::perf::flops_per_token;
 
 namespace {
 

@@ -3,7 +3,7 @@
 // self-consistency verdict (are the reported MFU, throughput and step time the same
 // measurement under that convention and peak, within 5%?) and the predictor's figure beside it.
 // The predictor's fitted constants come from the rows whose role is "fitted"; "held-out" rows
-// test it. Tested in tests/unit/perf/test_published_runs.cpp, which reads the CSV.
+// test it. Tested in tests/unit/study/test_published_runs.cpp, which reads the CSV.
 #pragma once
 
 #include <map>
@@ -13,10 +13,10 @@
 
 #include "model/config.h"
 #include "perf/flops.h"
-#include "perf/memory_model.h"
-#include "perf/predict.h"
+#include "study/memory_model.h"
+#include "study/predict.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 // One row of the CSV; optional figures are empty cells.
 struct PublishedRun {
@@ -31,7 +31,7 @@ struct PublishedRun {
   std::string baseline;                  // the row relative figures are relative to
   std::optional<double> reported_mfu, reported_tflops_per_gpu, reported_tokens_per_s, reported_step_seconds;
   std::optional<double> reported_relative_step_time, reported_speedup, reported_scaling_efficiency;
-  FlopsConvention convention = FlopsConvention::megatron;
+  perf::FlopsConvention convention = perf::FlopsConvention::megatron;
   double peak_tflops = 0;
   std::string verdict;  // consistent | inconsistent | not-checkable
   std::string reason, role, assumptions;
@@ -73,4 +73,4 @@ struct Fit {
 };
 Fit fit_predictor(const std::vector<PublishedRun>& runs);
 
-}  // namespace mt::perf
+}  // namespace mt::study

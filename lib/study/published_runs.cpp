@@ -1,5 +1,5 @@
 // Published runs: CSV, self-consistency, predictions and the fit (see published_runs.h).
-#include "perf/published_runs.h"
+#include "study/published_runs.h"
 
 #include <cmath>
 #include <cstdio>
@@ -8,8 +8,9 @@
 
 #include "core/error.h"
 #include "perf/parameters.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -113,8 +114,9 @@ const std::vector<std::string> kColumns = {
 // the vocabulary Megatron pads to a multiple of --make-vocab-size-divisible-by x TP.
 double flops_per_token_of(const PublishedRun& run) {
   if (run.flops_per_token) return *run.flops_per_token;
-  if (!run.shape) return flops_per_token(run.model, run.convention);
-  return flops_per_token(run.model, run.convention, megatron_padded_vocab(run.model, run.shape->split.tensor_parallel));
+  if (!run.shape) return perf::flops_per_token(run.model, run.convention);
+  return perf::flops_per_token(run.model, run.convention,
+                         megatron_padded_vocab(run.model, run.shape->parallel.tensor_model_parallel_size));
 }
 
 bool has_model(const PublishedRun& run) { return run.model_name != "-" || run.flops_per_token.has_value(); }
@@ -168,21 +170,24 @@ std::vector<PublishedRun> parse_published_runs(const std::string& csv_text) {
     run.global_batch = integer(c["global_batch"], where, 0);
     if (!c["tp"].empty() && run.model_name != "-") {
       TrainingShape shape;
-      shape.split.tensor_parallel = integer(c["tp"], where, 1);
-      shape.split.pipeline_parallel = integer(c["pp"], where, 1);
-      shape.split.virtual_stages = integer(c["vp"], where, 1);
-      shape.context_parallel = integer(c["cp"], where, 1);
-      shape.split.expert_parallel = integer(c["ep"], where, 1);
-      shape.data_parallel = integer(c["dp"], where, 1);
+      parallel::ParallelConfig& parallel = shape.parallel;
+      parallel.tensor_model_parallel_size = integer(c["tp"], where, 1);
+      parallel.pipeline_model_parallel_size = integer(c["pp"], where, 1);
+      if (const int vp = integer(c["vp"], where, 1); vp > 1) parallel.num_virtual_stages_per_pipeline_rank = vp;
+      parallel.context_parallel_size = integer(c["cp"], where, 1);
+      parallel.expert_model_parallel_size = integer(c["ep"], where, 1);
+      parallel.data_parallel_size = integer(c["dp"], where, 1);
       shape.fsdp = c["fsdp"] == "1";
-      shape.sequence_parallel = c["sp"] == "1";
+      parallel.sequence_parallel = c["sp"] == "1";
       shape.micro_batch_size = integer(c["micro_batch"], where, 1);
       shape.global_batch_size = integer(c["global_batch"], where, 0);
-      shape.split.first_stage_layers = shape.split.last_stage_layers = integer(c["first_last_stage_layers"], where, 0);
+      if (const int first_last = integer(c["first_last_stage_layers"], where, 0); first_last > 0) {
+        parallel.decoder_first_pipeline_num_layers = parallel.decoder_last_pipeline_num_layers = first_last;
+      }
       if (c["recompute"] == "full") shape.recompute.granularity = model::RecomputeGranularity::full;
       else if (c["recompute"] == "selective") shape.recompute.granularity = model::RecomputeGranularity::selective;
       else if (c["recompute"] != "none") throw Error(where, "recompute must be none, selective or full");
-      shape.distributed_optimizer = c["distributed_optimizer"] == "1";
+      parallel.use_distributed_optimizer = c["distributed_optimizer"] == "1";
       // How the run's software works where stacks differ (predict.h RunOptions); empty: as mt does.
       if (c["fused_elementwise"] == "0") run.options.fused_elementwise = false;
       else if (!c["fused_elementwise"].empty() && c["fused_elementwise"] != "1") throw Error(where, "fused_elementwise must be 1 or 0");
@@ -212,7 +217,7 @@ std::vector<PublishedRun> parse_published_runs(const std::string& csv_text) {
     run.reported_relative_step_time = number(c["reported_relative_step_time"], where);
     run.reported_speedup = number(c["reported_speedup"], where);
     run.reported_scaling_efficiency = number(c["reported_scaling_efficiency"], where);
-    run.convention = parse_flops_convention(c["convention"]);
+    run.convention = perf::parse_flops_convention(c["convention"]);
     run.peak_tflops = number(c["peak_tflops"], where).value_or(0);
     run.verdict = c["verdict"];
     run.reason = c["reason"];
@@ -376,4 +381,4 @@ Fit fit_predictor(const std::vector<PublishedRun>& runs) {
   return fit;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

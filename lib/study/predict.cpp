@@ -1,13 +1,17 @@
 // Step-time prediction (see predict.h).
-#include "perf/predict.h"
+#include "study/predict.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "parallel/pipeline_layers.h"
 #include "perf/flops.h"
+#include "perf/parameters.h"
+#include "perf/peak.h"
+#include "study/rank_parameters.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 const std::vector<Cluster>& cluster_table() {
   // NVLink per GPU and direction (NVIDIA quotes both directions: 600 / 900 / 1800 GB/s); the
@@ -104,7 +108,8 @@ struct LayerTime {
 
 LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const Machine& machine, const RunOptions& options,
                         int layer) {
-  const double t = shape.split.tensor_parallel, c = shape.context_parallel;
+  const parallel::ParallelConfig& parallel = shape.parallel;
+  const double t = parallel.tensor_model_parallel_size, c = parallel.context_parallel_size;
   const double N = static_cast<double>(shape.micro_batch_size) * m.seq_length / c;  // tokens on the rank
   const double h = m.hidden_size, n = m.num_attention_heads;
   const double bytes = 2;  // bf16/fp16 activations on accelerators
@@ -139,8 +144,9 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
   if (m.is_moe_layer(layer)) {
     // Routed tokens N k spread over the rank's E/EP experts (balanced), each GEMM per expert;
     // the router; a shared expert like a dense MLP.
-    const double k = m.moe_router_topk, experts_local = static_cast<double>(m.num_experts) / shape.split.expert_parallel;
-    const double etp = shape.split.expert_tp(), f = m.moe_ffn();
+    const double k = m.moe_router_topk;
+    const double experts_local = static_cast<double>(m.num_experts) / parallel.expert_model_parallel_size;
+    const double etp = parallel.expert_tensor_parallel(), f = m.moe_ffn();
     const double tokens_per_expert = N * k / experts_local;
     gemms.push_back({N, static_cast<double>(m.num_experts), h, 1});
     gemms.push_back({tokens_per_expert, up * f / etp, h, experts_local});
@@ -153,8 +159,8 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
       act_width += fs / t;
     }
     // Dispatch and combine: all-to-all of the routed copies over EP.
-    const int ep = shape.split.expert_parallel;
-    const Link link = group_link(machine, ep, shape.split.tensor_parallel * shape.context_parallel);
+    const int ep = parallel.expert_model_parallel_size;
+    const Link link = group_link(machine, ep, parallel.tensor_model_parallel_size * parallel.context_parallel_size);
     lt.ep = 2 * all_to_all(link, ep, N * k * h * bytes);
   } else {
     const double f = m.ffn_hidden_size;
@@ -168,21 +174,22 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
   // Element-wise traffic per token: two norms and two residual adds on the residual stream (1/t
   // of it with SP), RoPE over q and k, the activation function; each op reading and writing HBM
   // on its own (eager) multiplies it.
-  const double residual = shape.sequence_parallel ? h / t : h;
+  const double residual = parallel.sequence_parallel ? h / t : h;
   const double per_token = bytes * (2 * 2 * residual + 2 * 3 * residual + 2 * (q_width + kv_width) + (up + 1) * act_width);
   lt.elementwise = N * per_token / machine.hbm * (options.fused_elementwise ? 1.0 : machine.k.eager_elementwise);
   if (t > 1) {
     // Two TP collectives a layer (all-reduce, or all-gather + reduce-scatter with SP: the same
     // bytes on the wire).
-    const Link link = group_link(machine, shape.split.tensor_parallel, 1);
+    const int tp = parallel.tensor_model_parallel_size;
+    const Link link = group_link(machine, tp, 1);
     const double activation_bytes = N * h * bytes;
-    lt.tp = 2 * (shape.sequence_parallel ? 2 * all_gather(link, shape.split.tensor_parallel, activation_bytes)
-                                         : all_reduce(link, shape.split.tensor_parallel, activation_bytes));
+    lt.tp = 2 * (parallel.sequence_parallel ? 2 * all_gather(link, tp, activation_bytes)
+                                            : all_reduce(link, tp, activation_bytes));
   }
   if (c > 1) {
     // Ring over CP: c-1 steps, each passing this rank's K and V block on, overlapped with the
     // attention blocks; what exceeds the attention time is exposed.
-    const Link link = group_link(machine, shape.context_parallel, shape.split.tensor_parallel);
+    const Link link = group_link(machine, parallel.context_parallel_size, parallel.tensor_model_parallel_size);
     const double block = N * kv_width * bytes;
     lt.cp = std::max(0.0, (c - 1) * p2p(link, block) - lt.attention);
   }
@@ -191,23 +198,29 @@ LayerTime layer_forward(const ModelConfig& m, const TrainingShape& shape, const 
 
 // FSDP's units with nothing to overlap with on a rank of a one-stage model: the root (the
 // blocks outside the layers: embeddings, final norm, output layer) and the first layer.
-int64_t fsdp_exposed_parameters(const ModelConfig& m, const ModelSplit& split, int first_layer) {
+int64_t fsdp_exposed_parameters(const ModelConfig& m, const parallel::ParallelConfig& parallel, int first_layer) {
   int64_t elements = 0;
-  for (const ParamBlock& block : parameter_blocks(m, m.padded_vocab_size())) {
+  for (const perf::ParamBlock& block : perf::parameter_blocks(m, m.padded_vocab_size())) {
     if (block.layer != -1 && block.layer != first_layer) continue;
-    if (block.split == ParamSplit::tensor_parallel) elements += block.elements / split.tensor_parallel;
-    else if (block.split == ParamSplit::expert) elements += block.elements / (split.expert_parallel * split.expert_tp());
-    else elements += block.elements;
+    if (block.split == perf::ParamSplit::tensor_parallel) {
+      elements += block.elements / parallel.tensor_model_parallel_size;
+    } else if (block.split == perf::ParamSplit::expert) {
+      elements += block.elements / (parallel.expert_model_parallel_size * parallel.expert_tensor_parallel());
+    } else {
+      elements += block.elements;
+    }
   }
   return elements;
 }
 
 // The input embedding's elements a first-stage rank holds beyond its vocabulary-parallel share
 // when TP leaves the embedding whole on every rank.
-int64_t replicated_embedding_elements(const ModelConfig& m, const ModelSplit& split, int stage, const RunOptions& options) {
-  if (options.tp_sharded_embedding || split.tensor_parallel == 1 || stage != 0) return 0;
+int64_t replicated_embedding_elements(const ModelConfig& m, const parallel::ParallelConfig& parallel, int stage,
+                                      const RunOptions& options) {
+  const int tp = parallel.tensor_model_parallel_size;
+  if (options.tp_sharded_embedding || tp == 1 || stage != 0) return 0;
   const int64_t rows = m.padded_vocab_size() * m.hidden_size;
-  return rows - rows / split.tensor_parallel;
+  return rows - rows / tp;
 }
 
 }  // namespace
@@ -215,14 +228,16 @@ int64_t replicated_embedding_elements(const ModelConfig& m, const ModelSplit& sp
 StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, const Cluster& cluster,
                             const PredictorConstants& constants, const RunOptions& options) {
   shape.validate(m);
-  const Device& device = find_device(cluster.device);
+  const perf::Device& device = perf::find_device(cluster.device);
   Machine machine;
   machine.k = constants;
   machine.cluster = &cluster;
-  machine.peak = device_peak_flops(device, shape.precision == Precision::fp32 ? "fp32" : "bf16");
+  machine.peak = perf::device_peak_flops(device, shape.precision == Precision::fp32 ? "fp32" : "bf16");
   machine.hbm = device.hbm_tbps * 1e12 * constants.memory_efficiency;
-  const int p = shape.split.pipeline_parallel, v = shape.split.virtual_stages;
-  const int t = shape.split.tensor_parallel, cp = shape.context_parallel, dp = shape.data_parallel;
+  const parallel::ParallelConfig& parallel = shape.parallel;
+  const int p = parallel.pipeline_model_parallel_size, v = parallel.virtual_pipeline_size(m.num_layers);
+  const int t = parallel.tensor_model_parallel_size, cp = parallel.context_parallel_size;
+  const int dp = parallel.data_parallel_size;
   const double microbatches = shape.microbatches();
   const double N = static_cast<double>(shape.micro_batch_size) * m.seq_length / cp;
   const double h = m.hidden_size;
@@ -231,14 +246,15 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
   StepPrediction best;
   best.world_size = shape.world_size();
   double slowest = -1;
+  const std::vector<std::vector<parallel::LayerRange>> placement = parallel::pipeline_layer_table(parallel, m.num_layers);
   for (int stage = 0; stage < p; ++stage) {
     StepPrediction s;
     s.world_size = best.world_size;
     // One micro-batch through the stage: forward, backward (twice the forward's GEMMs,
     // attention and element-wise work, the same collectives), recompute.
     std::vector<int> layers;
-    for (const LayerRange& range : stage_layers(m, shape.split, stage)) {
-      for (int layer = range.first; layer < range.last; ++layer) layers.push_back(layer);
+    for (const parallel::LayerRange& range : placement[static_cast<size_t>(stage)]) {
+      for (int layer = range.first; layer < range.end(); ++layer) layers.push_back(layer);
     }
     if (stage == p - 1) {
       for (int mtp = 0; mtp < m.mtp_num_layers; ++mtp) layers.push_back(m.num_layers + mtp);
@@ -269,7 +285,7 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
       // Activations to the next stage and grads back, on the network when stages sit on
       // different nodes (PP is the outermost dimension).
       const Link link = group_link(machine, 2, t * cp * dp);
-      const double bytes = (shape.sequence_parallel ? N / t : N) * h * 2;
+      const double bytes = (parallel.sequence_parallel ? N / t : N) * h * 2;
       s.pp_comm = 2 * p2p(link, bytes) * v;
     }
     // Per step: micro-batches, each pass through the stage; the bubble.
@@ -280,9 +296,8 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
     s.bubble = (p - 1.0) / v * per_microbatch;
 
     // Data parallelism over the stage's parameters (dense over DP x CP, experts over expert-DP).
-    const ModelSplit& split = shape.split;
-    const int64_t replicated_embedding = replicated_embedding_elements(m, split, stage, options);
-    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), split, stage) + replicated_embedding;
+    const int64_t replicated_embedding = replicated_embedding_elements(m, parallel, stage, options);
+    const int64_t params = rank_parameter_count(m, m.padded_vocab_size(), parallel, stage) + replicated_embedding;
     const double dp_group = static_cast<double>(dp) * cp;
     const Link dp_link = group_link(machine, dp * cp, t);
     const double backward_last = per_microbatch * 2.0 / 3.0, forward_first = per_microbatch / 3.0;
@@ -294,7 +309,7 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
       // reduce-scattered after the last backward, and the first layer, gathered right after the
       // root and reduce-scattered last. The rest overlaps.
       const int64_t exposed_params =
-          fsdp_exposed_parameters(m, split, layers.empty() ? 0 : layers.front()) + replicated_embedding;
+          fsdp_exposed_parameters(m, parallel, layers.empty() ? 0 : layers.front()) + replicated_embedding;
       const auto gather = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 2.0); };
       const auto scatter = [&](double elements) { return all_gather(dp_link, static_cast<int>(dp_group), elements * 4.0); };
       const auto exposed_comm = [&](bool reduce) {
@@ -307,19 +322,20 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
                       : (microbatches - 1) * exposed_comm(false) + exposed_comm(true);
     } else {
       const double grad_bytes = params * 4.0;  // fp32 main grads
-      double reduce = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), grad_bytes)
-                                                  : all_reduce(dp_link, static_cast<int>(dp_group), grad_bytes);
-      double gather = shape.distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), params * 2.0) : 0;
+      const bool distributed_optimizer = parallel.use_distributed_optimizer;
+      double reduce = distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), grad_bytes)
+                                            : all_reduce(dp_link, static_cast<int>(dp_group), grad_bytes);
+      double gather = distributed_optimizer ? all_gather(dp_link, static_cast<int>(dp_group), params * 2.0) : 0;
       const double last_bucket = std::min(1.0, static_cast<double>(options.bucket_elements) / std::max<int64_t>(1, params));
       if (options.overlap_grad_reduce) reduce = std::max(reduce * last_bucket, reduce - backward_last);
-      if (options.overlap_param_gather && shape.distributed_optimizer) {
+      if (options.overlap_param_gather && distributed_optimizer) {
         gather = std::max(gather * last_bucket, gather - forward_first);
       }
       s.dp_comm = reduce + gather;
     }
     // AdamW over the local shard: fp32 param, grad, m, v read, param, m, v written, the bf16
     // copy written (30 bytes), and every local grad zeroed (4).
-    const double shard = shape.fsdp || shape.distributed_optimizer ? params / dp_group : params;
+    const double shard = shape.fsdp || parallel.use_distributed_optimizer ? params / dp_group : params;
     s.optimizer = (30 * shard + 4.0 * params) / machine.hbm;
     s.step_seconds = s.gemm + s.attention + s.elementwise + s.tp_comm + s.cp_comm + s.ep_comm + s.pp_comm + s.bubble +
                      s.dp_comm + s.optimizer;
@@ -333,4 +349,4 @@ StepPrediction predict_step(const ModelConfig& m, const TrainingShape& shape, co
   return best;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -1,13 +1,13 @@
-// The layout planner (lib/perf/planner.h): every candidate is valid and fits, the ranking is by
+// The layout planner (lib/study/planner.h): every candidate is valid and fits, the ranking is by
 // predicted throughput, and the obvious answers come out (no model parallelism for a model that
 // fits one GPU; model parallelism for one that does not).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "model/config.h"
-#include "perf/planner.h"
+#include "study/planner.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 
 TEST(Planner, SmallModelNeedsNoModelParallelism) {
   PlanRequest request;
@@ -19,8 +19,8 @@ TEST(Planner, SmallModelNeedsNoModelParallelism) {
   ASSERT_FALSE(plan.best.empty());
   EXPECT_GT(plan.enumerated, plan.fitting / 2);
   const TrainingShape& best = plan.best[0].shape;
-  EXPECT_EQ(best.split.tensor_parallel * best.split.pipeline_parallel * best.context_parallel, 1);
-  EXPECT_EQ(best.data_parallel, 8);
+  EXPECT_EQ(best.parallel.tensor_model_parallel_size * best.parallel.pipeline_model_parallel_size * best.parallel.context_parallel_size, 1);
+  EXPECT_EQ(best.parallel.data_parallel_size, 8);
   for (size_t i = 1; i < plan.best.size(); ++i) {
     EXPECT_GE(plan.best[i - 1].prediction.tokens_per_second, plan.best[i].prediction.tokens_per_second);
   }
@@ -41,7 +41,7 @@ TEST(Planner, LargeModelIsSplitAndEveryCandidateFits) {
     EXPECT_EQ(s.world_size(), 64);
     EXPECT_NO_THROW(s.validate(c));
     EXPECT_LE(candidate.peak_bytes, 80.0 * 1024 * 1024 * 1024);
-    EXPECT_GT(s.split.tensor_parallel * s.split.pipeline_parallel + (s.fsdp ? 1 : 0), 1);
+    EXPECT_GT(s.parallel.tensor_model_parallel_size * s.parallel.pipeline_model_parallel_size + (s.fsdp ? 1 : 0), 1);
     EXPECT_GT(candidate.mfu, 0.05);
     EXPECT_LT(candidate.mfu, 0.8);
   }

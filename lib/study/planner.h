@@ -1,7 +1,7 @@
 // The layout planner: for a model, a GPU count and a cluster, every valid layout (TP, PP, virtual
 // stages, CP, EP, DP, micro-batch, recompute, distributed optimizer, FSDP) is enumerated, those
 // whose predicted memory does not fit a device are dropped and the rest ranked by predicted
-// throughput (perf/predict.h), without trial runs. Tested in tests/unit/perf/test_planner.cpp.
+// throughput (study/predict.h), without trial runs. Tested in tests/unit/study/test_planner.cpp.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "model/config.h"
-#include "perf/memory_model.h"
-#include "perf/predict.h"
+#include "study/memory_model.h"
+#include "study/predict.h"
 
-namespace mt::perf {
+namespace mt::study {
 
-enum class MemoryEstimate { mt, megatron };  // perf/memory_model.h: mt's engine, or Megatron's formula
+enum class MemoryEstimate { mt, megatron };  // study/memory_model.h: mt's engine, or Megatron's formula
 
 struct PlanRequest {
   int gpus = 0;
@@ -44,4 +44,4 @@ struct PlanResult {
 // Throws mt::UsageError for an unknown cluster or a GPU count or batch that no layout fits.
 PlanResult plan_layouts(const model::ModelConfig& model, const PlanRequest& request);
 
-}  // namespace mt::perf
+}  // namespace mt::study

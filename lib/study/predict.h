@@ -10,17 +10,16 @@
 // except the root's (with the whole embedding when TP leaves it on every rank) and the first
 // layer's, and the optimizer step. The constants are global (one set, fitted once on a named
 // subset of published runs: docs/accounting.md, data/perf/published_runs.csv) and never per run.
-// Tested in tests/unit/perf/test_predict.cpp and tests/unit/perf/test_published_runs.cpp.
+// Tested in tests/unit/study/test_predict.cpp and tests/unit/study/test_published_runs.cpp.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "model/config.h"
-#include "perf/memory_model.h"
-#include "perf/peak.h"
+#include "study/memory_model.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 struct Cluster {
   std::string name;
@@ -90,4 +89,4 @@ StepPrediction predict_step(const model::ModelConfig& model, const TrainingShape
                             const PredictorConstants& constants = fitted_constants(),
                             const RunOptions& options = {});
 
-}  // namespace mt::perf
+}  // namespace mt::study

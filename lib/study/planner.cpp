@@ -1,12 +1,13 @@
 // The layout planner (see planner.h).
-#include "perf/planner.h"
+#include "study/planner.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "perf/flops.h"
+#include "perf/peak.h"
 
-namespace mt::perf {
+namespace mt::study {
 
 namespace {
 
@@ -23,7 +24,7 @@ int64_t peak_bytes(const model::ModelConfig& m, const TrainingShape& shape, Memo
   // The first stage keeps the most micro-batches in flight, the last holds the logits; the
   // middle ones hold less than either.
   int64_t peak = predict_rank_memory(m, shape, 0).total();
-  const int last = shape.split.pipeline_parallel - 1;
+  const int last = shape.parallel.pipeline_model_parallel_size - 1;
   if (last > 0) peak = std::max(peak, predict_rank_memory(m, shape, last).total());
   return peak;
 }
@@ -33,11 +34,11 @@ int64_t peak_bytes(const model::ModelConfig& m, const TrainingShape& shape, Memo
 PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request) {
   m.validate();
   const Cluster& cluster = find_cluster(request.cluster);
-  const Device& device = find_device(cluster.device);
+  const perf::Device& device = perf::find_device(cluster.device);
   if (request.gpus < 1) throw UsageError("--world-size", "must be at least 1");
   if (request.global_batch_size < 1) throw UsageError("--global-batch-size", "must be at least 1");
   const double budget = request.memory_bytes > 0 ? request.memory_bytes : device.memory_gib * 1024 * 1024 * 1024;
-  const double peak_flops = device_peak_flops(device, request.precision == Precision::fp32 ? "fp32" : "bf16");
+  const double peak_flops = perf::device_peak_flops(device, request.precision == Precision::fp32 ? "fp32" : "bf16");
   using model::RecomputeGranularity;
 
   PlanResult result;
@@ -58,14 +59,15 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
                 for (int sharding = 0; sharding < (dp > 1 ? 3 : 1); ++sharding) {  // none, ZeRO-1, FSDP
                   if (sharding == 2 && pp > 1) continue;
                   TrainingShape shape;
-                  shape.split.tensor_parallel = tp;
-                  shape.split.pipeline_parallel = pp;
-                  shape.split.virtual_stages = vp;
-                  shape.split.expert_parallel = ep;
-                  shape.context_parallel = cp;
-                  shape.data_parallel = dp;
-                  shape.sequence_parallel = tp > 1;
-                  shape.distributed_optimizer = sharding == 1;
+                  parallel::ParallelConfig& parallel = shape.parallel;
+                  parallel.tensor_model_parallel_size = tp;
+                  parallel.pipeline_model_parallel_size = pp;
+                  if (vp > 1) parallel.num_virtual_stages_per_pipeline_rank = vp;
+                  parallel.expert_model_parallel_size = ep;
+                  parallel.context_parallel_size = cp;
+                  parallel.data_parallel_size = dp;
+                  parallel.sequence_parallel = tp > 1;
+                  parallel.use_distributed_optimizer = sharding == 1;
                   shape.fsdp = sharding == 2;
                   shape.micro_batch_size = mbs;
                   shape.global_batch_size = request.global_batch_size;
@@ -82,8 +84,10 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
                   candidate.peak_bytes = peak_bytes(m, shape, request.memory);
                   if (static_cast<double>(candidate.peak_bytes) > budget) continue;
                   candidate.prediction = predict_step(m, shape, cluster);
-                  const double flops = model_flops(m, request.global_batch_size, FlopsConvention::megatron).total();
-                  candidate.mfu = model_flops_utilization(flops, candidate.prediction.step_seconds, peak_flops * request.gpus);
+                  const double flops =
+                      perf::model_flops(m, request.global_batch_size, perf::FlopsConvention::megatron).total();
+                  candidate.mfu =
+                      perf::model_flops_utilization(flops, candidate.prediction.step_seconds, peak_flops * request.gpus);
                   fitting.push_back(candidate);
                 }
               }
@@ -111,4 +115,4 @@ PlanResult plan_layouts(const model::ModelConfig& m, const PlanRequest& request)
   return result;
 }
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -5,7 +5,7 @@
 // under each recompute mode (written out below and in docs/accounting.md), deliberately not
 // by calling its workspace planner, so comparing the two with mt-train's measured high-water
 // marks tests both. Megatron's own estimate (megatron/training/theoretical_memory_usage.py)
-// is computed beside it. Tested in tests/unit/perf/test_memory_model.cpp.
+// is computed beside it. Tested in tests/unit/study/test_memory_model.cpp.
 //
 // mt's activations (fp32 storage at every precision; every buffer rounded up to 64 bytes).
 // Notation: b micro-batch, s sequence, c = CP, t = TP, N = b s / c rows on a rank, R = N / t
@@ -50,33 +50,32 @@
 #include "core/dtype.h"
 #include "model/config.h"
 #include "model/recompute.h"
-#include "perf/parameters.h"
+#include "parallel/parallel_config.h"
 
-namespace mt::perf {
+namespace mt::study {
 
-// Everything the accounting needs beyond the model's shape: the parallel layout, batch,
-// recompute and precision of a run.
+// A run as the accounting sees it: mt-train's parallel layout (one parallel::ParallelConfig, the
+// fields mt-train validates: TP, PP with its virtual and uneven stages, CP, DP, EP, expert-TP, SP,
+// the distributed optimizer and its grad buckets), its batch, recompute and precision, and what
+// only the study models.
 struct TrainingShape {
-  ModelSplit split;               // TP, PP, virtual stages, EP, expert-TP, uneven stages
-  int data_parallel = 1;
-  int context_parallel = 1;
-  bool sequence_parallel = false;
-  bool distributed_optimizer = false;  // --use-distributed-optimizer: optimizer states sharded over DP
-  bool fsdp = false;                   // --use-megatron-fsdp: weights, grads and states sharded over DP
+  parallel::ParallelConfig parallel;  // data_parallel_size is the DP degree: world = TP x CP x DP x PP
   int micro_batch_size = 1;
-  int global_batch_size = 0;           // 0: micro-batch x DP (one micro-batch per step)
+  int global_batch_size = 0;          // 0: micro-batch x DP (one micro-batch per step)
   model::RecomputeConfig recompute;
   Precision precision = Precision::fp32;
-  bool native_bf16_gemm = true;        // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
-  int64_t ddp_bucket_elements = 0;     // the DP grad buffer's bucket size (model::bucket_options); 0: one a chunk
+  // Only the study: FSDP (--use-megatron-fsdp, which ParallelConfig does not have yet) and the
+  // form of the GEMM weight copy.
+  bool fsdp = false;              // weights, grads and optimizer states sharded over DP
+  bool native_bf16_gemm = true;   // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
 
-  int world_size() const {
-    return split.tensor_parallel * context_parallel * data_parallel * split.pipeline_parallel;
+  int world_size() const { return parallel.world_size(); }
+  int global_batch() const {
+    return global_batch_size > 0 ? global_batch_size : micro_batch_size * parallel.data_parallel_size;
   }
-  int global_batch() const { return global_batch_size > 0 ? global_batch_size : micro_batch_size * data_parallel; }
-  int microbatches() const { return global_batch() / (micro_batch_size * data_parallel); }
-  // Throws mt::UsageError naming the flags that conflict (whole heads and query groups per TP
-  // rank, layers per stage, batch arithmetic, CP and SP sequence splits, expert folding).
+  int microbatches() const { return global_batch() / (micro_batch_size * parallel.data_parallel_size); }
+  // parallel::validate's rules (the ones mt-train checks) for this layout on world_size() ranks:
+  // throws mt::UsageError naming the flags of the first rule broken.
   void validate(const model::ModelConfig& model) const;
 };
 
@@ -132,4 +131,4 @@ struct MegatronMemory {
 };
 MegatronMemory megatron_theoretical_memory(const model::ModelConfig& model, const TrainingShape& shape);
 
-}  // namespace mt::perf
+}  // namespace mt::study

@@ -1,4 +1,4 @@
-// Memory per rank (lib/perf/memory_model.h): the activation formula against what the
+// Memory per rank (lib/study/memory_model.h): the activation formula against what the
 // transformer really allocates under each recompute mode and precision, exact weights, grads and
 // optimizer bytes, the pipeline's in-flight micro-batches, and Megatron's theoretical estimate
 // against numbers worked out by hand.
@@ -11,9 +11,9 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline_schedule.h"
-#include "perf/memory_model.h"
+#include "study/memory_model.h"
 
-using namespace mt::perf;
+using namespace mt::study;
 using mt::model::preset;
 using mt::model::RecomputeConfig;
 using mt::model::RecomputeGranularity;
@@ -94,8 +94,8 @@ TEST(MemoryModel, LayerFormulaByHand) {
   EXPECT_EQ(a.core, (128 * 64 + 128 * 4) * 4);
   EXPECT_EQ(a.mlp, 2 * 128 * 256 * 4);
   // TP 2 with SP: the residual stream and statistics on 64 rows, the split widths halved.
-  shape.split.tensor_parallel = 2;
-  shape.sequence_parallel = true;
+  shape.parallel.tensor_model_parallel_size = 2;
+  shape.parallel.sequence_parallel = true;
   const LayerActivations sp = layer_activations(preset("tiny-gpt"), shape, 0);
   EXPECT_EQ(sp.residual, a.residual / 2);
   EXPECT_EQ(sp.attention, a.attention / 2);
@@ -127,9 +127,9 @@ TEST(MemoryModel, WeightsGradsAndOptimizerAreTheAllocation) {
 TEST(MemoryModel, DistributedOptimizerAndFsdpShardOverDataParallelRanks) {
   const auto c = preset("gpt2-124m");
   TrainingShape shape;
-  shape.data_parallel = 4;
+  shape.parallel.data_parallel_size = 4;
   const RankMemory plain = predict_rank_memory(c, shape, 0);
-  shape.distributed_optimizer = true;
+  shape.parallel.use_distributed_optimizer = true;
   const RankMemory zero1 = predict_rank_memory(c, shape, 0);
   EXPECT_EQ(zero1.weights, plain.weights);
   EXPECT_EQ(zero1.grads, plain.grads);
@@ -144,7 +144,7 @@ TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
   auto c = preset("tiny-gpt");
   c.num_layers = 8;
   TrainingShape shape;
-  shape.split.pipeline_parallel = 4;
+  shape.parallel.pipeline_model_parallel_size = 4;
   shape.global_batch_size = 8;  // 8 micro-batches
   const auto stages = predict_memory(c, shape);
   ASSERT_EQ(stages.size(), 4u);
@@ -166,7 +166,7 @@ TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
   // schedule keeps of that chunk (8 of chunk 0 and 4 of chunk 1: 12), each slot the layer and its
   // output.
   shape.global_batch_size = 8;
-  shape.split.virtual_stages = 2;
+  shape.parallel.num_virtual_stages_per_pipeline_rank = 2;
   const RankMemory interleaved = predict_rank_memory(c, shape, 0);
   EXPECT_EQ(interleaved.in_flight, 11);
   mt::parallel::ParallelConfig parallel;
@@ -179,31 +179,60 @@ TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
   EXPECT_EQ(predict_rank_memory(c, shape, 3).in_flight, 5);
 }
 
+TEST(MemoryModel, UnevenStagesWithVirtualStagesAsMtTrainPlacesThem) {
+  // 6 layers on 2 stages of 2 chunks, the first stage 2 layers (1 a chunk), the last 4 (2 a chunk):
+  // a layout mt-train runs. Each stage holds what its layout table holds and keeps as many
+  // micro-batches in flight as its schedule.
+  auto c = preset("tiny-gpt");
+  c.num_layers = 6;
+  TrainingShape shape;
+  mt::parallel::ParallelConfig& parallel = shape.parallel;
+  parallel.pipeline_model_parallel_size = 2;
+  parallel.num_virtual_stages_per_pipeline_rank = 2;
+  parallel.decoder_first_pipeline_num_layers = 2;
+  parallel.decoder_last_pipeline_num_layers = 4;
+  shape.global_batch_size = 4;
+  const auto stages = predict_memory(c, shape);
+  ASSERT_EQ(stages.size(), 2u);
+  EXPECT_EQ(stages[0].layers, 2);
+  EXPECT_EQ(stages[1].layers, 4);
+  const auto schedule = mt::parallel::pipeline_shape(parallel, c.num_layers, 4);
+  for (int stage = 0; stage < 2; ++stage) {
+    mt::parallel::RankCoordinates rank;
+    rank.pp = stage;
+    const auto layout = mt::model::build_layout(c, parallel, rank, mt::model::pipeline_chunks(c, parallel, stage));
+    const RankMemory& r = stages[static_cast<size_t>(stage)];
+    EXPECT_EQ(r.parameter_source, "layout table");
+    EXPECT_EQ(r.weights, 4 * layout.total_elements) << stage;
+    EXPECT_EQ(r.in_flight, mt::parallel::pipeline_activation_slots(mt::parallel::pipeline_actions(schedule, stage)));
+  }
+}
+
 TEST(MemoryModel, ShapesAreValidatedByFlag) {
   const auto c = preset("llama3-8b");  // 32 heads, 8 query groups
   TrainingShape shape;
-  shape.split.tensor_parallel = 16;  // splits a query group
+  shape.parallel.tensor_model_parallel_size = 16;  // splits a query group
   EXPECT_THROW(shape.validate(c), mt::UsageError);
   shape = TrainingShape{};
-  shape.context_parallel = 3;  // 8192 is not divisible by 6
+  shape.parallel.context_parallel_size = 3;  // 8192 is not divisible by 6
   EXPECT_THROW(shape.validate(c), mt::UsageError);
   shape = TrainingShape{};
-  shape.split.expert_parallel = 2;  // a dense model
+  shape.parallel.expert_model_parallel_size = 2;  // a dense model
   EXPECT_THROW(shape.validate(c), mt::UsageError);
   shape = TrainingShape{};
-  shape.data_parallel = 2;
+  shape.parallel.data_parallel_size = 2;
   shape.global_batch_size = 3;
   EXPECT_THROW(shape.validate(c), mt::UsageError);
   shape = TrainingShape{};
-  shape.split.pipeline_parallel = 3;  // 32 layers over 3 stages
+  shape.parallel.pipeline_model_parallel_size = 3;  // 32 layers over 3 stages
   EXPECT_THROW(shape.validate(c), mt::UsageError);
   // Mixtral at EP 8 needs TP x CP x DP divisible by 8 (parallel folding).
   const auto mixtral = preset("mixtral-8x7b");
   shape = TrainingShape{};
-  shape.split.expert_parallel = 8;
-  shape.data_parallel = 4;
+  shape.parallel.expert_model_parallel_size = 8;
+  shape.parallel.data_parallel_size = 4;
   EXPECT_THROW(shape.validate(mixtral), mt::UsageError);
-  shape.data_parallel = 8;
+  shape.parallel.data_parallel_size = 8;
   EXPECT_NO_THROW(shape.validate(mixtral));
 }
 
@@ -211,10 +240,10 @@ TEST(MemoryModel, MegatronsTheoreticalFormulaByHand) {
   // LLaMA-3 8B, TP 2, SP + selective recompute, b 1, s 8192, PP 1, DP 4, distributed optimizer.
   const auto c = preset("llama3-8b");
   TrainingShape shape;
-  shape.split.tensor_parallel = 2;
-  shape.sequence_parallel = true;
-  shape.data_parallel = 4;
-  shape.distributed_optimizer = true;
+  shape.parallel.tensor_model_parallel_size = 2;
+  shape.parallel.sequence_parallel = true;
+  shape.parallel.data_parallel_size = 4;
+  shape.parallel.use_distributed_optimizer = true;
   shape.recompute.granularity = RecomputeGranularity::selective;
   const MegatronMemory m = megatron_theoretical_memory(c, shape);
   const double s = 8192, h = 4096, V = 128256;  // 128256 is a multiple of 128 x 2
@@ -228,7 +257,7 @@ TEST(MemoryModel, MegatronsTheoreticalFormulaByHand) {
   const double replicated = 32 * 2 * h + h;
   EXPECT_NEAR(m.weights_and_optimizer / ((sharded / 2 + replicated) * 9), 1.0, 1e-12);
   // Without SP: s h (10 + 24/t) per layer, + (s V/t + s h) x 2 for the output, x 1.05.
-  shape.sequence_parallel = false;
+  shape.parallel.sequence_parallel = false;
   const double without_sp = (s * h * (10 + 24 / 2.0) * 32 + 8 * s + s * h + (s * V / 2 + s * h) * 2) * 1.05;
   EXPECT_NEAR(megatron_theoretical_memory(c, shape).activations / without_sp, 1.0, 1e-12);
 }
