@@ -44,9 +44,9 @@ void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
   }
 }
 
-// Forty entries after name and device: adding one to Ops without listing it below stops this
-// file from compiling.
-constexpr size_t kEntries = 41;
+// Forty-seven entries after name, device and synchronous: adding one to Ops without listing it
+// below stops this file from compiling.
+constexpr size_t kEntries = 47;
 static_assert(sizeof(Ops) == offsetof(Ops, allocate) + kEntries * sizeof(void*),
               "a new backend op needs its case in tests/unit/backend/test_backend_ops.cpp");
 
@@ -56,9 +56,13 @@ TEST(BackendOps, EveryEntryIsFilled) {
   const Ops& o = ops();
   EXPECT_STREQ(o.name, "cpu");
   EXPECT_EQ(o.device, Device::cpu);
+  EXPECT_TRUE(o.synchronous);
   const void* entries[] = {
       reinterpret_cast<const void*>(o.allocate), reinterpret_cast<const void*>(o.release),
       reinterpret_cast<const void*>(o.default_stream), reinterpret_cast<const void*>(o.synchronize),
+      reinterpret_cast<const void*>(o.launch_host_function), reinterpret_cast<const void*>(o.create_event),
+      reinterpret_cast<const void*>(o.destroy_event), reinterpret_cast<const void*>(o.record_event),
+      reinterpret_cast<const void*>(o.synchronize_event), reinterpret_cast<const void*>(o.elapsed_seconds),
       reinterpret_cast<const void*>(o.copy), reinterpret_cast<const void*>(o.copy_2d),
       reinterpret_cast<const void*>(o.fill), reinterpret_cast<const void*>(o.zero),
       reinterpret_cast<const void*>(o.convert), reinterpret_cast<const void*>(o.round_through),
