@@ -20,7 +20,8 @@
 //   copy's destination without a synchronize reads a stale value every time, not by chance.
 // One table per process (the entries are plain function pointers), made on first use. The
 // equivalence suites can take it by being handed async_cpu_ops() where they take an Ops.
-// Tested in tests/unit/backend/test_async_cpu_ops.cpp.
+// Tested in tests/unit/backend/test_async_cpu_ops.cpp; used by tests/mpi/test_stream_communicator.cpp,
+// tests/mpi/test_process_groups.cpp and tests/mpi/test_ring_attention.cpp.
 #pragma once
 
 #include <chrono>
