@@ -1,4 +1,4 @@
-// A host communicator bound to a backend stream (see stream_communicator.h): straight calls on a
+// A host communicator bound to a backend stream (see stream_communicator.h): itself on a
 // synchronous table; on an asynchronous one, staging copies and host functions in stream order.
 #include "comm/stream_communicator.h"
 
@@ -81,7 +81,7 @@ class StreamSteps {
   backend::Stream stream_;
 };
 
-// A non-blocking operation of an asynchronous stream (see stream_communicator.h).
+// A non-blocking operation on an asynchronous stream (see stream_communicator.h).
 class StreamRequest final : public Request {
  public:
   // `results`: device memory that receives the staged results after completion (null for a send).
@@ -126,12 +126,12 @@ class StreamRequest final : public Request {
   bool waited_ = false;
 };
 
+// `host_` bound to a stream of an asynchronous table.
 class StreamCommunicator final : public Communicator {
  public:
   StreamCommunicator(std::unique_ptr<Communicator> host, const backend::Ops& ops, backend::Stream stream)
-      : host_(std::move(host)), steps_(ops, stream), queued_(!ops.synchronous) {}
+      : host_(std::move(host)), steps_(ops, stream) {}
   ~StreamCommunicator() override {
-    if (!queued_) return;
     try {
       steps_.ops().synchronize(steps_.stream());  // queued work calls host_
     } catch (...) {  // a destructor cannot throw
@@ -144,7 +144,6 @@ class StreamCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
 
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    if (!queued_) return host_->all_reduce(data, count, dtype, op);
     detail::check_count("all_reduce", count);
     auto staged = std::make_shared<Staged>();
     steps_.copy_in(staged->recv, data, bytes_of(count, dtype));
@@ -155,7 +154,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) override {
-    if (!queued_) return host_->reduce_scatter(send, recv, recv_count, dtype, op);
     detail::check_count("reduce_scatter", recv_count);
     detail::is_own_block("reduce_scatter", send, recv, recv_count, dtype, rank(), size());
     auto staged = std::make_shared<Staged>();
@@ -168,7 +166,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    if (!queued_) return host_->all_gather(send, recv, send_count, dtype);
     detail::check_count("all_gather", send_count);
     detail::is_own_block("all_gather", recv, send, send_count, dtype, rank(), size());
     auto staged = std::make_shared<Staged>();
@@ -181,7 +178,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   void all_to_all(const void* send, void* recv, int64_t count_per_rank, DType dtype) override {
-    if (!queued_) return host_->all_to_all(send, recv, count_per_rank, dtype);
     detail::check_count("all_to_all", count_per_rank);
     auto staged = std::make_shared<Staged>();
     steps_.copy_in(staged->send, send, bytes_of(count_per_rank * size(), dtype));
@@ -194,9 +190,6 @@ class StreamCommunicator final : public Communicator {
 
   void all_to_allv(const void* send, const int64_t* send_counts, const int64_t* send_offsets, void* recv,
                    const int64_t* recv_counts, const int64_t* recv_offsets, DType dtype) override {
-    if (!queued_) {
-      return host_->all_to_allv(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype);
-    }
     detail::check_counts("all_to_allv", send_counts, send_offsets, size());
     detail::check_counts("all_to_allv", recv_counts, recv_offsets, size());
     const auto n = static_cast<size_t>(size());
@@ -217,7 +210,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
-    if (!queued_) return host_->broadcast(data, count, dtype, root);
     detail::check_count("broadcast", count);
     detail::check_root("broadcast", root, size());
     auto staged = std::make_shared<Staged>();
@@ -229,12 +221,10 @@ class StreamCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    if (!queued_) return host_->barrier();
     steps_.host([host = host_.get()] { host->barrier(); });
   }
 
   void send(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-    if (!queued_) return host_->send(data, count, dtype, peer, tag);
     check_message("send", count, peer, tag);
     auto staged = std::make_shared<Staged>();
     steps_.copy_in(staged->send, data, bytes_of(count, dtype));
@@ -245,7 +235,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   void recv(void* data, int64_t count, DType dtype, int peer, int tag) override {
-    if (!queued_) return host_->recv(data, count, dtype, peer, tag);
     check_message("recv", count, peer, tag);
     auto staged = std::make_shared<Staged>();
     staged->recv.resize(bytes_of(count, dtype));
@@ -256,7 +245,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Request> all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    if (!queued_) return host_->all_reduce_async(data, count, dtype, op);
     detail::check_count("all_reduce_async", count);
     auto staged = std::make_shared<Staged>();
     steps_.copy_in(staged->recv, data, bytes_of(count, dtype));
@@ -267,7 +255,6 @@ class StreamCommunicator final : public Communicator {
 
   std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
                                                 ReduceOp op) override {
-    if (!queued_) return host_->reduce_scatter_async(send, recv, recv_count, dtype, op);
     detail::check_count("reduce_scatter_async", recv_count);
     detail::is_own_block("reduce_scatter_async", send, recv, recv_count, dtype, rank(), size());
     auto staged = std::make_shared<Staged>();
@@ -279,7 +266,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Request> all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    if (!queued_) return host_->all_gather_async(send, recv, send_count, dtype);
     detail::check_count("all_gather_async", send_count);
     detail::is_own_block("all_gather_async", recv, send, send_count, dtype, rank(), size());
     auto staged = std::make_shared<Staged>();
@@ -291,7 +277,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Request> send_async(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-    if (!queued_) return host_->send_async(data, count, dtype, peer, tag);
     check_message("send_async", count, peer, tag);
     auto staged = std::make_shared<Staged>();
     steps_.copy_in(staged->send, data, bytes_of(count, dtype));
@@ -301,7 +286,6 @@ class StreamCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Request> recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
-    if (!queued_) return host_->recv_async(data, count, dtype, peer, tag);
     check_message("recv_async", count, peer, tag);
     auto staged = std::make_shared<Staged>();
     staged->recv.resize(bytes_of(count, dtype));
@@ -311,7 +295,7 @@ class StreamCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
-    if (queued_) steps_.ops().synchronize(steps_.stream());
+    steps_.ops().synchronize(steps_.stream());
     return std::make_unique<StreamCommunicator>(host_->split(color, key), steps_.ops(), steps_.stream());
   }
 
@@ -344,13 +328,13 @@ class StreamCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   StreamSteps steps_;
-  bool queued_;  // the table is asynchronous
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_stream_communicator(std::unique_ptr<Communicator> host, const backend::Ops& ops,
                                                        backend::Stream stream) {
+  if (ops.synchronous) return host;  // program order is stream order, host memory the table's
   return std::make_unique<StreamCommunicator>(std::move(host), ops, stream);
 }
 

@@ -125,6 +125,19 @@ TEST_P(StreamCommunicatorOfOne, SplitGivesADataGroupOfTheSameTable) {
 INSTANTIATE_TEST_SUITE_P(Tables, StreamCommunicatorOfOne, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "AsyncCpu" : "Cpu"; });
 
+// On the synchronous CPU table program order is stream order: the binding keeps the host
+// communicator itself (no call pays for it); an asynchronous table gets a communicator of its own.
+TEST(StreamCommunicatorOfOneBinding, TheSynchronousTableKeepsTheHostCommunicator) {
+  auto host = mt::comm::make_single_communicator();
+  const mt::comm::Communicator* raw = host.get();
+  const Ops& cpu = mt::backend::cpu_ops();
+  EXPECT_EQ(mt::comm::make_stream_communicator(std::move(host), cpu, cpu.default_stream()).get(), raw);
+  host = mt::comm::make_single_communicator();
+  raw = host.get();
+  const Ops& async = mt::test_backend::async_cpu_ops();
+  EXPECT_NE(mt::comm::make_stream_communicator(std::move(host), async, async.default_stream()).get(), raw);
+}
+
 // Before the stream has reached it a request is not complete, and wait() does not block the host.
 TEST(StreamCommunicatorOfOneAsync, ARequestIsNotCompleteBeforeTheStreamReachesIt) {
   const Ops& ops = mt::test_backend::async_cpu_ops();
