@@ -566,9 +566,9 @@ void Trainer::sum_tied_embedding_grads(float* grads) {
 
 double Trainer::communicator_wait_seconds() const {
   // Each communicator once: on one rank (and for groups of one kind that coincide) the pointers alias.
-  const comm::Communicator* const groups[] = {world_,           tensor_group_,          data_parallel_group_,
-                                              data_parallel_control_, context_group_, context_control_,
-                                              pipeline_group_, pipeline_control_,     embedding_group_};
+  const comm::Communicator* const groups[] = {
+      world_,           tensor_group_,   data_parallel_group_, data_parallel_control_, context_group_,
+      context_control_, pipeline_group_, pipeline_control_,    embedding_group_};
   double seconds = 0;
   for (size_t i = 0; i < std::size(groups); ++i) {
     if (groups[i] && std::find(groups, groups + i, groups[i]) == groups + i) seconds += groups[i]->wait_seconds();
