@@ -1,8 +1,11 @@
 // The CPU backend's op table (see ops.h): host memory, memcpy copies, kernels/cpu conversions and
-// fused kernels at the active ISA level, oneDNN GEMMs on f32 and bf16 operands.
+// fused kernels at the active ISA level, oneDNN GEMMs on f32 and bf16 operands; synchronous, so
+// host functions run at once and events read the host clock.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +43,33 @@ void release(void* data, int64_t, MemoryCategory) { std::free(data); }
 Stream default_stream() { return Stream{}; }
 
 void synchronize(Stream) {}
+
+// ---- stream order: every op has finished when it returns, so host work runs at once and an
+// event is the host clock when it is recorded.
+using Clock = std::chrono::steady_clock;
+
+void launch_host_function(Stream, HostFunction function, void* argument) { function(argument); }
+
+// An event's handle: the moment of its last record, if any.
+struct CpuEvent {
+  std::optional<Clock::time_point> recorded;
+};
+
+Event create_event() { return Event{new CpuEvent}; }
+
+void destroy_event(Event event) { delete static_cast<CpuEvent*>(event.handle); }
+
+void record_event(Event event, Stream) { static_cast<CpuEvent*>(event.handle)->recorded = Clock::now(); }
+
+void synchronize_event(Event) {}
+
+double elapsed_seconds(Event start, Event end) {
+  const auto& from = static_cast<const CpuEvent*>(start.handle)->recorded;
+  const auto& to = static_cast<const CpuEvent*>(end.handle)->recorded;
+  if (!from || !to) throw std::logic_error("cpu backend: elapsed_seconds between events not both recorded");
+  return std::chrono::duration<double>(*to - *from).count();
+}
+// ---- end of stream order
 
 void copy(void* dst, const void* src, int64_t bytes, CopyKind, Stream) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -121,6 +151,12 @@ bool supports(OpId op, DType dtype) {
     case OpId::release:
     case OpId::default_stream:
     case OpId::synchronize:
+    case OpId::launch_host_function:
+    case OpId::create_event:
+    case OpId::destroy_event:
+    case OpId::record_event:
+    case OpId::synchronize_event:
+    case OpId::elapsed_seconds:
     case OpId::copy:
     case OpId::copy_2d:
     case OpId::zero:
@@ -149,11 +185,18 @@ const Ops& cpu_ops() {
   static const Ops table{
       .name = "cpu",
       .device = Device::cpu,
+      .synchronous = true,
       .supports = supports,
       .allocate = allocate,
       .release = release,
       .default_stream = default_stream,
       .synchronize = synchronize,
+      .launch_host_function = launch_host_function,
+      .create_event = create_event,
+      .destroy_event = destroy_event,
+      .record_event = record_event,
+      .synchronize_event = synchronize_event,
+      .elapsed_seconds = elapsed_seconds,
       .copy = copy,
       .copy_2d = copy_2d,
       .fill = fill,

@@ -14,6 +14,12 @@
   X(release)              \
   X(default_stream)       \
   X(synchronize)          \
+  X(launch_host_function) \
+  X(create_event)         \
+  X(destroy_event)        \
+  X(record_event)         \
+  X(synchronize_event)    \
+  X(elapsed_seconds)      \
   X(copy)                 \
   X(copy_2d)              \
   X(fill)                 \

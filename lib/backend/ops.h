@@ -8,11 +8,15 @@
 //
 // Contracts of the fused kernels (row-major, backward ops write input grads and accumulate
 // parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
-// file documents the entries the backend adds: memory, streams, copies, conversions and GEMM.
+// file documents the entries the backend adds: memory, streams, stream order (host functions and
+// events), copies, conversions and GEMM. On an asynchronous backend an entry returns once its
+// work is queued on its stream; the host reads what that work wrote (a device_to_host copy's
+// destination included) only after synchronizing the stream or an event recorded after it.
 // Each backend also says which entries run on which element types (supports, with the entries
 // listed as OpId in backend/op_list.h). Tested in tests/unit/backend/test_op_harness.cpp: the op
 // harness (tests/harness/) runs every entry of every filled table against double-precision
-// reference loops and prints each backend's coverage.
+// reference loops and prints each backend's coverage; stream order on an asynchronous table in
+// tests/unit/backend/test_async_cpu_ops.cpp.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,17 @@ struct Stream {
   void* handle = nullptr;
 };
 
+// ---- stream order: host functions and events (see the entries of the same name below) ----------
+// A marker in a stream's order (a CUDA event), made by create_event and freed by destroy_event.
+struct Event {
+  void* handle = nullptr;
+};
+// Host work run in a stream's order (cudaLaunchHostFunc's callback). An asynchronous backend runs
+// it on a host thread of its own once the work issued before it has finished; it must not call
+// the table (a CUDA callback may not call CUDA) and must not touch device memory.
+using HostFunction = void (*)(void* argument);
+// ---- end of stream order -------------------------------------------------------------------------
+
 // What a buffer holds, for the memory records (DESIGN.md sec. 4); see memory.h.
 enum class MemoryCategory { weights, grads, optimizer, activations, comm_buffers };
 inline constexpr int kMemoryCategories = 5;
@@ -45,6 +60,10 @@ enum class CopyKind { device_to_device, host_to_device, device_to_host };
 struct Ops {
   const char* name = nullptr;  // "cpu"
   Device device = Device::cpu;
+  // Stream order: true when every entry has finished its work (and thrown any error) when it
+  // returns, as on the CPU: stream order is then program order, so stream-ordered host work may
+  // run at once instead of being queued (comm/stream_communicator.h relies on it).
+  bool synchronous = false;
 
   // --- what this backend runs (for the op harness and start-up checks; never on the hot path) -
   // Whether entry `op` runs on elements of `dtype`: gemm on its operand type; convert and
@@ -64,8 +83,28 @@ struct Ops {
 
   // --- streams -------------------------------------------------------------------------------
   Stream (*default_stream)();
-  // Blocks the host until every op issued on `stream` has finished.
+  // Blocks the host until every op issued on `stream` has finished. An asynchronous backend
+  // rethrows here the first error its queued work on `stream` raised since the last synchronize.
   void (*synchronize)(Stream stream);
+
+  // --- stream order: host functions and events -----------------------------------------------
+  // Runs `function(argument)` once the work issued on `stream` before it has finished, and before
+  // any work issued after it starts (cudaLaunchHostFunc). The CPU calls it at once, on the calling
+  // thread (an exception propagates from here); an asynchronous backend returns at once, and an
+  // exception `function` throws is rethrown by the next synchronize of `stream`.
+  void (*launch_host_function)(Stream stream, HostFunction function, void* argument);
+  // Events time and order stream work without reading a host clock around queued work: record
+  // one before and one after, synchronize the later, read the seconds between them.
+  Event (*create_event)();
+  void (*destroy_event)(Event event);
+  // Marks the point of `stream` after every op issued so far (cudaEventRecord). The CPU, whose ops
+  // have finished by then, records the host clock now.
+  void (*record_event)(Event event, Stream stream);
+  // Blocks the host until the work before the event's last record has finished.
+  void (*synchronize_event)(Event event);
+  // Seconds from `start`'s last record to `end`'s (cudaEventElapsedTime); both must have been
+  // recorded and completed (synchronize_event on the later), else it throws std::logic_error.
+  double (*elapsed_seconds)(Event start, Event end);
 
   // --- copies, fills, conversions ------------------------------------------------------------
   void (*copy)(void* dst, const void* src, int64_t bytes, CopyKind kind, Stream stream);

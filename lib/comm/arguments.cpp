@@ -1,6 +1,7 @@
 // Argument checks of the communicators (see arguments.h).
 #include "comm/arguments.h"
 
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -38,6 +39,15 @@ void check_root(const char* op, int root, int size) {
   if (root < 0 || root >= size) {
     throw Error(op, "root " + std::to_string(root) + " is outside the group of " + std::to_string(size));
   }
+}
+
+bool is_own_block(const char* op, const void* whole, const void* part, int64_t count, DType dtype, int rank,
+                  int size) {
+  const auto w = reinterpret_cast<uintptr_t>(whole), p = reinterpret_cast<uintptr_t>(part);
+  const auto block = static_cast<uintptr_t>(count) * dtype_size(dtype);
+  if (p + block <= w || p >= w + block * static_cast<uintptr_t>(size)) return false;
+  if (p == w + block * static_cast<uintptr_t>(rank)) return true;
+  throw Error(op, "the shard buffer overlaps the full buffer but is not block " + std::to_string(rank) + " of it");
 }
 
 }  // namespace mt::comm::detail

@@ -1,19 +1,44 @@
 // The communicator interface every parallel dimension talks through: blocking and non-blocking
-// collectives and point-to-point messages over one process group, and group split. The MPI
-// implementation works on host buffers (the one every test uses), NCCL (later) on device buffers
-// behind the same interface, and the single-rank one makes every collective an identity or a copy.
-// Counts are in elements of `dtype` and may exceed INT_MAX; every rank of a group issues the same
-// collectives in the same order with the same counts. Reductions take every dtype (bf16 and f16
-// are summed in fp32 and rounded once per pairwise step). Bad arguments (negative counts, a peer or
-// root outside the group, a message to oneself, a negative tag) and MPI failures throw mt::Error
-// naming the operation. A communicator is used by one thread at a time.
+// collectives and point-to-point messages over one process group, and group split. Counts are in
+// elements of `dtype` and may exceed INT_MAX; every rank of a group issues the same collectives in
+// the same order with the same counts. Reductions take every dtype (bf16 and f16 are summed in
+// fp32 and rounded once per pairwise step). Bad arguments (negative counts, a peer or root outside
+// the group, a message to oneself, a negative tag) and MPI failures throw mt::Error naming the
+// operation. A communicator is used by one thread at a time.
+//
+// Two kinds of communicator share this interface (parallel/process_groups.h holds both per group):
+// - A control communicator works on host memory and is immediate: a blocking call returns when
+//   its operation has completed, wait() blocks the host until it has. MPI's (mpi_communicator.h,
+//   make_world_communicator) and the single-rank one are control communicators. They carry host
+//   values (a loss, token counts, the decision to stop), barriers, tools, and HDF5's MPI-IO.
+// - A data communicator is bound to a backend op table and one of its streams and takes that
+//   backend's memory (stream_communicator.h: MPI bound to a stream; NCCL later). Its operations
+//   are ordered on the stream like the table's ops. The contract, for every backend:
+//     * An operation reads its buffers after the work issued on the stream before the call, and
+//       the work issued on the stream after a blocking call, or after a request's wait(), sees its
+//       results.
+//     * A call returns once the operation is ordered on the stream. The host may read or write a
+//       buffer an operation uses (its inputs included) only after synchronizing the stream, or an
+//       event recorded on it, after the blocking call or the wait(). Scalar arguments and
+//       all_to_allv's count and offset arrays are read during the call.
+//     * Stream work issued between a non-blocking operation and its wait() must not write the
+//       operation's buffers, nor read a receive's (the synchronous CPU table runs MPI on them).
+//     * Non-blocking forms: wait() orders later stream work after the operation's completion and
+//       returns without blocking the host where the backend is asynchronous; test() says whether
+//       the communication has completed (a true answer does not move a receive's data into its
+//       buffer on an asynchronous backend: stream work issued after wait(), or after the request
+//       is destroyed, which waits, sees it).
+//     * An error in queued work is rethrown by the stream's next synchronize.
+//   On a synchronous table (the CPU: ops.h `synchronous`) stream order is program order, so a data
+//   communicator behaves, and costs, call for call as the control communicator it was made from.
 //
 // Progress: MPI moves a non-blocking operation's data only inside MPI calls. The MPI
 // communicator runs one progress thread per process (MPI_THREAD_MULTIPLE) that polls MPI every
 // millisecond while an operation this library started is in flight and sleeps otherwise; callers
 // may also call progress() between chunks of compute. comm/progress_thread.h has the measured
 // effect (tests/bench/bench_comm_overlap.cpp).
-// Tested in tests/mpi/test_communicator.cpp (under mpirun) and
+// Tested in tests/mpi/test_communicator.cpp (under mpirun), tests/mpi/test_stream_communicator.cpp
+// (data communicators on the CPU and an asynchronous table) and
 // tests/unit/comm/test_single_communicator.cpp.
 #pragma once
 
@@ -29,7 +54,8 @@ enum class ReduceOp { sum, max, min };
 
 // A non-blocking operation in flight. Its buffers must stay alive and untouched until it
 // completes. test() makes progress and says whether it is done; wait() blocks until it is (and
-// rethrows its failure). Destroying an unfinished request waits for it.
+// rethrows its failure); on a data communicator both keep their meaning in stream order (see
+// above). Destroying an unfinished request waits for it.
 class Request {
  public:
   virtual ~Request() = default;
@@ -88,7 +114,7 @@ class Communicator {
 };
 
 // Every rank ends with `root`'s `text`: its length, then its bytes (two broadcasts). Collective
-// over the group; other ranks' `text` is replaced.
+// over the group, a control communicator (host memory); other ranks' `text` is replaced.
 inline void broadcast_text(Communicator& group, std::string& text, int root) {
   int64_t length = static_cast<int64_t>(text.size());
   group.broadcast(&length, 1, DType::i64, root);
@@ -96,11 +122,11 @@ inline void broadcast_text(Communicator& group, std::string& text, int root) {
   group.broadcast(text.data(), length, DType::u8, root);
 }
 
-// A group of one: collectives are identities (or copies between distinct buffers); send and
-// recv to oneself are an error.
+// A control group of one: collectives are identities (or copies between distinct buffers); send
+// and recv to oneself are an error.
 std::unique_ptr<Communicator> make_single_communicator();
 
-// MPI_COMM_WORLD when MpiRuntime is active, else a single-rank communicator.
+// The control world: MPI_COMM_WORLD when MpiRuntime is active, else a single-rank communicator.
 std::unique_ptr<Communicator> make_world_communicator();
 
 }  // namespace mt::comm

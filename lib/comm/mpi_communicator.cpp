@@ -6,6 +6,7 @@
 // absolute address, so its int64 counts and offsets never pass through MPI's int arguments.
 #include "comm/mpi_communicator.h"
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -59,17 +60,6 @@ const unsigned char* at(const void* base, int64_t index, DType dtype) {
 }
 unsigned char* at(void* base, int64_t index, DType dtype) {
   return static_cast<unsigned char*>(base) + index * static_cast<int64_t>(dtype_size(dtype));
-}
-
-// Whether `part` (count elements) is block `rank` of `whole` (size * count elements): false when
-// the two are disjoint, an error when they overlap any other way.
-bool is_own_block(const char* op, const void* whole, const void* part, int64_t count, DType dtype, int rank,
-                  int size) {
-  const auto w = reinterpret_cast<uintptr_t>(whole), p = reinterpret_cast<uintptr_t>(part);
-  const auto block = static_cast<uintptr_t>(count) * dtype_size(dtype);
-  if (p + block <= w || p >= w + block * static_cast<uintptr_t>(size)) return false;
-  if (p == w + block * static_cast<uintptr_t>(rank)) return true;
-  throw Error(op, "the shard buffer overlaps the full buffer but is not block " + std::to_string(rank) + " of it");
 }
 
 // Calls fn(first, n) over [0, count) in pieces of at most `max_count` elements.
@@ -244,14 +234,19 @@ struct Group {
   std::shared_ptr<ProcessContext> process;
   MPI_Comm comm;
   int rank = 0, size = 1;
-  double wait_seconds = 0;
+  // Written by the one thread using the group at a time (a stream's worker, for a communicator
+  // bound to an asynchronous stream), read by any: relaxed, a plain load and store.
+  std::atomic<double> wait_seconds{0};
 };
 
 // Adds the time from construction to destruction to a group's blocked time.
 class BlockedTime {
  public:
   explicit BlockedTime(Group& group) : group_(group), start_(Clock::now()) {}
-  ~BlockedTime() { group_.wait_seconds += std::chrono::duration<double>(Clock::now() - start_).count(); }
+  ~BlockedTime() {
+    const double blocked = std::chrono::duration<double>(Clock::now() - start_).count();
+    group_.wait_seconds.store(group_.wait_seconds.load(std::memory_order_relaxed) + blocked, std::memory_order_relaxed);
+  }
   BlockedTime(const BlockedTime&) = delete;
   BlockedTime& operator=(const BlockedTime&) = delete;
 
@@ -367,7 +362,7 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) override {
     detail::check_count("reduce_scatter", recv_count);
-    const bool in_place = is_own_block("reduce_scatter", send, recv, recv_count, dtype, rank(), size());
+    const bool in_place = detail::is_own_block("reduce_scatter", send, recv, recv_count, dtype, rank(), size());
     std::vector<unsigned char> staging(in_place ? static_cast<size_t>(recv_count) * dtype_size(dtype) : 0);
     void* out = in_place ? staging.data() : recv;
     const MPI_Datatype type = basic_type(dtype);
@@ -391,7 +386,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override {
     detail::check_count("all_gather", send_count);
     if (send_count == 0) return;
-    const bool in_place = is_own_block("all_gather", recv, send, send_count, dtype, rank(), size());
+    const bool in_place = detail::is_own_block("all_gather", recv, send, send_count, dtype, rank(), size());
     const Elements elements = describe(send_count, dtype, max_count());
     BlockedTime blocked(*group_);
     check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, elements.count, elements.type, recv, elements.count,
@@ -481,7 +476,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Request> reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
                                                 ReduceOp op) override {
     detail::check_count("reduce_scatter_async", recv_count);
-    const bool in_place = is_own_block("reduce_scatter_async", send, recv, recv_count, dtype, rank(), size());
+    const bool in_place = detail::is_own_block("reduce_scatter_async", send, recv, recv_count, dtype, rank(), size());
     const MPI_Datatype type = basic_type(dtype);
     const MPI_Op mpi_op = process().op(dtype, op);
     auto request = std::make_unique<MpiRequest>(group_, "MPI_Ireduce_scatter_block");
@@ -515,7 +510,7 @@ class MpiCommunicator final : public Communicator {
     detail::check_count("all_gather_async", send_count);
     auto request = std::make_unique<MpiRequest>(group_, "MPI_Iallgather");
     if (send_count == 0) return request;
-    const bool in_place = is_own_block("all_gather_async", recv, send, send_count, dtype, rank(), size());
+    const bool in_place = detail::is_own_block("all_gather_async", recv, send, send_count, dtype, rank(), size());
     const Elements elements = describe(send_count, dtype, max_count());
     check(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, elements.count, elements.type, recv, elements.count,
                          elements.type, comm(), request->next_handle()),
@@ -561,7 +556,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, process().probe_comm, &flag, MPI_STATUS_IGNORE);
   }
 
-  double wait_seconds() const override { return group_->wait_seconds; }
+  double wait_seconds() const override { return group_->wait_seconds.load(std::memory_order_relaxed); }
 
   const ProcessContext& process() const { return *group_->process; }
   MPI_Comm comm() const { return group_->comm; }

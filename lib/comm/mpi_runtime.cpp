@@ -6,13 +6,17 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/mpi_communicator.h"
+#include "comm/node_ranks.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace mt::comm {
 namespace {
 bool g_active = false;
 int g_rank = 0;
 int g_size = 1;
+NodeRanks g_node;
 }  // namespace
 
 bool launched_under_mpi() { return std::getenv("PMIX_RANK") || std::getenv("OMPI_COMM_WORLD_SIZE"); }
@@ -41,6 +45,10 @@ void MpiRuntime::init() {
   g_active = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  MpiCommunicatorOptions exchange_only;
+  exchange_only.progress_thread = false;
+  g_node = exchange_node_ranks(*make_mpi_communicator(MPI_COMM_WORLD, exchange_only));
+  set_local_rank_count(g_node.local_count);
 }
 
 void MpiRuntime::finalize() {
@@ -48,6 +56,9 @@ void MpiRuntime::finalize() {
   MPI_Finalize();
   g_active = false;
 }
+
+int MpiRuntime::local_rank() { return g_node.local_rank; }
+int MpiRuntime::local_size() { return g_node.local_count; }
 
 bool MpiRuntime::active() { return g_active; }
 int MpiRuntime::rank() { return g_rank; }

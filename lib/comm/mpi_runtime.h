@@ -1,5 +1,7 @@
 // MPI process lifetime: started only under a launcher (mpirun/srun set PMIX_RANK or
-// OMPI_COMM_WORLD_SIZE), never for --help/--version; a failing rank aborts the whole job.
+// OMPI_COMM_WORLD_SIZE), never for --help/--version; a failing rank aborts the whole job. Once MPI
+// has started the ranks exchange host names (node_ranks.h), so the ranks on this node, and with
+// them the threads per rank (core/threads.h), come from the ranks themselves.
 // Tested in tests/mpi/test_mpi_runtime.cpp (mpirun -np 2) and tests/tools/mt-train-mpi.bats (a
 // faked Slurm step without a launcher).
 #pragma once
@@ -18,12 +20,16 @@ void refuse_unformed_world();
 
 class MpiRuntime {
  public:
-  // Initialises MPI when launched_under_mpi(); otherwise a world of one.
+  // Initialises MPI when launched_under_mpi(), then exchanges host names over the world and
+  // records the ranks on this node (set_local_rank_count); otherwise a world of one.
   static void init();
   static void finalize();
   static bool active();
   static int rank();
   static int size();
+  // This rank's index among the world's ranks on its node, and their count (0 and 1 without MPI).
+  static int local_rank();
+  static int local_size();
   // Aborts every rank of the job (MPI_Abort) with the given exit code; a no-op without MPI.
   [[noreturn]] static void abort_job(int exit_code);
   static std::string library_version();

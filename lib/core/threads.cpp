@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -20,9 +21,14 @@ int positive_int_env(const char* name) {
   return parsed > 0 ? static_cast<int>(parsed) : 0;
 }
 
+std::atomic<int> g_exchanged_local_ranks{0};  // 0: not exchanged
+
 }  // namespace
 
+void set_local_rank_count(int ranks) { g_exchanged_local_ranks.store(ranks > 0 ? ranks : 0); }
+
 int local_rank_count() {
+  if (int n = g_exchanged_local_ranks.load()) return n;
   if (int n = positive_int_env("OMPI_COMM_WORLD_LOCAL_SIZE")) return n;
   if (int n = positive_int_env("MPI_LOCALNRANKS")) return n;
   // Under srun: SLURM_STEP_TASKS_PER_NODE looks like "4" or "4(x2)"; the leading count is ours

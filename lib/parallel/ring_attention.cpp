@@ -1,4 +1,7 @@
-// Ring attention over a context-parallel group (see ring_attention.h).
+// Ring attention over a context-parallel group (see ring_attention.h). No stream synchronisation:
+// the group is a data communicator on the ops' stream, so a send reads its block after the ops
+// issued before it (the backward's dK, dV included), a wait() orders the next step's ops after the
+// block has arrived, and the caller synchronizes where the host reads the results.
 #include "parallel/ring_attention.h"
 
 #include <limits>
@@ -97,7 +100,6 @@ void RingAttention::forward(const float* q, const float* k, const float* v, cons
   for (int step = 0; step < cp_size_; ++step) {
     float* held = travelling_[current].data();
     if (step + 1 < cp_size_) {  // pass the block on while attending to it
-      ops_.synchronize(stream);
       requests.push_back(group_.send_async(held, 2 * block, DType::f32, next, step));
       requests.push_back(group_.recv_async(travelling_[1 - current].data(), 2 * block, DType::f32, previous, step));
     }
@@ -115,7 +117,6 @@ void RingAttention::forward(const float* q, const float* k, const float* v, cons
     wait_all(requests);
     current = 1 - current;
   }
-  ops_.synchronize(stream);
 }
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const int32_t* doc_start,
@@ -137,7 +138,6 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     float* incoming = travelling_[1 - current].data();
     const bool passes_on = step + 1 < cp_size_;
     if (passes_on) {  // K, V move on at once; their grads once this rank has added its share
-      ops_.synchronize(stream);
       requests.push_back(group_.send_async(held, 2 * block, DType::f32, next, 2 * step));
       requests.push_back(group_.recv_async(incoming, 2 * block, DType::f32, previous, 2 * step));
       requests.push_back(group_.recv_async(incoming + 2 * block, 2 * block, DType::f32, previous, 2 * step + 1));
@@ -154,7 +154,6 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
                               held + 2 * block + kv_row * kv_width, held + 3 * block + kv_row * kv_width, stream);
     });
     if (passes_on) {
-      ops_.synchronize(stream);
       requests.push_back(group_.send_async(held + 2 * block, 2 * block, DType::f32, next, 2 * step + 1));
     }
     wait_all(requests);
@@ -163,7 +162,6 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   // The block held last is rank + 1's, its grads complete: one more hop brings every block's home.
   const float* home = travelling_[1 - current].data();
   if (cp_size_ > 1) {
-    ops_.synchronize(stream);
     const int last_tag = 2 * cp_size_;
     requests.push_back(group_.send_async(home + 2 * block, 2 * block, DType::f32, next, last_tag));
     requests.push_back(group_.recv_async(travelling_[current].data() + 2 * block, 2 * block, DType::f32, previous,
@@ -176,7 +174,6 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
                backend::CopyKind::device_to_device, stream);
   ops_.copy_2d(dv, local_.v_stride * float_bytes, home + 3 * block, row_bytes, row_bytes, kv_rows,
                backend::CopyKind::device_to_device, stream);
-  ops_.synchronize(stream);
 }
 
 }  // namespace mt::parallel

@@ -7,9 +7,12 @@
 // (non-blocking, overlapped with the compute). Backward: the same ring, with the block's dK, dV
 // travelling along and accumulated by every rank (the kernel's accumulate_grads), and one last
 // hop that brings each block's grads home; dQ accumulates locally.
-// Everything runs through the backend op table and a Communicator (one rank: plain attention).
+// Everything runs through the backend op table and a data communicator bound to its default
+// stream (comm/communicator.h), in stream order with no host synchronisation (one rank: plain
+// attention).
 // Tested in tests/unit/parallel/test_ring_attention.cpp (one rank) and
-// tests/mpi/test_ring_attention.cpp (CP = 2 and 4 against the full-sequence attention).
+// tests/mpi/test_ring_attention.cpp (CP = 2 and 4 against the full-sequence attention, on the CPU
+// table and on the asynchronous CPU table of tests/backend/async_cpu_ops.h).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,9 @@ class RingAttention {
   // `local` describes this rank's tensors: batch samples of q_len = kv_len = seq_length / CP
   // tokens each (the two chunks, early one first), heads, head_dim, strides and scale; its
   // positions and accumulate_grads are ignored. Buffers (two travelling key/value/grad blocks and
-  // one partial output) are allocated here, counted in `ledger` when given.
+  // one partial output) are allocated here, counted in `ledger` when given. `cp_group` is a data
+  // communicator bound to ops' default stream (a control communicator works on the synchronous
+  // CPU table only).
   RingAttention(const backend::Ops& ops, comm::Communicator& cp_group, const kernels::AttentionShape& local,
                 backend::MemoryLedger* ledger = nullptr);
 

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
+#include "comm/stream_communicator.h"
 #include "core/error.h"
 #include "core/stop_request.h"
 #include "core/threads.h"
@@ -72,16 +74,25 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   validate_train_config(config_);
   parallel::RankCoordinates coordinates;
   single_ = comm::make_single_communicator();
-  world_ = tensor_group_ = data_parallel_group_ = context_group_ = pipeline_group_ = single_.get();
+  single_data_ = comm::make_stream_communicator(comm::make_single_communicator(), ops_, ops_.default_stream());
+  world_ = data_parallel_control_ = context_control_ = pipeline_control_ = single_.get();
+  tensor_group_ = data_parallel_group_ = context_group_ = pipeline_group_ = single_data_.get();
   if (groups) {
+    if (&groups->ops() != &ops_) {
+      throw Error("trainer", std::string("the process groups' data communicators are bound to the ") +
+                                 groups->ops().name + " backend, the trainer runs on " + ops_.name);
+    }
     parallel_config_ = groups->grid().config();
     coordinates = groups->coordinates();
     world_ = &groups->world();
-    tensor_group_ = &groups->get(parallel::GroupKind::tp);
-    data_parallel_group_ = &groups->get(parallel::GroupKind::dp_cp);
-    context_group_ = &groups->get(parallel::GroupKind::cp);
-    pipeline_group_ = &groups->get(parallel::GroupKind::pp);
-    if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->get(parallel::GroupKind::embedding);
+    tensor_group_ = &groups->data(parallel::GroupKind::tp);
+    data_parallel_group_ = &groups->data(parallel::GroupKind::dp_cp);
+    data_parallel_control_ = &groups->control(parallel::GroupKind::dp_cp);
+    context_group_ = &groups->data(parallel::GroupKind::cp);
+    context_control_ = &groups->control(parallel::GroupKind::cp);
+    pipeline_group_ = &groups->data(parallel::GroupKind::pp);
+    pipeline_control_ = &groups->control(parallel::GroupKind::pp);
+    if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->data(parallel::GroupKind::embedding);
   }
   check_supported(model_config_, parallel_config_);
   const int dp = parallel_config_.data_parallel_size;
@@ -329,8 +340,8 @@ StepStats Trainer::train_step() {
     micro_tokens[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
     local_tokens += micro_tokens[static_cast<size_t>(m)];
   }
-  if (context_group_->size() > 1) {
-    context_group_->all_reduce(micro_tokens.data(), num_micro, DType::f64, comm::ReduceOp::sum);
+  if (context_control_->size() > 1) {
+    context_control_->all_reduce(micro_tokens.data(), num_micro, DType::f64, comm::ReduceOp::sum);
   }
   double step_tokens = local_tokens;
   if (config_.calculate_per_token_loss) sum_over_data_parallel(&step_tokens, 1);
@@ -517,11 +528,13 @@ bool Trainer::agree_to_stop() {
 }
 
 void Trainer::sum_over_data_parallel(double* values, int count) {
-  if (data_parallel_group_->size() > 1) data_parallel_group_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
+  if (data_parallel_control_->size() > 1) {
+    data_parallel_control_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
+  }
 }
 
 void Trainer::sum_over_pipeline(double* values, int count) {
-  if (pipeline_group_->size() > 1) pipeline_group_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
+  if (pipeline_control_->size() > 1) pipeline_control_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
 }
 
 void Trainer::sum_tied_embedding_grads(float* grads) {
@@ -539,11 +552,13 @@ void Trainer::sum_tied_embedding_grads(float* grads) {
 }
 
 double Trainer::communicator_wait_seconds() const {
-  double seconds = world_->wait_seconds();
-  if (tensor_group_ != world_) seconds += tensor_group_->wait_seconds();
-  if (data_parallel_group_ != world_ && data_parallel_group_ != tensor_group_) seconds += data_parallel_group_->wait_seconds();
-  for (const comm::Communicator* group : {context_group_, pipeline_group_, embedding_group_}) {
-    if (group && group != world_ && group != tensor_group_ && group != data_parallel_group_) seconds += group->wait_seconds();
+  // Each communicator once: on one rank (and for groups of one kind that coincide) the pointers alias.
+  const comm::Communicator* const groups[] = {
+      world_,           tensor_group_,   data_parallel_group_, data_parallel_control_, context_group_,
+      context_control_, pipeline_group_, pipeline_control_,    embedding_group_};
+  double seconds = 0;
+  for (size_t i = 0; i < std::size(groups); ++i) {
+    if (groups[i] && std::find(groups, groups + i, groups[i]) == groups + i) seconds += groups[i]->wait_seconds();
   }
   return seconds;
 }

@@ -248,16 +248,21 @@ class Trainer {
   model::ModelConfig model_config_;
   TrainConfig config_;
   parallel::ParallelConfig parallel_config_;
-  // This rank's groups: world, TP and DP x CP (groups of one without process groups).
-  std::unique_ptr<comm::Communicator> single_;
-  comm::Communicator* world_ = nullptr;
-  comm::Communicator* tensor_group_ = nullptr;
-  comm::Communicator* data_parallel_group_ = nullptr;  // DP x CP: grads, loss and token sums
-  comm::Communicator* context_group_ = nullptr;
+  // This rank's groups (groups of one without process groups): data groups (bound to ops_'s
+  // stream) for tensors, control groups for host values (comm/communicator.h).
+  std::unique_ptr<comm::Communicator> single_;       // a control group of one
+  std::unique_ptr<comm::Communicator> single_data_;  // a data group of one
+  comm::Communicator* world_ = nullptr;              // control: grad norm, timings, memory, stop, checkpoints
+  comm::Communicator* tensor_group_ = nullptr;       // data: TP/SP collectives
+  comm::Communicator* data_parallel_group_ = nullptr;    // data, DP x CP: grads
+  comm::Communicator* data_parallel_control_ = nullptr;  // control, DP x CP: loss and token sums
+  comm::Communicator* context_group_ = nullptr;          // data: ring attention
+  comm::Communicator* context_control_ = nullptr;        // control: token counts of whole sequences
   int data_parallel_rank_ = 0;  // the DP coordinate (sampler slice), without CP
   int data_parallel_size_ = 1;
-  comm::Communicator* pipeline_group_ = nullptr;
-  comm::Communicator* embedding_group_ = nullptr;  // first and last pipeline stage; null elsewhere
+  comm::Communicator* pipeline_group_ = nullptr;    // data: activations and their grads
+  comm::Communicator* pipeline_control_ = nullptr;  // control: the loss from the last stage
+  comm::Communicator* embedding_group_ = nullptr;   // data, first and last pipeline stage; null elsewhere
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;

@@ -1,9 +1,13 @@
-// Cases of the memory, stream, copy, fill and zero entries and of the conversions (see
-// op_cases.h): allocations aligned and zero-filled, releases that leave other blocks alone, ops
-// in stream order, copies of odd byte counts and pitched rows, conversions bit for bit against
-// kernels/common/half.h, and unsupported conversions refused by name.
+// Cases of the memory, stream, stream-order (host functions, events), copy, fill and zero entries
+// and of the conversions (see op_cases.h): allocations aligned and zero-filled, releases that
+// leave other blocks alone, ops in stream order, host functions between the work before and after
+// them, events that order and time stream work, copies of odd byte counts and pitched rows,
+// conversions bit for bit against kernels/common/half.h, and unsupported conversions refused by
+// name.
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <stdexcept>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -194,10 +198,83 @@ void check_round_through(CaseContext& c, DType through, float (*rounded)(float))
 float fp16_round(float value) { return kernels::fp16_bits_to_fp32(kernels::fp32_to_fp16_bits(value)); }
 float bf16_round(float value) { return kernels::round_to_bf16(value); }
 
+// What a host function saw: the host copy the stream wrote before it, copied when it ran, and how
+// many times it ran.
+struct HostFunctionProbe {
+  const std::vector<float>* before = nullptr;
+  std::vector<float> seen;
+  int calls = 0;
+};
+
+void copy_what_the_stream_wrote(void* argument) {
+  auto* probe = static_cast<HostFunctionProbe*>(argument);
+  probe->seen = *probe->before;
+  ++probe->calls;
+}
+
+void add_stream_order_cases(std::vector<OpCase>& cases) {
+  cases.push_back({.op = OpId::launch_host_function,
+                   .mode = CaseMode::property,
+                   .name = "runs once, after the copy to the host issued before it and before the fill issued after it",
+                   .body = [](CaseContext& c) {
+                     const backend::Ops& ops = c.ops();
+                     const int64_t n = (int64_t{1} << 16) + 3;
+                     const DeviceArray<float> x = c.filled(n, 1.0f);
+                     std::vector<float> before(n, kNaN), after(n, kNaN);
+                     HostFunctionProbe probe{&before, {}, 0};
+                     ops.copy(before.data(), x.data, n * int64_t{sizeof(float)}, CopyKind::device_to_host, c.stream());
+                     ops.launch_host_function(c.stream(), copy_what_the_stream_wrote, &probe);
+                     ops.fill(x.data, n, 2.0f, c.stream());
+                     ops.copy(after.data(), x.data, n * int64_t{sizeof(float)}, CopyKind::device_to_host, c.stream());
+                     ops.synchronize(c.stream());
+                     c.expect(probe.calls == 1, "ran " + std::to_string(probe.calls) + " times");
+                     c.expect_equal("what the host function saw", probe.seen, std::vector<float>(n, 1.0f));
+                     c.expect_equal("after it", after, std::vector<float>(n, 2.0f));
+                   }});
+  const auto event_case = [&](OpId op, const char* name) {
+    cases.push_back({.op = op,
+                     .mode = CaseMode::property,
+                     .name = name,
+                     .body = [](CaseContext& c) {
+                       const backend::Ops& ops = c.ops();
+                       const int64_t n = (int64_t{1} << 20) + 1;
+                       const DeviceArray<float> x = c.allocated<float>(n);
+                       const backend::Event start = ops.create_event(), end = ops.create_event();
+                       std::vector<float> host(n, kNaN);
+                       ops.record_event(start, c.stream());
+                       ops.fill(x.data, n, 0.5f, c.stream());
+                       ops.copy(host.data(), x.data, n * int64_t{sizeof(float)}, CopyKind::device_to_host, c.stream());
+                       ops.record_event(end, c.stream());
+                       ops.synchronize_event(end);
+                       c.expect_equal("host copy after synchronize_event", host, std::vector<float>(n, 0.5f));
+                       const double seconds = ops.elapsed_seconds(start, end);
+                       c.expect(std::isfinite(seconds) && seconds >= 0, "elapsed " + std::to_string(seconds) + " s");
+                       const backend::Event unrecorded = ops.create_event();
+                       bool refused = false;
+                       try {
+                         ops.elapsed_seconds(unrecorded, end);
+                       } catch (const std::logic_error&) {
+                         refused = true;
+                       }
+                       c.expect(refused, "elapsed_seconds from an event never recorded did not throw std::logic_error");
+                       ops.destroy_event(unrecorded);
+                       ops.destroy_event(start);
+                       ops.destroy_event(end);
+                       ops.synchronize(c.stream());
+                     }});
+  };
+  event_case(OpId::create_event, "two events around a fill and a copy to the host: created, recorded, waited, timed, freed");
+  event_case(OpId::destroy_event, "events freed after use, the stream still usable");
+  event_case(OpId::record_event, "an event recorded after a copy to the host marks its completion");
+  event_case(OpId::synchronize_event, "the host copy before the event is complete once synchronize_event returns");
+  event_case(OpId::elapsed_seconds, "finite, non-negative seconds between two recorded events; an unrecorded one refused");
+}
+
 }  // namespace
 
 void add_memory_cases(std::vector<OpCase>& cases) {
   add_allocation_cases(cases);
+  add_stream_order_cases(cases);
   add_copy_cases(cases);
 }
 

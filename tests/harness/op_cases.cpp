@@ -28,6 +28,12 @@ const char* op_family(OpId op) {
     case OpId::release:
     case OpId::default_stream:
     case OpId::synchronize:
+    case OpId::launch_host_function:
+    case OpId::create_event:
+    case OpId::destroy_event:
+    case OpId::record_event:
+    case OpId::synchronize_event:
+    case OpId::elapsed_seconds:
     case OpId::copy:
     case OpId::copy_2d:
     case OpId::fill:

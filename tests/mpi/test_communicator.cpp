@@ -3,12 +3,15 @@
 // completion in any order, point-to-point rings with tags, blocked-time accounting and argument
 // errors. Each test runs on three communicators: the world one make_world_communicator() gives
 // (progress thread on), one without the progress thread, and one that passes at most 100
-// elements per MPI call, so counts of 1023 cross the derived-datatype and chunking paths.
+// elements per MPI call, so counts of 1023 cross the derived-datatype and chunking paths. The
+// host-name exchange gives each rank the node-local index and count mpirun gives.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -18,7 +21,9 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
+#include "comm/node_ranks.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "kernels/common/half.h"
 
 namespace {
@@ -570,5 +575,43 @@ TEST_P(CommunicatorTest, ProgressThreadRunsOnlyWhereAsked) {
 
 INSTANTIATE_TEST_SUITE_P(Mpi, CommunicatorTest, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int>& info) { return kCommNames[info.param]; });
+
+// ---- the local rank from the ranks themselves (comm/node_ranks.h) ----
+
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : -1;
+}
+
+// Every rank of this job runs on this one machine: the host-name exchange must agree with what
+// mpirun says, and MpiRuntime::init has recorded it where threads per rank are decided.
+TEST(NodeRanks, HostNameExchangeMatchesTheLaunchersLocalRanks) {
+  ASSERT_GT(env_int("OMPI_COMM_WORLD_LOCAL_SIZE"), 0) << "run under Open MPI's mpirun";
+  const mt::comm::NodeRanks node = mt::comm::exchange_node_ranks(*g_comms[0]);
+  EXPECT_EQ(node.local_count, env_int("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  EXPECT_EQ(node.local_rank, env_int("OMPI_COMM_WORLD_LOCAL_RANK"));
+  EXPECT_EQ(node.nodes, 1);
+  EXPECT_EQ(node.node, 0);
+  EXPECT_EQ(mt::comm::MpiRuntime::local_size(), node.local_count);
+  EXPECT_EQ(mt::comm::MpiRuntime::local_rank(), node.local_rank);
+  // The count threads per rank use came from the exchange, not from the variables.
+  const std::string saved = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int without_variable = mt::local_rank_count();
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", saved.c_str(), 1);
+  EXPECT_EQ(without_variable, node.local_count);
+}
+
+// Made-up host names: ranks 0, 2, 4, ... on node "even", the others on node "odd".
+TEST(NodeRanks, RanksSharingAHostNameShareANode) {
+  Communicator& world = *g_comms[0];
+  const int n = world.size(), me = world.rank();
+  const mt::comm::NodeRanks node = mt::comm::exchange_node_ranks(world, me % 2 == 0 ? "even" : "odd");
+  EXPECT_EQ(node.nodes, std::min(n, 2));
+  EXPECT_EQ(node.node, me % 2);
+  EXPECT_EQ(node.local_rank, me / 2);
+  EXPECT_EQ(node.local_count, me % 2 == 0 ? (n + 1) / 2 : n / 2);
+  EXPECT_THROW(mt::comm::exchange_node_ranks(world, std::string(300, 'x')), mt::Error);
+}
 
 }  // namespace

@@ -1,6 +1,8 @@
-// ProcessGroups under mpirun (4 and 8 ranks): for every layout that fits the world, each group
-// communicator made by split holds exactly the ranks the rank grid lists, in its order, and
-// reduces over them; one layout is also checked against a hand-computed table.
+// ProcessGroups under mpirun (4 and 8 ranks): for every layout that fits the world, each group's
+// control communicator (made by split) and data communicator (MPI bound to the CPU table's
+// stream) hold exactly the ranks the rank grid lists, in its order, and reduce over them; one
+// layout is also checked against a hand-computed table; with the asynchronous CPU table
+// (tests/backend/async_cpu_ops.h) the data groups reduce device memory in stream order.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory.h"
+#include "backend/ops.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
+#include "tests/backend/async_cpu_ops.h"
 
 namespace {
 
@@ -77,18 +82,22 @@ TEST(ProcessGroups, EveryGroupHoldsTheGridsMembers) {
                    " etp" + std::to_string(layout.expert_tp));
       ASSERT_EQ(groups.has(kind), !expected.empty());
       if (expected.empty()) {
-        EXPECT_THROW(groups.get(kind), mt::Error);
+        EXPECT_THROW(groups.control(kind), mt::Error);
+        EXPECT_THROW(groups.data(kind), mt::Error);
         continue;
       }
-      Communicator& group = groups.get(kind);
-      EXPECT_EQ(members_of(group, me), expected);
-      // A reduction runs over exactly these ranks.
-      int64_t sum = me;
-      group.all_reduce(&sum, 1, DType::i64, mt::comm::ReduceOp::sum);
-      int64_t expected_sum = 0;
-      for (int r : expected) expected_sum += r;
-      EXPECT_EQ(sum, expected_sum);
+      // Both communicators of the group, the data one on the CPU table's (host) memory.
+      for (Communicator* group : {&groups.control(kind), &groups.data(kind)}) {
+        EXPECT_EQ(members_of(*group, me), expected);
+        // A reduction runs over exactly these ranks.
+        int64_t sum = me;
+        group->all_reduce(&sum, 1, DType::i64, mt::comm::ReduceOp::sum);
+        int64_t expected_sum = 0;
+        for (int r : expected) expected_sum += r;
+        EXPECT_EQ(sum, expected_sum);
+      }
     }
+    EXPECT_EQ(members_of(groups.data_world(), me), members_of(world, me));
     EXPECT_EQ(groups.coordinates().pp, grid.coordinates(me).pp);
   }
   EXPECT_GE(checked, 5);
@@ -103,14 +112,43 @@ TEST(ProcessGroups, Tp2Dp2Pp2AgainstAHandTable) {
   c.pipeline_model_parallel_size = 2;
   const ProcessGroups groups(world, RankGrid(c));
   const int r = world.rank();
-  EXPECT_EQ(members_of(groups.get(GroupKind::tp), r), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+  EXPECT_EQ(members_of(groups.control(GroupKind::tp), r), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
   const std::vector<std::vector<int>> dp = {{0, 2}, {1, 3}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {4, 6}, {5, 7}};
-  EXPECT_EQ(members_of(groups.get(GroupKind::dp), r), dp[static_cast<size_t>(r)]);
-  EXPECT_EQ(members_of(groups.get(GroupKind::pp), r), (std::vector<int>{r % 4, r % 4 + 4}));
-  EXPECT_EQ(members_of(groups.get(GroupKind::embedding), r), (std::vector<int>{r % 4, r % 4 + 4}));
+  EXPECT_EQ(members_of(groups.control(GroupKind::dp), r), dp[static_cast<size_t>(r)]);
+  EXPECT_EQ(members_of(groups.control(GroupKind::pp), r), (std::vector<int>{r % 4, r % 4 + 4}));
+  EXPECT_EQ(members_of(groups.control(GroupKind::embedding), r), (std::vector<int>{r % 4, r % 4 + 4}));
   EXPECT_EQ(groups.has(GroupKind::position_embedding), r < 4);
   const std::vector<std::vector<int>> mp = {{0, 1, 4, 5}, {2, 3, 6, 7}};
-  EXPECT_EQ(members_of(groups.get(GroupKind::mp), r), mp[static_cast<size_t>(r % 4 / 2)]);
+  EXPECT_EQ(members_of(groups.control(GroupKind::mp), r), mp[static_cast<size_t>(r % 4 / 2)]);
+}
+
+// The data groups made for the asynchronous table: each reduces device memory written by stream
+// work before it, and stream work after it sees the sum, with no synchronize between.
+TEST(ProcessGroups, DataGroupsOnTheAsynchronousTableReduceDeviceMemory) {
+  Communicator& world = *g_world;
+  ParallelConfig c;
+  c.tensor_model_parallel_size = 2;
+  c.pipeline_model_parallel_size = 2;
+  c.data_parallel_size = world.size() / 4;
+  const RankGrid grid(c);
+  const mt::backend::Ops& ops = mt::test_backend::async_cpu_ops();
+  const mt::backend::Stream stream = ops.default_stream();
+  const ProcessGroups groups(world, grid, ops, stream);
+  EXPECT_EQ(&groups.ops(), &ops);
+  const int me = world.rank();
+  for (GroupKind kind : {GroupKind::tp, GroupKind::dp, GroupKind::pp, GroupKind::mp}) {
+    SCOPED_TRACE(mt::parallel::group_name(kind));
+    mt::backend::DeviceBuffer<float> value(ops, 1, mt::backend::MemoryCategory::comm_buffers);
+    ops.fill(value.data(), 1, static_cast<float>(me), stream);
+    groups.data(kind).all_reduce(value.data(), 1, DType::f32, mt::comm::ReduceOp::sum);
+    ops.scale_inplace(value.data(), 1, 2.0f, stream);
+    float sum = -1;
+    ops.copy(&sum, value.data(), sizeof sum, mt::backend::CopyKind::device_to_host, stream);
+    ops.synchronize(stream);
+    float expected = 0;
+    for (int r : grid.members(kind, me)) expected += 2.0f * static_cast<float>(r);
+    EXPECT_EQ(sum, expected);
+  }
 }
 
 }  // namespace

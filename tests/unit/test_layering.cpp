@@ -3,12 +3,14 @@
 // (from lib/CMakeLists.txt); lib/model, lib/optim and lib/train reach kernels only through the
 // backend op table (bar the header-only kernels/common). Include roots are unambiguous: kernels and tools headers are named
 // from the repository root ("kernels/cpu/ops.h", "tools/common/records.h"), lib headers by module
-// ("core/tensor.h"). The checker itself is tested on made-up edges first, so it can fail.
+// ("core/tensor.h"). Only lib/comm and checkpoint I/O use MPI directly. The checkers themselves
+// are tested on made-up edges and files first, so they can fail.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -153,6 +155,54 @@ TEST(Layering, EveryIncludeInTheTreePointsDown) {
         << edge.from << " includes \"" << edge.target << "\", which resolves to "
         << resolutions(root, edge.target) << " files among the include roots";
   }
+}
+
+// MPI stays behind lib/comm: a file outside lib/comm and checkpoint I/O (lib/io/checkpoint.cpp,
+// whose parallel HDF5 takes an MPI communicator) that includes <mpi.h> or a comm header exposing
+// MPI types, or calls an MPI function, breaks it (tools and the rest of lib go through the
+// communicators: a control-group barrier, not MPI_Barrier). Line comments are not read, so a
+// comment may name an MPI call; an environment variable named MPI_... is no call.
+std::string mpi_violation(const std::string& path, const std::string& text) {
+  if (path.rfind("lib/comm/", 0) == 0 || path == "lib/io/checkpoint.cpp") return "";
+  static const std::regex mpi_header(R"re(^\s*#\s*include\s*(<mpi\.h>|"comm/mpi_communicator\.h"|"comm/progress_thread\.h"))re");
+  static const std::regex mpi_call(R"re(\bP?MPI_[A-Za-z0-9_]+\s*\()re");
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string code = line.substr(0, line.find("//"));
+    if (std::regex_search(code, mpi_header) || std::regex_search(code, mpi_call)) {
+      return path + ":" + std::to_string(number) + " uses MPI outside lib/comm: " + line;
+    }
+  }
+  return "";
+}
+
+TEST(Layering, OnlyCommAndCheckpointIoUseMpi) {
+  // The checker on made-up files first.
+  EXPECT_NE(mpi_violation("tools/mt-x/main.cpp", "#include <mpi.h>\n"), "");
+  EXPECT_NE(mpi_violation("tools/mt-x/main.cpp", "int x;\n  if (a) MPI_Barrier(MPI_COMM_WORLD);\n"), "");
+  EXPECT_NE(mpi_violation("lib/train/x.cpp", "#include \"comm/mpi_communicator.h\"\n"), "");
+  EXPECT_NE(mpi_violation("lib/io/x.cpp", "MPI_Comm_rank (comm, &rank);\n"), "");
+  EXPECT_EQ(mpi_violation("lib/comm/x.cpp", "#include <mpi.h>\nMPI_Barrier(comm);\n"), "");
+  EXPECT_EQ(mpi_violation("lib/io/checkpoint.cpp", "#include \"comm/mpi_communicator.h\"\n"), "");
+  EXPECT_EQ(mpi_violation("lib/core/threads.cpp", "positive_int_env(\"MPI_LOCALNRANKS\");\n"), "");
+  EXPECT_EQ(mpi_violation("tools/mt-x/main.cpp", "world->barrier();  // not MPI_Barrier(MPI_COMM_WORLD)\n"), "");
+  // Then the tree.
+  const fs::path root = MT_SOURCE_DIR;
+  int files = 0;
+  for (const char* top : {"kernels", "lib", "tools"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / top)) {
+      const auto ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".inc" && ext != ".cu" && ext != ".cuh")) {
+        continue;
+      }
+      std::ifstream in(entry.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(mpi_violation(fs::relative(entry.path(), root).generic_string(), text), "");
+      ++files;
+    }
+  }
+  EXPECT_GT(files, 100) << "the scan found too few files to be reading the tree";
 }
 
 }  // namespace

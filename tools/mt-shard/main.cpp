@@ -2,14 +2,13 @@
 // seeded shuffles) over token datasets into one HDF5 file, and inspect them (datasets, splits,
 // blend shares, length histogram, the samples a data-parallel rank reads).
 // Tested by tests/tools/mt-shard.bats and tests/tools/conventions.bats.
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -71,11 +70,12 @@ int run_build(mt::tools::ToolCli& cli, const BuildOptions& o) {
                 .string();
   const auto start = std::chrono::steady_clock::now();
   // Under MPI rank 0 builds while the others wait, then every rank checks the file.
-  const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  const bool rank0 = world->rank() == 0;
   bool built = false;
   mt::data::SampleIndex index;
   if (rank0) index = mt::data::load_or_build_index(data, datasets, path, true, &built);
-  if (mt::comm::MpiRuntime::active()) MPI_Barrier(MPI_COMM_WORLD);
+  world->barrier();
   if (!rank0) index = mt::data::load_or_build_index(data, datasets, path, false);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rank0)

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include <mpi.h>
-
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -83,9 +81,10 @@ void check_token_ids(const std::vector<mt::data::TokenDataset>& datasets, const 
 
 // Token datasets through a sample index: found in the cache directory under the md5 of its
 // parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
-// wait, then every rank reads it. Sets the model's vocabulary from the data unless --vocab-size.
+// wait (a barrier on the control world), then every rank reads it. Sets the model's vocabulary
+// from the data unless --vocab-size.
 std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
-                                                        mt::model::ModelConfig& model) {
+                                                        mt::model::ModelConfig& model, mt::comm::Communicator& world) {
   mt::data::DataConfig data;
   mt::tools::apply_data_path_flags(o.paths, data);
   data.seq_length = model.seq_length;
@@ -112,11 +111,11 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   const std::string directory =
       o.paths.data_cache_path.empty() ? mt::data::default_cache_dir(data) : o.paths.data_cache_path;
   const std::string path = (std::filesystem::path(directory) / mt::data::index_file_name(data)).string();
-  const bool builder = mt::comm::MpiRuntime::rank() == 0;
+  const bool builder = world.rank() == 0;
   bool built = false;
   mt::data::SampleIndex index;
   if (builder) index = mt::data::load_or_build_index(data, datasets, path, true, &built);
-  if (mt::comm::MpiRuntime::active()) MPI_Barrier(MPI_COMM_WORLD);
+  world.barrier();
   if (!builder) index = mt::data::load_or_build_index(data, datasets, path, false);
   mt::log::info(std::string("mt-train: ") + (built ? "built sample index " : "using sample index ") + path);
   return std::make_unique<mt::data::GptSampleSource>(std::move(datasets), std::move(index), path, model.seq_length,
@@ -233,6 +232,8 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::comm::refuse_unformed_world();
+  // The control world: the data index's barrier, the process groups, the agreed values below.
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   mt::train::TrainConfig config = mt::tools::training_config(o.training);
 
   const bool token_data = o.paths.any();
@@ -286,7 +287,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
 
   std::unique_ptr<mt::data::SampleSource> data;
   if (token_data) {
-    data = open_token_data(o, config, model);
+    data = open_token_data(o, config, model, *world);
   } else {
     if (model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be at least 1");
     model.validate();
@@ -299,8 +300,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const mt::tools::PeakSource peak =
       mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
   config.peak_flops_per_second = peak.flops_per_device;
-  // The world gives DP = world / (TP x PP x CP); every process group is made once, here.
-  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
+  // data groups MPI on the CPU table's stream) is made once, here.
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
   mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
   double load_seconds = 0;

@@ -1,6 +1,7 @@
 // The single-rank communicator: collectives are identities or copies (in place too), requests are
 // complete at once, messages to oneself and bad arguments are errors naming the operation, split
-// gives another group of one; make_world_communicator() is this one outside mpirun.
+// gives another group of one and a group of one is one node; make_world_communicator() is this one
+// outside mpirun.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/node_ranks.h"
 #include "core/error.h"
 
 namespace {
@@ -130,6 +132,16 @@ TEST(SingleCommunicator, SplitGivesAnotherGroupOfOne) {
   std::vector<int32_t> v{4};
   child->all_reduce(v.data(), 1, DType::i32, ReduceOp::max);
   EXPECT_EQ(v[0], 4);
+}
+
+TEST(SingleCommunicator, AGroupOfOneIsOneRankOnOneNode) {
+  auto comm = mt::comm::make_single_communicator();
+  const mt::comm::NodeRanks node = mt::comm::exchange_node_ranks(*comm);
+  EXPECT_EQ(node.local_rank, 0);
+  EXPECT_EQ(node.local_count, 1);
+  EXPECT_EQ(node.node, 0);
+  EXPECT_EQ(node.nodes, 1);
+  EXPECT_FALSE(mt::comm::host_name().empty());
 }
 
 TEST(SingleCommunicator, WorldOutsideMpirunIsASingleRank) {

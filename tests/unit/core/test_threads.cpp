@@ -1,4 +1,6 @@
-// Threads per rank: OMP_NUM_THREADS first, else affinity CPUs divided by the local ranks.
+// Threads per rank: OMP_NUM_THREADS first, else affinity CPUs divided by the local ranks; the
+// local ranks the host-name exchange recorded win over the launcher's variables. (The exchange
+// itself runs under mpirun in tests/mpi/test_communicator.cpp.)
 #include <gtest/gtest.h>
 
 #include <sched.h>
@@ -38,6 +40,20 @@ TEST(Threads, AffinityDividedByLocalRanks) {
   EXPECT_EQ(mt::default_threads_per_rank(), cpus);
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1);
   EXPECT_EQ(mt::default_threads_per_rank(), std::max(1, cpus / 64));
+  EXPECT_EQ(mt::local_rank_count(), 64);
+}
+
+TEST(Threads, ExchangedLocalRanksWinOverTheEnvironment) {
+  EnvGuard omp("OMP_NUM_THREADS"), local("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("OMP_NUM_THREADS");
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  const int cpus = CPU_COUNT(&mask);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "64", 1);
+  mt::set_local_rank_count(1);
+  EXPECT_EQ(mt::local_rank_count(), 1);
+  EXPECT_EQ(mt::default_threads_per_rank(), cpus);
+  mt::set_local_rank_count(0);  // forgotten: the environment again
   EXPECT_EQ(mt::local_rank_count(), 64);
 }
 

@@ -1,8 +1,10 @@
 // Shared by tests/unit/parallel/test_ring_attention.cpp (one rank) and
 // tests/mpi/test_ring_attention.cpp (CP ranks): every rank builds the same full-sequence problem
 // (packed q|k|v rows as the model stores them, GQA, optional documents crossing chunk borders),
-// runs the backend's attention on the whole sequence, runs RingAttention on its context-parallel
-// part, and measures how far its out, lse, dq, dk, dv are from its part of the full results.
+// runs the CPU table's attention on the whole sequence (the reference), runs RingAttention on the
+// table under test over its context-parallel part in that table's memory (copied in, and back
+// after one synchronize of the stream), and measures how far its out, lse, dq, dk, dv are from
+// its part of the full results.
 #pragma once
 
 #include <algorithm>
@@ -10,8 +12,11 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "parallel/context_parallel.h"
@@ -82,14 +87,15 @@ inline RingErrors ring_attention_errors(const mt::backend::Ops& ops, mt::comm::C
   full.q_stride = full.k_stride = full.v_stride = stride;
   full.o_stride = q_width;
   full.scale = 1.0f / std::sqrt(float(c.head_dim));
-  const mt::backend::Stream stream = ops.default_stream();
+  const mt::backend::Ops& reference = mt::backend::cpu_ops();
   std::vector<float> full_out(size_t(rows * q_width)), full_lse(size_t(rows * c.q_heads)), full_grad(qkv.size());
   const int32_t* full_docs = c.documents ? doc_start.data() : nullptr;
-  ops.attention_forward(full, qkv.data(), qkv.data() + q_width, qkv.data() + q_width + kv_width, full_docs,
-                        full_out.data(), full_lse.data(), stream);
-  ops.attention_backward(full, qkv.data(), qkv.data() + q_width, qkv.data() + q_width + kv_width, full_docs,
-                         full_out.data(), dout.data(), full_lse.data(), full_grad.data(), full_grad.data() + q_width,
-                         full_grad.data() + q_width + kv_width, stream);
+  reference.attention_forward(full, qkv.data(), qkv.data() + q_width, qkv.data() + q_width + kv_width, full_docs,
+                              full_out.data(), full_lse.data(), reference.default_stream());
+  reference.attention_backward(full, qkv.data(), qkv.data() + q_width, qkv.data() + q_width + kv_width, full_docs,
+                               full_out.data(), dout.data(), full_lse.data(), full_grad.data(),
+                               full_grad.data() + q_width, full_grad.data() + q_width + kv_width,
+                               reference.default_stream());
 
   // This rank's part of the inputs and of the full results.
   const auto split = [&](const auto& full_rows, int64_t width) {
@@ -103,13 +109,35 @@ inline RingErrors ring_attention_errors(const mt::backend::Ops& ops, mt::comm::C
   mt::kernels::AttentionShape local = full;
   local.q_len = local.kv_len = static_cast<int>(local_seq);
   mt::parallel::RingAttention ring(ops, group, local);
-  std::vector<float> out(size_t(local_rows * q_width), std::nanf("")), lse(size_t(ring.lse_size()));
-  std::vector<float> grad(local_qkv.size(), std::nanf(""));
-  const float* q = local_qkv.data();
-  const int32_t* docs = c.documents ? local_docs.data() : nullptr;
-  ring.forward(q, q + q_width, q + q_width + kv_width, docs, out.data(), lse.data());
-  ring.backward(q, q + q_width, q + q_width + kv_width, docs, out.data(), local_dout.data(), lse.data(), grad.data(),
-                grad.data() + q_width, grad.data() + q_width + kv_width);
+  // The ring's inputs and outputs in the table's memory; the outputs start as NaN.
+  const mt::backend::Stream stream = ops.default_stream();
+  const auto on_device = [&](const auto& host) {
+    using T = typename std::decay_t<decltype(host)>::value_type;
+    mt::backend::DeviceBuffer<T> device(ops, int64_t(host.size()), mt::backend::MemoryCategory::activations);
+    ops.copy(device.data(), host.data(), int64_t(host.size() * sizeof(T)), mt::backend::CopyKind::host_to_device, stream);
+    return device;
+  };
+  const auto nan_filled = [&](int64_t n) {
+    mt::backend::DeviceBuffer<float> device(ops, n, mt::backend::MemoryCategory::activations);
+    ops.fill(device.data(), n, std::nanf(""), stream);
+    return device;
+  };
+  const auto d_qkv = on_device(local_qkv), d_dout = on_device(local_dout);
+  const auto d_docs = on_device(local_docs);
+  auto d_out = nan_filled(local_rows * q_width), d_lse = nan_filled(ring.lse_size());
+  auto d_grad = nan_filled(int64_t(local_qkv.size()));
+  const float* q = d_qkv.data();
+  float* g = d_grad.data();
+  const int32_t* docs = c.documents ? d_docs.data() : nullptr;
+  ring.forward(q, q + q_width, q + q_width + kv_width, docs, d_out.data(), d_lse.data());
+  ring.backward(q, q + q_width, q + q_width + kv_width, docs, d_out.data(), d_dout.data(), d_lse.data(), g,
+                g + q_width, g + q_width + kv_width);
+  std::vector<float> out(size_t(local_rows * q_width)), lse(size_t(ring.lse_size())), grad(local_qkv.size());
+  for (auto [host, device] : {std::pair{&out, d_out.data()}, std::pair{&lse, d_lse.data()}, std::pair{&grad, g}}) {
+    ops.copy(host->data(), device, int64_t(host->size() * sizeof(float)), mt::backend::CopyKind::device_to_host,
+             stream);
+  }
+  ops.synchronize(stream);  // the host reads what the stream wrote
 
   RingErrors errors;
   errors.out = relative_error(out, split(full_out, q_width), errors.finite);

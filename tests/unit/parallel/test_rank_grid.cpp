@@ -120,8 +120,11 @@ TEST(ProcessGroups, OneRankIsInAGroupOfOneOfEveryKind) {
   const mt::parallel::ProcessGroups groups(*world, RankGrid(ParallelConfig{}));
   for (GroupKind kind : mt::parallel::kAllGroupKinds) {
     ASSERT_TRUE(groups.has(kind)) << mt::parallel::group_name(kind);
-    EXPECT_EQ(groups.get(kind).size(), 1);
+    EXPECT_EQ(groups.control(kind).size(), 1);
+    EXPECT_EQ(groups.data(kind).size(), 1);
+    EXPECT_NE(&groups.control(kind), &groups.data(kind));
   }
+  EXPECT_EQ(groups.data_world().size(), 1);
   EXPECT_EQ(groups.coordinates().pp, 0);
   EXPECT_THROW(mt::parallel::ProcessGroups(*world, RankGrid(layout(2, 1, 1, 1))), mt::Error);  // world of 1, layout of 2
 }
