@@ -185,6 +185,8 @@ void check_tensor_parallel_split(const ModelConfig& model, int tp) {
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
                          const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
                          const BucketOptions& options) {
+  // A config mt-train cannot run is refused by flag before the spec meets a layer it has no
+  // variant for.
   model.validate();
   model.check_trainable();
   return build_layout(model, parallel, rank, model_spec(model, chunks), options);
