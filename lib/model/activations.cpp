@@ -3,117 +3,156 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace mt::model {
 
-ActivationPool::ActivationPool(const ActivationShape& shape, const RecomputePlan& plan, int slots,
-                               const backend::Ops* ops, backend::MemoryLedger* ledger,
-                               const std::vector<float*>& slot_blocks)
-    : ops_(ops), ledger_(ledger) {
-  const int64_t n = shape.rows, s = shape.sequence_rows, c = shape.hidden;
-  const bool any_recomputed = plan.any_recomputed();
+struct ActivationPool::Chunk {
+  const ActivationShape& shape;
+  ActivationRows rows;
+  const ChunkModules& blocks;
+  const RecomputePlan& plan;
+  int64_t largest_saved = 0;      // floats of the largest saved set with the core attention
+  int64_t largest_workspace = 0;  // floats of the largest layer workspace
+};
 
-  slots_.resize(slot_blocks.empty() ? static_cast<size_t>(std::max(slots, 1)) : slot_blocks.size());
-  for (size_t index = 0; index < slots_.size(); ++index) {
-    SlotActivations& slot = slots_[index];
-    block_ = slot_blocks.empty() ? nullptr : slot_blocks[index];
-    block_start_ = taken_floats_;
-    slot.layers.resize(static_cast<size_t>(shape.layers));
-    for (int i = 0; i < shape.layers; ++i) {
-      LayerActivations& layer = slot.layers[static_cast<size_t>(i)];
-      if (!plan.recomputed[static_cast<size_t>(i)]) {
-        layer = layer_set(shape, true, !plan.selective);
-      } else if (plan.group_start[static_cast<size_t>(i)] == i) {
-        layer.x_in = take(s * c);  // a recomputed group keeps only its input
-      }
-    }
-    slot.input = shape.layers > 0 ? slot.layers.front().x_in : take(s * c);
-    if (shape.has_output) {
-      HeadActivations& head = slot.head;
-      head.final_hidden = take(s * c);
-      head.final_norm = take(s * c);
-      if (shape.layernorm) head.final_mean = take(s);
-      head.final_rstd = take(s);
-      head.logits = take(n * shape.vocab);
-      head.row_max = take(n);
-      head.row_sumexp = take(n);
-      head.target_logit = take(n);
-    } else {
-      slot.output = take(s * c);
-    }
-    if (index == 0) slot_floats_ = taken_floats_ - block_start_;
-  }
-  block_ = nullptr;
+namespace {
 
-  StageWorkspace& w = workspace_;
-  if (any_recomputed) {
-    // The first set of a group reads the group's kept input in place; later ones keep the
-    // recomputed output of the layer before them.
-    for (int i = 0; i < plan.group_length; ++i) w.scratch.push_back(layer_set(shape, i > 0, true));
-  }
-  if (plan.selective) {
-    w.layer.attn = take(n * shape.attention);
-    w.layer.lse = take(n * shape.q_heads);
-  }
-  if (shape.has_output) w.head.dloss = take(n);
-  w.pingpong[0] = take(s * c);
-  w.pingpong[1] = take(s * c);
-  w.layer.tmp = take(s * c);
-  w.d_stream[0] = take(s * c);
-  w.d_stream[1] = take(s * c);
-  w.layer.d_mid = take(s * c);
-  w.layer.d_norm = take(s * c);
-  w.head.d_norm = w.layer.d_norm;
-  w.layer.d_part = take(s * c);
-  w.layer.attention.d_attn = take(n * shape.attention);
-  w.layer.attention.d_qkv = take(n * shape.qkv);
-  w.layer.mlp.d_fc1 = take(n * shape.fc1);
-  w.layer.mlp.d_act = take(n * shape.ffn);
-  if (shape.sequence_parallel) {
-    // Full-row (N, C) buffers of the sequence-parallel regions, shared by every linear; the
-    // embedding's partial lookups use the row-parallel partial sums' buffer.
-    SequenceParallelBuffers buffers{take(n * c), take(n * c), take(n * c)};
-    w.layer.attention.sequence_parallel = w.layer.mlp.sequence_parallel = w.head.sequence_parallel = buffers;
-    w.embedding_full = buffers.partial;
-  }
-  if (shape.precision != Precision::fp32) {
-    const int64_t widest = std::max({c, shape.qkv, shape.fc1, shape.vocab});
-    w.operands[0] = take(n * widest);
-    w.operands[1] = take(n * widest);
-  }
+int64_t saved_floats(const DecoderLayer& layer, const ActivationRows& rows, bool keep_core) {
+  BufferSource counter;
+  layer.lay_out_saved(counter, rows, keep_core);
+  return counter.floats();
 }
 
-float* ActivationPool::take(int64_t count) {
-  const int64_t bytes = backend::buffer_bytes<float>(count);
-  const int64_t offset = taken_floats_ - block_start_;
-  taken_floats_ += bytes / static_cast<int64_t>(sizeof(float));
-  if (block_) return block_ + offset;
-  bytes_ += bytes;
+int64_t workspace_floats(const DecoderLayer& layer, const ActivationRows& rows, bool rebuild_core) {
+  BufferSource counter;
+  layer.lay_out_workspace(counter, rows, rebuild_core);
+  return counter.floats();
+}
+
+// The widest row a GEMM operand of the chunk takes.
+int64_t widest_gemm_operand(const ActivationShape& shape, const ChunkModules& blocks) {
+  int64_t widest = std::max(shape.hidden, shape.vocab);
+  for (const auto& layer : blocks.layers) widest = std::max(widest, layer->widest_gemm_operand());
+  return widest;
+}
+
+}  // namespace
+
+ActivationPool::ActivationPool(const ActivationShape& shape, const ChunkModules& blocks, const RecomputePlan& plan,
+                               int slots, const backend::Ops* ops, backend::MemoryLedger* ledger,
+                               const std::vector<float*>& slot_blocks)
+    : ops_(ops), ledger_(ledger) {
+  if (plan.recomputed.size() != blocks.layers.size()) {
+    throw Error("activation pool", "a recompute plan of " + std::to_string(plan.recomputed.size()) +
+                                       " layers for a chunk of " + std::to_string(blocks.layers.size()));
+  }
+  if (shape.has_output != (blocks.head != nullptr)) throw Error("activation pool", "the shape and the head disagree");
+  Chunk chunk{shape, ActivationRows{shape.rows, shape.sequence_rows}, blocks, plan};
+  for (const auto& layer : blocks.layers) {
+    chunk.largest_saved = std::max(chunk.largest_saved, saved_floats(*layer, chunk.rows, true));
+    chunk.largest_workspace = std::max(chunk.largest_workspace, workspace_floats(*layer, chunk.rows, plan.selective));
+  }
+
+  BufferSource slot_counter;
+  SlotActivations counted;
+  lay_out_slot(chunk, slot_counter, counted);
+  slot_floats_ = slot_counter.floats();
+  slots_.resize(slot_blocks.empty() ? static_cast<size_t>(std::max(slots, 1)) : slot_blocks.size());
+  for (size_t index = 0; index < slots_.size(); ++index) {
+    BufferSource source(slot_blocks.empty() ? allocate(slot_floats_) : slot_blocks[index]);
+    lay_out_slot(chunk, source, slots_[index]);
+  }
+
+  BufferSource workspace_counter;
+  StageWorkspace counted_workspace;
+  lay_out_workspace(chunk, workspace_counter, counted_workspace);
+  BufferSource source(allocate(workspace_counter.floats()));
+  lay_out_workspace(chunk, source, workspace_);
+}
+
+float* ActivationPool::allocate(int64_t floats) {
+  bytes_ += backend::buffer_bytes<float>(floats);
   if (!ops_) return nullptr;
-  owned_.emplace_back(*ops_, count, backend::MemoryCategory::activations, ledger_);
+  owned_.emplace_back(*ops_, floats, backend::MemoryCategory::activations, ledger_);
   return owned_.back().data();
 }
 
-// Everything a layer keeps, except its input (owned by the residual chain) unless `with_input`,
-// and the core-attention outputs unless `with_attention` (selective recompute rebuilds them).
-LayerActivations ActivationPool::layer_set(const ActivationShape& shape, bool with_input, bool with_attention) {
-  const int64_t n = shape.rows, s = shape.sequence_rows, c = shape.hidden;
-  LayerActivations a;
-  if (with_input) a.x_in = take(s * c);
-  a.norm1 = take(s * c);
-  if (shape.layernorm) a.mean1 = take(s);
-  a.rstd1 = take(s);
-  a.qkv = take(n * shape.qkv);
-  if (with_attention) {
-    a.attn = take(n * shape.attention);
-    a.lse = take(n * shape.q_heads);
+// Per layer that keeps its activations: its input and its saved set (without the core attention
+// under selective recompute); a recomputed group keeps only its first layer's input.
+void ActivationPool::lay_out_slot(const Chunk& chunk, BufferSource& source, SlotActivations& slot) {
+  const int64_t s = chunk.rows.sequence_rows, c = chunk.shape.hidden;
+  const RecomputePlan& plan = chunk.plan;
+  const size_t layers = chunk.blocks.layers.size();
+  slot.layer_inputs.assign(layers, nullptr);
+  slot.layer_saved.clear();
+  slot.layer_saved.resize(layers);
+  for (size_t i = 0; i < layers; ++i) {
+    if (!plan.recomputed[i]) {
+      slot.layer_inputs[i] = source.take(s * c);
+      slot.layer_saved[i] = chunk.blocks.layers[i]->lay_out_saved(source, chunk.rows, !plan.selective);
+    } else if (plan.group_start[i] == static_cast<int>(i)) {
+      slot.layer_inputs[i] = source.take(s * c);
+    }
   }
-  a.x_mid = take(s * c);
-  a.norm2 = take(s * c);
-  if (shape.layernorm) a.mean2 = take(s);
-  a.rstd2 = take(s);
-  a.fc1 = take(n * shape.fc1);
-  a.act = take(n * shape.ffn);
-  return a;
+  slot.input = layers > 0 ? slot.layer_inputs.front() : source.take(s * c);
+  if (chunk.blocks.head) {
+    slot.head = chunk.blocks.head->lay_out_activations(source, chunk.rows);
+  } else {
+    slot.output = source.take(s * c);
+  }
+}
+
+void ActivationPool::lay_out_workspace(const Chunk& chunk, BufferSource& source, StageWorkspace& w) {
+  const ActivationShape& shape = chunk.shape;
+  const int64_t n = chunk.rows.rows, s = chunk.rows.sequence_rows, c = shape.hidden;
+  const RecomputePlan& plan = chunk.plan;
+  const auto& layers = chunk.blocks.layers;
+  w.recompute_saved.clear();
+  w.recompute_saved.resize(layers.size());
+  w.recompute_inputs.assign(static_cast<size_t>(plan.group_length), nullptr);
+  if (plan.any_recomputed()) {
+    // One scratch set per position of a recompute group, each as large as the largest saved
+    // set; after the first, each also keeps the rebuilt input of its layer.
+    std::vector<float*> scratch;
+    for (int position = 0; position < plan.group_length; ++position) {
+      if (position > 0) w.recompute_inputs[static_cast<size_t>(position)] = source.take(s * c);
+      scratch.push_back(source.take(chunk.largest_saved));
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (!plan.recomputed[i]) continue;
+      BufferSource set(scratch[i - static_cast<size_t>(plan.group_start[i])]);
+      w.recompute_saved[i] = layers[i]->lay_out_saved(set, chunk.rows, true);
+    }
+  }
+  float* layer_block = source.take(chunk.largest_workspace);
+  w.layers.clear();
+  for (const auto& layer : layers) {
+    BufferSource shared(layer_block);
+    w.layers.push_back(layer->lay_out_workspace(shared, chunk.rows, plan.selective));
+  }
+  if (shape.has_output) w.head.dloss = source.take(n);
+  w.pingpong[0] = source.take(s * c);
+  w.pingpong[1] = source.take(s * c);
+  w.temporaries.tmp = source.take(s * c);
+  w.d_stream[0] = source.take(s * c);
+  w.d_stream[1] = source.take(s * c);
+  w.temporaries.d_mid = source.take(s * c);
+  w.temporaries.d_norm = source.take(s * c);
+  w.head.d_norm = w.temporaries.d_norm;
+  w.temporaries.d_part = source.take(s * c);
+  if (shape.sequence_parallel) {
+    // Full-row (N, C) buffers of the sequence-parallel regions, shared by every linear; the
+    // embedding's partial lookups use the row-parallel partial sums' buffer.
+    const SequenceParallelBuffers buffers{source.take(n * c), source.take(n * c), source.take(n * c)};
+    w.temporaries.sequence_parallel = w.head.sequence_parallel = buffers;
+    w.embedding_full = buffers.partial;
+  }
+  if (shape.precision != Precision::fp32) {
+    const int64_t widest = widest_gemm_operand(shape, chunk.blocks);
+    w.operands[0] = source.take(n * widest);
+    w.operands[1] = source.take(n * widest);
+  }
 }
 
 }  // namespace mt::model

@@ -1,36 +1,40 @@
 // The activation buffers of a stage, sized once for its micro-batch: a pool of slots (what each
 // micro-batch in flight keeps from forward to backward, by recompute policy) and one workspace of
-// temporaries every slot shares (backward runs one micro-batch at a time). The same code counts
+// temporaries every slot shares (backward runs one micro-batch at a time). Each block lays out its
+// own buffers (model/layers/block.h); the pool holds what every layer shares: the residual stream
+// (each kept layer's input, the chunk's input and output, ping-pong outputs and the stream's
+// grads), the (S, C) temporaries of a layer's pass, the sequence-parallel full-row buffers (shared
+// with the head and the embedding), the GEMM operand buffers and the head's activations. The
+// per-layer workspace is one block sized by the largest layer of the chunk, and so is each
+// recompute scratch set, into which every recomputed layer lays its saved set, so a chunk may mix
+// layers of different kinds and widths. Every buffer is rounded to 64 bytes. The same code counts
 // the bytes without allocating, so a configuration that cannot fit is refused before anything is
-// allocated (planned_activation_bytes). Every buffer is an activations DeviceBuffer reported to
-// the stage's ledger. Tested by tests/unit/model/test_transformer.cpp (planned equals measured,
-// ordering across recompute policies, linear in T) and tests/unit/model/test_stage.cpp (slots).
+// allocated (planned_activation_bytes). The memory is activations DeviceBuffers reported to the
+// stage's ledger: one per slot and one for the workspace. Tested by
+// tests/unit/model/test_model_gradients.cpp (planned equals measured, ordering across recompute
+// policies, linear in T), tests/unit/model/test_stage.cpp (slots) and
+// tests/unit/model/test_spec.cpp (a chunk of mixed widths).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/memory.h"
 #include "core/dtype.h"
+#include "model/layers/decoder_layer.h"
 #include "model/layers/output_head.h"
-#include "model/layers/transformer_layer.h"
 #include "model/recompute.h"
+#include "model/spec.h"
 
 namespace mt::model {
 
-// The local widths and counts the buffers are sized by.
+// What every block of the chunk shares: the rows, the residual stream's width and the chunk's ends.
 struct ActivationShape {
-  int64_t rows = 0;             // tokens of a full micro-batch on this rank
-  int64_t sequence_rows = 0;    // rows of the sequence-parallel region (rows / TP under SP)
+  int64_t rows = 0;           // tokens of a full micro-batch on this rank
+  int64_t sequence_rows = 0;  // rows of the sequence-parallel region (rows / TP under SP)
   int64_t hidden = 0;
-  int64_t qkv = 0;              // local (q heads + 2 kv heads) * head_dim
-  int64_t attention = 0;        // local q heads * head_dim
-  int64_t q_heads = 0;          // local
-  int64_t ffn = 0;              // local
-  int64_t fc1 = 0;              // ffn, or 2 ffn with SwiGLU
-  int64_t vocab = 0;            // local logits width (the last chunk), else 0
-  int layers = 0;
-  bool layernorm = true;
+  int64_t vocab = 0;          // local logits width (the last chunk), else 0
   bool has_embedding = true;
   bool has_output = true;
   bool sequence_parallel = false;
@@ -39,8 +43,12 @@ struct ActivationShape {
 
 // Temporaries shared by every slot.
 struct StageWorkspace {
-  std::vector<LayerActivations> scratch;  // recompute sets: one per layer of a recompute group
-  LayerWorkspace layer;
+  std::vector<std::unique_ptr<BlockBuffers>> layers;           // per layer: its workspace (one shared block)
+  std::vector<std::unique_ptr<BlockBuffers>> recompute_saved;  // per layer: its saved set in a recompute
+                                                               // scratch set (null unless recomputed)
+  std::vector<float*> recompute_inputs;  // (S, C) per position of a recompute group: the rebuilt input
+                                         // (position 0 reads the group's kept input: null)
+  LayerTemporaries temporaries;
   HeadWorkspace head;
   float* pingpong[2] = {nullptr, nullptr};  // (S, C) outputs of layers whose outputs are not kept
   float* d_stream[2] = {nullptr, nullptr};  // (S, C) residual-stream grads
@@ -50,7 +58,10 @@ struct StageWorkspace {
 
 // What one micro-batch in flight keeps.
 struct SlotActivations {
-  std::vector<LayerActivations> layers;  // per layer of the chunk, by recompute policy
+  std::vector<float*> layer_inputs;                        // (S, C) per layer: its kept input, null
+                                                           // when rebuilt from its group's
+  std::vector<std::unique_ptr<BlockBuffers>> layer_saved;  // per layer: what backward needs (null:
+                                                           // recomputed)
   float* input = nullptr;   // (S, C) the chunk's input: embedding output or received activation
   float* output = nullptr;  // (S, C) the chunk's output (a chunk without the head)
   HeadActivations head;     // the last chunk
@@ -58,13 +69,13 @@ struct SlotActivations {
 
 class ActivationPool {
  public:
-  // Allocates on `ops` (reporting to `ledger`), or only counts when `ops` is null. With
-  // `slot_blocks` the slots are laid out in those blocks instead (one slot per block, each at
-  // least slot_floats() long, owned by the caller, who may lay other pools' slots in the same
-  // blocks: a rank's model chunks share one pool of slots, train/trainer.h); then `slots` is
-  // ignored and bytes() counts the workspace only.
-  ActivationPool(const ActivationShape& shape, const RecomputePlan& plan, int slots, const backend::Ops* ops,
-                 backend::MemoryLedger* ledger, const std::vector<float*>& slot_blocks = {});
+  // For the (bound) blocks of a chunk. Allocates on `ops` (reporting to `ledger`), or only counts
+  // when `ops` is null. With `slot_blocks` the slots are laid out in those blocks instead (one
+  // slot per block, each at least slot_floats() long, owned by the caller, who may lay other
+  // pools' slots in the same blocks: a rank's model chunks share one pool of slots,
+  // train/trainer.h); then `slots` is ignored and bytes() counts the workspace only.
+  ActivationPool(const ActivationShape& shape, const ChunkModules& blocks, const RecomputePlan& plan, int slots,
+                 const backend::Ops* ops, backend::MemoryLedger* ledger, const std::vector<float*>& slot_blocks = {});
 
   int64_t bytes() const { return bytes_; }
   // Floats one slot takes in a block (its buffers 64-byte aligned, back to back).
@@ -74,17 +85,16 @@ class ActivationPool {
   StageWorkspace& workspace() { return workspace_; }
 
  private:
-  float* take(int64_t count);
-  LayerActivations layer_set(const ActivationShape& shape, bool with_input, bool with_attention);
+  // What the layout of a chunk's buffers reads (for the constructor's duration).
+  struct Chunk;
+  static void lay_out_slot(const Chunk& chunk, BufferSource& source, SlotActivations& slot);
+  static void lay_out_workspace(const Chunk& chunk, BufferSource& source, StageWorkspace& workspace);
+  float* allocate(int64_t floats);
 
   const backend::Ops* ops_;
   backend::MemoryLedger* ledger_;
   int64_t bytes_ = 0;
   int64_t slot_floats_ = 0;
-  int64_t taken_floats_ = 0;  // every buffer taken so far, 64-byte aligned
-  // The caller's block the slot being laid out goes in (null: own buffers), and where it starts.
-  float* block_ = nullptr;
-  int64_t block_start_ = 0;
   std::vector<backend::DeviceBuffer<float>> owned_;
   std::vector<SlotActivations> slots_;
   StageWorkspace workspace_;

@@ -5,9 +5,6 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "model/layers/embedding.h"
-#include "model/layers/output_head.h"
-#include "model/layers/transformer_layer.h"
 #include "parallel/pipeline_layers.h"
 
 namespace mt::model {
@@ -25,31 +22,37 @@ struct Declared {
   int group = 0;  // fused group index (global over the rank)
 };
 
-// Collects the layers' declarations of one chunk, computing each tensor's TP shard and copies.
+// Collects the blocks' declarations of one chunk, computing each tensor's TP shard and copies.
 class Collector : public ParamDeclarations {
  public:
-  Collector(const ModelConfig& model, const parallel::ParallelConfig& parallel, const parallel::RankCoordinates& rank,
+  Collector(const parallel::ParallelConfig& parallel, const parallel::RankCoordinates& rank,
             std::vector<Declared>& declared)
-      : model_(model), parallel_(parallel), rank_(rank), declared_(declared) {}
+      : parallel_(parallel), rank_(rank), declared_(declared) {}
 
   void set_chunk(int chunk) { chunk_ = chunk; }
   void begin_group() override { ++group_; }
 
-  void add(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer, int64_t unit,
-           const std::string& unit_flag) override {
+  void add(const ParamDeclaration& declaration) override {
+    const std::string& name = declaration.name;
+    const std::vector<int64_t>& shape = declaration.shape;
+    const TensorSplit split = declaration.split;
+    if (declaration.init.kind == Init::Kind::unset) throw Error("parameter " + name, "declared without an init");
     const int tp = parallel_.tensor_model_parallel_size;
     ParamEntry entry;
     entry.name = name;
     entry.global_shape = shape;
     entry.split = split;
-    entry.layer = layer;
+    entry.layer = declaration.layer;
     entry.chunk = chunk_;
     entry.weight_decay = shape.size() >= 2;
+    entry.init = declaration.init;
     entry.local_shape = shape;
     if (split != TensorSplit::replicated && tp > 1) {
       const int dim = split == TensorSplit::column_parallel ? 0 : 1;
+      const int64_t unit = declaration.unit;
       if (static_cast<int>(shape.size()) <= dim || shape[dim] % (tp * unit) != 0) {
-        const std::string what = unit_flag.empty() ? "dimension " + std::to_string(dim) + " of " + name : unit_flag;
+        const std::string what = declaration.unit_flag.empty() ? "dimension " + std::to_string(dim) + " of " + name
+                                                               : declaration.unit_flag;
         throw UsageError("--tensor-model-parallel-size " + std::to_string(tp),
                          "does not divide " + what + (unit > 1 ? " (TP splits by whole heads)" : ""));
       }
@@ -65,19 +68,15 @@ class Collector : public ParamDeclarations {
 
     const bool replicated = split == TensorSplit::replicated;
     entry.replica = replicated ? rank_.tp : 0;
-    entry.tied_copy = layer == head_layer(model_) && name == Embedding::kWordEmbeddings;
+    entry.tied_copy = declaration.tied_copy;
     if (entry.tied_copy) entry.replica = 1;
     const bool sequence_parallel = parallel_.sequence_parallel && tp > 1;
-    const bool position_table = name == Embedding::kPositionEmbeddings;  // looked up on full rows
-    entry.reduce_over_tensor_parallel = sequence_parallel && replicated && !position_table;
-    entry.reduce_over_embedding_group =
-        name == Embedding::kWordEmbeddings && !model_.untie_embeddings_and_output_weights &&
-        parallel_.pipeline_model_parallel_size > 1;
+    entry.reduce_over_tensor_parallel = sequence_parallel && replicated && !declaration.full_rows;
+    entry.reduce_over_embedding_group = declaration.tied_embedding && parallel_.pipeline_model_parallel_size > 1;
     declared_.push_back(Declared{std::move(entry), group_});
   }
 
  private:
-  const ModelConfig& model_;
   const parallel::ParallelConfig& parallel_;
   const parallel::RankCoordinates& rank_;
   std::vector<Declared>& declared_;
@@ -185,38 +184,43 @@ void check_tensor_parallel_split(const ModelConfig& model, int tp) {
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
                          const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
                          const BucketOptions& options) {
+  // A config mt-train cannot run is refused by flag before the spec meets a layer it has no
+  // variant for.
+  model.validate();
+  model.check_trainable();
+  return build_layout(model, parallel, rank, model_spec(model, chunks), options);
+}
+
+ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
+                         const parallel::RankCoordinates& rank, const ModelSpec& spec,
+                         const BucketOptions& options) {
   model.validate();
   model.check_trainable();
   check_tensor_parallel_split(model, parallel.tensor_model_parallel_size);
+  const std::vector<ChunkBlocks>& chunks = spec.chunks;
   if (chunks.empty()) throw Error("layout", "a rank holds at least one model chunk");
   ParamLayout layout;
   layout.first_layer = chunks.front().first_layer;
   layout.last_layer = chunks.back().last_layer;
   layout.has_embedding = layout.has_output = false;
-  bool embedding_here = false;
   for (const ChunkSpec& chunk : chunks) {
     if (chunk.first_layer < 0 || chunk.last_layer > model.num_layers || chunk.first_layer > chunk.last_layer) {
       throw Error("layer range [" + std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.last_layer) + ")",
                   "outside the model's " + std::to_string(model.num_layers) + " layers");
     }
-    embedding_here = embedding_here || chunk.has_embedding;
     layout.has_embedding = layout.has_embedding || chunk.has_embedding;
     layout.has_output = layout.has_output || chunk.has_output;
   }
+  check_spec(spec);
 
-  // The layers declare their tensors in forward order, chunk by chunk.
+  // The chunks' blocks declare their tensors in forward order, chunk by chunk.
   std::vector<Declared> declared;
-  Collector collector(model, parallel, rank, declared);
+  Collector collector(parallel, rank, declared);
   std::vector<size_t> chunk_starts;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const ChunkSpec& chunk = chunks[c];
     chunk_starts.push_back(declared.size());
     collector.set_chunk(static_cast<int>(c));
-    if (chunk.has_embedding) Embedding::declare(collector, model);
-    for (int layer = chunk.first_layer; layer < chunk.last_layer; ++layer) {
-      TransformerLayer::declare(collector, model, layer);
-    }
-    if (chunk.has_output) OutputHead::declare(collector, model, !embedding_here);
+    declare_parameters(make_chunk(chunks[c], model), collector);
   }
   chunk_starts.push_back(declared.size());
 

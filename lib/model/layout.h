@@ -9,8 +9,9 @@
 // with the embedding on the model's first chunk and the final norm + output layer on its last.
 // The chunks share one flat buffer, one after the other; a chunk's range is a whole number of
 // buckets. Tensors of a fused group (q/k/v, SwiGLU gate/up, their biases) are adjacent so one
-// GEMM covers them; each group starts 64-byte aligned. The parameters themselves are declared by
-// the layers (model/layers/*.h) in forward order.
+// GEMM covers them; each group starts 64-byte aligned. What the chunks hold is the model spec
+// (model/spec.h): the layout walks it, and each block declares its parameters in forward order
+// with their init and the properties that decide their copies and grad reductions.
 //
 // Buckets (Megatron's param_and_grad_buffer, megatron-facts.md sec. 7): within each chunk,
 // groups are taken in backward order (last layer first) until a bucket holds bucket_elements
@@ -26,6 +27,8 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/init.h"
+#include "model/spec.h"
 #include "parallel/parallel_config.h"
 
 namespace mt::model {
@@ -57,6 +60,7 @@ struct ParamEntry {
   int64_t offset = 0;                 // elements into the flat buffers
   int64_t numel = 0;                  // local elements
   bool weight_decay = true;           // Megatron's default: no decay for biases and 1-D tensors
+  Init init;                          // what initialize_parameters writes (declared by its block)
   int layer = kEmbeddingLayer;        // global decoder layer, kEmbeddingLayer or head_layer()
   int chunk = 0;                      // index into ParamLayout::chunks
   int bucket = 0;                     // index into ParamLayout::buckets
@@ -70,20 +74,12 @@ struct ParamEntry {
   bool reduce_over_embedding_group = false;  // tied word embedding on first and last stage: summed between them
 };
 
-// A model chunk: decoder layers [first_layer, last_layer) and whether it holds the model's ends.
-struct ChunkSpec {
-  int first_layer = 0;
-  int last_layer = 0;
-  bool has_embedding = true;  // the model's first chunk (first pipeline stage, virtual stage 0)
-  bool has_output = true;     // the model's last chunk (last pipeline stage, last virtual stage)
-};
-
 // The model chunks of pipeline rank `pp_rank` (parallel/pipeline_layers.h): chunk c is virtual
 // stage c p + pp_rank; the model's first virtual stage embeds, its last holds the head and loss.
 std::vector<ChunkSpec> pipeline_chunks(const ModelConfig& model, const parallel::ParallelConfig& parallel, int pp_rank);
 
 struct ModelChunk {
-  ChunkSpec spec;
+  ChunkBlocks spec;            // its range, ends and blocks (model/spec.h)
   int64_t begin = 0, end = 0;  // its range of the flat buffer (whole buckets)
 };
 
@@ -131,26 +127,44 @@ struct ParamLayout {
   std::vector<FlatRange> data_parallel_shard(int dp_rank, int dp_size) const;
 };
 
-// Receives a layer's parameter declarations (model/layers/*.h `declare`), in forward order.
+// One tensor as a block declares it.
+struct ParamDeclaration {
+  std::string name;                   // global name
+  std::vector<int64_t> shape;         // global shape
+  TensorSplit split = TensorSplit::replicated;
+  int layer = kEmbeddingLayer;        // global decoder layer, kEmbeddingLayer or head_layer()
+  Init init;                          // required
+  // A split tensor's split dimension is cut into TP shards of whole `unit`s (a head's head_dim
+  // rows for q/k/v); `unit_flag` names what the units count, for the error when TP does not
+  // divide them (e.g. "--num-query-groups 2").
+  int64_t unit = 1;
+  std::string unit_flag{};
+  bool tied_embedding = false;  // the word embedding the output layer shares (either stage's copy)
+  bool tied_copy = false;       // the head's own copy of it (the embedding is on another stage)
+  bool full_rows = false;       // read on every row of the micro-batch even under SP (the position
+                                // table): TP ranks get the same grads, not 1/TP shares to sum
+};
+
+// Receives the blocks' parameter declarations (model/spec.h declare_parameters), in forward order.
 class ParamDeclarations {
  public:
   virtual ~ParamDeclarations() = default;
   // Starts a fused group: the next tensor begins aligned, the group's tensors follow back to back.
   virtual void begin_group() = 0;
-  // A tensor of the current group. A split tensor's split dimension is cut into TP shards of
-  // whole `unit`s (a head's head_dim rows for q/k/v); `unit_flag` names what the units count, for
-  // the error when TP does not divide them (e.g. "--num-query-groups 2").
-  virtual void add(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer,
-                   int64_t unit = 1, const std::string& unit_flag = "") = 0;
+  // A tensor of the current group.
+  virtual void add(const ParamDeclaration& declaration) = 0;
   // A tensor on its own (its own aligned group).
-  void add_single(const std::string& name, std::vector<int64_t> shape, TensorSplit split, int layer,
-                  int64_t unit = 1, const std::string& unit_flag = "") {
+  void add_single(const ParamDeclaration& declaration) {
     begin_group();
-    add(name, std::move(shape), split, layer, unit, unit_flag);
+    add(declaration);
   }
 };
 
-// The layout of `chunks` (in order) on the rank at `rank`.
+// The layout of the chunks of `spec` (in order) on the rank at `rank`.
+ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
+                         const parallel::RankCoordinates& rank, const ModelSpec& spec,
+                         const BucketOptions& buckets = {});
+// The layout of `chunks` (in order) as model_spec(model, chunks) composes them.
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
                          const parallel::RankCoordinates& rank, const std::vector<ChunkSpec>& chunks,
                          const BucketOptions& buckets = {});

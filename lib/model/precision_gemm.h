@@ -3,7 +3,7 @@
 // fp32; bf16 bits where the backend's GEMM takes bf16; else fp32 values rounded through bf16 or
 // fp16), one per rank over its whole flat buffer. PrecisionGemm runs a layer's linear products,
 // converting activations into one of two operand buffers the same way. Tested through
-// tests/unit/model/test_transformer.cpp (bf16 stays near fp32) and tests/unit/train/test_golden.cpp.
+// tests/unit/model/test_model_gradients.cpp (bf16 stays near fp32) and tests/unit/train/test_golden.cpp.
 #pragma once
 
 #include <cstdint>

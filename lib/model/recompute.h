@@ -1,7 +1,7 @@
 // Activation recompute (Megatron's --recompute-granularity / --recompute-method /
 // --recompute-num-layers): which layers of a chunk keep everything for backward, which keep only
 // their input and are run again in backward, and which (selective) rebuild only the core
-// attention. Tested through tests/unit/model/test_transformer.cpp (bit-identical grads, ordered
+// attention. Tested through tests/unit/model/test_model_gradients.cpp (bit-identical grads, ordered
 // activation memory).
 #pragma once
 

@@ -1,6 +1,8 @@
 // A model chunk's forward and backward over activation slots (see stage.h).
 #include "model/stage.h"
 
+#include <optional>
+
 #include "core/error.h"
 
 namespace mt::model {
@@ -13,48 +15,52 @@ struct Stage::SlotState {
 
 namespace {
 
-// The shape of chunk `chunk` with `sequence_rows` rows of the sequence-parallel region.
-ActivationShape chunk_activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
-                                       int64_t sequence_rows, bool sequence_parallel, Precision precision) {
-  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+ActivationShape chunk_shape(const ModelConfig& config, const ChunkBlocks& spec, const ChunkModules& blocks,
+                            int64_t rows, int64_t sequence_rows, bool sequence_parallel, Precision precision) {
   ActivationShape shape;
   shape.rows = rows;
   shape.sequence_rows = sequence_rows;
   shape.hidden = config.hidden_size;
-  shape.layers = spec.last_layer - spec.first_layer;
-  shape.layernorm = config.normalization == Normalization::layernorm;
+  shape.vocab = blocks.head ? blocks.head->vocab_width() : 0;
   shape.has_embedding = spec.has_embedding;
   shape.has_output = spec.has_output;
   shape.sequence_parallel = sequence_parallel;
   shape.precision = precision;
-  if (shape.layers > 0) {
-    const TransformerLayer layer(config, layout, spec.first_layer);
-    shape.qkv = layer.attention().qkv_width();
-    shape.attention = layer.attention().attention_width();
-    shape.q_heads = layer.attention().q_heads();
-    shape.ffn = layer.mlp().ffn();
-    shape.fc1 = layer.mlp().fc1_width();
-  }
-  if (spec.has_output) shape.vocab = OutputHead(config, layout).vocab_width();
   return shape;
+}
+
+// Chunk `chunk`'s buffers for micro-batches of `rows` tokens (`sequence_rows` of them in the
+// sequence-parallel region) as a pool of `slots` lays them out, counted without allocating.
+ActivationPool counted_pool(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
+                            int64_t sequence_rows, bool sequence_parallel, Precision precision,
+                            const RecomputeConfig& recompute, int slots) {
+  const ChunkBlocks& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+  const ChunkModules blocks = make_chunk(spec, config, layout);
+  const ActivationShape shape = chunk_shape(config, spec, blocks, rows, sequence_rows, sequence_parallel, precision);
+  return ActivationPool(shape, blocks, plan_recompute(recompute, spec.last_layer - spec.first_layer), slots, nullptr,
+                        nullptr);
+}
+
+bool same_attention_shape(const kernels::AttentionShape& a, const kernels::AttentionShape& b) {
+  return a.q_heads == b.q_heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.q_stride == b.q_stride &&
+         a.k_stride == b.k_stride && a.v_stride == b.v_stride && a.o_stride == b.o_stride;
 }
 
 }  // namespace
 
 ActivationShape activation_shape(const ModelConfig& config, const ParamLayout& layout, int chunk,
                                  const ParallelContext& parallel, int64_t rows, Precision precision) {
-  return chunk_activation_shape(config, layout, chunk, rows, parallel.sequence_rows(rows), parallel.sequence_parallel(),
-                                precision);
+  const ChunkBlocks& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+  return chunk_shape(config, spec, make_chunk(spec, config, layout), rows, parallel.sequence_rows(rows),
+                     parallel.sequence_parallel(), precision);
 }
 
 int64_t activation_slot_floats(const ModelConfig& config, const ParamLayout& layout, int chunk,
                                const ParallelContext& parallel, const StageOptions& options) {
-  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
   const int sequence_length = options.sequence_length > 0 ? options.sequence_length : config.seq_length;
-  const ActivationShape shape = activation_shape(
-      config, layout, chunk, parallel, static_cast<int64_t>(options.micro_batch_size) * sequence_length, options.precision);
-  return ActivationPool(shape, plan_recompute(options.recompute, spec.last_layer - spec.first_layer), 1, nullptr,
-                        nullptr)
+  const int64_t rows = static_cast<int64_t>(options.micro_batch_size) * sequence_length;
+  return counted_pool(config, layout, chunk, rows, parallel.sequence_rows(rows), parallel.sequence_parallel(),
+                      options.precision, options.recompute, 1)
       .slot_floats();
 }
 
@@ -62,24 +68,20 @@ int64_t planned_activation_bytes(const ModelConfig& config, Precision precision,
                                  int micro_batch_size, int layers) {
   const ParamLayout layout = build_layout(config, parallel::ParallelConfig{}, parallel::RankCoordinates{},
                                           std::vector<ChunkSpec>{{0, layers, true, true}});
-  const ActivationShape shape = activation_shape(config, layout, 0, ParallelContext{},
-                                                 static_cast<int64_t>(micro_batch_size) * config.seq_length, precision);
-  return ActivationPool(shape, plan_recompute(recompute, layers), 1, nullptr, nullptr).bytes();
+  const int64_t rows = static_cast<int64_t>(micro_batch_size) * config.seq_length;
+  return counted_pool(config, layout, 0, rows, rows, false, precision, recompute, 1).bytes();
 }
 
 int64_t planned_activation_bytes(const ModelConfig& config, const ParamLayout& layout, int chunk, int64_t rows,
                                  int sequence_parallel_degree, Precision precision, const RecomputeConfig& recompute,
                                  int slots) {
-  const bool sequence_parallel = sequence_parallel_degree > 1;
   if (rows % sequence_parallel_degree != 0) {
     throw Error("--sequence-parallel", "a micro-batch of " + std::to_string(rows) +
                                            " tokens does not split over --tensor-model-parallel-size " +
                                            std::to_string(sequence_parallel_degree));
   }
-  const ActivationShape shape = chunk_activation_shape(config, layout, chunk, rows, rows / sequence_parallel_degree,
-                                                       sequence_parallel, precision);
-  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
-  return ActivationPool(shape, plan_recompute(recompute, spec.last_layer - spec.first_layer), slots, nullptr, nullptr)
+  return counted_pool(config, layout, chunk, rows, rows / sequence_parallel_degree, sequence_parallel_degree > 1,
+                      precision, recompute, slots)
       .bytes();
 }
 
@@ -97,7 +99,7 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
     throw Error("stage", std::string("runs in ") + precision_name(options_.precision) + " but its GEMM weights are " +
                              precision_name(weights.precision()));
   }
-  const ChunkSpec& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
+  const ChunkBlocks& spec = layout.chunks.at(static_cast<size_t>(chunk)).spec;
   first_layer_ = spec.first_layer;
   last_layer_ = spec.last_layer;
   if (options_.sequence_length <= 0) options_.sequence_length = config_.seq_length;
@@ -105,22 +107,36 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
     throw Error("stage", "needs at least one activation slot");
   }
   capacity_rows_ = static_cast<int64_t>(options_.micro_batch_size) * options_.sequence_length;
-  if (spec.has_embedding) embedding_ = std::make_unique<Embedding>(config_, layout);
-  layers_.reserve(static_cast<size_t>(last_layer_ - first_layer_));
-  for (int layer = first_layer_; layer < last_layer_; ++layer) layers_.emplace_back(config_, layout, layer);
-  if (spec.has_output) head_ = std::make_unique<OutputHead>(config_, layout);
+  blocks_ = make_chunk(spec, config_, layout);
   recompute_ = plan_recompute(options_.recompute, last_layer_ - first_layer_);
-  const ActivationShape shape = activation_shape(config_, layout, chunk, parallel_, capacity_rows_, options_.precision);
-  pool_ = std::make_unique<ActivationPool>(shape, recompute_, options_.activation_slots, &ops_, &ledger_,
+  const ActivationShape shape = chunk_shape(config_, spec, blocks_, capacity_rows_,
+                                            parallel_.sequence_rows(capacity_rows_), parallel_.sequence_parallel(),
+                                            options_.precision);
+  pool_ = std::make_unique<ActivationPool>(shape, blocks_, recompute_, options_.activation_slots, &ops_, &ledger_,
                                            options_.slot_blocks);
   states_.resize(static_cast<size_t>(pool_->slots()));
-  if (parallel_.context_parallel_size() > 1 && !layers_.empty()) {
-    ring_attention_ = std::make_unique<parallel::RingAttention>(
-        ops_, parallel_.context_group(),
-        layers_.front().attention().attention_shape(options_.micro_batch_size, options_.sequence_length), &ledger_);
-  }
+  make_ring_attention();
   StageWorkspace& w = pool_->workspace();
   gemm_.set_operand_buffers(w.operands[0], w.operands[1]);
+}
+
+// Under context parallelism one ring attention, sized for the micro-batch, serves every layer's
+// core attention; layers whose cores differ in shape would each need their own.
+void Stage::make_ring_attention() {
+  if (parallel_.context_parallel_size() <= 1) return;
+  std::optional<kernels::AttentionShape> shape;
+  for (const auto& layer : blocks_.layers) {
+    const auto core = layer->attention_core_shape(options_.micro_batch_size, options_.sequence_length);
+    if (!core) continue;
+    if (!shape) {
+      shape = core;
+    } else if (!same_attention_shape(*shape, *core)) {
+      throw Error("context parallelism over layers [" + std::to_string(first_layer_) + ", " +
+                      std::to_string(last_layer_) + ")",
+                  "needs one core attention shape per chunk (layer " + std::to_string(layer->layer()) + " differs)");
+    }
+  }
+  if (shape) ring_attention_ = std::make_unique<parallel::RingAttention>(ops_, parallel_.context_group(), *shape, &ledger_);
 }
 
 Stage::~Stage() = default;
@@ -169,34 +185,30 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   const int64_t s = lpass.sequence_rows, c = config_.hidden_size;
   const int64_t activation_bytes = static_cast<int64_t>(sizeof(float)) * s * c;
 
-  if (embedding_) {
-    embedding_->forward(ctx, lpass, w.embedding_full, acts.input);
+  if (blocks_.embedding) {
+    blocks_.embedding->forward(ctx, lpass, w.embedding_full, acts.input);
   } else if (!input) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
                 "needs the previous stage's activation as its input");
   } else if (input != acts.input) {
     ops_.copy(acts.input, input, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
-  float* chunk_output = head_ ? acts.head.final_hidden : acts.output;
-  const int layers = static_cast<int>(layers_.size());
+  float* chunk_output = blocks_.head ? acts.head.final_hidden : acts.output;
+  const int layers = static_cast<int>(blocks_.layers.size());
   const float* x = acts.input;
   for (int i = 0; i < layers; ++i) {
+    const size_t layer = static_cast<size_t>(i);
     float* out;
     if (i + 1 == layers) {
       out = chunk_output;
-    } else if (acts.layers[static_cast<size_t>(i + 1)].x_in) {
-      out = acts.layers[static_cast<size_t>(i + 1)].x_in;
+    } else if (acts.layer_inputs[layer + 1]) {
+      out = acts.layer_inputs[layer + 1];
     } else {
       out = w.pingpong[i % 2];
     }
-    if (recompute_.recomputed[static_cast<size_t>(i)]) {
-      // Run the layer now for its output; what backward needs is rebuilt there.
-      LayerActivations& scratch = w.scratch[0];
-      scratch.x_in = const_cast<float*>(x);
-      layers_[static_cast<size_t>(i)].forward(ctx, lpass, scratch, x, out, w.layer);
-    } else {
-      layers_[static_cast<size_t>(i)].forward(ctx, lpass, acts.layers[static_cast<size_t>(i)], x, out, w.layer);
-    }
+    // A recomputed layer runs now for its output into its scratch set; backward rebuilds it.
+    BlockBuffers& saved = recompute_.recomputed[layer] ? *w.recompute_saved[layer] : *acts.layer_saved[layer];
+    blocks_.layers[layer]->forward(ctx, lpass, x, out, saved, *w.layers[layer], w.temporaries);
     x = out;
   }
   if (layers == 0) {
@@ -204,8 +216,8 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   }
 
   StageOutput output;
-  if (head_) {
-    output.loss = head_->forward(ctx, lpass, acts.head, w.head);
+  if (blocks_.head) {
+    output.loss = blocks_.head->forward(ctx, lpass, acts.head, w.head);
   } else {
     output.activation = acts.output;
   }
@@ -230,8 +242,8 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
   };
 
   int current = 0;  // w.d_stream[current] holds the grad of the current layer's output
-  if (head_) {
-    head_->backward(ctx, pass, acts.head, dloss_scale, w.head, w.d_stream[0]);
+  if (blocks_.head) {
+    blocks_.head->backward(ctx, pass, acts.head, dloss_scale, w.head, w.d_stream[0]);
     signal(head_layer(config_));
   } else if (!d_output) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
@@ -240,39 +252,40 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     ops_.copy(w.d_stream[0], d_output, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
 
-  int i = static_cast<int>(layers_.size()) - 1;
+  auto layer_backward = [&](int i, const float* x_in, BlockBuffers& saved) {
+    const size_t layer = static_cast<size_t>(i);
+    blocks_.layers[layer]->backward(ctx, pass, x_in, w.d_stream[current], w.d_stream[1 - current], saved,
+                                    *w.layers[layer], w.temporaries);
+    current = 1 - current;
+    signal(first_layer_ + i);
+  };
+  int i = static_cast<int>(blocks_.layers.size()) - 1;
   while (i >= 0) {
     if (!recompute_.recomputed[static_cast<size_t>(i)]) {
-      layers_[static_cast<size_t>(i)].backward(ctx, pass, acts.layers[static_cast<size_t>(i)], w.d_stream[current],
-                                               w.d_stream[1 - current], w.layer);
-      current = 1 - current;
-      signal(first_layer_ + i);
+      layer_backward(i, acts.layer_inputs[static_cast<size_t>(i)], *acts.layer_saved[static_cast<size_t>(i)]);
       --i;
       continue;
     }
     // Recompute the group [start, i] from its kept input into the scratch sets, then run its
     // backward in reverse.
     const int start = recompute_.group_start[static_cast<size_t>(i)];
-    const float* x = acts.layers[static_cast<size_t>(start)].x_in;
+    auto input_of = [&](int j) -> float* {
+      return j == start ? acts.layer_inputs[static_cast<size_t>(start)]
+                        : w.recompute_inputs[static_cast<size_t>(j - start)];
+    };
     for (int j = start; j <= i; ++j) {
-      LayerActivations& scratch = w.scratch[static_cast<size_t>(j - start)];
-      if (j == start) scratch.x_in = const_cast<float*>(x);
-      float* out = j < i ? w.scratch[static_cast<size_t>(j - start + 1)].x_in : w.pingpong[0];  // output not needed
-      layers_[static_cast<size_t>(j)].forward(ctx, pass, scratch, x, out, w.layer);
-      x = out;
+      float* out = j < i ? input_of(j + 1) : w.pingpong[0];  // the last output is not needed
+      blocks_.layers[static_cast<size_t>(j)]->forward(ctx, pass, input_of(j), out,
+                                                      *w.recompute_saved[static_cast<size_t>(j)],
+                                                      *w.layers[static_cast<size_t>(j)], w.temporaries);
     }
-    for (int j = i; j >= start; --j) {
-      layers_[static_cast<size_t>(j)].backward(ctx, pass, w.scratch[static_cast<size_t>(j - start)],
-                                               w.d_stream[current], w.d_stream[1 - current], w.layer);
-      current = 1 - current;
-      signal(first_layer_ + j);
-    }
+    for (int j = i; j >= start; --j) layer_backward(j, input_of(j), *w.recompute_saved[static_cast<size_t>(j)]);
     i = start - 1;
   }
 
   float* d_input = w.d_stream[current];
-  if (embedding_) {
-    embedding_->backward(ctx, pass, d_input, w.embedding_full);
+  if (blocks_.embedding) {
+    blocks_.embedding->backward(ctx, pass, d_input, w.embedding_full);
     signal(kEmbeddingLayer);
     return nullptr;
   }
@@ -280,12 +293,12 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
 }
 
 const float* Stage::logits(int slot) const {
-  if (!head_) throw Error("stage", "only the last stage has logits");
+  if (!blocks_.head) throw Error("stage", "only the last stage has logits");
   return pool_->slot(slot).head.logits;
 }
 
-int64_t Stage::logits_width() const { return head_ ? head_->vocab_width() : 0; }
-int64_t Stage::vocab_start() const { return head_ ? head_->vocab_start() : 0; }
-int64_t Stage::valid_logits() const { return head_ ? head_->valid_columns() : 0; }
+int64_t Stage::logits_width() const { return blocks_.head ? blocks_.head->vocab_width() : 0; }
+int64_t Stage::vocab_start() const { return blocks_.head ? blocks_.head->vocab_start() : 0; }
+int64_t Stage::valid_logits() const { return blocks_.head ? blocks_.head->valid_columns() : 0; }
 
 }  // namespace mt::model

@@ -18,8 +18,11 @@
 // reducing a bucket during backward. Collectives run through the ParallelContext; under context
 // parallelism the stage owns one ring attention over the CP group (sized for its micro-batch of
 // sequence_length local tokens per sample) that all its layers' attention cores share.
-// Tested in tests/unit/model/test_stage.cpp and tests/unit/model/test_transformer.cpp (under CP:
-// tests/mpi/test_context_parallel_training.cpp).
+// What the chunk is made of is its spec in the layout (model/spec.h, ModelChunk::spec): the stage
+// builds its blocks from it by the spec's factories and drives them through their interfaces
+// (model/layers/decoder_layer.h), so a chunk may mix layer kinds and widths.
+// Tested in tests/unit/model/test_stage.cpp, tests/unit/model/test_model_gradients.cpp and
+// tests/unit/model/test_spec.cpp (under CP: tests/mpi/test_context_parallel_training.cpp).
 #pragma once
 
 #include <cstdint>
@@ -32,14 +35,15 @@
 #include "core/dtype.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/layers/decoder_layer.h"
 #include "model/layers/embedding.h"
 #include "model/layers/output_head.h"
-#include "model/layers/transformer_layer.h"
 #include "model/layout.h"
 #include "model/micro_batch.h"
 #include "model/parallel_context.h"
 #include "model/precision_gemm.h"
 #include "model/recompute.h"
+#include "model/spec.h"
 #include "parallel/ring_attention.h"
 
 namespace mt::model {
@@ -83,8 +87,8 @@ class Stage {
   void bind(const float* params, float* grads);
   void on_grads_ready(std::function<void(int layer)> callback) { grads_ready_ = std::move(callback); }
 
-  bool is_first() const { return embedding_ != nullptr; }
-  bool is_last() const { return head_ != nullptr; }
+  bool is_first() const { return blocks_.embedding != nullptr; }
+  bool is_last() const { return blocks_.head != nullptr; }
   int first_layer() const { return first_layer_; }
   int last_layer() const { return last_layer_; }
   int activation_slots() const { return pool_->slots(); }
@@ -112,6 +116,7 @@ class Stage {
  private:
   struct SlotState;
   LayerContext context() const;
+  void make_ring_attention();
   LayerPass layer_pass(const SlotState& state, int64_t rows) const;
   SlotActivations& slot_activations(int slot);
 
@@ -123,9 +128,7 @@ class Stage {
   int64_t capacity_rows_;
   backend::MemoryLedger ledger_;
   PrecisionGemm gemm_;
-  std::unique_ptr<Embedding> embedding_;
-  std::vector<TransformerLayer> layers_;
-  std::unique_ptr<OutputHead> head_;
+  ChunkModules blocks_;  // the chunk's embedding, decoder layers and head, from its spec
   RecomputePlan recompute_;
   std::unique_ptr<ActivationPool> pool_;
   std::unique_ptr<parallel::RingAttention> ring_attention_;  // CP > 1 with layers

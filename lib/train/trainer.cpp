@@ -133,7 +133,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel, context_group_);
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
-  model::initialize_parameters(model_config_, layout_, config_.seed, params_.data());
+  model::initialize_parameters(layout_, config_.seed, params_.data());
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
   gemm_weights_->refresh(params_.data());
   model::StageOptions stage_options;

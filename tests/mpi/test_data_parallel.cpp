@@ -26,7 +26,6 @@
 #include "comm/communicator.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
-#include "model/activations.h"
 #include "model/stage.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
@@ -230,12 +229,8 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
   int64_t workspaces = 0, per_chunk_slots = 0;
   for (int c = 0; c < 2; ++c) {
     slot_floats.push_back(model::activation_slot_floats(model, trainer.layout(), c, model::ParallelContext{}, options));
-    const model::ActivationShape shape = model::activation_shape(model, trainer.layout(), c, model::ParallelContext{},
-                                                                 2 * model.seq_length, Precision::fp32);
-    const auto& spec = trainer.layout().chunks[static_cast<size_t>(c)].spec;
-    workspaces += model::ActivationPool(shape, model::plan_recompute({}, spec.last_layer - spec.first_layer), 1,
-                                        nullptr, nullptr)
-                      .bytes() -
+    workspaces += model::planned_activation_bytes(model, trainer.layout(), c, 2 * model.seq_length, 1,
+                                                  Precision::fp32, {}, 1) -
                   slot_floats.back() * 4;
     per_chunk_slots += parallel::pipeline_activation_slots(actions, c) * slot_floats.back() * 4;
   }

@@ -1,64 +1,109 @@
 // Self-attention (see attention.h).
 #include "model/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mt::model {
+
+struct SelfAttention::Saved : BlockBuffers {
+  float* qkv = nullptr;   // (rows, qkv_width), q and k after RoPE
+  float* attn = nullptr;  // (rows, attention_width); null: selective recompute rebuilds it
+  float* lse = nullptr;   // (batch, q_heads, seq)
+};
+
+struct SelfAttention::Workspace : BlockBuffers {
+  float* d_attn = nullptr;  // (rows, attention_width)
+  float* d_qkv = nullptr;   // (rows, qkv_width)
+  float* attn = nullptr;    // (rows, attention_width): the rebuilt core attention (selective recompute)
+  float* lse = nullptr;     // (batch, q_heads, seq)
+};
+
 namespace {
 
 std::string name(int layer, const char* tensor) { return layer_prefix(layer) + "self_attention." + tensor; }
 
 }  // namespace
 
-void SelfAttention::declare(ParamDeclarations& declarations, const ModelConfig& config, int layer) {
-  const int64_t d = config.head_dim(), hidden = config.hidden_size;
-  const int64_t q_width = static_cast<int64_t>(config.num_attention_heads) * d;
-  const int64_t kv_width = static_cast<int64_t>(config.query_groups()) * d;
-  const std::string heads = "--num-attention-heads " + std::to_string(config.num_attention_heads);
-  const std::string groups = "--num-query-groups " + std::to_string(config.query_groups());
+SelfAttention::SelfAttention(const ModelConfig& config, int layer)
+    : layer_(layer),
+      hidden_(config.hidden_size),
+      head_dim_(config.head_dim()),
+      heads_(config.num_attention_heads),
+      groups_(config.query_groups()),
+      bias_(config.add_bias_linear),
+      init_std_(config.init_method_std),
+      num_layers_(config.num_layers),
+      rotary_base_(config.rotary_base),
+      rope_(config.position_embedding == PositionEmbedding::rope) {}
+
+void SelfAttention::declare(ParamDeclarations& declarations) const {
+  const int64_t d = head_dim_;
+  const int64_t q_width = heads_ * d, kv_width = groups_ * d;
+  const std::string heads = "--num-attention-heads " + std::to_string(heads_);
+  const std::string groups = "--num-query-groups " + std::to_string(groups_);
+  const Init weight = Init::normal(init_std_);
+  const Init output = Init::normal(init_std_ / std::sqrt(2.0 * num_layers_));
+  const Init zero = Init::constant(0.0f);
   using S = TensorSplit;
   declarations.begin_group();
-  declarations.add(name(layer, "linear_q.weight"), {q_width, hidden}, S::column_parallel, layer, d, heads);
-  declarations.add(name(layer, "linear_k.weight"), {kv_width, hidden}, S::column_parallel, layer, d, groups);
-  declarations.add(name(layer, "linear_v.weight"), {kv_width, hidden}, S::column_parallel, layer, d, groups);
-  if (config.add_bias_linear) {
+  declarations.add({name(layer_, "linear_q.weight"), {q_width, hidden_}, S::column_parallel, layer_, weight, d, heads});
+  declarations.add({name(layer_, "linear_k.weight"), {kv_width, hidden_}, S::column_parallel, layer_, weight, d, groups});
+  declarations.add({name(layer_, "linear_v.weight"), {kv_width, hidden_}, S::column_parallel, layer_, weight, d, groups});
+  if (bias_) {
     declarations.begin_group();
-    declarations.add(name(layer, "linear_q.bias"), {q_width}, S::column_parallel, layer, d, heads);
-    declarations.add(name(layer, "linear_k.bias"), {kv_width}, S::column_parallel, layer, d, groups);
-    declarations.add(name(layer, "linear_v.bias"), {kv_width}, S::column_parallel, layer, d, groups);
+    declarations.add({name(layer_, "linear_q.bias"), {q_width}, S::column_parallel, layer_, zero, d, heads});
+    declarations.add({name(layer_, "linear_k.bias"), {kv_width}, S::column_parallel, layer_, zero, d, groups});
+    declarations.add({name(layer_, "linear_v.bias"), {kv_width}, S::column_parallel, layer_, zero, d, groups});
   }
-  declarations.add_single(name(layer, "linear_proj.weight"), {hidden, q_width}, S::row_parallel, layer, d, heads);
-  if (config.add_bias_linear) declarations.add_single(name(layer, "linear_proj.bias"), {hidden}, S::replicated, layer);
+  declarations.add_single({name(layer_, "linear_proj.weight"), {hidden_, q_width}, S::row_parallel, layer_, output, d,
+                           heads});
+  if (bias_) declarations.add_single({name(layer_, "linear_proj.bias"), {hidden_}, S::replicated, layer_, zero});
 }
 
-namespace {
-
-LinearParams qkv_params(const ModelConfig& config, const ParamLayout& layout, int layer) {
-  const ParamEntry& q = layout.find(name(layer, "linear_q.weight"));
-  const ParamEntry& k = layout.find(name(layer, "linear_k.weight"));
-  const ParamEntry& v = layout.find(name(layer, "linear_v.weight"));
-  return LinearParams{q.offset, optional_param_offset(layout, name(layer, "linear_q.bias")), config.hidden_size,
-                      q.local_shape[0] + k.local_shape[0] + v.local_shape[0]};
+void SelfAttention::bind(const ParamLayout& layout) {
+  const ParamEntry& q = layout.find(name(layer_, "linear_q.weight"));
+  const ParamEntry& k = layout.find(name(layer_, "linear_k.weight"));
+  const ParamEntry& v = layout.find(name(layer_, "linear_v.weight"));
+  const ParamEntry& proj = layout.find(name(layer_, "linear_proj.weight"));
+  q_heads_ = static_cast<int>(q.local_shape[0] / head_dim_);
+  kv_heads_ = static_cast<int>(k.local_shape[0] / head_dim_);
+  qkv_ = ColumnParallelLinear(LinearParams{q.offset, optional_param_offset(layout, name(layer_, "linear_q.bias")),
+                                           hidden_, q.local_shape[0] + k.local_shape[0] + v.local_shape[0]});
+  proj_ = RowParallelLinear(LinearParams{proj.offset, optional_param_offset(layout, name(layer_, "linear_proj.bias")),
+                                         proj.local_shape[1], hidden_});
 }
 
-LinearParams proj_params(const ModelConfig& config, const ParamLayout& layout, int layer) {
-  const ParamEntry& proj = layout.find(name(layer, "linear_proj.weight"));
-  return LinearParams{proj.offset, optional_param_offset(layout, name(layer, "linear_proj.bias")),
-                      proj.local_shape[1], config.hidden_size};
+std::unique_ptr<BlockBuffers> SelfAttention::lay_out_saved(BufferSource& source, const ActivationRows& rows,
+                                                           bool keep_core) const {
+  auto saved = std::make_unique<Saved>();
+  const int64_t n = rows.rows;
+  saved->qkv = source.take(n * qkv_width());
+  if (keep_core) {
+    saved->attn = source.take(n * attention_width());
+    saved->lse = source.take(n * q_heads_);
+  }
+  return saved;
 }
 
-}  // namespace
+std::unique_ptr<BlockBuffers> SelfAttention::lay_out_workspace(BufferSource& source, const ActivationRows& rows,
+                                                               bool rebuild_core) const {
+  auto workspace = std::make_unique<Workspace>();
+  const int64_t n = rows.rows;
+  if (rebuild_core) {
+    workspace->attn = source.take(n * attention_width());
+    workspace->lse = source.take(n * q_heads_);
+  }
+  workspace->d_attn = source.take(n * attention_width());
+  workspace->d_qkv = source.take(n * qkv_width());
+  return workspace;
+}
 
-SelfAttention::SelfAttention(const ModelConfig& config, const ParamLayout& layout, int layer)
-    : head_dim_(config.head_dim()),
-      q_heads_(static_cast<int>(layout.find(name(layer, "linear_q.weight")).local_shape[0] / config.head_dim())),
-      kv_heads_(static_cast<int>(layout.find(name(layer, "linear_k.weight")).local_shape[0] / config.head_dim())),
-      rotary_base_(config.rotary_base),
-      rope_(config.position_embedding == PositionEmbedding::rope),
-      qkv_(qkv_params(config, layout, layer)),
-      proj_(proj_params(config, layout, layer)) {}
+int64_t SelfAttention::widest_gemm_operand() const {
+  return std::max({qkv_.in_features(), qkv_.out_features(), proj_.in_features(), proj_.out_features()});
+}
 
-kernels::AttentionShape SelfAttention::attention_shape(int batch, int seq) const {
+kernels::AttentionShape SelfAttention::core_shape(int batch, int seq) const {
   kernels::AttentionShape shape;
   shape.batch = batch;
   shape.q_len = shape.kv_len = seq;
@@ -71,21 +116,29 @@ kernels::AttentionShape SelfAttention::attention_shape(int batch, int seq) const
   return shape;
 }
 
-void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, Saved& saved) const {
+SelfAttention::Core SelfAttention::core_of(const Saved& saved, const Workspace& workspace) {
+  if (saved.attn) return Core{saved.attn, saved.lse};
+  return Core{workspace.attn, workspace.lse};
+}
+
+void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv,
+                                 const Core& core) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
-    ctx.ring_attention->forward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, saved.attn,
-                                saved.lse);
+    ctx.ring_attention->forward(qkv, qkv + q, qkv + q + kv, pass.batch.doc_start, core.attn, core.lse);
     return;
   }
-  ctx.ops.attention_forward(attention_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
-                            saved.qkv + q + kv, pass.batch.doc_start, saved.attn, saved.lse, ctx.stream);
+  ctx.ops.attention_forward(core_shape(pass.batch.batch, pass.batch.seq), qkv, qkv + q, qkv + q + kv,
+                            pass.batch.doc_start, core.attn, core.lse, ctx.stream);
 }
 
-void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, Saved& saved,
-                            const Buffers& buffers, float* out_seq) const {
-  qkv_.forward(ctx, pass, x_seq, buffers.sequence_parallel, saved.qkv);
+void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
+                            BlockBuffers& saved_buffers, BlockBuffers& workspace_buffers,
+                            const SequenceParallelBuffers& full_rows, float* out_seq) const {
+  const Saved& saved = static_cast<const Saved&>(saved_buffers);
+  const Core core = core_of(saved, static_cast<const Workspace&>(workspace_buffers));
+  qkv_.forward(ctx, pass, x_seq, full_rows, saved.qkv);
   if (rope_) {
     const int64_t width = qkv_width(), q = static_cast<int64_t>(q_heads_) * head_dim_;
     ctx.ops.rope_forward(saved.qkv, pass.rows, width, q_heads_, head_dim_, pass.batch.positions, rotary_base_,
@@ -93,31 +146,36 @@ void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, cons
     ctx.ops.rope_forward(saved.qkv + q, pass.rows, width, kv_heads_, head_dim_, pass.batch.positions, rotary_base_,
                          ctx.stream);
   }
-  core_forward(ctx, pass, saved);
-  proj_.forward(ctx, pass, saved.attn, buffers.sequence_parallel, out_seq);
+  core_forward(ctx, pass, saved.qkv, core);
+  proj_.forward(ctx, pass, core.attn, full_rows, out_seq);
 }
 
 void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x_seq,
-                             const Saved& saved, const Buffers& buffers, float* dx_seq) const {
+                             BlockBuffers& saved_buffers, BlockBuffers& workspace_buffers,
+                             const SequenceParallelBuffers& full_rows, float* dx_seq) const {
+  const Saved& saved = static_cast<const Saved&>(saved_buffers);
+  const Workspace& w = static_cast<const Workspace&>(workspace_buffers);
+  const Core core = core_of(saved, w);
+  if (!saved.attn) core_forward(ctx, pass, saved.qkv, core);  // selective recompute of the core attention
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
-  proj_.backward(ctx, pass, dy_seq, saved.attn, buffers.sequence_parallel, buffers.d_attn);
+  proj_.backward(ctx, pass, dy_seq, core.attn, full_rows, w.d_attn);
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
-    ctx.ring_attention->backward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, saved.attn,
-                                 buffers.d_attn, saved.lse, buffers.d_qkv, buffers.d_qkv + q, buffers.d_qkv + q + kv);
+    ctx.ring_attention->backward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, core.attn,
+                                 w.d_attn, core.lse, w.d_qkv, w.d_qkv + q, w.d_qkv + q + kv);
   } else {
-    ctx.ops.attention_backward(attention_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
-                               saved.qkv + q + kv, pass.batch.doc_start, saved.attn, buffers.d_attn, saved.lse,
-                               buffers.d_qkv, buffers.d_qkv + q, buffers.d_qkv + q + kv, ctx.stream);
+    ctx.ops.attention_backward(core_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
+                               saved.qkv + q + kv, pass.batch.doc_start, core.attn, w.d_attn, core.lse, w.d_qkv,
+                               w.d_qkv + q, w.d_qkv + q + kv, ctx.stream);
   }
   if (rope_) {
     const int64_t width = qkv_width();
-    ctx.ops.rope_backward(buffers.d_qkv, pass.rows, width, q_heads_, head_dim_, pass.batch.positions, rotary_base_,
+    ctx.ops.rope_backward(w.d_qkv, pass.rows, width, q_heads_, head_dim_, pass.batch.positions, rotary_base_,
                           ctx.stream);
-    ctx.ops.rope_backward(buffers.d_qkv + q, pass.rows, width, kv_heads_, head_dim_, pass.batch.positions,
-                          rotary_base_, ctx.stream);
+    ctx.ops.rope_backward(w.d_qkv + q, pass.rows, width, kv_heads_, head_dim_, pass.batch.positions, rotary_base_,
+                          ctx.stream);
   }
-  qkv_.backward(ctx, pass, buffers.d_qkv, x_seq, buffers.sequence_parallel, dx_seq);
+  qkv_.backward(ctx, pass, w.d_qkv, x_seq, full_rows, dx_seq);
 }
 
 }  // namespace mt::model

@@ -3,24 +3,34 @@
 
 namespace mt::model {
 
-void Embedding::declare(ParamDeclarations& declarations, const ModelConfig& config) {
-  const std::string vocab = "the padded vocabulary " + std::to_string(config.padded_vocab_size());
-  declarations.add_single(kWordEmbeddings, {config.padded_vocab_size(), config.hidden_size},
-                          TensorSplit::column_parallel, kEmbeddingLayer, 1, vocab);
-  if (config.position_embedding == PositionEmbedding::learned_absolute) {
-    declarations.add_single(kPositionEmbeddings, {config.max_position_embeddings, config.hidden_size},
-                            TensorSplit::replicated, kEmbeddingLayer);
+Embedding::Embedding(const ModelConfig& config, const EmbeddingSpec& spec)
+    : spec_(spec),
+      hidden_(config.hidden_size),
+      padded_vocab_(config.padded_vocab_size()),
+      max_positions_(config.max_position_embeddings),
+      init_std_(config.init_method_std),
+      hidden_dropout_(config.hidden_dropout) {}
+
+void Embedding::declare(ParamDeclarations& declarations) const {
+  const std::string vocab = "the padded vocabulary " + std::to_string(padded_vocab_);
+  ParamDeclaration word{kWordEmbeddings, {padded_vocab_, hidden_}, TensorSplit::column_parallel, kEmbeddingLayer,
+                        Init::normal(init_std_), 1, vocab};
+  word.tied_embedding = spec_.tied_to_output;
+  declarations.add_single(word);
+  if (spec_.kind == EmbeddingKind::word_and_learned_positions) {
+    ParamDeclaration positions{kPositionEmbeddings, {max_positions_, hidden_}, TensorSplit::replicated,
+                               kEmbeddingLayer, Init::normal(init_std_)};
+    positions.full_rows = true;
+    declarations.add_single(positions);
   }
 }
 
-Embedding::Embedding(const ModelConfig& config, const ParamLayout& layout)
-    : hidden_(config.hidden_size),
-      hidden_dropout_(config.hidden_dropout),
-      word_(param_offset(layout, kWordEmbeddings)),
-      position_(optional_param_offset(layout, kPositionEmbeddings)) {
+void Embedding::bind(const ParamLayout& layout) {
   const ParamEntry& word = layout.find(kWordEmbeddings);
+  word_ = word.offset;
   vocab_start_ = word.shard_offset;
   vocab_end_ = word.shard_offset + word.local_shape[0];
+  position_ = spec_.kind == EmbeddingKind::word_and_learned_positions ? param_offset(layout, kPositionEmbeddings) : -1;
 }
 
 kernels::DropoutKey Embedding::dropout_key(const LayerContext& ctx, const LayerPass& pass) const {

@@ -1,12 +1,15 @@
 // The input embedding (Megatron's LanguageModelEmbedding): a vocab-parallel word embedding (each
 // TP rank looks up the token ids of its vocabulary rows, zero rows elsewhere), plus the learned
-// position table on GPT-2 models (TP-replicated; added by TP rank 0 only, so the sum over TP adds
-// it once), summed over TP by reduce_from_tensor_parallel_region or, under sequence parallelism,
-// reduce_scatter_to_sequence_parallel_region, then dropout on this rank's rows. Tested through the
-// model's finite differences, the PyTorch goldens and the TP = 2 stage test.
+// position table of EmbeddingKind::word_and_learned_positions (GPT-2; TP-replicated, looked up on
+// full rows; added by TP rank 0 only, so the sum over TP adds it once), summed over TP by
+// reduce_from_tensor_parallel_region or, under sequence parallelism,
+// reduce_scatter_to_sequence_parallel_region, then dropout on this rank's rows. Both tables start
+// N(0, init_method_std). Tested through the model's finite differences, the PyTorch goldens and
+// the TP = 2 stage test.
 #pragma once
 
 #include "model/layers/layer_context.h"
+#include "model/spec.h"
 
 namespace mt::model {
 
@@ -15,8 +18,10 @@ class Embedding {
   static constexpr const char* kWordEmbeddings = "embedding.word_embeddings.weight";
   static constexpr const char* kPositionEmbeddings = "embedding.position_embeddings.weight";
 
-  static void declare(ParamDeclarations& declarations, const ModelConfig& config);
-  Embedding(const ModelConfig& config, const ParamLayout& layout);
+  Embedding(const ModelConfig& config, const EmbeddingSpec& spec);
+
+  void declare(ParamDeclarations& declarations) const;
+  void bind(const ParamLayout& layout);
 
   // x_seq (sequence rows, hidden) = dropout(embedding of the micro-batch's tokens); full_buffer
   // (rows, hidden) holds the partial lookups under SP.
@@ -28,10 +33,13 @@ class Embedding {
  private:
   kernels::DropoutKey dropout_key(const LayerContext& ctx, const LayerPass& pass) const;
 
+  EmbeddingSpec spec_;
   int hidden_;
+  int64_t padded_vocab_, max_positions_;
+  double init_std_;
   float hidden_dropout_;
-  int64_t word_, position_;          // offsets; position_ -1 without a learned table
-  int64_t vocab_start_, vocab_end_;  // this rank's vocabulary rows
+  int64_t word_ = -1, position_ = -1;        // offsets; position_ -1 without a learned table
+  int64_t vocab_start_ = 0, vocab_end_ = 0;  // this rank's vocabulary rows
 };
 
 }  // namespace mt::model

@@ -34,6 +34,7 @@ struct LinearParams {
 
 class ColumnParallelLinear {
  public:
+  ColumnParallelLinear() = default;  // unbound (no weight yet)
   explicit ColumnParallelLinear(LinearParams params) : p_(params) {}
   int64_t out_features() const { return p_.out_features; }
   int64_t in_features() const { return p_.in_features; }
@@ -56,6 +57,7 @@ class ColumnParallelLinear {
 
 class RowParallelLinear {
  public:
+  RowParallelLinear() = default;  // unbound (no weight yet)
   explicit RowParallelLinear(LinearParams params) : p_(params) {}
   int64_t out_features() const { return p_.out_features; }
   int64_t in_features() const { return p_.in_features; }

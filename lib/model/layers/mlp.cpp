@@ -1,76 +1,125 @@
-// The MLP (see mlp.h).
+// The dense MLP (see mlp.h).
 #include "model/layers/mlp.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace mt::model {
+
+struct Mlp::Saved : BlockBuffers {
+  float* fc1 = nullptr;  // (rows, fc1_width): pre-activation
+  float* act = nullptr;  // (rows, ffn)
+};
+
+struct Mlp::Workspace : BlockBuffers {
+  float* d_fc1 = nullptr;  // (rows, fc1_width)
+  float* d_act = nullptr;  // (rows, ffn)
+};
+
 namespace {
 
 std::string name(int layer, const char* tensor) { return layer_prefix(layer) + "mlp." + tensor; }
 
-LinearParams fc1_params(const ModelConfig& config, const ParamLayout& layout, int layer) {
-  if (config.swiglu) {
-    const ParamEntry& gate = layout.find(name(layer, "linear_fc1_gate.weight"));
-    const ParamEntry& up = layout.find(name(layer, "linear_fc1_up.weight"));
-    return LinearParams{gate.offset, optional_param_offset(layout, name(layer, "linear_fc1_gate.bias")),
-                        config.hidden_size, gate.local_shape[0] + up.local_shape[0]};
-  }
-  const ParamEntry& fc1 = layout.find(name(layer, "linear_fc1.weight"));
-  return LinearParams{fc1.offset, optional_param_offset(layout, name(layer, "linear_fc1.bias")), config.hidden_size,
-                      fc1.local_shape[0]};
-}
-
-LinearParams fc2_params(const ModelConfig& config, const ParamLayout& layout, int layer) {
-  const ParamEntry& fc2 = layout.find(name(layer, "linear_fc2.weight"));
-  return LinearParams{fc2.offset, optional_param_offset(layout, name(layer, "linear_fc2.bias")), fc2.local_shape[1],
-                      config.hidden_size};
-}
-
 }  // namespace
 
-void Mlp::declare(ParamDeclarations& declarations, const ModelConfig& config, int layer) {
-  const int64_t ffn = config.ffn_hidden_size, hidden = config.hidden_size;
-  const bool bias = config.add_bias_linear;
+Mlp::Mlp(const ModelConfig& config, const MlpSpec& spec, int layer)
+    : layer_(layer),
+      hidden_(config.hidden_size),
+      ffn_hidden_size_(spec.ffn_hidden_size),
+      swiglu_(spec.activation == MlpActivation::swiglu),
+      bias_(config.add_bias_linear),
+      init_std_(config.init_method_std),
+      num_layers_(config.num_layers) {}
+
+void Mlp::declare(ParamDeclarations& declarations) const {
+  const int64_t ffn = ffn_hidden_size_, hidden = hidden_;
   const std::string ffn_flag = "--ffn-hidden-size " + std::to_string(ffn);
+  const Init weight = Init::normal(init_std_);
+  const Init output = Init::normal(init_std_ / std::sqrt(2.0 * num_layers_));
+  const Init zero = Init::constant(0.0f);
   using S = TensorSplit;
-  if (config.swiglu) {
+  if (swiglu_) {
     declarations.begin_group();
-    declarations.add(name(layer, "linear_fc1_gate.weight"), {ffn, hidden}, S::column_parallel, layer, 1, ffn_flag);
-    declarations.add(name(layer, "linear_fc1_up.weight"), {ffn, hidden}, S::column_parallel, layer, 1, ffn_flag);
-    if (bias) {
+    declarations.add({name(layer_, "linear_fc1_gate.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+                      ffn_flag});
+    declarations.add({name(layer_, "linear_fc1_up.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+                      ffn_flag});
+    if (bias_) {
       declarations.begin_group();
-      declarations.add(name(layer, "linear_fc1_gate.bias"), {ffn}, S::column_parallel, layer, 1, ffn_flag);
-      declarations.add(name(layer, "linear_fc1_up.bias"), {ffn}, S::column_parallel, layer, 1, ffn_flag);
+      declarations.add({name(layer_, "linear_fc1_gate.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
+      declarations.add({name(layer_, "linear_fc1_up.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
     }
   } else {
-    declarations.add_single(name(layer, "linear_fc1.weight"), {ffn, hidden}, S::column_parallel, layer, 1, ffn_flag);
-    if (bias) declarations.add_single(name(layer, "linear_fc1.bias"), {ffn}, S::column_parallel, layer, 1, ffn_flag);
+    declarations.add_single({name(layer_, "linear_fc1.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+                             ffn_flag});
+    if (bias_) {
+      declarations.add_single({name(layer_, "linear_fc1.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
+    }
   }
-  declarations.add_single(name(layer, "linear_fc2.weight"), {hidden, ffn}, S::row_parallel, layer, 1, ffn_flag);
-  if (bias) declarations.add_single(name(layer, "linear_fc2.bias"), {hidden}, S::replicated, layer);
+  declarations.add_single({name(layer_, "linear_fc2.weight"), {hidden, ffn}, S::row_parallel, layer_, output, 1,
+                           ffn_flag});
+  if (bias_) declarations.add_single({name(layer_, "linear_fc2.bias"), {hidden}, S::replicated, layer_, zero});
 }
 
-Mlp::Mlp(const ModelConfig& config, const ParamLayout& layout, int layer)
-    : swiglu_(config.swiglu), fc1_(fc1_params(config, layout, layer)), fc2_(fc2_params(config, layout, layer)) {}
+void Mlp::bind(const ParamLayout& layout) {
+  if (swiglu_) {
+    const ParamEntry& gate = layout.find(name(layer_, "linear_fc1_gate.weight"));
+    const ParamEntry& up = layout.find(name(layer_, "linear_fc1_up.weight"));
+    fc1_ = ColumnParallelLinear(LinearParams{gate.offset,
+                                             optional_param_offset(layout, name(layer_, "linear_fc1_gate.bias")),
+                                             hidden_, gate.local_shape[0] + up.local_shape[0]});
+  } else {
+    const ParamEntry& fc1 = layout.find(name(layer_, "linear_fc1.weight"));
+    fc1_ = ColumnParallelLinear(LinearParams{fc1.offset, optional_param_offset(layout, name(layer_, "linear_fc1.bias")),
+                                             hidden_, fc1.local_shape[0]});
+  }
+  const ParamEntry& fc2 = layout.find(name(layer_, "linear_fc2.weight"));
+  fc2_ = RowParallelLinear(LinearParams{fc2.offset, optional_param_offset(layout, name(layer_, "linear_fc2.bias")),
+                                        fc2.local_shape[1], hidden_});
+}
 
-void Mlp::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, const Saved& saved,
-                  const Buffers& buffers, float* out_seq) const {
-  fc1_.forward(ctx, pass, x_seq, buffers.sequence_parallel, saved.fc1);
+std::unique_ptr<BlockBuffers> Mlp::lay_out_saved(BufferSource& source, const ActivationRows& rows) const {
+  auto saved = std::make_unique<Saved>();
+  saved->fc1 = source.take(rows.rows * fc1_width());
+  saved->act = source.take(rows.rows * ffn());
+  return saved;
+}
+
+std::unique_ptr<BlockBuffers> Mlp::lay_out_workspace(BufferSource& source, const ActivationRows& rows) const {
+  auto workspace = std::make_unique<Workspace>();
+  workspace->d_fc1 = source.take(rows.rows * fc1_width());
+  workspace->d_act = source.take(rows.rows * ffn());
+  return workspace;
+}
+
+int64_t Mlp::widest_gemm_operand() const {
+  return std::max({fc1_.in_features(), fc1_.out_features(), fc2_.in_features(), fc2_.out_features()});
+}
+
+void Mlp::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, BlockBuffers& saved_buffers,
+                  BlockBuffers&, const SequenceParallelBuffers& full_rows, float* out_seq) const {
+  const Saved& saved = static_cast<const Saved&>(saved_buffers);
+  fc1_.forward(ctx, pass, x_seq, full_rows, saved.fc1);
   if (swiglu_) {
     ctx.ops.swiglu_forward(saved.fc1, saved.act, pass.rows, static_cast<int>(ffn()), ctx.stream);
   } else {
     ctx.ops.gelu_forward(saved.fc1, saved.act, pass.rows * ffn(), ctx.stream);
   }
-  fc2_.forward(ctx, pass, saved.act, buffers.sequence_parallel, out_seq);
+  fc2_.forward(ctx, pass, saved.act, full_rows, out_seq);
 }
 
 void Mlp::backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x_seq,
-                   const Saved& saved, const Buffers& buffers, float* dx_seq) const {
-  fc2_.backward(ctx, pass, dy_seq, saved.act, buffers.sequence_parallel, buffers.d_act);
+                   BlockBuffers& saved_buffers, BlockBuffers& workspace_buffers,
+                   const SequenceParallelBuffers& full_rows, float* dx_seq) const {
+  const Saved& saved = static_cast<const Saved&>(saved_buffers);
+  const Workspace& w = static_cast<const Workspace&>(workspace_buffers);
+  fc2_.backward(ctx, pass, dy_seq, saved.act, full_rows, w.d_act);
   if (swiglu_) {
-    ctx.ops.swiglu_backward(buffers.d_act, saved.fc1, buffers.d_fc1, pass.rows, static_cast<int>(ffn()), ctx.stream);
+    ctx.ops.swiglu_backward(w.d_act, saved.fc1, w.d_fc1, pass.rows, static_cast<int>(ffn()), ctx.stream);
   } else {
-    ctx.ops.gelu_backward(buffers.d_act, saved.fc1, buffers.d_fc1, pass.rows * ffn(), ctx.stream);
+    ctx.ops.gelu_backward(w.d_act, saved.fc1, w.d_fc1, pass.rows * ffn(), ctx.stream);
   }
-  fc1_.backward(ctx, pass, buffers.d_fc1, x_seq, buffers.sequence_parallel, dx_seq);
+  fc1_.backward(ctx, pass, w.d_fc1, x_seq, full_rows, dx_seq);
 }
 
 }  // namespace mt::model

@@ -1,40 +1,47 @@
-// The MLP (Megatron's MLP): a column-parallel fc1 (GELU: linear_fc1; SwiGLU: separate global
-// linear_fc1_gate and linear_fc1_up, adjacent locally so fc1 is one GEMM whose output rows are
-// [gate | up] of this rank's ffn columns), the activation, and a row-parallel fc2. Tested through
-// the model's finite differences, the PyTorch goldens and the TP = 2 stage test.
+// The dense MLP (Megatron's MLP), the MlpKind::dense variant: a column-parallel fc1 (GELU:
+// linear_fc1; SwiGLU: separate global linear_fc1_gate and linear_fc1_up, adjacent locally so fc1
+// is one GEMM whose output rows are [gate | up] of this rank's ffn columns), the activation, and a
+// row-parallel fc2, at the ffn width of its MlpSpec (layers may differ). Init: fc1
+// N(0, init_method_std), fc2 N(0, init_method_std / sqrt(2 num_layers)), biases 0. Tested through
+// the model's finite differences, the PyTorch goldens, the TP = 2 stage test and the mixed-width
+// chunk of tests/unit/model/test_spec.cpp.
 #pragma once
 
-#include "model/layers/layer_context.h"
-#include "model/layers/linear.h"
+#include "model/layers/decoder_layer.h"
+#include "model/spec.h"
 
 namespace mt::model {
 
-class Mlp {
+class Mlp : public MlpVariant {
  public:
-  struct Saved {
-    float* fc1 = nullptr;  // (rows, fc1_width): pre-activation
-    float* act = nullptr;  // (rows, ffn)
-  };
-  struct Buffers {
-    SequenceParallelBuffers sequence_parallel;
-    float* d_act = nullptr;     // (rows, ffn)
-    float* d_fc1 = nullptr;     // (rows, fc1_width)
-  };
+  Mlp(const ModelConfig& config, const MlpSpec& spec, int layer);
 
-  static void declare(ParamDeclarations& declarations, const ModelConfig& config, int layer);
-  Mlp(const ModelConfig& config, const ParamLayout& layout, int layer);
+  void declare(ParamDeclarations& declarations) const override;
+  void bind(const ParamLayout& layout) override;
 
   int64_t ffn() const { return fc2_.in_features(); }  // local
   int64_t fc1_width() const { return fc1_.out_features(); }
 
+  std::unique_ptr<BlockBuffers> lay_out_saved(BufferSource& source, const ActivationRows& rows) const override;
+  std::unique_ptr<BlockBuffers> lay_out_workspace(BufferSource& source, const ActivationRows& rows) const override;
+  int64_t widest_gemm_operand() const override;
+
   // out_seq (sequence rows, hidden) = fc2(act(fc1(x_seq))) + bias, before dropout.
-  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, const Saved& saved,
-               const Buffers& buffers, float* out_seq) const;
+  void forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, BlockBuffers& saved,
+               BlockBuffers& workspace, const SequenceParallelBuffers& full_rows, float* out_seq) const override;
   void backward(const LayerContext& ctx, const LayerPass& pass, const float* dy_seq, const float* x_seq,
-                const Saved& saved, const Buffers& buffers, float* dx_seq) const;
+                BlockBuffers& saved, BlockBuffers& workspace, const SequenceParallelBuffers& full_rows,
+                float* dx_seq) const override;
 
  private:
-  bool swiglu_;
+  struct Saved;
+  struct Workspace;
+
+  int layer_;
+  int64_t hidden_, ffn_hidden_size_;  // global widths
+  bool swiglu_, bias_;
+  double init_std_;
+  int num_layers_;  // fc2's init scale
   ColumnParallelLinear fc1_;
   RowParallelLinear fc2_;
 };

@@ -1,21 +1,35 @@
 // LayerNorm / RMSNorm (see norm.h).
 #include "model/layers/norm.h"
 
+#include <utility>
+
 namespace mt::model {
 
-void Norm::declare(ParamDeclarations& declarations, const ModelConfig& config, const std::string& name, int layer) {
-  declarations.add_single(name + ".weight", {config.hidden_size}, TensorSplit::replicated, layer);
-  if (config.normalization == Normalization::layernorm) {
-    declarations.add_single(name + ".bias", {config.hidden_size}, TensorSplit::replicated, layer);
+Norm::Norm(const ModelConfig& config, std::string name, int layer)
+    : name_(std::move(name)),
+      layer_(layer),
+      layernorm_(config.normalization == Normalization::layernorm),
+      cols_(config.hidden_size),
+      eps_(config.norm_epsilon) {}
+
+void Norm::declare(ParamDeclarations& declarations) const {
+  declarations.add_single({name_ + ".weight", {cols_}, TensorSplit::replicated, layer_, Init::constant(1.0f)});
+  if (layernorm_) {
+    declarations.add_single({name_ + ".bias", {cols_}, TensorSplit::replicated, layer_, Init::constant(0.0f)});
   }
 }
 
-Norm::Norm(const ModelConfig& config, const ParamLayout& layout, const std::string& name)
-    : layernorm_(config.normalization == Normalization::layernorm),
-      cols_(config.hidden_size),
-      eps_(config.norm_epsilon),
-      weight_(param_offset(layout, name + ".weight")),
-      bias_(optional_param_offset(layout, name + ".bias")) {}
+void Norm::bind(const ParamLayout& layout) {
+  weight_ = param_offset(layout, name_ + ".weight");
+  bias_ = optional_param_offset(layout, name_ + ".bias");
+}
+
+Norm::Statistics Norm::lay_out_statistics(BufferSource& source, int64_t rows) const {
+  Statistics statistics;
+  if (layernorm_) statistics.mean = source.take(rows);
+  statistics.rstd = source.take(rows);
+  return statistics;
+}
 
 void Norm::forward(const LayerContext& ctx, const float* x, float* y, float* mean, float* rstd, int64_t rows) const {
   if (layernorm_) {

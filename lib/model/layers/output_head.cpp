@@ -11,32 +11,64 @@ namespace {
 constexpr const char* kFinalNorm = "decoder.final_layernorm";
 constexpr const char* kOutputLayer = "output_layer.weight";
 
-const ParamEntry& output_weight(const ModelConfig& config, const ParamLayout& layout) {
-  return layout.find(config.untie_embeddings_and_output_weights ? kOutputLayer : Embedding::kWordEmbeddings);
+const char* output_weight_name(const HeadSpec& spec) {
+  return spec.output == OutputWeight::own ? kOutputLayer : Embedding::kWordEmbeddings;
 }
 
 }  // namespace
 
-void OutputHead::declare(ParamDeclarations& declarations, const ModelConfig& config, bool tied_copy) {
-  Norm::declare(declarations, config, kFinalNorm, head_layer(config));
-  const std::vector<int64_t> shape{config.padded_vocab_size(), config.hidden_size};
-  const std::string vocab = "the padded vocabulary " + std::to_string(config.padded_vocab_size());
-  if (config.untie_embeddings_and_output_weights) {
-    declarations.add_single(kOutputLayer, shape, TensorSplit::column_parallel, head_layer(config), 1, vocab);
-  } else if (tied_copy) {
-    // The last stage of a pipeline holds its own copy of the tied embedding (Megatron does the
-    // same and keeps the copies equal by an all-reduce of their grads).
-    declarations.add_single(Embedding::kWordEmbeddings, shape, TensorSplit::column_parallel, head_layer(config), 1,
-                            vocab);
+OutputHead::OutputHead(const ModelConfig& config, const HeadSpec& spec)
+    : spec_(spec),
+      hidden_(config.hidden_size),
+      padded_vocab_(config.padded_vocab_size()),
+      vocab_size_(config.vocab_size),
+      init_std_(config.init_method_std),
+      layer_(head_layer(config)),
+      norm_(config, kFinalNorm, layer_) {}
+
+void OutputHead::declare(ParamDeclarations& declarations) const {
+  norm_.declare(declarations);
+  const std::string vocab = "the padded vocabulary " + std::to_string(padded_vocab_);
+  ParamDeclaration weight{output_weight_name(spec_), {padded_vocab_, hidden_}, TensorSplit::column_parallel, layer_,
+                          Init::normal(init_std_), 1, vocab};
+  switch (spec_.output) {
+    case OutputWeight::own:
+      declarations.add_single(weight);
+      break;
+    case OutputWeight::tied_copy:
+      // The last stage of a pipeline holds its own copy of the tied embedding (Megatron does the
+      // same and keeps the copies equal by an all-reduce of their grads): the same tensor, so
+      // the same init.
+      weight.tied_embedding = weight.tied_copy = true;
+      declarations.add_single(weight);
+      break;
+    case OutputWeight::tied_embedding:
+      break;  // the embedding declares it
   }
 }
 
-OutputHead::OutputHead(const ModelConfig& config, const ParamLayout& layout)
-    : norm_(config, layout, kFinalNorm),
-      output_(LinearParams{output_weight(config, layout).offset, -1, config.hidden_size,
-                           output_weight(config, layout).local_shape[0]}),
-      vocab_start_(output_weight(config, layout).shard_offset),
-      valid_(std::clamp<int64_t>(config.vocab_size - vocab_start_, 0, output_.out_features())) {}
+void OutputHead::bind(const ParamLayout& layout) {
+  norm_.bind(layout);
+  const ParamEntry& weight = layout.find(output_weight_name(spec_));
+  output_ = ColumnParallelLinear(LinearParams{weight.offset, -1, hidden_, weight.local_shape[0]});
+  vocab_start_ = weight.shard_offset;
+  valid_ = std::clamp<int64_t>(vocab_size_ - vocab_start_, 0, output_.out_features());
+}
+
+HeadActivations OutputHead::lay_out_activations(BufferSource& source, const ActivationRows& rows) const {
+  const int64_t n = rows.rows, s = rows.sequence_rows;
+  HeadActivations a;
+  a.final_hidden = source.take(s * hidden_);
+  a.final_norm = source.take(s * hidden_);
+  const Norm::Statistics statistics = norm_.lay_out_statistics(source, s);
+  a.final_mean = statistics.mean;
+  a.final_rstd = statistics.rstd;
+  a.logits = source.take(n * vocab_width());
+  a.row_max = source.take(n);
+  a.row_sumexp = source.take(n);
+  a.target_logit = source.take(n);
+  return a;
+}
 
 LossSums OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
                              const HeadWorkspace& w) const {

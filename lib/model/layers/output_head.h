@@ -2,13 +2,16 @@
 // over the padded vocabulary: the tied word embedding, or output_layer.weight when untied) and
 // Megatron's vocab-parallel cross-entropy. The logits stay split over TP (rows, local vocab);
 // only the three small all-reduces over (rows) values cross ranks (row max, sum of exps, target
-// logit), and padded vocabulary columns never enter the softmax. Tested through the PyTorch
-// goldens, the model's finite differences and the TP = 2 stage test.
+// logit), and padded vocabulary columns never enter the softmax. HeadKind::language_model; its
+// own output layer (untied) starts N(0, init_method_std) like the word embedding. Tested through
+// the PyTorch goldens, the model's finite differences and the TP = 2 stage test.
 #pragma once
 
+#include "model/layers/block.h"
 #include "model/layers/layer_context.h"
 #include "model/layers/linear.h"
 #include "model/layers/norm.h"
+#include "model/spec.h"
 
 namespace mt::model {
 
@@ -32,11 +35,14 @@ struct HeadWorkspace {
 
 class OutputHead {
  public:
-  // `tied_copy`: the embedding is not on this rank, so a tied output layer needs its own copy.
-  static void declare(ParamDeclarations& declarations, const ModelConfig& config, bool tied_copy);
-  OutputHead(const ModelConfig& config, const ParamLayout& layout);
+  OutputHead(const ModelConfig& config, const HeadSpec& spec);
 
-  int64_t vocab_width() const { return output_.out_features(); }  // local, incl. padding
+  void declare(ParamDeclarations& declarations) const;
+  void bind(const ParamLayout& layout);
+  // Its activations for micro-batches of `rows` (laid out in the stage's slots).
+  HeadActivations lay_out_activations(BufferSource& source, const ActivationRows& rows) const;
+
+  int64_t vocab_width() const { return output_.out_features(); }  // local, incl. padding (bound)
   int64_t vocab_start() const { return vocab_start_; }
   // Local columns that are real vocabulary (the rest is padding).
   int64_t valid_columns() const { return valid_; }
@@ -49,9 +55,13 @@ class OutputHead {
                 const HeadWorkspace& work, float* d_hidden) const;
 
  private:
+  HeadSpec spec_;
+  int64_t hidden_, padded_vocab_, vocab_size_;
+  double init_std_;
+  int layer_;  // head_layer()
   Norm norm_;
   ColumnParallelLinear output_;
-  int64_t vocab_start_, valid_;
+  int64_t vocab_start_ = 0, valid_ = 0;
 };
 
 }  // namespace mt::model

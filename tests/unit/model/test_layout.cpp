@@ -78,7 +78,7 @@ TEST(Init, EveryLayoutStartsFromTheSameGlobalModel) {
   const ModelConfig c = preset("tiny-gpt");
   const ParamLayout whole = build_layout(c);
   std::vector<float> reference(static_cast<size_t>(whole.total_elements));
-  initialize_parameters(c, whole, 42, reference.data());
+  initialize_parameters(whole, 42, reference.data());
   mt::parallel::ParallelConfig tp2;
   tp2.tensor_model_parallel_size = 2;
   for (int r = 0; r < 2; ++r) {
@@ -86,7 +86,7 @@ TEST(Init, EveryLayoutStartsFromTheSameGlobalModel) {
     rank.tp = r;
     const ParamLayout shard = build_layout(c, tp2, rank, 0, c.num_layers);
     std::vector<float> local(static_cast<size_t>(shard.total_elements));
-    initialize_parameters(c, shard, 42, local.data());
+    initialize_parameters(shard, 42, local.data());
     for (const auto& e : shard.entries) {
       const auto& g = whole.find(e.name);
       if (e.local_shape.size() != 2) continue;
@@ -105,7 +105,7 @@ TEST(Init, MegatronScheme) {
   const ModelConfig c = preset("tiny-gpt");
   const ParamLayout layout = build_layout(c);
   std::vector<float> p(static_cast<size_t>(layout.total_elements));
-  initialize_parameters(c, layout, 7, p.data());
+  initialize_parameters(layout, 7, p.data());
   auto stddev = [&](const std::string& name) {
     const auto& e = layout.find(name);
     double sum = 0, sq = 0;
@@ -121,9 +121,9 @@ TEST(Init, MegatronScheme) {
   EXPECT_EQ(p[layout.find("decoder.layers.1.pre_mlp_layernorm.bias").offset], 0.0f);
   EXPECT_EQ(p[layout.find("decoder.layers.1.mlp.linear_fc1.bias").offset], 0.0f);
   std::vector<float> again(p.size());
-  initialize_parameters(c, layout, 7, again.data());
+  initialize_parameters(layout, 7, again.data());
   EXPECT_EQ(p, again);
-  initialize_parameters(c, layout, 8, again.data());
+  initialize_parameters(layout, 8, again.data());
   EXPECT_NE(p, again);
 }
 
@@ -373,13 +373,13 @@ TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {
     c.num_layers = 3;
     const ParamLayout whole = build_layout(c);
     std::vector<float> reference(static_cast<size_t>(whole.total_elements));
-    initialize_parameters(c, whole, 42, reference.data());
+    initialize_parameters(whole, 42, reference.data());
     for (int tp : {1, 2}) {
       for (int r = 0; r < tp; ++r) {
         const ParamLayout chunks = build_layout(c, parallel_config(tp), coordinates(r),
                                                 std::vector<ChunkSpec>{{0, 2, true, false}, {2, 3, false, true}});
         std::vector<float> local(static_cast<size_t>(chunks.total_elements));
-        initialize_parameters(c, chunks, 42, local.data());
+        initialize_parameters(chunks, 42, local.data());
         for (const ParamEntry& e : chunks.entries) {
           const ParamEntry& g = whole.find(e.name);
           const int64_t cols = e.local_shape.size() == 2 ? e.local_shape[1] : 1;
@@ -402,10 +402,11 @@ TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {
 // still draw each global element once: a (3, 8, 5) tensor cut along its middle dimension.
 TEST(Init, ThreeDimensionalShardsAreSlicesOfTheWholeTensor) {
   const ModelConfig c = preset("tiny-gpt");
-  auto layout_of = [](int64_t shard_offset, int64_t extent) {
+  auto layout_of = [&c](int64_t shard_offset, int64_t extent) {
     ParamLayout layout;
     ParamEntry e;
     e.name = "decoder.layers.0.mlp.experts.weight";
+    e.init = Init::normal(c.init_method_std);
     e.global_shape = {3, 8, 5};
     e.local_shape = {3, extent, 5};
     e.shard_dim = extent == 8 ? -1 : 1;
@@ -417,8 +418,8 @@ TEST(Init, ThreeDimensionalShardsAreSlicesOfTheWholeTensor) {
     return layout;
   };
   std::vector<float> whole(120), shard(60);
-  initialize_parameters(c, layout_of(0, 8), 5, whole.data());
-  initialize_parameters(c, layout_of(4, 4), 5, shard.data());
+  initialize_parameters(layout_of(0, 8), 5, whole.data());
+  initialize_parameters(layout_of(4, 4), 5, shard.data());
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 4; ++b)
       for (int k = 0; k < 5; ++k) ASSERT_EQ(shard[(a * 4 + b) * 5 + k], whole[(a * 8 + b + 4) * 5 + k]) << a << b << k;

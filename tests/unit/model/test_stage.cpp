@@ -64,7 +64,7 @@ struct RankModel {
         params(static_cast<size_t>(layout.total_elements)),
         grads(params.size(), 0.0f),
         weights(backend::cpu_ops(), options.precision, layout.total_elements) {
-    initialize_parameters(c, layout, 11, params.data());
+    initialize_parameters(layout, 11, params.data());
     weights.refresh(params.data());
     for (size_t chunk = 0; chunk < layout.chunks.size(); ++chunk) {
       stages.push_back(std::make_unique<Stage>(c, layout, static_cast<int>(chunk), parallel, backend::cpu_ops(),

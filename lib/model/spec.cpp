@@ -1,0 +1,174 @@
+// The model spec and the factories of its blocks (see spec.h).
+#include "model/spec.h"
+
+#include "core/error.h"
+#include "model/layers/attention.h"
+#include "model/layers/embedding.h"
+#include "model/layers/mlp.h"
+#include "model/layers/output_head.h"
+#include "model/layers/pre_norm_layer.h"
+#include "model/layout.h"
+
+namespace mt::model {
+namespace {
+
+std::string range_name(const ChunkSpec& chunk) {
+  return "chunk of layers [" + std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.last_layer) + ")";
+}
+
+std::unique_ptr<AttentionVariant> make_attention(const AttentionSpec& spec, const ModelConfig& config, int layer) {
+  switch (spec.kind) {
+    case AttentionKind::self_attention:
+      return std::make_unique<SelfAttention>(config, layer);
+  }
+  throw Error("decoder layer " + std::to_string(layer), "has an attention kind the spec does not know");
+}
+
+std::unique_ptr<MlpVariant> make_mlp(const MlpSpec& spec, const ModelConfig& config, int layer) {
+  switch (spec.kind) {
+    case MlpKind::dense:
+      return std::make_unique<Mlp>(config, spec, layer);
+  }
+  throw Error("decoder layer " + std::to_string(layer), "has an MLP kind the spec does not know");
+}
+
+}  // namespace
+
+LayerSpec layer_spec(const ModelConfig& config, int layer) {
+  const std::string what = "decoder layer " + std::to_string(layer);
+  if (config.multi_latent_attention) {
+    throw Error(what, "the model spec has no multi-latent attention variant (--multi-latent-attention)");
+  }
+  if (config.is_moe_layer(layer)) {
+    throw Error(what, "the model spec has no mixture-of-experts MLP variant (--num-experts " +
+                          std::to_string(config.num_experts) + ")");
+  }
+  LayerSpec spec;
+  spec.layer = layer;
+  spec.norm = NormPlacement::pre_norm;
+  spec.attention.kind = AttentionKind::self_attention;
+  spec.mlp.kind = MlpKind::dense;
+  spec.mlp.activation = config.swiglu ? MlpActivation::swiglu : MlpActivation::gelu;
+  spec.mlp.ffn_hidden_size = config.ffn_hidden_size;
+  return spec;
+}
+
+ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& chunks) {
+  if (config.mtp_num_layers > 0) {
+    throw Error("the model spec", "has no multi-token prediction blocks (--mtp-num-layers " +
+                                      std::to_string(config.mtp_num_layers) + ")");
+  }
+  bool embedding_here = false;
+  for (const ChunkSpec& chunk : chunks) embedding_here = embedding_here || chunk.has_embedding;
+  const bool tied = !config.untie_embeddings_and_output_weights;
+  ModelSpec spec;
+  for (const ChunkSpec& range : chunks) {
+    ChunkBlocks chunk;
+    static_cast<ChunkSpec&>(chunk) = range;
+    if (range.has_embedding) {
+      const bool positions = config.position_embedding == PositionEmbedding::learned_absolute;
+      chunk.embedding = EmbeddingSpec{positions ? EmbeddingKind::word_and_learned_positions : EmbeddingKind::word,
+                                      tied};
+    }
+    for (int layer = range.first_layer; layer < range.last_layer; ++layer) {
+      chunk.layers.push_back(layer_spec(config, layer));
+    }
+    if (range.has_output) {
+      const OutputWeight output = !tied ? OutputWeight::own
+                                  : embedding_here ? OutputWeight::tied_embedding
+                                                   : OutputWeight::tied_copy;
+      chunk.head = HeadSpec{HeadKind::language_model, output};
+    }
+    spec.chunks.push_back(std::move(chunk));
+  }
+  return spec;
+}
+
+ModelSpec model_spec(const ModelConfig& config) {
+  return model_spec(config, std::vector<ChunkSpec>{{0, config.num_layers, true, true}});
+}
+
+void check_spec(const ModelSpec& spec) {
+  for (const ChunkBlocks& chunk : spec.chunks) {
+    const std::string what = range_name(chunk);
+    if (chunk.embedding.has_value() != chunk.has_embedding) {
+      throw Error(what, chunk.has_embedding ? "embeds but has no embedding block" : "has an embedding block");
+    }
+    if (chunk.head.has_value() != chunk.has_output) {
+      throw Error(what, chunk.has_output ? "ends the model but has no head block" : "has a head block");
+    }
+    if (static_cast<int>(chunk.layers.size()) != chunk.last_layer - chunk.first_layer) {
+      throw Error(what, "has " + std::to_string(chunk.layers.size()) + " layer specs");
+    }
+    for (size_t i = 0; i < chunk.layers.size(); ++i) {
+      const LayerSpec& layer = chunk.layers[i];
+      if (layer.layer != chunk.first_layer + static_cast<int>(i)) {
+        throw Error(what, "lists layer " + std::to_string(layer.layer) + " in place of " +
+                              std::to_string(chunk.first_layer + static_cast<int>(i)));
+      }
+      if (layer.mlp.ffn_hidden_size <= 0) {
+        throw Error("decoder layer " + std::to_string(layer.layer), "has no MLP width");
+      }
+    }
+    if (chunk.head && chunk.head->output == OutputWeight::tied_embedding) {
+      bool embedded = false;
+      for (const ChunkBlocks& other : spec.chunks) embedded = embedded || other.embedding.has_value();
+      if (!embedded) throw Error(what, "ties its output layer to a word embedding no chunk of the rank holds");
+    }
+  }
+}
+
+ChunkModules::ChunkModules() = default;
+ChunkModules::~ChunkModules() = default;
+ChunkModules::ChunkModules(ChunkModules&&) noexcept = default;
+ChunkModules& ChunkModules::operator=(ChunkModules&&) noexcept = default;
+
+std::unique_ptr<Embedding> make_embedding(const EmbeddingSpec& spec, const ModelConfig& config) {
+  switch (spec.kind) {
+    case EmbeddingKind::word:
+    case EmbeddingKind::word_and_learned_positions:
+      return std::make_unique<Embedding>(config, spec);
+  }
+  throw Error("the model spec", "has an embedding kind it does not know");
+}
+
+std::unique_ptr<DecoderLayer> make_decoder_layer(const LayerSpec& spec, const ModelConfig& config) {
+  switch (spec.norm) {
+    case NormPlacement::pre_norm:
+      return std::make_unique<PreNormLayer>(config, spec.layer, make_attention(spec.attention, config, spec.layer),
+                                            make_mlp(spec.mlp, config, spec.layer));
+  }
+  throw Error("decoder layer " + std::to_string(spec.layer), "has a norm placement the spec does not know");
+}
+
+std::unique_ptr<OutputHead> make_head(const HeadSpec& spec, const ModelConfig& config) {
+  switch (spec.kind) {
+    case HeadKind::language_model:
+      return std::make_unique<OutputHead>(config, spec);
+  }
+  throw Error("the model spec", "has a head kind it does not know");
+}
+
+ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config) {
+  ChunkModules modules;
+  if (chunk.embedding) modules.embedding = make_embedding(*chunk.embedding, config);
+  for (const LayerSpec& layer : chunk.layers) modules.layers.push_back(make_decoder_layer(layer, config));
+  if (chunk.head) modules.head = make_head(*chunk.head, config);
+  return modules;
+}
+
+ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config, const ParamLayout& layout) {
+  ChunkModules modules = make_chunk(chunk, config);
+  if (modules.embedding) modules.embedding->bind(layout);
+  for (auto& layer : modules.layers) layer->bind(layout);
+  if (modules.head) modules.head->bind(layout);
+  return modules;
+}
+
+void declare_parameters(const ChunkModules& chunk, ParamDeclarations& declarations) {
+  if (chunk.embedding) chunk.embedding->declare(declarations);
+  for (const auto& layer : chunk.layers) layer->declare(declarations);
+  if (chunk.head) chunk.head->declare(declarations);
+}
+
+}  // namespace mt::model
