@@ -168,8 +168,12 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   StageWorkspace& w = pool_->workspace();
   const int64_t s = lpass.sequence_rows, c = config_.hidden_size;
   const int64_t activation_bytes = static_cast<int64_t>(sizeof(float)) * s * c;
+  auto before = [&](int layer) {
+    if (before_forward_) before_forward_(layer);
+  };
 
   if (embedding_) {
+    before(kEmbeddingLayer);
     embedding_->forward(ctx, lpass, w.embedding_full, acts.input);
   } else if (!input) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
@@ -189,6 +193,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     } else {
       out = w.pingpong[i % 2];
     }
+    before(first_layer_ + i);
     if (recompute_.recomputed[static_cast<size_t>(i)]) {
       // Run the layer now for its output; what backward needs is rebuilt there.
       LayerActivations& scratch = w.scratch[0];
@@ -205,6 +210,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
 
   StageOutput output;
   if (head_) {
+    before(head_layer(config_));
     output.loss = head_->forward(ctx, lpass, acts.head, w.head);
   } else {
     output.activation = acts.output;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/layout.h"
+#include "optim/distributed_optimizer.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace mt::perf {
@@ -170,7 +171,8 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
   rank.pp = stage;
   const model::ParamLayout layout =
       model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
-                          model::BucketOptions{shape.ddp_bucket_elements, shape.distributed_optimizer});
+                          optim::DistributedOptimizer::bucket_options(
+                              optim::DistributedOptimizer::sharding_strategy(parallel), shape.ddp_bucket_elements, parallel));
   elements = layout.total_elements;
   optimizer_elements = elements;
   if (shape.distributed_optimizer) {

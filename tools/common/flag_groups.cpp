@@ -151,15 +151,13 @@ std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, con
 
 void check_parallel_support(const parallel::ParallelConfig& c) {
   auto text = [](const auto& value) { return std::to_string(value); };
-  // Tensor, sequence, context, data (with the distributed optimizer and overlapped grad
-  // reduction) and pipeline parallelism (1F1B, interleaved, uneven first/last stages) run; expert
-  // parallelism (MoE layers) is not built yet.
+  // Tensor, sequence, context, data (with the distributed optimizer, overlapped grad reduction
+  // and overlapped parameter all-gather) and pipeline parallelism (1F1B, interleaved, uneven
+  // first/last stages) run; expert parallelism (MoE layers) is not built yet.
   const std::string one = "1: MoE expert parallelism is not built yet";
   supported_only(c.expert_model_parallel_size == 1, "--expert-model-parallel-size", text(c.expert_model_parallel_size), one);
   supported_only(c.expert_tensor_parallel_size.value_or(1) == 1, "--expert-tensor-parallel-size",
                  text(c.expert_tensor_parallel_size.value_or(1)), one);
-  supported_only(!c.overlap_param_gather, "--overlap-param-gather", "",
-                 "the parameter all-gather after the optimizer step");
 }
 
 // ---- training ----

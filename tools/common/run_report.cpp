@@ -192,7 +192,7 @@ perf::TrainingShape training_shape(const RunConfig& c) {
   shape.context_parallel = p.context_parallel_size;
   shape.sequence_parallel = p.sequence_parallel;
   shape.distributed_optimizer = p.use_distributed_optimizer;
-  shape.ddp_bucket_elements = model::bucket_options(p).bucket_elements;
+  shape.ddp_bucket_elements = p.bucket_size_elements();
   shape.micro_batch_size = c.train.micro_batch_size;
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
