@@ -98,11 +98,6 @@ std::vector<FusedGroup> fused_groups(const std::vector<DeclaredParam>& declared,
     groups.back().tensors.push_back(i);
     groups.back().elements += entry.numel;
   }
-  // As the layout has always counted it: a chunk's last fused group also counts every tensor
-  // declared after it (the later chunks'), so it closes a bucket of its own.
-  if (!groups.empty()) {
-    for (size_t i = groups.back().tensors.back() + 1; i < declared.size(); ++i) groups.back().elements += declared[i].entry.numel;
-  }
   return groups;
 }
 

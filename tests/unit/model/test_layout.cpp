@@ -439,6 +439,14 @@ TEST(LayoutV2, BucketsArePerReductionGroupAndPaddedToTheirGroupsMultiple) {
   EXPECT_EQ(layout.chunks[1].begin, layout.chunks[0].end);
   EXPECT_EQ(layout.chunks[0].end, layout.buckets[static_cast<size_t>(fc1.bucket)].padded_end);
 
+  // The dense tensors lie exactly where they would without the expert tensors.
+  std::vector<DeclaredParam> dense_only;
+  for (const DeclaredParam& d : all) {
+    if (d.entry.data_parallel_group == DataParallelGroup::dense && d.entry.chunk == 0) dense_only.push_back(d);
+  }
+  const ParamLayout plain = lay_out(dense_only, {chunks[0]}, options);
+  for (const ParamEntry& e : plain.entries) EXPECT_EQ(layout.find(e.name).offset, e.offset) << e.name;
+
   // A fused group may not span two reduction groups.
   std::vector<DeclaredParam> mixed = all;
   mixed[4].entry.data_parallel_group = DataParallelGroup::dense;
