@@ -9,7 +9,7 @@
 // A rank holds one or more model chunks (virtual pipeline stages), each a global layer range
 // with the embedding on the model's first chunk and the final norm + output layer on its last.
 // The chunks share one flat buffer, one after the other; a chunk's range is a whole number of
-// buckets. Tensors of a fused group (q/k/v, SwiGLU gate/up, their biases) are adjacent so one
+// buckets (and the padding before a reduction group's first bucket). Tensors of a fused group (q/k/v, SwiGLU gate/up, their biases) are adjacent so one
 // GEMM covers them; each group starts 64-byte aligned. The parameters themselves are declared by
 // the layers (model/layers/*.h) in forward order; the bucket pass (lay_out) then places them.
 //

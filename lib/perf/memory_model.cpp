@@ -169,10 +169,10 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
   const parallel::ParallelConfig parallel = parallel_config(shape);
   parallel::RankCoordinates rank;
   rank.pp = stage;
+  const optim::ShardingStrategy sharding = optim::DistributedOptimizer::sharding_strategy(parallel);
   const model::ParamLayout layout =
       model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
-                          optim::DistributedOptimizer::bucket_options(
-                              optim::DistributedOptimizer::sharding_strategy(parallel), shape.ddp_bucket_elements, parallel));
+                          optim::DistributedOptimizer::bucket_options(sharding, shape.ddp_bucket_elements, parallel));
   elements = layout.total_elements;
   optimizer_elements = elements;
   if (shape.distributed_optimizer) {

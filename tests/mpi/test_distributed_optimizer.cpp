@@ -4,7 +4,9 @@
 // the parameter all-gather leaves every slice with its owner's values; the overlapped gather
 // (waited layer by layer as a forward would, the rest at once) gives the parameters and GEMM copy
 // of the blocking one, equal on every rank to AdamW over the summed grads; and the ranks' checkpoint
-// runs cover every element of every tensor exactly once, with and without sharding.
+// runs cover every element of every tensor exactly once, with and without sharding. And per
+// reduction group: expert tensors of a hand-made MoE layout over their own group (each rank alone,
+// as EP = world) beside dense ones over the world: only the dense buckets are sliced and gathered.
 // Run under mpirun at 2 and 3 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 #include "optim/adamw.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/param_and_grad_buffer.h"
+#include "../unit/moe_declarations.h"
 #include "../unit/tiny_models.h"
 #include "training_equivalence.h"
 
@@ -52,7 +55,9 @@ std::vector<float> integer_grads(const model::ParamLayout& layout, int rank) {
 
 std::vector<float> starting_parameters(const model::ParamLayout& layout) {
   std::vector<float> params(static_cast<size_t>(layout.total_elements), 0.0f);
-  for (int64_t i = 0; i < layout.total_elements; ++i) params[static_cast<size_t>(i)] = 0.02f * static_cast<float>(i % 11) - 0.1f;
+  for (int64_t i = 0; i < layout.total_elements; ++i) {
+    params[static_cast<size_t>(i)] = 0.02f * static_cast<float>(i % 11) - 0.1f;
+  }
   return params;
 }
 
@@ -187,5 +192,67 @@ TEST(DistributedOptimizer, TheRanksCheckpointRunsCoverEveryElementOnce) {
       state = run.state + (run.end - run.begin);
     }
     EXPECT_LE(state * 2 * static_cast<int64_t>(sizeof(float)), optimizer.state_bytes());
+  }
+}
+
+TEST(DistributedOptimizer, ExpertBucketsReduceOverTheirOwnGroupBesideTheDenseOnes) {
+  const int world = equivalence::world().size(), rank = equivalence::world().rank();
+  parallel::ParallelConfig parallel;
+  parallel.data_parallel_size = world;
+  parallel.expert_model_parallel_size = world;  // expert-DP 1: each rank updates its own experts
+  parallel.use_distributed_optimizer = parallel.overlap_grad_reduce = parallel.overlap_param_gather = true;
+  parallel.ddp_bucket_size = 3000;
+  const model::ParamLayout layout = model::lay_out(mt::testing::moe_declarations(), {model::ChunkSpec{0, 2, true, true}},
+                                                   optim::DistributedOptimizer::bucket_options(parallel));
+  const auto single = comm::make_single_communicator();
+  const backend::Ops& ops = backend::cpu_ops();
+  std::vector<float> params = starting_parameters(layout), grads(params.size());
+  model::GemmWeights copy(ops, Precision::bf16, layout.total_elements);
+  copy.refresh(params.data());
+  optim::DistributedOptimizer optimizer(layout, optim::DistributedOptimizer::options(parallel, optim::AdamWConfig{}),
+                                        optim::ReductionGroups{&equivalence::world(), single.get(), single.get()}, ops,
+                                        params.data(), grads.data(), &copy);
+  optimizer.begin_grad_sync();
+  const std::vector<float> mine = integer_grads(layout, rank);
+  std::copy(mine.begin(), mine.end(), grads.begin());
+  optimizer.arm_grad_sync(0);
+  for (int layer = 2; layer >= model::kEmbeddingLayer; --layer) optimizer.grads_ready(layer);
+  optimizer.finish_grad_sync();
+  optimizer.step(1e-2, 0.5);
+  for (int layer = model::kEmbeddingLayer; layer <= 2; ++layer) optimizer.wait_for_parameters(0, layer);
+
+  // What every rank must hold: AdamW over dense grads summed over the world, expert grads its own.
+  std::vector<float> sums = mine;
+  for (const model::ParamEntry& e : layout.entries) {
+    if (e.data_parallel_group == model::DataParallelGroup::expert) continue;
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      const std::vector<float> theirs = integer_grads(layout, r);
+      for (int64_t i = e.offset; i < e.offset + e.numel; ++i) sums[static_cast<size_t>(i)] += theirs[static_cast<size_t>(i)];
+    }
+  }
+  std::vector<float> reference = starting_parameters(layout);
+  optim::AdamW(layout, optim::AdamWConfig{}, ops).step(reference.data(), nullptr, sums.data(), 1e-2, 0.5);
+  model::GemmWeights reference_copy(ops, Precision::bf16, layout.total_elements);
+  reference_copy.refresh(reference.data());
+  const size_t operand_bytes = copy.operand_type() == DType::f32 ? 4 : 2;
+  for (const model::ParamEntry& e : layout.entries) {
+    EXPECT_EQ(std::memcmp(params.data() + e.offset, reference.data() + e.offset, sizeof(float) * e.numel), 0) << e.name;
+    EXPECT_EQ(std::memcmp(copy.operand(params.data(), e.offset), reference_copy.operand(reference.data(), e.offset),
+                          operand_bytes * e.numel),
+              0)
+        << e.name << "'s GEMM copy";
+  }
+  // Dense tensors: one writer over the world; expert tensors: every rank its own.
+  std::vector<int64_t> writers(static_cast<size_t>(layout.total_elements), 0);
+  for (const optim::TensorRun& run : optimizer.checkpoint_runs()) {
+    for (int64_t i = run.flat; i < run.flat + (run.end - run.begin); ++i) ++writers[static_cast<size_t>(i)];
+  }
+  equivalence::world().all_reduce(writers.data(), layout.total_elements, DType::i64, comm::ReduceOp::sum);
+  for (const model::ParamEntry& e : layout.entries) {
+    const int64_t expected = e.data_parallel_group == model::DataParallelGroup::expert ? world : 1;
+    for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+      ASSERT_EQ(writers[static_cast<size_t>(i)], expected) << e.name;
+    }
   }
 }

@@ -21,6 +21,7 @@
 #include "model/precision_gemm.h"
 #include "optim/adamw.h"
 #include "optim/distributed_optimizer.h"
+#include "../moe_declarations.h"
 #include "../thread_communicator.h"
 
 using namespace mt;
@@ -29,39 +30,6 @@ using optim::ShardingStrategy;
 using model::DataParallelGroup;
 
 namespace {
-
-model::DeclaredParam tensor(const std::string& name, std::vector<int64_t> shape, int layer, int fused_group,
-                            DataParallelGroup group = DataParallelGroup::dense) {
-  model::DeclaredParam declared;
-  model::ParamEntry& e = declared.entry;
-  e.name = name;
-  e.global_shape = shape;
-  e.local_shape = shape;
-  e.numel = 1;
-  for (int64_t extent : shape) e.numel *= extent;
-  e.shard_extent = shape[0];
-  e.weight_decay = shape.size() >= 2;
-  e.layer = layer;
-  e.data_parallel_group = group;
-  declared.fused_group = fused_group;
-  return declared;
-}
-
-// Two layers of a small MoE-shaped model: dense attention and norms, and per layer two expert
-// tensors (this rank's experts) reduced over the expert-DP group.
-std::vector<model::DeclaredParam> moe_declarations() {
-  const DataParallelGroup expert = DataParallelGroup::expert;
-  return {tensor("embedding.word_embeddings.weight", {40, 24}, model::kEmbeddingLayer, 0),
-          tensor("decoder.layers.0.self_attention.linear_qkv.weight", {72, 24}, 0, 1),
-          tensor("decoder.layers.0.self_attention.linear_qkv.bias", {72}, 0, 1),
-          tensor("decoder.layers.0.mlp.experts.linear_fc1.weight", {2, 48, 24}, 0, 2, expert),
-          tensor("decoder.layers.0.mlp.experts.linear_fc2.weight", {2, 24, 48}, 0, 3, expert),
-          tensor("decoder.layers.1.self_attention.linear_qkv.weight", {72, 24}, 1, 4),
-          tensor("decoder.layers.1.input_layernorm.weight", {24}, 1, 5),
-          tensor("decoder.layers.1.mlp.experts.linear_fc1.weight", {2, 48, 24}, 1, 6, expert),
-          tensor("decoder.layers.1.mlp.experts.linear_fc2.weight", {2, 24, 48}, 1, 7, expert),
-          tensor("decoder.final_layernorm.weight", {24}, 2, 8)};
-}
 
 // DP = 4 with EP = 2: dense grads over 4 ranks, expert grads over expert-DP groups of 2.
 parallel::ParallelConfig moe_parallel(bool distributed_optimizer) {
@@ -76,7 +44,7 @@ parallel::ParallelConfig moe_parallel(bool distributed_optimizer) {
 
 model::ParamLayout moe_layout(bool distributed_optimizer) {
   const model::ChunkSpec chunk{0, 2, true, true};
-  return model::lay_out(moe_declarations(), {chunk},
+  return model::lay_out(mt::testing::moe_declarations(), {chunk},
                         DistributedOptimizer::bucket_options(moe_parallel(distributed_optimizer)));
 }
 
@@ -96,7 +64,9 @@ struct MoeGroups {
 std::vector<float> initial_parameters(const model::ParamLayout& layout) {
   std::vector<float> params(static_cast<size_t>(layout.total_elements), 0.0f);
   for (const model::ParamEntry& e : layout.entries) {
-    for (int64_t i = 0; i < e.numel; ++i) params[static_cast<size_t>(e.offset + i)] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    for (int64_t i = 0; i < e.numel; ++i) {
+      params[static_cast<size_t>(e.offset + i)] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    }
   }
   return params;
 }
@@ -305,7 +275,10 @@ TEST(DistributedOptimizer, ShardsEachGroupsBucketsOverItsOwnRanks) {
     const int copies = e.data_parallel_group == DataParallelGroup::expert ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       const std::vector<float> sums = summed_grads(layout, c);
-      for (int64_t i = 0; i < e.numel; ++i) expected += double(sums[static_cast<size_t>(e.offset + i)]) * sums[static_cast<size_t>(e.offset + i)];
+      for (int64_t i = 0; i < e.numel; ++i) {
+        const double sum = sums[static_cast<size_t>(e.offset + i)];
+        expected += sum * sum;
+      }
     }
   }
   EXPECT_NEAR(norm_shares, expected, 1e-12 * expected);
@@ -370,11 +343,11 @@ TEST(DistributedOptimizer, UnshardedGroupsAllReduceAndRankZeroOfEachGroupWrites)
 // One rank: the sharded strategy owns every bucket whole and steps as the plain one; copies that
 // are not primary (a tied embedding's second copy) are updated and read back but never written.
 TEST(DistributedOptimizer, OneRankUpdatesEverythingAndWritesPrimaryCopiesOnly) {
-  std::vector<model::DeclaredParam> declared = moe_declarations();
-  declared.push_back(tensor("embedding.word_embeddings.weight", {40, 24}, 2, 9));
+  std::vector<model::DeclaredParam> declared = mt::testing::moe_declarations();
+  declared.push_back(mt::testing::declared_tensor("embedding.word_embeddings.weight", {40, 24}, 2, 9));
   declared.back().entry.replica = 1;  // the head's tied copy
-  const model::ParamLayout layout =
-      model::lay_out(declared, {model::ChunkSpec{0, 2, true, true}}, DistributedOptimizer::bucket_options(moe_parallel(true)));
+  const model::ParamLayout layout = model::lay_out(declared, {model::ChunkSpec{0, 2, true, true}},
+                                                   DistributedOptimizer::bucket_options(moe_parallel(true)));
   auto single = comm::make_single_communicator();
   const backend::Ops& ops = backend::cpu_ops();
   std::vector<std::vector<float>> results;
