@@ -2,7 +2,6 @@
 #include "model/layout.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "core/error.h"
 #include "parallel/pipeline_layers.h"
@@ -10,23 +9,13 @@
 namespace mt::model {
 namespace {
 
-constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
-// Megatron's distributed optimizer pads each bucket end to a multiple of lcm(DP, 128).
-constexpr int64_t kDistributedOptimizerPad = 128;
-
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// One declared tensor before offsets are known.
-struct Declared {
-  ParamEntry entry;
-  int group = 0;  // fused group index (global over the rank)
-};
 
 // Collects the blocks' declarations of one chunk, computing each tensor's TP shard and copies.
 class Collector : public ParamDeclarations {
  public:
   Collector(const parallel::ParallelConfig& parallel, const parallel::RankCoordinates& rank,
-            std::vector<Declared>& declared)
+            std::vector<DeclaredParam>& declared)
       : parallel_(parallel), rank_(rank), declared_(declared) {}
 
   void set_chunk(int chunk) { chunk_ = chunk; }
@@ -73,48 +62,105 @@ class Collector : public ParamDeclarations {
     const bool sequence_parallel = parallel_.sequence_parallel && tp > 1;
     entry.reduce_over_tensor_parallel = sequence_parallel && replicated && !declaration.full_rows;
     entry.reduce_over_embedding_group = declaration.tied_embedding && parallel_.pipeline_model_parallel_size > 1;
-    declared_.push_back(Declared{std::move(entry), group_});
+    declared_.push_back(DeclaredParam{std::move(entry), group_});
   }
 
  private:
   const parallel::ParallelConfig& parallel_;
   const parallel::RankCoordinates& rank_;
-  std::vector<Declared>& declared_;
+  std::vector<DeclaredParam>& declared_;
   int chunk_ = 0;
   int group_ = 0;
 };
 
-// Groups [first, last) of `declared` (indices of their first tensors) in buckets: walks the
-// chunk's groups in backward order, closing a bucket once it holds `bucket_elements`; a tied
-// word embedding shared between pipeline stages is a bucket of its own. Returns, per group, its
-// bucket number counted from the chunk's end (0 = the first bucket backward completes).
-std::vector<int> assign_buckets(const std::vector<Declared>& declared, const std::vector<size_t>& group_starts,
-                                int64_t bucket_elements) {
-  const size_t groups = group_starts.size();
-  std::vector<int> bucket_from_end(groups, 0);
-  auto group_elements = [&](size_t g) {
-    const size_t end = g + 1 < groups ? group_starts[g + 1] : declared.size();
-    int64_t elements = 0;
-    for (size_t i = group_starts[g]; i < end; ++i) elements += declared[i].entry.numel;
-    return elements;
-  };
-  auto own_bucket = [&](size_t g) { return declared[group_starts[g]].entry.reduce_over_embedding_group; };
+// A fused group of one chunk and reduction group: its tensors (indices into the declarations).
+struct FusedGroup {
+  std::vector<size_t> tensors;
+  int64_t elements = 0;
+  bool own_bucket = false;  // a tied word embedding shared between pipeline stages
+};
+
+// The fused groups of chunk `chunk` in reduction group `group`, in forward order.
+std::vector<FusedGroup> fused_groups(const std::vector<DeclaredParam>& declared, int chunk, DataParallelGroup group) {
+  std::vector<FusedGroup> groups;
+  const DeclaredParam* previous = nullptr;  // the chunk's tensor declared before, of any group
+  for (size_t i = 0; i < declared.size(); ++i) {
+    const ParamEntry& entry = declared[i].entry;
+    if (entry.chunk != chunk) continue;
+    const bool continues = previous && previous->fused_group == declared[i].fused_group;
+    if (continues && previous->entry.data_parallel_group != entry.data_parallel_group) {
+      throw Error("parameter " + entry.name, "fused with " + previous->entry.name + " of another reduction group");
+    }
+    previous = &declared[i];
+    if (entry.data_parallel_group != group) continue;
+    if (!continues) groups.push_back(FusedGroup{{}, 0, entry.reduce_over_embedding_group});
+    groups.back().tensors.push_back(i);
+    groups.back().elements += entry.numel;
+  }
+  return groups;
+}
+
+// Groups fused groups in buckets: walks them in backward order, closing a bucket once it holds
+// `bucket_elements`; a group marked own_bucket is a bucket of its own. Returns, per group, its
+// bucket number counted from the end (0 = the first bucket backward completes).
+std::vector<int> assign_buckets(const std::vector<FusedGroup>& groups, int64_t bucket_elements) {
+  std::vector<int> bucket_from_end(groups.size(), 0);
   int bucket = 0;
   int64_t filled = 0;
-  for (size_t k = groups; k-- > 0;) {
-    const bool alone = own_bucket(k);
+  for (size_t k = groups.size(); k-- > 0;) {
+    const bool alone = groups[k].own_bucket;
     if ((alone || (bucket_elements > 0 && filled >= bucket_elements)) && filled > 0) {
       ++bucket;
       filled = 0;
     }
     bucket_from_end[k] = bucket;
-    filled += group_elements(k);
+    filled += groups[k].elements;
     if (alone) {
       ++bucket;
       filled = 0;
     }
   }
   return bucket_from_end;
+}
+
+// Lays one reduction group's part of chunk `chunk` out from `offset` (a multiple of the group's
+// padding): its buckets, each fused group aligned, each bucket's end padded. Returns the offset
+// after the last bucket.
+int64_t lay_out_group(const std::vector<DeclaredParam>& declared, const std::vector<FusedGroup>& groups, int chunk,
+                      DataParallelGroup group, const BucketOptions& options, int64_t offset, ParamLayout& layout) {
+  const int64_t pad = options.pad(group);
+  const std::vector<int> from_end = assign_buckets(groups, options.bucket_elements);
+  const int group_buckets = from_end.empty() ? 0 : from_end.front() + 1;
+  const int first_bucket = static_cast<int>(layout.buckets.size());
+  for (int b = 0; b < group_buckets; ++b) layout.buckets.push_back(GradBucket{chunk, group});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int bucket = first_bucket + (group_buckets - 1 - from_end[g]);
+    GradBucket& current = layout.buckets[static_cast<size_t>(bucket)];
+    const bool opens_bucket = g == 0 || from_end[g] != from_end[g - 1];
+    if (opens_bucket) {
+      if (g > 0) {
+        GradBucket& previous = layout.buckets[static_cast<size_t>(bucket - 1)];
+        offset = round_up(offset, pad);
+        previous.padded_end = offset;
+      }
+      current.begin = offset;
+    }
+    offset = round_up(offset, kParamAlignElements);
+    for (size_t i : groups[g].tensors) {
+      ParamEntry entry = declared[i].entry;
+      entry.offset = offset;
+      entry.bucket = bucket;
+      offset += entry.numel;
+      current.end = offset;
+      if (opens_bucket && i == groups[g].tensors.front()) current.first_layer = current.last_layer = entry.layer;
+      current.first_layer = std::min(current.first_layer, entry.layer);
+      current.last_layer = std::max(current.last_layer, entry.layer);
+      layout.entries.push_back(std::move(entry));
+    }
+  }
+  offset = round_up(offset, pad);
+  if (group_buckets > 0) layout.buckets.back().padded_end = offset;
+  return offset;
 }
 
 }  // namespace
@@ -143,26 +189,22 @@ int64_t ParamLayout::parameter_elements() const {
   return total;
 }
 
-FlatRange ParamLayout::bucket_shard(int bucket, int dp_rank, int dp_size) const {
+FlatRange ParamLayout::bucket_shard(int bucket, int group_rank, int group_size) const {
   const GradBucket& b = buckets.at(static_cast<size_t>(bucket));
   const int64_t size = b.padded_end - b.begin;
-  if (dp_size <= 0 || size % dp_size != 0) {
+  if (group_size <= 0 || size % group_size != 0) {
     throw Error("bucket " + std::to_string(bucket),
-                "of " + std::to_string(size) + " elements does not split into " + std::to_string(dp_size) +
+                "of " + std::to_string(size) + " elements does not split into " + std::to_string(group_size) +
                     " equal shards (build the layout for the distributed optimizer)");
   }
-  const int64_t shard = size / dp_size;
-  return {b.begin + dp_rank * shard, b.begin + (dp_rank + 1) * shard};
+  const int64_t shard = size / group_size;
+  return {b.begin + group_rank * shard, b.begin + (group_rank + 1) * shard};
 }
 
-std::vector<FlatRange> ParamLayout::data_parallel_shard(int dp_rank, int dp_size) const {
+std::vector<FlatRange> ParamLayout::data_parallel_shard(int group_rank, int group_size) const {
   std::vector<FlatRange> shard;
-  for (size_t b = 0; b < buckets.size(); ++b) shard.push_back(bucket_shard(static_cast<int>(b), dp_rank, dp_size));
+  for (size_t b = 0; b < buckets.size(); ++b) shard.push_back(bucket_shard(static_cast<int>(b), group_rank, group_size));
   return shard;
-}
-
-BucketOptions bucket_options(const parallel::ParallelConfig& parallel) {
-  return BucketOptions{parallel.bucket_size_elements(), parallel.use_distributed_optimizer};
 }
 
 parallel::ModelDimensions parallel_dimensions(const ModelConfig& model) {
@@ -179,6 +221,38 @@ parallel::ModelDimensions parallel_dimensions(const ModelConfig& model) {
 
 void check_tensor_parallel_split(const ModelConfig& model, int tp) {
   parallel::check_tensor_parallel_split(tp, parallel_dimensions(model));
+}
+
+ParamLayout lay_out(const std::vector<DeclaredParam>& declared, const std::vector<ChunkBlocks>& chunks,
+                    const BucketOptions& options) {
+  if (chunks.empty()) throw Error("layout", "a rank holds at least one model chunk");
+  ParamLayout layout;
+  layout.first_layer = chunks.front().first_layer;
+  layout.last_layer = chunks.back().last_layer;
+  layout.has_embedding = layout.has_output = false;
+  for (const ChunkSpec& chunk : chunks) {
+    layout.has_embedding = layout.has_embedding || chunk.has_embedding;
+    layout.has_output = layout.has_output || chunk.has_output;
+  }
+  // Chunk by chunk, each reduction group's buckets in turn, each group's first bucket starting
+  // on its padding.
+  int64_t offset = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    ModelChunk model_chunk{chunks[c], offset, offset};
+    for (DataParallelGroup group : {DataParallelGroup::dense, DataParallelGroup::expert}) {
+      const std::vector<FusedGroup> groups = fused_groups(declared, static_cast<int>(c), group);
+      if (groups.empty()) continue;
+      offset = lay_out_group(declared, groups, static_cast<int>(c), group, options, round_up(offset, options.pad(group)),
+                             layout);
+    }
+    model_chunk.end = offset;
+    layout.chunks.push_back(model_chunk);
+  }
+  if (layout.entries.size() != declared.size()) {
+    throw Error("layout", "a declared tensor names a model chunk outside the " + std::to_string(chunks.size()) + " given");
+  }
+  layout.total_elements = round_up(offset, kParamAlignElements);
+  return layout;
 }
 
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,
@@ -199,79 +273,23 @@ ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfi
   check_tensor_parallel_split(model, parallel.tensor_model_parallel_size);
   const std::vector<ChunkBlocks>& chunks = spec.chunks;
   if (chunks.empty()) throw Error("layout", "a rank holds at least one model chunk");
-  ParamLayout layout;
-  layout.first_layer = chunks.front().first_layer;
-  layout.last_layer = chunks.back().last_layer;
-  layout.has_embedding = layout.has_output = false;
   for (const ChunkSpec& chunk : chunks) {
     if (chunk.first_layer < 0 || chunk.last_layer > model.num_layers || chunk.first_layer > chunk.last_layer) {
       throw Error("layer range [" + std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.last_layer) + ")",
                   "outside the model's " + std::to_string(model.num_layers) + " layers");
     }
-    layout.has_embedding = layout.has_embedding || chunk.has_embedding;
-    layout.has_output = layout.has_output || chunk.has_output;
   }
   check_spec(spec);
 
-  // The chunks' blocks declare their tensors in forward order, chunk by chunk.
-  std::vector<Declared> declared;
+  // The chunks' blocks declare their tensors in forward order, chunk by chunk; the bucket pass
+  // places them.
+  std::vector<DeclaredParam> declared;
   Collector collector(parallel, rank, declared);
-  std::vector<size_t> chunk_starts;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    chunk_starts.push_back(declared.size());
     collector.set_chunk(static_cast<int>(c));
     declare_parameters(make_chunk(chunks[c], model), collector);
   }
-  chunk_starts.push_back(declared.size());
-
-  // Offsets: groups aligned, buckets (per chunk, formed backward) padded at their ends.
-  // The distributed optimizer shards every bucket over the DP x CP group.
-  const int dp = parallel.data_parallel_size * parallel.context_parallel_size;
-  const int64_t pad = options.distributed_optimizer ? std::lcm<int64_t>(dp, kDistributedOptimizerPad) : kAlignElements;
-  int64_t offset = 0;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    std::vector<size_t> group_starts;
-    for (size_t i = chunk_starts[c]; i < chunk_starts[c + 1]; ++i) {
-      if (i == chunk_starts[c] || declared[i].group != declared[i - 1].group) group_starts.push_back(i);
-    }
-    const std::vector<int> from_end = assign_buckets(declared, group_starts, options.bucket_elements);
-    const int chunk_buckets = from_end.empty() ? 0 : from_end.front() + 1;
-    const int first_bucket = static_cast<int>(layout.buckets.size());
-    ModelChunk model_chunk{chunks[c], offset, offset};
-    for (int b = 0; b < chunk_buckets; ++b) layout.buckets.push_back(GradBucket{static_cast<int>(c)});
-    for (size_t g = 0; g < group_starts.size(); ++g) {
-      const int bucket = first_bucket + (chunk_buckets - 1 - from_end[g]);
-      GradBucket& current = layout.buckets[static_cast<size_t>(bucket)];
-      const bool opens_bucket = g == 0 || from_end[g] != from_end[g - 1];
-      if (opens_bucket) {
-        if (g > 0) {
-          GradBucket& previous = layout.buckets[static_cast<size_t>(bucket - 1)];
-          offset = round_up(offset, pad);
-          previous.padded_end = offset;
-        }
-        current.begin = offset;
-      }
-      offset = round_up(offset, kAlignElements);
-      const size_t end = g + 1 < group_starts.size() ? group_starts[g + 1] : chunk_starts[c + 1];
-      for (size_t i = group_starts[g]; i < end; ++i) {
-        ParamEntry entry = declared[i].entry;
-        entry.offset = offset;
-        entry.bucket = bucket;
-        offset += entry.numel;
-        current.end = offset;
-        if (opens_bucket && i == group_starts[g]) current.first_layer = current.last_layer = entry.layer;
-        current.first_layer = std::min(current.first_layer, entry.layer);
-        current.last_layer = std::max(current.last_layer, entry.layer);
-        layout.entries.push_back(std::move(entry));
-      }
-    }
-    offset = round_up(offset, pad);
-    if (chunk_buckets > 0) layout.buckets.back().padded_end = offset;
-    model_chunk.end = offset;
-    layout.chunks.push_back(model_chunk);
-  }
-  layout.total_elements = round_up(offset, kAlignElements);
-  return layout;
+  return lay_out(declared, chunks, options);
 }
 
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,

@@ -1,26 +1,33 @@
 // The parameter layout table of one rank: for a (model config, parallel config, rank coordinates,
 // model chunks) every parameter's global shape, the contiguous shard this rank holds (one range
 // of one dimension: TP splits attention by whole heads / query groups), its offset in the rank's
-// flat buffers, which ranks hold copies of it and which groups sum its grads, whether weight decay
-// applies, and the DP buckets of the flat buffer. Parameters, fp32 main grads, optimizer states,
-// checkpoints and mt-memreport all read this one table.
+// flat buffers, which ranks hold copies of it (and whether this rank's is the primary one), which
+// group reduces its grads, whether weight decay applies, and the grad buckets of the flat buffer.
+// Parameters, fp32 main grads, optimizer states, checkpoints and mt-memreport all read this one
+// table.
 //
 // A rank holds one or more model chunks (virtual pipeline stages), each a global layer range
 // with the embedding on the model's first chunk and the final norm + output layer on its last.
 // The chunks share one flat buffer, one after the other; a chunk's range is a whole number of
-// buckets. Tensors of a fused group (q/k/v, SwiGLU gate/up, their biases) are adjacent so one
-// GEMM covers them; each group starts 64-byte aligned. What the chunks hold is the model spec
-// (model/spec.h): the layout walks it, and each block declares its parameters in forward order
-// with their init and the properties that decide their copies and grad reductions.
+// buckets (and the padding before a reduction group's first bucket). Tensors of a fused group
+// (q/k/v, SwiGLU gate/up, their biases) are adjacent so one GEMM covers them; each group starts
+// 64-byte aligned. What the chunks hold is the model spec (model/spec.h): the layout walks it, and
+// each block declares its parameters in forward order with their init and the properties that
+// decide their copies and grad reductions; the bucket pass (lay_out) then places them.
 //
-// Buckets (Megatron's param_and_grad_buffer, megatron-facts.md sec. 7): within each chunk,
-// groups are taken in backward order (last layer first) until a bucket holds bucket_elements
-// (0: the whole chunk is one bucket); a tied word embedding split over pipeline stages gets a
-// bucket of its own. For the distributed optimizer each bucket end is padded to a multiple of
-// lcm(DP, 128) elements, so every DP rank owns an equal contiguous slice of every bucket.
+// Buckets (Megatron's param_and_grad_buffer, megatron-facts.md sec. 7) are per reduction group
+// (DataParallelGroup: dense tensors over DP x CP, expert tensors over expert-DP): within each
+// chunk, each group's tensors in turn (dense first), their fused groups taken in backward order
+// (last layer first) until a bucket holds bucket_elements (0: the group's part of the chunk is
+// one bucket); a tied word embedding split over pipeline stages gets a bucket of its own. A
+// bucket never mixes groups. Each bucket's end is padded to its group's multiple, which the
+// optimizer side chooses (optim::DistributedOptimizer::bucket_options: lcm(group size, 128) when
+// every rank of the group owns an equal slice of every bucket, else the 16-element alignment);
+// the layout does not know why.
 // Tested in tests/unit/model/test_layout.cpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,9 +47,13 @@ enum class TensorSplit {
   row_parallel,    // dim 1 (input features): linear_proj, linear_fc2
 };
 
-// The data-parallel group that sums a tensor's grads: dense tensors over DP x CP; MoE expert
-// tensors (none yet) over the expert-DP group of the expert grid.
+// The data-parallel group that sums a tensor's grads (its reduction group): dense tensors over
+// DP x CP; MoE expert tensors (none declared yet) over the expert-DP group of the expert grid.
 enum class DataParallelGroup { dense, expert };
+inline constexpr int kDataParallelGroups = 2;
+
+// Every fused group starts at a multiple of this many elements (64 bytes of fp32).
+inline constexpr int64_t kParamAlignElements = 16;
 
 // Layer ids (ParamEntry::layer) outside the decoder layers. Backward completes the grads of the
 // head, then of layers L-1 .. 0, then of the embedding: the order Stage's grads-ready signals.
@@ -65,13 +76,18 @@ struct ParamEntry {
   int chunk = 0;                      // index into ParamLayout::chunks
   int bucket = 0;                     // index into ParamLayout::buckets
 
-  // Copies and grad reduction. Every DP (and CP) rank holds a copy; TP-replicated tensors are
-  // also held whole by every TP rank; the tied word embedding also by the last pipeline stage.
-  int replica = 0;                    // 0: the primary copy (counted once in grad norms, written to checkpoints)
+  // Copies and grad reduction. Every rank of the tensor's reduction group holds a copy;
+  // TP-replicated tensors are also held whole by every TP rank; the tied word embedding also by the
+  // last pipeline stage. Among the TP and pipeline copies, replica 0 is the primary one: counted
+  // once in grad norms, written to checkpoints. Among the reduction group's ranks the optimizer
+  // decides (optim/distributed_optimizer.h: each rank its slice, or the group's rank 0).
+  int replica = 0;                    // 0: the primary copy
   bool tied_copy = false;             // the last stage's copy of the tied word embedding
-  DataParallelGroup data_parallel_group = DataParallelGroup::dense;
+  DataParallelGroup data_parallel_group = DataParallelGroup::dense;  // the group that sums its grads
   bool reduce_over_tensor_parallel = false;  // sequence parallel: norms and row-parallel biases see 1/TP of the tokens
   bool reduce_over_embedding_group = false;  // tied word embedding on first and last stage: summed between them
+
+  bool primary() const { return replica == 0; }
 };
 
 // The model chunks of pipeline rank `pp_rank` (parallel/pipeline_layers.h): chunk c is virtual
@@ -85,9 +101,10 @@ struct ModelChunk {
 
 struct GradBucket {
   int chunk = 0;
-  int64_t begin = 0;       // first element (a multiple of the padding)
+  DataParallelGroup group = DataParallelGroup::dense;  // the reduction group of all its tensors
+  int64_t begin = 0;       // first element (a multiple of the group's padding)
   int64_t end = 0;         // one past the last parameter element
-  int64_t padded_end = 0;  // end padded for the distributed optimizer's equal shards
+  int64_t padded_end = 0;  // end padded to the group's multiple (equal slices of the group's ranks)
   int first_layer = 0;     // layer ids it holds, in [first_layer, last_layer]: ready once
   int last_layer = 0;      // backward has signalled first_layer
 };
@@ -98,14 +115,17 @@ struct FlatRange {
   int64_t end = 0;
 };
 
-// The DP grad buffer's shape (Megatron's --ddp-bucket-size and --use-distributed-optimizer).
+// The grad buffer's shape, as the optimizer side chooses it (optim::DistributedOptimizer::
+// bucket_options from Megatron's --ddp-bucket-size, --overlap-grad-reduce and
+// --use-distributed-optimizer): the bucket size, and per reduction group the multiple its bucket
+// ends are padded to.
 struct BucketOptions {
-  int64_t bucket_elements = 0;        // 0: one bucket per chunk
-  bool distributed_optimizer = false; // pad bucket ends to lcm(DP, 128) elements
+  int64_t bucket_elements = 0;  // 0: one bucket per chunk and group
+  std::array<int64_t, kDataParallelGroups> pad_elements{kParamAlignElements, kParamAlignElements};
+
+  int64_t& pad(DataParallelGroup group) { return pad_elements[static_cast<size_t>(group)]; }
+  int64_t pad(DataParallelGroup group) const { return pad_elements[static_cast<size_t>(group)]; }
 };
-// Megatron's choice for a parallel config: --ddp-bucket-size (default max(40M, 1M x DP)) only
-// with --overlap-grad-reduce, else one bucket; padding with --use-distributed-optimizer.
-BucketOptions bucket_options(const parallel::ParallelConfig& parallel);
 
 struct ParamLayout {
   std::vector<ParamEntry> entries;
@@ -121,10 +141,12 @@ struct ParamLayout {
   int64_t parameter_elements() const;  // sum of numel (no gaps)
   // This rank's shard of a parameter as a tensor view into a flat fp32 buffer of this layout.
   Tensor view(const ParamEntry& entry, float* buffer) const;
-  // The slice of bucket `bucket` that DP rank `dp_rank` of `dp_size` owns under the distributed
-  // optimizer (equal slices of the padded bucket), and its slices of every bucket.
-  FlatRange bucket_shard(int bucket, int dp_rank, int dp_size) const;
-  std::vector<FlatRange> data_parallel_shard(int dp_rank, int dp_size) const;
+  // The slice of bucket `bucket` that rank `group_rank` of its reduction group of `group_size`
+  // owns when the group shards it (equal slices of the padded bucket); throws when the padding
+  // does not split into as many. data_parallel_shard: the slices of every bucket for a rank with
+  // that place in every group (a dense-only layout's DP x CP rank).
+  FlatRange bucket_shard(int bucket, int group_rank, int group_size) const;
+  std::vector<FlatRange> data_parallel_shard(int group_rank, int group_size) const;
 };
 
 // One tensor as a block declares it.
@@ -159,6 +181,19 @@ class ParamDeclarations {
     add(declaration);
   }
 };
+
+// A declared tensor before the bucket pass: its entry (offset and bucket unset; chunk, layer and
+// reduction group set) and its fused group (tensors of one fused group are declared one after the
+// other, in one reduction group, and land adjacent in one bucket).
+struct DeclaredParam {
+  ParamEntry entry;
+  int fused_group = 0;
+};
+
+// The bucket pass: lays `declared` (forward order, chunk by chunk) out over `chunks` in buckets
+// per chunk and reduction group, padded as `options` says (see the header comment).
+ParamLayout lay_out(const std::vector<DeclaredParam>& declared, const std::vector<ChunkBlocks>& chunks,
+                    const BucketOptions& options);
 
 // The layout of the chunks of `spec` (in order) on the rank at `rank`.
 ParamLayout build_layout(const ModelConfig& model, const parallel::ParallelConfig& parallel,

@@ -1,6 +1,10 @@
 // GEMMs in the run's precision (see precision_gemm.h).
 #include "model/precision_gemm.h"
 
+#include <string>
+
+#include "core/error.h"
+
 namespace mt::model {
 
 DType precision_dtype(Precision precision) {
@@ -28,12 +32,18 @@ int64_t GemmWeights::bytes(const backend::Ops& ops, Precision precision, int64_t
   return ops.gemm_operand_type(precision) == DType::f32 ? elements * 4 : elements * 2;
 }
 
-void GemmWeights::refresh(const float* params) {
+void GemmWeights::refresh(const float* params) { refresh(params, 0, elements_); }
+
+void GemmWeights::refresh(const float* params, int64_t begin, int64_t end) {
+  if (begin < 0 || end > elements_ || begin > end) {
+    throw Error("GEMM weight copy", "range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                        ") outside its " + std::to_string(elements_) + " elements");
+  }
   const backend::Stream stream = ops_.default_stream();
   if (!bits_.empty()) {
-    ops_.convert(params, DType::f32, bits_.data(), operand_type_, elements_, stream);
+    ops_.convert(params + begin, DType::f32, bits_.data() + begin, operand_type_, end - begin, stream);
   } else if (!rounded_.empty()) {
-    ops_.round_through(params, rounded_.data(), elements_, precision_dtype(precision_), stream);
+    ops_.round_through(params + begin, rounded_.data() + begin, end - begin, precision_dtype(precision_), stream);
   }
 }
 

@@ -23,8 +23,10 @@ class GemmWeights {
 
   Precision precision() const { return precision_; }
   DType operand_type() const { return operand_type_; }
-  // Re-derives the copy from the master weights; call after every parameter change.
+  // Re-derives the copy from the master weights; call after every parameter change. The ranged
+  // form re-derives elements [begin, end) only (a bucket whose parameters just arrived).
   void refresh(const float* params);
+  void refresh(const float* params, int64_t begin, int64_t end);
   // The bf16 bits a fused optimizer pass may refresh directly (kernels' adamw_update), or
   // nullptr when the copy is not bf16 bits (then call refresh after the step).
   uint16_t* bf16_bits();

@@ -184,8 +184,12 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   StageWorkspace& w = pool_->workspace();
   const int64_t s = lpass.sequence_rows, c = config_.hidden_size;
   const int64_t activation_bytes = static_cast<int64_t>(sizeof(float)) * s * c;
+  auto before = [&](int layer) {
+    if (before_forward_) before_forward_(layer);
+  };
 
   if (blocks_.embedding) {
+    before(kEmbeddingLayer);
     blocks_.embedding->forward(ctx, lpass, w.embedding_full, acts.input);
   } else if (!input) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
@@ -206,6 +210,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     } else {
       out = w.pingpong[i % 2];
     }
+    before(first_layer_ + i);
     // A recomputed layer runs now for its output into its scratch set; backward rebuilds it.
     BlockBuffers& saved = recompute_.recomputed[layer] ? *w.recompute_saved[layer] : *acts.layer_saved[layer];
     blocks_.layers[layer]->forward(ctx, lpass, x, out, saved, *w.layers[layer], w.temporaries);
@@ -217,6 +222,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
 
   StageOutput output;
   if (blocks_.head) {
+    before(head_layer(config_));
     output.loss = blocks_.head->forward(ctx, lpass, acts.head, w.head);
   } else {
     output.activation = acts.output;

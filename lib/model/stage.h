@@ -15,7 +15,9 @@
 // into the bound grads; after each layer's backward (and the head's, and the embedding's) the
 // grads-ready callback names the layer whose grads are complete for this micro-batch (layer ids
 // of model/layout.h: head_layer(), then L-1 .. first, then kEmbeddingLayer), so DP can start
-// reducing a bucket during backward. Collectives run through the ParallelContext; under context
+// reducing a bucket during backward. Before each forward reads a layer's parameters (the
+// embedding's, each layer's, the head's) the before-forward callback names that layer, so
+// parameters still arriving (an overlapped all-gather) can be waited for. Collectives run through the ParallelContext; under context
 // parallelism the stage owns one ring attention over the CP group (sized for its micro-batch of
 // sequence_length local tokens per sample) that all its layers' attention cores share.
 // What the chunk is made of is its spec in the layout (model/spec.h, ModelChunk::spec): the stage
@@ -86,6 +88,7 @@ class Stage {
   // The rank's flat fp32 parameters and grads (laid out by the layout).
   void bind(const float* params, float* grads);
   void on_grads_ready(std::function<void(int layer)> callback) { grads_ready_ = std::move(callback); }
+  void on_before_forward(std::function<void(int layer)> callback) { before_forward_ = std::move(callback); }
 
   bool is_first() const { return blocks_.embedding != nullptr; }
   bool is_last() const { return blocks_.head != nullptr; }
@@ -136,6 +139,7 @@ class Stage {
   const float* params_ = nullptr;
   float* grads_ = nullptr;
   std::function<void(int)> grads_ready_;
+  std::function<void(int)> before_forward_;
 };
 
 // The activation buffers' shape of chunk `chunk` of `layout` for micro-batches of `rows` tokens.

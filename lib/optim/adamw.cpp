@@ -13,7 +13,7 @@ AdamW::AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend
     : AdamW(layout, {model::FlatRange{0, layout.total_elements}}, config, ops, ledger) {}
 
 AdamW::AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
-             const backend::Ops& ops, backend::MemoryLedger* ledger)
+             const backend::Ops& ops, backend::MemoryLedger* ledger, const CountedInNorm& counted)
     : ops_(ops), config_(config), ranges_(ranges) {
   int64_t state = 0, previous_end = 0;
   for (const model::FlatRange& range : ranges_) {
@@ -26,7 +26,8 @@ AdamW::AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRang
       const int64_t begin = std::max(range.begin, entry.offset);
       const int64_t end = std::min(range.end, entry.offset + entry.numel);
       if (begin < end) {
-        pieces_.push_back(Piece{begin, end, state + (begin - range.begin), entry.weight_decay, entry.replica == 0});
+        const bool counts = counted ? counted(entry) : entry.primary();
+        pieces_.push_back(Piece{begin, end, state + (begin - range.begin), entry.weight_decay, counts});
       }
     }
     state += range.end - range.begin;
@@ -40,7 +41,7 @@ double AdamW::grad_sum_squares(const float* grads) const {
   const backend::Stream stream = ops_.default_stream();
   double sum = 0;
   for (const Piece& piece : pieces_) {
-    if (piece.primary) sum += ops_.sum_squares(grads + piece.begin, piece.end - piece.begin, stream);
+    if (piece.counted) sum += ops_.sum_squares(grads + piece.begin, piece.end - piece.begin, stream);
   }
   return sum;
 }

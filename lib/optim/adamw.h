@@ -4,11 +4,14 @@
 // boundaries (weight decay per tensor, by the layout's no-decay set);
 // each piece is one fused pass of the backend's adamw_update, which can also refresh the bf16
 // GEMM copy of the weights. Moments are fp32, as long as the ranges together. Also the grad norm
-// over the ranges (each replicated tensor counted once: only primary copies) and Megatron's clipping.
-// Keeps what it needs of the layout (no reference to it). Tested in tests/unit/optim/test_optim.cpp.
+// over the ranges (each replicated tensor counted once: by default only primary copies count;
+// optim/distributed_optimizer.h narrows that to the copies a rank counts among its data-parallel
+// group) and Megatron's clipping. Keeps what it needs of the layout (no reference to it).
+// Tested in tests/unit/optim/test_optim.cpp.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/memory.h"
@@ -24,19 +27,23 @@ struct AdamWConfig {
   double eps = 1e-8;
 };
 
+// Whether a tensor's pieces count in the grad norm of the ranks that hold it.
+using CountedInNorm = std::function<bool(const model::ParamEntry&)>;
+
 class AdamW {
  public:
   // Over the whole flat buffer of `layout`.
   AdamW(const model::ParamLayout& layout, AdamWConfig config, const backend::Ops& ops,
         backend::MemoryLedger* ledger = nullptr);
   // Over the flat ranges (disjoint, ascending); elements outside every tensor (alignment and
-  // bucket padding) are left alone.
+  // bucket padding) are left alone. `counted` (empty: ParamEntry::primary) chooses the tensors
+  // whose pieces grad_sum_squares counts.
   AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRange>& ranges, AdamWConfig config,
-        const backend::Ops& ops, backend::MemoryLedger* ledger = nullptr);
+        const backend::Ops& ops, backend::MemoryLedger* ledger = nullptr, const CountedInNorm& counted = {});
 
   const std::vector<model::FlatRange>& ranges() const { return ranges_; }
 
-  // Sum of squared grads over the ranges' primary copies (fp64), unscaled: the local share of a
+  // Sum of squared grads over the ranges' counted pieces (fp64), unscaled: the local share of a
   // grad norm that several ranks sum.
   double grad_sum_squares(const float* grads) const;
   // L2 norm of the ranges' grads after multiplying by grad_scale (1/loss scale). Non-finite when
@@ -60,7 +67,7 @@ class AdamW {
     int64_t begin = 0, end = 0;  // in the flat buffers
     int64_t state = 0;           // where its moments start
     bool weight_decay = true;
-    bool primary = true;         // counted in the grad norm
+    bool counted = true;         // in the grad norm
   };
 
   const backend::Ops& ops_;

@@ -12,6 +12,7 @@
 #include "model/layout.h"
 #include "model/precision_gemm.h"
 #include "model/stage.h"
+#include "optim/distributed_optimizer.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace mt::perf {
@@ -144,7 +145,8 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
     parallel::RankCoordinates rank;
     rank.pp = stage;
     const model::ParamLayout layout = model::build_layout(
-        model, parallel, rank, model::pipeline_chunks(model, parallel, stage), model::bucket_options(parallel));
+        model, parallel, rank, model::pipeline_chunks(model, parallel, stage),
+        optim::DistributedOptimizer::bucket_options(parallel));
     const int64_t elements = layout.total_elements;
     int64_t optimizer_elements = elements;
     if (parallel.use_distributed_optimizer) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/layout.h"
+#include "optim/distributed_optimizer.h"
 #include "parallel/pipeline_layers.h"
 #include "parallel/pipeline_schedule.h"
 #include "perf/parameters.h"
@@ -159,7 +160,7 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
   parallel::RankCoordinates rank;
   rank.pp = stage;
   const model::ParamLayout layout = model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
-                                                        model::bucket_options(parallel));
+                                                        optim::DistributedOptimizer::bucket_options(parallel));
   elements = layout.total_elements;
   optimizer_elements = elements;
   if (parallel.use_distributed_optimizer) {

@@ -43,26 +43,6 @@ std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t beg
   return boxes;
 }
 
-// Calls visit(entry, boxes, state, flat) for every run of a tensor inside the optimizer's ranges:
-// the boxes of the run (global coordinates), where its moments start in the optimizer's state and
-// where its parameters start in the rank's flat parameter buffer.
-using OptimizerRunVisitor = std::function<void(const model::ParamEntry&, const std::vector<io::Box>&, int64_t, int64_t)>;
-void for_each_optimizer_run(const model::ParamLayout& layout, const optim::AdamW& optimizer,
-                            const OptimizerRunVisitor& visit) {
-  int64_t state = 0;
-  for (const model::FlatRange& range : optimizer.ranges()) {
-    for (const model::ParamEntry& entry : layout.entries) {
-      const int64_t begin = std::max(range.begin, entry.offset);
-      const int64_t end = std::min(range.end, entry.offset + entry.numel);
-      if (begin < end) {
-        visit(entry, shard_run_boxes(entry, begin - entry.offset, end - entry.offset), state + (begin - range.begin),
-              begin);
-      }
-    }
-    state += range.end - range.begin;
-  }
-}
-
 // One tensor of the checkpoint and the slices of it this rank writes: none when another rank
 // writes its copy.
 struct TensorShare {
@@ -72,15 +52,13 @@ struct TensorShare {
 };
 
 // Every tensor of the checkpoint, in the same order on every rank (the whole model's layout
-// order, whichever pipeline stage holds it), with this rank's slices. The writer of a copy: the
-// TP shards of each TP rank, the TP-replicated tensors from TP rank 0 and the tied word embedding
-// from the first stage (ParamEntry::replica == 0), and of the DP (x CP) replicas: DP rank 0, or,
-// with the distributed optimizer, every DP rank for its shard, parameters and moments alike (every
-// rank holds all parameters after the step's all-gather, so the shard owners share the writing).
+// order, whichever pipeline stage holds it), with this rank's slices: the runs of parameters and
+// moments the optimizer says this rank writes (optim::DistributedOptimizer::checkpoint_runs:
+// each tensor's primary copy once over its reduction group, whole or in slices), as boxes of the
+// global tensor.
 std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& options) {
   const model::ParamLayout& layout = trainer.layout();
   const model::ParamLayout whole_model = model::build_layout(trainer.model_config());
-  const bool first_replica = trainer.data_parallel_rank() == 0;
   const int groups = options.optimizer ? 3 : 1;
   const size_t tensors = whole_model.entries.size();
   const char* prefixes[] = {"model/", "optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
@@ -96,28 +74,21 @@ std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& op
     return shares[static_cast<size_t>(group) * tensors + index.at(entry.name)].slices;
   };
   const float* params = trainer.parameters();
-  optim::AdamW& optimizer = trainer.optimizer();
-  const bool sharded = trainer.distributed_optimizer();
-  if (!sharded && first_replica) {
-    for (const model::ParamEntry& entry : layout.entries) {
-      if (entry.replica == 0) share_of(0, entry).push_back(io::TensorSlice{shard_box(entry), params + entry.offset});
-    }
-  }
-  if (!sharded && !(options.optimizer && first_replica)) return shares;
+  optim::DistributedOptimizer& optimizer = trainer.optimizer();
   const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
-  // A tensor's slices may come from several ranges of the optimizer.
-  for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
-                                                int64_t state, int64_t flat) {
-    if (entry.replica != 0) return;
-    for (const io::Box& box : boxes) {
-      if (sharded) share_of(0, entry).push_back(io::TensorSlice{box, params + flat});
+  // A tensor's slices may come from several runs.
+  for (const optim::TensorRun& run : optimizer.checkpoint_runs()) {
+    const model::ParamEntry& entry = layout.entries[run.entry];
+    int64_t state = run.state, flat = run.flat;
+    for (const io::Box& box : shard_run_boxes(entry, run.begin, run.end)) {
+      share_of(0, entry).push_back(io::TensorSlice{box, params + flat});
       if (options.optimizer) {
         for (int m = 0; m < 2; ++m) share_of(1 + m, entry).push_back(io::TensorSlice{box, moments[m] + state});
       }
       state += box.elements();
       flat += box.elements();
     }
-  });
+  }
   return shares;
 }
 
@@ -246,21 +217,24 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   }
   const model::ParamLayout& layout = trainer.layout();
   // Every copy this rank holds (replicas too) reads its box of the global tensor.
+  float* params = trainer.parameters();
   for (const model::ParamEntry& entry : layout.entries) {
-    checkpoint.read_box("model/" + entry.name, entry.global_shape, shard_box(entry), trainer.parameters() + entry.offset);
+    checkpoint.read_box("model/" + entry.name, entry.global_shape, shard_box(entry), params + entry.offset);
   }
-  optim::AdamW& optimizer = trainer.optimizer();
+  optim::DistributedOptimizer& optimizer = trainer.optimizer();
   if (optimizer_state) {
+    // The moments of every run this rank updates (copies too).
     const char* names[] = {"optimizer/exp_avg/", "optimizer/exp_avg_sq/"};
     float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
     for (int m = 0; m < 2; ++m) {
-      for_each_optimizer_run(layout, optimizer, [&](const model::ParamEntry& entry, const std::vector<io::Box>& boxes,
-                                                    int64_t state, int64_t) {
-        for (const io::Box& box : boxes) {
+      for (const optim::TensorRun& run : optimizer.state_runs()) {
+        const model::ParamEntry& entry = layout.entries[run.entry];
+        int64_t state = run.state;
+        for (const io::Box& box : shard_run_boxes(entry, run.begin, run.end)) {
           checkpoint.read_box(names[m] + entry.name, entry.global_shape, box, moments[m] + state);
           state += box.elements();
         }
-      });
+      }
     }
     optimizer.set_steps(saved.optimizer_step);
   }

@@ -1,14 +1,15 @@
 // A trainer's checkpoints (io/checkpoint.h holds the file format): which tensors a rank writes
 // and reads, and the state around them. Each rank hands the writer the slices of every tensor it
-// holds the primary copy of (its TP shard of a parameter as one box; its optimizer ranges, which
-// the distributed optimizer cuts inside tensors, as the boxes of their flat runs), and reads back
-// the boxes of its own layout, so a checkpoint does not depend on the layout that wrote it. The
-// writers of a copy: DP rank 0 for parameters and the plain optimizer's moments, every DP rank for
-// its distributed-optimizer shard (parameters and moments); under pipeline parallelism each stage
-// for the layers it holds (the tied word embedding from the first stage; the last stage's copy
-// reads it back). Saving is collective over the trainer's world: every rank writes its slices into
-// the one file through parallel HDF5, and every rank returns the same result or throws the same
-// error.
+// writes, and reads back the boxes of its own layout, so a checkpoint does not depend on the
+// layout that wrote it. Who writes what is the optimizer's answer
+// (optim::DistributedOptimizer::checkpoint_runs, parameters and moments alike): each tensor's
+// primary copy (ParamEntry::primary: each TP rank its shard, TP rank 0 a TP-replicated tensor,
+// the first stage the tied word embedding) once over the tensor's reduction group, whole from
+// the group's rank 0 without sharding, or from every rank its slices (runs of flat elements that
+// may cut tensors mid-row, written as boxes) with the distributed optimizer. Under pipeline
+// parallelism each stage writes the layers it holds. Saving is collective over the trainer's
+// world: every rank writes its slices into the one file through parallel HDF5, and every rank
+// returns the same result or throws the same error.
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one

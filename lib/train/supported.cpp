@@ -26,8 +26,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {parallel.expert_model_parallel_size != 1,
        "--expert-model-parallel-size " + std::to_string(parallel.expert_model_parallel_size), experts},
       {expert_tp != 1, "--expert-tensor-parallel-size " + std::to_string(expert_tp), experts},
-      {parallel.overlap_param_gather, "--overlap-param-gather",
-       "mt-train runs the parameter all-gather after the optimizer step"},
       {model.num_experts > 0, "--num-experts " + std::to_string(model.num_experts),
        "mt-train builds dense MLPs only" + accounted},
       {model.multi_latent_attention, "--multi-latent-attention",

@@ -1,7 +1,6 @@
 // What mt-train does not run yet, in one list: the model features (mixture of experts,
-// multi-latent attention, multi-token prediction) and the parallel settings (expert parallelism,
-// the overlapped parameter all-gather) that mt-train's flag handling and the Trainer refuse by
-// flag, before anything is built. mt-mfu and mt-memreport account for all of them and never call
+// multi-latent attention, multi-token prediction) and the parallel setting (expert parallelism)
+// that mt-train's flag handling and the Trainer refuse by flag, before anything is built. mt-mfu and mt-memreport account for all of them and never call
 // it. Megatron flags mt does not know at all are refused by name before parsing
 // (tools/common/flags.h, refuse_unimplemented_megatron_flags). Tested in
 // tests/unit/train/test_supported.cpp.

@@ -96,7 +96,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   check_supported(model_config_, parallel_config_);
   const int dp = parallel_config_.data_parallel_size;
-  data_parallel_rank_ = coordinates.dp;
+  data_parallel_coordinate_ = coordinates.dp;
   data_parallel_size_ = dp;
   const int cp = parallel_config_.context_parallel_size;
   if (data_.vocab_size() > model_config_.vocab_size) {
@@ -123,7 +123,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   // This rank's model chunks (model::pipeline_chunks).
   layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
                                 model::pipeline_chunks(model_config_, parallel_config_, coordinates.pp),
-                                model::bucket_options(parallel_config_));
+                                optim::DistributedOptimizer::bucket_options(parallel_config_));
   // The schedules of a training step and of an evaluation step over this rank's micro-batches.
   const int num_micro = config_.global_batch_size / (config_.micro_batch_size * dp);
   train_actions_ = parallel::pipeline_actions(
@@ -171,17 +171,19 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
                                                      *gemm_weights_, stage_options, &memory_));
     stages_.back()->bind(params_.data(), grads_.data());
-    stages_.back()->on_grads_ready([this](int layer) { grad_sync_->layer_ready(layer); });
+    // The optimizer reduces a bucket's grads once backward is done with it, and has a bucket's
+    // gathered parameters arrive before forward reads them.
+    stages_.back()->on_grads_ready([this](int layer) { optimizer_->grads_ready(layer); });
+    stages_.back()->on_before_forward([this, chunk](int layer) {
+      optimizer_->wait_for_parameters(static_cast<int>(chunk), layer);
+    });
     stage_pointers.push_back(stages_.back().get());
   }
   pipeline_ = std::make_unique<PipelineEngine>(std::move(stage_pointers), *pipeline_group_, parallel_, ops_,
                                                model_config_.hidden_size,
                                                static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length / cp,
                                                &memory_, std::move(slot_pool_of_chunk));
-  grad_sync_ = std::make_unique<GradSync>(layout_, *data_parallel_group_, *tensor_group_,
-                                          parallel_config_.use_distributed_optimizer,
-                                          parallel_config_.overlap_grad_reduce);
-  optimizer_ = std::make_unique<optim::AdamW>(layout_, grad_sync_->owned_ranges(), config_.adam, ops_, &memory_);
+  build_optimizer(groups);
   scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
             : config_.loss_scale > 0
                 ? optim::LossScaler::fixed(config_.loss_scale)
@@ -238,7 +240,25 @@ void Trainer::TokenRows::allocate(int64_t rows) {
   row_ids.allocate(rows);
 }
 
+void Trainer::build_optimizer(const parallel::ProcessGroups* groups) {
+  const optim::ReductionGroups reduction =
+      groups ? optim::ReductionGroups::of(*groups) : optim::ReductionGroups::single(*single_data_);
+  optimizer_ = std::make_unique<optim::DistributedOptimizer>(
+      layout_, optim::DistributedOptimizer::options(parallel_config_, config_.adam), reduction, ops_, params_.data(),
+      grads_.data(), gemm_weights_.get(), &memory_);
+}
+
 Trainer::~Trainer() = default;
+
+float* Trainer::parameters() {
+  optimizer_->finish_parameter_gather();
+  return params_.data();
+}
+
+void Trainer::parameters_changed() {
+  optimizer_->finish_parameter_gather();
+  gemm_weights_->refresh(params_.data());
+}
 
 TrainerState Trainer::checkpoint_state() const {
   return TrainerState{iteration_, consumed_samples_, consumed_valid_samples_, skipped_iters_, nan_iters_,
@@ -308,74 +328,94 @@ model::MicroBatch Trainer::staged_batch(int count, int slot) const {
 StepStats Trainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const double wait_before = communicator_wait_seconds();
-  const int micro = config_.micro_batch_size;
-  const int global = config_.global_batch_size;
-  const int dp = data_parallel_size_;
-  const int num_micro = global / (micro * dp);  // this rank's micro-batches
-  const int seq = model_config_.seq_length;
   ++iteration_;
   StepStats stats;
   stats.iteration = iteration_;
   stats.lr = schedule_.lr_at(consumed_samples_);
   stats.loss_scale = scaler_.scale();
-  stats.global_batch_size = global;
+  stats.global_batch_size = config_.global_batch_size;
 
-  float* grads = grads_.data();
-  const int64_t total = layout_.total_elements;
-  ops_.zero(grads, total * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
-  grad_sync_->begin(grads);
+  optimizer_->begin_grad_sync();
+  const StepTokens tokens = stage_training_samples();
+  const model::LossSums sums = run_training_pipeline(tokens);
+  optimizer_->finish_grad_sync();
+  sum_tied_embedding_grads();
+  stats.lm_loss = step_loss(sums.loss, tokens.local);
+  const double unscale = 1.0 / scaler_.scale();
+  stats.grad_norm = global_grad_norm(unscale);
+  const bool nonfinite = skip_nonfinite(stats);
+  stats.skipped = nonfinite;
+  if (!nonfinite) optimizer_->step(stats.lr, unscale * optim::clip_factor(stats.grad_norm, config_.clip_grad));
+  scaler_.update(nonfinite);
+  consumed_samples_ += config_.global_batch_size;
+  record_step_figures(stats, start, wait_before);
+  return stats;
+}
 
+Trainer::StepTokens Trainer::stage_training_samples() {
   // This rank's samples of the step (MegatronPretrainingSampler: DP rank r holds micro-batches
   // r, r + DP, ... of the global batch) are staged first: the loss is normalised by unmasked
   // tokens, per micro-batch (Megatron's default: each micro-batch's token mean, averaged over
   // the step's micro-batches on every rank) or over the whole step (--calculate-per-token-loss:
   // the token count summed over DP). The CP ranks of a DP rank read the same samples and each
   // holds its part of every sequence: the whole sequences' token counts are summed over CP.
+  const int micro = config_.micro_batch_size;
+  const int dp = data_parallel_size_;
+  const int num_micro = config_.global_batch_size / (micro * dp);  // this rank's micro-batches
   const int64_t train_total = data_.split_size(data::Split::train);
-  std::vector<double> micro_tokens(static_cast<size_t>(num_micro));
-  double local_tokens = 0;
+  StepTokens tokens;
+  tokens.micro.resize(static_cast<size_t>(num_micro));
   for (int m = 0; m < num_micro; ++m) {
     const int64_t first =
-        data::pretraining_sampler_first(train_total, consumed_samples_, micro, data_parallel_rank_, dp, m);
-    micro_tokens[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
-    local_tokens += micro_tokens[static_cast<size_t>(m)];
+        data::pretraining_sampler_first(train_total, consumed_samples_, micro, data_parallel_coordinate_, dp, m);
+    tokens.micro[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
+    tokens.local += tokens.micro[static_cast<size_t>(m)];
   }
   if (context_control_->size() > 1) {
-    context_control_->all_reduce(micro_tokens.data(), num_micro, DType::f64, comm::ReduceOp::sum);
+    context_control_->all_reduce(tokens.micro.data(), num_micro, DType::f64, comm::ReduceOp::sum);
   }
-  double step_tokens = local_tokens;
-  if (config_.calculate_per_token_loss) sum_over_data_parallel(&step_tokens, 1);
+  tokens.step = tokens.local;
+  if (config_.calculate_per_token_loss) sum_over_data_parallel(&tokens.step, 1);
+  return tokens;
+}
+
+model::LossSums Trainer::run_training_pipeline(const StepTokens& tokens) {
+  const int micro = config_.micro_batch_size;
+  const int dp = data_parallel_size_;
+  const int num_micro = static_cast<int>(tokens.micro.size());
   PipelineCallbacks callbacks;
   callbacks.batch = [&](int m) { return staged_batch(micro, m * micro); };
   callbacks.dloss_scale = [&](int m) {
-    const double counted = micro_tokens[static_cast<size_t>(m)];
-    const double denominator = config_.calculate_per_token_loss ? step_tokens : counted * num_micro * dp;
+    const double counted = tokens.micro[static_cast<size_t>(m)];
+    const double denominator = config_.calculate_per_token_loss ? tokens.step : counted * num_micro * dp;
     // A micro-batch (or step) whose tokens are all masked contributes nothing.
     return denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
   };
   // Earlier micro-batches only accumulate; each chunk's last backward reduces its buckets.
-  callbacks.before_last_backward = [&](int chunk) { grad_sync_->arm(chunk); };
+  callbacks.before_last_backward = [&](int chunk) { optimizer_->arm_grad_sync(chunk); };
   // The micro-batches run through the pipeline schedule (plain forward-backward on one stage);
   // the loss sums on the last pipeline stage.
-  const model::LossSums sums =
-      pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
-  grad_sync_->finish();
-  sum_tied_embedding_grads(grads);
+  return pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
+}
+
+double Trainer::step_loss(double loss_sum, double local_tokens) {
   // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count, the
   // sum coming from the last stage, both summed over DP x CP.
-  double loss_and_tokens[2] = {sums.loss, local_tokens};
+  double loss_and_tokens[2] = {loss_sum, local_tokens};
   sum_over_pipeline(loss_and_tokens, 1);
   sum_over_data_parallel(loss_and_tokens, 2);
-  stats.lm_loss = loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
+  return loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
+}
 
-  // The grad norm over every rank, each tensor's primary copy once: TP shards and (distributed
-  // optimizer) DP x CP shards add up; replicated copies count on one rank (AdamW's primary
-  // pieces, and DP x CP rank 0 when every DP and CP rank holds the whole reduced grads).
-  const double unscale = 1.0 / scaler_.scale();
-  const bool counts_here = parallel_config_.use_distributed_optimizer || data_parallel_group_->rank() == 0;
-  double sum_squares = counts_here ? optimizer_->grad_sum_squares(grads) : 0.0;
+double Trainer::global_grad_norm(double unscale) {
+  // Over every rank, each tensor's primary copy once (the optimizer's local shares: TP shards and
+  // sharded DP x CP slices add up; a replicated copy counts on one rank).
+  double sum_squares = optimizer_->grad_sum_squares();
   if (world_->size() > 1) world_->all_reduce(&sum_squares, 1, DType::f64, comm::ReduceOp::sum);
-  stats.grad_norm = std::sqrt(sum_squares) * unscale;
+  return std::sqrt(sum_squares) * unscale;
+}
+
+bool Trainer::skip_nonfinite(const StepStats& stats) {
   const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
   // fp16 overflow is the loss scaler's to handle (the step is skipped, the scale lowered); any
   // other NaN/Inf stops the run, as Megatron's default, unless the check is off (then counted).
@@ -389,22 +429,11 @@ StepStats Trainer::train_step() {
     }
     ++nan_iters_;
   }
-  if (nonfinite) {
-    ++skipped_iters_;
-    stats.skipped = true;
-  } else {
-    const double clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
-    // The fused bf16 refresh covers the optimizer's ranges only: a sharded step refreshes the
-    // GEMM copy after the all-gather.
-    const bool sharded = parallel_config_.use_distributed_optimizer && data_parallel_group_->size() > 1;
-    uint16_t* fused_bf16_copy = sharded ? nullptr : gemm_weights_->bf16_bits();
-    optimizer_->step(params_.data(), fused_bf16_copy, grads, stats.lr, unscale * clip);
-    grad_sync_->gather_parameters(params_.data());
-    if (config_.precision != Precision::fp32 && !fused_bf16_copy) gemm_weights_->refresh(params_.data());
-  }
-  scaler_.update(nonfinite);
-  consumed_samples_ += global;
+  if (nonfinite) ++skipped_iters_;
+  return nonfinite;
+}
 
+void Trainer::record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before) {
   gather_memory(stats);
 
   double busiest[2] = {pipeline_->compute_seconds(), pipeline_->run_seconds()};
@@ -412,6 +441,8 @@ StepStats Trainer::train_step() {
   stats.compute_ms = busiest[0] * 1e3;
   stats.pipeline_ms = busiest[1] * 1e3;
 
+  const int64_t global = config_.global_batch_size;
+  const int seq = model_config_.seq_length;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;
@@ -422,7 +453,6 @@ StepStats Trainer::train_step() {
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
   stats.skipped_iters = skipped_iters_;
   stats.nan_iters = nan_iters_;
-  return stats;
 }
 
 EvalStats Trainer::evaluate() {
@@ -441,7 +471,7 @@ EvalStats Trainer::evaluate() {
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
     for (int m = 0; m < num_micro; ++m) {
       const int64_t first =
-          data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_rank_, dp, m);
+          data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_coordinate_, dp, m);
       fill_samples(data::Split::valid, first, micro, m * micro);
     }
     const model::LossSums loss = pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
@@ -537,16 +567,16 @@ void Trainer::sum_over_pipeline(double* values, int count) {
   if (pipeline_control_->size() > 1) pipeline_control_->all_reduce(values, count, DType::f64, comm::ReduceOp::sum);
 }
 
-void Trainer::sum_tied_embedding_grads(float* grads) {
+void Trainer::sum_tied_embedding_grads() {
   if (!embedding_group_ || embedding_group_->size() == 1) return;
   // The first stage's word embedding and the last stage's copy each sit alone in a bucket that
   // starts at the tensor and is padded alike, so the parts of it this rank owns (all of it, or
   // its distributed-optimizer shard) are the same elements of the tensor on both stages.
   for (const model::ParamEntry& entry : layout_.entries) {
     if (!entry.reduce_over_embedding_group) continue;
-    for (const model::FlatRange& range : grad_sync_->owned_ranges()) {
+    for (const model::FlatRange& range : optimizer_->owned_ranges()) {
       const int64_t begin = std::max(range.begin, entry.offset), end = std::min(range.end, entry.offset + entry.numel);
-      if (begin < end) embedding_group_->all_reduce(grads + begin, end - begin, DType::f32, comm::ReduceOp::sum);
+      if (begin < end) embedding_group_->all_reduce(grads_.data() + begin, end - begin, DType::f32, comm::ReduceOp::sum);
     }
   }
 }

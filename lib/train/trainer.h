@@ -12,10 +12,14 @@
 // group: DP rank r takes micro-batches r, r + DP, ... of the step's global batch (the sampler's
 // slice), so every layout sees the micro-batches one rank would and Megatron's per-micro-batch
 // normalisation (1/DP folded into the loss scale) gives the one-rank loss and grads; with
-// --calculate-per-token-loss the token count is summed over DP first. Grads are reduced in
-// buckets (train/grad_sync.h, overlapped with the last micro-batch's backward on request); the
-// distributed optimizer updates this rank's shard of every bucket and all-gathers the
-// parameters. The grad norm sums each tensor's primary copy once over every rank; the loss,
+// --calculate-per-token-loss the token count is summed over DP first. How grads, parameters and
+// optimizer state are reduced and sharded is the optimizer's (optim/distributed_optimizer.h:
+// grad buckets reduced per reduction group, overlapped with the last micro-batch's backward on
+// request; AdamW over the rank's owned ranges; the parameter all-gather, overlapped with the next
+// forward on request through the stages' before-forward signal; each tensor's primary copy
+// counted once in the grad norm and written once to checkpoints). The trainer's step is a list of
+// calls: stage the samples, begin the grad sync, run the pipeline, finish the grad sync, sum the
+// tied embedding's grads, the loss, the grad norm, clipping and the optimizer's step. The loss,
 // evaluation and the decision to stop (a signal on any rank) are agreed by all ranks.
 // Pipeline parallelism: the rank's model chunks come from parallel/pipeline_layers.h and run the
 // 1F1B or interleaved schedule with p2p over the PP group; grad sync is armed per chunk before its
@@ -35,6 +39,7 @@
 // by tests/tools/mt-train.bats and tests/tools/mt-train-mpi.bats.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,12 +63,12 @@
 #include "model/recompute.h"
 #include "model/stage.h"
 #include "optim/adamw.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/process_groups.h"
 #include "perf/flops.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/grad_sync.h"
 #include "train/pipeline_engine.h"
 
 namespace mt::train {
@@ -191,9 +196,10 @@ class Trainer {
 
   int64_t total_iterations() const { return total_iters_; }
   const model::ParamLayout& layout() const { return layout_; }
-  float* parameters() { return params_.data(); }
+  // The rank's flat parameters, complete: waits for any parameter all-gather still in flight.
+  float* parameters();
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
-  void parameters_changed() { gemm_weights_->refresh(params_.data()); }
+  void parameters_changed();
   // Live and peak bytes this rank holds, by category (the memory records' source).
   const backend::MemoryLedger& memory() const { return memory_; }
   int64_t consumed_samples() const { return consumed_samples_; }
@@ -202,16 +208,13 @@ class Trainer {
   const model::ModelConfig& model_config() const { return model_config_; }
   const TrainConfig& config() const { return config_; }
   // Checkpoints (train/checkpointing.h): the counters and loss scaler, and the optimizer whose
-  // moments and step they save. restore() continues from a saved state; the parameters and
-  // moments are loaded into parameters() and optimizer() (then parameters_changed()).
+  // moments and step they save and which says which runs of each tensor this rank writes and
+  // reads. restore() continues from a saved state; the parameters and moments are loaded into
+  // parameters() and optimizer() (then parameters_changed()). A save is collective over world().
   TrainerState checkpoint_state() const;
   void restore(const TrainerState& state);
-  optim::AdamW& optimizer() { return *optimizer_; }
-  // Who writes what in a checkpoint: the world the save is collective over, this rank's place in
-  // the DP x CP group, and whether the optimizer's state is sharded over it.
+  optim::DistributedOptimizer& optimizer() { return *optimizer_; }
   comm::Communicator& world() const { return *world_; }
-  int data_parallel_rank() const { return data_parallel_group_->rank(); }
-  bool distributed_optimizer() const { return parallel_config_.use_distributed_optimizer; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
   // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.
@@ -225,6 +228,26 @@ class Trainer {
   void forward_logits(int64_t first_sample, int count, float* logits);
 
  private:
+  // The token counts of a training step's staged samples: per micro-batch (whole sequences: summed
+  // over CP), this rank's total, and the step's denominator with --calculate-per-token-loss
+  // (summed over DP x CP).
+  struct StepTokens {
+    std::vector<double> micro;
+    double local = 0;
+    double step = 0;
+  };
+  // The constructor's optimizer part: the data-parallel optimizer over the rank's groups.
+  void build_optimizer(const parallel::ProcessGroups* groups);
+  // A training step's parts (train_step): this rank's samples of the step staged; the pipeline
+  // run over them (grads accumulated and reduced as it goes); the step's loss over every rank;
+  // the global grad norm; whether the step is skipped (a NaN or Inf loss or grad: fatal unless
+  // fp16's loss scaler handles it or the check is off); the timing and memory figures.
+  StepTokens stage_training_samples();
+  model::LossSums run_training_pipeline(const StepTokens& tokens);
+  double step_loss(double loss_sum, double local_tokens);
+  double global_grad_norm(double unscale);
+  bool skip_nonfinite(const StepStats& stats);
+  void record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before);
   // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
   // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
   // mask counts in that part.
@@ -238,7 +261,7 @@ class Trainer {
   void sum_over_pipeline(double* values, int count);
   // Sums the tied word embedding's grads between the first and the last pipeline stage (after
   // the DP reduction, over the parts this rank owns), so both copies take the same step.
-  void sum_tied_embedding_grads(float* grads);
+  void sum_tied_embedding_grads();
   // Every rank's memory high-water marks (collective over the world): the step's maxima over
   // ranks (mem_*), the largest rank's total and each pipeline stage's most loaded rank.
   void gather_memory(StepStats& stats) const;
@@ -258,7 +281,7 @@ class Trainer {
   comm::Communicator* data_parallel_control_ = nullptr;  // control, DP x CP: loss and token sums
   comm::Communicator* context_group_ = nullptr;          // data: ring attention
   comm::Communicator* context_control_ = nullptr;        // control: token counts of whole sequences
-  int data_parallel_rank_ = 0;  // the DP coordinate (sampler slice), without CP
+  int data_parallel_coordinate_ = 0;  // the DP coordinate, without CP: the sampler's slice
   int data_parallel_size_ = 1;
   comm::Communicator* pipeline_group_ = nullptr;    // data: activations and their grads
   comm::Communicator* pipeline_control_ = nullptr;  // control: the loss from the last stage
@@ -277,8 +300,7 @@ class Trainer {
   std::vector<std::unique_ptr<model::Stage>> stages_;  // one per model chunk of this rank
   std::vector<parallel::PipelineAction> train_actions_, eval_actions_;  // this rank's schedules
   std::unique_ptr<PipelineEngine> pipeline_;
-  std::unique_ptr<GradSync> grad_sync_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::DistributedOptimizer> optimizer_;
   optim::LossScaler scaler_;
   optim::LrSchedule schedule_;
   int64_t total_iters_ = 0;

@@ -2,19 +2,21 @@
 // broadcast: tests/mpi/training_equivalence.h): tiny GPT and tiny LLaMA (GQA with query groups =
 // TP), the same seed, data, learning rate and micro-batch size, 10 steps; per-step loss and grad
 // norm, and the evaluation loss, within the fp32 equivalence bound of training_equivalence.h (2e-3
-// relative in bf16). Layouts at 2 ranks: TP=2, TP=2 + SP, DP=2 with and without the distributed optimizer, with overlapped reduction over several
-// buckets, PP=2 (1F1B) and PP=2 with 2 virtual stages (interleaved, overlapped buckets); at 4
-// ranks: TP=2 x DP=2 (plain, and SP + distributed optimizer + overlap), PP=4 with uneven
-// first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed optimizer: the tied
-// embedding's shard summed between stages, buckets armed chunk by chunk), PP=2 x TP=2 + SP; at 8
-// ranks: TP=2 x PP=2 x DP=2. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden
-// dropout 0.1 on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches
-// with different token counts), per-token loss, no / selective / full recompute.
-// The activation slots of an interleaved rank: its chunks share one pool of as many slots as the
-// schedule keeps in flight, and the ledger's activation bytes are that pool plus the workspaces.
-// And the grad reducer on its own: with overlap, buckets start as backward signals their layers
-// (not at finish()), and the sums and shards are exact on integer-valued grads.
-// Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
+// relative in bf16). Layouts at 2 ranks: TP=2, TP=2 + SP, DP=2 with and without the distributed
+// optimizer, with overlapped reduction over several buckets (and with the overlapped parameter
+// all-gather, waited before each bucket's first forward use), PP=2 (1F1B) and PP=2 with 2 virtual
+// stages (interleaved, overlapped buckets); at 4 ranks: TP=2 x DP=2 (plain, SP + distributed
+// optimizer + overlap, and distributed optimizer with the overlapped parameter all-gather), PP=4
+// with uneven first/last stages, PP=2 x DP=2 (plain, and interleaved with the distributed
+// optimizer: the tied embedding's shard summed between stages, buckets armed chunk by chunk; also
+// with the overlapped parameter all-gather, waited chunk by chunk), PP=2 x TP=2 + SP; at 8 ranks:
+// TP=2 x PP=2 x DP=2. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden dropout 0.1 on
+// the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches with different
+// token counts), per-token loss, no / selective / full recompute. The activation slots of an
+// interleaved rank: its chunks share one pool of as many slots as the schedule keeps in flight,
+// and the ledger's activation bytes are that pool plus the workspaces. (The optimizer's buckets on
+// their own: tests/mpi/test_distributed_optimizer.cpp.) Run under mpirun at 2, 4 and 8 ranks
+// (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,7 +32,6 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
-#include "train/grad_sync.h"
 #include "train/trainer.h"
 #include "../unit/tiny_models.h"
 #include "training_equivalence.h"
@@ -78,6 +79,7 @@ struct Layout {
   int first_stage_layers = 0;       // --decoder-first-pipeline-num-layers (0: even)
   int last_stage_layers = 0;        // --decoder-last-pipeline-num-layers (0: even)
   int num_layers = 2;
+  bool overlap_param_gather = false;  // --overlap-param-gather (with the distributed optimizer and overlap)
 };
 
 struct Case {
@@ -109,6 +111,7 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   parallel.sequence_parallel = layout.sequence_parallel;
   parallel.use_distributed_optimizer = layout.distributed_optimizer;
   parallel.overlap_grad_reduce = layout.overlap;
+  parallel.overlap_param_gather = layout.overlap_param_gather;
   if (layout.overlap) parallel.ddp_bucket_size = 3000;  // several buckets, reduced during backward
   parallel.pipeline_model_parallel_size = layout.pp;
   if (layout.virtual_stages > 1) parallel.num_virtual_stages_per_pipeline_rank = layout.virtual_stages;
@@ -140,16 +143,22 @@ std::vector<Layout> layouts_for_world(int world) {
             {"DP=2 distributed optimizer", 1, false, true},
             {"DP=2 overlapped buckets", 1, false, false, true},
             {"DP=2 distributed optimizer, overlapped buckets", 1, false, true, true},
+            {"DP=2 distributed optimizer, overlapped buckets and parameter gather", 1, false, true, true, 1, 1, 0, 0, 2,
+             true},
             {"PP=2", 1, false, false, false, 2},
             {"PP=2 x 2 virtual stages, overlapped buckets", 1, false, false, true, 2, 2, 0, 0, 4}};
   }
   if (world == 4) {
     return {{"TP=2 x DP=2", 2},
             {"TP=2 SP x DP=2 distributed optimizer, overlapped buckets", 2, true, true, true},
+            {"TP=2 x DP=2 distributed optimizer, overlapped buckets and parameter gather", 2, false, true, true, 1, 1, 0, 0,
+             2, true},
             {"PP=4, first and last stage 1 layer of 6", 1, false, false, false, 4, 1, 1, 1, 6},
             {"PP=2 x DP=2", 1, false, false, false, 2},
             {"PP=2 x 2 virtual stages x DP=2 distributed optimizer, overlapped buckets", 1, false, true, true, 2, 2, 0,
              0, 4},
+            {"PP=2 x 2 virtual stages x DP=2 distributed optimizer, overlapped buckets and parameter gather", 1, false,
+             true, true, 2, 2, 0, 0, 4, true},
             {"PP=2 x TP=2 SP", 2, true, false, false, 2}};
   }
   if (world == 8) return {{"TP=2 x PP=2 x DP=2", 2, false, false, false, 2}};
@@ -250,62 +259,4 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
                 static_cast<long long>(workspaces), static_cast<long long>(workspaces + per_chunk_slots));
   }
   EXPECT_LE(pooled_slots, per_chunk_slots);
-}
-
-TEST(GradSync, OverlapStartsBucketsFromGradsReadySignalsAndSumsExactly) {
-  const int world = equivalence::world().size(), rank = equivalence::world().rank();
-  const model::ModelConfig model = tiny(true, 0.0);
-  for (bool distributed_optimizer : {false, true}) {
-    SCOPED_TRACE(distributed_optimizer ? "distributed optimizer" : "all-reduce");
-    parallel::ParallelConfig parallel;
-    parallel.data_parallel_size = world;
-    parallel.use_distributed_optimizer = distributed_optimizer;
-    const model::ParamLayout layout =
-        model::build_layout(model, parallel, {}, {model::ChunkSpec{0, model.num_layers, true, true}},
-                            model::BucketOptions{3000, distributed_optimizer});
-    ASSERT_GE(layout.buckets.size(), 3u);
-    const auto single = comm::make_single_communicator();
-    train::GradSync sync(layout, equivalence::world(), *single, distributed_optimizer, /*overlap=*/true);
-    std::vector<float> grads(static_cast<size_t>(layout.total_elements), 0.0f);
-    for (const model::ParamEntry& e : layout.entries) {
-      for (int64_t i = 0; i < e.numel; ++i) grads[static_cast<size_t>(e.offset + i)] = static_cast<float>(rank + 1 + i % 5);
-    }
-    sync.begin(grads.data());
-    sync.layer_ready(model::head_layer(model));  // not armed: an earlier micro-batch only accumulates
-    EXPECT_EQ(sync.started_buckets(), 0);
-    sync.arm();
-    int started = 0;
-    for (int layer = model::head_layer(model); layer >= model::kEmbeddingLayer; --layer) {
-      sync.layer_ready(layer);
-      EXPECT_GE(sync.started_buckets(), started) << "layer " << layer;
-      started = sync.started_buckets();
-      if (layer == model.num_layers - 1) {
-        EXPECT_GT(started, 0) << "nothing started before the embedding's signal";
-      }
-    }
-    EXPECT_EQ(started, static_cast<int>(layout.buckets.size()));
-    sync.finish();
-    const float rank_sum = static_cast<float>(world * (world + 1) / 2);
-    for (const model::FlatRange& range : sync.owned_ranges()) {
-      for (const model::ParamEntry& e : layout.entries) {
-        for (int64_t i = std::max(range.begin, e.offset); i < std::min(range.end, e.offset + e.numel); ++i) {
-          ASSERT_EQ(grads[static_cast<size_t>(i)], rank_sum + static_cast<float>(world * ((i - e.offset) % 5)))
-              << e.name << " element " << i - e.offset;
-        }
-      }
-    }
-    // The distributed optimizer's all-gather: every shard ends up holding its owner's values.
-    std::vector<float> params(grads.size(), static_cast<float>(rank));
-    sync.gather_parameters(params.data());
-    for (int owner = 0; owner < world; ++owner) {
-      const auto ranges = distributed_optimizer ? layout.data_parallel_shard(owner, world)
-                                                : std::vector<model::FlatRange>{{0, layout.total_elements}};
-      for (const model::FlatRange& range : ranges) {
-        for (int64_t i = range.begin; i < range.end; ++i) {
-          ASSERT_EQ(params[static_cast<size_t>(i)], static_cast<float>(distributed_optimizer ? owner : rank));
-        }
-      }
-      if (!distributed_optimizer) break;
-    }
-  }
 }

@@ -274,8 +274,7 @@ start_training() {
     --pipeline-model-parallel-size 2
   refused "world size 1: not divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2 x --pipeline-model-parallel-size 1 (data parallelism takes the rest)" \
     --context-parallel-size 2 --sequence-parallel
-  refused "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)" \
-    --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  refused "--overlap-param-gather: needs --use-distributed-optimizer" --overlap-grad-reduce --overlap-param-gather
   refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy
   refused "--transformer-impl: transformer_engine is not supported yet (mt implements local)" \
     --transformer-impl transformer_engine

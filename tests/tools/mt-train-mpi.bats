@@ -5,7 +5,8 @@
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
 # are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP, PP, CP and their
-# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75. CP=2 runs on
+# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75;
+# --overlap-param-gather trains, saves and resumes as the blocking gather does. CP=2 runs on
 # token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
 # in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
 # tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
@@ -160,8 +161,9 @@ same_numbers() {
   run_split mpirun_n 2 mt-train "${TINY[@]}" --tensor-model-parallel-size 4
   [[ $status -ne 0 && "$err" == *"mt-train: error: world size 2: not divisible by --tensor-model-parallel-size 4"* ]] \
     || fail "$status $err"
-  run_split mpirun_n 2 mt-train "${TINY[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
-  [[ $status -ne 0 && "$err" == *"mt-train: error: --overlap-param-gather: not supported yet"* ]] || fail "$status $err"
+  run_split mpirun_n 2 mt-train "${TINY[@]}" --use-distributed-optimizer --overlap-param-gather
+  [[ $status -ne 0 && "$err" == *"mt-train: error: --overlap-param-gather: needs --overlap-grad-reduce"* ]] \
+    || fail "$status $err"
 }
 
 @test "DP=2, TP=2 and PP=2 --save-final write the parameters one rank trains" {
@@ -334,6 +336,29 @@ EOF
     [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == 4 ]] || fail "$point: the tracker moved"
     mt-ckpt verify "$TMP/ck/iter_0000004/checkpoint.h5" >/dev/null || fail "$point: the previous checkpoint does not verify"
   done
+}
+
+@test "--overlap-param-gather: DP=2 trains the blocking gather's numbers bit for bit and writes the same verified checkpoint; it resumes bit for bit" {
+  local -a sharded=(--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 2000)
+  mpirun_n 2 mt-train "${CKPT[@]}" "${sharded[@]}" --train-iters 6 --save "$TMP/blocking" >"$TMP/blocking.jsonl" \
+    2>"$TMP/blocking.err" || fail "$(cat "$TMP/blocking.err")"
+  mpirun_n 2 mt-train "${CKPT[@]}" "${sharded[@]}" --overlap-param-gather --train-iters 6 --save "$TMP/overlap" \
+    >"$TMP/overlap.jsonl" 2>"$TMP/overlap.err" || fail "$(cat "$TMP/overlap.err")"
+  [[ "$(trace "$TMP/blocking.jsonl" | wc -l)" == 8 ]] || fail "$(trace "$TMP/blocking.jsonl")"
+  [[ "$(trace "$TMP/overlap.jsonl")" == "$(trace "$TMP/blocking.jsonl")" ]] ||
+    fail "$(diff <(trace "$TMP/blocking.jsonl") <(trace "$TMP/overlap.jsonl"))"
+  mt-ckpt verify "$TMP/overlap/iter_0000006/checkpoint.h5" >/dev/null || fail "the checkpoint does not verify"
+  /usr/bin/python3 - "$TMP/blocking/iter_0000006/checkpoint.h5" "$TMP/overlap/iter_0000006/checkpoint.h5" <<'EOF' \
+    || fail "the checkpoints differ"
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+names = []
+a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) else None)
+assert any(n.startswith("model/") for n in names) and any(n.startswith("optimizer/") for n in names), names
+for n in names:
+    assert np.array_equal(a[n][...], b[n][...]), n
+EOF
+  resumes_exactly "2 ${sharded[*]} --overlap-param-gather" 5 10 "${CKPT[@]}"
 }
 
 @test "issue14: every rank writes its own slices: DP=2 with the distributed optimizer and TP=2 split the save between two writers, DP=2 without it leaves one" {

@@ -151,7 +151,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "heads, query groups, ffn and vocabulary;\n"
       "--sequence-parallel adds the row split of norms and dropout; --use-distributed-optimizer shards Adam's\n"
       "states over DP (reduce-scatter grads, all-gather parameters); --overlap-grad-reduce reduces\n"
-      "--ddp-bucket-size buckets during the last micro-batch's backward. --pipeline-model-parallel-size P\n"
+      "--ddp-bucket-size buckets during the last micro-batch's backward; --overlap-param-gather (with both)\n"
+      "starts each bucket's parameter all-gather after the step and waits for it just before the next\n"
+      "forward reads the bucket. --pipeline-model-parallel-size P\n"
       "splits the layers into P stages run by the 1F1B schedule (embedding on the first stage, head and loss on\n"
       "the last, a tied embedding's grads summed between them); --num-virtual-stages-per-pipeline-rank V or\n"
       "--num-layers-per-virtual-pipeline-stage K gives each rank V model chunks run by the interleaved schedule\n"
@@ -166,8 +168,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "counts; Megatron divides by each CP rank's own count). --global-batch-size must be a multiple of\n"
       "micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout; its step\n"
       "records carry compute_ms (the busiest rank's forward/backward compute) and pipeline_ms (the longest\n"
-      "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble. EP and\n"
-      "--overlap-param-gather are refused (not built yet).");
+      "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble. EP is refused\n"
+      "(not built yet).");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");

@@ -335,10 +335,11 @@ TEST(LayoutV2, BucketsFormBackwardAtGroupBoundariesAndPadForTheDistributedOptimi
     EXPECT_LE(e.layer, bucket.last_layer) << e.name;
   }
 
-  // Distributed optimizer over DP 3: bucket ends padded to lcm(3, 128) = 384 elements, so every
-  // DP rank owns an equal contiguous slice of each bucket.
+  // Distributed optimizer over DP 3: bucket ends padded to lcm(3, 128) = 384 elements (what
+  // optim::DistributedOptimizer::bucket_options asks for; tests/unit/optim), so every DP rank owns
+  // an equal contiguous slice of each bucket.
   BucketOptions sharded = small;
-  sharded.distributed_optimizer = true;
+  sharded.pad(DataParallelGroup::dense) = 384;
   const ParamLayout padded = build_layout(c, parallel_config(1, 1, 3), coordinates(0), {{0, 2, true, true}}, sharded);
   ASSERT_EQ(padded.buckets.size(), bucketed.buckets.size());
   EXPECT_EQ(padded.parameter_elements(), single.parameter_elements());
@@ -356,15 +357,100 @@ TEST(LayoutV2, BucketsFormBackwardAtGroupBoundariesAndPadForTheDistributedOptimi
     EXPECT_EQ(next, bucket.padded_end);
   }
   EXPECT_THROW(bucketed.bucket_shard(0, 0, 7), mt::Error);  // not padded for 7 ranks
+}
 
-  // The options come from Megatron's flags: buckets only with --overlap-grad-reduce.
-  auto flags = parallel_config(1, 1, 3);
-  flags.ddp_bucket_size = 20000;
-  flags.use_distributed_optimizer = true;
-  EXPECT_EQ(bucket_options(flags).bucket_elements, 0);
-  flags.overlap_grad_reduce = true;
-  EXPECT_EQ(bucket_options(flags).bucket_elements, 20000);
-  EXPECT_TRUE(bucket_options(flags).distributed_optimizer);
+namespace {
+
+DeclaredParam declared(const std::string& name, std::vector<int64_t> shape, int layer, int fused_group,
+                       DataParallelGroup group = DataParallelGroup::dense, int chunk = 0) {
+  DeclaredParam d;
+  d.entry.name = name;
+  d.entry.global_shape = d.entry.local_shape = shape;
+  d.entry.numel = 1;
+  for (int64_t extent : shape) d.entry.numel *= extent;
+  d.entry.layer = layer;
+  d.entry.chunk = chunk;
+  d.entry.data_parallel_group = group;
+  d.fused_group = fused_group;
+  return d;
+}
+
+// Two chunks of a MoE-shaped model, declared in forward order: dense attention, norms and
+// embedding, and per layer a fused expert group (fc1, fc2) reduced over the expert-DP group.
+std::vector<DeclaredParam> moe_declarations() {
+  const DataParallelGroup expert = DataParallelGroup::expert;
+  return {declared("embedding.word_embeddings.weight", {40, 24}, kEmbeddingLayer, 0),
+          declared("decoder.layers.0.self_attention.linear_qkv.weight", {72, 24}, 0, 1),
+          declared("decoder.layers.0.self_attention.linear_qkv.bias", {72}, 0, 1),
+          declared("decoder.layers.0.mlp.experts.linear_fc1.weight", {2, 48, 24}, 0, 2, expert),
+          declared("decoder.layers.0.mlp.experts.linear_fc2.weight", {2, 24, 48}, 0, 2, expert),
+          declared("decoder.layers.0.pre_mlp_layernorm.weight", {24}, 0, 3),
+          declared("decoder.layers.1.self_attention.linear_qkv.weight", {72, 24}, 1, 4),
+          declared("decoder.layers.1.mlp.experts.linear_fc1.weight", {2, 48, 24}, 1, 5, expert),
+          declared("decoder.layers.1.mlp.experts.linear_fc2.weight", {2, 24, 48}, 1, 5, expert),
+          declared("decoder.layers.2.self_attention.linear_qkv.weight", {72, 24}, 2, 6, DataParallelGroup::dense, 1),
+          declared("decoder.layers.2.mlp.experts.linear_fc1.weight", {2, 48, 24}, 2, 7, expert, 1),
+          declared("decoder.final_layernorm.weight", {24}, 3, 8, DataParallelGroup::dense, 1)};
+}
+
+}  // namespace
+
+TEST(LayoutV2, BucketsArePerReductionGroupAndPaddedToTheirGroupsMultiple) {
+  const std::vector<ChunkBlocks> chunks{ChunkBlocks{{0, 2, true, false}}, ChunkBlocks{{2, 3, false, true}}};
+  BucketOptions options;
+  options.bucket_elements = 2000;
+  options.pad(DataParallelGroup::dense) = 384;   // as for DP x CP = 3
+  options.pad(DataParallelGroup::expert) = 128;  // as for expert-DP = 2
+  const std::vector<DeclaredParam> all = moe_declarations();
+  const ParamLayout layout = lay_out(all, chunks, options);
+  ASSERT_EQ(layout.entries.size(), all.size());
+  int dense_buckets = 0, expert_buckets = 0;
+  for (const GradBucket& bucket : layout.buckets) {
+    const int64_t pad = bucket.group == DataParallelGroup::expert ? 128 : 384;
+    EXPECT_EQ(bucket.begin % pad, 0);
+    EXPECT_EQ(bucket.padded_end % pad, 0);
+    EXPECT_GE(bucket.padded_end, bucket.end);
+    ++(bucket.group == DataParallelGroup::expert ? expert_buckets : dense_buckets);
+  }
+  EXPECT_GE(dense_buckets, 3);
+  EXPECT_GE(expert_buckets, 3);
+  for (const ParamEntry& e : layout.entries) {
+    // A bucket holds tensors of one reduction group, of its own chunk, between its layers.
+    const GradBucket& bucket = layout.buckets[static_cast<size_t>(e.bucket)];
+    EXPECT_EQ(bucket.group, e.data_parallel_group) << e.name;
+    EXPECT_EQ(bucket.chunk, e.chunk) << e.name;
+    EXPECT_GE(e.offset, bucket.begin) << e.name;
+    EXPECT_LE(e.offset + e.numel, bucket.end) << e.name;
+    EXPECT_GE(e.layer, bucket.first_layer) << e.name;
+    EXPECT_LE(e.layer, bucket.last_layer) << e.name;
+  }
+  // Fused groups stay adjacent and in one bucket.
+  const ParamEntry& fc1 = layout.find("decoder.layers.1.mlp.experts.linear_fc1.weight");
+  const ParamEntry& fc2 = layout.find("decoder.layers.1.mlp.experts.linear_fc2.weight");
+  EXPECT_EQ(fc2.offset, fc1.offset + fc1.numel);
+  EXPECT_EQ(fc2.bucket, fc1.bucket);
+  // Within each chunk the dense buckets come first, then the expert ones; chunks do not mix.
+  for (size_t b = 1; b < layout.buckets.size(); ++b) {
+    const GradBucket& previous = layout.buckets[b - 1];
+    const GradBucket& bucket = layout.buckets[b];
+    EXPECT_GE(bucket.begin, previous.padded_end);
+    if (bucket.chunk == previous.chunk) EXPECT_GE(bucket.group, previous.group) << b;
+  }
+  EXPECT_EQ(layout.chunks[1].begin, layout.chunks[0].end);
+  EXPECT_EQ(layout.chunks[0].end, layout.buckets[static_cast<size_t>(fc1.bucket)].padded_end);
+
+  // The dense tensors lie exactly where they would without the expert tensors.
+  std::vector<DeclaredParam> dense_only;
+  for (const DeclaredParam& d : all) {
+    if (d.entry.data_parallel_group == DataParallelGroup::dense && d.entry.chunk == 0) dense_only.push_back(d);
+  }
+  const ParamLayout plain = lay_out(dense_only, {chunks[0]}, options);
+  for (const ParamEntry& e : plain.entries) EXPECT_EQ(layout.find(e.name).offset, e.offset) << e.name;
+
+  // A fused group may not span two reduction groups.
+  std::vector<DeclaredParam> mixed = all;
+  mixed[4].entry.data_parallel_group = DataParallelGroup::dense;
+  EXPECT_THROW(lay_out(mixed, chunks, options), mt::Error);
 }
 
 TEST(Init, ChunksAndTensorParallelShardsStartFromTheSameGlobalModel) {

@@ -1,7 +1,8 @@
 // Stages (model/stage.h): a model split into two chunks on one rank, activations passed by hand,
 // equals the one-chunk model bit for bit; several activation slots in flight (forward 0, forward
 // 1, backward 0, backward 1) give the grads of running the micro-batches one after the other; the
-// grads-ready signal names each layer once its grads are final; and tensor parallelism of degree
+// grads-ready signal names each layer once its grads are final; the before-forward signal names
+// each layer before forward reads its parameters; and tensor parallelism of degree
 // 2 (two ranks as two threads over an in-process communicator) matches degree 1, with and without
 // sequence parallelism, so the layers really run on the layout's local widths.
 #include <gtest/gtest.h>
@@ -249,6 +250,42 @@ TEST(Stage, GradsReadyNamesEachLayerOnceItsGradsAreFinal) {
       for (float g : final_grads) norm += g * g;
       EXPECT_GT(norm, 0.0) << "layer " << signalled[i] << " signalled before its grads were computed";
     }
+  }
+}
+
+// Parameters that arrive late (an overlapped all-gather) are in time when each layer's arrive in
+// its before-forward signal: every parameter starts zeroed, the signal copies in the layer's real
+// values, and forward and backward give the reference's numbers bit for bit.
+TEST(Stage, BeforeForwardNamesEachLayerBeforeItsParametersAreRead) {
+  for (const RecomputeConfig& recompute : kRecomputePolicies) {
+    const ModelConfig c = tiny(true);
+    const Samples samples = make_samples(c, 2, 5);
+    const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
+    const ParallelContext single;
+    const StageOptions options{.precision = Precision::bf16, .recompute = recompute, .micro_batch_size = 2, .seed = 5};
+    RankModel reference(c, chunked_layout(c, two_chunks(c, 2)), single, options);
+    RankModel late(c, chunked_layout(c, two_chunks(c, 2)), single, options);
+    const std::vector<float> real = late.params;
+    std::fill(late.params.begin(), late.params.end(), 0.0f);
+    late.weights.refresh(late.params.data());
+    std::vector<int> signalled;
+    for (auto& stage : late.stages) {
+      stage->on_before_forward([&](int layer) {
+        signalled.push_back(layer);
+        for (const ParamEntry& e : late.layout.entries) {
+          if (e.layer != layer) continue;
+          std::copy(real.begin() + e.offset, real.begin() + e.offset + e.numel, late.params.begin() + e.offset);
+          late.weights.refresh(late.params.data(), e.offset, e.offset + e.numel);
+        }
+      });
+    }
+    const LossSums expected = reference.forward(0, batch, 1);
+    const LossSums got = late.forward(0, batch, 1);
+    EXPECT_EQ(signalled, (std::vector<int>{kEmbeddingLayer, 0, 1, 2, 3, head_layer(c)}));
+    EXPECT_EQ(got.loss, expected.loss);
+    reference.backward(0, 1.0f);
+    late.backward(0, 1.0f);
+    EXPECT_EQ(late.grads, reference.grads);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 
@@ -151,9 +152,9 @@ TEST(AdamW, FlatRangesThatCutTensorsStepLikeTheWholeBuffer) {
   const model::ModelConfig c = model::preset("tiny-gpt");
   parallel::ParallelConfig dp3;
   dp3.data_parallel_size = 3;
-  model::BucketOptions buckets;
+  dp3.use_distributed_optimizer = true;
+  model::BucketOptions buckets = DistributedOptimizer::bucket_options(dp3);  // padded to lcm(3, 128)
   buckets.bucket_elements = 30000;
-  buckets.distributed_optimizer = true;
   const model::ParamLayout layout =
       model::build_layout(c, dp3, parallel::RankCoordinates{}, {{0, c.num_layers, true, true}}, buckets);
   ASSERT_GT(layout.buckets.size(), 2u);

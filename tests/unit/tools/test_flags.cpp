@@ -152,6 +152,8 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
                                              {"--use-distributed-optimizer", "--overlap-grad-reduce"},
+                                             {"--use-distributed-optimizer", "--overlap-grad-reduce",
+                                              "--overlap-param-gather"},
                                              {"--pipeline-model-parallel-size", "4",
                                               "--num-layers-per-virtual-pipeline-stage", "2",
                                               "--microbatch-group-size-per-virtual-pipeline-stage", "4"},
@@ -170,8 +172,6 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
        "--expert-model-parallel-size 8: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
       {{"--expert-tensor-parallel-size", "2"},
        "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
-      {{"--overlap-param-gather"},
-       "--overlap-param-gather: not supported yet (mt-train runs the parameter all-gather after the optimizer step)"},
   };
   for (const auto& [args, expected] : refused) {
     AllFlags g;

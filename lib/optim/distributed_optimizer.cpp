@@ -1,0 +1,165 @@
+// The data-parallel optimizer (see distributed_optimizer.h).
+#include "optim/distributed_optimizer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace mt::optim {
+namespace {
+
+// Megatron's distributed optimizer pads each bucket end to a multiple of lcm(group size, 128).
+constexpr int64_t kEqualSlicePad = 128;
+
+int64_t equal_slice_pad(int group_size) { return std::lcm<int64_t>(std::max(1, group_size), kEqualSlicePad); }
+
+// Refuses the strategies and combinations not built (mt::UsageError naming them).
+const DistributedOptimizerOptions& checked(const DistributedOptimizerOptions& options) {
+  if (options.sharding == ShardingStrategy::optim_grads || options.sharding == ShardingStrategy::optim_grads_params) {
+    throw UsageError(std::string("data-parallel sharding strategy ") + sharding_strategy_name(options.sharding),
+                     "not supported yet (mt shards the optimizer state only: no_shard or optim)");
+  }
+  if (options.overlap_param_gather && options.sharding == ShardingStrategy::no_shard) {
+    throw UsageError("--overlap-param-gather", "needs --use-distributed-optimizer");
+  }
+  return options;
+}
+
+}  // namespace
+
+const char* sharding_strategy_name(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::no_shard: return "no_shard";
+    case ShardingStrategy::optim: return "optim";
+    case ShardingStrategy::optim_grads: return "optim_grads";
+    case ShardingStrategy::optim_grads_params: return "optim_grads_params";
+  }
+  return "unknown";
+}
+
+ShardingStrategy DistributedOptimizer::sharding_strategy(const parallel::ParallelConfig& parallel) {
+  return parallel.use_distributed_optimizer ? ShardingStrategy::optim : ShardingStrategy::no_shard;
+}
+
+DistributedOptimizerOptions DistributedOptimizer::options(const parallel::ParallelConfig& parallel,
+                                                          const AdamWConfig& adam) {
+  DistributedOptimizerOptions options;
+  options.sharding = sharding_strategy(parallel);
+  options.overlap_grad_reduce = parallel.overlap_grad_reduce;
+  options.overlap_param_gather = parallel.overlap_param_gather;
+  options.adam = adam;
+  return options;
+}
+
+model::BucketOptions DistributedOptimizer::bucket_options(const parallel::ParallelConfig& parallel) {
+  return bucket_options(sharding_strategy(parallel), parallel.bucket_size_elements(), parallel);
+}
+
+model::BucketOptions DistributedOptimizer::bucket_options(ShardingStrategy sharding, int64_t bucket_elements,
+                                                          const parallel::ParallelConfig& parallel) {
+  model::BucketOptions options;
+  options.bucket_elements = bucket_elements;
+  if (sharding != ShardingStrategy::no_shard) {
+    options.pad(model::DataParallelGroup::dense) =
+        equal_slice_pad(parallel.data_parallel_size * parallel.context_parallel_size);
+    options.pad(model::DataParallelGroup::expert) = equal_slice_pad(parallel.expert_data_parallel_size());
+  }
+  return options;
+}
+
+DistributedOptimizer::DistributedOptimizer(const model::ParamLayout& layout, const DistributedOptimizerOptions& options,
+                                           const ReductionGroups& groups, const backend::Ops& ops, float* params,
+                                           float* grads, model::GemmWeights* gemm_weights,
+                                           backend::MemoryLedger* ledger)
+    : layout_(layout),
+      options_(checked(options)),
+      ops_(ops),
+      params_(params),
+      grads_(grads),
+      gemm_weights_(gemm_weights),
+      buffer_(layout, groups, options.sharding != ShardingStrategy::no_shard, options.overlap_grad_reduce),
+      adamw_(layout, owned_ranges_of(layout), options.adam, ops, ledger,
+             [this](const model::ParamEntry& entry) { return counts(entry); }) {
+  gathers_ = buffer_.gathers_any();
+  collect_runs();
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+bool DistributedOptimizer::counts(const model::ParamEntry& entry) const {
+  if (!entry.primary()) return false;
+  return options_.sharding != ShardingStrategy::no_shard || buffer_.groups().of(entry.data_parallel_group).rank() == 0;
+}
+
+std::vector<model::FlatRange> DistributedOptimizer::owned_ranges_of(const model::ParamLayout& layout) const {
+  if (options_.sharding == ShardingStrategy::no_shard) return {model::FlatRange{0, layout.total_elements}};
+  std::vector<model::FlatRange> ranges;
+  for (size_t b = 0; b < layout.buckets.size(); ++b) ranges.push_back(buffer_.owned_range(static_cast<int>(b)));
+  return ranges;
+}
+
+void DistributedOptimizer::collect_runs() {
+  int64_t state = 0;
+  for (const model::FlatRange& range : owned_ranges()) {
+    for (size_t i = 0; i < layout_.entries.size(); ++i) {
+      const model::ParamEntry& entry = layout_.entries[i];
+      const int64_t begin = std::max(range.begin, entry.offset);
+      const int64_t end = std::min(range.end, entry.offset + entry.numel);
+      if (begin >= end) continue;
+      const TensorRun run{i, begin - entry.offset, end - entry.offset, begin, state + (begin - range.begin)};
+      state_runs_.push_back(run);
+      if (counts(entry)) checkpoint_runs_.push_back(run);
+    }
+    state += range.end - range.begin;
+  }
+}
+
+void DistributedOptimizer::begin_grad_sync() {
+  ops_.zero(grads_, layout_.total_elements * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
+  buffer_.begin_grad_sync(grads_);
+}
+
+void DistributedOptimizer::step(double lr, double grad_scale) {
+  finish_parameter_gather();  // a gather still in flight would overwrite this step's update
+  // The fused pass refreshes the GEMM copy of what it updates: all of it when nothing is gathered.
+  uint16_t* fused_copy = !gathers_ && gemm_weights_ ? gemm_weights_->bf16_bits() : nullptr;
+  adamw_.step(params_, fused_copy, grads_, lr, grad_scale);
+  if (!gathers_) {
+    if (!fused_copy && gemm_weights_) gemm_weights_->refresh(params_);
+    return;
+  }
+  if (!options_.overlap_param_gather) {
+    buffer_.gather_parameters(params_);
+    if (gemm_weights_) gemm_weights_->refresh(params_);
+    return;
+  }
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    if (!buffer_.gathers(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));
+  }
+  buffer_.start_parameter_gather(params_);
+}
+
+void DistributedOptimizer::wait_for_parameters(int chunk, int layer) {
+  if (!buffer_.parameter_gather_in_flight()) return;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const model::GradBucket& bucket = layout_.buckets[b];
+    if (bucket.chunk != chunk || layer < bucket.first_layer || layer > bucket.last_layer) continue;
+    if (buffer_.finish_parameter_gather(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));
+  }
+}
+
+void DistributedOptimizer::finish_parameter_gather() {
+  if (!buffer_.parameter_gather_in_flight()) return;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    if (buffer_.finish_parameter_gather(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));
+  }
+}
+
+void DistributedOptimizer::refresh_gemm_copy(int bucket) {
+  if (!gemm_weights_) return;
+  const model::GradBucket& b = layout_.buckets.at(static_cast<size_t>(bucket));
+  gemm_weights_->refresh(params_, b.begin, b.padded_end);
+}
+
+}  // namespace mt::optim

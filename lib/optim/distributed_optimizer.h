@@ -1,0 +1,157 @@
+// The data-parallel optimizer of one rank (Megatron's DistributedDataParallel grad buffers with
+// its DistributedOptimizer, megatron-facts.md sec. 7): the one object that knows how parameters,
+// grads and optimizer state are sharded over the reduction groups. The trainer, the layout, grad
+// sync and checkpointing ask it; nothing else reads --use-distributed-optimizer.
+//
+// - Sharding strategy (Megatron-FSDP's names): no_shard is plain data parallelism (every rank
+//   reduces and updates every parameter); optim is the distributed optimizer (ZeRO-1: each rank of
+//   a reduction group owns an equal slice of every bucket of that group, reduce-scatters the grads
+//   into it, keeps Adam's moments for it alone and all-gathers the updated parameters).
+//   optim_grads and optim_grads_params (FSDP) are refused by name.
+// - Bucket options for the layout (bucket_options): Megatron's bucket size, and per reduction
+//   group the multiple its bucket ends are padded to: lcm(group size, 128) elements when the
+//   strategy needs equal slices, else the 16-element alignment.
+// - Grad sync per bucket (optim/param_and_grad_buffer.h), overlapped with the last micro-batch's
+//   backward on request.
+// - AdamW (optim/adamw.h) over the owned ranges: the whole buffer unsharded, else the rank's slice
+//   of every bucket.
+// - The grad norm's local share: each tensor's primary copy (ParamEntry::primary) counted once,
+//   on every rank for its slices when sharded, else on rank 0 of the tensor's reduction group.
+// - After the step, the GEMM copy of the weights (model::GemmWeights): refreshed inside AdamW's
+//   fused pass when the owned ranges cover every tensor, else after the parameters are gathered.
+// - The parameter all-gather: blocking after the step, or with --overlap-param-gather started per
+//   bucket after the step and waited (refreshing that bucket's GEMM copy) just before the
+//   bucket's first use in the next forward, through wait_for_parameters (the stage's
+//   before-forward signal), or for all buckets by finish_parameter_gather before anything else
+//   reads the parameters (a checkpoint, a load).
+// - Checkpoint runs: for each tensor, the runs of parameters and moments this rank reads (every
+//   run of its owned ranges) and writes (the runs of primary copies it counts, as the grad norm).
+// Tested in tests/unit/optim/test_distributed_optimizer.cpp (threads as ranks),
+// tests/mpi/test_distributed_optimizer.cpp, and in training against one rank by
+// tests/mpi/test_data_parallel.cpp and tests/tools/mt-train-mpi.bats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/memory.h"
+#include "backend/ops.h"
+#include "model/layout.h"
+#include "model/precision_gemm.h"
+#include "optim/adamw.h"
+#include "optim/param_and_grad_buffer.h"
+#include "parallel/parallel_config.h"
+
+namespace mt::optim {
+
+// How data parallelism shards a model's state (Megatron-FSDP's --data-parallel-sharding-strategy).
+enum class ShardingStrategy {
+  no_shard,            // plain DP: grads all-reduced, every rank updates everything
+  optim,               // the distributed optimizer: optimizer state and the update sharded
+  optim_grads,         // + grads (not built)
+  optim_grads_params,  // + parameters (FSDP; not built)
+};
+const char* sharding_strategy_name(ShardingStrategy strategy);
+
+struct DistributedOptimizerOptions {
+  ShardingStrategy sharding = ShardingStrategy::no_shard;
+  bool overlap_grad_reduce = false;   // --overlap-grad-reduce
+  bool overlap_param_gather = false;  // --overlap-param-gather
+  AdamWConfig adam;
+};
+
+// A run of one tensor in a rank's owned ranges: elements [begin, end) of the tensor's local shard
+// (row-major over ParamEntry::local_shape), its parameters at `flat` in the rank's flat buffers and
+// its moments at `state` in exp_avg() / exp_avg_sq().
+struct TensorRun {
+  size_t entry = 0;  // index into the layout's entries
+  int64_t begin = 0, end = 0;
+  int64_t flat = 0;
+  int64_t state = 0;
+};
+
+class DistributedOptimizer {
+ public:
+  // The strategy and options Megatron's flags choose (--use-distributed-optimizer,
+  // --overlap-grad-reduce, --overlap-param-gather).
+  static ShardingStrategy sharding_strategy(const parallel::ParallelConfig& parallel);
+  static DistributedOptimizerOptions options(const parallel::ParallelConfig& parallel, const AdamWConfig& adam);
+  // The layout's bucket options for `parallel` (validated: data_parallel_size set): buckets of
+  // --ddp-bucket-size only with --overlap-grad-reduce, else one per chunk and group; padding per group.
+  static model::BucketOptions bucket_options(const parallel::ParallelConfig& parallel);
+  static model::BucketOptions bucket_options(ShardingStrategy sharding, int64_t bucket_elements,
+                                             const parallel::ParallelConfig& parallel);
+
+  // Over `layout` (laid out with bucket_options for the same strategy) and the rank's flat
+  // `params` and `grads`; `gemm_weights` (nullable: no copy to refresh) is the rank's GEMM copy of
+  // the parameters. Everything must outlive the optimizer. Moments report to `ledger` (nullable).
+  DistributedOptimizer(const model::ParamLayout& layout, const DistributedOptimizerOptions& options,
+                       const ReductionGroups& groups, const backend::Ops& ops, float* params, float* grads,
+                       model::GemmWeights* gemm_weights, backend::MemoryLedger* ledger = nullptr);
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  ShardingStrategy sharding() const { return options_.sharding; }
+  // The flat ranges this rank updates (AdamW's ranges): after finish_grad_sync() their grads are
+  // reduced over the ranks of their groups.
+  const std::vector<model::FlatRange>& owned_ranges() const { return adamw_.ranges(); }
+
+  // One step's grads: begin_grad_sync zeroes the grad buffer (nothing may be in flight);
+  // arm_grad_sync(chunk) before the chunk's last backward; grads_ready(layer) is the stage's
+  // grads-ready signal; finish_grad_sync reduces what has not started and waits for everything.
+  void begin_grad_sync();
+  void arm_grad_sync(int chunk) { buffer_.arm(chunk); }
+  void grads_ready(int layer) { buffer_.layer_ready(layer); }
+  void finish_grad_sync() { buffer_.finish_grad_sync(); }
+  int started_grad_buckets() const { return buffer_.started_buckets(); }
+
+  // This rank's share of the grad norm's sum of squares (fp64, unscaled): the ranks' shares over
+  // the world add up to each tensor's global sum of squares once.
+  double grad_sum_squares() const { return adamw_.grad_sum_squares(grads_); }
+
+  // AdamW over the owned ranges (grads multiplied by grad_scale: unscaling and clipping folded
+  // in), then the parameters gathered (blocking, or started with --overlap-param-gather) and the
+  // GEMM copy refreshed (in the fused pass, after the gather, or per bucket as it lands).
+  void step(double lr, double grad_scale);
+  // Before the forward of layer `layer` (model/layout.h ids) of model chunk `chunk`: waits for the
+  // gathers of the chunk's buckets holding it and refreshes their GEMM copy. Free when nothing is
+  // in flight.
+  void wait_for_parameters(int chunk, int layer);
+  // Waits for every gather in flight (refreshing the GEMM copy as each lands): call before
+  // reading or writing the parameters outside a forward.
+  void finish_parameter_gather();
+
+  // Checkpoints: the runs of the owned ranges (every tensor this rank updates, copies included: the
+  // moments it reads back), and those it writes, parameters and moments alike (the primary copies
+  // it counts in the grad norm).
+  const std::vector<TensorRun>& state_runs() const { return state_runs_; }
+  const std::vector<TensorRun>& checkpoint_runs() const { return checkpoint_runs_; }
+  int64_t steps() const { return adamw_.steps(); }
+  void set_steps(int64_t steps) { adamw_.set_steps(steps); }
+  float* exp_avg() { return adamw_.exp_avg(); }
+  float* exp_avg_sq() { return adamw_.exp_avg_sq(); }
+  int64_t state_bytes() const { return adamw_.state_bytes(); }
+
+ private:
+  // Whether this rank holds the copy of `entry`'s owned runs that counts (grad norm, checkpoint).
+  bool counts(const model::ParamEntry& entry) const;
+  std::vector<model::FlatRange> owned_ranges_of(const model::ParamLayout& layout) const;
+  void collect_runs();
+  void refresh_gemm_copy(int bucket);
+
+  const model::ParamLayout& layout_;
+  DistributedOptimizerOptions options_;
+  const backend::Ops& ops_;
+  float* params_;
+  float* grads_;
+  model::GemmWeights* gemm_weights_;
+  ParamAndGradBuffer buffer_;
+  AdamW adamw_;
+  bool gathers_ = false;  // a step gathers some bucket's parameters
+  std::vector<TensorRun> state_runs_, checkpoint_runs_;
+};
+
+}  // namespace mt::optim
