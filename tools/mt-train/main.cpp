@@ -232,12 +232,15 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
   return std::make_unique<mt::io::CheckpointReader>(mt::io::checkpoint_path(ck.load, *iteration));
 }
 
-int run(mt::tools::ToolCli& cli, TrainOptions& o) {
-  mt::comm::refuse_unformed_world();
-  // The control world: the data index's barrier, the process groups, the agreed values below.
-  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
-  mt::train::TrainConfig config = mt::tools::training_config(o.training);
+// What mt-train runs, checked: the model, the parallel layout and the training settings.
+struct RunPlan {
+  mt::model::ModelConfig model;
+  mt::parallel::ParallelConfig parallel;
+  mt::train::TrainConfig config;
+};
 
+// Exactly one data source, and the data flags that only mean something with token datasets.
+void check_data_flags(mt::tools::ToolCli& cli, const TrainOptions& o) {
   const bool token_data = o.paths.any();
   const int sources = (o.mock_data ? 1 : 0) + (o.byte_data.empty() ? 0 : 1) + (token_data ? 1 : 0);
   if (sources != 1) throw mt::UsageError("data", "give exactly one of --mock-data, --byte-data FILE, --data-path PREFIX");
@@ -250,236 +253,342 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (o.paths.data_path.empty() && cli.app().count("--split") > 0) {
     throw mt::UsageError("--split", "splits --data-path datasets; the per-split paths are used whole");
   }
+}
+
+// The flags turned into the run's configs, refused by name where mt-train cannot run them.
+RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o) {
+  RunPlan plan;
+  plan.config = mt::tools::training_config(o.training);
+  check_data_flags(cli, o);
   if (o.model.preset.empty() && !o.model.num_layers) {
     throw mt::UsageError("--model", "give a preset or --num-layers and friends");
   }
   if (!o.byte_data.empty() && !o.model.vocab_size && o.model.preset.empty()) o.model.vocab_size = 256;
-  mt::model::ModelConfig model = mt::tools::model_config(o.model);
-  mt::train::check_supported(model, o.parallel);  // before validation: what mt-train cannot run is named first
-  if (o.mock_data && !o.model.vocab_size && model.vocab_size <= 0) {
+  plan.model = mt::tools::model_config(o.model);
+  mt::train::check_supported(plan.model, o.parallel);  // before validation: what mt-train cannot run is named first
+  if (o.mock_data && !o.model.vocab_size && plan.model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
   }
-  mt::parallel::ParallelConfig parallel = o.parallel;
-  for (const std::string& warning : mt::tools::validate_parallel(parallel, model, config, mt::comm::MpiRuntime::size())) {
+  plan.parallel = o.parallel;
+  for (const std::string& warning :
+       mt::tools::validate_parallel(plan.parallel, plan.model, plan.config, mt::comm::MpiRuntime::size())) {
     mt::log::warn("mt-train: " + warning);
   }
-  // Rank 0 writes every checkpoint (the other ranks send it their slices: train/checkpointing.h);
-  // every rank reads the boxes its layout holds.
-  const bool rank0 = mt::comm::MpiRuntime::rank() == 0;
-  const mt::tools::CheckpointFlags& ck = o.checkpoint;
-  check_checkpoint_flags(ck);
-  // Everything the run will write, checked before any work, so a finished run never loses its result.
-  if (rank0 && !o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
-  if (rank0 && !o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
-  if (rank0 && !ck.save.empty()) {
+  check_checkpoint_flags(o.checkpoint);
+  return plan;
+}
+
+// Everything the run will write, checked before any work, so a finished run never loses its
+// result (rank 0 checks: the paths are shared).
+void check_outputs_writable(const TrainOptions& o, bool rank0) {
+  if (!rank0) return;
+  if (!o.save_init.empty()) mt::check_writable("--save-init", o.save_init);
+  if (!o.save_final.empty()) mt::check_writable("--save-final", o.save_final);
+  if (!o.checkpoint.save.empty()) {
     std::error_code ignored;
-    std::filesystem::create_directories(ck.save, ignored);  // as Megatron's os.makedirs; checked just below
-    mt::check_writable("--save", mt::io::tracker_path(ck.save));
+    std::filesystem::create_directories(o.checkpoint.save, ignored);  // as Megatron's os.makedirs; checked just below
+    mt::check_writable("--save", mt::io::tracker_path(o.checkpoint.save));
   }
-  // The checkpoint to resume from is opened first: unless --no-load-rng (or --finetune) its seed
-  // is the run's, and the data is built from the seed.
-  std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(ck, rank0);
-  if (resume && !ck.no_load_rng && !ck.finetune && resume->state().seed != config.seed) {
-    if (cli.app().count("--seed") > 0) {
-      if (rank0) mt::log::info("mt-train: --seed " + std::to_string(config.seed) + " replaced by the checkpoint's " +
-                    std::to_string(resume->state().seed) + " (--no-load-rng keeps the command line's)");
-    }
-    config.seed = resume->state().seed;
+}
+
+// Unless --no-load-rng (or --finetune) the resumed checkpoint's seed is the run's (the data is
+// built from the seed).
+void adopt_checkpoint_seed(mt::tools::ToolCli& cli, const mt::io::CheckpointReader& resume,
+                           const mt::tools::CheckpointFlags& ck, mt::train::TrainConfig& config, bool rank0) {
+  if (ck.no_load_rng || ck.finetune || resume.state().seed == config.seed) return;
+  if (cli.app().count("--seed") > 0 && rank0) {
+    mt::log::info("mt-train: --seed " + std::to_string(config.seed) + " replaced by the checkpoint's " +
+                  std::to_string(resume.state().seed) + " (--no-load-rng keeps the command line's)");
+  }
+  config.seed = resume.state().seed;
+}
+
+// The run's samples: token datasets through their sample index, mock tokens or a byte file.
+std::unique_ptr<mt::data::SampleSource> open_data(const TrainOptions& o, RunPlan& plan, mt::comm::Communicator& world) {
+  if (o.paths.any()) return open_token_data(o, plan.config, plan.model, world);
+  if (plan.model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be at least 1");
+  plan.model.validate();
+  return o.mock_data ? mt::data::make_mock_data(plan.model.vocab_size, plan.model.seq_length, plan.config.seed)
+                     : mt::data::make_byte_data(o.byte_data, plan.model.seq_length);
+}
+
+// How a resumed checkpoint was loaded: the slowest rank's seconds, the file's bytes, when.
+struct LoadReport {
+  double seconds = 0;
+  int64_t bytes = 0;
+  std::chrono::system_clock::time_point at;
+};
+
+LoadReport load_resume(const mt::io::CheckpointReader& resume, mt::train::Trainer& trainer,
+                       const mt::tools::CheckpointFlags& ck, mt::comm::Communicator& world, bool rank0) {
+  mt::train::LoadOptions load;
+  load.optimizer = !ck.no_load_optim;
+  load.finetune = ck.finetune;
+  const auto start = std::chrono::steady_clock::now();
+  mt::train::load_checkpoint(resume, trainer, load);
+  LoadReport report;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  world.all_reduce(&report.seconds, 1, mt::DType::f64, mt::comm::ReduceOp::max);  // the slowest rank's
+  report.bytes = static_cast<int64_t>(std::filesystem::file_size(resume.path()));
+  report.at = std::chrono::system_clock::now();
+  char took[96];
+  std::snprintf(took, sizeof took, " in %.3f s (%.1f MB, %.0f MB/s)", report.seconds, report.bytes / 1e6,
+                report.bytes / 1e6 / report.seconds);
+  if (rank0) {
+    mt::log::info("mt-train: loaded " + resume.path() + " (iteration " + std::to_string(resume.state().iteration) + ")" +
+                  (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
+  }
+  return report;
+}
+
+Record load_record(const mt::io::CheckpointReader& resume, const mt::tools::CheckpointFlags& ck, const LoadReport& load) {
+  return Record{{"record", "ckpt"},
+                {"event", "load"},
+                {"iteration", resume.state().iteration},
+                {"path", resume.path()},
+                {"what", ck.finetune ? "parameters" : ck.no_load_optim ? "parameters+state" : "resumable"},
+                {"bytes", load.bytes},
+                {"seconds", load.seconds},
+                {"mb_per_s", load.seconds > 0 ? load.bytes / 1e6 / load.seconds : 0},
+                {"started", utc_time(load.at, load.seconds)},
+                {"ended", utc_time(load.at, 0)}};
+}
+
+// The run record that leads stdout: the tool, the configs, the data and the peak MFU is against.
+Record run_record(mt::tools::ToolCli& cli, const RunPlan& plan, const mt::data::SampleSource& data,
+                  const mt::tools::PeakSource& peak) {
+  Record run = mt::tools::run_record(cli);
+  run["model"] = model_record(plan.model);
+  run["parallel"] = mt::parallel::to_json(plan.parallel);
+  run["train"] = mt::train::to_json(plan.config);
+  run["seed"] = plan.config.seed;
+  run["precision"] = mt::precision_name(plan.config.precision);
+  run["data"] = data.describe();
+  run["flops_convention"] = mt::perf::convention_name(plan.config.flops_convention);
+  run["flops_per_token"] = mt::perf::flops_per_token(plan.model, plan.config.flops_convention);
+  mt::tools::add_peak_fields(run, peak);
+  return run;
+}
+
+// The run's saves: --save checkpoints (at --save-interval and at the end, unless the last step
+// is saved already), --save-init and --save-final parameter files, each with its ckpt record and
+// log line. Saving is collective; each rank writes the slices the optimizer gives it
+// (train/checkpointing.h).
+class RunCheckpoints {
+ public:
+  RunCheckpoints(mt::tools::RecordWriter& writer, mt::train::Trainer& trainer, const mt::tools::CheckpointFlags& ck,
+                 const mt::parallel::ParallelConfig& parallel, bool rank0)
+      : writer_(writer), trainer_(trainer), ck_(ck), rank0_(rank0), saved_iteration_(trainer.iteration()) {
+    options_.parallel_config = mt::parallel::to_json(parallel).dump();
   }
 
-  std::unique_ptr<mt::data::SampleSource> data;
-  if (token_data) {
-    data = open_token_data(o, config, model, *world);
-  } else {
-    if (model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be at least 1");
-    model.validate();
-    data = o.mock_data ? mt::data::make_mock_data(model.vocab_size, model.seq_length, config.seed)
-                       : mt::data::make_byte_data(o.byte_data, model.seq_length);
+  void save_parameters(const std::string& path) {
+    mt::train::SaveOptions options = options_;
+    options.optimizer = false;
+    options.resumable = false;
+    record(mt::train::save_checkpoint_file(path, trainer_, options), "parameters");
   }
+  void save_checkpoint() {
+    mt::train::SaveOptions options = options_;
+    options.optimizer = !ck_.no_save_optim;
+    if (rank0_) {
+      mt::log::info("mt-train: saving a checkpoint of iteration " + std::to_string(trainer_.iteration()) + " to " + ck_.save);
+    }
+    record(mt::train::save_checkpoint(ck_.save, trainer_, options), ck_.no_save_optim ? "parameters+state" : "resumable");
+    saved_iteration_ = trainer_.iteration();
+  }
+  void at_iteration_end(int64_t iteration) {
+    if (!ck_.save.empty() && ck_.save_interval && iteration % *ck_.save_interval == 0) save_checkpoint();
+  }
+  // At the end, and when a signal stopped the run: the checkpoint to resume from.
+  void at_run_end() {
+    if (!ck_.save.empty() && trainer_.iteration() != saved_iteration_) save_checkpoint();
+  }
+
+ private:
+  void record(const mt::train::SaveResult& saved, const std::string& what) {
+    const auto saved_at = std::chrono::system_clock::now();
+    const double mb_per_s = saved.seconds > 0 ? saved.bytes / 1e6 / saved.seconds : 0;
+    writer_.write(Record{{"record", "ckpt"}, {"event", "save"}, {"iteration", trainer_.iteration()},
+                         {"path", saved.path}, {"what", what}, {"bytes", saved.bytes}, {"seconds", saved.seconds},
+                         {"mb_per_s", mb_per_s}, {"writers", saved.writers}, {"largest_share_bytes", saved.largest_share_bytes},
+                         {"started", utc_time(saved_at, saved.seconds)}, {"ended", utc_time(saved_at, 0)}});
+    char line[160];
+    std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
+                  static_cast<long long>(trainer_.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
+    if (rank0_) mt::log::info("mt-train: saved " + saved.path + line);
+  }
+
+  mt::tools::RecordWriter& writer_;
+  mt::train::Trainer& trainer_;
+  const mt::tools::CheckpointFlags& ck_;
+  const bool rank0_;
+  mt::train::SaveOptions options_;
+  int64_t saved_iteration_;  // a loaded checkpoint counts as saved
+};
+
+// The step, eval and memory records, and the figures the summary record takes from the steps.
+class StepRecords {
+ public:
+  explicit StepRecords(mt::tools::RecordWriter& writer) : writer_(writer) {}
+
+  void step(const mt::train::StepStats& s) {
+    const bool first_step = step_ms_.empty();
+    last_ = s;
+    step_ms_.push_back(s.step_ms);
+    activation_peak_ = std::max(activation_peak_, s.mem_activations_bytes);
+    writer_.write(Record{{"record", "step"},
+                         {"iteration", s.iteration},
+                         {"consumed_samples", s.consumed_samples},
+                         {"lm_loss", s.lm_loss},
+                         {"grad_norm", s.grad_norm},
+                         {"lr", s.lr},
+                         {"loss_scale", s.loss_scale},
+                         {"global_batch_size", s.global_batch_size},
+                         {"step_ms", s.step_ms},
+                         {"tokens_per_s", s.tokens_per_s},
+                         {"tflops_per_device", s.tflops_per_device},
+                         {"mfu", s.mfu},
+                         {"mem_weights_bytes", s.mem_weights_bytes},
+                         {"mem_grads_bytes", s.mem_grads_bytes},
+                         {"mem_optim_bytes", s.mem_optim_bytes},
+                         {"mem_activations_bytes", s.mem_activations_bytes},
+                         {"skipped_iters", s.skipped_iters},
+                         {"nan_iters", s.nan_iters},
+                         {"mem_peak_bytes", s.mem_peak_bytes},
+                         {"mem_peak_rank", s.mem_peak_rank},
+                         {"comm_wait_ms", s.comm_wait_ms},
+                         {"comm_share", s.comm_share},
+                         {"compute_ms", s.compute_ms},
+                         {"pipeline_ms", s.pipeline_ms}});
+    if (first_step) write_memory(s);
+  }
+  void eval(const mt::train::EvalStats& e) {
+    writer_.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
+  }
+  // The run's high-water marks per stage, before the saves at the end.
+  void at_run_end() { write_memory(last_); }
+
+  // The summary: the last step's loss and counters, the median step after the first, the
+  // activation peak, and the signal that stopped the run (0: none).
+  void summary(const mt::train::Trainer& trainer, const RunPlan& plan, int world_size, int stop) {
+    std::vector<double> steady(step_ms_.begin() + (step_ms_.size() > 1 ? 1 : 0), step_ms_.end());
+    std::sort(steady.begin(), steady.end());
+    const double median_ms = steady.empty() ? 0 : steady[steady.size() / 2];
+    const double tokens_per_step = static_cast<double>(last_.global_batch_size) * plan.model.seq_length;
+    const double flops_per_token = mt::perf::flops_per_token(plan.model, plan.config.flops_convention);
+    writer_.write(Record{
+        {"record", "summary"},
+        {"iterations", trainer.iteration()},
+        {"consumed_samples", trainer.consumed_samples()},
+        {"lm_loss", last_.lm_loss},
+        {"median_step_ms", median_ms},
+        {"tokens_per_s", median_ms > 0 ? tokens_per_step / (median_ms / 1e3) : 0},
+        {"tflops_per_device", median_ms > 0 ? flops_per_token * tokens_per_step / (median_ms / 1e3) / 1e12 / world_size : 0},
+        {"mem_activations_peak_bytes", activation_peak_},
+        {"skipped_iters", last_.skipped_iters},
+        {"nan_iters", last_.nan_iters},
+        {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
+  }
+
+ private:
+  // One memory record per pipeline stage (its most loaded rank's high-water marks, gathered by
+  // the trainer every step): after the run's first step and at its end.
+  void write_memory(const mt::train::StepStats& s) {
+    for (const mt::train::StageMemory& m : s.stage_memory) {
+      writer_.write(Record{{"record", "memory"},
+                           {"iteration", s.iteration},
+                           {"stage", m.stage},
+                           {"rank", m.rank},
+                           {"weights_bytes", m.weights},
+                           {"grads_bytes", m.grads},
+                           {"optim_bytes", m.optimizer},
+                           {"activations_bytes", m.activations},
+                           {"comm_buffers_bytes", m.comm_buffers},
+                           {"peak_bytes", m.peak}});
+    }
+  }
+
+  mt::tools::RecordWriter& writer_;
+  std::vector<double> step_ms_;
+  mt::train::StepStats last_;
+  int64_t activation_peak_ = 0;
+};
+
+// The exit code of a run a signal stopped: 75 (EX_TEMPFAIL) when a checkpoint to resume from was
+// saved, so a batch system requeues the job (--save-final alone is not resumable), else 128 + it.
+int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
+  const std::string& save = o.checkpoint.save;
+  const std::string wrote = save.empty() ? "" : "; saved a checkpoint in " + save + " (resume with --load)";
+  if (rank0) {
+    mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
+                  std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) + wrote +
+                  (o.save_final.empty() ? "" : "; wrote " + o.save_final));
+  }
+  return save.empty() ? 128 + stop : 75;
+}
+
+int run(mt::tools::ToolCli& cli, TrainOptions& o) {
+  mt::comm::refuse_unformed_world();
+  // The control world: the data index's barrier, the process groups, the agreed values below.
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  const bool rank0 = world->rank() == 0;
+  RunPlan plan = plan_run(cli, o);
+  check_outputs_writable(o, rank0);
+  // The checkpoint to resume from is opened first: its seed may be the run's, and the data is
+  // built from the seed. Every rank reads the boxes its layout holds.
+  std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(o.checkpoint, rank0);
+  if (resume) adopt_checkpoint_seed(cli, *resume, o.checkpoint, plan.config, rank0);
+  const std::unique_ptr<mt::data::SampleSource> data = open_data(o, plan, *world);
 
   // MFU against the dense peak of the cores used (the FMA probe) unless --peak-tflops gives one;
   // the GEMM rate is an efficiency beside it.
   const mt::tools::PeakSource peak =
-      mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
-  config.peak_flops_per_second = peak.flops_per_device;
+      mt::tools::resolve_peak(o.training.peak_tflops, "", plan.config.precision, mt::default_threads_per_rank());
+  plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
   // data groups MPI on the CPU table's stream) is made once, here.
-  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
-  mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
-  double load_seconds = 0;
-  int64_t load_bytes = 0;
-  std::chrono::system_clock::time_point loaded_at;
-  if (resume) {
-    mt::train::LoadOptions load;
-    load.optimizer = !ck.no_load_optim;
-    load.finetune = ck.finetune;
-    const auto start = std::chrono::steady_clock::now();
-    mt::train::load_checkpoint(*resume, trainer, load);
-    load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    world->all_reduce(&load_seconds, 1, mt::DType::f64, mt::comm::ReduceOp::max);  // the slowest rank's
-    load_bytes = static_cast<int64_t>(std::filesystem::file_size(resume->path()));
-    loaded_at = std::chrono::system_clock::now();
-    char took[96];
-    std::snprintf(took, sizeof took, " in %.3f s (%.1f MB, %.0f MB/s)", load_seconds, load_bytes / 1e6,
-                  load_bytes / 1e6 / load_seconds);
-    if (rank0) mt::log::info("mt-train: loaded " + resume->path() + " (iteration " + std::to_string(resume->state().iteration) +
-                  ")" + (ck.finetune ? ", parameters only (--finetune): starting at iteration 0" : "") + took);
-  }
-  mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
-  Record run = mt::tools::run_record(cli);
-  run["model"] = model_record(model);
-  run["parallel"] = mt::parallel::to_json(parallel);
-  run["train"] = mt::train::to_json(config);
-  run["seed"] = config.seed;
-  run["precision"] = mt::precision_name(config.precision);
-  run["data"] = data->describe();
-  run["flops_convention"] = mt::perf::convention_name(config.flops_convention);
-  run["flops_per_token"] = mt::perf::flops_per_token(model, config.flops_convention);
-  mt::tools::add_peak_fields(run, peak);
-  writer.write_run(run);
-  if (rank0) mt::log::info("mt-train: " + model.name + ", " + std::to_string(mt::model::parameter_count(model)) +
-                " parameters, " + mt::precision_name(config.precision) + ", " + data->describe() + ", " +
-                std::to_string(trainer.total_iterations()) + " iterations");
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel));
+  mt::train::Trainer trainer(plan.model, plan.config, *data, &groups);  // refuses what cannot fit before allocating
+  LoadReport loaded;
+  if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
 
+  mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
+  writer.write_run(run_record(cli, plan, *data, peak));
+  if (rank0) {
+    mt::log::info("mt-train: " + plan.model.name + ", " + std::to_string(mt::model::parameter_count(plan.model)) +
+                  " parameters, " + mt::precision_name(plan.config.precision) + ", " + data->describe() + ", " +
+                  std::to_string(trainer.total_iterations()) + " iterations");
+  }
   if (resume) {
-    writer.write(Record{{"record", "ckpt"}, {"event", "load"}, {"iteration", resume->state().iteration},
-                        {"path", resume->path()}, {"what", ck.finetune ? "parameters" : ck.no_load_optim ? "parameters+state" : "resumable"},
-                        {"bytes", load_bytes}, {"seconds", load_seconds},
-                        {"mb_per_s", load_seconds > 0 ? load_bytes / 1e6 / load_seconds : 0},
-                        {"started", utc_time(loaded_at, load_seconds)}, {"ended", utc_time(loaded_at, 0)}});
+    writer.write(load_record(*resume, o.checkpoint, loaded));
     resume.reset();  // the file is closed before any save may replace it
   }
-  mt::train::SaveOptions save_options;
-  save_options.parallel_config = mt::parallel::to_json(parallel).dump();
-  auto record_save = [&](const mt::train::SaveResult& saved, const std::string& what) {
-    const auto saved_at = std::chrono::system_clock::now();
-    const double mb_per_s = saved.seconds > 0 ? saved.bytes / 1e6 / saved.seconds : 0;
-    writer.write(Record{{"record", "ckpt"}, {"event", "save"}, {"iteration", trainer.iteration()},
-                        {"path", saved.path}, {"what", what}, {"bytes", saved.bytes}, {"seconds", saved.seconds},
-                        {"mb_per_s", mb_per_s}, {"writers", saved.writers}, {"largest_share_bytes", saved.largest_share_bytes},
-                        {"started", utc_time(saved_at, saved.seconds)}, {"ended", utc_time(saved_at, 0)}});
-    char line[160];
-    std::snprintf(line, sizeof line, " (iteration %lld, %.1f MB in %.3f s, %.0f MB/s)",
-                  static_cast<long long>(trainer.iteration()), saved.bytes / 1e6, saved.seconds, mb_per_s);
-    if (rank0) mt::log::info("mt-train: saved " + saved.path + line);
-  };
-  auto save_parameters = [&](const std::string& path) {
-    mt::train::SaveOptions options = save_options;
-    options.optimizer = false;
-    options.resumable = false;
-    record_save(mt::train::save_checkpoint_file(path, trainer, options), "parameters");
-  };
-  int64_t saved_iteration = trainer.iteration();  // a loaded checkpoint counts as saved
-  auto save_checkpoint = [&]() {
-    mt::train::SaveOptions options = save_options;
-    options.optimizer = !ck.no_save_optim;
-    if (rank0) mt::log::info("mt-train: saving a checkpoint of iteration " + std::to_string(trainer.iteration()) + " to " + ck.save);
-    record_save(mt::train::save_checkpoint(ck.save, trainer, options), ck.no_save_optim ? "parameters+state" : "resumable");
-    saved_iteration = trainer.iteration();
-  };
-  if (!o.save_init.empty()) save_parameters(o.save_init);
+  RunCheckpoints checkpoints(writer, trainer, o.checkpoint, plan.parallel, rank0);
+  if (!o.save_init.empty()) checkpoints.save_parameters(o.save_init);
 
-  std::vector<double> step_ms;
-  mt::train::StepStats last;
-  int64_t activation_peak = 0;
-  // One memory record per pipeline stage (its most loaded rank's high-water marks, gathered by
-  // the trainer every step): after the run's first step and at its end, before the final saves
-  // and the summary.
-  auto write_memory = [&](const mt::train::StepStats& s) {
-    for (const mt::train::StageMemory& m : s.stage_memory) {
-      writer.write(Record{{"record", "memory"},
-                          {"iteration", s.iteration},
-                          {"stage", m.stage},
-                          {"rank", m.rank},
-                          {"weights_bytes", m.weights},
-                          {"grads_bytes", m.grads},
-                          {"optim_bytes", m.optimizer},
-                          {"activations_bytes", m.activations},
-                          {"comm_buffers_bytes", m.comm_buffers},
-                          {"peak_bytes", m.peak}});
-    }
-  };
+  StepRecords records(writer);
   mt::train::TrainObservers observers;
-  observers.on_step = [&](const mt::train::StepStats& s) {
-    const bool first_step = step_ms.empty();
-    last = s;
-    step_ms.push_back(s.step_ms);
-    activation_peak = std::max(activation_peak, s.mem_activations_bytes);
-    writer.write(Record{{"record", "step"},
-                        {"iteration", s.iteration},
-                        {"consumed_samples", s.consumed_samples},
-                        {"lm_loss", s.lm_loss},
-                        {"grad_norm", s.grad_norm},
-                        {"lr", s.lr},
-                        {"loss_scale", s.loss_scale},
-                        {"global_batch_size", s.global_batch_size},
-                        {"step_ms", s.step_ms},
-                        {"tokens_per_s", s.tokens_per_s},
-                        {"tflops_per_device", s.tflops_per_device},
-                        {"mfu", s.mfu},
-                        {"mem_weights_bytes", s.mem_weights_bytes},
-                        {"mem_grads_bytes", s.mem_grads_bytes},
-                        {"mem_optim_bytes", s.mem_optim_bytes},
-                        {"mem_activations_bytes", s.mem_activations_bytes},
-                        {"skipped_iters", s.skipped_iters},
-                        {"nan_iters", s.nan_iters},
-                        {"mem_peak_bytes", s.mem_peak_bytes},
-                        {"mem_peak_rank", s.mem_peak_rank},
-                        {"comm_wait_ms", s.comm_wait_ms},
-                        {"comm_share", s.comm_share},
-                        {"compute_ms", s.compute_ms},
-                        {"pipeline_ms", s.pipeline_ms}});
-    if (first_step) write_memory(s);
-  };
-  observers.on_eval = [&](const mt::train::EvalStats& e) {
-    writer.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
-  };
+  observers.on_step = [&](const mt::train::StepStats& s) { records.step(s); };
+  observers.on_eval = [&](const mt::train::EvalStats& e) { records.eval(e); };
   observers.on_log_line = [rank0](const std::string& line) {
     if (rank0) mt::log::info(line);
   };
-  observers.on_iteration_end = [&](int64_t iteration) {
-    if (!ck.save.empty() && ck.save_interval && iteration % *ck.save_interval == 0) save_checkpoint();
-  };
+  observers.on_iteration_end = [&](int64_t iteration) { checkpoints.at_iteration_end(iteration); };
   // From here a signal stops the run after the current step, and what it was asked to write is
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers);
-  // The run's high-water marks per stage, before the saves at the end (the summary's records).
-  write_memory(last);
-  // At the end, and when a signal stopped the run: the checkpoint to resume from.
-  if (!ck.save.empty() && trainer.iteration() != saved_iteration) save_checkpoint();
-  if (!o.save_final.empty()) save_parameters(o.save_final);
+  records.at_run_end();
+  checkpoints.at_run_end();
+  if (!o.save_final.empty()) checkpoints.save_parameters(o.save_final);
   // The ranks agreed to stop at the same step; a signal that reached only some of them after the
   // last step is agreed here, so every rank exits with the same code.
   int stop = mt::stop_signal();
   world->all_reduce(&stop, 1, mt::DType::i32, mt::comm::ReduceOp::max);
-
-  std::vector<double> steady(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
-  std::sort(steady.begin(), steady.end());
-  const double median_ms = steady.empty() ? 0 : steady[steady.size() / 2];
-  const double tokens_per_step = static_cast<double>(last.global_batch_size) * model.seq_length;
-  writer.write(Record{{"record", "summary"},
-                      {"iterations", trainer.iteration()},
-                      {"consumed_samples", trainer.consumed_samples()},
-                      {"lm_loss", last.lm_loss},
-                      {"median_step_ms", median_ms},
-                      {"tokens_per_s", median_ms > 0 ? tokens_per_step / (median_ms / 1e3) : 0},
-                      {"tflops_per_device",
-                       median_ms > 0 ? mt::perf::flops_per_token(model, config.flops_convention) * tokens_per_step /
-                                           (median_ms / 1e3) / 1e12 / world->size()
-                                     : 0},
-                      {"mem_activations_peak_bytes", activation_peak},
-                      {"skipped_iters", last.skipped_iters},
-                      {"nan_iters", last.nan_iters},
-                      {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
+  records.summary(trainer, plan, world->size(), stop);
   writer.finish();
-  if (stop == 0) return 0;
-  const std::string wrote = ck.save.empty() ? "" : "; saved a checkpoint in " + ck.save + " (resume with --load)";
-  if (rank0) mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
-                std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) + wrote +
-                (o.save_final.empty() ? "" : "; wrote " + o.save_final));
-  // 75 (EX_TEMPFAIL): resumable, so a batch system requeues the job; --save-final alone is not.
-  return ck.save.empty() ? 128 + stop : 75;
+  return stop == 0 ? 0 : stopped_exit_code(stop, o, trainer, rank0);
 }
 
 }  // namespace
