@@ -1,11 +1,13 @@
 // Ranks as threads of one process, for unit suites that test collectives without MPI: a
-// ThreadGroup is the group, each thread holds a ThreadCommunicator for its rank. fp32 sums only
-// (all-reduce, reduce-scatter and all-gather, in place as the distributed optimizer calls them),
-// combined in rank order. Non-blocking forms run the collective when the request is waited (or
+// ThreadGroup is the group, each thread holds a ThreadCommunicator for its rank. fp32 only:
+// all-reduce (sum or max), reduce-scatter (sum) and all-gather, in place as the distributed
+// optimizer calls them, combined in rank order. Non-blocking forms run the collective when the request is waited (or
 // destroyed), so a suite can see what a rank holds before it waits; every rank must then wait its
-// requests in the same order. Used by tests/unit/optim/test_distributed_optimizer.cpp.
+// requests in the same order. Used by tests/unit/optim/test_distributed_optimizer.cpp and
+// tests/unit/model/test_stage.cpp (tensor parallelism over threads).
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <cstring>
 #include <functional>
@@ -31,15 +33,21 @@ class ThreadCommunicator : public comm::Communicator {
   int size() const override { return static_cast<int>(group_.buffers.size()); }
 
   void all_reduce(void* data, int64_t count, DType dtype, comm::ReduceOp op) override {
-    check(dtype, op);
+    if (dtype != DType::f32 || (op != comm::ReduceOp::sum && op != comm::ReduceOp::max)) {
+      throw std::logic_error("fp32 sums and maxima only");
+    }
     auto* values = static_cast<float*>(data);
     publish(values);
-    std::vector<float> sums(static_cast<size_t>(count), 0.0f);
-    for (int r = 0; r < size(); ++r) {
-      for (int64_t i = 0; i < count; ++i) sums[static_cast<size_t>(i)] += group_.buffers[static_cast<size_t>(r)][i];
+    std::vector<float> result(group_.buffers[0], group_.buffers[0] + count);
+    for (int r = 1; r < size(); ++r) {
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = group_.buffers[static_cast<size_t>(r)][i];
+        float& combined = result[static_cast<size_t>(i)];
+        combined = op == comm::ReduceOp::max ? std::max(combined, v) : combined + v;
+      }
     }
     group_.sync.arrive_and_wait();
-    std::copy(sums.begin(), sums.end(), values);
+    std::copy(result.begin(), result.end(), values);
     ++collectives_;
   }
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, comm::ReduceOp op) override {

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "core/error.h"
 #include "model/init.h"
 #include "model/stage.h"
+#include "../thread_communicator.h"
 #include "../tiny_models.h"
 
 using namespace mt;
@@ -293,88 +293,8 @@ TEST(Stage, BeforeForwardNamesEachLayerBeforeItsParametersAreRead) {
 
 namespace {
 
-// The ranks of one group as threads of this process: each collective publishes its buffer, waits
-// for the others, combines in rank order and waits again before anyone reuses a buffer.
-struct ThreadGroup {
-  explicit ThreadGroup(int size) : sync(size), buffers(static_cast<size_t>(size)) {}
-  std::barrier<> sync;
-  std::vector<const float*> buffers;
-};
-
-class ThreadCommunicator : public comm::Communicator {
- public:
-  ThreadCommunicator(ThreadGroup& group, int rank) : group_(group), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(group_.buffers.size()); }
-
-  void all_reduce(void* data, int64_t count, DType dtype, comm::ReduceOp op) override {
-    check(dtype);
-    auto* values = static_cast<float*>(data);
-    publish(values);
-    std::vector<float> result(group_.buffers[0], group_.buffers[0] + count);
-    for (int r = 1; r < size(); ++r) {
-      for (int64_t i = 0; i < count; ++i) {
-        const float v = group_.buffers[static_cast<size_t>(r)][i];
-        result[static_cast<size_t>(i)] = op == comm::ReduceOp::max ? std::max(result[static_cast<size_t>(i)], v)
-                                                                    : result[static_cast<size_t>(i)] + v;
-      }
-    }
-    group_.sync.arrive_and_wait();
-    std::copy(result.begin(), result.end(), values);
-  }
-  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, comm::ReduceOp) override {
-    check(dtype);
-    publish(static_cast<const float*>(send));
-    auto* out = static_cast<float*>(recv);
-    for (int64_t i = 0; i < recv_count; ++i) {
-      float sum = 0;
-      for (int r = 0; r < size(); ++r) sum += group_.buffers[static_cast<size_t>(r)][rank_ * recv_count + i];
-      out[i] = sum;
-    }
-    group_.sync.arrive_and_wait();
-  }
-  void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    check(dtype);
-    publish(static_cast<const float*>(send));
-    auto* out = static_cast<float*>(recv);
-    for (int r = 0; r < size(); ++r) {
-      std::copy(group_.buffers[static_cast<size_t>(r)], group_.buffers[static_cast<size_t>(r)] + send_count,
-                out + r * send_count);
-    }
-    group_.sync.arrive_and_wait();
-  }
-  void barrier() override { group_.sync.arrive_and_wait(); }
-  double wait_seconds() const override { return 0; }
-
-  [[noreturn]] void unused() const { throw std::logic_error("not a collective the stage runs"); }
-  void all_to_all(const void*, void*, int64_t, DType) override { unused(); }
-  void all_to_allv(const void*, const int64_t*, const int64_t*, void*, const int64_t*, const int64_t*, DType) override {
-    unused();
-  }
-  void broadcast(void*, int64_t, DType, int) override { unused(); }
-  void send(const void*, int64_t, DType, int, int) override { unused(); }
-  void recv(void*, int64_t, DType, int, int) override { unused(); }
-  std::unique_ptr<comm::Request> all_reduce_async(void*, int64_t, DType, comm::ReduceOp) override { unused(); }
-  std::unique_ptr<comm::Request> reduce_scatter_async(const void*, void*, int64_t, DType, comm::ReduceOp) override {
-    unused();
-  }
-  std::unique_ptr<comm::Request> all_gather_async(const void*, void*, int64_t, DType) override { unused(); }
-  std::unique_ptr<comm::Request> send_async(const void*, int64_t, DType, int, int) override { unused(); }
-  std::unique_ptr<comm::Request> recv_async(void*, int64_t, DType, int, int) override { unused(); }
-  std::unique_ptr<comm::Communicator> split(int, int) override { unused(); }
-
- private:
-  static void check(DType dtype) {
-    if (dtype != DType::f32) throw std::logic_error("fp32 only");
-  }
-  void publish(const float* buffer) {
-    group_.buffers[static_cast<size_t>(rank_)] = buffer;
-    group_.sync.arrive_and_wait();
-  }
-
-  ThreadGroup& group_;
-  int rank_;
-};
+using mt::testing::ThreadCommunicator;
+using mt::testing::ThreadGroup;
 
 // |a - b| <= tol * (|b| + rms(b)) + absolute, elementwise.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, double absolute,
