@@ -114,8 +114,8 @@ void PipelineEngine::send(const float* data, int64_t elements, int peer, int mes
   message->request = pipeline_.send_async(message->buffer.data(), elements, DType::f32, peer, message_tag);
 }
 
-model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions,
-                                    const model::ForwardPass& pass, const PipelineCallbacks& callbacks) {
+void PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
+                         const PipelineCallbacks& callbacks) {
   actions_ = &actions;
   callbacks_ = &callbacks;
   const size_t chunks = stages_.size();
@@ -149,7 +149,6 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
   const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const Clock::time_point run_start = Clock::now();
   compute_seconds_ = 0;
-  model::LossSums loss;
   for (size_t i = 0; i < actions.size(); ++i) {
     const parallel::PipelineAction& a = actions[i];
     const size_t chunk = static_cast<size_t>(a.chunk);
@@ -175,10 +174,6 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
       const Clock::time_point compute_start = Clock::now();
       const model::StageOutput output = stage.forward(slot, batch, input ? input->buffer : nullptr, pass);
       compute_seconds_ += seconds_since(compute_start);
-      if (stage.is_last()) {
-        loss.loss += output.loss.loss;
-        loss.tokens += output.loss.tokens;
-      }
       if (a.send_to >= 0) send(output.activation, elements, a.send_to, tag(a.pass, vstage + 1));
       if (pass.training) {
         slot_of_micro_[chunk][static_cast<size_t>(a.micro_batch)] = slot;
@@ -206,7 +201,6 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
   run_seconds_ = seconds_since(run_start);
   actions_ = nullptr;
   callbacks_ = nullptr;
-  return loss;
 }
 
 }  // namespace mt::train

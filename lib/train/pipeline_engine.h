@@ -53,10 +53,11 @@ class PipelineEngine {
                  std::vector<int> slot_pool_of_chunk = {});
   ~PipelineEngine();
 
-  // Runs `actions` (this rank's list for the shape) with `pass`; returns the loss sums of the
-  // micro-batches whose last virtual stage ran here (zero on other ranks).
-  model::LossSums run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
-                      const PipelineCallbacks& callbacks);
+  // Runs `actions` (this rank's list for the shape) with `pass`. The micro-batches whose last
+  // virtual stage runs here add their loss sums to their batch's loss_sums (device memory, on the
+  // stream, in the schedule's order of their forwards); nothing is read back on the host.
+  void run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
+           const PipelineCallbacks& callbacks);
 
   // The last run's seconds in its stages' forward and backward passes (compute, with their
   // tensor-parallel collectives; not the waits for p2p inputs, the sends or the callbacks), and

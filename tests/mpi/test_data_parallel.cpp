@@ -227,7 +227,7 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, 2);
   const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
   const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
-  train::Trainer trainer(model, config, *data, &groups);
+  train::Trainer trainer(model, config, *data, groups.ops(), &groups);
   trainer.run({});
 
   // What this rank's chunks need, from the schedule and the slot shapes alone.

@@ -45,6 +45,7 @@ struct TrainOptions {
   mt::tools::DataPathFlags paths;
   mt::tools::MegatronCompatFlags compat;
   mt::tools::CheckpointFlags checkpoint;
+  std::optional<std::string> device;  // --device: the backend (unset: cpu)
   bool mock_data = false;
   std::string byte_data;
   mt::data::LoaderOptions loader;
@@ -173,6 +174,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");
+  mt::tools::add_device_flag(app, o.device, "Device",
+                             "The backend the run's ops run on: cpu, or cuda (refused: not built yet)");
 
   auto* d = "Data and output";
   mt::tools::add_flag(app, "--mock-data", o.mock_data)->group(d);
@@ -256,6 +259,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (!o.byte_data.empty() && !o.model.vocab_size && o.model.preset.empty()) o.model.vocab_size = 256;
   mt::model::ModelConfig model = mt::tools::model_config(o.model);
   mt::train::check_supported(model, o.parallel);  // before validation: what mt-train cannot run is named first
+  const mt::backend::Ops& ops = mt::backend::backend_ops(mt::tools::backend_device(o.device));  // the one table
   if (o.mock_data && !o.model.vocab_size && model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
   }
@@ -303,9 +307,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
       mt::tools::resolve_peak(o.training.peak_tflops, "", config.precision, mt::default_threads_per_rank());
   config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
-  // data groups MPI on the CPU table's stream) is made once, here.
-  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel));
-  mt::train::Trainer trainer(model, config, *data, &groups);  // refuses what cannot fit before allocating
+  // data groups MPI on the table's stream) is made once, here.
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(parallel), ops, ops.default_stream());
+  mt::train::Trainer trainer(model, config, *data, ops, &groups);  // refuses what cannot fit before allocating
   double load_seconds = 0;
   int64_t load_bytes = 0;
   std::chrono::system_clock::time_point loaded_at;

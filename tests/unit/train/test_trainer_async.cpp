@@ -1,0 +1,88 @@
+// The one-rank trainer on the asynchronous CPU table (tests/backend/async_cpu_ops.h): every op
+// queued on a worker thread, device memory unreadable from the host between ops. A run there
+// gives the CPU table's numbers bit for bit (the same kernels in the same order) and waits for the
+// stream once per training step (the loss, grad norm and finiteness read together) and once per
+// evaluation step (its staging rows reused; the last one also reads the evaluation's sums).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "backend/ops.h"
+#include "data/sample_source.h"
+#include "tests/backend/async_cpu_ops.h"
+#include "train/trainer.h"
+#include "../tiny_models.h"
+
+using namespace mt;
+
+namespace {
+
+struct Numbers {
+  std::vector<double> loss, grad_norm, eval_loss;
+};
+
+train::TrainConfig config(Precision precision) {
+  train::TrainConfig t;
+  t.micro_batch_size = 2;
+  t.global_batch_size = 6;  // three micro-batches a step
+  t.train_iters = 4;
+  t.lr = 1e-2;
+  t.precision = precision;
+  t.eval_interval = 2;
+  t.eval_iters = 3;
+  t.recompute.granularity = model::RecomputeGranularity::selective;
+  return t;
+}
+
+Numbers train_on(const backend::Ops& ops, const model::ModelConfig& model, const train::TrainConfig& t) {
+  auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
+  train::Trainer trainer(model, t, *data, ops);
+  Numbers numbers;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) {
+    numbers.loss.push_back(s.lm_loss);
+    numbers.grad_norm.push_back(s.grad_norm);
+  };
+  observers.on_eval = [&](const train::EvalStats& e) { numbers.eval_loss.push_back(e.lm_loss); };
+  trainer.run(observers);
+  return numbers;
+}
+
+class TrainerOnAsyncTable : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(TrainerOnAsyncTable, GivesTheCpuTablesNumbersBitForBit) {
+  // A worker that waits before starting queued work: a host read of device memory or of a copy's
+  // destination before its synchronize reads stale data every time.
+  test_backend::set_async_start_delay(std::chrono::microseconds(200));
+  for (const model::ModelConfig& model : {mt::testing::tiny_llama(), mt::testing::trainer_model(false)}) {
+    const Numbers cpu = train_on(backend::cpu_ops(), model, config(GetParam()));
+    const Numbers async = train_on(test_backend::async_cpu_ops(), model, config(GetParam()));
+    ASSERT_EQ(cpu.loss.size(), 4u);
+    EXPECT_EQ(async.loss, cpu.loss);
+    EXPECT_EQ(async.grad_norm, cpu.grad_norm);
+    ASSERT_EQ(cpu.eval_loss.size(), 2u);
+    EXPECT_EQ(async.eval_loss, cpu.eval_loss);
+  }
+  test_backend::set_async_start_delay(std::chrono::microseconds(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, TrainerOnAsyncTable,
+                         ::testing::Values(Precision::fp32, Precision::bf16, Precision::fp16));
+
+TEST(TrainerOnAsyncTable, WaitsForTheStreamOncePerStepAndOncePerEvaluationStep) {
+  const model::ModelConfig model = mt::testing::tiny_llama();
+  train::TrainConfig t = config(Precision::fp32);
+  auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
+  train::Trainer trainer(model, t, *data, test_backend::async_cpu_ops());
+  for (int step = 0; step < 3; ++step) {
+    const int64_t before = test_backend::async_host_waits();
+    trainer.train_step();
+    EXPECT_EQ(test_backend::async_host_waits() - before, 1) << "step " << step;
+  }
+  const int64_t before = test_backend::async_host_waits();
+  trainer.evaluate();
+  EXPECT_EQ(test_backend::async_host_waits() - before, t.eval_iters);
+}
+
+}  // namespace
