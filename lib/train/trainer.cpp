@@ -540,7 +540,8 @@ EvalStats Trainer::evaluate() {
     pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
     consumed_valid_samples_ += global;
   }
-  ops_.copy(eval_sums_host_.data(), eval_sums_.data(), eval_sums_.bytes(), backend::CopyKind::device_to_host, stream);
+  ops_.copy(eval_sums_host_.data(), eval_sums_.data(), eval_sums_.size() * static_cast<int64_t>(sizeof(double)),
+            backend::CopyKind::device_to_host, stream);
   ops_.synchronize(stream);
   staging_in_flight_ = false;
   double sums[2] = {0, 0};  // loss, tokens: the steps' sums added in step order

@@ -466,7 +466,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 const Ops& table() {
   static const Ops ops{
       .name = "async-cpu",
-      .device = Device::cpu,
+      .device = backend::Device::cpu,
       .synchronous = false,
       .supports = supports,
       .allocate = allocate,

@@ -209,14 +209,14 @@ TEST(Trainer, ValidatesBatchAndScheduleFlags) {
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig t = quick(2);
   t.global_batch_size = 5;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
   t = quick(2);
   t.train_samples = 8;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
   t = quick(2);
   t.lr_warmup_iters = 5;
   t.lr_decay_style = optim::LrDecayStyle::cosine;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
 }
 
 // Issue 11 case 3: a stop request (a signal, in the tools) ends run() between steps.
