@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -211,6 +210,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     throw UsageError("--lr-warmup-*", "warm-up must end before the decay does (--lr-decay-iters/--lr-decay-samples)");
   }
   flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
+  step_timer_ = std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream());
 
   // A bounded source (a sample index) must hold every sample the run will read.
   const int64_t train_available = data_.split_size(data::Split::train);
@@ -380,7 +380,7 @@ model::MicroBatch Trainer::staged_batch(int count, int slot, double* loss_sums) 
 }
 
 StepStats Trainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
+  step_timer_->start();
   const double wait_before = communicator_wait_seconds();
   ++iteration_;
   StepStats stats;
@@ -404,7 +404,7 @@ StepStats Trainer::train_step() {
   if (!nonfinite) optimizer_->step(stats.lr, unscale * optim::clip_factor(stats.grad_norm, config_.clip_grad));
   scaler_.update(nonfinite);
   consumed_samples_ += config_.global_batch_size;
-  record_step_figures(stats, start, wait_before);
+  record_step_figures(stats, wait_before);
   return stats;
 }
 
@@ -493,7 +493,7 @@ bool Trainer::skip_nonfinite(const StepStats& stats) {
   return nonfinite;
 }
 
-void Trainer::record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before) {
+void Trainer::record_step_figures(StepStats& stats, double wait_before) {
   gather_memory(stats);
 
   double busiest[2] = {pipeline_->compute_seconds(), pipeline_->run_seconds()};
@@ -503,7 +503,10 @@ void Trainer::record_step_figures(StepStats& stats, std::chrono::steady_clock::t
 
   const int64_t global = config_.global_batch_size;
   const int seq = model_config_.seq_length;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The step's time on the stream, its queued work (the optimizer's step) done: the step's second
+  // host wait, at its end.
+  step_timer_->stop();
+  const double seconds = step_timer_->seconds();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;
   stats.comm_wait_ms = (communicator_wait_seconds() - wait_before) * 1e3;

@@ -37,14 +37,14 @@
 // on the host): the step's samples are read and split on the host, then copied into device rows
 // the micro-batches point at; parameters are initialised on the host tensor by tensor and copied;
 // the loss sums, token count and grad sum of squares are reduced in device memory and read with
-// one copy and one synchronize per step.
+// one copy and one synchronize per step; the step's time and its pipeline's compute and schedule
+// times are measured with events on the stream (the step's end is its second host wait).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
 // by tests/tools/mt-train.bats and tests/tools/mt-train-mpi.bats.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +56,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/stream_timer.h"
 #include "comm/communicator.h"
 #include "core/dtype.h"
 #include "data/sample_source.h"
@@ -202,7 +203,8 @@ class Trainer {
 
   int64_t total_iterations() const { return total_iters_; }
   const model::ParamLayout& layout() const { return layout_; }
-  // The rank's flat parameters, complete: waits for any parameter all-gather still in flight.
+  // The rank's flat parameters (device memory of ops()), complete: waits for any parameter
+  // all-gather still in flight.
   float* parameters();
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
   void parameters_changed();
@@ -212,6 +214,8 @@ class Trainer {
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
   const model::ModelConfig& model_config() const { return model_config_; }
+  // The op table every op runs on (parameters(), the moments and the grads are its memory).
+  const backend::Ops& ops() const { return ops_; }
   const TrainConfig& config() const { return config_; }
   // Checkpoints (train/checkpointing.h): the counters and loss scaler, and the optimizer whose
   // moments and step they save and which says which runs of each tensor this rank writes and
@@ -258,7 +262,7 @@ class Trainer {
   };
   StepSums reduce_step_sums(double local_tokens);
   bool skip_nonfinite(const StepStats& stats);
-  void record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before);
+  void record_step_figures(StepStats& stats, double wait_before);
   // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
   // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
   // mask counts in that part.
@@ -333,6 +337,7 @@ class Trainer {
   int64_t nan_iters_ = 0;
   bool stopped_ = false;
   double flops_per_token_ = 0;
+  std::unique_ptr<backend::StreamTimer> step_timer_;  // a step, from its start to its figures
   // Per-token arrays of `rows` tokens on the host.
   struct TokenRows {
     std::vector<int32_t> tokens, labels, positions, doc_start;

@@ -1,8 +1,11 @@
 // The one-rank trainer on the asynchronous CPU table (tests/backend/async_cpu_ops.h): every op
 // queued on a worker thread, device memory unreadable from the host between ops. A run there
 // gives the CPU table's numbers bit for bit (the same kernels in the same order) and waits for the
-// stream once per training step (the loss, grad norm and finiteness read together) and once per
-// evaluation step (its staging rows reused; the last one also reads the evaluation's sums).
+// stream twice per training step (the loss, grad norm and finiteness read together; the step's
+// time at its end) and once per
+// evaluation step (its staging rows reused; the last one also reads the evaluation's sums), and
+// its checkpoints pass through host staging (HDF5 never sees device memory): a run saved and
+// resumed there equals the CPU table's straight run bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -14,7 +17,10 @@
 #include "backend/ops.h"
 #include "data/sample_source.h"
 #include "tests/backend/async_cpu_ops.h"
+#include "io/checkpoint.h"
+#include "train/checkpointing.h"
 #include "train/trainer.h"
+#include "../temp_dir.h"
 #include "../tiny_models.h"
 
 using namespace mt;
@@ -82,19 +88,62 @@ TEST_P(TrainerOnAsyncTable, GivesTheCpuTablesNumbersBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Precisions, TrainerOnAsyncTable,
                          ::testing::Values(Precision::fp32, Precision::bf16, Precision::fp16));
 
-TEST(TrainerOnAsyncTable, WaitsForTheStreamOncePerStepAndOncePerEvaluationStep) {
+// A step waits twice: once to read its loss, token count and grad sum of squares together (the
+// optimizer's step needs the clip factor on the host), and once at its end, for the step's time
+// on the stream (its event timer). Evaluation waits once per step.
+TEST(TrainerOnAsyncTable, WaitsForTheStreamTwicePerStepAndOncePerEvaluationStep) {
   const model::ModelConfig model = mt::testing::tiny_llama();
   train::TrainConfig t = config(Precision::fp32);
   auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
   train::Trainer trainer(model, t, *data, test_backend::async_cpu_ops());
   for (int step = 0; step < 3; ++step) {
     const int64_t before = test_backend::async_host_waits();
-    trainer.train_step();
-    EXPECT_EQ(test_backend::async_host_waits() - before, 1) << "step " << step;
+    const train::StepStats stats = trainer.train_step();
+    EXPECT_EQ(test_backend::async_host_waits() - before, 2) << "step " << step;
+    // Event timers: the passes lie inside the schedule's run, the run inside the step.
+    EXPECT_GT(stats.compute_ms, 0) << "step " << step;
+    EXPECT_LE(stats.compute_ms, stats.pipeline_ms) << "step " << step;
+    EXPECT_LE(stats.pipeline_ms, stats.step_ms) << "step " << step;
   }
   const int64_t before = test_backend::async_host_waits();
   trainer.evaluate();
   EXPECT_EQ(test_backend::async_host_waits() - before, t.eval_iters);
+}
+
+// Steps of `trainer`, their losses and grad norms appended to `numbers`.
+void run_steps(train::Trainer& trainer, int steps, Numbers& numbers) {
+  for (int i = 0; i < steps; ++i) {
+    const train::StepStats s = trainer.train_step();
+    numbers.loss.push_back(s.lm_loss);
+    numbers.grad_norm.push_back(s.grad_norm);
+  }
+}
+
+TEST(TrainerOnAsyncTable, CheckpointsStageThroughTheHostAndResumeBitForBit) {
+  mt::testing::TempDir dir("mt_test_async_resume");
+  const model::ModelConfig model = mt::testing::tiny_llama();
+  train::TrainConfig t = config(Precision::bf16);
+  t.train_iters = 6;
+  t.eval_iters = 0;
+  auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
+  Numbers straight, resumed;
+  {
+    train::Trainer trainer(model, t, *data, backend::cpu_ops());
+    run_steps(trainer, 6, straight);
+  }
+  const std::string directory = dir.file("checkpoint");
+  {
+    train::Trainer first(model, t, *data, test_backend::async_cpu_ops());
+    run_steps(first, 3, resumed);
+    train::save_checkpoint(directory, first, {});
+  }
+  train::Trainer second(model, t, *data, test_backend::async_cpu_ops());
+  const io::CheckpointReader checkpoint(io::checkpoint_path(directory, *io::read_tracker(directory)));
+  train::load_checkpoint(checkpoint, second, {});
+  EXPECT_EQ(second.iteration(), 3);
+  run_steps(second, 3, resumed);
+  EXPECT_EQ(bits(resumed.loss), bits(straight.loss));
+  EXPECT_EQ(bits(resumed.grad_norm), bits(straight.grad_norm));
 }
 
 }  // namespace
