@@ -71,6 +71,21 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     : model_config_(model), config_(train), data_(data), ops_(ops) {
   model_config_.validate();
   validate_train_config(config_);
+  const parallel::RankCoordinates coordinates = connect_groups(groups);
+  check_supported(model_config_, parallel_config_);
+  check_batch_shape();
+  check_memory(groups ? local_rank_count() : 1);  // before anything large exists
+  build_layout_and_schedules(coordinates);
+  build_parameters();
+  build_stages_and_pipeline();
+  build_optimizer(groups);
+  build_loss_scaler();
+  build_lr_schedule();
+  check_data_covers_run();
+  allocate_staging();
+}
+
+parallel::RankCoordinates Trainer::connect_groups(const parallel::ProcessGroups* groups) {
   parallel::RankCoordinates coordinates;
   single_ = comm::make_single_communicator();
   single_data_ = comm::make_stream_communicator(comm::make_single_communicator(), ops_, ops_.default_stream());
@@ -94,11 +109,13 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     pipeline_control_ = &groups->control(parallel::GroupKind::pp);
     if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->data(parallel::GroupKind::embedding);
   }
-  check_supported(model_config_, parallel_config_);
-  const int dp = parallel_config_.data_parallel_size;
   data_parallel_coordinate_ = coordinates.dp;
-  data_parallel_size_ = dp;
-  const int cp = parallel_config_.context_parallel_size;
+  data_parallel_size_ = parallel_config_.data_parallel_size;
+  return coordinates;
+}
+
+void Trainer::check_batch_shape() {
+  const int dp = data_parallel_size_;
   if (data_.vocab_size() > model_config_.vocab_size) {
     throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
@@ -111,61 +128,53 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   // A recompute chunk (or block) longer than the model is the whole model, as in Megatron.
   config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
+}
+
+void Trainer::check_memory(int ranks_per_node) const {
   perf::MemoryOptions memory;
   memory.precision = config_.precision;
   memory.recompute = config_.recompute;
   memory.micro_batch_size = config_.micro_batch_size;
-  memory.staged_samples = config_.global_batch_size / dp;
+  memory.staged_samples = config_.global_batch_size / data_parallel_size_;
   memory.parallel = parallel_config_;
-  memory.ranks_per_node = groups ? local_rank_count() : 1;
+  memory.ranks_per_node = ranks_per_node;
   memory.ops = &ops_;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
+}
 
+void Trainer::build_layout_and_schedules(const parallel::RankCoordinates& coordinates) {
   // This rank's model chunks (model::pipeline_chunks).
   layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
                                 model::pipeline_chunks(model_config_, parallel_config_, coordinates.pp),
                                 optim::DistributedOptimizer::bucket_options(parallel_config_));
   // The schedules of a training step and of an evaluation step over this rank's micro-batches.
-  const int num_micro = config_.global_batch_size / (config_.micro_batch_size * dp);
+  const int num_micro = config_.global_batch_size / (config_.micro_batch_size * data_parallel_size_);
   train_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro), coordinates.pp);
   eval_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro, true), coordinates.pp);
   parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel, context_group_);
+}
+
+void Trainer::build_parameters() {
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
   initialize_parameters();
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
   gemm_weights_->refresh(params_.data());
+}
+
+void Trainer::build_stages_and_pipeline() {
+  const int cp = parallel_config_.context_parallel_size;
   model::StageOptions stage_options;
   stage_options.precision = config_.precision;
   stage_options.recompute = config_.recompute;
   stage_options.micro_batch_size = config_.micro_batch_size;
   stage_options.sequence_length = model_config_.seq_length / cp;
   stage_options.seed = config_.seed;
-  // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
-  // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
-  // than each holding its own peak), laid out in blocks the stages share.
   const size_t chunk_count = layout_.chunks.size();
-  std::vector<int64_t> chunk_slot_floats;
-  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
-    chunk_slot_floats.push_back(
-        model::activation_slot_floats(model_config_, layout_, static_cast<int>(chunk), parallel_, stage_options));
-  }
-  std::vector<std::vector<float*>> chunk_slot_blocks(chunk_count);
   std::vector<int> slot_pool_of_chunk(chunk_count, 0);
-  const std::vector<parallel::ActivationSlotPool> slot_pools = parallel::pipeline_slot_pools(train_actions_, chunk_slot_floats);
-  for (size_t pool = 0; pool < slot_pools.size(); ++pool) {
-    std::vector<float*> blocks;
-    for (int slot = 0; slot < std::max(slot_pools[pool].slots, 1); ++slot) {
-      slot_blocks_.emplace_back(ops_, slot_pools[pool].slot_floats, backend::MemoryCategory::activations, &memory_);
-      blocks.push_back(slot_blocks_.back().data());
-    }
-    for (int chunk : slot_pools[pool].chunks) {
-      chunk_slot_blocks[static_cast<size_t>(chunk)] = blocks;
-      slot_pool_of_chunk[static_cast<size_t>(chunk)] = static_cast<int>(pool);
-    }
-  }
+  const std::vector<std::vector<float*>> chunk_slot_blocks = lay_out_activation_slots(stage_options, slot_pool_of_chunk);
   std::vector<model::Stage*> stage_pointers;
   for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
     stage_options.slot_blocks = chunk_slot_blocks[chunk];
@@ -184,13 +193,44 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
                                                model_config_.hidden_size,
                                                static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length / cp,
                                                &memory_, std::move(slot_pool_of_chunk));
-  build_optimizer(groups);
+}
+
+std::vector<std::vector<float*>> Trainer::lay_out_activation_slots(const model::StageOptions& stage_options,
+                                                                   std::vector<int>& slot_pool_of_chunk) {
+  // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
+  // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
+  // than each holding its own peak), laid out in blocks the stages share.
+  const size_t chunk_count = layout_.chunks.size();
+  std::vector<int64_t> chunk_slot_floats;
+  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
+    chunk_slot_floats.push_back(
+        model::activation_slot_floats(model_config_, layout_, static_cast<int>(chunk), parallel_, stage_options));
+  }
+  std::vector<std::vector<float*>> chunk_slot_blocks(chunk_count);
+  const std::vector<parallel::ActivationSlotPool> slot_pools = parallel::pipeline_slot_pools(train_actions_, chunk_slot_floats);
+  for (size_t pool = 0; pool < slot_pools.size(); ++pool) {
+    std::vector<float*> blocks;
+    for (int slot = 0; slot < std::max(slot_pools[pool].slots, 1); ++slot) {
+      slot_blocks_.emplace_back(ops_, slot_pools[pool].slot_floats, backend::MemoryCategory::activations, &memory_);
+      blocks.push_back(slot_blocks_.back().data());
+    }
+    for (int chunk : slot_pools[pool].chunks) {
+      chunk_slot_blocks[static_cast<size_t>(chunk)] = blocks;
+      slot_pool_of_chunk[static_cast<size_t>(chunk)] = static_cast<int>(pool);
+    }
+  }
+  return chunk_slot_blocks;
+}
+
+void Trainer::build_loss_scaler() {
   scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
             : config_.loss_scale > 0
                 ? optim::LossScaler::fixed(config_.loss_scale)
                 : optim::LossScaler::dynamic(config_.initial_loss_scale, config_.min_loss_scale,
                                              config_.loss_scale_window, config_.hysteresis);
+}
 
+void Trainer::build_lr_schedule() {
   const int64_t global = config_.global_batch_size;
   total_iters_ = config_.train_iters > 0 ? config_.train_iters : config_.train_samples / global;
   if (total_iters_ <= 0) throw UsageError("--train-samples", "fewer than one global batch");
@@ -211,7 +251,11 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
   step_timer_ = std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream());
+}
 
+void Trainer::check_data_covers_run() const {
+  const int64_t global = config_.global_batch_size;
+  const int64_t total_samples = total_iters_ * global;
   // A bounded source (a sample index) must hold every sample the run will read.
   const int64_t train_available = data_.split_size(data::Split::train);
   if (train_available >= 0 && train_available < total_samples) {
@@ -228,10 +272,14 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
                               " (rebuild the sample index for this run)");
     }
   }
+}
 
+void Trainer::allocate_staging() {
+  const int64_t rows = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_ * model_config_.seq_length /
+                       parallel_config_.context_parallel_size;
   sample_rows_.allocate(model_config_.seq_length);
-  staged_.allocate(global / dp * model_config_.seq_length / cp);
-  device_rows_.allocate(ops_, global / dp * model_config_.seq_length / cp);
+  staged_.allocate(rows);
+  device_rows_.allocate(ops_, rows);
   step_sums_ = backend::DeviceBuffer<double>(ops_, 3, backend::MemoryCategory::activations);
   eval_sums_ = backend::DeviceBuffer<double>(ops_, 2 * config_.eval_iters, backend::MemoryCategory::activations);
   eval_sums_host_.assign(static_cast<size_t>(2 * config_.eval_iters), 0.0);

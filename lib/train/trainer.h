@@ -246,8 +246,26 @@ class Trainer {
     double local = 0;
     double step = 0;
   };
-  // The constructor's optimizer part: the data-parallel optimizer over the rank's groups.
+  // The constructor's parts, in its order: this rank's groups (and coordinates) from `groups` or
+  // groups of one; the batch shape against the data and DP (global batch set, recompute clamped);
+  // the memory plan against what this node's ranks have; the layout and the pipeline schedules;
+  // the parameters (initialised, GEMM copy made); the stages over their activation slot pools and
+  // the pipeline engine; the data-parallel optimizer over the rank's groups; the loss scaler; the
+  // LR schedule and the run's length; the data's splits against the run; the staging rows.
+  parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
+  void check_batch_shape();
+  void check_memory(int ranks_per_node) const;
+  void build_layout_and_schedules(const parallel::RankCoordinates& coordinates);
+  void build_parameters();
+  void build_stages_and_pipeline();
+  // The activation slot blocks of each chunk (and the pool each chunk takes them from).
+  std::vector<std::vector<float*>> lay_out_activation_slots(const model::StageOptions& stage_options,
+                                                            std::vector<int>& slot_pool_of_chunk);
   void build_optimizer(const parallel::ProcessGroups* groups);
+  void build_loss_scaler();
+  void build_lr_schedule();
+  void check_data_covers_run() const;
+  void allocate_staging();
   // A training step's parts (train_step): this rank's samples of the step staged; the pipeline
   // run over them (grads accumulated and reduced as it goes); the step's loss over every rank;
   // the global grad norm; whether the step is skipped (a NaN or Inf loss or grad: fatal unless
