@@ -181,6 +181,22 @@ const char* memory_category_name(MemoryCategory category) {
   return "?";
 }
 
+// ---- reductions into device memory: the kernel's result (summed from zero) added to the
+// accumulator, so pieces and micro-batches add up in call order as host sums did.
+void xent_loss_sums(const float* row_max, const float* row_sumexp, const float* target_logit, const float* loss_mask,
+                    int64_t rows, double* loss_sum, double* mask_sum, Stream) {
+  double loss = 0, mask = 0;
+  kernels::cpu::cpu_ops().xent_loss_sums(row_max, row_sumexp, target_logit, loss_mask, rows, &loss, &mask);
+  *loss_sum += loss;
+  *mask_sum += mask;
+}
+
+void sum_squares(const float* x, int64_t n, double* sum, Stream) { *sum += kernels::cpu::cpu_ops().sum_squares(x, n); }
+
+void all_finite(const float* x, int64_t n, int32_t* finite, Stream) {
+  if (!kernels::cpu::cpu_ops().all_finite(x, n)) *finite = 0;
+}
+
 const Ops& cpu_ops() {
   static const Ops table{
       .name = "cpu",
@@ -224,13 +240,13 @@ const Ops& cpu_ops() {
       .xent_row_sumexp = MT_CPU_KERNEL(xent_row_sumexp),
       .xent_target_logit = MT_CPU_KERNEL(xent_target_logit),
       .xent_backward = MT_CPU_KERNEL(xent_backward),
-      .xent_loss_sums = MT_CPU_KERNEL(xent_loss_sums),
+      .xent_loss_sums = xent_loss_sums,
       .add_inplace = MT_CPU_KERNEL(add_inplace),
       .scale_inplace = MT_CPU_KERNEL(scale_inplace),
       .bias_add = MT_CPU_KERNEL(bias_add),
       .bias_backward = MT_CPU_KERNEL(bias_backward),
-      .sum_squares = MT_CPU_KERNEL(sum_squares),
-      .all_finite = MT_CPU_KERNEL(all_finite),
+      .sum_squares = sum_squares,
+      .all_finite = all_finite,
       .dropout_forward = MT_CPU_KERNEL(dropout_forward),
       .dropout_backward = MT_CPU_KERNEL(dropout_backward),
       .adamw_update = MT_CPU_KERNEL(adamw_update),

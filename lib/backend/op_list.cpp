@@ -30,6 +30,10 @@ std::optional<OpId> op_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+bool op_waits_for_stream(OpId op) {
+  return op == OpId::synchronize || op == OpId::synchronize_event || op == OpId::release;
+}
+
 const void* op_entry(const Ops& ops, OpId op) {
   switch (op) {
 #define MT_BACKEND_OP_ENTRY(entry) \

@@ -74,5 +74,9 @@ inline constexpr int kOpCount = 0 MT_BACKEND_OPS(MT_BACKEND_OP_COUNT);
 const char* op_name(OpId op);
 // The OpId of an entry name; nullopt for a name that is not an entry.
 std::optional<OpId> op_from_name(std::string_view name);
+// Whether the entry's contract makes the host wait for queued stream work: synchronize and
+// synchronize_event (the host asks for them), release (as cudaFree). Every other entry, the
+// reductions included, only queues work (the op harness's coverage table prints this).
+bool op_waits_for_stream(OpId op);
 
 }  // namespace mt::backend

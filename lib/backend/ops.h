@@ -3,8 +3,10 @@
 // backend from kernels/cuda). Signatures hold raw pointers, sizes, the plain parameter structs of
 // kernels/common/op_params.h and a stream handle, never std:: containers, so a device backend can
 // fill every entry. Pointers are device pointers of the backend (host memory on the CPU); only the
-// `host` side of a copy and the results of sum_squares, all_finite and xent_loss_sums are on the
-// host. Tables are filled with designated initialisers.
+// `host` side of a copy is on the host: the reductions (sum_squares, all_finite, xent_loss_sums)
+// write device memory too, so no entry but synchronize, synchronize_event and a wait on the
+// host's behalf makes the host wait for the stream (the trainer reads a step's loss, grad norm
+// and finiteness with one copy and one synchronize). Tables are filled with designated initialisers.
 //
 // Contracts of the fused kernels (row-major, backward ops write input grads and accumulate
 // parameter grads, results independent of the thread count) are those of kernels/cpu/ops.h; this
@@ -23,7 +25,6 @@
 
 #include "core/dtype.h"
 #include "backend/op_list.h"
-#include "core/tensor.h"
 #include "kernels/common/op_params.h"
 
 namespace mt::backend {
@@ -31,6 +32,9 @@ namespace mt::backend {
 using kernels::AdamWParams;
 using kernels::AttentionShape;
 using kernels::DropoutKey;
+
+// The devices a backend runs on (backend/registry.h gives each one's table).
+enum class Device { cpu, cuda };
 
 // A queue of work on the backend's device (a CUDA stream): ops issued on one stream run in order.
 // The CPU backend runs every op to completion on the calling thread's OpenMP team, so its handle is
@@ -168,15 +172,20 @@ struct Ops {
   void (*xent_backward)(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
                         const int32_t* targets, const float* row_max, const float* row_sumexp, const float* dloss,
                         Stream stream);
-  // Host results (synchronises the stream).
+  // Adds the rows' loss sum (sum of mask[r] * loss[r], accumulated in double from zero as the
+  // kernel does) to *loss_sum and the mask's sum to *mask_sum: device doubles, so the losses of a
+  // step's micro-batches accumulate on the device in micro-batch order without a host wait.
   void (*xent_loss_sums)(const float* row_max, const float* row_sumexp, const float* target_logit,
                          const float* loss_mask, int64_t rows, double* loss_sum, double* mask_sum, Stream stream);
   void (*add_inplace)(float* y, const float* x, int64_t n, Stream stream);
   void (*scale_inplace)(float* x, int64_t n, float s, Stream stream);
   void (*bias_add)(float* y, const float* bias, int64_t rows, int cols, Stream stream);
   void (*bias_backward)(const float* dy, float* dbias, int64_t rows, int cols, Stream stream);
-  double (*sum_squares)(const float* x, int64_t n, Stream stream);  // host result
-  bool (*all_finite)(const float* x, int64_t n, Stream stream);     // host result
+  // Adds sum_i x[i]^2 (accumulated in double from zero as the kernel does) to the device double
+  // *sum: pieces added one call after another sum in call order.
+  void (*sum_squares)(const float* x, int64_t n, double* sum, Stream stream);
+  // Sets the device int *finite to 0 when an element of x is NaN or +-Inf (leaves it otherwise).
+  void (*all_finite)(const float* x, int64_t n, int32_t* finite, Stream stream);
   void (*dropout_forward)(float* x, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,
                           const DropoutKey& key, Stream stream);
   void (*dropout_backward)(float* dx, int64_t rows, int cols, const int64_t* row_ids, int64_t col0,

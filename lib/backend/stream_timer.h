@@ -2,7 +2,8 @@
 // timer measures when the queued work ran, not when the host issued it: on an asynchronous backend
 // a host clock read around queued ops measures only the queueing. On the CPU, whose ops finish
 // before they return, it equals the host clock around the same calls.
-// Tested in tests/unit/backend/test_async_cpu_ops.cpp (a queued host function's sleep is timed).
+// Tested in tests/unit/backend/test_async_cpu_ops.cpp (a queued host function's sleep is timed)
+// and through the pipeline engine's timers in tests/unit/train/test_trainer_async.cpp.
 #pragma once
 
 #include <utility>
@@ -30,8 +31,11 @@ class StreamTimer {
   // Waits for the work up to stop() and returns the seconds between the two marks.
   double seconds() {
     ops_->synchronize_event(stop_);
-    return ops_->elapsed_seconds(start_, stop_);
+    return elapsed_seconds();
   }
+  // The same without a wait, for a caller that has synchronized the stream past stop() already
+  // (the trainer reads its pipeline's timers after the step's one synchronize).
+  double elapsed_seconds() const { return ops_->elapsed_seconds(start_, stop_); }
 
  private:
   const Ops* ops_;

@@ -46,7 +46,7 @@
 #include <memory>
 #include <string>
 
-#include "core/tensor.h"
+#include "core/dtype.h"
 
 namespace mt::comm {
 

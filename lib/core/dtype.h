@@ -1,7 +1,7 @@
-// Element types and training precisions, the one list of each in mt: a DType names what a Tensor
+// Element types and training precisions, the one list of each in mt: a DType names what a buffer
 // or a file's token array holds (lib/data stores token ids as u16/i32 and reads every integer type
 // Megatron's .idx names); a Precision is how training rounds GEMM inputs.
-// Tested in tests/unit/core/test_tensor.cpp.
+// Tested in tests/unit/core/test_dtype.cpp.
 #pragma once
 
 #include <cstddef>

@@ -41,22 +41,23 @@ float counter_normal(uint64_t seed, uint64_t stream, int64_t index) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-void initialize_parameters(const ParamLayout& layout, uint64_t seed, float* params) {
-  for (const auto& entry : layout.entries) {
-    float* out = params + entry.offset;
-    switch (entry.init.kind) {
-      case Init::Kind::constant: {
-        const float value = static_cast<float>(entry.init.value);
-        for (int64_t i = 0; i < entry.numel; ++i) out[i] = value;
-        break;
-      }
-      case Init::Kind::normal:
-        fill_normal(entry, entry.init.value, seed, out);
-        break;
-      case Init::Kind::unset:
-        throw Error("parameter " + entry.name, "has no declared init");
+void initialize_entry(const ParamEntry& entry, uint64_t seed, float* out) {
+  switch (entry.init.kind) {
+    case Init::Kind::constant: {
+      const float value = static_cast<float>(entry.init.value);
+      for (int64_t i = 0; i < entry.numel; ++i) out[i] = value;
+      break;
     }
+    case Init::Kind::normal:
+      fill_normal(entry, entry.init.value, seed, out);
+      break;
+    case Init::Kind::unset:
+      throw Error("parameter " + entry.name, "has no declared init");
   }
+}
+
+void initialize_parameters(const ParamLayout& layout, uint64_t seed, float* params) {
+  for (const auto& entry : layout.entries) initialize_entry(entry, seed, params + entry.offset);
 }
 
 }  // namespace mt::model

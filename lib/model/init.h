@@ -13,6 +13,7 @@
 namespace mt::model {
 
 struct ParamLayout;
+struct ParamEntry;
 
 // How a tensor's elements start.
 struct Init {
@@ -32,6 +33,10 @@ struct Init {
 // Standard normal for element `index` of the stream (Box-Muller over Philox, in double).
 float counter_normal(uint64_t seed, uint64_t stream, int64_t index);
 
+// Writes this rank's shard of one tensor, from its entry's Init, into `out` (host memory,
+// entry.numel floats): a device run initialises tensor by tensor in one reused host buffer and
+// copies each into its parameters (train/trainer.cpp).
+void initialize_entry(const ParamEntry& entry, uint64_t seed, float* out);
 // Writes this rank's shards into `params` (host memory laid out by `layout`), each tensor from
 // its entry's Init.
 void initialize_parameters(const ParamLayout& layout, uint64_t seed, float* params);

@@ -179,10 +179,6 @@ const ParamEntry& ParamLayout::find(const std::string& name) const {
   throw Error("parameter " + name, "not in this rank's layout");
 }
 
-Tensor ParamLayout::view(const ParamEntry& entry, float* buffer) const {
-  return Tensor::view(buffer + entry.offset, entry.local_shape, DType::f32);
-}
-
 int64_t ParamLayout::parameter_elements() const {
   int64_t total = 0;
   for (const auto& entry : entries) total += entry.numel;

@@ -32,7 +32,6 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/spec.h"
@@ -139,8 +138,6 @@ struct ParamLayout {
   const ParamEntry& find(const std::string& name) const;  // throws mt::Error
   const ParamEntry* try_find(const std::string& name) const;
   int64_t parameter_elements() const;  // sum of numel (no gaps)
-  // This rank's shard of a parameter as a tensor view into a flat fp32 buffer of this layout.
-  Tensor view(const ParamEntry& entry, float* buffer) const;
   // The slice of bucket `bucket` that rank `group_rank` of its reduction group of `group_size`
   // owns when the group shards it (equal slices of the padded bucket); throws when the padding
   // does not split into as many. data_parallel_shard: the slices of every bucket for a rank with

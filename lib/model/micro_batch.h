@@ -1,6 +1,7 @@
-// One micro-batch as the model sees it, and the loss sums a forward pass returns. The arrays are
-// host (device, under a device backend) arrays of rows = batch * seq tokens, row-major by sample;
-// the caller keeps them alive until the stage's backward of the slot they were given to.
+// One micro-batch as the model sees it, and the loss sums its forward adds up. The arrays are
+// device memory of the backend the stages run on (the trainer stages them from the host with the
+// table's copy), rows = batch * seq tokens, row-major by sample; the caller keeps them alive until
+// the stage's backward of the slot they were given to.
 // A micro-batch may be a context-parallel chunk of the samples: `seq` is the tokens per sample on
 // this rank, `positions` and `row_ids` stay global.
 #pragma once
@@ -18,8 +19,13 @@ struct MicroBatch {
   const int32_t* positions = nullptr;
   const int32_t* doc_start = nullptr;  // nullable: first position of each token's document
   const int64_t* row_ids = nullptr;    // global token ids (global sample * seq + position): dropout keys
+  // Device doubles (loss, tokens) the last stage's forward adds the micro-batch's sums to, on the
+  // stream (backend xent_loss_sums): a step's micro-batches accumulate without a host wait. Needed
+  // on the last stage; ignored elsewhere.
+  double* loss_sums = nullptr;
 };
 
+// A pair of loss sums read back on the host.
 struct LossSums {
   double loss = 0;    // sum over tokens of loss * mask
   double tokens = 0;  // sum of the mask

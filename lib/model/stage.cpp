@@ -223,7 +223,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   StageOutput output;
   if (blocks_.head) {
     before(head_layer(config_));
-    output.loss = blocks_.head->forward(ctx, lpass, acts.head, w.head);
+    blocks_.head->forward(ctx, lpass, acts.head, w.head);  // adds to batch.loss_sums
   } else {
     output.activation = acts.output;
   }

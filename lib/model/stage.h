@@ -3,7 +3,8 @@
 // last) on one rank, run as explicit forward and backward passes over a pool of activation slots:
 //
 //   forward(slot, batch, input)  -> output activation (sequence rows, hidden) for the next
-//                                   stage, or the loss sums on the last stage
+//                                   stage; on the last stage the loss sums are added to
+//                                   batch.loss_sums (device memory)
 //   backward(slot, d_output)     -> grad of the input activation for the previous stage
 //                                   (nullptr on the first stage); the last stage starts from its
 //                                   loss scaled by dloss_scale
@@ -70,7 +71,6 @@ struct ForwardPass {
 
 struct StageOutput {
   const float* activation = nullptr;  // (sequence rows, hidden), a chunk without the head
-  LossSums loss;                      // the last chunk: unscaled sums over the micro-batch
 };
 
 class Stage {

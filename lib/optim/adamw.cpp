@@ -37,13 +37,20 @@ AdamW::AdamW(const model::ParamLayout& layout, const std::vector<model::FlatRang
   exp_avg_sq_ = backend::DeviceBuffer<float>(ops, state, backend::MemoryCategory::optimizer, ledger);
 }
 
-double AdamW::grad_sum_squares(const float* grads) const {
+void AdamW::add_grad_sum_squares(const float* grads, double* sum) const {
   const backend::Stream stream = ops_.default_stream();
-  double sum = 0;
   for (const Piece& piece : pieces_) {
-    if (piece.counted) sum += ops_.sum_squares(grads + piece.begin, piece.end - piece.begin, stream);
+    if (piece.counted) ops_.sum_squares(grads + piece.begin, piece.end - piece.begin, sum, stream);
   }
-  return sum;
+}
+
+double AdamW::grad_sum_squares(const float* grads) const {
+  backend::DeviceBuffer<double> sum(ops_, 1, backend::MemoryCategory::optimizer);
+  add_grad_sum_squares(grads, sum.data());
+  double host = 0;
+  ops_.copy(&host, sum.data(), sizeof(double), backend::CopyKind::device_to_host, ops_.default_stream());
+  ops_.synchronize(ops_.default_stream());
+  return host;
 }
 
 double AdamW::grad_norm(const float* grads, double grad_scale) const {

@@ -43,11 +43,15 @@ class AdamW {
 
   const std::vector<model::FlatRange>& ranges() const { return ranges_; }
 
-  // Sum of squared grads over the ranges' counted pieces (fp64), unscaled: the local share of a
-  // grad norm that several ranks sum.
+  // Adds the sum of squared grads over the ranges' counted pieces (fp64, unscaled: the local
+  // share of a grad norm that several ranks sum) to the device double *sum, piece after piece in
+  // the ranges' order, on the table's stream: the host does not wait.
+  void add_grad_sum_squares(const float* grads, double* sum) const;
+  // The same share read on the host (from zero: one copy and one synchronize, for tests and
+  // checks; the trainer reads its step's sums together).
   double grad_sum_squares(const float* grads) const;
-  // L2 norm of the ranges' grads after multiplying by grad_scale (1/loss scale). Non-finite when
-  // any grad is.
+  // L2 norm of the ranges' grads after multiplying by grad_scale (1/loss scale), read on the host
+  // as grad_sum_squares. Non-finite when any grad is.
   double grad_norm(const float* grads, double grad_scale) const;
   // One step over the ranges of the flat buffers (params, grads and param_bf16 index the whole
   // flat buffer): grads are multiplied by grad_scale (unscaling and clipping folded in) and the

@@ -110,6 +110,9 @@ class DistributedOptimizer {
 
   // This rank's share of the grad norm's sum of squares (fp64, unscaled): the ranks' shares over
   // the world add up to each tensor's global sum of squares once.
+  // add_grad_sum_squares adds it to a device double on the table's stream (no host wait);
+  // grad_sum_squares reads it on the host (a synchronize: tests).
+  void add_grad_sum_squares(double* sum) const { adamw_.add_grad_sum_squares(grads_, sum); }
   double grad_sum_squares() const { return adamw_.grad_sum_squares(grads_); }
 
   // AdamW over the owned ranges (grads multiplied by grad_scale: unscaling and clipping folded

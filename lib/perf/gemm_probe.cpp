@@ -1,3 +1,4 @@
+// The GEMM rate probe (see gemm_probe.h): operands in the table's memory, timed to a synchronize.
 #include "perf/gemm_probe.h"
 
 #include <algorithm>
@@ -5,28 +6,39 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/memory.h"
 
 namespace mt::perf {
 
-double measure_gemm_flops(Precision precision) {
-  const backend::Ops& ops = backend::cpu_ops();
+double measure_gemm_flops(const backend::Ops& ops, Precision precision) {
   const int64_t n = 2048;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<uint16_t> a16(n * n, 0x3f00), b16(n * n, 0x3e80);
   const DType operand_type = ops.gemm_operand_type(precision);
-  const bool bits = operand_type != DType::f32;
-  auto run = [&] {
-    ops.gemm(false, false, n, n, n, 1.0f, bits ? static_cast<const void*>(a16.data()) : a.data(), n,
-             bits ? static_cast<const void*>(b16.data()) : b.data(), n, 0.0f, c.data(), n, operand_type,
-             ops.default_stream());
+  const int64_t operand_bytes = n * n * static_cast<int64_t>(dtype_size(operand_type));
+  backend::DeviceBuffer<unsigned char> a(ops, operand_bytes, backend::MemoryCategory::activations);
+  backend::DeviceBuffer<unsigned char> b(ops, operand_bytes, backend::MemoryCategory::activations);
+  backend::DeviceBuffer<float> c(ops, n * n, backend::MemoryCategory::activations);
+  const backend::Stream stream = ops.default_stream();
+  // Operands 0.5 and 0.25 (their bf16/f16 bits when the GEMM takes 16-bit operands).
+  const auto fill = [&](unsigned char* operand, float value) {
+    if (operand_type == DType::f32) {
+      ops.fill(reinterpret_cast<float*>(operand), n * n, value, stream);
+    } else {
+      ops.fill(c.data(), n * n, value, stream);
+      ops.convert(c.data(), DType::f32, operand, operand_type, n * n, stream);
+    }
+  };
+  fill(a.data(), 0.5f);
+  fill(b.data(), 0.25f);
+  const auto run = [&] {
+    ops.gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, operand_type, stream);
   };
   run();
+  ops.synchronize(stream);
   double best = 0;
   for (int i = 0; i < 8; ++i) {
     const auto start = std::chrono::steady_clock::now();
     run();
-    ops.synchronize(ops.default_stream());
+    ops.synchronize(stream);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, 2.0 * n * n * n / seconds);
   }

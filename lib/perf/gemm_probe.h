@@ -3,11 +3,13 @@
 // tests/tools/mt-train.bats and tests/tools/mt-mfu.bats (gemm_tflops and gemm_efficiency).
 #pragma once
 
+#include "backend/ops.h"
 #include "core/dtype.h"
 
 namespace mt::perf {
 
-// FLOP/s of this process's GEMM at `precision` (about a second; shared machines are noisy).
-double measure_gemm_flops(Precision precision);
+// FLOP/s of `ops`'s GEMM at `precision`, operands in its memory (about a second; shared machines
+// are noisy).
+double measure_gemm_flops(const backend::Ops& ops, Precision precision);
 
 }  // namespace mt::perf

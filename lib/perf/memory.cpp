@@ -70,7 +70,7 @@ std::string gib(int64_t bytes) {
 TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions& options) {
   model.validate();
   const Wide params = model::parameter_count_wide(model, true);
-  const Wide copy = static_cast<Wide>(model::GemmWeights::bytes(backend::cpu_ops(), options.precision, 1));
+  const Wide copy = static_cast<Wide>(model::GemmWeights::bytes(*options.ops, options.precision, 1));
   const Wide n = static_cast<Wide>(options.micro_batch_size) * model.seq_length;  // token rows
   const Wide c = model.hidden_size, f = model.ffn_hidden_size, d = model.head_dim();
   const Wide h = model.num_attention_heads, g = model.query_groups();
@@ -157,7 +157,7 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
     }
     const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
     TrainingMemory rank_plan;  // this stage's
-    rank_plan.weights = elements * 4 + model::GemmWeights::bytes(backend::cpu_ops(), options.precision, elements);
+    rank_plan.weights = elements * 4 + model::GemmWeights::bytes(*options.ops, options.precision, elements);
     rank_plan.grads = elements * 4;
     rank_plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
     for (int c = 0; c < chunks; ++c) {

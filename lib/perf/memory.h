@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/ops.h"
 #include "core/dtype.h"
 #include "model/config.h"
 #include "model/recompute.h"
@@ -38,6 +39,9 @@ struct MemoryOptions {
   int64_t staged_samples = 1;  // samples staged per step on one rank (the global batch / DP)
   parallel::ParallelConfig parallel;  // as parallel::validate left it (data_parallel_size set)
   int ranks_per_node = 1;             // ranks sharing the memory checked against
+  // The table the run's GEMM weight copy is planned for (model::GemmWeights::bytes): the trainer
+  // gives its own; the study's estimates and reports leave the CPU's.
+  const backend::Ops* ops = &backend::cpu_ops();
 };
 
 // Bytes per category; saturated at INT64_MAX in a floor whose counts overflow.

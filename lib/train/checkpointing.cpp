@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/ops.h"
 #include "comm/communicator.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -43,8 +44,52 @@ std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t beg
   return boxes;
 }
 
-// One tensor of the checkpoint and the slices of it this rank writes: none when another rank
-// writes its copy.
+// Tensors on their way between the trainer's device memory and HDF5, which sees host memory
+// only: one host buffer, reused tensor by tensor (grown to the largest), so a checkpoint never
+// holds a second copy of the model on the host.
+class HostStaging {
+ public:
+  explicit HostStaging(const backend::Ops& ops) : ops_(ops) {}
+
+  // The slices (device memory) copied into the buffer (device_to_host, then one synchronize),
+  // as slices of the buffer; valid until the next call.
+  std::vector<io::TensorSlice> to_host(const std::vector<io::TensorSlice>& device_slices) {
+    int64_t elements = 0;
+    for (const io::TensorSlice& slice : device_slices) elements += slice.box.elements();
+    float* host = reserve(elements);
+    std::vector<io::TensorSlice> host_slices;
+    for (const io::TensorSlice& slice : device_slices) {
+      ops_.copy(host, slice.data, slice.box.elements() * static_cast<int64_t>(sizeof(float)),
+                backend::CopyKind::device_to_host, ops_.default_stream());
+      host_slices.push_back(io::TensorSlice{slice.box, host});
+      host += slice.box.elements();
+    }
+    ops_.synchronize(ops_.default_stream());
+    return host_slices;
+  }
+
+  // `box` of tensor `name` read into the buffer, then copied to `device` (host_to_device; the
+  // synchronize lets the next read reuse the buffer).
+  void read_to_device(const io::CheckpointReader& checkpoint, const std::string& name,
+                      const std::vector<int64_t>& global_shape, const io::Box& box, float* device) {
+    float* host = reserve(box.elements());
+    checkpoint.read_box(name, global_shape, box, host);
+    ops_.copy(device, host, box.elements() * static_cast<int64_t>(sizeof(float)), backend::CopyKind::host_to_device,
+              ops_.default_stream());
+    ops_.synchronize(ops_.default_stream());
+  }
+
+ private:
+  float* reserve(int64_t elements) {
+    if (static_cast<int64_t>(buffer_.size()) < elements) buffer_.resize(static_cast<size_t>(elements));
+    return buffer_.data();
+  }
+  const backend::Ops& ops_;
+  std::vector<float> buffer_;
+};
+
+// One tensor of the checkpoint and the slices of it this rank writes (device memory): none when
+// another rank writes its copy.
 struct TensorShare {
   std::string name;
   std::vector<int64_t> global_shape;
@@ -140,7 +185,10 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   share_outcome(failure);
   {
     io::CheckpointWriter writer(result.path, &world);
-    for (const TensorShare& share : shares) writer.write_tensor(share.name, share.global_shape, share.slices);
+    HostStaging staging(trainer.ops());
+    for (const TensorShare& share : shares) {
+      writer.write_tensor(share.name, share.global_shape, staging.to_host(share.slices));
+    }
     result.bytes = writer.commit(state_to_save(trainer, options));
   }
   if (world.rank() == 0) {
@@ -218,8 +266,10 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   const model::ParamLayout& layout = trainer.layout();
   // Every copy this rank holds (replicas too) reads its box of the global tensor.
   float* params = trainer.parameters();
+  HostStaging staging(trainer.ops());
   for (const model::ParamEntry& entry : layout.entries) {
-    checkpoint.read_box("model/" + entry.name, entry.global_shape, shard_box(entry), params + entry.offset);
+    staging.read_to_device(checkpoint, "model/" + entry.name, entry.global_shape, shard_box(entry),
+                           params + entry.offset);
   }
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   if (optimizer_state) {
@@ -231,7 +281,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
         const model::ParamEntry& entry = layout.entries[run.entry];
         int64_t state = run.state;
         for (const io::Box& box : shard_run_boxes(entry, run.begin, run.end)) {
-          checkpoint.read_box(names[m] + entry.name, entry.global_shape, box, moments[m] + state);
+          staging.read_to_device(checkpoint, names[m] + entry.name, entry.global_shape, box, moments[m] + state);
           state += box.elements();
         }
       }

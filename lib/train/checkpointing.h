@@ -9,7 +9,10 @@
 // may cut tensors mid-row, written as boxes) with the distributed optimizer. Under pipeline
 // parallelism each stage writes the layers it holds. Saving is collective over the trainer's
 // world: every rank writes its slices into the one file through parallel HDF5, and every rank
-// returns the same result or throws the same error.
+// returns the same result or throws the same error. Tensors pass between the trainer's device
+// memory and HDF5 through one reused host buffer, tensor by tensor (a device_to_host copy of a
+// tensor's slices and one synchronize before the writer sees them; a box read on the host, then
+// copied to the device): no device pointer reaches HDF5.
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one

@@ -2,7 +2,6 @@
 #include "train/pipeline_engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -32,6 +31,7 @@ PipelineEngine::PipelineEngine(std::vector<model::Stage*> stages, comm::Communic
       ledger_(ledger),
       slot_pool_of_chunk_(std::move(slot_pool_of_chunk)) {
   if (stages_.empty()) throw Error("pipeline", "a rank runs at least one model chunk");
+  run_timer_ = std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream());
   if (slot_pool_of_chunk_.empty()) {
     for (size_t c = 0; c < stages_.size(); ++c) slot_pool_of_chunk_.push_back(static_cast<int>(c));
   }
@@ -114,8 +114,21 @@ void PipelineEngine::send(const float* data, int64_t elements, int peer, int mes
   message->request = pipeline_.send_async(message->buffer.data(), elements, DType::f32, peer, message_tag);
 }
 
-model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions,
-                                    const model::ForwardPass& pass, const PipelineCallbacks& callbacks) {
+backend::StreamTimer& PipelineEngine::pass_timer() {
+  if (passes_timed_ == pass_timers_.size()) {
+    pass_timers_.push_back(std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream()));
+  }
+  return *pass_timers_[passes_timed_++];
+}
+
+double PipelineEngine::compute_seconds() const {
+  double seconds = 0;
+  for (size_t pass = 0; pass < passes_timed_; ++pass) seconds += pass_timers_[pass]->elapsed_seconds();
+  return seconds;
+}
+
+void PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
+                         const PipelineCallbacks& callbacks) {
   actions_ = &actions;
   callbacks_ = &callbacks;
   const size_t chunks = stages_.size();
@@ -145,11 +158,8 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
   receives_.resize(actions.size());
   next_grad_buffer_ = 0;
 
-  using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  const Clock::time_point run_start = Clock::now();
-  compute_seconds_ = 0;
-  model::LossSums loss;
+  passes_timed_ = 0;
+  run_timer_->start();
   for (size_t i = 0; i < actions.size(); ++i) {
     const parallel::PipelineAction& a = actions[i];
     const size_t chunk = static_cast<size_t>(a.chunk);
@@ -172,13 +182,10 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
         slot = free_slots.back();
         free_slots.pop_back();
       }
-      const Clock::time_point compute_start = Clock::now();
+      backend::StreamTimer& timer = pass_timer();
+      timer.start();
       const model::StageOutput output = stage.forward(slot, batch, input ? input->buffer : nullptr, pass);
-      compute_seconds_ += seconds_since(compute_start);
-      if (stage.is_last()) {
-        loss.loss += output.loss.loss;
-        loss.tokens += output.loss.tokens;
-      }
+      timer.stop();
       if (a.send_to >= 0) send(output.activation, elements, a.send_to, tag(a.pass, vstage + 1));
       if (pass.training) {
         slot_of_micro_[chunk][static_cast<size_t>(a.micro_batch)] = slot;
@@ -190,9 +197,10 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
       if (slot < 0) throw Error("pipeline", parallel::to_string(a) + " before its forward");
       if (i == last_backward[chunk] && callbacks.before_last_backward) callbacks.before_last_backward(a.chunk);
       const float dloss_scale = callbacks.dloss_scale(a.micro_batch);
-      const Clock::time_point compute_start = Clock::now();
+      backend::StreamTimer& timer = pass_timer();
+      timer.start();
       const float* grad = stage.backward(slot, input ? input->buffer : nullptr, dloss_scale);
-      compute_seconds_ += seconds_since(compute_start);
+      timer.stop();
       free_slots.push_back(slot);
       slot = -1;
       if (a.send_to >= 0) send(grad, elements, a.send_to, tag(a.pass, vstage - 1));
@@ -203,10 +211,9 @@ model::LossSums PipelineEngine::run(const std::vector<parallel::PipelineAction>&
     if (message->request) message->request->wait();
     message->request.reset();
   }
-  run_seconds_ = seconds_since(run_start);
+  run_timer_->stop();
   actions_ = nullptr;
   callbacks_ = nullptr;
-  return loss;
 }
 
 }  // namespace mt::train

@@ -23,6 +23,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/stream_timer.h"
 #include "comm/communicator.h"
 #include "model/micro_batch.h"
 #include "model/parallel_context.h"
@@ -53,16 +54,19 @@ class PipelineEngine {
                  std::vector<int> slot_pool_of_chunk = {});
   ~PipelineEngine();
 
-  // Runs `actions` (this rank's list for the shape) with `pass`; returns the loss sums of the
-  // micro-batches whose last virtual stage ran here (zero on other ranks).
-  model::LossSums run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
-                      const PipelineCallbacks& callbacks);
+  // Runs `actions` (this rank's list for the shape) with `pass`. The micro-batches whose last
+  // virtual stage runs here add their loss sums to their batch's loss_sums (device memory, on the
+  // stream, in the schedule's order of their forwards); nothing is read back on the host.
+  void run(const std::vector<parallel::PipelineAction>& actions, const model::ForwardPass& pass,
+           const PipelineCallbacks& callbacks);
 
   // The last run's seconds in its stages' forward and backward passes (compute, with their
   // tensor-parallel collectives; not the waits for p2p inputs, the sends or the callbacks), and
-  // its wall time from the first pass to the last send done.
-  double compute_seconds() const { return compute_seconds_; }
-  double run_seconds() const { return run_seconds_; }
+  // its time from the first pass to the last send done: measured with events on the stream
+  // (backend/stream_timer.h), so they time the work, not its queueing; read them once the stream
+  // has been synchronized past the run (on the CPU, at once).
+  double compute_seconds() const;
+  double run_seconds() const { return run_timer_->elapsed_seconds(); }
 
  private:
   struct PendingReceive;
@@ -92,7 +96,12 @@ class PipelineEngine {
   std::vector<backend::DeviceBuffer<float>> grad_buffers_;  // two, alternating
   int next_grad_buffer_ = 0;
   std::vector<std::unique_ptr<OutgoingMessage>> outgoing_;
-  double compute_seconds_ = 0, run_seconds_ = 0;
+  // A timer per pass of the last run (kept from run to run, grown to the longest) and one for
+  // the whole run.
+  backend::StreamTimer& pass_timer();
+  std::vector<std::unique_ptr<backend::StreamTimer>> pass_timers_;
+  size_t passes_timed_ = 0;
+  std::unique_ptr<backend::StreamTimer> run_timer_;
 };
 
 }  // namespace mt::train

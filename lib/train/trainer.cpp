@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -68,15 +67,30 @@ void validate_train_config(const TrainConfig& c) {
 }
 
 Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data,
-                 const parallel::ProcessGroups* groups)
-    : model_config_(model), config_(train), data_(data), ops_(backend::cpu_ops()) {
+                 const backend::Ops& ops, const parallel::ProcessGroups* groups)
+    : model_config_(model), config_(train), data_(data), ops_(ops) {
   model_config_.validate();
   validate_train_config(config_);
+  const parallel::RankCoordinates coordinates = connect_groups(groups);
+  check_supported(model_config_, parallel_config_);
+  check_batch_shape();
+  check_memory(groups ? local_rank_count() : 1);  // before anything large exists
+  build_layout_and_schedules(coordinates);
+  build_parameters();
+  build_stages_and_pipeline();
+  build_optimizer(groups);
+  build_loss_scaler();
+  build_lr_schedule();
+  check_data_covers_run();
+  allocate_staging();
+}
+
+parallel::RankCoordinates Trainer::connect_groups(const parallel::ProcessGroups* groups) {
   parallel::RankCoordinates coordinates;
   single_ = comm::make_single_communicator();
   single_data_ = comm::make_stream_communicator(comm::make_single_communicator(), ops_, ops_.default_stream());
   world_ = data_parallel_control_ = context_control_ = pipeline_control_ = single_.get();
-  tensor_group_ = data_parallel_group_ = context_group_ = pipeline_group_ = single_data_.get();
+  data_world_ = tensor_group_ = data_parallel_group_ = context_group_ = pipeline_group_ = single_data_.get();
   if (groups) {
     if (&groups->ops() != &ops_) {
       throw Error("trainer", std::string("the process groups' data communicators are bound to the ") +
@@ -85,6 +99,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     parallel_config_ = groups->grid().config();
     coordinates = groups->coordinates();
     world_ = &groups->world();
+    data_world_ = &groups->data_world();
     tensor_group_ = &groups->data(parallel::GroupKind::tp);
     data_parallel_group_ = &groups->data(parallel::GroupKind::dp_cp);
     data_parallel_control_ = &groups->control(parallel::GroupKind::dp_cp);
@@ -94,11 +109,13 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     pipeline_control_ = &groups->control(parallel::GroupKind::pp);
     if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->data(parallel::GroupKind::embedding);
   }
-  check_supported(model_config_, parallel_config_);
-  const int dp = parallel_config_.data_parallel_size;
   data_parallel_coordinate_ = coordinates.dp;
-  data_parallel_size_ = dp;
-  const int cp = parallel_config_.context_parallel_size;
+  data_parallel_size_ = parallel_config_.data_parallel_size;
+  return coordinates;
+}
+
+void Trainer::check_batch_shape() {
+  const int dp = data_parallel_size_;
   if (data_.vocab_size() > model_config_.vocab_size) {
     throw UsageError("--vocab-size " + std::to_string(model_config_.vocab_size),
                      "smaller than the data's vocabulary (" + std::to_string(data_.vocab_size()) + ")");
@@ -111,60 +128,53 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   }
   // A recompute chunk (or block) longer than the model is the whole model, as in Megatron.
   config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
+}
+
+void Trainer::check_memory(int ranks_per_node) const {
   perf::MemoryOptions memory;
   memory.precision = config_.precision;
   memory.recompute = config_.recompute;
   memory.micro_batch_size = config_.micro_batch_size;
-  memory.staged_samples = config_.global_batch_size / dp;
+  memory.staged_samples = config_.global_batch_size / data_parallel_size_;
   memory.parallel = parallel_config_;
-  memory.ranks_per_node = groups ? local_rank_count() : 1;
+  memory.ranks_per_node = ranks_per_node;
+  memory.ops = &ops_;
   perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
+}
 
+void Trainer::build_layout_and_schedules(const parallel::RankCoordinates& coordinates) {
   // This rank's model chunks (model::pipeline_chunks).
   layout_ = model::build_layout(model_config_, parallel_config_, coordinates,
                                 model::pipeline_chunks(model_config_, parallel_config_, coordinates.pp),
                                 optim::DistributedOptimizer::bucket_options(parallel_config_));
   // The schedules of a training step and of an evaluation step over this rank's micro-batches.
-  const int num_micro = config_.global_batch_size / (config_.micro_batch_size * dp);
+  const int num_micro = config_.global_batch_size / (config_.micro_batch_size * data_parallel_size_);
   train_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro), coordinates.pp);
   eval_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro, true), coordinates.pp);
   parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel, context_group_);
+}
+
+void Trainer::build_parameters() {
   params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
   grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
-  model::initialize_parameters(layout_, config_.seed, params_.data());
+  initialize_parameters();
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
   gemm_weights_->refresh(params_.data());
+}
+
+void Trainer::build_stages_and_pipeline() {
+  const int cp = parallel_config_.context_parallel_size;
   model::StageOptions stage_options;
   stage_options.precision = config_.precision;
   stage_options.recompute = config_.recompute;
   stage_options.micro_batch_size = config_.micro_batch_size;
   stage_options.sequence_length = model_config_.seq_length / cp;
   stage_options.seed = config_.seed;
-  // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
-  // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
-  // than each holding its own peak), laid out in blocks the stages share.
   const size_t chunk_count = layout_.chunks.size();
-  std::vector<int64_t> chunk_slot_floats;
-  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
-    chunk_slot_floats.push_back(
-        model::activation_slot_floats(model_config_, layout_, static_cast<int>(chunk), parallel_, stage_options));
-  }
-  std::vector<std::vector<float*>> chunk_slot_blocks(chunk_count);
   std::vector<int> slot_pool_of_chunk(chunk_count, 0);
-  const std::vector<parallel::ActivationSlotPool> slot_pools = parallel::pipeline_slot_pools(train_actions_, chunk_slot_floats);
-  for (size_t pool = 0; pool < slot_pools.size(); ++pool) {
-    std::vector<float*> blocks;
-    for (int slot = 0; slot < std::max(slot_pools[pool].slots, 1); ++slot) {
-      slot_blocks_.emplace_back(ops_, slot_pools[pool].slot_floats, backend::MemoryCategory::activations, &memory_);
-      blocks.push_back(slot_blocks_.back().data());
-    }
-    for (int chunk : slot_pools[pool].chunks) {
-      chunk_slot_blocks[static_cast<size_t>(chunk)] = blocks;
-      slot_pool_of_chunk[static_cast<size_t>(chunk)] = static_cast<int>(pool);
-    }
-  }
+  const std::vector<std::vector<float*>> chunk_slot_blocks = lay_out_activation_slots(stage_options, slot_pool_of_chunk);
   std::vector<model::Stage*> stage_pointers;
   for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
     stage_options.slot_blocks = chunk_slot_blocks[chunk];
@@ -183,13 +193,44 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
                                                model_config_.hidden_size,
                                                static_cast<int64_t>(config_.micro_batch_size) * model_config_.seq_length / cp,
                                                &memory_, std::move(slot_pool_of_chunk));
-  build_optimizer(groups);
+}
+
+std::vector<std::vector<float*>> Trainer::lay_out_activation_slots(const model::StageOptions& stage_options,
+                                                                   std::vector<int>& slot_pool_of_chunk) {
+  // The chunks' activation slots, in pools shared by chunks (as many slots as the schedule keeps
+  // the pool's micro-batches in flight at once: a rank's interleaved chunks share one pool rather
+  // than each holding its own peak), laid out in blocks the stages share.
+  const size_t chunk_count = layout_.chunks.size();
+  std::vector<int64_t> chunk_slot_floats;
+  for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
+    chunk_slot_floats.push_back(
+        model::activation_slot_floats(model_config_, layout_, static_cast<int>(chunk), parallel_, stage_options));
+  }
+  std::vector<std::vector<float*>> chunk_slot_blocks(chunk_count);
+  const std::vector<parallel::ActivationSlotPool> slot_pools = parallel::pipeline_slot_pools(train_actions_, chunk_slot_floats);
+  for (size_t pool = 0; pool < slot_pools.size(); ++pool) {
+    std::vector<float*> blocks;
+    for (int slot = 0; slot < std::max(slot_pools[pool].slots, 1); ++slot) {
+      slot_blocks_.emplace_back(ops_, slot_pools[pool].slot_floats, backend::MemoryCategory::activations, &memory_);
+      blocks.push_back(slot_blocks_.back().data());
+    }
+    for (int chunk : slot_pools[pool].chunks) {
+      chunk_slot_blocks[static_cast<size_t>(chunk)] = blocks;
+      slot_pool_of_chunk[static_cast<size_t>(chunk)] = static_cast<int>(pool);
+    }
+  }
+  return chunk_slot_blocks;
+}
+
+void Trainer::build_loss_scaler() {
   scaler_ = config_.precision != Precision::fp16 ? optim::LossScaler::fixed(1.0)
             : config_.loss_scale > 0
                 ? optim::LossScaler::fixed(config_.loss_scale)
                 : optim::LossScaler::dynamic(config_.initial_loss_scale, config_.min_loss_scale,
                                              config_.loss_scale_window, config_.hysteresis);
+}
 
+void Trainer::build_lr_schedule() {
   const int64_t global = config_.global_batch_size;
   total_iters_ = config_.train_iters > 0 ? config_.train_iters : config_.train_samples / global;
   if (total_iters_ <= 0) throw UsageError("--train-samples", "fewer than one global batch");
@@ -209,7 +250,12 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
     throw UsageError("--lr-warmup-*", "warm-up must end before the decay does (--lr-decay-iters/--lr-decay-samples)");
   }
   flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
+  step_timer_ = std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream());
+}
 
+void Trainer::check_data_covers_run() const {
+  const int64_t global = config_.global_batch_size;
+  const int64_t total_samples = total_iters_ * global;
   // A bounded source (a sample index) must hold every sample the run will read.
   const int64_t train_available = data_.split_size(data::Split::train);
   if (train_available >= 0 && train_available < total_samples) {
@@ -226,18 +272,49 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
                               " (rebuild the sample index for this run)");
     }
   }
+}
 
+void Trainer::allocate_staging() {
+  const int64_t rows = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_ * model_config_.seq_length /
+                       parallel_config_.context_parallel_size;
   sample_rows_.allocate(model_config_.seq_length);
-  staged_.allocate(global / dp * model_config_.seq_length / cp);
+  staged_.allocate(rows);
+  device_rows_.allocate(ops_, rows);
+  step_sums_ = backend::DeviceBuffer<double>(ops_, 3, backend::MemoryCategory::activations);
+  eval_sums_ = backend::DeviceBuffer<double>(ops_, 2 * config_.eval_iters, backend::MemoryCategory::activations);
+  eval_sums_host_.assign(static_cast<size_t>(2 * config_.eval_iters), 0.0);
+}
+
+void Trainer::initialize_parameters() {
+  int64_t largest = 0;
+  for (const model::ParamEntry& entry : layout_.entries) largest = std::max(largest, entry.numel);
+  std::vector<float> host(static_cast<size_t>(largest));
+  for (const model::ParamEntry& entry : layout_.entries) {
+    model::initialize_entry(entry, config_.seed, host.data());
+    ops_.copy(params_.data() + entry.offset, host.data(), entry.numel * static_cast<int64_t>(sizeof(float)),
+              backend::CopyKind::host_to_device, ops_.default_stream());
+    ops_.synchronize(ops_.default_stream());  // the copy has read `host` before the next tensor
+  }
 }
 
 void Trainer::TokenRows::allocate(int64_t rows) {
-  tokens.allocate(rows);
-  labels.allocate(rows);
-  positions.allocate(rows);
-  doc_start.allocate(rows);
-  loss_mask.allocate(rows);
-  row_ids.allocate(rows);
+  const auto size = static_cast<size_t>(rows);
+  tokens.assign(size, 0);
+  labels.assign(size, 0);
+  positions.assign(size, 0);
+  doc_start.assign(size, 0);
+  loss_mask.assign(size, 0.0f);
+  row_ids.assign(size, 0);
+}
+
+void Trainer::DeviceRows::allocate(const backend::Ops& ops, int64_t rows) {
+  // Not in the memory records: the step's input rows, as their host staging.
+  tokens = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
+  labels = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
+  positions = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
+  doc_start = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
+  loss_mask = backend::DeviceBuffer<float>(ops, rows, backend::MemoryCategory::activations);
+  row_ids = backend::DeviceBuffer<int64_t>(ops, rows, backend::MemoryCategory::activations);
 }
 
 void Trainer::build_optimizer(const parallel::ProcessGroups* groups) {
@@ -280,6 +357,7 @@ double Trainer::fill_samples(data::Split split, int64_t first_sample, int count,
   const int64_t local_seq = seq / cp;
   const int64_t vocab = model_config_.vocab_size;
   TokenRows& whole = sample_rows_;
+  wait_for_staging();
   double counted = 0;
   for (int b = 0; b < count; ++b) {
     // The whole sample first: document starts and positions are computed on the whole sequence
@@ -312,21 +390,45 @@ double Trainer::fill_samples(data::Split split, int64_t first_sample, int count,
   return counted;
 }
 
-model::MicroBatch Trainer::staged_batch(int count, int slot) const {
+void Trainer::upload_staged(int samples) {
+  const int64_t rows = static_cast<int64_t>(samples) * (model_config_.seq_length / context_group_->size());
+  const backend::Stream stream = ops_.default_stream();
+  const auto upload = [&](auto& device, const auto& host) {
+    ops_.copy(device.data(), host.data(), rows * static_cast<int64_t>(sizeof(host[0])),
+              backend::CopyKind::host_to_device, stream);
+  };
+  upload(device_rows_.tokens, staged_.tokens);
+  upload(device_rows_.labels, staged_.labels);
+  upload(device_rows_.loss_mask, staged_.loss_mask);
+  upload(device_rows_.positions, staged_.positions);
+  upload(device_rows_.doc_start, staged_.doc_start);
+  upload(device_rows_.row_ids, staged_.row_ids);
+  staging_in_flight_ = !ops_.synchronous;
+}
+
+void Trainer::wait_for_staging() {
+  if (!staging_in_flight_) return;
+  ops_.synchronize(ops_.default_stream());
+  staging_in_flight_ = false;
+}
+
+model::MicroBatch Trainer::staged_batch(int count, int slot, double* loss_sums) const {
   const int local_seq = model_config_.seq_length / context_group_->size();
   const int64_t row0 = static_cast<int64_t>(slot) * local_seq;
+  const DeviceRows& rows = device_rows_;
   return model::MicroBatch{count,
                            local_seq,
-                           staged_.tokens.data() + row0,
-                           staged_.labels.data() + row0,
-                           staged_.loss_mask.data() + row0,
-                           staged_.positions.data() + row0,
-                           data_.document_attention() ? staged_.doc_start.data() + row0 : nullptr,
-                           staged_.row_ids.data() + row0};
+                           rows.tokens.data() + row0,
+                           rows.labels.data() + row0,
+                           rows.loss_mask.data() + row0,
+                           rows.positions.data() + row0,
+                           data_.document_attention() ? rows.doc_start.data() + row0 : nullptr,
+                           rows.row_ids.data() + row0,
+                           loss_sums};
 }
 
 StepStats Trainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
+  step_timer_->start();
   const double wait_before = communicator_wait_seconds();
   ++iteration_;
   StepStats stats;
@@ -337,18 +439,20 @@ StepStats Trainer::train_step() {
 
   optimizer_->begin_grad_sync();
   const StepTokens tokens = stage_training_samples();
-  const model::LossSums sums = run_training_pipeline(tokens);
+  run_training_pipeline(tokens);
   optimizer_->finish_grad_sync();
   sum_tied_embedding_grads();
-  stats.lm_loss = step_loss(sums.loss, tokens.local);
+  const StepSums sums = reduce_step_sums(tokens.local);
+  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
+  stats.lm_loss = sums.tokens > 0 ? sums.loss / sums.tokens : 0.0;
   const double unscale = 1.0 / scaler_.scale();
-  stats.grad_norm = global_grad_norm(unscale);
+  stats.grad_norm = std::sqrt(sums.grad_sum_squares) * unscale;
   const bool nonfinite = skip_nonfinite(stats);
   stats.skipped = nonfinite;
   if (!nonfinite) optimizer_->step(stats.lr, unscale * optim::clip_factor(stats.grad_norm, config_.clip_grad));
   scaler_.update(nonfinite);
   consumed_samples_ += config_.global_batch_size;
-  record_step_figures(stats, start, wait_before);
+  record_step_figures(stats, wait_before);
   return stats;
 }
 
@@ -371,6 +475,7 @@ Trainer::StepTokens Trainer::stage_training_samples() {
     tokens.micro[static_cast<size_t>(m)] = fill_samples(data::Split::train, first, micro, m * micro);
     tokens.local += tokens.micro[static_cast<size_t>(m)];
   }
+  upload_staged(num_micro * micro);
   if (context_control_->size() > 1) {
     context_control_->all_reduce(tokens.micro.data(), num_micro, DType::f64, comm::ReduceOp::sum);
   }
@@ -379,12 +484,14 @@ Trainer::StepTokens Trainer::stage_training_samples() {
   return tokens;
 }
 
-model::LossSums Trainer::run_training_pipeline(const StepTokens& tokens) {
+void Trainer::run_training_pipeline(const StepTokens& tokens) {
   const int micro = config_.micro_batch_size;
   const int dp = data_parallel_size_;
   const int num_micro = static_cast<int>(tokens.micro.size());
   PipelineCallbacks callbacks;
-  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro); };
+  // The micro-batches add their loss sums to the step's, from zero, in micro-batch order.
+  ops_.zero(step_sums_.data(), 3 * static_cast<int64_t>(sizeof(double)), ops_.default_stream());
+  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro, step_sums_.data()); };
   callbacks.dloss_scale = [&](int m) {
     const double counted = tokens.micro[static_cast<size_t>(m)];
     const double denominator = config_.calculate_per_token_loss ? tokens.step : counted * num_micro * dp;
@@ -395,24 +502,25 @@ model::LossSums Trainer::run_training_pipeline(const StepTokens& tokens) {
   callbacks.before_last_backward = [&](int chunk) { optimizer_->arm_grad_sync(chunk); };
   // The micro-batches run through the pipeline schedule (plain forward-backward on one stage);
   // the loss sums on the last pipeline stage.
-  return pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
+  pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
 }
 
-double Trainer::step_loss(double loss_sum, double local_tokens) {
-  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count, the
-  // sum coming from the last stage, both summed over DP x CP.
-  double loss_and_tokens[2] = {loss_sum, local_tokens};
-  sum_over_pipeline(loss_and_tokens, 1);
-  sum_over_data_parallel(loss_and_tokens, 2);
-  return loss_and_tokens[1] > 0 ? loss_and_tokens[0] / loss_and_tokens[1] : 0.0;
-}
-
-double Trainer::global_grad_norm(double unscale) {
+Trainer::StepSums Trainer::reduce_step_sums(double local_tokens) {
+  const backend::Stream stream = ops_.default_stream();
+  double* sums = step_sums_.data();  // loss (from the last stage), tokens, grad sum of squares
+  // The token count is the rank's (every stage knows it; the head counted the last stage's only).
+  local_tokens_host_ = local_tokens;
+  ops_.copy(sums + 1, &local_tokens_host_, sizeof(double), backend::CopyKind::host_to_device, stream);
+  if (pipeline_group_->size() > 1) pipeline_group_->all_reduce(sums, 1, DType::f64, comm::ReduceOp::sum);
+  if (data_parallel_group_->size() > 1) data_parallel_group_->all_reduce(sums, 2, DType::f64, comm::ReduceOp::sum);
   // Over every rank, each tensor's primary copy once (the optimizer's local shares: TP shards and
   // sharded DP x CP slices add up; a replicated copy counts on one rank).
-  double sum_squares = optimizer_->grad_sum_squares();
-  if (world_->size() > 1) world_->all_reduce(&sum_squares, 1, DType::f64, comm::ReduceOp::sum);
-  return std::sqrt(sum_squares) * unscale;
+  optimizer_->add_grad_sum_squares(sums + 2);
+  if (data_world_->size() > 1) data_world_->all_reduce(sums + 2, 1, DType::f64, comm::ReduceOp::sum);
+  ops_.copy(step_sums_host_, sums, 3 * static_cast<int64_t>(sizeof(double)), backend::CopyKind::device_to_host, stream);
+  ops_.synchronize(stream);  // the step's one host wait
+  staging_in_flight_ = false;
+  return StepSums{step_sums_host_[0], step_sums_host_[1], step_sums_host_[2]};
 }
 
 bool Trainer::skip_nonfinite(const StepStats& stats) {
@@ -433,7 +541,7 @@ bool Trainer::skip_nonfinite(const StepStats& stats) {
   return nonfinite;
 }
 
-void Trainer::record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before) {
+void Trainer::record_step_figures(StepStats& stats, double wait_before) {
   gather_memory(stats);
 
   double busiest[2] = {pipeline_->compute_seconds(), pipeline_->run_seconds()};
@@ -443,7 +551,10 @@ void Trainer::record_step_figures(StepStats& stats, std::chrono::steady_clock::t
 
   const int64_t global = config_.global_batch_size;
   const int seq = model_config_.seq_length;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The step's time on the stream, its queued work (the optimizer's step) done: the step's second
+  // host wait, at its end.
+  step_timer_->stop();
+  const double seconds = step_timer_->seconds();
   stats.consumed_samples = consumed_samples_;
   stats.step_ms = seconds * 1e3;
   stats.comm_wait_ms = (communicator_wait_seconds() - wait_before) * 1e3;
@@ -460,24 +571,34 @@ EvalStats Trainer::evaluate() {
   const int64_t global = config_.global_batch_size;
   const int dp = data_parallel_size_;
   const int64_t valid_total = data_.split_size(data::Split::valid);
-  double sums[2] = {0, 0};  // loss, tokens
   // Megatron's evaluate(): eval_iters global batches, continuing where the last evaluation
   // stopped (consumed_valid_samples), each DP rank taking its micro-batches of each.
   // Each step's micro-batches are staged, then run through the forward-only schedule; the loss
-  // sums on the last pipeline stage.
+  // sums on the last pipeline stage, one pair per step in device memory, read once at the end.
   const int num_micro = static_cast<int>(global / (micro * dp));
-  PipelineCallbacks callbacks;
-  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro); };
+  const backend::Stream stream = ops_.default_stream();
+  ops_.zero(eval_sums_.data(), eval_sums_.bytes(), stream);
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
     for (int m = 0; m < num_micro; ++m) {
       const int64_t first =
           data::pretraining_sampler_first(valid_total, consumed_valid_samples_, micro, data_parallel_coordinate_, dp, m);
       fill_samples(data::Split::valid, first, micro, m * micro);
     }
-    const model::LossSums loss = pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
-    sums[0] += loss.loss;
-    sums[1] += loss.tokens;
+    upload_staged(num_micro * micro);
+    double* step_sums = eval_sums_.data() + 2 * step;
+    PipelineCallbacks callbacks;
+    callbacks.batch = [&](int m) { return staged_batch(micro, m * micro, step_sums); };
+    pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
     consumed_valid_samples_ += global;
+  }
+  ops_.copy(eval_sums_host_.data(), eval_sums_.data(), eval_sums_.size() * static_cast<int64_t>(sizeof(double)),
+            backend::CopyKind::device_to_host, stream);
+  ops_.synchronize(stream);
+  staging_in_flight_ = false;
+  double sums[2] = {0, 0};  // loss, tokens: the steps' sums added in step order
+  for (int64_t step = 0; step < config_.eval_iters; ++step) {
+    sums[0] += eval_sums_host_[static_cast<size_t>(2 * step)];
+    sums[1] += eval_sums_host_[static_cast<size_t>(2 * step + 1)];
   }
   sum_over_pipeline(sums, 2);
   sum_over_data_parallel(sums, 2);
@@ -499,8 +620,9 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
   for (int done = 0; done < count; done += micro) {
     const int n = std::min(micro, count - done);
     fill_samples(data::Split::train, first_sample + done, n, 0);
+    upload_staged(n);
     PipelineCallbacks callbacks;
-    callbacks.batch = [&](int) { return staged_batch(n, 0); };
+    callbacks.batch = [&](int) { return staged_batch(n, 0, step_sums_.data()); };
     pipeline_->run(one_forward, model::ForwardPass{0, false}, callbacks);
     // The real vocabulary's columns of the last stage's logits (one rank holds them all).
     const model::Stage& last = *stages_.back();
@@ -512,6 +634,8 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
                  last.logits_width() * sizeof(float), vocab * sizeof(float), static_cast<int64_t>(n) * seq,
                  backend::CopyKind::device_to_host, ops_.default_stream());
   }
+  ops_.synchronize(ops_.default_stream());  // the logits have arrived
+  staging_in_flight_ = false;
 }
 
 void Trainer::gather_memory(StepStats& stats) const {

@@ -33,13 +33,18 @@
 // own count), grads are reduced over DP x CP, and the grad norm counts each tensor once over the
 // DP x CP replicas. What mt-train does not run yet (expert parallelism, MoE, ...) is refused by
 // name first (train/supported.h).
+// Every op runs on the op table it is given (backend/registry.h; a device's memory is never read
+// on the host): the step's samples are read and split on the host, then copied into device rows
+// the micro-batches point at; parameters are initialised on the host tensor by tensor and copied;
+// the loss sums, token count and grad sum of squares are reduced in device memory and read with
+// one copy and one synchronize per step; the step's time and its pipeline's compute and schedule
+// times are measured with events on the stream (the step's end is its second host wait).
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
 // by tests/tools/mt-train.bats and tests/tools/mt-train-mpi.bats.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,8 +56,8 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/stream_timer.h"
 #include "comm/communicator.h"
-#include "core/buffer.h"
 #include "core/dtype.h"
 #include "data/sample_source.h"
 #include "model/config.h"
@@ -188,15 +193,18 @@ class Trainer {
   // Validates the configs, refuses a plan larger than the memory available to this node's ranks
   // (perf::check_training_memory, before anything large exists), allocates everything and
   // initialises the parameters from the seed (keyed by global coordinates, so every layout starts
-  // from the same model). `groups` (nullable: one rank) must outlive the trainer; its grid's
-  // config (as parallel::validate left it) chooses the layout.
+  // from the same model). Every op runs on `ops` (the run's table, backend/registry.h), which
+  // outlives the trainer. `groups` (nullable: one rank) must outlive the trainer and have its data
+  // communicators bound to `ops` (else mt::Error); its grid's config (as parallel::validate left
+  // it) chooses the layout.
   Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data,
-          const parallel::ProcessGroups* groups = nullptr);
+          const backend::Ops& ops, const parallel::ProcessGroups* groups = nullptr);
   ~Trainer();
 
   int64_t total_iterations() const { return total_iters_; }
   const model::ParamLayout& layout() const { return layout_; }
-  // The rank's flat parameters, complete: waits for any parameter all-gather still in flight.
+  // The rank's flat parameters (device memory of ops()), complete: waits for any parameter
+  // all-gather still in flight.
   float* parameters();
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
   void parameters_changed();
@@ -206,6 +214,8 @@ class Trainer {
   int64_t consumed_valid_samples() const { return consumed_valid_samples_; }
   int64_t iteration() const { return iteration_; }
   const model::ModelConfig& model_config() const { return model_config_; }
+  // The op table every op runs on (parameters(), the moments and the grads are its memory).
+  const backend::Ops& ops() const { return ops_; }
   const TrainConfig& config() const { return config_; }
   // Checkpoints (train/checkpointing.h): the counters and loss scaler, and the optimizer whose
   // moments and step they save and which says which runs of each tensor this rank writes and
@@ -236,23 +246,56 @@ class Trainer {
     double local = 0;
     double step = 0;
   };
-  // The constructor's optimizer part: the data-parallel optimizer over the rank's groups.
+  // The constructor's parts, in its order: this rank's groups (and coordinates) from `groups` or
+  // groups of one; the batch shape against the data and DP (global batch set, recompute clamped);
+  // the memory plan against what this node's ranks have; the layout and the pipeline schedules;
+  // the parameters (initialised, GEMM copy made); the stages over their activation slot pools and
+  // the pipeline engine; the data-parallel optimizer over the rank's groups; the loss scaler; the
+  // LR schedule and the run's length; the data's splits against the run; the staging rows.
+  parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
+  void check_batch_shape();
+  void check_memory(int ranks_per_node) const;
+  void build_layout_and_schedules(const parallel::RankCoordinates& coordinates);
+  void build_parameters();
+  void build_stages_and_pipeline();
+  // The activation slot blocks of each chunk (and the pool each chunk takes them from).
+  std::vector<std::vector<float*>> lay_out_activation_slots(const model::StageOptions& stage_options,
+                                                            std::vector<int>& slot_pool_of_chunk);
   void build_optimizer(const parallel::ProcessGroups* groups);
+  void build_loss_scaler();
+  void build_lr_schedule();
+  void check_data_covers_run() const;
+  void allocate_staging();
   // A training step's parts (train_step): this rank's samples of the step staged; the pipeline
   // run over them (grads accumulated and reduced as it goes); the step's loss over every rank;
   // the global grad norm; whether the step is skipped (a NaN or Inf loss or grad: fatal unless
   // fp16's loss scaler handles it or the check is off); the timing and memory figures.
   StepTokens stage_training_samples();
-  model::LossSums run_training_pipeline(const StepTokens& tokens);
-  double step_loss(double loss_sum, double local_tokens);
-  double global_grad_norm(double unscale);
+  void run_training_pipeline(const StepTokens& tokens);
+  // The step's loss sum and token count (summed over PP, then DP x CP) and grad sum of squares
+  // (this rank's share summed over the world), reduced in device memory on the stream and read
+  // with one copy and one synchronize: the step's one host wait.
+  struct StepSums {
+    double loss = 0, tokens = 0, grad_sum_squares = 0;
+  };
+  StepSums reduce_step_sums(double local_tokens);
   bool skip_nonfinite(const StepStats& stats);
-  void record_step_figures(StepStats& stats, std::chrono::steady_clock::time_point start, double wait_before);
+  void record_step_figures(StepStats& stats, double wait_before);
   // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
   // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
   // mask counts in that part.
   double fill_samples(data::Split split, int64_t first_sample, int count, int slot);
-  model::MicroBatch staged_batch(int count, int slot) const;
+  // Copies the first `samples` samples' staged rows to the device rows (host_to_device, on the
+  // stream); wait_for_staging blocks until such a copy has read the host rows, before they are
+  // refilled (a no-op once the step's synchronize has passed).
+  void upload_staged(int samples);
+  void wait_for_staging();
+  // Micro-batch `count` samples from sample slot `slot` of the device rows, adding its loss sums
+  // to `loss_sums` (two device doubles).
+  model::MicroBatch staged_batch(int count, int slot, double* loss_sums) const;
+  // The parameters from the seed: each tensor initialised on the host in one reused buffer, then
+  // copied into the device parameters.
+  void initialize_parameters();
   // Whether every rank stops before the next step: a stop request (signal) on any of them.
   bool agree_to_stop();
   // Sums `values` over the data-parallel group (in place).
@@ -275,7 +318,8 @@ class Trainer {
   // stream) for tensors, control groups for host values (comm/communicator.h).
   std::unique_ptr<comm::Communicator> single_;       // a control group of one
   std::unique_ptr<comm::Communicator> single_data_;  // a data group of one
-  comm::Communicator* world_ = nullptr;              // control: grad norm, timings, memory, stop, checkpoints
+  comm::Communicator* world_ = nullptr;              // control: timings, memory, stop, checkpoints
+  comm::Communicator* data_world_ = nullptr;         // data: the grad norm's sum of squares
   comm::Communicator* tensor_group_ = nullptr;       // data: TP/SP collectives
   comm::Communicator* data_parallel_group_ = nullptr;    // data, DP x CP: grads
   comm::Communicator* data_parallel_control_ = nullptr;  // control, DP x CP: loss and token sums
@@ -311,16 +355,33 @@ class Trainer {
   int64_t nan_iters_ = 0;
   bool stopped_ = false;
   double flops_per_token_ = 0;
-  // Per-token arrays of `rows` tokens.
+  std::unique_ptr<backend::StreamTimer> step_timer_;  // a step, from its start to its figures
+  // Per-token arrays of `rows` tokens on the host.
   struct TokenRows {
-    Buffer<int32_t> tokens, labels, positions, doc_start;
-    Buffer<float> loss_mask;
-    Buffer<int64_t> row_ids;
+    std::vector<int32_t> tokens, labels, positions, doc_start;
+    std::vector<float> loss_mask;
+    std::vector<int64_t> row_ids;
     void allocate(int64_t rows);
   };
+  // The same arrays in device memory (what a MicroBatch points at).
+  struct DeviceRows {
+    backend::DeviceBuffer<int32_t> tokens, labels, positions, doc_start;
+    backend::DeviceBuffer<float> loss_mask;
+    backend::DeviceBuffer<int64_t> row_ids;
+    void allocate(const backend::Ops& ops, int64_t rows);
+  };
   // One whole sample as the data gives it, (seq_length), and this rank's staging of one step's
-  // samples (global batch / DP), (samples * seq_length / CP) each.
+  // samples (global batch / DP), (samples * seq_length / CP) each: filled on the host, then
+  // copied to the device rows.
   TokenRows sample_rows_, staged_;
+  DeviceRows device_rows_;
+  bool staging_in_flight_ = false;  // a copy from staged_ may not have run yet
+  // The step's sums in device memory (loss, tokens, grad sum of squares), the host's copy of them
+  // and the token count copied in; an evaluation's loss sums, a pair per evaluation step.
+  backend::DeviceBuffer<double> step_sums_, eval_sums_;
+  double step_sums_host_[3] = {0, 0, 0};
+  double local_tokens_host_ = 0;
+  std::vector<double> eval_sums_host_;
 };
 
 }  // namespace mt::train

@@ -2,8 +2,8 @@
 // way an asynchronous device runs them, so code that is right only because the CPU table is
 // synchronous fails a test here, on a machine without a GPU.
 // - Each stream has a worker thread that runs its ops in FIFO order; an entry returns once its op
-//   is queued. Entries whose contract returns a host value (sum_squares, all_finite,
-//   xent_loss_sums) queue their op and wait for it; copies with a host side copy on the worker;
+//   is queued (the reductions too: they write device memory); copies with a host side copy on the
+//   worker;
 //   synchronize drains the stream's queue and rethrows the first error its work raised; events
 //   record in stream order (the worker's clock when it reaches them); host functions run on the
 //   worker in stream order.
@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 #include "backend/ops.h"
 
@@ -41,5 +42,9 @@ void set_async_start_delay(std::chrono::microseconds delay);
 
 // Whether the `bytes` at `pointer` lie in the table's device memory.
 bool is_async_device_memory(const void* pointer, int64_t bytes = 1);
+
+// How many times the host has waited for the table's work so far (synchronize and
+// synchronize_event calls, on any stream): a test counts a training step's host syncs with it.
+int64_t async_host_waits();
 
 }  // namespace mt::test_backend

@@ -350,15 +350,26 @@ void check_loss_sums(CaseContext& c) {
     tokens += mask[r];
   }
   const DeviceArray<float> d_max = c.upload(max), d_sumexp = c.upload(sumexp), d_target = c.upload(target);
-  double loss_sum = -1, mask_sum = -1;
-  c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, c.upload(mask).data, rows, &loss_sum, &mask_sum,
-                         c.stream());
-  c.record_result("loss_sum", loss_sum);
+  // The sums are added into device accumulators: from zero they are the micro-batch's sums; from
+  // a running total they add the micro-batch's sum (summed from zero first) to it.
+  const double start_loss = 0.375, start_tokens = 2;
+  const DeviceArray<double> sums = c.upload(std::vector<double>{0, 0, start_loss, start_tokens});
+  c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, c.upload(mask).data, rows, sums.data,
+                         sums.data + 1, c.stream());
+  c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, c.upload(mask).data, rows, sums.data + 2,
+                         sums.data + 3, c.stream());
+  const std::vector<double> got = c.download(sums, "loss sums");
+  const double loss_sum = got[0], mask_sum = got[1];
   c.expect(loss_sum == loss,
            "loss_sum " + std::to_string(loss_sum) + " is not the row-order sum " + std::to_string(loss));
   c.expect(mask_sum == tokens, "mask_sum " + std::to_string(mask_sum) + ", expected " + std::to_string(tokens));
-  c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, nullptr, rows, &loss_sum, &mask_sum, c.stream());
-  c.expect(mask_sum == static_cast<double>(rows), "without a mask, mask_sum is not the row count");
+  c.expect(got[2] == start_loss + loss && got[3] == start_tokens + tokens,
+           "the sums were not added to the accumulators' running totals");
+  const DeviceArray<double> unmasked = c.filled(2, 0.0);
+  c.ops().xent_loss_sums(d_max.data, d_sumexp.data, d_target.data, nullptr, rows, unmasked.data, unmasked.data + 1,
+                         c.stream());
+  c.expect(c.download(unmasked, "loss sums without a mask")[1] == static_cast<double>(rows),
+           "without a mask, mask_sum is not the row count");
 }
 
 // The kernels' exp, seen through row_sumexp with one column and max 0: within a few ulp over
@@ -410,7 +421,7 @@ void add_cross_entropy_cases(std::vector<OpCase>& cases) {
                    .body = check_exp});
   cases.push_back({.op = OpId::xent_loss_sums,
                    .mode = CaseMode::forward,
-                   .name = "masked row losses summed in row order in double, rows=9; no mask counts every row",
+                   .name = "masked row losses summed in row order in double into device accumulators, rows=9; no mask counts every row",
                    .body = check_loss_sums});
 }
 

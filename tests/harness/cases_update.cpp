@@ -122,8 +122,9 @@ void add_reductions(std::vector<OpCase>& cases) {
                        const auto x = random_floats(n, 95, -3.0f, 3.0f);
                        double expected = 0;
                        for (float v : x) expected += static_cast<double>(v) * v;
-                       const double result = c.ops().sum_squares(c.upload(x).data, n, c.stream());
-                       c.record_result("sum_squares", result);
+                       const DeviceArray<double> sum = c.filled(1, 0.0);
+                       c.ops().sum_squares(c.upload(x).data, n, sum.data, c.stream());
+                       const double result = c.download(sum, "sum_squares")[0];
                        c.expect(std::abs(result - expected) <= 1e-12 * expected,
                                 "sum_squares " + std::to_string(result) + ", expected " + std::to_string(expected));
                      }});
@@ -134,9 +135,29 @@ void add_reductions(std::vector<OpCase>& cases) {
                    .body = [](CaseContext& c) {
                      const std::vector<float> big{1e20f, 1e20f, 1.0f};
                      const double squared = static_cast<double>(big[0]) * big[0];
-                     const double result = c.ops().sum_squares(c.upload(big).data, 3, c.stream());
+                     const DeviceArray<double> sum = c.filled(1, 0.0);
+                     c.ops().sum_squares(c.upload(big).data, 3, sum.data, c.stream());
+                     const double result = c.download(sum, "sum_squares")[0];
                      c.expect(std::abs(result - 2 * squared) <= 1e-15 * squared,
                               "sum_squares overflowed or lost precision");
+                   }});
+  cases.push_back({.op = OpId::sum_squares,
+                   .mode = CaseMode::property,
+                   .name = "adds into the device accumulator: pieces sum in call order, as host sums did",
+                   .body = [](CaseContext& c) {
+                     const auto x = random_floats(1000, 97, -3.0f, 3.0f);
+                     const DeviceArray<float> d_x = c.upload(x);
+                     double expected = 0.5;  // the accumulator's start
+                     for (int64_t begin : {0, 300, 301, 700}) {
+                       double piece = 0;
+                       for (int64_t i = begin; i < begin + 299; ++i) piece += static_cast<double>(x[i]) * x[i];
+                       expected += piece;
+                     }
+                     const DeviceArray<double> sum = c.filled(1, 0.5);
+                     for (int64_t begin : {0, 300, 301, 700}) c.ops().sum_squares(d_x.data + begin, 299, sum.data, c.stream());
+                     const double result = c.download(sum, "sum_squares")[0];
+                     c.expect(std::abs(result - expected) <= 1e-12 * expected,
+                              "accumulated " + std::to_string(result) + ", expected " + std::to_string(expected));
                    }});
   for (int64_t n : {1, 5, 67, 100003}) {
     cases.push_back(
@@ -148,21 +169,37 @@ void add_reductions(std::vector<OpCase>& cases) {
            x[0] = std::numeric_limits<float>::max();
            x[n - 1] = -std::numeric_limits<float>::max();
            const DeviceArray<float> d_x = c.upload(x);
-           c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "finite values reported not finite");
+           // The flag the entry clears on a non-finite element, read back like any device result.
+           const auto finite = [&c, &d_x, n] {
+             const DeviceArray<int32_t> flag = c.filled(1, int32_t{1});
+             c.ops().all_finite(d_x.data, n, flag.data, c.stream());
+             return c.download(flag, "all_finite")[0] != 0;
+           };
+           c.expect(finite(), "finite values reported not finite");
            for (float bad : {kNaN, kInf, -kInf, -kNaN})
              for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
-               c.ops().copy(d_x.data + at, &bad, sizeof(float), backend::CopyKind::host_to_device, c.stream());
-               c.expect(!c.ops().all_finite(d_x.data, n, c.stream()),
-                        std::to_string(bad) + " at " + std::to_string(at) + " not found");
-               c.ops().copy(d_x.data + at, &x[at], sizeof(float), backend::CopyKind::host_to_device, c.stream());
+               const DeviceArray<float> d_bad = c.upload(std::vector<float>{bad}), d_good = c.upload(std::vector<float>{x[at]});
+               c.ops().copy(d_x.data + at, d_bad.data, sizeof(float), backend::CopyKind::device_to_device, c.stream());
+               c.expect(!finite(), std::to_string(bad) + " at " + std::to_string(at) + " not found");
+               c.ops().copy(d_x.data + at, d_good.data, sizeof(float), backend::CopyKind::device_to_device, c.stream());
              }
-           c.expect(c.ops().all_finite(d_x.data, n, c.stream()), "restored values reported not finite");
+           c.expect(finite(), "restored values reported not finite");
          }});
   }
   cases.push_back(
       {.op = OpId::all_finite, .mode = CaseMode::forward, .name = "no elements: finite", .body = [](CaseContext& c) {
-         c.expect(c.ops().all_finite(nullptr, 0, c.stream()), "n = 0");
+         const DeviceArray<int32_t> flag = c.filled(1, int32_t{1});
+         c.ops().all_finite(nullptr, 0, flag.data, c.stream());
+         c.expect(c.download(flag, "all_finite")[0] == 1, "n = 0");
        }});
+  cases.push_back({.op = OpId::all_finite,
+                   .mode = CaseMode::property,
+                   .name = "a cleared flag stays cleared: finite data never sets it",
+                   .body = [](CaseContext& c) {
+                     const DeviceArray<int32_t> flag = c.filled(1, int32_t{0});
+                     c.ops().all_finite(c.upload(random_floats(9, 98)).data, 9, flag.data, c.stream());
+                     c.expect(c.download(flag, "all_finite")[0] == 0, "finite data set a cleared flag");
+                   }});
 }
 
 // --- dropout ------------------------------------------------------------------------------------

@@ -239,7 +239,7 @@ void Coverage::add(const OpCase& op_case, const CaseOutcome& outcome) {
 void Coverage::print(std::ostream& out, const std::string& title) const {
   out << title << "\n";
   out << std::left << std::setw(20) << "op" << std::setw(7) << "filled" << std::setw(5) << "f32" << std::setw(5)
-      << "bf16" << std::setw(5) << "f16" << std::setw(7) << "cases" << std::setw(26) << "fwd/bwd/grad/acc/prop/ref";
+      << "bf16" << std::setw(5) << "f16" << std::setw(6) << "waits" << std::setw(7) << "cases" << std::setw(26) << "fwd/bwd/grad/acc/prop/ref";
   if (runs_added_)
     out << std::setw(6) << "ran" << std::setw(8) << "passed"
         << "unsupported";
@@ -253,6 +253,7 @@ void Coverage::print(std::ostream& out, const std::string& title) const {
     }
     out << std::setw(20) << backend::op_name(row.op) << std::setw(7) << (row.filled ? "yes" : "no");
     for (bool supported : row.dtype_supported) out << std::setw(5) << (supported ? "yes" : "-");
+    out << std::setw(6) << (backend::op_waits_for_stream(row.op) ? "yes" : "-");
     out << std::setw(7) << row.cases << std::setw(26) << modes;
     if (runs_added_) out << std::setw(6) << row.ran << std::setw(8) << row.passed << row.unsupported;
     out << "\n";

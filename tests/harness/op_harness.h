@@ -98,11 +98,6 @@ class CaseContext {
     record(name, values.data(), byte_size<T>(values.size()));
     return values;
   }
-  // A host result (sum_squares, all_finite, loss sums), kept like a download.
-  template <typename T>
-  void record_result(const std::string& name, const T& value) {
-    record(name, &value, sizeof(T));
-  }
 
   // --- checks (each failure is one line naming the quantity and the element) ----------------
   void expect(bool ok, const std::string& message);
@@ -215,7 +210,8 @@ class Coverage {
   Coverage(const backend::Ops& ops, const std::vector<OpCase>& cases);
   void add(const OpCase& op_case, const CaseOutcome& outcome);
   const std::vector<CoverageRow>& rows() const { return rows_; }
-  // One line per entry: op, filled, f32/bf16/f16, cases (forward/backward/grad/accumulate/
+  // One line per entry: op, filled, f32/bf16/f16, whether it makes the host wait for the stream
+  // (backend::op_waits_for_stream), cases (forward/backward/grad/accumulate/
   // property/refusal), and ran / passed / unsupported when runs were added.
   void print(std::ostream& out, const std::string& title) const;
   // Cases that ran and failed.

@@ -5,7 +5,8 @@
 // the chunk borders, and micro-batches count different tokens on each CP rank), with
 // --hidden-dropout 0.1 on the masked cases, and per-token loss; at 4 ranks CP=2 x TP=2 (with and
 // without SP) and CP=2 x DP=2 with the distributed optimizer and overlapped buckets; at 8 ranks
-// TP=2 x CP=2 x PP=2. Each with no, selective and full recompute.
+// TP=2 x CP=2 x PP=2. Each with no, selective and full recompute; each layout again with the
+// trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute).
 // Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "parallel/rank_grid.h"
+#include "tests/backend/async_cpu_ops.h"
 #include "training_equivalence.h"
 #include "../unit/tiny_models.h"
 
@@ -44,7 +46,9 @@ struct Case {
   bool per_token_loss = false;
 };
 
-void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c) {
+// `ops`: the table the layout's trainer runs on; the one-rank reference runs on the CPU table.
+void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c,
+                                              const backend::Ops& ops = backend::cpu_ops()) {
   // Dropout wherever tokens are masked, so the masks and the dropout keys both cross chunks.
   const model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
   train::TrainConfig config = equivalence::ten_step_config();
@@ -70,7 +74,7 @@ void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& 
                                              0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
                      equivalence::world().size());
-  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), ops, ops.default_stream());
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
   const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
@@ -122,6 +126,17 @@ TEST(ContextParallelTraining, EveryLayoutMatchesOneRankInFp32) {
         }
       }
     }
+  }
+}
+
+// The same layouts with the trainer on the asynchronous CPU table (tests/backend/async_cpu_ops.h),
+// on the hardest data (document masks, EOD-masked loss, dropout), tiny LLaMA, no recompute.
+TEST(ContextParallelTraining, EveryLayoutMatchesOneRankOnTheAsynchronousTable) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty());
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
+    const Case c{true, model::RecomputeGranularity::none, Documents::masks};
+    SCOPED_TRACE(describe(layout, c) + ", asynchronous table");
+    expect_context_parallel_matches_one_rank(layout, c, test_backend::async_cpu_ops());
   }
 }
 

@@ -15,7 +15,8 @@
 // token counts), per-token loss, no / selective / full recompute. The activation slots of an
 // interleaved rank: its chunks share one pool of as many slots as the schedule keeps in flight,
 // and the ledger's activation bytes are that pool plus the workspaces. (The optimizer's buckets on
-// their own: tests/mpi/test_distributed_optimizer.cpp.) Run under mpirun at 2, 4 and 8 ranks
+// their own: tests/mpi/test_distributed_optimizer.cpp.) Every layout again with the trainer on the
+// asynchronous CPU table (both models, fp32, no recompute). Run under mpirun at 2, 4 and 8 ranks
 // (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -32,6 +33,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
+#include "tests/backend/async_cpu_ops.h"
 #include "train/trainer.h"
 #include "../unit/tiny_models.h"
 #include "training_equivalence.h"
@@ -91,7 +93,9 @@ struct Case {
 
 using equivalence::expect_close;
 
-void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
+// `ops`: the table the layout's trainer runs on (its process groups' data communicators bound to
+// its default stream); the one-rank reference always runs on the CPU table.
+void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const backend::Ops& ops = backend::cpu_ops()) {
   const int world = equivalence::world().size();
   const bool data_parallel = world / (layout.tp * layout.pp) > 1;
   const bool masked_loss = data_parallel || layout.pp > 1;
@@ -120,7 +124,7 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c) {
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, world);
-  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), ops, ops.default_stream());
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
   const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
@@ -189,6 +193,22 @@ TEST(DataParallel, EveryLayoutMatchesOneRankInFp32) {
   }
 }
 
+// The same layouts with the trainer on the asynchronous CPU table (tests/backend/async_cpu_ops.h):
+// ops, copies and the data groups' MPI run on a stream worker, device memory is unreadable from
+// the host between ops, so a missing stream wait or a host read of device memory fails here. Every
+// layout, both models (tiny GPT: tied embeddings summed between PP stages), one recompute mode
+// (none) and fp32, to keep CI time small (about 10 s over 2, 4 and 8 ranks).
+TEST(DataParallel, EveryLayoutMatchesOneRankOnTheAsynchronousTable) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
+    for (bool llama : {false, true}) {
+      const Case c{llama, model::RecomputeGranularity::none};
+      SCOPED_TRACE(describe(layout, c) + ", asynchronous table");
+      expect_layout_matches_one_rank(layout, c, test_backend::async_cpu_ops());
+    }
+  }
+}
+
 TEST(DataParallel, PerTokenLossSumsTheTokenCountOverDataParallelRanks) {
   ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
   for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
@@ -227,7 +247,7 @@ TEST(PipelineSlots, InterleavedChunksShareOnePoolOfTheSchedulesPeakInFlight) {
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, 2);
   const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
   const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
-  train::Trainer trainer(model, config, *data, &groups);
+  train::Trainer trainer(model, config, *data, groups.ops(), &groups);
   trainer.run({});
 
   // What this rank's chunks need, from the schedule and the slot shapes alone.

@@ -162,7 +162,7 @@ inline std::optional<std::string> first_difference(const RunNumbers& got, const 
 
 inline RunNumbers train_numbers(const model::ModelConfig& model, const train::TrainConfig& config,
                                 const data::SampleSource& data, const parallel::ProcessGroups* groups) {
-  train::Trainer trainer(model, config, data, groups);
+  train::Trainer trainer(model, config, data, groups ? groups->ops() : backend::cpu_ops(), groups);
   RunNumbers numbers;
   train::TrainObservers observers;
   observers.on_step = [&](const train::StepStats& s) {

@@ -40,6 +40,19 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   [[ "$err" == *"validation loss at iteration 30"* ]] || fail "no validation line"
 }
 
+@test "--device cpu runs the CPU table (the same numbers as the default); cuda is refused by name; a GPU model gets the --peak-device hint" {
+  train_tiny
+  steps '.lm_loss' >"$TMP/default"
+  train_tiny --device cpu
+  [[ "$(steps '.lm_loss')" == "$(cat "$TMP/default")" ]] || fail "--device cpu changed the numbers"
+  run train_tiny --device cuda
+  [[ $status -ne 0 ]] || fail "--device cuda ran"
+  grep -q -- "--device cuda: the CUDA backend is not built yet" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  run train_tiny --device h100
+  [[ $status -eq 2 ]] || fail "--device h100: status $status"
+  grep -q -- "--peak-device h100" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+}
+
 @test "--save-init and --save-final write HDF5 checkpoints of global tensors" {
   train_tiny --save-init "$TMP/init.h5" --save-final "$TMP/final.h5"
   check '[.[] | select(.record=="ckpt") | .path] == ["'"$TMP"'/init.h5", "'"$TMP"'/final.h5"]'

@@ -3,7 +3,7 @@
 // (from lib/CMakeLists.txt); lib/model, lib/optim and lib/train reach kernels only through the
 // backend op table (bar the header-only kernels/common). Include roots are unambiguous: kernels and tools headers are named
 // from the repository root ("kernels/cpu/ops.h", "tools/common/records.h"), lib headers by module
-// ("core/tensor.h"). Only lib/comm and checkpoint I/O use MPI directly. The checkers themselves
+// ("core/dtype.h"). Only lib/comm and checkpoint I/O use MPI directly. The checkers themselves
 // are tested on made-up edges and files first, so they can fail.
 #include <gtest/gtest.h>
 

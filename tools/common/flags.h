@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/registry.h"
 #include "data/gpt_dataset.h"
 #include "model/config.h"
 #include "parallel/parallel_config.h"
@@ -163,8 +164,8 @@ train::TrainConfig training_config(const TrainingFlags& flags);
 // ---- device ----
 
 // The backend a run uses: mt-train's --device, defined once for every tool that takes mt-train's
-// flags (mt-mfu and mt-memreport accept it; mt-train gets it with its CUDA backend).
-enum class BackendDevice { cpu, cuda };
+// flags (mt-train runs on its table, backend::backend_ops; mt-mfu and mt-memreport accept it).
+using BackendDevice = backend::Device;
 
 // Adds --device to `app`, bound to `device` (unset: cpu), in option group `group` ("": the
 // default group) with `help` ("": the table's). Its value is checked while parsing by

@@ -19,7 +19,7 @@ PeakSource resolve_peak(std::optional<double> peak_tflops, const std::string& pe
     const perf::CpuPeak cpu = perf::measure_cpu_peak(precision, cores);
     peak.flops_per_device = cpu.flops();
     peak.source = "FMA probe: " + cpu.arithmetic + " x " + std::to_string(cpu.cores) + " cores";
-    peak.gemm_flops = perf::measure_gemm_flops(precision);
+    peak.gemm_flops = perf::measure_gemm_flops(backend::cpu_ops(), precision);  // the CPU the FMA probe measured
     peak.cpu = cpu;
   }
   return peak;

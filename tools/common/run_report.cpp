@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "backend/ops.h"
+#include "backend/registry.h"
 
 namespace mt::tools {
 namespace {
@@ -186,10 +186,11 @@ study::TrainingShape training_shape(const RunConfig& c) {
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
   shape.precision = c.train.precision;
-  // As mt-train allocates its GEMM copy: bf16 bits where the CPU backend multiplies bf16 natively;
-  // GPU tensor cores take bf16 bits.
+  // As mt-train allocates its GEMM copy: bf16 bits where the run's table multiplies bf16 natively
+  // (the CPU's table answers for --device cpu); GPU tensor cores take bf16 bits (a modelled
+  // cluster needs no CUDA table in this build).
   shape.native_bf16_gemm = c.device == BackendDevice::cuda ||
-                           backend::cpu_ops().gemm_operand_type(Precision::bf16) == DType::bf16;
+                           backend::backend_ops(c.device).gemm_operand_type(Precision::bf16) == DType::bf16;
   return shape;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
@@ -45,6 +46,7 @@ struct TrainOptions {
   mt::tools::DataPathFlags paths;
   mt::tools::MegatronCompatFlags compat;
   mt::tools::CheckpointFlags checkpoint;
+  std::optional<std::string> device;  // --device: the backend (unset: cpu)
   bool mock_data = false;
   std::string byte_data;
   mt::data::LoaderOptions loader;
@@ -173,6 +175,8 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");
+  mt::tools::add_device_flag(app, o.device, "Device",
+                             "The backend the run's ops run on: cpu, or cuda (refused: not built yet)");
 
   auto* d = "Data and output";
   mt::tools::add_flag(app, "--mock-data", o.mock_data)->group(d);
@@ -534,6 +538,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const bool rank0 = world->rank() == 0;
   RunPlan plan = plan_run(cli, o);
+  const mt::backend::Ops& ops = mt::backend::backend_ops(mt::tools::backend_device(o.device));  // the one table
   check_outputs_writable(o, rank0);
   // The checkpoint to resume from is opened first: its seed may be the run's, and the data is
   // built from the seed. Every rank reads the boxes its layout holds.
@@ -547,9 +552,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
       mt::tools::resolve_peak(o.training.peak_tflops, "", plan.config.precision, mt::default_threads_per_rank());
   plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
-  // data groups MPI on the CPU table's stream) is made once, here.
-  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel));
-  mt::train::Trainer trainer(plan.model, plan.config, *data, &groups);  // refuses what cannot fit before allocating
+  // data groups MPI on the table's stream) is made once, here.
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel), ops, ops.default_stream());
+  mt::train::Trainer trainer(plan.model, plan.config, *data, ops, &groups);  // refuses what cannot fit before allocating
   LoadReport loaded;
   if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
 

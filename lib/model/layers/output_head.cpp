@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/layers/embedding.h"
 
 namespace mt::model {
@@ -70,8 +71,9 @@ HeadActivations OutputHead::lay_out_activations(BufferSource& source, const Acti
   return a;
 }
 
-LossSums OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
-                             const HeadWorkspace& w) const {
+void OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
+                         const HeadWorkspace& w) const {
+  if (!pass.batch.loss_sums) throw Error("output head", "the micro-batch has no device loss sums to add to");
   const backend::Ops& ops = ctx.ops;
   const ParallelContext& parallel = ctx.parallel;
   const int64_t n = pass.rows, vocab = vocab_width();
@@ -84,10 +86,8 @@ LossSums OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, Hea
   parallel.all_reduce_sum_over_tensor_parallel(a.row_sumexp, n);
   ops.xent_target_logit(a.logits, n, vocab, valid_, vocab_start_, pass.batch.labels, a.target_logit, ctx.stream);
   parallel.all_reduce_sum_over_tensor_parallel(a.target_logit, n);
-  LossSums sums;
-  ops.xent_loss_sums(a.row_max, a.row_sumexp, a.target_logit, pass.batch.loss_mask, n, &sums.loss, &sums.tokens,
-                     ctx.stream);
-  return sums;
+  ops.xent_loss_sums(a.row_max, a.row_sumexp, a.target_logit, pass.batch.loss_mask, n, pass.batch.loss_sums,
+                     pass.batch.loss_sums + 1, ctx.stream);
 }
 
 void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a, float dloss_scale,

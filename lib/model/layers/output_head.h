@@ -47,9 +47,9 @@ class OutputHead {
   // Local columns that are real vocabulary (the rest is padding).
   int64_t valid_columns() const { return valid_; }
 
-  // Logits and the loss sums of the micro-batch from acts.final_hidden.
-  LossSums forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts,
-                   const HeadWorkspace& work) const;
+  // Logits from acts.final_hidden; the micro-batch's loss sums added to pass.batch.loss_sums
+  // (device doubles, on the stream; mt::Error when the batch has none).
+  void forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts, const HeadWorkspace& work) const;
   // d_hidden (S, C) = d(sum_r dloss_scale * mask[r] * loss[r]) / d final_hidden; grads accumulate.
   void backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts, float dloss_scale,
                 const HeadWorkspace& work, float* d_hidden) const;

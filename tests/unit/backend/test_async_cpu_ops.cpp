@@ -69,10 +69,6 @@ class Program {
     auto& bits = results_.emplace_back((n * sizeof(T) + 3) / 4);
     ops_.copy(bits.data(), device, static_cast<int64_t>(n * sizeof(T)), CopyKind::device_to_host, stream_);
   }
-  void result(double value) {
-    const auto bits = std::bit_cast<uint64_t>(value);
-    results_.push_back({static_cast<uint32_t>(bits >> 32), static_cast<uint32_t>(bits)});
-  }
   std::vector<std::vector<uint32_t>> finish() {
     ops_.synchronize(stream_);
     return results_;
@@ -199,10 +195,9 @@ std::vector<std::vector<uint32_t>> run_every_entry(const Ops& ops) {
   ops.xent_row_sumexp(logits, rows, ld, vocab, row_max, row_sumexp, s);
   ops.xent_target_logit(logits, rows, ld, vocab, 0, tokens, target, s);
   const float* mask = d.upload(std::vector<float>{1, 1, 0, 1, 1, 1});
-  double loss_sum = 0, mask_sum = 0;
-  ops.xent_loss_sums(row_max, row_sumexp, target, mask, rows, &loss_sum, &mask_sum, s);
-  d.result(loss_sum);
-  d.result(mask_sum);
+  double* loss_sums = d.zeros<double>(2);
+  ops.xent_loss_sums(row_max, row_sumexp, target, mask, rows, loss_sums, loss_sums + 1, s);
+  d.download(loss_sums, 2);
   const float* dloss = d.upload(std::vector<float>(rows, 0.25f));
   ops.xent_backward(logits, rows, ld, vocab, 0, tokens, row_max, row_sumexp, dloss, s);
   d.download(logits, rows * ld);
@@ -215,8 +210,12 @@ std::vector<std::vector<uint32_t>> run_every_entry(const Ops& ops) {
   ops.bias_backward(emb, dbias, rows, cols, s);
   d.download(emb, rows * cols);
   d.download(dbias, cols);
-  d.result(ops.sum_squares(emb, rows * cols, s));
-  d.result(ops.all_finite(emb, rows * cols, s) ? 1.0 : 0.0);
+  double* sum_squares = d.zeros<double>(1);
+  ops.sum_squares(emb, rows * cols, sum_squares, s);
+  d.download(sum_squares, 1);
+  int32_t* finite = d.upload(std::vector<int32_t>{1});
+  ops.all_finite(emb, rows * cols, finite, s);
+  d.download(finite, 1);
   std::vector<int64_t> row_ids_host(rows);
   for (int64_t r = 0; r < rows; ++r) row_ids_host[r] = 100 + r;
   const int64_t* row_ids = d.upload(row_ids_host);
@@ -400,6 +399,7 @@ TEST(AsyncCpuOps, PointersOnTheWrongSideAreRefusedByName) {
   const Ops& ops = async_ops();
   const backend::Stream s = ops.default_stream();
   DeviceBuffer<float> buffer(ops, 16, MemoryCategory::activations);
+  DeviceBuffer<double> d_sum(ops, 1, MemoryCategory::activations);
   std::vector<float> host(16, 1.0f);
   EXPECT_TRUE(test_backend::is_async_device_memory(buffer.data(), 16 * sizeof(float)));
   EXPECT_FALSE(test_backend::is_async_device_memory(host.data()));
@@ -411,7 +411,10 @@ TEST(AsyncCpuOps, PointersOnTheWrongSideAreRefusedByName) {
   }
   EXPECT_THROW(ops.copy(host.data(), buffer.data(), 64, CopyKind::host_to_device, s), std::invalid_argument);
   EXPECT_THROW(ops.copy(buffer.data(), host.data(), 64, CopyKind::device_to_host, s), std::invalid_argument);
-  EXPECT_THROW(ops.sum_squares(host.data(), 16, s), std::invalid_argument);
+  double* sum = d_sum.data();
+  EXPECT_THROW(ops.sum_squares(host.data(), 16, sum, s), std::invalid_argument);
+  double host_sum = 0;
+  EXPECT_THROW(ops.sum_squares(buffer.data(), 16, &host_sum, s), std::invalid_argument);
   ops.synchronize(s);
 }
 

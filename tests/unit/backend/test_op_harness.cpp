@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(EveryIsaLevel, CpuTable, testing::ValuesIn(levels_and_f
 TEST(OpHarness, EveryEntryHasACaseAndTheCpuFillsEveryEntry) {
   const mt::backend::Ops& ops = mt::backend::cpu_ops();
   EXPECT_STREQ(ops.name, "cpu");
-  EXPECT_EQ(ops.device, mt::Device::cpu);
+  EXPECT_EQ(ops.device, mt::backend::Device::cpu);
   EXPECT_EQ(ops.default_stream().handle, nullptr);  // the CPU runs ops to completion
   const mt::harness::Coverage coverage(ops, mt::harness::op_cases());
   coverage.print(std::cout, "cpu table (cases per entry; runs: mt_test_op_harness --coverage)");
@@ -202,6 +202,22 @@ using mt::kernels::cpu::CpuOps;
 static_assert(sizeof(CpuOps) == 29 * sizeof(void (*)()), "a new kernels/cpu entry needs its line in pinned_table");
 #define MT_PIN(entry) table.entry = &Pinned<&CpuOps::entry, decltype(CpuOps::entry)>::run
 
+// The reductions add the kernel's result into device memory (backend/ops.h), as the CPU table does.
+void pinned_xent_loss_sums(const float* row_max, const float* row_sumexp, const float* target_logit,
+                           const float* loss_mask, int64_t rows, double* loss_sum, double* mask_sum,
+                           mt::backend::Stream) {
+  double loss = 0, mask = 0;
+  mt::kernels::cpu::cpu_ops(pinned_level).xent_loss_sums(row_max, row_sumexp, target_logit, loss_mask, rows, &loss, &mask);
+  *loss_sum += loss;
+  *mask_sum += mask;
+}
+void pinned_sum_squares(const float* x, int64_t n, double* sum, mt::backend::Stream) {
+  *sum += mt::kernels::cpu::cpu_ops(pinned_level).sum_squares(x, n);
+}
+void pinned_all_finite(const float* x, int64_t n, int32_t* finite, mt::backend::Stream) {
+  if (!mt::kernels::cpu::cpu_ops(pinned_level).all_finite(x, n)) *finite = 0;
+}
+
 // backend::cpu_ops() with every fused entry calling the kernels of `isa` directly.
 mt::backend::Ops pinned_table(CpuIsa isa) {
   pinned_level = isa;
@@ -225,13 +241,13 @@ mt::backend::Ops pinned_table(CpuIsa isa) {
   MT_PIN(xent_row_sumexp);
   MT_PIN(xent_target_logit);
   MT_PIN(xent_backward);
-  MT_PIN(xent_loss_sums);
+  table.xent_loss_sums = pinned_xent_loss_sums;
   MT_PIN(add_inplace);
   MT_PIN(scale_inplace);
   MT_PIN(bias_add);
   MT_PIN(bias_backward);
-  MT_PIN(sum_squares);
-  MT_PIN(all_finite);
+  table.sum_squares = pinned_sum_squares;
+  table.all_finite = pinned_all_finite;
   MT_PIN(dropout_forward);
   MT_PIN(dropout_backward);
   MT_PIN(adamw_update);

@@ -38,14 +38,20 @@ class WholeModel {
   }
   void refresh_gemm_weights() { weights_.refresh(params_); }
   LossSums forward_backward(const MicroBatch& batch, float dloss_scale, uint64_t iteration) {
-    const LossSums sums = stage_.forward(0, batch, nullptr, ForwardPass{iteration, true}).loss;
+    const LossSums sums = forward(batch, ForwardPass{iteration, true});
     stage_.backward(0, nullptr, dloss_scale);
     return sums;
   }
-  LossSums forward_loss(const MicroBatch& batch) {
-    return stage_.forward(0, batch, nullptr, ForwardPass{0, false}).loss;
-  }
+  LossSums forward_loss(const MicroBatch& batch) { return forward(batch, ForwardPass{0, false}); }
   int64_t activation_bytes() const { return stage_.activation_bytes(); }
+  // The stage's forward with its loss sums added to host doubles (the CPU table's memory).
+  LossSums forward(const MicroBatch& micro_batch, const ForwardPass& pass) {
+    double sums[2] = {0, 0};
+    MicroBatch batch = micro_batch;
+    batch.loss_sums = sums;
+    stage_.forward(0, batch, nullptr, pass);
+    return LossSums{sums[0], sums[1]};
+  }
   static int64_t planned_activation_bytes(const ModelConfig& config, Precision precision, RecomputeConfig recompute,
                                           int micro_batch_size, int layers) {
     return model::planned_activation_bytes(config, precision, recompute, micro_batch_size, layers);

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/tensor.h"
 #include "model/init.h"
 #include "model/layout.h"
 
@@ -125,17 +124,6 @@ TEST(Init, MegatronScheme) {
   EXPECT_EQ(p, again);
   initialize_parameters(layout, 8, again.data());
   EXPECT_NE(p, again);
-}
-
-TEST(Tensor, LayoutViewsPointIntoTheFlatBuffer) {
-  const ModelConfig c = preset("tiny-gpt");
-  const ParamLayout layout = build_layout(c);
-  std::vector<float> flat(static_cast<size_t>(layout.total_elements));
-  const auto& entry = layout.find("decoder.layers.1.mlp.linear_fc2.weight");
-  mt::Tensor w = layout.view(entry, flat.data());
-  EXPECT_EQ(w.shape(), (std::vector<int64_t>{64, 256}));
-  w.data<float>()[5] = 1.5f;
-  EXPECT_EQ(flat[static_cast<size_t>(entry.offset + 5)], 1.5f);
 }
 
 // --- layout v2: copies and grad-reduction groups, chunks, buckets ------------------------------

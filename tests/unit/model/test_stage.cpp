@@ -75,9 +75,11 @@ struct RankModel {
   }
   // Forward of slot `slot` through every chunk, activations handed over by hand: received in
   // place into the next stage's input buffer, or (in_place false) passed from a buffer of ours.
-  LossSums forward(int slot, const MicroBatch& batch, uint64_t iteration, bool in_place = true) {
+  LossSums forward(int slot, const MicroBatch& micro_batch, uint64_t iteration, bool in_place = true) {
     const float* activation = nullptr;
-    LossSums loss;
+    double sums[2] = {0, 0};  // the last stage adds to them (the CPU table's memory is the host's)
+    MicroBatch batch = micro_batch;
+    batch.loss_sums = sums;
     for (auto& stage : stages) {
       const float* input = activation;
       if (activation) {
@@ -92,9 +94,8 @@ struct RankModel {
       }
       const StageOutput out = stage->forward(slot, batch, input, ForwardPass{iteration, true});
       activation = out.activation;
-      if (stage->is_last()) loss = out.loss;
     }
-    return loss;
+    return LossSums{sums[0], sums[1]};
   }
   void backward(int slot, float dloss_scale) {
     const float* grad = nullptr;

@@ -79,7 +79,7 @@ TEST(Checkpointing, AResumedRunEqualsTheStraightRunBitForBit) {
     const std::string name = precision_name(precision);
     Trace straight;
     {
-      train::Trainer trainer(c, config(8, precision), *data);
+      train::Trainer trainer(c, config(8, precision), *data, backend::cpu_ops());
       run_steps(trainer, 8, straight);
     }
     if (precision == Precision::fp16) {
@@ -90,11 +90,11 @@ TEST(Checkpointing, AResumedRunEqualsTheStraightRunBitForBit) {
     Trace resumed;
     const std::string directory = dir.file(name);
     {
-      train::Trainer first(c, config(8, precision), *data);
+      train::Trainer first(c, config(8, precision), *data, backend::cpu_ops());
       run_steps(first, 4, resumed);
       train::save_checkpoint(directory, first, {});
     }
-    train::Trainer second(c, config(8, precision), *data);
+    train::Trainer second(c, config(8, precision), *data, backend::cpu_ops());
     const io::CheckpointReader checkpoint(io::checkpoint_path(directory, *io::read_tracker(directory)));
     train::load_checkpoint(checkpoint, second, {});
     EXPECT_EQ(second.iteration(), 4);
@@ -110,13 +110,13 @@ TEST(Checkpointing, FinetuneAndNoLoadOptimLoadWhatTheySay) {
   mt::testing::TempDir dir("mt_test_finetune");
   const model::ModelConfig c = tiny();
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
-  train::Trainer source(c, config(6, Precision::fp32), *data);
+  train::Trainer source(c, config(6, Precision::fp32), *data, backend::cpu_ops());
   for (int i = 0; i < 3; ++i) source.train_step();
   train::save_checkpoint(dir.path().string(), source, {});
   const io::CheckpointReader checkpoint(io::checkpoint_path(dir.path().string(), 3));
   const std::vector<float> params(source.parameters(), source.parameters() + source.layout().total_elements);
 
-  train::Trainer finetuned(c, config(6, Precision::fp32), *data);
+  train::Trainer finetuned(c, config(6, Precision::fp32), *data, backend::cpu_ops());
   train::LoadOptions finetune;
   finetune.finetune = true;
   train::load_checkpoint(checkpoint, finetuned, finetune);
@@ -125,7 +125,7 @@ TEST(Checkpointing, FinetuneAndNoLoadOptimLoadWhatTheySay) {
   EXPECT_EQ(finetuned.optimizer().steps(), 0);
   EXPECT_EQ(std::vector<float>(finetuned.parameters(), finetuned.parameters() + params.size()), params);
 
-  train::Trainer fresh_optimizer(c, config(6, Precision::fp32), *data);
+  train::Trainer fresh_optimizer(c, config(6, Precision::fp32), *data, backend::cpu_ops());
   train::LoadOptions no_optim;
   no_optim.optimizer = false;
   train::load_checkpoint(checkpoint, fresh_optimizer, no_optim);
@@ -133,7 +133,7 @@ TEST(Checkpointing, FinetuneAndNoLoadOptimLoadWhatTheySay) {
   EXPECT_EQ(fresh_optimizer.optimizer().steps(), 0);
   EXPECT_EQ(fresh_optimizer.optimizer().exp_avg()[0], 0.0f);
 
-  train::Trainer full(c, config(6, Precision::fp32), *data);
+  train::Trainer full(c, config(6, Precision::fp32), *data, backend::cpu_ops());
   train::load_checkpoint(checkpoint, full, {});
   EXPECT_EQ(full.optimizer().steps(), 3);
   EXPECT_EQ(full.optimizer().exp_avg()[0], source.optimizer().exp_avg()[0]);
@@ -143,7 +143,7 @@ TEST(Checkpointing, RefusesAnotherModelAndMissingState) {
   mt::testing::TempDir dir("mt_test_refuse");
   const model::ModelConfig c = tiny();
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
-  train::Trainer source(c, config(4, Precision::fp32), *data);
+  train::Trainer source(c, config(4, Precision::fp32), *data, backend::cpu_ops());
   source.train_step();
   train::SaveOptions without_optimizer;
   without_optimizer.optimizer = false;
@@ -155,12 +155,12 @@ TEST(Checkpointing, RefusesAnotherModelAndMissingState) {
 
   model::ModelConfig wider = c;
   wider.ffn_hidden_size = 64;
-  train::Trainer other(wider, config(4, Precision::fp32), *data);
+  train::Trainer other(wider, config(4, Precision::fp32), *data, backend::cpu_ops());
   EXPECT_NE(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("full.h5")), other, {}); })
                 .find("written for another model: ffn_hidden_size is 48 there, 64 in this run"),
             std::string::npos);
 
-  train::Trainer same(c, config(4, Precision::fp32), *data);
+  train::Trainer same(c, config(4, Precision::fp32), *data, backend::cpu_ops());
   EXPECT_NE(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("params_state.h5")), same, {}); })
                 .find("holds no optimizer state"),
             std::string::npos);

@@ -150,7 +150,7 @@ void compare(const std::string& name, Precision precision) {
   ASSERT_LT(golden_loss.back(), 0.7 * std::log(static_cast<double>(c.model.vocab_size))) << "goldens at chance";
 
   CycleData data(c.model, c.train.seed, c.data_cycle);
-  train::Trainer trainer(c.model, c.train, data);
+  train::Trainer trainer(c.model, c.train, data, backend::cpu_ops());
   const float* params = trainer.parameters();
   const std::vector<float> initial(params, params + trainer.layout().total_elements);
   if (precision == Precision::fp32) {
@@ -250,7 +250,7 @@ void compare_with_transformers(const std::string& name) {
   const std::string checkpoint = (dir.path() / "final.h5").string();
   {
     const auto mock = data::make_mock_data(c.model.vocab_size, c.model.seq_length, c.train.seed);
-    train::Trainer trainer(c.model, c.train, *mock);
+    train::Trainer trainer(c.model, c.train, *mock, backend::cpu_ops());
     while (trainer.iteration() < trainer.total_iterations()) trainer.train_step();
     train::SaveOptions save;
     save.optimizer = false;
@@ -258,7 +258,7 @@ void compare_with_transformers(const std::string& name) {
     train::save_checkpoint_file(checkpoint, trainer, save);
   }
   FixedTokens fixed(tokens, c.model.seq_length, c.model.vocab_size);
-  train::Trainer trainer(c.model, c.train, fixed);
+  train::Trainer trainer(c.model, c.train, fixed, backend::cpu_ops());
   train::LoadOptions load;
   load.finetune = true;
   train::load_checkpoint(io::CheckpointReader(checkpoint), trainer, load);

@@ -90,7 +90,7 @@ TEST(Supported, TheTrainerRefusesThroughTheList) {
   mt::train::TrainConfig train;
   train.train_iters = 1;
   try {
-    const mt::train::Trainer trainer(mtp, train, *data);
+    const mt::train::Trainer trainer(mtp, train, *data, mt::backend::cpu_ops());
     FAIL() << "a model with multi-token prediction was built";
   } catch (const mt::UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--mtp-num-layers 1: not supported yet", 0), 0u) << e.what();

@@ -53,7 +53,7 @@ class ValidationAsTraining : public data::SampleSource {
 double validation_loss(const model::ModelConfig& c, const train::TrainConfig& t, const data::SampleSource& data,
                        const float* params, int64_t first, int count) {
   ValidationAsTraining valid(data);
-  train::Trainer reader(c, t, valid);
+  train::Trainer reader(c, t, valid, backend::cpu_ops());
   std::copy(params, params + reader.layout().total_elements, reader.parameters());
   reader.parameters_changed();
   const int seq = c.seq_length;
@@ -95,7 +95,7 @@ TEST(MockData, DeterministicAndInVocabulary) {
 TEST(Trainer, LossDecreasesOnRepetitiveData) {
   const auto c = tiny();
   auto data = data::make_mock_data(4, c.seq_length, 1);  // 4 distinct tokens: easy to learn
-  train::Trainer trainer(c, quick(30), *data);
+  train::Trainer trainer(c, quick(30), *data, backend::cpu_ops());
   std::vector<double> losses;
   train::TrainObservers observers;
   observers.on_step = [&](const train::StepStats& s) { losses.push_back(s.lm_loss); };
@@ -109,7 +109,7 @@ TEST(Trainer, GradientAccumulationEqualsOneMicroBatch) {
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig accumulate = quick(3), single = quick(3);
   single.micro_batch_size = 4;
-  train::Trainer a(c, accumulate, *data), b(c, single, *data);
+  train::Trainer a(c, accumulate, *data, backend::cpu_ops()), b(c, single, *data, backend::cpu_ops());
   for (int i = 0; i < 3; ++i) {
     const auto sa = a.train_step();
     const auto sb = b.train_step();
@@ -127,7 +127,7 @@ TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   t.precision = Precision::fp16;
   t.initial_loss_scale = 1099511627776.0;  // 2^40: the scaled grads overflow fp16
   t.hysteresis = 1;
-  train::Trainer trainer(c, t, *data);
+  train::Trainer trainer(c, t, *data, backend::cpu_ops());
   const int64_t n = trainer.layout().total_elements;
   std::vector<float> before(trainer.parameters(), trainer.parameters() + n);
   const auto first = trainer.train_step();
@@ -138,7 +138,7 @@ TEST(Trainer, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   EXPECT_LT(second.loss_scale, first.loss_scale);
   // With a sane static scale fp16 trains.
   t.loss_scale = 1024;
-  train::Trainer fixed(c, t, *data);
+  train::Trainer fixed(c, t, *data, backend::cpu_ops());
   const auto step = fixed.train_step();
   EXPECT_FALSE(step.skipped);
   EXPECT_EQ(step.loss_scale, 1024);
@@ -151,7 +151,7 @@ TEST(Trainer, EvaluationIsTheLossOfTheValidationSamplesWalkedInOrder) {
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 5);
   train::TrainConfig t = quick(3);
   t.eval_iters = 3;  // 3 global batches of 4: validation samples 0..11, then 12..23
-  train::Trainer trainer(c, t, *data);
+  train::Trainer trainer(c, t, *data, backend::cpu_ops());
   for (int i = 0; i < 3; ++i) trainer.train_step();
   const train::EvalStats first = trainer.evaluate();
   const train::EvalStats second = trainer.evaluate();
@@ -172,7 +172,7 @@ TEST(Trainer, Issue11Case6NanIsFatalByDefaultAndCountedWhenTheCheckIsOff) {
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig t = quick(2);
   {
-    train::Trainer strict(c, t, *data);
+    train::Trainer strict(c, t, *data, backend::cpu_ops());
     try {
       strict.train_step();
       FAIL() << "a non-finite loss was accepted by default";
@@ -181,7 +181,7 @@ TEST(Trainer, Issue11Case6NanIsFatalByDefaultAndCountedWhenTheCheckIsOff) {
     }
   }
   t.check_for_nan_in_loss_and_grad = false;
-  train::Trainer lenient(c, t, *data);
+  train::Trainer lenient(c, t, *data, backend::cpu_ops());
   const auto s = lenient.train_step();
   EXPECT_TRUE(s.skipped);
   EXPECT_EQ(s.nan_iters, 1);
@@ -195,7 +195,7 @@ TEST(Trainer, RefusesAModelThatCannotFitBeforeAllocating) {
   t.micro_batch_size = 1;
   t.global_batch_size = 1;
   try {
-    train::Trainer trainer(c, t, *data);
+    train::Trainer trainer(c, t, *data, backend::cpu_ops());
     FAIL() << "a 70B model was accepted";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -209,21 +209,21 @@ TEST(Trainer, ValidatesBatchAndScheduleFlags) {
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
   train::TrainConfig t = quick(2);
   t.global_batch_size = 5;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
   t = quick(2);
   t.train_samples = 8;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
   t = quick(2);
   t.lr_warmup_iters = 5;
   t.lr_decay_style = optim::LrDecayStyle::cosine;
-  EXPECT_THROW(train::Trainer(c, t, *data), UsageError);
+  EXPECT_THROW(train::Trainer(c, t, *data, backend::cpu_ops()), UsageError);
 }
 
 // Issue 11 case 3: a stop request (a signal, in the tools) ends run() between steps.
 TEST(Trainer, Issue11Case3AStopRequestEndsTheRunBetweenSteps) {
   const auto c = tiny();
   auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
-  train::Trainer trainer(c, quick(5), *data);
+  train::Trainer trainer(c, quick(5), *data, backend::cpu_ops());
   int steps = 0;
   train::TrainObservers observers;
   observers.on_step = [&](const train::StepStats& s) {

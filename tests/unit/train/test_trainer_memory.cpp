@@ -18,7 +18,7 @@ TEST(TrainerMemory, TheLedgerCountsEveryBufferByCategory) {
     t.eval_iters = 0;
     t.precision = precision;
     auto data = data::make_mock_data(c.vocab_size, c.seq_length, 1);
-    train::Trainer trainer(c, t, *data);
+    train::Trainer trainer(c, t, *data, backend::cpu_ops());
     const train::StepStats s = trainer.train_step();
     const backend::MemoryLedger& memory = trainer.memory();
     using backend::MemoryCategory;
