@@ -202,7 +202,7 @@ TEST(DistributedOptimizer, ExpertBucketsReduceOverTheirOwnGroupBesideTheDenseOne
   parallel.expert_model_parallel_size = world;  // expert-DP 1: each rank updates its own experts
   parallel.use_distributed_optimizer = parallel.overlap_grad_reduce = parallel.overlap_param_gather = true;
   parallel.ddp_bucket_size = 3000;
-  const model::ParamLayout layout = model::lay_out(mt::testing::moe_declarations(), {model::ChunkBlocks{{0, 2, true, true}}},
+  const model::ParamLayout layout = model::lay_out(mt::testing::moe_declarations(), {model::ChunkBlocks{{0, 2, true, true}, {}, {}, {}}},
                                                    optim::DistributedOptimizer::bucket_options(parallel));
   const auto single = comm::make_single_communicator();
   const backend::Ops& ops = backend::cpu_ops();

@@ -191,7 +191,9 @@ TEST(LayoutV2, CopiesAndReduceGroupsOfGptAndLlamaAtTp124) {
               covered += shard.shard_extent;
             }
           }
-          if (!replicated && tp > 1) EXPECT_EQ(covered, e.global_shape[static_cast<size_t>(e.shard_dim)]);
+          if (!replicated && tp > 1) {
+            EXPECT_EQ(covered, e.global_shape[static_cast<size_t>(e.shard_dim)]);
+          }
         }
         // Whole heads and query groups per rank.
         const ParamEntry& q = ranks.back().find("decoder.layers.0.self_attention.linear_q.weight");
@@ -384,7 +386,7 @@ std::vector<DeclaredParam> moe_declarations() {
 }  // namespace
 
 TEST(LayoutV2, BucketsArePerReductionGroupAndPaddedToTheirGroupsMultiple) {
-  const std::vector<ChunkBlocks> chunks{ChunkBlocks{{0, 2, true, false}}, ChunkBlocks{{2, 3, false, true}}};
+  const std::vector<ChunkBlocks> chunks{ChunkBlocks{{0, 2, true, false}, {}, {}, {}}, ChunkBlocks{{2, 3, false, true}, {}, {}, {}}};
   BucketOptions options;
   options.bucket_elements = 2000;
   options.pad(DataParallelGroup::dense) = 384;   // as for DP x CP = 3
@@ -422,7 +424,9 @@ TEST(LayoutV2, BucketsArePerReductionGroupAndPaddedToTheirGroupsMultiple) {
     const GradBucket& previous = layout.buckets[b - 1];
     const GradBucket& bucket = layout.buckets[b];
     EXPECT_GE(bucket.begin, previous.padded_end);
-    if (bucket.chunk == previous.chunk) EXPECT_GE(bucket.group, previous.group) << b;
+    if (bucket.chunk == previous.chunk) {
+      EXPECT_GE(bucket.group, previous.group) << b;
+    }
   }
   EXPECT_EQ(layout.chunks[1].begin, layout.chunks[0].end);
   EXPECT_EQ(layout.chunks[0].end, layout.buckets[static_cast<size_t>(fc1.bucket)].padded_end);

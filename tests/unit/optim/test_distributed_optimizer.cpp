@@ -44,7 +44,7 @@ parallel::ParallelConfig moe_parallel(bool distributed_optimizer) {
 
 model::ParamLayout moe_layout(bool distributed_optimizer) {
   const model::ChunkSpec chunk{0, 2, true, true};
-  return model::lay_out(mt::testing::moe_declarations(), {model::ChunkBlocks{chunk}},
+  return model::lay_out(mt::testing::moe_declarations(), {model::ChunkBlocks{chunk, {}, {}, {}}},
                         DistributedOptimizer::bucket_options(moe_parallel(distributed_optimizer)));
 }
 
@@ -346,7 +346,7 @@ TEST(DistributedOptimizer, OneRankUpdatesEverythingAndWritesPrimaryCopiesOnly) {
   std::vector<model::DeclaredParam> declared = mt::testing::moe_declarations();
   declared.push_back(mt::testing::declared_tensor("embedding.word_embeddings.weight", {40, 24}, 2, 9));
   declared.back().entry.replica = 1;  // the head's tied copy
-  const model::ParamLayout layout = model::lay_out(declared, {model::ChunkBlocks{{0, 2, true, true}}},
+  const model::ParamLayout layout = model::lay_out(declared, {model::ChunkBlocks{{0, 2, true, true}, {}, {}, {}}},
                                                    DistributedOptimizer::bucket_options(moe_parallel(true)));
   auto single = comm::make_single_communicator();
   const backend::Ops& ops = backend::cpu_ops();
