@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <vector>
@@ -127,6 +128,15 @@ struct StageMemory {
   int64_t peak = 0;  // the high-water mark of the sum over categories
 };
 
+// One of Megatron's timers over a step: its name ("forward-backward"), its level (1 or 2), and
+// its elapsed milliseconds, the minimum and the maximum over the ranks that ran it.
+struct TimerReading {
+  std::string name;
+  int level = 1;
+  double min_ms = 0;
+  double max_ms = 0;
+};
+
 struct StepStats {
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
@@ -158,6 +168,11 @@ struct StepStats {
   // pipeline schedule: (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble.
   double compute_ms = 0;
   double pipeline_ms = 0;
+  // Megatron's timers at or below --timing-log-level (empty at level 0), in Megatron's order.
+  std::vector<TimerReading> timers;
+  // --log-params-norm and --log-num-zeros-in-grad: absent unless asked for.
+  std::optional<double> params_norm;
+  std::optional<int64_t> num_zeros;
 };
 
 struct EvalStats {
