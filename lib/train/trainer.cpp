@@ -692,7 +692,7 @@ bool Trainer::agree_to_stop() {
 }
 
 bool Trainer::agree_to_exit(const ExitConditions& exit) {
-  if (!exit.any() || iteration_ >= total_iters_) return false;  // the same on every rank
+  if (!exit.any()) return false;
   int reason = static_cast<int>(exit_reason(exit, iteration_, total_iters_, std::chrono::steady_clock::now()));
   if (exit.needs_agreement() && world_->size() > 1) world_->all_reduce(&reason, 1, DType::i32, comm::ReduceOp::max);
   stop_reason_ = static_cast<StopReason>(reason);
