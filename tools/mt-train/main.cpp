@@ -163,7 +163,7 @@ void define_plan_and_stop_flags(CLI::App& app, TrainOptions& o) {
       ->group(plan);
   mt::tools::add_flag(app, "--peak-device", o.dry.peak_device,
                       "A GPU of perf/peak.h's table (h100, h200, a100, a100-40gb, ...): with --dry-run each rank's "
-                      "memory is checked against its memory (without it: this host's); the dense peak MFU divides by")
+                      "memory is checked against its memory (without it: this host's); also the dense peak MFU divides by")
       ->group(plan);
   const auto* stops = "Planned stops (Megatron's; exit 75 when --save saved a checkpoint, else 0)";
   mt::tools::add_flag(app, "--exit-interval", o.exit.interval)->group(stops);
@@ -223,8 +223,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "(the check a run makes before it allocates) against --peak-device NAME's memory per GPU, or without it\n"
       "against this host's available memory shared by all N ranks (as mpirun -np N here would), and the data and\n"
       "--load paths that exist (the vocabulary they record; token ids are not scanned); a path that does not\n"
-      "exist yet is a warning. --device cuda is planned (memory against the GPU; the plan says the CUDA backend\n"
-      "is not built yet, which a real run refuses). stdout: one dry_run record (layout, per-rank memory,\n"
+      "exist yet is a warning. --device cuda is planned with --peak-device (the plan says the CUDA backend is\n"
+      "not built yet, which a real run refuses), so full-scale recipes check their own command line. stdout:\n"
+      "one dry_run record (layout, per-rank memory,\n"
       "verdict); exit 0 when it would run, 2 when not, with the reason on stderr. Nothing is written.\n"
       "Planned stops (Megatron's): --exit-interval N stops after an iteration that is a multiple of N,\n"
       "--exit-duration-in-mins M after the first iteration that ends more than M minutes (a fraction is\n"
@@ -757,7 +758,7 @@ int dry_run(mt::tools::ToolCli& cli, TrainOptions& o) {
   writer.write(record);
   writer.finish();
   if (!refusal.empty()) throw mt::Error(refusal, "", mt::ExitCode::usage);
-  mt::log::info("mt-train: --dry-run: the run fits " + std::to_string(world_size) + " ranks");
+  mt::log::info("mt-train: --dry-run: the run would run on " + std::to_string(world_size) + " ranks");
   return 0;
 }
 
