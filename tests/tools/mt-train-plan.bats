@@ -20,7 +20,7 @@ SMALL=(--model tiny-llama --num-layers 8 --hidden-size 64 --num-attention-heads 
        --global-batch-size 16 --train-iters 10 --mock-data)
 
 # LLaMA-3 70B at Megatron's parallelism guide's layout: TP4 PP4 CP2 on 64 GPUs, seq 8192, bf16, full
-# recompute (mt keeps fp32 activations: without recompute a rank needs 111 GiB).
+# recompute (mt keeps fp32 activations: without recompute a rank needs over 100 GiB).
 LLAMA70B=(--model llama3-70b --mock-data --seq-length 8192 --max-position-embeddings 8192 --bf16
           --tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --context-parallel-size 2
           --sequence-parallel --use-distributed-optimizer --micro-batch-size 1 --global-batch-size 128
@@ -59,6 +59,8 @@ record_is() { jq -e "$1" <<<"$out" >/dev/null || fail "jq '$1' is false for: $ou
   record_is '.memory.available_bytes == 80 * 1073741824 and .memory.ranks_sharing == 1 and .memory.estimate == "planned"'
   record_is '.memory.per_rank.total_bytes < .memory.available_bytes and .memory.per_rank.total_bytes > 40 * 1073741824'
   record_is '.peak_tflops == 989.5 and .model.parameters > 70e9'
+  # fp32 master weights and grads, and the bf16 copy GPU tensor cores take: weights = 1.5 x grads.
+  record_is '.memory.gemm_copy_of == "cuda (planned)" and .memory.per_rank.weights_bytes * 2 == .memory.per_rank.grads_bytes * 3'
   [[ "$err" == *"mt-train: --dry-run: --device cuda is planned, but the CUDA backend is not built yet: a run refuses it"* ]] || fail "$err"
   # On a 40 GB A100 the floor alone (weights, grads, optimizer) is over: the reason gives it, the
   # record the plan's figure per category.

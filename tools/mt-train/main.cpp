@@ -671,6 +671,25 @@ Record check_plan_inputs(const TrainOptions& o, RunPlan& plan) {
   return inputs;
 }
 
+// The op table a planned run's memory is counted for: the CPU's, or for --device cuda the CPU's
+// with the GEMM operands GPU tensor cores take (bf16 or fp16 bits, as mt-memreport models a
+// cluster), the CUDA table itself not being built yet. Only its gemm_operand_type is asked.
+const mt::backend::Ops& planning_ops(mt::tools::BackendDevice device) {
+  if (device == mt::tools::BackendDevice::cpu) return mt::backend::cpu_ops();
+  static const mt::backend::Ops cuda_plan = [] {
+    mt::backend::Ops ops = mt::backend::cpu_ops();
+    ops.name = "cuda (planned)";
+    ops.device = mt::backend::Device::cuda;
+    ops.gemm_operand_type = [](mt::Precision precision) {
+      return precision == mt::Precision::bf16 ? mt::DType::bf16
+             : precision == mt::Precision::fp16 ? mt::DType::f16
+                                                : mt::DType::f32;
+    };
+    return ops;
+  }();
+  return cuda_plan;
+}
+
 // Each rank's memory checked as a run checks it before it allocates (train::training_memory_options
 // into perf::check_training_memory): against --peak-device's memory per GPU (one rank per GPU), or
 // this host's available memory shared by all the ranks. Returns the record's memory part;
@@ -678,8 +697,8 @@ Record check_plan_inputs(const TrainOptions& o, RunPlan& plan) {
 Record check_plan_memory(const RunPlan& plan, const TrainOptions& o, int world_size, std::string& refusal) {
   const bool on_gpu = !o.dry.peak_device.empty();
   const int ranks_sharing = on_gpu ? 1 : world_size;
-  const mt::perf::MemoryOptions options =
-      mt::train::training_memory_options(plan.config, plan.parallel, ranks_sharing, mt::backend::cpu_ops());
+  const mt::perf::MemoryOptions options = mt::train::training_memory_options(
+      plan.config, plan.parallel, ranks_sharing, planning_ops(mt::tools::backend_device(o.device)));
   Record memory;
   int64_t available = 0;
   if (on_gpu) {
@@ -692,6 +711,7 @@ Record check_plan_memory(const RunPlan& plan, const TrainOptions& o, int world_s
   }
   memory["available_bytes"] = available;
   memory["ranks_sharing"] = ranks_sharing;
+  memory["gemm_copy_of"] = options.ops->name;
   const mt::perf::TrainingMemory floor = mt::perf::memory_floor(plan.model, options);
   const mt::perf::TrainingMemory rank = floor.overflow ? floor : mt::perf::planned_memory(plan.model, options);
   memory["estimate"] = floor.overflow ? "floor (beyond 64-bit counts)" : "planned";
