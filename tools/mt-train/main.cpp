@@ -1,6 +1,8 @@
 // mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, memory (per
 // pipeline stage), eval, ckpt and summary records on stdout (JSONL by default, led by the run
-// record), Megatron's log line on stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
+// record), Megatron's log line on stderr. With --dry-run --world-size N it only checks the run for
+// N ranks in this one process (no MPI) and prints its plan. Tested by tests/tools/mt-train.bats,
+// tests/tools/mt-train-plan.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
