@@ -222,3 +222,18 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
   [[ "$(trace "$TMP/straight.jsonl")" == "$(trace "$TMP/first.jsonl" "$TMP/second.jsonl")" ]] ||
     fail "$(diff <(trace "$TMP/straight.jsonl") <(trace "$TMP/first.jsonl" "$TMP/second.jsonl"))"
 }
+
+@test "issue24: the dry run's weights, grads and optimizer per rank are what the run allocates (CP 2 with the distributed optimizer)" {
+  command -v mpirun >/dev/null || skip "no mpirun"
+  local -a flags=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
+                  --train-iters 1 --eval-iters 0 --peak-tflops 1 --context-parallel-size 2 --use-distributed-optimizer)
+  run_split mt-train "${flags[@]}" --dry-run --world-size 2
+  [[ $status -eq 0 ]] || fail "$status $err"
+  local planned measured
+  planned="$(jq -c '.memory.per_rank | [.weights_bytes, .grads_bytes, .optim_bytes]' <<<"$out")"
+  # The optimizer's shards are over DP x CP: half the grads' elements, two fp32 moments each.
+  jq -e '.memory.per_rank.optim_bytes == .memory.per_rank.grads_bytes' <<<"$out" >/dev/null || fail "$planned"
+  timeout 120 mpirun -np 2 mt-train "${flags[@]}" >"$TMP/run.jsonl" 2>"$TMP/run.log" || fail "$(cat "$TMP/run.log")"
+  measured="$(jq -c -s '[.[] | select(.record == "memory")][0] | [.weights_bytes, .grads_bytes, .optim_bytes]' "$TMP/run.jsonl")"
+  [[ "$planned" == "$measured" ]] || fail "planned $planned, measured $measured"
+}
