@@ -103,10 +103,6 @@ void check_token_ids(const std::vector<mt::data::TokenDataset>& datasets, const 
   }
 }
 
-// Token datasets through a sample index: found in the cache directory under the md5 of its
-// parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
-// wait (a barrier on the control world), then every rank reads it. Sets the model's vocabulary
-// from the data unless --vocab-size.
 // The token data's config: the path flags, the sequence, the seed and Megatron's sample counts.
 mt::data::DataConfig token_data_config(const TrainOptions& o, const mt::train::TrainConfig& config,
                                        const mt::model::ModelConfig& model) {
@@ -134,6 +130,10 @@ std::string take_vocabulary(const TrainOptions& o, const std::vector<mt::data::T
   return "the preset " + o.model.preset + "'s";
 }
 
+// Token datasets through a sample index: found in the cache directory under the md5 of its
+// parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
+// wait (a barrier on the control world), then every rank reads it. Sets the model's vocabulary
+// from the data unless --vocab-size.
 std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
                                                         mt::model::ModelConfig& model, mt::comm::Communicator& world) {
   const mt::data::DataConfig data = token_data_config(o, config, model);
