@@ -36,6 +36,13 @@ int64_t saturate(Wide bytes, bool& overflow) {
   return static_cast<int64_t>(bytes);
 }
 
+// The ranks the distributed optimizer splits Adam's moments over: the grads' reduction group,
+// DP x CP (the trainer's optimizer shards over it); 1 without the distributed optimizer.
+int optimizer_shards(const parallel::ParallelConfig& parallel) {
+  if (!parallel.use_distributed_optimizer) return 1;
+  return std::max(1, parallel.data_parallel_size) * std::max(1, parallel.context_parallel_size);
+}
+
 int effective_recompute_layers(const model::ModelConfig& model, const MemoryOptions& options) {
   return std::clamp(options.recompute.num_layers, 1, std::max(1, model.num_layers));
 }
@@ -100,13 +107,12 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
       n * (always + full_sets * layer_set + kept_inputs * c + scratch_sets * (layer_set - c));
 
   // A rank holds at least 1/(TP x PP) of the parameters (its stage's TP shard; the largest stage
-  // holds at least the average), with the distributed optimizer at least 1/DP of that in Adam's
-  // moments, and at least 1/(TP x PP x CP) of the one-rank activations.
+  // holds at least the average), with the distributed optimizer at least 1/(DP x CP) of that in
+  // Adam's moments, and at least 1/(TP x PP x CP) of the one-rank activations.
   const Wide tp = static_cast<Wide>(std::max(1, options.parallel.tensor_model_parallel_size)) *
                   std::max(1, options.parallel.pipeline_model_parallel_size);
   const Wide activation_share = tp * std::max(1, options.parallel.context_parallel_size);
-  const Wide optimizer_share =
-      options.parallel.use_distributed_optimizer ? std::max(1, options.parallel.data_parallel_size) : 1;
+  const Wide optimizer_share = optimizer_shards(options.parallel);
   TrainingMemory floor;
   bool overflow = false;
   floor.weights = saturate(params / tp * (4 + copy), overflow);
@@ -129,7 +135,6 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
   const parallel::ParallelConfig& parallel = options.parallel;
   const int stages = std::max(1, parallel.pipeline_model_parallel_size);
   const int chunks = parallel.virtual_pipeline_size(model.num_layers);
-  const int data_parallel = std::max(1, parallel.data_parallel_size);
   const int micro_batches = static_cast<int>(std::max<int64_t>(1, options.staged_samples / options.micro_batch_size));
   const int64_t rows = static_cast<int64_t>(options.micro_batch_size) * model.seq_length /
                        std::max(1, parallel.context_parallel_size);
@@ -151,7 +156,7 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
     int64_t optimizer_elements = elements;
     if (parallel.use_distributed_optimizer) {
       optimizer_elements = 0;
-      for (const model::FlatRange& range : layout.data_parallel_shard(0, data_parallel)) {
+      for (const model::FlatRange& range : layout.data_parallel_shard(0, optimizer_shards(parallel))) {
         optimizer_elements += range.end - range.begin;
       }
     }

@@ -12,7 +12,7 @@
 //    arithmetic cannot overflow) and, in check_training_memory, only when the floor fits.
 // Under a parallel layout the figures are one rank's, each category the largest over the
 // pipeline stages (so an upper bound of any one rank's total): weights and grads of its stage's TP shard (the layout table of TP rank 0, with every model
-// chunk of the stage), Adam's moments of its DP shard with the distributed optimizer, and the
+// chunk of the stage), Adam's moments of its DP x CP shard with the distributed optimizer, and the
 // activations its stage allocates (TP-local widths, the residual stream split over TP under SP,
 // the sequence over CP, as many micro-batches as its pipeline schedule keeps in flight). The
 // check compares them times the ranks sharing the node with the node's available memory.

@@ -18,6 +18,7 @@ const std::vector<Device>& device_table() {
   static const std::vector<Device> table{
       {"v100-sxm", 15.7, 0, 125, 0, 32, 0.9, "NVIDIA Tesla V100 data sheet (2020)"},
       {"a100", 19.5, 156, 312, 0, 80, 2.039, "NVIDIA A100 Tensor Core GPU data sheet (2021), SXM 80GB"},
+      {"a100-40gb", 19.5, 156, 312, 0, 40, 1.555, "NVIDIA A100 Tensor Core GPU data sheet (2021), SXM 40GB"},
       {"h100-pcie", 51, 378, 756, 1513, 80, 2.0, "NVIDIA H100 Tensor Core GPU data sheet (2023), PCIe"},
       {"h100", 67, 494.5, 989.5, 1979, 80, 3.35, "NVIDIA H100 Tensor Core GPU data sheet (2023), SXM"},
       {"h200", 67, 494.5, 989.5, 1979, 141, 4.8, "NVIDIA H200 Tensor Core GPU data sheet (2024), SXM"},
@@ -37,6 +38,10 @@ const Device& find_device(const std::string& name) {
     known += (known.empty() ? "" : ", ") + device.name;
   }
   throw UsageError("device " + name, "unknown (" + known + "; or give --peak-tflops)");
+}
+
+int64_t device_memory_bytes(const Device& device) {
+  return static_cast<int64_t>(device.memory_gib * 1024 * 1024 * 1024);
 }
 
 double device_peak_flops(const Device& device, const std::string& dtype) {

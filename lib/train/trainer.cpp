@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -130,16 +131,24 @@ void Trainer::check_batch_shape() {
   config_.recompute.num_layers = std::min(config_.recompute.num_layers, model_config_.num_layers);
 }
 
-void Trainer::check_memory(int ranks_per_node) const {
+perf::MemoryOptions training_memory_options(const TrainConfig& config, const parallel::ParallelConfig& parallel,
+                                            int ranks_per_node, const backend::Ops& ops) {
+  const int dp = parallel.data_parallel_size;
+  const int global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size * dp;
   perf::MemoryOptions memory;
-  memory.precision = config_.precision;
-  memory.recompute = config_.recompute;
-  memory.micro_batch_size = config_.micro_batch_size;
-  memory.staged_samples = config_.global_batch_size / data_parallel_size_;
-  memory.parallel = parallel_config_;
+  memory.precision = config.precision;
+  memory.recompute = config.recompute;
+  memory.micro_batch_size = config.micro_batch_size;
+  memory.staged_samples = global / dp;
+  memory.parallel = parallel;
   memory.ranks_per_node = ranks_per_node;
-  memory.ops = &ops_;
-  perf::check_training_memory(model_config_, memory, perf::available_memory_bytes());
+  memory.ops = &ops;
+  return memory;
+}
+
+void Trainer::check_memory(int ranks_per_node) const {
+  perf::check_training_memory(model_config_, training_memory_options(config_, parallel_config_, ranks_per_node, ops_),
+                              perf::available_memory_bytes());
 }
 
 void Trainer::build_layout_and_schedules(const parallel::RankCoordinates& coordinates) {
@@ -678,7 +687,16 @@ void Trainer::gather_memory(StepStats& stats) const {
 bool Trainer::agree_to_stop() {
   int stop = stop_signal() != 0 ? 1 : 0;
   if (world_->size() > 1) world_->all_reduce(&stop, 1, DType::i32, comm::ReduceOp::max);
+  if (stop != 0) stop_reason_ = StopReason::signal;
   return stop != 0;
+}
+
+bool Trainer::agree_to_exit(const ExitConditions& exit) {
+  if (!exit.any()) return false;
+  int reason = static_cast<int>(exit_reason(exit, iteration_, total_iters_, std::chrono::steady_clock::now()));
+  if (exit.needs_agreement() && world_->size() > 1) world_->all_reduce(&reason, 1, DType::i32, comm::ReduceOp::max);
+  stop_reason_ = static_cast<StopReason>(reason);
+  return stop_reason_ != StopReason::none;
 }
 
 void Trainer::sum_over_data_parallel(double* values, int count) {
@@ -738,8 +756,9 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
 
 }  // namespace
 
-void Trainer::run(const TrainObservers& observers) {
+void Trainer::run(const TrainObservers& observers, const ExitConditions& exit) {
   stopped_ = false;
+  stop_reason_ = StopReason::none;
   while (iteration_ < total_iters_) {
     if (agree_to_stop()) {
       stopped_ = true;
@@ -763,6 +782,10 @@ void Trainer::run(const TrainObservers& observers) {
       }
     }
     if (observers.on_iteration_end) observers.on_iteration_end(iteration_);
+    if (agree_to_exit(exit)) {
+      stopped_ = true;
+      return;
+    }
   }
 }
 

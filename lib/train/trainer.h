@@ -74,7 +74,9 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_groups.h"
 #include "perf/flops.h"
+#include "perf/memory.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/exit_conditions.h"
 #include "train/pipeline_engine.h"
 
 namespace mt::train {
@@ -203,6 +205,12 @@ struct TrainerState {
 // the flag); the Trainer and train_config_from_json call it.
 void validate_train_config(const TrainConfig& config);
 
+// What perf::check_training_memory is given for a run of these configs on `ops`, `parallel` as
+// parallel::validate left it (a global batch of 0 is micro-batch x DP): the Trainer's check
+// before it allocates and mt-train --dry-run's are this one.
+perf::MemoryOptions training_memory_options(const TrainConfig& config, const parallel::ParallelConfig& parallel,
+                                            int ranks_per_node, const backend::Ops& ops);
+
 class Trainer {
  public:
   // Validates the configs, refuses a plan larger than the memory available to this node's ranks
@@ -242,9 +250,12 @@ class Trainer {
   comm::Communicator& world() const { return *world_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
-  // early, between steps, when a stop was requested (core/stop_request.h): stopped() is then true.
-  void run(const TrainObservers& observers);
+  // early, between steps, when a stop was requested (core/stop_request.h) or, after an
+  // iteration's on_iteration_end, when `exit` says so (train/exit_conditions.h): stopped() is
+  // then true and stop_reason() says why, the same on every rank.
+  void run(const TrainObservers& observers, const ExitConditions& exit = {});
   bool stopped() const { return stopped_; }
+  StopReason stop_reason() const { return stop_reason_; }
   StepStats train_step();
   EvalStats evaluate();
   // Logits over the real vocabulary of training samples [first_sample, first_sample + count),
@@ -313,6 +324,8 @@ class Trainer {
   void initialize_parameters();
   // Whether every rank stops before the next step: a stop request (signal) on any of them.
   bool agree_to_stop();
+  // Whether every rank stops after this iteration by `exit` (the duration agreed over the world).
+  bool agree_to_exit(const ExitConditions& exit);
   // Sums `values` over the data-parallel group (in place).
   void sum_over_data_parallel(double* values, int count);
   // Sums `values` over the pipeline group (in place): the loss from the last stage to all.
@@ -369,6 +382,7 @@ class Trainer {
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
   bool stopped_ = false;
+  StopReason stop_reason_ = StopReason::none;
   double flops_per_token_ = 0;
   std::unique_ptr<backend::StreamTimer> step_timer_;  // a step, from its start to its figures
   // Per-token arrays of `rows` tokens on the host.

@@ -293,6 +293,13 @@ const FlagSpec& flag_spec(std::string_view name) {
       // the backend (add_device_flag checks the value)
       text_flag("--device", "Backend to run on: cpu, or cuda (not built yet); a GPU model for peak figures is "
                             "--peak-device"),
+      // mt-train's plan and planned stops (issue 24)
+      toggle_flag("--dry-run", "Check the run for --world-size ranks in one process without MPI and print its plan "
+                               "(exit 0: it would run, 2: it would not)"),
+      integer_flag("--exit-interval", "Stop after an iteration that is a multiple of this, saving with --save "
+                                      "(Megatron's)", at_least(1)),
+      real_flag("--exit-duration-in-mins", "Stop after the first iteration that ends this many minutes after the "
+                                           "process started, saving with --save (Megatron's)", positive()),
       // the accounting tools (mt-mfu, mt-memreport)
       integer_flag("--world-size", "Ranks a launcher would start (the data-parallel size follows from it)", at_least(1)),
       text_flag("--from-log", "mt-train's JSONL records (- for stdin): the run's configs and its measured steps"),
@@ -339,8 +346,7 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
-      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--exit-interval",
-      "--exit-duration-in-mins", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
+      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
       "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
       "--use-checkpoint-args", "--qk-layernorm",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",

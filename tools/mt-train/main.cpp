@@ -1,6 +1,8 @@
 // mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, memory (per
 // pipeline stage), eval, ckpt and summary records on stdout (JSONL by default, led by the run
-// record), Megatron's log line on stderr. Tested by tests/tools/mt-train.bats and tests/tools/conventions.bats.
+// record), Megatron's log line on stderr. With --dry-run --world-size N it only checks the run for
+// N ranks in this one process (no MPI) and prints its plan. Tested by tests/tools/mt-train.bats,
+// tests/tools/mt-train-plan.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,17 +28,35 @@
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
 #include "perf/flops.h"
+#include "perf/memory.h"
+#include "perf/peak.h"
 #include "tools/common/flags.h"
 #include "tools/common/peak_source.h"
 #include "tools/common/signals.h"
 #include "tools/common/tool_main.h"
 #include "train/checkpointing.h"
+#include "train/exit_conditions.h"
 #include "train/supported.h"
 #include "train/trainer.h"
 
 namespace {
 
 using mt::tools::Record;
+
+// --dry-run and what it plans for: the world and the device whose memory each rank has
+// (--peak-device is also a real run's MFU peak).
+struct DryRunFlags {
+  bool enabled = false;
+  std::optional<int> world_size;
+  std::string peak_device;
+};
+
+// Megatron's planned stops; the duration counts from `process_started`.
+struct ExitFlags {
+  std::optional<int64_t> interval;
+  std::optional<double> duration_minutes;
+  std::chrono::steady_clock::time_point process_started = std::chrono::steady_clock::now();
+};
 
 // Flags as Megatron spells them (tools/common/flags.h); unset model flags keep the preset's value.
 struct TrainOptions {
@@ -51,6 +71,8 @@ struct TrainOptions {
   std::string byte_data;
   mt::data::LoaderOptions loader;
   std::string save_init, save_final;
+  DryRunFlags dry;
+  ExitFlags exit;
 };
 
 // The run record's model: the config's JSON plus what follows from it.
@@ -81,12 +103,9 @@ void check_token_ids(const std::vector<mt::data::TokenDataset>& datasets, const 
   }
 }
 
-// Token datasets through a sample index: found in the cache directory under the md5 of its
-// parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
-// wait (a barrier on the control world), then every rank reads it. Sets the model's vocabulary
-// from the data unless --vocab-size.
-std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
-                                                        mt::model::ModelConfig& model, mt::comm::Communicator& world) {
+// The token data's config: the path flags, the sequence, the seed and Megatron's sample counts.
+mt::data::DataConfig token_data_config(const TrainOptions& o, const mt::train::TrainConfig& config,
+                                       const mt::model::ModelConfig& model) {
   mt::data::DataConfig data;
   mt::tools::apply_data_path_flags(o.paths, data);
   data.seq_length = model.seq_length;
@@ -95,19 +114,32 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   data.num_samples = mt::data::megatron_num_samples(config.train_iters, config.train_samples, global,
                                                     config.eval_interval, config.eval_iters);
   mt::data::validate_data_config(data);
+  return data;
+}
+
+// The model's vocabulary unless --vocab-size: the one the datasets record, else the preset's.
+// Returns where it came from.
+std::string take_vocabulary(const TrainOptions& o, const std::vector<mt::data::TokenDataset>& datasets,
+                            mt::model::ModelConfig& model) {
+  if (o.model.vocab_size) return "--vocab-size";
+  if (const std::optional<int64_t> vocab = mt::tools::recorded_vocab_size(datasets)) {
+    model.vocab_size = *vocab;
+    return "recorded in the data";
+  }
+  if (o.model.preset.empty()) throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
+  return "the preset " + o.model.preset + "'s";
+}
+
+// Token datasets through a sample index: found in the cache directory under the md5 of its
+// parameters (stale ones refused), else built there. Under MPI rank 0 builds while the others
+// wait (a barrier on the control world), then every rank reads it. Sets the model's vocabulary
+// from the data unless --vocab-size.
+std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, const mt::train::TrainConfig& config,
+                                                        mt::model::ModelConfig& model, mt::comm::Communicator& world) {
+  const mt::data::DataConfig data = token_data_config(o, config, model);
   std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
   mt::data::loader_eod_id(datasets, o.loader);  // refuse EOD flags the data cannot serve before building
-  std::string vocabulary_source = "--vocab-size";
-  if (!o.model.vocab_size) {
-    if (const std::optional<int64_t> vocab = mt::tools::recorded_vocab_size(datasets)) {
-      model.vocab_size = *vocab;
-      vocabulary_source = "recorded in the data";
-    } else if (o.model.preset.empty()) {
-      throw mt::UsageError("--vocab-size", "needed: the token datasets (.bin/.idx) record none");
-    } else {
-      vocabulary_source = "the preset " + o.model.preset + "'s";
-    }
-  }
+  const std::string vocabulary_source = take_vocabulary(o, datasets, model);
   model.validate();
   check_token_ids(datasets, model, vocabulary_source);
   const std::string directory =
@@ -122,6 +154,22 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
   mt::log::info(std::string("mt-train: ") + (built ? "built sample index " : "using sample index ") + path);
   return std::make_unique<mt::data::GptSampleSource>(std::move(datasets), std::move(index), path, model.seq_length,
                                                      o.loader);
+}
+
+// --dry-run with its world and device, and Megatron's planned stops (issue 24).
+void define_plan_and_stop_flags(CLI::App& app, TrainOptions& o) {
+  const auto* plan = "Dry run (plan without training: one process, no MPI)";
+  mt::tools::add_flag(app, "--dry-run", o.dry.enabled)->group(plan);
+  mt::tools::add_flag(app, "--world-size", o.dry.world_size,
+                      "With --dry-run: the ranks the run would start (DP = world / (TP x CP x PP))")
+      ->group(plan);
+  mt::tools::add_flag(app, "--peak-device", o.dry.peak_device,
+                      "A GPU of perf/peak.h's table (h100, h200, a100, a100-40gb, ...): with --dry-run each rank's "
+                      "memory is checked against its memory (without it: this host's); also the dense peak MFU divides by")
+      ->group(plan);
+  const auto* stops = "Planned stops (Megatron's; exit 75 when --save saved a checkpoint, else 0)";
+  mt::tools::add_flag(app, "--exit-interval", o.exit.interval)->group(stops);
+  mt::tools::add_flag(app, "--exit-duration-in-mins", o.exit.duration_minutes)->group(stops);
 }
 
 void define(mt::tools::ToolCli& cli, TrainOptions& o) {
@@ -171,7 +219,22 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout; its step\n"
       "records carry compute_ms (the busiest rank's forward/backward compute) and pipeline_ms (the longest\n"
       "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble. EP is refused\n"
-      "(not built yet).");
+      "(not built yet).\n"
+      "Dry run: --dry-run --world-size N [flags] checks the run in one process, without MPI (no mpirun, no Slurm\n"
+      "allocation): every flag, the layout at N ranks (parallel::validate, as a run), the memory each rank needs\n"
+      "(the check a run makes before it allocates) against --peak-device NAME's memory per GPU, or without it\n"
+      "against this host's available memory shared by all N ranks (as mpirun -np N here would), and the data and\n"
+      "--load paths that exist (the vocabulary they record; token ids are not scanned); a path that does not\n"
+      "exist yet is a warning. --device cuda is planned with --peak-device (the plan says the CUDA backend is\n"
+      "not built yet, which a real run refuses), so full-scale recipes check their own command line. stdout:\n"
+      "one dry_run record (layout, per-rank memory,\n"
+      "verdict); exit 0 when it would run, 2 when not, with the reason on stderr. Nothing is written.\n"
+      "Planned stops (Megatron's): --exit-interval N stops after an iteration that is a multiple of N,\n"
+      "--exit-duration-in-mins M after the first iteration that ends more than M minutes (a fraction is\n"
+      "accepted) after the process started (any rank's clock: the ranks agree); neither at the run's last\n"
+      "iteration. With --save a checkpoint is saved (unless that iteration's --save-interval save was) and the\n"
+      "exit code is 75 (resumable: mt-launch requeues, --load resumes); without --save the exit code is 0 (as\n"
+      "Megatron's). The summary's stopped_by names the flag.");
   mt::tools::add_model_flags(app, o.model, "Model");
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");
@@ -189,6 +252,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_flag(app, "--save-final", o.save_final)->group(d);
   mt::tools::add_checkpoint_flags(app, o.checkpoint, "Checkpoints");
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
+  define_plan_and_stop_flags(app, o);
   cli.add_output_format(app);
 }
 
@@ -259,8 +323,9 @@ void check_data_flags(mt::tools::ToolCli& cli, const TrainOptions& o) {
   }
 }
 
-// The flags turned into the run's configs, refused by name where mt-train cannot run them.
-RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o) {
+// The flags turned into the run's configs for a world of `world_size` ranks, refused by name
+// where mt-train cannot run them.
+RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size) {
   RunPlan plan;
   plan.config = mt::tools::training_config(o.training);
   check_data_flags(cli, o);
@@ -275,7 +340,7 @@ RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o) {
   }
   plan.parallel = o.parallel;
   for (const std::string& warning :
-       mt::tools::validate_parallel(plan.parallel, plan.model, plan.config, mt::comm::MpiRuntime::size())) {
+       mt::tools::validate_parallel(plan.parallel, plan.model, plan.config, world_size)) {
     mt::log::warn("mt-train: " + warning);
   }
   check_checkpoint_flags(o.checkpoint);
@@ -474,8 +539,8 @@ class StepRecords {
   void at_run_end() { write_memory(last_); }
 
   // The summary: the last step's loss and counters, the median step after the first, the
-  // activation peak, and the signal that stopped the run (0: none).
-  void summary(const mt::train::Trainer& trainer, const RunPlan& plan, int world_size, int stop) {
+  // activation peak, and what stopped the run early (a signal's or a flag's name; null: none).
+  void summary(const mt::train::Trainer& trainer, const RunPlan& plan, int world_size, const Record& stopped_by) {
     std::vector<double> steady(step_ms_.begin() + (step_ms_.size() > 1 ? 1 : 0), step_ms_.end());
     std::sort(steady.begin(), steady.end());
     const double median_ms = steady.empty() ? 0 : steady[steady.size() / 2];
@@ -492,7 +557,7 @@ class StepRecords {
         {"mem_activations_peak_bytes", activation_peak_},
         {"skipped_iters", last_.skipped_iters},
         {"nan_iters", last_.nan_iters},
-        {"stopped_by", stop ? Record(mt::tools::signal_name(stop)) : Record(nullptr)}});
+        {"stopped_by", stopped_by}});
   }
 
  private:
@@ -519,25 +584,214 @@ class StepRecords {
   int64_t activation_peak_ = 0;
 };
 
-// The exit code of a run a signal stopped: 75 (EX_TEMPFAIL) when a checkpoint to resume from was
-// saved, so a batch system requeues the job (--save-final alone is not resumable), else 128 + it.
-int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
+// The log line of a run stopped early by `by` (a signal's name or a flag with its value).
+void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
   const std::string& save = o.checkpoint.save;
   const std::string wrote = save.empty() ? "" : "; saved a checkpoint in " + save + " (resume with --load)";
   if (rank0) {
-    mt::log::info("mt-train: stopped by " + mt::tools::signal_name(stop) + " after iteration " +
-                  std::to_string(trainer.iteration()) + " of " + std::to_string(trainer.total_iterations()) + wrote +
+    mt::log::info("mt-train: stopped by " + by + " after iteration " + std::to_string(trainer.iteration()) + " of " +
+                  std::to_string(trainer.total_iterations()) + wrote +
                   (o.save_final.empty() ? "" : "; wrote " + o.save_final));
   }
-  return save.empty() ? 128 + stop : 75;
+}
+
+// The exit code of a run a signal stopped: 75 (EX_TEMPFAIL) when a checkpoint to resume from was
+// saved, so a batch system requeues the job (--save-final alone is not resumable), else 128 + it.
+int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
+  log_stop(mt::tools::signal_name(stop), o, trainer, rank0);
+  return o.checkpoint.save.empty() ? 128 + stop : 75;
+}
+
+// Megatron's planned stops as the trainer takes them (none when the flags are not given).
+mt::train::ExitConditions exit_conditions(const ExitFlags& flags) {
+  mt::train::ExitConditions exit;
+  exit.interval = flags.interval.value_or(0);
+  exit.duration_minutes = flags.duration_minutes.value_or(0);
+  exit.started = flags.process_started;
+  return exit;
+}
+
+// The exit code of a run --exit-interval or --exit-duration-in-mins stopped: 75 when --save saved
+// a checkpoint to resume from (a launcher requeues, as after a signal), else 0 (Megatron's).
+int planned_stop_exit_code(mt::train::StopReason reason, const TrainOptions& o, const mt::train::Trainer& trainer,
+                           bool rank0) {
+  char value[32];
+  if (reason == mt::train::StopReason::exit_interval) {
+    std::snprintf(value, sizeof value, " %lld", static_cast<long long>(o.exit.interval.value_or(0)));
+  } else {
+    std::snprintf(value, sizeof value, " %g", o.exit.duration_minutes.value_or(0));
+  }
+  log_stop(mt::train::stop_reason_name(reason) + value, o, trainer, rank0);
+  return o.checkpoint.save.empty() ? 0 : 75;
+}
+
+// Flags that mean something only with --dry-run.
+void refuse_dry_run_flags(const TrainOptions& o) {
+  if (o.dry.world_size) {
+    throw mt::UsageError("--world-size", "applies to --dry-run only (a run's world is the launcher's: mpirun -np N)");
+  }
+}
+
+// ---- --dry-run: the run checked for --world-size ranks in this one process ----
+
+// Whether a token dataset's files exist (X.h5, or X.bin and X.idx).
+bool token_dataset_exists(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  return fs::exists(prefix + ".h5") || (fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx"));
+}
+
+// The input paths a dry run can check: those that exist are read as the run reads them (token
+// datasets opened, their recorded vocabulary taken, the EOD flags checked against them; token ids
+// are not scanned), each one that does not exist yet is a warning. Returns them with whether found.
+Record check_plan_inputs(const TrainOptions& o, RunPlan& plan) {
+  Record inputs = Record::array();
+  auto note = [&](const std::string& flag, const std::string& path, bool found, const std::string& otherwise) {
+    inputs.push_back(Record{{"flag", flag}, {"path", path}, {"found", found}});
+    if (!found) mt::log::warn("mt-train: --dry-run: " + flag + " " + path + " does not exist yet; " + otherwise);
+  };
+  if (o.paths.any()) {
+    const mt::data::DataConfig data = token_data_config(o, plan.config, plan.model);
+    bool all_found = true;
+    for (const std::string& prefix : mt::data::dataset_prefixes(data)) {
+      const bool found = token_dataset_exists(prefix);
+      note("token dataset", prefix, found, "not checked");
+      all_found = all_found && found;
+    }
+    if (all_found) {
+      const std::vector<mt::data::TokenDataset> datasets = mt::data::open_datasets(data);
+      mt::data::loader_eod_id(datasets, o.loader);
+      take_vocabulary(o, datasets, plan.model);
+    } else if (!o.model.vocab_size && o.model.preset.empty()) {
+      throw mt::UsageError("--vocab-size", "needed to plan: the token datasets that would record it do not exist yet");
+    }
+  }
+  if (!o.byte_data.empty()) note("--byte-data", o.byte_data, std::filesystem::exists(o.byte_data), "not checked");
+  if (!o.checkpoint.load.empty()) {
+    note("--load", o.checkpoint.load, mt::io::read_tracker(o.checkpoint.load).has_value(),
+         "a run would start from scratch");
+  }
+  return inputs;
+}
+
+// The op table a planned run's memory is counted for: the CPU's, or for --device cuda the CPU's
+// with the GEMM operands GPU tensor cores take (bf16 or fp16 bits, as mt-memreport models a
+// cluster), the CUDA table itself not being built yet. Only its gemm_operand_type is asked.
+const mt::backend::Ops& planning_ops(mt::tools::BackendDevice device) {
+  if (device == mt::tools::BackendDevice::cpu) return mt::backend::cpu_ops();
+  static const mt::backend::Ops cuda_plan = [] {
+    mt::backend::Ops ops = mt::backend::cpu_ops();
+    ops.name = "cuda (planned)";
+    ops.device = mt::backend::Device::cuda;
+    ops.gemm_operand_type = [](mt::Precision precision) {
+      return precision == mt::Precision::bf16 ? mt::DType::bf16
+             : precision == mt::Precision::fp16 ? mt::DType::f16
+                                                : mt::DType::f32;
+    };
+    return ops;
+  }();
+  return cuda_plan;
+}
+
+// Each rank's memory checked as a run checks it before it allocates (train::training_memory_options
+// into perf::check_training_memory): against --peak-device's memory per GPU (one rank per GPU), or
+// this host's available memory shared by all the ranks. Returns the record's memory part;
+// `refusal` gets the check's message when it does not fit.
+Record check_plan_memory(const RunPlan& plan, const TrainOptions& o, int world_size, std::string& refusal) {
+  const bool on_gpu = !o.dry.peak_device.empty();
+  const int ranks_sharing = on_gpu ? 1 : world_size;
+  const mt::perf::MemoryOptions options = mt::train::training_memory_options(
+      plan.config, plan.parallel, ranks_sharing, planning_ops(mt::tools::backend_device(o.device)));
+  Record memory;
+  int64_t available = 0;
+  if (on_gpu) {
+    const mt::perf::Device& gpu = mt::perf::find_device(o.dry.peak_device);
+    available = mt::perf::device_memory_bytes(gpu);
+    memory["checked_against"] = gpu.name + ": " + mt::perf::gib(available) + " per GPU (" + gpu.source + ")";
+  } else {
+    available = mt::perf::available_memory_bytes();
+    memory["checked_against"] = "this host's available memory";
+  }
+  memory["available_bytes"] = available;
+  memory["ranks_sharing"] = ranks_sharing;
+  memory["gemm_copy_of"] = options.ops->name;
+  const mt::perf::TrainingMemory floor = mt::perf::memory_floor(plan.model, options);
+  const mt::perf::TrainingMemory rank = floor.overflow ? floor : mt::perf::planned_memory(plan.model, options);
+  memory["estimate"] = floor.overflow ? "floor (beyond 64-bit counts)" : "planned";
+  memory["per_rank"] = Record{{"weights_bytes", rank.weights},         {"grads_bytes", rank.grads},
+                              {"optim_bytes", rank.optimizer},         {"activations_bytes", rank.activations},
+                              {"other_bytes", rank.other},             {"total_bytes", rank.total()}};
+  try {
+    mt::perf::check_training_memory(plan.model, options, available);
+  } catch (const mt::Error& e) {
+    refusal = e.what();
+  }
+  return memory;
+}
+
+// The plan's checks in the order a run makes them, each part of the record filled as it passes;
+// throws what a run would throw, or leaves the memory check's refusal in `refusal`.
+void plan_dry_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size, Record& record, std::string& refusal) {
+  RunPlan plan = plan_run(cli, o, world_size);
+  const mt::tools::BackendDevice backend = mt::tools::backend_device(o.device);
+  if (backend == mt::tools::BackendDevice::cuda && o.dry.peak_device.empty()) {
+    throw mt::UsageError("--device cuda", "--dry-run needs --peak-device NAME, the GPU whose memory each rank has");
+  }
+  record["inputs"] = check_plan_inputs(o, plan);
+  if (plan.model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be at least 1");
+  plan.model.validate();
+  mt::train::validate_train_config(plan.config);
+  record["model"] = model_record(plan.model);
+  record["parallel"] = mt::parallel::to_json(plan.parallel);
+  record["train"] = mt::train::to_json(plan.config);
+  record["precision"] = mt::precision_name(plan.config.precision);
+  record["device"] = backend == mt::tools::BackendDevice::cuda ? "cuda" : "cpu";
+  record["backend_built"] = backend == mt::tools::BackendDevice::cpu;
+  if (backend == mt::tools::BackendDevice::cuda) {
+    mt::log::warn("mt-train: --dry-run: --device cuda is planned, but the CUDA backend is not built yet: a run refuses it");
+  }
+  if (o.training.peak_tflops || !o.dry.peak_device.empty()) {
+    mt::tools::add_peak_fields(record, mt::tools::resolve_peak(o.training.peak_tflops, o.dry.peak_device,
+                                                               plan.config.precision, 1));
+  }
+  record["memory"] = check_plan_memory(plan, o, world_size, refusal);
+}
+
+// mt-train --dry-run --world-size N: one dry_run record on stdout (the run record's provenance,
+// the configs as a run would train them, the inputs found, each rank's memory, the verdict);
+// exit 0 when the run would run, else 2 with the reason on stderr. Needs no MPI and writes nothing.
+int dry_run(mt::tools::ToolCli& cli, TrainOptions& o) {
+  if (mt::comm::MpiRuntime::size() > 1) {
+    throw mt::UsageError("--dry-run", "plans in one process: start it without mpirun or srun");
+  }
+  if (!o.dry.world_size) throw mt::UsageError("--dry-run", "needs --world-size N, the ranks the run would start");
+  const int world_size = *o.dry.world_size;
+  Record record = mt::tools::run_record(cli);
+  record["record"] = "dry_run";
+  record["world_size"] = world_size;
+  std::string refusal;
+  try {
+    plan_dry_run(cli, o, world_size, record, refusal);
+  } catch (const mt::Error& e) {
+    refusal = e.what();
+  }
+  record["verdict"] = refusal.empty() ? "runs" : "refused";
+  record["reason"] = refusal.empty() ? Record(nullptr) : Record(refusal);
+  mt::tools::RecordWriter writer(cli.output_format(), stdout, true);
+  writer.write(record);
+  writer.finish();
+  if (!refusal.empty()) throw mt::Error(refusal, "", mt::ExitCode::usage);
+  mt::log::info("mt-train: --dry-run: the run would run on " + std::to_string(world_size) + " ranks");
+  return 0;
 }
 
 int run(mt::tools::ToolCli& cli, TrainOptions& o) {
+  if (o.dry.enabled) return dry_run(cli, o);
+  refuse_dry_run_flags(o);
   mt::comm::refuse_unformed_world();
   // The control world: the data index's barrier, the process groups, the agreed values below.
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const bool rank0 = world->rank() == 0;
-  RunPlan plan = plan_run(cli, o);
+  RunPlan plan = plan_run(cli, o, world->size());
   const mt::backend::Ops& ops = mt::backend::backend_ops(mt::tools::backend_device(o.device));  // the one table
   check_outputs_writable(o, rank0);
   // The checkpoint to resume from is opened first: its seed may be the run's, and the data is
@@ -549,7 +803,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // MFU against the dense peak of the cores used (the FMA probe) unless --peak-tflops gives one;
   // the GEMM rate is an efficiency beside it.
   const mt::tools::PeakSource peak =
-      mt::tools::resolve_peak(o.training.peak_tflops, "", plan.config.precision, mt::default_threads_per_rank());
+      mt::tools::resolve_peak(o.training.peak_tflops, o.dry.peak_device, plan.config.precision, mt::default_threads_per_rank());
   plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
   // data groups MPI on the table's stream) is made once, here.
@@ -583,7 +837,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // From here a signal stops the run after the current step, and what it was asked to write is
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
-  trainer.run(observers);
+  trainer.run(observers, exit_conditions(o.exit));
   records.at_run_end();
   checkpoints.at_run_end();
   if (!o.save_final.empty()) checkpoints.save_parameters(o.save_final);
@@ -591,9 +845,14 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // last step is agreed here, so every rank exits with the same code.
   int stop = mt::stop_signal();
   world->all_reduce(&stop, 1, mt::DType::i32, mt::comm::ReduceOp::max);
-  records.summary(trainer, plan, world->size(), stop);
+  const bool planned_stop = stop == 0 && trainer.stopped();  // by --exit-interval or --exit-duration-in-mins
+  const Record stopped_by = stop ? Record(mt::tools::signal_name(stop))
+                            : planned_stop ? Record(mt::train::stop_reason_name(trainer.stop_reason()))
+                                           : Record(nullptr);
+  records.summary(trainer, plan, world->size(), stopped_by);
   writer.finish();
-  return stop == 0 ? 0 : stopped_exit_code(stop, o, trainer, rank0);
+  if (stop != 0) return stopped_exit_code(stop, o, trainer, rank0);
+  return planned_stop ? planned_stop_exit_code(trainer.stop_reason(), o, trainer, rank0) : 0;
 }
 
 }  // namespace

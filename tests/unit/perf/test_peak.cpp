@@ -28,6 +28,16 @@ TEST(Peak, DeviceTableHoldsDensePeaks) {
   EXPECT_THROW(device_peak_flops(find_device("a100"), "int4"), mt::UsageError);
 }
 
+TEST(Peak, DeviceMemoryIsTheDataSheetsCapacityInGiB) {
+  // HBM stacks are sized in GiB: the "80GB" H100 SXM, "141GB" H200, A100 SXM 80GB and 40GB.
+  constexpr int64_t GiB = int64_t{1} << 30;
+  EXPECT_EQ(device_memory_bytes(find_device("h100")), 80 * GiB);
+  EXPECT_EQ(device_memory_bytes(find_device("h200")), 141 * GiB);
+  EXPECT_EQ(device_memory_bytes(find_device("a100")), 80 * GiB);
+  EXPECT_EQ(device_memory_bytes(find_device("a100-40gb")), 40 * GiB);
+  EXPECT_DOUBLE_EQ(device_peak_flops(find_device("a100-40gb"), "bf16"), 312e12);  // the same chip
+}
+
 TEST(Peak, ProbeCountsTheOperationsOfItsChains) {
   using mt::kernels::CpuIsa;
   using mt::kernels::cpu::ProbeArithmetic;
