@@ -340,7 +340,7 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
       "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--exit-interval",
-      "--exit-duration-in-mins", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
+      "--exit-duration-in-mins", "--wandb-project", "--no-position-embedding",
       "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
       "--use-checkpoint-args", "--qk-layernorm",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
