@@ -46,11 +46,14 @@ TINY=(--model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch
   [[ $status -eq 0 ]] || fail "$out $err"
 }
 
-@test "issue27: bad TensorBoard flags are refused by name" {
+@test "issue27: bad TensorBoard flags are refused by name, and so are its flags without --tensorboard-dir" {
   run_split mt-train "${TINY[@]}" --train-iters 1 --tensorboard-dir "$TMP/tb" --tensorboard-log-interval 0
   [[ $status -eq 2 && "$err" == *"--tensorboard-log-interval"* ]] || fail "$status: $err"
   run_split mt-train "${TINY[@]}" --train-iters 1 --tensorboard-dir "$TMP/tb" --tensorboard-queue-size 0
   [[ $status -eq 2 && "$err" == *"--tensorboard-queue-size"* ]] || fail "$status: $err"
+  run_split mt-train "${TINY[@]}" --train-iters 1 --log-timers-to-tensorboard
+  [[ $status -eq 2 && "$err" == *"--log-timers-to-tensorboard"*"--tensorboard-dir"* && $(line_count "$err") -eq 1 ]] ||
+    fail "a TensorBoard flag without --tensorboard-dir: $status: $err"
   touch "$TMP/file"
   run_split mt-train "${TINY[@]}" --train-iters 1 --tensorboard-dir "$TMP/file"
   [[ $status -ne 0 && "$(tail -n 1 <<<"$err")" == *"$TMP/file"*"cannot create"* ]] || fail "$status: $err"

@@ -138,42 +138,50 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
 void add_tensorboard_flags(CLI::App& app, TensorBoardFlags& flags) {
   mt::train::TensorBoardOptions& tb = flags.options;
   auto* g = "TensorBoard (event files written by the last rank, Megatron's scalar names)";
-  mt::tools::add_flag(app, mt::tools::text_flag("--tensorboard-dir", "Write TensorBoard event files to this directory"),
-                      tb.dir)
-      ->group(g);
+  // Each of the others means nothing without the directory: given alone it is a usage error.
+  CLI::Option* dir =
+      mt::tools::add_flag(app, mt::tools::text_flag("--tensorboard-dir", "Write TensorBoard event files to this directory"),
+                          tb.dir)
+          ->group(g);
   mt::tools::add_flag(app,
                       mt::tools::integer_flag("--tensorboard-log-interval",
                                               "Iterations between the step scalars (default 1)", mt::tools::at_least(1)),
                       tb.log_interval)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
   mt::tools::add_flag(app,
                       mt::tools::integer_flag("--tensorboard-queue-size",
                                               "Events held in memory before a write (also written every --log-interval "
                                               "iteration, before each checkpoint save and at the end; default 1000)",
                                               mt::tools::at_least(1)),
                       tb.queue_size)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
   mt::tools::add_flag(app,
                       mt::tools::toggle_flag("--log-timers-to-tensorboard",
                                              "Write iteration-time, <timer>-time and (with --log-throughput) "
                                              "throughput every --log-interval iterations"),
                       tb.log_timers)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
   mt::tools::add_flag(app,
                       mt::tools::toggle_flag("--log-memory-to-tensorboard",
                                              "Write the writer rank's mem-reserved-bytes, mem-allocated-bytes, "
                                              "mem-max-allocated-bytes and mem-allocated-count (README: which figures)"),
                       tb.log_memory)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
   mt::tools::add_flag(app,
                       mt::tools::toggle_flag("--log-validation-ppl-to-tensorboard",
                                              "Also write 'lm loss validation ppl' and its 'vs samples' pair"),
                       tb.log_validation_ppl)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
   mt::tools::add_flag(app,
                       mt::tools::toggle_flag("--no-log-loss-scale-to-tensorboard", "Leave out loss-scale and its pair"),
                       flags.no_log_loss_scale)
-      ->group(g);
+      ->group(g)
+      ->needs(dir);
 }
 
 void define(mt::tools::ToolCli& cli, TrainOptions& o) {
