@@ -462,8 +462,11 @@ class RunCheckpoints {
     record(mt::train::save_checkpoint(ck_.save, trainer_, options), ck_.no_save_optim ? "parameters+state" : "resumable");
     saved_iteration_ = trainer_.iteration();
   }
+  bool saves_after(int64_t iteration) const {
+    return !ck_.save.empty() && ck_.save_interval && iteration % *ck_.save_interval == 0;
+  }
   void at_iteration_end(int64_t iteration) {
-    if (!ck_.save.empty() && ck_.save_interval && iteration % *ck_.save_interval == 0) save_checkpoint();
+    if (saves_after(iteration)) save_checkpoint();
   }
   // At the end, and when a signal stopped the run: the checkpoint to resume from.
   void at_run_end() {
@@ -690,7 +693,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     if (rank0) mt::log::info(line);
   };
   observers.on_iteration_end = [&](int64_t iteration) {
-    tensorboard.flush();
+    if (checkpoints.saves_after(iteration)) tensorboard.flush();
     checkpoints.at_iteration_end(iteration);
   };
   // From here a signal stops the run after the current step, and what it was asked to write is
