@@ -102,8 +102,8 @@ wait_for_event_file() {
       >"$TMP/round.jsonl" 2>"$TMP/round.log" &
     PID=$!
     wait_for_event_file "$TMP/killed" "$files" "$PID"
-    # A moment of what is left to run (about the window's share of the iterations left).
-    delay_us=$(( (RANDOM * 32768 + RANDOM) % (window_us * (24 - latest) / 24 + 1) ))
+    # A moment of what is left to run (four fifths of the window's share of the iterations left).
+    delay_us=$(( (RANDOM * 32768 + RANDOM) % (window_us * (24 - latest) / 30 + 1) ))
     sleep "$(printf '%d.%06d' $((delay_us / 1000000)) $((delay_us % 1000000)))"
     kill -KILL "$PID" 2>/dev/null || true
     wait "$PID" || true
