@@ -15,8 +15,8 @@
 // --log-throughput, `throughput` (TFLOP/s per device over the same window). At each evaluation:
 // `lm loss validation` and its `vs samples` pair, with --log-validation-ppl-to-tensorboard also
 // `lm loss validation ppl` and its pair. Events wait in a queue of --tensorboard-queue-size and
-// are written when it is full, at each flush() (mt-train: every --log-interval iteration and
-// before each checkpoint save) and at the end.
+// are written when it is full, by step() at each log-block iteration (the run's first and every
+// --log-interval), at each flush() (mt-train: before each checkpoint save) and at the end.
 //
 // A resumed run writes a SessionLog START at the first iteration it runs: TensorBoard's reader
 // then drops the steps from there on that earlier files hold (a killed run's steps past its
