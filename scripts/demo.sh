@@ -7,7 +7,9 @@
 # HDF5 checkpoint; mt-mfu and mt-memreport read its records back (MFU, memory predicted against
 # measured); then the same model trains on 2 MPI ranks (data parallelism with the distributed
 # optimizer), which gives the one-rank run's losses; last, the one-rank run is stopped by a signal
-# after saving a checkpoint and resumed from it to the same losses. Outputs go to demo-out/.
+# after saving a checkpoint and resumed from it to the same losses; the one-rank run also writes
+# TensorBoard event files with Megatron's names, and mt-plot draws the runs' curves and the memory
+# report as SVGs. Outputs go to demo-out/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -32,11 +34,15 @@ BATCH=(--global-batch-size 32 --train-iters 300 --eval-interval 100 --eval-iters
 "$MT_BIN/mt-shard" build "${DATA[@]}" "${BATCH[@]}" --output "$OUT/index.h5" >"$OUT/shard.jsonl"
 "$MT_BIN/mt-shard" inspect "$OUT/index.h5" --json >"$OUT/inspect.json"
 
-# 5. Train a tiny GPT on those samples (mt-train finds the same index in its cache or builds it).
+# 5. Train a tiny GPT on those samples (mt-train finds the same index in its cache or builds it),
+#    with TensorBoard event files (tensorboard --logdir demo-out/tensorboard, from PyPI, shows them).
 TRAIN=(--model tiny-gpt "${DATA[@]}" "${BATCH[@]}" --micro-batch-size 16 --data-cache-path "$OUT/cache"
        --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 30 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0
        --log-interval 50)
-"$MT_BIN/mt-train" "${TRAIN[@]}" --save-final "$OUT/tiny-gpt.h5" >"$OUT/train.jsonl"
+rm -rf "$OUT/tensorboard"
+"$MT_BIN/mt-train" "${TRAIN[@]}" --save-final "$OUT/tiny-gpt.h5" --tensorboard-dir "$OUT/tensorboard" \
+  --log-timers-to-tensorboard --log-throughput --log-memory-to-tensorboard --log-validation-ppl-to-tensorboard \
+  >"$OUT/train.jsonl"
 
 # 6. The run's accounting from its own records: MFU per step against this CPU's FMA-probe peak, and
 #    the memory mt-memreport predicts beside what mt-train allocated.
@@ -62,6 +68,14 @@ wait "$TRAINING" || STOPPED=$?
 "$MT_BIN/mt-train" "${TRAIN[@]}" --save "$OUT/ckpt" --save-interval 100 --load "$OUT/ckpt" >"$OUT/train-resumed.jsonl" \
   2>"$OUT/train-resumed.log"
 
+# 9. Pictures without TensorBoard: the three runs' curves overlaid (the stopped run and its resumption
+#    as one), and the memory report's predicted and measured bytes as stacked bars.
+"$MT_BIN/mt-plot" training "$OUT/train.jsonl" "$OUT/train-dp2.jsonl" "$OUT/train-stopped.jsonl,$OUT/train-resumed.jsonl" \
+  --label "1 rank" --label "2 ranks (DP, distributed optimizer)" --label "stopped by SIGUSR1, resumed" \
+  --title "tiny GPT on tiny shakespeare" --output "$OUT/training.svg" >"$OUT/plot.jsonl"
+"$MT_BIN/mt-plot" memory "$OUT/memreport.jsonl" --title "tiny GPT: memory per rank" --output "$OUT/memory.svg" \
+  >>"$OUT/plot.jsonl"
+
 echo
 echo "mt demo: raw text to a trained tiny GPT"
 jq -r '"  tokenizer: \(.vocab_size)-token BPE learned from \(.text_bytes) bytes in \(.seconds * 100 | round / 100) s"' \
@@ -84,5 +98,7 @@ jq -r -s --argjson one "$(jq -s '[.[] | select(.record=="eval")][-1].lm_loss' "$
   ([.[] | select(.record == "ckpt" and .event == "load")][0].iteration) as $from | ([.[] | select(.record=="eval")][-1].lm_loss) as $loss
   | "  resumed with --load from iteration \($from): validation loss \($loss * 1000 | round / 1000) at the end, \(if $loss == $one then "bit for bit" else "NOT" end) the uninterrupted run'"'"'s"' \
   "$OUT/train-resumed.jsonl"
+echo "  TensorBoard: $(find "$OUT/tensorboard" -name 'events.out.tfevents.*' | wc -l) event file in $OUT/tensorboard; mt-plot: $OUT/training.svg, $OUT/memory.svg"
 echo "  files in $OUT: bpe/, shakespeare_text_document.{h5,bin,idx}, index.h5, train.jsonl, mfu.jsonl,"
-echo "    memreport.jsonl, tiny-gpt.h5, train-dp2.jsonl, ckpt/, train-stopped.jsonl, train-resumed.jsonl"
+echo "    memreport.jsonl, tiny-gpt.h5, train-dp2.jsonl, ckpt/, train-stopped.jsonl, train-resumed.jsonl,"
+echo "    tensorboard/, training.svg, memory.svg"

@@ -11,12 +11,14 @@ void MemoryLedger::add(MemoryCategory category, int64_t bytes) {
   peak_[i] = std::max(peak_[i], live_[i]);
   live_total_ += bytes;
   peak_total_ = std::max(peak_total_, live_total_);
+  ++live_count_;
   if (parent_) parent_->add(category, bytes);
 }
 
 void MemoryLedger::remove(MemoryCategory category, int64_t bytes) {
   live_[index(category)] -= bytes;
   live_total_ -= bytes;
+  --live_count_;
   if (parent_) parent_->remove(category, bytes);
 }
 

@@ -25,6 +25,7 @@ class MemoryLedger {
   int64_t peak(MemoryCategory category) const { return peak_[index(category)]; }
   int64_t live_total() const { return live_total_; }
   int64_t peak_total() const { return peak_total_; }  // high-water mark of the sum over categories
+  int64_t live_count() const { return live_count_; }  // buffers held (one add each)
 
  private:
   static int index(MemoryCategory category) { return static_cast<int>(category); }
@@ -34,6 +35,7 @@ class MemoryLedger {
   int64_t peak_[kMemoryCategories] = {};
   int64_t live_total_ = 0;
   int64_t peak_total_ = 0;
+  int64_t live_count_ = 0;
 };
 
 // Bytes a buffer of `count` elements of `T` takes: rounded up to 64 (every buffer is aligned).

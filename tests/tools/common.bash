@@ -4,7 +4,7 @@
 MT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$MT_ROOT/build/bin}"
 MT_TEST_BIN="${MT_TEST_BIN:-$MT_BIN/../tests}"
-MT_TOOLS=(mt-tokenize mt-shard mt-train mt-ckpt mt-mfu mt-memreport)
+MT_TOOLS=(mt-tokenize mt-shard mt-train mt-ckpt mt-mfu mt-memreport mt-plot)
 export PATH="$MT_BIN:$PATH"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1

@@ -23,7 +23,7 @@ ckpt_fixture() {
     --save "$FIXTURES/ck" >/dev/null 2>&1
 }
 
-# A tool's data invocation: prints records on stdout. Every tool has one ("all six tools are
+# A tool's data invocation: prints records on stdout. Every tool has one ("all seven tools are
 # built" checks it), so a tool added later must add its own here.
 json_invocation() {
   case "$1" in
@@ -32,12 +32,14 @@ json_invocation() {
     mt-ckpt) ckpt_fixture && echo "mt-ckpt inspect $FIXTURES/ck" ;;
     mt-mfu) echo "mt-mfu --model tiny-gpt --step-time 0.01 --peak-tflops 1" ;;
     mt-memreport) echo "mt-memreport --model tiny-gpt" ;;
+    mt-plot) printf '{"record":"step","iteration":1,"lm_loss":4.5,"lr":0.001,"grad_norm":1,"tokens_per_s":100}\n' \
+      >"$FIXTURES/steps.jsonl" && echo "mt-plot training $FIXTURES/steps.jsonl --output $FIXTURES/plot.svg" ;;
     mt-tokenize) echo "mt-tokenize --input $MT_ROOT/data/corpus/edge_cases.jsonl --tokenizer-type GPT2BPETokenizer --vocab-file $MT_ROOT/data/tokenizers/gpt2/encoder.json --merge-file $MT_ROOT/data/tokenizers/gpt2/vocab.bpe --output-prefix $FIXTURES/tok --log-interval 0" ;;
     *) echo "" ;;
   esac
 }
 
-@test "all six tools are built" {
+@test "all seven tools are built" {
   for tool in "${MT_TOOLS[@]}"; do
     [[ -x "$MT_BIN/$tool" ]] || fail "$tool missing from $MT_BIN"
     [[ -n "$(json_invocation "$tool")" ]] || fail "$tool has no data invocation in conventions.bats"

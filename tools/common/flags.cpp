@@ -346,7 +346,7 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
-      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--tensorboard-dir", "--wandb-project", "--no-position-embedding",
+      "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--wandb-project", "--no-position-embedding",
       "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
       "--use-checkpoint-args", "--qk-layernorm",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",

@@ -37,6 +37,7 @@
 #include "train/checkpointing.h"
 #include "train/exit_conditions.h"
 #include "train/supported.h"
+#include "train/tensorboard_log.h"
 #include "train/trainer.h"
 
 namespace {
@@ -58,6 +59,13 @@ struct ExitFlags {
   std::chrono::steady_clock::time_point process_started = std::chrono::steady_clock::now();
 };
 
+// Megatron's TensorBoard flags; the options take --log-interval and --log-throughput from the
+// training flags once parsed (TensorBoardEvents).
+struct TensorBoardFlags {
+  mt::train::TensorBoardOptions options;  // dir empty: no event files
+  bool no_log_loss_scale = false;
+};
+
 // Flags as Megatron spells them (tools/common/flags.h); unset model flags keep the preset's value.
 struct TrainOptions {
   mt::tools::ModelFlags model;
@@ -73,6 +81,7 @@ struct TrainOptions {
   std::string save_init, save_final;
   DryRunFlags dry;
   ExitFlags exit;
+  TensorBoardFlags tensorboard;
 };
 
 // The run record's model: the config's JSON plus what follows from it.
@@ -172,6 +181,57 @@ void define_plan_and_stop_flags(CLI::App& app, TrainOptions& o) {
   mt::tools::add_flag(app, "--exit-duration-in-mins", o.exit.duration_minutes)->group(stops);
 }
 
+// Megatron's TensorBoard flags (--log-throughput and --log-interval, which also gate scalars, are
+// training flags).
+void add_tensorboard_flags(CLI::App& app, TensorBoardFlags& flags) {
+  mt::train::TensorBoardOptions& tb = flags.options;
+  auto* g = "TensorBoard (event files written by the last rank, Megatron's scalar names)";
+  // Each of the others means nothing without the directory: given alone it is a usage error.
+  CLI::Option* dir =
+      mt::tools::add_flag(app, mt::tools::text_flag("--tensorboard-dir", "Write TensorBoard event files to this directory"),
+                          tb.dir)
+          ->group(g);
+  mt::tools::add_flag(app,
+                      mt::tools::integer_flag("--tensorboard-log-interval",
+                                              "Iterations between the step scalars (default 1)", mt::tools::at_least(1)),
+                      tb.log_interval)
+      ->group(g)
+      ->needs(dir);
+  mt::tools::add_flag(app,
+                      mt::tools::integer_flag("--tensorboard-queue-size",
+                                              "Events held in memory before a write (also written every --log-interval "
+                                              "iteration, before each checkpoint save and at the end; default 1000)",
+                                              mt::tools::at_least(1)),
+                      tb.queue_size)
+      ->group(g)
+      ->needs(dir);
+  mt::tools::add_flag(app,
+                      mt::tools::toggle_flag("--log-timers-to-tensorboard",
+                                             "Write iteration-time, <timer>-time and (with --log-throughput) "
+                                             "throughput every --log-interval iterations"),
+                      tb.log_timers)
+      ->group(g)
+      ->needs(dir);
+  mt::tools::add_flag(app,
+                      mt::tools::toggle_flag("--log-memory-to-tensorboard",
+                                             "Write the writer rank's mem-reserved-bytes, mem-allocated-bytes, "
+                                             "mem-max-allocated-bytes and mem-allocated-count (README: which figures)"),
+                      tb.log_memory)
+      ->group(g)
+      ->needs(dir);
+  mt::tools::add_flag(app,
+                      mt::tools::toggle_flag("--log-validation-ppl-to-tensorboard",
+                                             "Also write 'lm loss validation ppl' and its 'vs samples' pair"),
+                      tb.log_validation_ppl)
+      ->group(g)
+      ->needs(dir);
+  mt::tools::add_flag(app,
+                      mt::tools::toggle_flag("--no-log-loss-scale-to-tensorboard", "Leave out loss-scale and its pair"),
+                      flags.no_log_loss_scale)
+      ->group(g)
+      ->needs(dir);
+}
+
 void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   CLI::App& app = cli.app();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: the last one wins
@@ -253,6 +313,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_checkpoint_flags(app, o.checkpoint, "Checkpoints");
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
   define_plan_and_stop_flags(app, o);
+  add_tensorboard_flags(app, o.tensorboard);
   cli.add_output_format(app);
 }
 
@@ -466,8 +527,11 @@ class RunCheckpoints {
     record(mt::train::save_checkpoint(ck_.save, trainer_, options), ck_.no_save_optim ? "parameters+state" : "resumable");
     saved_iteration_ = trainer_.iteration();
   }
+  bool saves_after(int64_t iteration) const {
+    return !ck_.save.empty() && ck_.save_interval && iteration % *ck_.save_interval == 0;
+  }
   void at_iteration_end(int64_t iteration) {
-    if (!ck_.save.empty() && ck_.save_interval && iteration % *ck_.save_interval == 0) save_checkpoint();
+    if (saves_after(iteration)) save_checkpoint();
   }
   // At the end, and when a signal stopped the run: the checkpoint to resume from.
   void at_run_end() {
@@ -582,6 +646,48 @@ class StepRecords {
   std::vector<double> step_ms_;
   mt::train::StepStats last_;
   int64_t activation_peak_ = 0;
+};
+
+// The TensorBoard event files of --tensorboard-dir, written by the last rank as Megatron's are
+// (train/tensorboard_log.h); nothing on the other ranks or without the flag. Each run starts with a
+// SessionLog START at its first iteration, so a rerun or resume into the same directory reads as
+// one straight run.
+class TensorBoardEvents {
+ public:
+  TensorBoardEvents(const TensorBoardFlags& flags, const mt::train::TrainConfig& config, const mt::train::Trainer& trainer,
+                    bool writer_rank) {
+    if (flags.options.dir.empty() || !writer_rank) return;
+    mt::train::TensorBoardOptions options = flags.options;
+    options.timers_interval = config.log_interval;
+    options.log_throughput = config.log_throughput;
+    options.log_loss_scale = !flags.no_log_loss_scale;
+    log_ = std::make_unique<mt::train::TensorBoardLog>(options, [&trainer] { return allocator_memory(trainer.memory()); });
+    log_->resume(trainer.iteration(), trainer.consumed_samples());
+    mt::log::info("mt-train: TensorBoard events in " + log_->path());
+  }
+  void step(const mt::train::StepStats& s) {
+    if (log_) log_->step(s);
+  }
+  void eval(const mt::train::EvalStats& e) {
+    if (log_) log_->eval(e);
+  }
+  // Before a checkpoint save, so a run killed after it resumes with every earlier event on disk.
+  void flush() {
+    if (log_) log_->flush();
+  }
+
+ private:
+  // mt keeps no allocator cache: what is reserved is what is allocated.
+  static mt::train::AllocatorMemory allocator_memory(const mt::backend::MemoryLedger& ledger) {
+    mt::train::AllocatorMemory m;
+    m.reserved_bytes = ledger.live_total();
+    m.allocated_bytes = ledger.live_total();
+    m.max_allocated_bytes = ledger.peak_total();
+    m.allocated_count = ledger.live_count();
+    return m;
+  }
+
+  std::unique_ptr<mt::train::TensorBoardLog> log_;
 };
 
 // The log line of a run stopped early by `by` (a signal's name or a flag with its value).
@@ -827,17 +933,28 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (!o.save_init.empty()) checkpoints.save_parameters(o.save_init);
 
   StepRecords records(writer);
+  TensorBoardEvents tensorboard(o.tensorboard, plan.config, trainer, world->rank() == world->size() - 1);
   mt::train::TrainObservers observers;
-  observers.on_step = [&](const mt::train::StepStats& s) { records.step(s); };
-  observers.on_eval = [&](const mt::train::EvalStats& e) { records.eval(e); };
+  observers.on_step = [&](const mt::train::StepStats& s) {
+    records.step(s);
+    tensorboard.step(s);
+  };
+  observers.on_eval = [&](const mt::train::EvalStats& e) {
+    records.eval(e);
+    tensorboard.eval(e);
+  };
   observers.on_log_line = [rank0](const std::string& line) {
     if (rank0) mt::log::info(line);
   };
-  observers.on_iteration_end = [&](int64_t iteration) { checkpoints.at_iteration_end(iteration); };
+  observers.on_iteration_end = [&](int64_t iteration) {
+    if (checkpoints.saves_after(iteration)) tensorboard.flush();
+    checkpoints.at_iteration_end(iteration);
+  };
   // From here a signal stops the run after the current step, and what it was asked to write is
   // written; a second signal exits at once.
   mt::tools::handle_signals("mt-train", mt::tools::SignalMode::graceful);
   trainer.run(observers, exit_conditions(o.exit));
+  tensorboard.flush();
   records.at_run_end();
   checkpoints.at_run_end();
   if (!o.save_final.empty()) checkpoints.save_parameters(o.save_final);
