@@ -26,6 +26,7 @@ PACKAGES=(
   libsimdjson-dev                                          # mt-tokenize's JSONL parser (GB/s)
   libgtest-dev bats bats-support bats-assert jq            # tests
   python3-numpy python3-h5py                               # test oracles read mt's files
+  python3-sentencepiece sentencepiece                      # SentencePiece oracle and trainer (tests/golden/sentencepiece), spm_encode (bench)
 )
 
 install_missing() {
