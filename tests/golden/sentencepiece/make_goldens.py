@@ -8,7 +8,7 @@ one record a line:
       its lone surrogate already replaced, and the tokenizer goldens' own cases): full ids, and
       decode(ids)
   {"model", "set": "random_NN", "first", "count", "tokens", "ids_fnv", "decoded_fnv"}
-      the 10,000 random strings of tests/golden/tokenizer/random_00..03.jsonl in blocks of 100
+      the 10,000 random strings of the tokenizer goldens (random_00.jsonl .. random_03.jsonl) in blocks of 100
   {"model", "set": "<file>", "first", "count", ...}  the corpus files line by line in blocks of
       1,000 lines (each line without its "\n"), and {"set": "<file>", "first": -1, ...} the whole
       file as one text; files: data/demo/tinyshakespeare.txt, data/corpus/war_and_peace_pg2600.txt
