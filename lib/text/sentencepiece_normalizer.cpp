@@ -120,6 +120,9 @@ SentencePieceNormalizer::SentencePieceNormalizer(const SentencePieceNormalizerSp
 // sentencepiece's Normalizer::NormalizePrefix: a user-defined symbol as it is, else the longest
 // charsmap rule, else one character (a malformed byte: U+FFFD for that byte).
 std::pair<size_t, std::string_view> SentencePieceNormalizer::normalize_prefix(std::string_view text) const {
+  if (static_cast<unsigned char>(text[0]) < 0x80 && charsmap_.empty() && user_symbols_.empty()) {
+    return {1, text.substr(0, 1)};  // the identity rule on ASCII
+  }
   if (size_t length = user_symbols_.match(text); length > 0) return {length, text.substr(0, length)};
   if (auto [length, replacement] = charsmap_.longest_match(text); length > 0) return {length, replacement};
   const size_t length = valid_utf8_length(text);

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -43,13 +44,24 @@ std::string byte_piece(int byte) {
   return buffer;
 }
 
-// Per-thread cache of a word's ids for the last tokenizer a thread used.
-struct WordCache {
-  uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, ViewHash, std::equal_to<>> ids;
+// Per-thread cache of a word's ids for the last tokenizer a thread used: direct-mapped slots of
+// one cache line each, holding words of up to 22 bytes that give up to 8 ids (most words; longer
+// ones are encoded each time). One memory access per lookup, where a node-based map takes three.
+struct WordSlot {
+  uint64_t hash = 0;
+  uint8_t length = 0;  // 0: empty
+  uint8_t count = 0;
+  char word[22];
+  int32_t ids[8];
 };
-constexpr size_t kMaxCachedWords = size_t{1} << 18;
-constexpr size_t kMaxCachedWordBytes = 64;
+static_assert(sizeof(WordSlot) == 64);
+struct WordCache {
+  static constexpr size_t kSlots = size_t{1} << 15;  // 2 MiB a thread
+  uint64_t owner = 0;
+  std::vector<WordSlot> slots;
+};
+constexpr size_t kMaxCachedWordBytes = sizeof(WordSlot::word);
+constexpr size_t kMaxCachedWordIds = sizeof(WordSlot::ids) / sizeof(int32_t);
 std::atomic<uint64_t> next_cache_owner{1};
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -217,7 +229,7 @@ void SentencePieceTokenizer::encode_normalized(std::string_view normalized, std:
   }
   thread_local WordCache cache;
   if (cache.owner != cache_owner_) {
-    cache.ids.clear();
+    cache.slots.assign(WordCache::kSlots, WordSlot{});
     cache.owner = cache_owner_;
   }
   size_t begin = 0;
@@ -235,14 +247,22 @@ void SentencePieceTokenizer::encode_normalized(std::string_view normalized, std:
       append_collapsing_unknown(word_ids, out, previous_unknown);
       continue;
     }
-    auto it = cache.ids.find(word);
-    if (it == cache.ids.end()) {
-      if (cache.ids.size() >= kMaxCachedWords) cache.ids.clear();
-      std::vector<int32_t> ids;
-      encode_word(word, ids);
-      it = cache.ids.emplace(std::string(word), std::move(ids)).first;
+    const uint64_t hash = std::hash<std::string_view>{}(word);
+    WordSlot& slot = cache.slots[hash & (WordCache::kSlots - 1)];
+    if (slot.hash == hash && slot.length == word.size() && std::memcmp(slot.word, word.data(), word.size()) == 0) {
+      append_collapsing_unknown(std::span<const int32_t>(slot.ids, slot.count), out, previous_unknown);
+      continue;
     }
-    append_collapsing_unknown(it->second, out, previous_unknown);
+    word_ids.clear();
+    encode_word(word, word_ids);
+    if (word_ids.size() <= kMaxCachedWordIds) {
+      slot.hash = hash;
+      slot.length = static_cast<uint8_t>(word.size());
+      slot.count = static_cast<uint8_t>(word_ids.size());
+      std::memcpy(slot.word, word.data(), word.size());
+      std::copy(word_ids.begin(), word_ids.end(), slot.ids);
+    }
+    append_collapsing_unknown(word_ids, out, previous_unknown);
   }
 }
 
