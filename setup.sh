@@ -27,6 +27,7 @@ PACKAGES=(
   libgtest-dev bats bats-support bats-assert jq            # tests
   python3-numpy python3-h5py                               # test oracles read mt's files
   python3-protobuf                                         # the TensorBoard event files' test reader
+  python3-sentencepiece sentencepiece                      # SentencePiece oracle and trainer (tests/golden/sentencepiece), spm_encode (bench)
 )
 
 install_missing() {

@@ -16,6 +16,7 @@
 #include "core/input_file.h"
 #include "text/bpe_model.h"
 #include "text/pretokenize.h"
+#include "text/sentencepiece_tokenizer.h"
 #include "text/unicode.h"
 
 namespace mt::text {
@@ -823,6 +824,18 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   return make_tokenizer(std::move(spec), std::move(model));
 }
 
+// ---- SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer: a .model file ----------------
+
+std::unique_ptr<Tokenizer> load_sentencepiece(const TokenizerOptions& options) {
+  require_option(options.tokenizer_model, "--tokenizer-model", options.type);
+  const std::string& path = options.tokenizer_model;
+  std::string bytes = read_input_file(path, "--tokenizer-model");
+  Fnv1a64 hash;
+  hash.add(options.type);
+  hash.add(bytes);
+  return make_sentencepiece_tokenizer(options.type, path, bytes, hash.hex());
+}
+
 }  // namespace
 
 void Tokenizer::encode_sequence(std::string_view text, std::vector<int32_t>& out, bool allow_special) const {
@@ -839,7 +852,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
   if (options.type == "GPT2BPETokenizer") return load_gpt2(options);
   if (options.type == "TikTokenizer") return load_tiktoken(options);
   if (options.type == "HuggingFaceTokenizer") return load_huggingface(options);
-  throw UsageError("--tokenizer-type", "expected GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer, got " +
+  if (is_sentencepiece_type(options.type)) return load_sentencepiece(options);
+  throw UsageError("--tokenizer-type", "expected GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
+                                       "SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer, got " +
                                            (options.type.empty() ? std::string("nothing") : options.type));
 }
 

@@ -35,6 +35,10 @@
 //                         around each sequence by encode_sequence (Megatron's HF tokenize, HF's
 //                         add_special_tokens=True; LLaMA-3: BOS 128000 first) unless
 //                         include_special_tokens is false (then the name ends ":no-special-tokens").
+//   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
+//                         --tokenizer-model tokenizer.model: a SentencePiece BPE model, ids equal
+//                         sentencepiece's; eod = the model's eos piece, no BOS
+//                         (text/sentencepiece_tokenizer.h).
 // Each file is checked against what its type needs, and a file that is not is an mt::Error naming
 // it: rank files have one `base64 rank` line per token with ranks 0..n-1, no hole, no repeat (a line
 // cut short names its line), and a file that starts like r50k_base, cl100k_base or LLaMA-3 (the
@@ -59,10 +63,10 @@
 namespace mt::text {
 
 struct TokenizerOptions {
-  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer
+  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer | the SentencePiece names
   std::string vocab_file;       // GPT2BPETokenizer: encoder.json
   std::string merge_file;       // GPT2BPETokenizer: vocab.bpe
-  std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer
+  std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer / SentencePiece .model
   std::string tiktoken_pattern;             // "" = the file's own (or v2 for Megatron's JSON); v1|v2
   int tiktoken_num_special_tokens = 1000;   // Megatron's JSON layout only
   // HuggingFaceTokenizer: apply the post-processor's template in encode_sequence (Megatron's

@@ -277,12 +277,15 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--exit-on-missing-checkpoint",
                   "With --load: an error, not a fresh start, when the directory has no checkpoint"),
       // tokenizer
-      text_flag("--tokenizer-type", "Tokenizer", {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer"}),
+      text_flag("--tokenizer-type", "Tokenizer",
+                {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer",
+                 "GPTSentencePieceTokenizer", "Llama2Tokenizer"}),
       text_flag("--vocab-file", "GPT2BPETokenizer: encoder.json"),
       text_flag("--merge-file", "GPT2BPETokenizer: vocab.bpe"),
       text_flag("--tokenizer-model",
                 "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
-                "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json"),
+                "TikTokenizer JSON; HuggingFaceTokenizer: tokenizer.json; SentencePieceTokenizer, "
+                "GPTSentencePieceTokenizer, Llama2Tokenizer: a SentencePiece BPE .model"),
       text_flag("--tiktoken-pattern", "TikTokenizer pre-tokenizer: Megatron's patterns (default: the file's own)",
                 {"v1", "v2"}),
       integer_flag("--tiktoken-num-special-tokens",

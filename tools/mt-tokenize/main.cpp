@@ -22,6 +22,7 @@
 #include "text/bpe_trainer.h"
 #include "text/pretokenize.h"
 #include "text/preprocess.h"
+#include "text/sentencepiece_tokenizer.h"
 #include "text/tokenizer.h"
 #include "tools/common/flags.h"
 #include "tools/common/tool_main.h"
@@ -41,6 +42,8 @@ struct TokenizeOptions {
   int64_t max_line_bytes = int64_t{64} << 20;
   int64_t log_interval = 100000;
   int partitions = 1;
+  // Megatron-Core's SentencePiece wrapper options: only their defaults are implemented.
+  bool sentencepiece_legacy = false, sentencepiece_ignore_extra_whitespaces = true;
   // encode / decode
   bool raw = false;
   std::string ids_format = "text";
@@ -82,6 +85,30 @@ void add_input_options(CLI::App& app, TokenizeOptions& options, const std::strin
   app.add_flag("--allow-special", options.allow_special,
                "Turn special-token text (e.g. <|endoftext|>) into its id; by default it is ordinary text");
   mt::tools::add_flag(app, flag::max_line_bytes, options.max_line_bytes)->capture_default_str();
+}
+
+// Megatron-Core's two SentencePiece wrapper flags. Their defaults (no legacy special-token
+// splitting; extra whitespace as the model's normalizer treats it) are what mt does; any other value
+// is refused by name, as --allow-special is for a SentencePiece model (control-piece text stays text).
+void add_sentencepiece_flags(CLI::App& app, TokenizeOptions& options) {
+  app.add_flag("--tokenizer-sentencepiece-legacy", options.sentencepiece_legacy,
+               "SentencePiece: Megatron-Core's legacy special-token splitting (refused: not implemented)");
+  app.add_flag("--tokenizer-sentencepiece-ignore-extra-whitespaces{true}", options.sentencepiece_ignore_extra_whitespaces,
+               "SentencePiece: the default (true) only; =false is refused (not implemented)");
+}
+
+void check_sentencepiece_flags(const TokenizeOptions& options) {
+  if (options.sentencepiece_legacy) {
+    throw mt::UsageError("--tokenizer-sentencepiece-legacy", "is not supported (Megatron-Core's default, off, is)");
+  }
+  if (!options.sentencepiece_ignore_extra_whitespaces) {
+    throw mt::UsageError("--tokenizer-sentencepiece-ignore-extra-whitespaces",
+                         "false is not supported (Megatron-Core's default, true, is)");
+  }
+  if (options.allow_special && mt::text::is_sentencepiece_type(options.tokenizer.type)) {
+    throw mt::UsageError("--allow-special", "does not apply to " + options.tokenizer.type +
+                                                ": sentencepiece never turns control-piece text into ids");
+  }
 }
 
 mt::text::LineInputOptions line_input(const TokenizeOptions& options) {
@@ -367,6 +394,7 @@ int main(int argc, char** argv) {
         mt::tools::add_tokenizer_flags(app, options.tokenizer, false);
         mt::tools::add_tokenizer_encoding_flags(app, options.tokenizer);
         add_input_options(app, options, "");
+        add_sentencepiece_flags(app, options);
         app.add_option("--json-keys", options.json_keys, "Keys whose values are tokenized, one dataset each")
             ->expected(1, -1)
             ->default_str("text");
@@ -384,6 +412,7 @@ int main(int argc, char** argv) {
         mt::tools::add_tokenizer_flags(*encode, options.tokenizer, true);
         mt::tools::add_tokenizer_encoding_flags(*encode, options.tokenizer);
         add_input_options(*encode, options, "-");
+        add_sentencepiece_flags(*encode, options);
         encode->add_flag("--raw", options.raw, "The input is plain text, one document");
         encode->add_option("--json-keys", options.json_keys, "The key to tokenize (one)")->default_str("text");
         encode->add_flag("--skip-bad-lines", options.skip_bad_lines, "Skip malformed lines instead of failing");
@@ -420,6 +449,7 @@ int main(int argc, char** argv) {
       },
       [&](mt::tools::ToolCli& cli) -> int {
         if ((encode->parsed() || decode->parsed()) && options.inputs.empty()) options.inputs = {"-"};
+        check_sentencepiece_flags(options);
         if (encode->parsed()) return run_encode(options);
         if (decode->parsed()) return run_decode(options);
         if (train->parsed()) return run_train(cli, options);

@@ -79,7 +79,8 @@ TEST(Flags, Issue11Case13RangeErrorsAreOneShortLineThatSaysTheRange) {
   EXPECT_EQ(parse_error({"--normalization", "BatchNorm"}),
             "--normalization: must be one of LayerNorm, RMSNorm (got BatchNorm)");
   EXPECT_EQ(parse_error({"--tokenizer-type", "X"}),
-            "--tokenizer-type: must be one of GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer (got X)");
+            "--tokenizer-type: must be one of GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
+            "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (got X)");
   const FlagSpec workers = integer_flag("--workers", "threads", at_least(1));
   EXPECT_EQ(value_error(workers, "0"), "must be at least 1 (got 0)");
   EXPECT_EQ(value_error(workers, "1"), "");
