@@ -214,14 +214,16 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.parallel, stage);
     r.parameter_source = "parameter count";
   }
-  const int64_t dp = shape.parallel.data_parallel_size;
   const int64_t copy_bytes = shape.precision == Precision::fp32                                ? 0
                              : shape.precision == Precision::bf16 && shape.native_bf16_gemm ? 2
                                                                                               : 4;
   if (shape.fsdp) {
     // The shard of every class, plus two layers gathered at once (the one computing and the
-    // one prefetched) and one layer's full grads before their reduce-scatter.
-    const int64_t shard = ceil_div(r.parameters, dp * 16) * 16;
+    // one prefetched) and one layer's full grads before their reduce-scatter. Megatron-FSDP
+    // shards over its dp_cp mesh and forces the distributed optimizer: the same DP x CP ranks.
+    parallel::ParallelConfig sharded = shape.parallel;
+    sharded.use_distributed_optimizer = true;
+    const int64_t shard = ceil_div(r.parameters, perf::optimizer_shards(sharded) * 16) * 16;
     const int64_t gathered = 2 * largest_layer_parameters(m, shape);
     r.weights = 4 * (shard + gathered);
     r.gemm_weights = copy_bytes * (shard + gathered);
