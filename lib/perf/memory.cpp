@@ -36,13 +36,6 @@ int64_t saturate(Wide bytes, bool& overflow) {
   return static_cast<int64_t>(bytes);
 }
 
-// The ranks the distributed optimizer splits Adam's moments over: the grads' reduction group,
-// DP x CP (the trainer's optimizer shards over it); 1 without the distributed optimizer.
-int optimizer_shards(const parallel::ParallelConfig& parallel) {
-  if (!parallel.use_distributed_optimizer) return 1;
-  return std::max(1, parallel.data_parallel_size) * std::max(1, parallel.context_parallel_size);
-}
-
 int effective_recompute_layers(const model::ModelConfig& model, const MemoryOptions& options) {
   return std::clamp(options.recompute.num_layers, 1, std::max(1, model.num_layers));
 }
@@ -72,6 +65,20 @@ std::string gib(int64_t bytes) {
   char text[48];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return text;
+}
+
+int optimizer_shards(const parallel::ParallelConfig& parallel) {
+  if (!parallel.use_distributed_optimizer) return 1;
+  return std::max(1, parallel.data_parallel_size) * std::max(1, parallel.context_parallel_size);
+}
+
+int64_t optimizer_state_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel) {
+  if (!parallel.use_distributed_optimizer) return layout.total_elements;
+  int64_t elements = 0;
+  for (const model::FlatRange& range : layout.data_parallel_shard(0, optimizer_shards(parallel))) {
+    elements += range.end - range.begin;
+  }
+  return elements;
 }
 
 TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions& options) {
@@ -153,13 +160,7 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
         model, parallel, rank, model::pipeline_chunks(model, parallel, stage),
         optim::DistributedOptimizer::bucket_options(parallel));
     const int64_t elements = layout.total_elements;
-    int64_t optimizer_elements = elements;
-    if (parallel.use_distributed_optimizer) {
-      optimizer_elements = 0;
-      for (const model::FlatRange& range : layout.data_parallel_shard(0, optimizer_shards(parallel))) {
-        optimizer_elements += range.end - range.begin;
-      }
-    }
+    const int64_t optimizer_elements = optimizer_state_elements(layout, parallel);
     const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
     TrainingMemory rank_plan;  // this stage's
     rank_plan.weights = elements * 4 + model::GemmWeights::bytes(*options.ops, options.precision, elements);

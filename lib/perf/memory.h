@@ -17,7 +17,7 @@
 // the sequence over CP, as many micro-batches as its pipeline schedule keeps in flight). The
 // check compares them times the ranks sharing the node with the node's available memory.
 // mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
-// figures. Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
+// figures (its optimizer shard through optimizer_state_elements). Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@
 #include "backend/ops.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "model/recompute.h"
 #include "parallel/parallel_config.h"
 
@@ -61,6 +62,14 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
 // Stage 2: the exact plan (layout table and activation planner). Throws mt::Error when the
 // floor's counts overflow; builds tables of O(layers) entries, so call it after the floor fits.
 TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptions& options);
+
+// The ranks the distributed optimizer splits Adam's moments over: the dense grads' reduction
+// group, DP x CP (optim::DistributedOptimizer shards over it); 1 without the distributed optimizer.
+int optimizer_shards(const parallel::ParallelConfig& parallel);
+// Elements of `layout` whose Adam moments one rank keeps: the whole table, or with the distributed
+// optimizer the first of optimizer_shards(parallel) ranks' slice of every bucket (the trainer's
+// owned ranges). mt-memreport's prediction (study/memory_model.h) takes it from here too.
+int64_t optimizer_state_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel);
 
 // MemAvailable of /proc/meminfo in bytes, -1 when unknown.
 int64_t available_memory_bytes();

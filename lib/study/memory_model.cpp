@@ -9,6 +9,7 @@
 #include "optim/distributed_optimizer.h"
 #include "parallel/pipeline_layers.h"
 #include "parallel/pipeline_schedule.h"
+#include "perf/memory.h"
 #include "perf/parameters.h"
 #include "study/rank_parameters.h"
 
@@ -150,9 +151,10 @@ int64_t largest_layer_parameters(const ModelConfig& m, const TrainingShape& shap
   return per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
 }
 
-// The layout table's element count (alignment gaps and bucket padding included) and DP rank 0's
-// optimizer shard of it, when it can lay the stage out: a dense model mt-train runs, every
-// model chunk of the stage, bucketed as mt-train buckets the DP grads.
+// The layout table's element count (alignment gaps and bucket padding included) and the elements
+// whose Adam moments the rank keeps (perf::optimizer_state_elements, mt-train's plan: DP x CP rank
+// 0's shard with the distributed optimizer), when it can lay the stage out: a dense model
+// mt-train runs, every model chunk of the stage, bucketed as mt-train buckets the DP grads.
 bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage, int64_t& elements,
                      int64_t& optimizer_elements) {
   if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0 || shape.fsdp) return false;
@@ -162,13 +164,7 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
   const model::ParamLayout layout = model::build_layout(m, parallel, rank, model::pipeline_chunks(m, parallel, stage),
                                                         optim::DistributedOptimizer::bucket_options(parallel));
   elements = layout.total_elements;
-  optimizer_elements = elements;
-  if (parallel.use_distributed_optimizer) {
-    optimizer_elements = 0;
-    for (const model::FlatRange& range : layout.data_parallel_shard(0, parallel.data_parallel_size)) {
-      optimizer_elements += range.end - range.begin;
-    }
-  }
+  optimizer_elements = perf::optimizer_state_elements(layout, parallel);
   return true;
 }
 
@@ -218,14 +214,16 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     r.parameters = rank_parameter_count(m, m.padded_vocab_size(), shape.parallel, stage);
     r.parameter_source = "parameter count";
   }
-  const int64_t dp = shape.parallel.data_parallel_size;
   const int64_t copy_bytes = shape.precision == Precision::fp32                                ? 0
                              : shape.precision == Precision::bf16 && shape.native_bf16_gemm ? 2
                                                                                               : 4;
   if (shape.fsdp) {
     // The shard of every class, plus two layers gathered at once (the one computing and the
-    // one prefetched) and one layer's full grads before their reduce-scatter.
-    const int64_t shard = ceil_div(r.parameters, dp * 16) * 16;
+    // one prefetched) and one layer's full grads before their reduce-scatter. Megatron-FSDP
+    // shards over its dp_cp mesh and forces the distributed optimizer: the same DP x CP ranks.
+    parallel::ParallelConfig sharded = shape.parallel;
+    sharded.use_distributed_optimizer = true;
+    const int64_t shard = ceil_div(r.parameters, perf::optimizer_shards(sharded) * 16) * 16;
     const int64_t gathered = 2 * largest_layer_parameters(m, shape);
     r.weights = 4 * (shard + gathered);
     r.gemm_weights = copy_bytes * (shard + gathered);
@@ -235,9 +233,12 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     r.weights = 4 * r.parameters;
     r.gemm_weights = copy_bytes * r.parameters;
     r.grads = 4 * r.parameters;
-    r.optimizer = from_layout                  ? 8 * optimizer_elements
-                  : shape.parallel.use_distributed_optimizer ? 8 * (ceil_div(r.parameters, dp * 16) * 16)
-                                                : 8 * r.parameters;
+    // Without a layout table, the distributed optimizer's equal 16-element-aligned slices over its
+    // reduction group (perf::optimizer_shards: DP x CP).
+    const int64_t optimizer_shards = perf::optimizer_shards(shape.parallel);
+    r.optimizer = from_layout                                ? 8 * optimizer_elements
+                  : shape.parallel.use_distributed_optimizer ? 8 * (ceil_div(r.parameters, optimizer_shards * 16) * 16)
+                                                             : 8 * r.parameters;
   }
 
   // Activations, chunk by chunk: what each in-flight micro-batch keeps, by the recompute policy

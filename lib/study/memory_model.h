@@ -66,7 +66,7 @@ struct TrainingShape {
   Precision precision = Precision::fp32;
   // Only the study: FSDP (--use-megatron-fsdp, which ParallelConfig does not have yet) and the
   // form of the GEMM weight copy.
-  bool fsdp = false;              // weights, grads and optimizer states sharded over DP
+  bool fsdp = false;              // weights, grads and optimizer states sharded over DP x CP
   bool native_bf16_gemm = true;   // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
 
   int world_size() const { return parallel.world_size(); }

@@ -4,7 +4,7 @@
 # up to the step records' maxima, the first stage's in-flight activations above the last's under
 # 1F1B); mt-memreport --from-log on TP, TP + SP and pipeline logs (1F1B and interleaved) across the
 # recompute modes, on uneven stages with virtual stages and on an interleaved group size other than
-# PP, and on GPT-2 124M (micro-batch 8, T 256) under TP=2 + SP, every stage's weights, grads and
+# PP, on CP=2 x DP=2 with the distributed optimizer (Adam's moments sharded over DP x CP), and on GPT-2 124M (micro-batch 8, T 256) under TP=2 + SP, every stage's weights, grads and
 # optimizer exact and activations within 10%; and
 # mt-mfu --from-log dividing by the world size.
 
@@ -125,6 +125,15 @@ check_memreport() {
   train 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
     --microbatch-group-size-per-virtual-pipeline-stage 4
   check_memreport "a micro-batch group of 4"
+}
+
+@test "issue24: mt-memreport --from-log on CP=2 x DP=2 with the distributed optimizer: Adam's moments sharded over DP x CP as the run shards them; weights, grads and optimizer exact, activations within 10%" {
+  # The optimizer's reduction group is DP x CP (4 ranks here), not DP alone: a prediction sharding
+  # over DP counts twice the optimizer bytes the run allocates.
+  train 4 --context-parallel-size 2 --use-distributed-optimizer
+  jq -e -s '.[0].parallel | .context_parallel_size == 2 and .data_parallel_size == 2' "$TMP/train.jsonl" >/dev/null \
+    || fail "not CP 2 x DP 2: $(head -1 "$TMP/train.jsonl")"
+  check_memreport "CP=2 x DP=2 with the distributed optimizer"
 }
 
 @test "issue15: mt-memreport --from-log on GPT-2 124M, micro-batch 8, T 256, TP=2 + SP on 2 ranks, across recompute modes: exact, activations within 10%" {

@@ -11,6 +11,7 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline_schedule.h"
+#include "perf/memory.h"
 #include "study/memory_model.h"
 
 using namespace mt::study;
@@ -138,6 +139,45 @@ TEST(MemoryModel, DistributedOptimizerAndFsdpShardOverDataParallelRanks) {
   const RankMemory fsdp = predict_rank_memory(c, shape, 0);
   EXPECT_LT(fsdp.weights, plain.weights / 2);
   EXPECT_EQ(fsdp.optimizer, zero1.optimizer);
+}
+
+// The distributed optimizer's reduction group is DP x CP (optim::DistributedOptimizer, as mt-train
+// runs it): CP 2 x DP 2 keeps a quarter of Adam's moments, as DP 4 does, and the same bytes as
+// mt-train's own plan (perf::planned_memory), from the layout table and from the parameter count;
+// FSDP shards over the same ranks.
+TEST(MemoryModel, DistributedOptimizerAndFsdpShardOverDataAndContextParallelRanks) {
+  auto from_layout = preset("tiny-llama");
+  auto from_count = from_layout;
+  from_count.mtp_num_layers = 1;  // not laid out here: the parameter count
+  for (const auto& c : {from_layout, from_count}) {
+    TrainingShape context;
+    context.parallel.context_parallel_size = 2;
+    context.parallel.data_parallel_size = 2;
+    context.parallel.use_distributed_optimizer = true;
+    TrainingShape data = context;
+    data.parallel.context_parallel_size = 1;
+    data.parallel.data_parallel_size = 4;
+    const RankMemory over_context = predict_rank_memory(c, context, 0);
+    const RankMemory over_data = predict_rank_memory(c, data, 0);
+    EXPECT_EQ(over_context.grads, over_data.grads) << c.mtp_num_layers;
+    EXPECT_EQ(over_context.optimizer, over_data.optimizer) << c.mtp_num_layers;
+    EXPECT_LE(over_context.optimizer, over_context.grads / 4 * 2 + 8 * 128) << c.mtp_num_layers;
+    // Megatron-FSDP shards weights, grads and moments over the same DP x CP group (its dp_cp mesh).
+    context.fsdp = data.fsdp = true;
+    const RankMemory fsdp_over_context = predict_rank_memory(c, context, 0);
+    const RankMemory fsdp_over_data = predict_rank_memory(c, data, 0);
+    EXPECT_EQ(fsdp_over_context.weights, fsdp_over_data.weights) << c.mtp_num_layers;
+    EXPECT_EQ(fsdp_over_context.grads, fsdp_over_data.grads) << c.mtp_num_layers;
+    EXPECT_EQ(fsdp_over_context.optimizer, fsdp_over_data.optimizer) << c.mtp_num_layers;
+  }
+  TrainingShape context;
+  context.parallel.context_parallel_size = 2;
+  context.parallel.data_parallel_size = 2;
+  context.parallel.use_distributed_optimizer = true;
+  mt::perf::MemoryOptions options;
+  options.parallel = context.parallel;
+  EXPECT_EQ(predict_rank_memory(from_layout, context, 0).optimizer,
+            mt::perf::planned_memory(from_layout, options).optimizer);
 }
 
 TEST(MemoryModel, PipelineKeepsMicroBatchesInFlight) {
