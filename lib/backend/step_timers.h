@@ -11,7 +11,7 @@
 //   each level-1 timer starts, so every rank's level-1 timers start together.
 // The trainer (train/trainer.h) owns one; the pipeline engine and the distributed optimizer start
 // and stop the timers of their parts of the step through a pointer (null: not timed).
-// Tested in tests/unit/train/test_step_timers.cpp.
+// Tested in tests/unit/train/test_trainer_timers.cpp and, over ranks, tests/mpi/test_data_parallel.cpp.
 #pragma once
 
 #include <array>

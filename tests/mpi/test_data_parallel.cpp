@@ -16,8 +16,9 @@
 // interleaved rank: its chunks share one pool of as many slots as the schedule keeps in flight,
 // and the ledger's activation bytes are that pool plus the workspaces. (The optimizer's buckets on
 // their own: tests/mpi/test_distributed_optimizer.cpp.) Every layout again with the trainer on the
-// asynchronous CPU table (both models, fp32, no recompute). Run under mpirun at 2, 4 and 8 ranks
-// (tests/CMakeLists.txt).
+// asynchronous CPU table (both models, fp32, no recompute). The params norm and zero count of
+// every layout (tiny GPT) against one rank's, with the step timers on. Run under mpirun at 2, 4
+// and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,23 +94,9 @@ struct Case {
 
 using equivalence::expect_close;
 
-// `ops`: the table the layout's trainer runs on (its process groups' data communicators bound to
-// its default stream); the one-rank reference always runs on the CPU table.
-void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const backend::Ops& ops = backend::cpu_ops()) {
-  const int world = equivalence::world().size();
-  const bool data_parallel = world / (layout.tp * layout.pp) > 1;
-  const bool masked_loss = data_parallel || layout.pp > 1;
-  // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
-  model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
-  model.num_layers = layout.num_layers;
-  train::TrainConfig config = equivalence::ten_step_config();
-  config.precision = c.precision;
-  config.calculate_per_token_loss = c.per_token_loss;
-  config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
-  EodMaskedMockData masked(model.vocab_size, model.seq_length);
-  const auto plain = data::make_mock_data(model.vocab_size, model.seq_length, 77);
-  const data::SampleSource& data = masked_loss ? static_cast<const data::SampleSource&>(masked) : *plain;
-
+// The layout's parallel config over the world, validated.
+parallel::ParallelConfig parallel_config(const Layout& layout, const model::ModelConfig& model,
+                                         const train::TrainConfig& config) {
   parallel::ParallelConfig parallel;
   parallel.tensor_model_parallel_size = layout.tp;
   parallel.sequence_parallel = layout.sequence_parallel;
@@ -123,7 +110,28 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const b
   if (layout.last_stage_layers > 0) parallel.decoder_last_pipeline_num_layers = layout.last_stage_layers;
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
-  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, world);
+  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
+                     equivalence::world().size());
+  return parallel;
+}
+
+// `ops`: the table the layout's trainer runs on (its process groups' data communicators bound to
+// its default stream); the one-rank reference always runs on the CPU table.
+void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const backend::Ops& ops = backend::cpu_ops()) {
+  const bool data_parallel = equivalence::world().size() / (layout.tp * layout.pp) > 1;
+  const bool masked_loss = data_parallel || layout.pp > 1;
+  // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
+  model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
+  model.num_layers = layout.num_layers;
+  train::TrainConfig config = equivalence::ten_step_config();
+  config.precision = c.precision;
+  config.calculate_per_token_loss = c.per_token_loss;
+  config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
+  EodMaskedMockData masked(model.vocab_size, model.seq_length);
+  const auto plain = data::make_mock_data(model.vocab_size, model.seq_length, 77);
+  const data::SampleSource& data = masked_loss ? static_cast<const data::SampleSource&>(masked) : *plain;
+
+  const parallel::ParallelConfig parallel = parallel_config(layout, model, config);
   const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), ops, ops.default_stream());
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
@@ -225,6 +233,97 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
       const Case c{llama, model::RecomputeGranularity::none, Precision::bf16};
       SCOPED_TRACE(describe(layout, c));
       expect_layout_matches_one_rank(layout, c);
+    }
+  }
+}
+
+namespace {
+
+// A watched run's steps (--log-params-norm, --log-num-zeros-in-grad, --timing-log-level 2 with the
+// level-1 barrier).
+std::vector<train::StepStats> watched_steps(const model::ModelConfig& model, train::TrainConfig config,
+                                            const data::SampleSource& data, const parallel::ProcessGroups* groups) {
+  config.log_params_norm = config.log_num_zeros_in_grad = true;
+  config.timing_log_level = 2;
+  train::Trainer trainer(model, config, data, backend::cpu_ops(), groups);
+  std::vector<train::StepStats> steps;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) { steps.push_back(s); };
+  trainer.run(observers);
+  return steps;
+}
+
+// One rank's params norms and zero counts per step, trained on world rank 0 and broadcast.
+std::vector<double> one_rank_norms_and_zeros(const model::ModelConfig& model, const train::TrainConfig& config,
+                                             const data::SampleSource& data) {
+  std::vector<double> values(2 * static_cast<size_t>(config.train_iters), 0.0);
+  if (equivalence::world().rank() == 0) {
+    const std::vector<train::StepStats> steps = watched_steps(model, config, data, nullptr);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      values[2 * i] = steps[i].params_norm.value();
+      values[2 * i + 1] = static_cast<double>(steps[i].num_zeros.value());
+    }
+  }
+  equivalence::world().broadcast(values.data(), static_cast<int64_t>(values.size()), DType::f64, 0);
+  return values;
+}
+
+// Grads whose zero is a matter of rounding (see the test below).
+constexpr double kRoundingZeros = 2;
+
+double rank_ms(const train::StepStats& stats, const std::string& name, int rank) {
+  for (const train::TimerReading& t : stats.timers) {
+    if (t.name == name) return t.rank_ms.at(static_cast<size_t>(rank));
+  }
+  return 0;
+}
+
+}  // namespace
+
+// --log-params-norm and --log-num-zeros-in-grad count each tensor once over TP, PP (tied embedding
+// on both end stages), DP and the distributed optimizer's shards: every layout's params norm within
+// the fp32 equivalence bound of one rank's (after the step's update) and its zero count equal up
+// to grads whose zero is rounding, every step, with Megatron's level-2 timers and the level-1 barrier on (no deadlock, numbers
+// unchanged). On every rank the level-2 compute, batch and p2p timers sum to at most its
+// forward-backward; a pipeline rank runs its sends and receives. Tiny GPT (tied embeddings).
+TEST(DataParallel, ParamsNormZeroCountAndTimersOfEveryLayoutMatchOneRank) {
+  const int world = equivalence::world().size();
+  ASSERT_FALSE(layouts_for_world(world).empty()) << "no layouts at this world size";
+  const char* const level_two[] = {"batch-generator", "forward-compute", "backward-compute", "forward-recv",
+                                   "forward-send", "backward-recv", "backward-send"};
+  for (const Layout& layout : layouts_for_world(world)) {
+    SCOPED_TRACE(layout.name + ", tiny-gpt, watched");
+    model::ModelConfig model = tiny(false, 0.0);
+    model.num_layers = layout.num_layers;
+    const train::TrainConfig config = equivalence::ten_step_config();
+    EodMaskedMockData data(model.vocab_size, model.seq_length);
+    const parallel::ParallelConfig parallel = parallel_config(layout, model, config);
+    const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
+    const std::vector<double> reference = one_rank_norms_and_zeros(model, config, data);
+    const std::vector<train::StepStats> steps = watched_steps(model, config, data, &groups);
+    ASSERT_EQ(steps.size(), static_cast<size_t>(config.train_iters));
+    double lr_sum = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      lr_sum += steps[i].lr;  // the params norm follows the step's update
+      const double want_norm = reference[2 * i];
+      EXPECT_LE(std::fabs(steps[i].params_norm.value() - want_norm),
+                equivalence::equivalence_bound(lr_sum, config.adam.eps) * want_norm)
+          << "params norm at iteration " << i + 1;
+      // A grad that sums to exactly zero in one order of additions and not in another may count
+      // in one layout only (seen: one element at TP=2 x DP=2); a tensor counted twice or missed
+      // moves the count by hundreds (the padded vocabulary rows alone are 448 zeros).
+      EXPECT_NEAR(static_cast<double>(steps[i].num_zeros.value()), reference[2 * i + 1], kRoundingZeros)
+          << "num zeros at iteration " << i + 1;
+      EXPECT_GE(steps[i].num_zeros.value(), (model.padded_vocab_size() - model.vocab_size) * model.hidden_size);
+      for (int r = 0; r < world; ++r) {
+        double inside = 0;
+        for (const char* name : level_two) inside += rank_ms(steps[i], name, r);
+        EXPECT_GT(inside, 0) << "rank " << r;
+        EXPECT_LE(inside, rank_ms(steps[i], "forward-backward", r)) << "rank " << r << ", iteration " << i + 1;
+        if (layout.pp > 1) {
+          EXPECT_GT(rank_ms(steps[i], "forward-send", r) + rank_ms(steps[i], "backward-send", r), 0) << "rank " << r;
+        }
+      }
     }
   }
 }
