@@ -237,49 +237,6 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
   }
 }
 
-namespace {
-
-// A watched run's steps (--log-params-norm, --log-num-zeros-in-grad, --timing-log-level 2 with the
-// level-1 barrier).
-std::vector<train::StepStats> watched_steps(const model::ModelConfig& model, train::TrainConfig config,
-                                            const data::SampleSource& data, const parallel::ProcessGroups* groups) {
-  config.log_params_norm = config.log_num_zeros_in_grad = true;
-  config.timing_log_level = 2;
-  train::Trainer trainer(model, config, data, backend::cpu_ops(), groups);
-  std::vector<train::StepStats> steps;
-  train::TrainObservers observers;
-  observers.on_step = [&](const train::StepStats& s) { steps.push_back(s); };
-  trainer.run(observers);
-  return steps;
-}
-
-// One rank's params norms and zero counts per step, trained on world rank 0 and broadcast.
-std::vector<double> one_rank_norms_and_zeros(const model::ModelConfig& model, const train::TrainConfig& config,
-                                             const data::SampleSource& data) {
-  std::vector<double> values(2 * static_cast<size_t>(config.train_iters), 0.0);
-  if (equivalence::world().rank() == 0) {
-    const std::vector<train::StepStats> steps = watched_steps(model, config, data, nullptr);
-    for (size_t i = 0; i < steps.size(); ++i) {
-      values[2 * i] = steps[i].params_norm.value();
-      values[2 * i + 1] = static_cast<double>(steps[i].num_zeros.value());
-    }
-  }
-  equivalence::world().broadcast(values.data(), static_cast<int64_t>(values.size()), DType::f64, 0);
-  return values;
-}
-
-// Grads whose zero is a matter of rounding (see the test below).
-constexpr double kRoundingZeros = 2;
-
-double rank_ms(const train::StepStats& stats, const std::string& name, int rank) {
-  for (const train::TimerReading& t : stats.timers) {
-    if (t.name == name) return t.rank_ms.at(static_cast<size_t>(rank));
-  }
-  return 0;
-}
-
-}  // namespace
-
 // --log-params-norm and --log-num-zeros-in-grad count each tensor once over TP, PP (tied embedding
 // on both end stages), DP and the distributed optimizer's shards: every layout's params norm within
 // the fp32 equivalence bound of one rank's (after the step's update) and its zero count equal up
@@ -299,29 +256,20 @@ TEST(DataParallel, ParamsNormZeroCountAndTimersOfEveryLayoutMatchOneRank) {
     EodMaskedMockData data(model.vocab_size, model.seq_length);
     const parallel::ParallelConfig parallel = parallel_config(layout, model, config);
     const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
-    const std::vector<double> reference = one_rank_norms_and_zeros(model, config, data);
-    const std::vector<train::StepStats> steps = watched_steps(model, config, data, &groups);
-    ASSERT_EQ(steps.size(), static_cast<size_t>(config.train_iters));
-    double lr_sum = 0;
+    const std::vector<double> reference = equivalence::one_rank_norms_and_zeros(model, config, data);
+    const std::vector<train::StepStats> steps = equivalence::watched_steps(model, config, data, &groups);
+    equivalence::expect_norms_and_zeros_match(steps, reference, config, model);
     for (size_t i = 0; i < steps.size(); ++i) {
-      lr_sum += steps[i].lr;  // the params norm follows the step's update
-      const double want_norm = reference[2 * i];
-      EXPECT_LE(std::fabs(steps[i].params_norm.value() - want_norm),
-                equivalence::equivalence_bound(lr_sum, config.adam.eps) * want_norm)
-          << "params norm at iteration " << i + 1;
-      // A grad that sums to exactly zero in one order of additions and not in another may count
-      // in one layout only (seen: one element at TP=2 x DP=2); a tensor counted twice or missed
-      // moves the count by hundreds (the padded vocabulary rows alone are 448 zeros).
-      EXPECT_NEAR(static_cast<double>(steps[i].num_zeros.value()), reference[2 * i + 1], kRoundingZeros)
-          << "num zeros at iteration " << i + 1;
-      EXPECT_GE(steps[i].num_zeros.value(), (model.padded_vocab_size() - model.vocab_size) * model.hidden_size);
       for (int r = 0; r < world; ++r) {
         double inside = 0;
-        for (const char* name : level_two) inside += rank_ms(steps[i], name, r);
+        for (const char* name : level_two) inside += equivalence::rank_ms(steps[i], name, r);
         EXPECT_GT(inside, 0) << "rank " << r;
-        EXPECT_LE(inside, rank_ms(steps[i], "forward-backward", r)) << "rank " << r << ", iteration " << i + 1;
+        EXPECT_LE(inside, equivalence::rank_ms(steps[i], "forward-backward", r))
+            << "rank " << r << ", iteration " << i + 1;
         if (layout.pp > 1) {
-          EXPECT_GT(rank_ms(steps[i], "forward-send", r) + rank_ms(steps[i], "backward-send", r), 0) << "rank " << r;
+          const double sends = equivalence::rank_ms(steps[i], "forward-send", r) +
+                               equivalence::rank_ms(steps[i], "backward-send", r);
+          EXPECT_GT(sends, 0) << "rank " << r;
         }
       }
     }
