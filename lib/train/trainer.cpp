@@ -454,9 +454,9 @@ StepStats Trainer::train_step() {
   stats.global_batch_size = config_.global_batch_size;
 
   optimizer_->begin_grad_sync();
-  run_forward_backward();
+  const StepTokens tokens = run_forward_backward();
   finalize_grads();
-  const int64_t local_zeros = update_parameters(stats);
+  const int64_t local_zeros = update_parameters(stats, tokens.local);
   scaler_.update(stats.skipped);
   if (config_.log_params_norm) queue_params_sum_squares();
   consumed_samples_ += config_.global_batch_size;
@@ -465,7 +465,7 @@ StepStats Trainer::train_step() {
   return stats;
 }
 
-void Trainer::run_forward_backward() {
+Trainer::StepTokens Trainer::run_forward_backward() {
   // Megatron's forward-backward: the samples (read inside its forward step, batch-generator)
   // and the schedule. Megatron's also holds finalize_model_grads; mt's stops before it, so the
   // level-1 timers (forward-backward, the three grad reductions, optimizer) tile the step.
@@ -476,7 +476,7 @@ void Trainer::run_forward_backward() {
     tokens = stage_training_samples();
   }
   run_training_pipeline(tokens);
-  step_local_tokens_ = tokens.local;
+  return tokens;
 }
 
 void Trainer::finalize_grads() {
@@ -493,7 +493,7 @@ void Trainer::finalize_grads() {
   sum_tied_embedding_grads();
 }
 
-int64_t Trainer::update_parameters(StepStats& stats) {
+int64_t Trainer::update_parameters(StepStats& stats, double local_tokens) {
   TimerScope optimizer(timers_.get(), StepTimer::optimizer);
   const double unscale = 1.0 / scaler_.scale();
   {
@@ -506,7 +506,7 @@ int64_t Trainer::update_parameters(StepStats& stats) {
     // step's one host wait; unscaling is folded into the optimizer's grad scale.
     TimerScope check_inf(timers_.get(), StepTimer::optimizer_unscale_and_check_inf);
     if (config_.log_num_zeros_in_grad) queue_grad_copy_for_zero_count();
-    const StepSums sums = reduce_step_sums(step_local_tokens_);
+    const StepSums sums = reduce_step_sums(local_tokens);
     // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
     stats.lm_loss = sums.tokens > 0 ? sums.loss / sums.tokens : 0.0;
     stats.grad_norm = std::sqrt(sums.grad_sum_squares) * unscale;

@@ -292,7 +292,8 @@ class Trainer {
   // the memory plan against what this node's ranks have; the layout and the pipeline schedules;
   // the parameters (initialised, GEMM copy made); the stages over their activation slot pools and
   // the pipeline engine; the data-parallel optimizer over the rank's groups; the loss scaler; the
-  // LR schedule and the run's length; the data's splits against the run; the staging rows.
+  // LR schedule and the run's length; the data's splits against the run; the staging rows (and
+  // the step timers and buffers --log-params-norm and --log-num-zeros-in-grad need).
   parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
   void check_batch_shape();
   void check_memory(int ranks_per_node) const;
@@ -313,14 +314,14 @@ class Trainer {
   // fp16's loss scaler handles it or the check is off); the timing and memory figures.
   StepTokens stage_training_samples();
   void run_training_pipeline(const StepTokens& tokens);
-  // The step in Megatron's timed parts: forward-backward (staging and the schedule; the rank's
-  // token count kept for the step's sums), the grads' reductions (all-grads-sync,
-  // layernorm-grads-all-reduce, embedding-grads-all-reduce), and the optimizer (the step's sums
-  // and their host wait, the skip decision, clipping, the zero count and the optimizer's step;
-  // returns this rank's zero count, -1 when not counted).
-  void run_forward_backward();
+  // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
+  // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
+  // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
+  // `local_tokens` and their host wait, the skip decision, clipping, the zero count and the
+  // optimizer's step; returns this rank's zero count, -1 when not counted).
+  StepTokens run_forward_backward();
   void finalize_grads();
-  int64_t update_parameters(StepStats& stats);
+  int64_t update_parameters(StepStats& stats, double local_tokens);
   // The step's loss sum and token count (summed over PP, then DP x CP) and grad sum of squares
   // (this rank's share summed over the world), reduced in device memory on the stream and read
   // with one copy and one synchronize: the step's one host wait.
@@ -450,7 +451,6 @@ class Trainer {
   backend::DeviceBuffer<double> step_sums_, eval_sums_;
   double step_sums_host_[3] = {0, 0, 0};
   double local_tokens_host_ = 0;
-  double step_local_tokens_ = 0;  // this rank's unmasked tokens of the step being run
   std::vector<double> eval_sums_host_;
 };
 
