@@ -109,7 +109,10 @@ void DistributedOptimizer::collect_runs() {
       if (begin >= end) continue;
       const TensorRun run{i, begin - entry.offset, end - entry.offset, begin, state + (begin - range.begin)};
       state_runs_.push_back(run);
-      if (counts(entry)) checkpoint_runs_.push_back(run);
+      if (counts(entry)) {
+        checkpoint_runs_.push_back(run);
+        counted_elements_ += run.end - run.begin;
+      }
     }
     state += range.end - range.begin;
   }
@@ -120,23 +123,51 @@ void DistributedOptimizer::begin_grad_sync() {
   buffer_.begin_grad_sync(grads_);
 }
 
-void DistributedOptimizer::step(double lr, double grad_scale) {
+void DistributedOptimizer::copy_counted_grads(float* host) const {
+  int64_t at = 0;
+  for (const TensorRun& run : checkpoint_runs_) {
+    const int64_t n = run.end - run.begin;
+    ops_.copy(host + at, grads_ + run.flat, n * static_cast<int64_t>(sizeof(float)), backend::CopyKind::device_to_host,
+              ops_.default_stream());
+    at += n;
+  }
+}
+
+void DistributedOptimizer::step(double lr, double grad_scale, backend::StepTimers* timers) {
+  using backend::StepTimer;
+  using backend::TimerScope;
   finish_parameter_gather();  // a gather still in flight would overwrite this step's update
   // The fused pass refreshes the GEMM copy of what it updates: all of it when nothing is gathered.
   uint16_t* fused_copy = !gathers_ && gemm_weights_ ? gemm_weights_->bf16_bits() : nullptr;
-  adamw_.step(params_, fused_copy, grads_, lr, grad_scale);
+  {
+    TimerScope inner(timers, StepTimer::optimizer_inner_step);
+    adamw_.step(params_, fused_copy, grads_, lr, grad_scale);
+  }
   if (!gathers_) {
-    if (!fused_copy && gemm_weights_) gemm_weights_->refresh(params_);
+    {
+      TimerScope copy(timers, StepTimer::optimizer_copy_main_to_model_params);
+      if (!fused_copy && gemm_weights_) gemm_weights_->refresh(params_);
+    }
+    // Nothing to gather: timed all the same, as Megatron's, so every rank starts the same timers.
+    TimerScope gather(timers, StepTimer::params_all_gather);
     return;
   }
   if (!options_.overlap_param_gather) {
-    buffer_.gather_parameters(params_);
+    {
+      TimerScope gather(timers, StepTimer::params_all_gather);
+      buffer_.gather_parameters(params_);
+    }
+    TimerScope copy(timers, StepTimer::optimizer_copy_main_to_model_params);
     if (gemm_weights_) gemm_weights_->refresh(params_);
     return;
   }
-  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    if (!buffer_.gathers(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));
+  {
+    TimerScope copy(timers, StepTimer::optimizer_copy_main_to_model_params);
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+      if (!buffer_.gathers(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));
+    }
   }
+  TimerScope gather(timers, StepTimer::params_all_gather);
   buffer_.start_parameter_gather(params_);
 }
 

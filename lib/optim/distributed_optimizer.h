@@ -17,6 +17,10 @@
 //   of every bucket.
 // - The grad norm's local share: each tensor's primary copy (ParamEntry::primary) counted once,
 //   on every rank for its slices when sharded, else on rank 0 of the tensor's reduction group.
+// - Watching a run (issue 27): the parameters' sum of squares over the same pieces as the grad
+//   norm (Megatron's calc_params_l2_norm: each tensor once over TP, PP, DP and the shards) queued
+//   on the stream, and those pieces of the grads copied to the host for their zero count
+//   (count_zeros_fp32); the step's parts under Megatron's optimizer timers (backend/step_timers.h).
 // - After the step, the GEMM copy of the weights (model::GemmWeights): refreshed inside AdamW's
 //   fused pass when the owned ranges cover every tensor, else after the parameters are gathered.
 // - The parameter all-gather: blocking after the step, or with --overlap-param-gather started per
@@ -38,6 +42,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/step_timers.h"
 #include "model/layout.h"
 #include "model/precision_gemm.h"
 #include "optim/adamw.h"
@@ -114,11 +119,20 @@ class DistributedOptimizer {
   // grad_sum_squares reads it on the host (a synchronize: tests).
   void add_grad_sum_squares(double* sum) const { adamw_.add_grad_sum_squares(grads_, sum); }
   double grad_sum_squares() const { return adamw_.grad_sum_squares(grads_); }
+  // The same share of the parameters' sum of squares (the params norm's), added to a device
+  // double on the stream.
+  void add_param_sum_squares(double* sum) const { adamw_.add_grad_sum_squares(params_, sum); }
+  // The grads of the pieces the grad norm counts: how many elements, and a device-to-host copy of
+  // them queued on the stream into `host` (counted_elements() floats; read it after a synchronize).
+  int64_t counted_elements() const { return counted_elements_; }
+  void copy_counted_grads(float* host) const;
 
   // AdamW over the owned ranges (grads multiplied by grad_scale: unscaling and clipping folded
   // in), then the parameters gathered (blocking, or started with --overlap-param-gather) and the
   // GEMM copy refreshed (in the fused pass, after the gather, or per bucket as it lands).
-  void step(double lr, double grad_scale);
+  // `timers` (nullable) times the parts: optimizer-inner-step, optimizer-copy-main-to-model-params
+  // (the GEMM copy's refresh outside the fused pass) and params-all-gather (the gather, or its start).
+  void step(double lr, double grad_scale, backend::StepTimers* timers = nullptr);
   // Before the forward of layer `layer` (model/layout.h ids) of model chunk `chunk`: waits for the
   // gathers of the chunk's buckets holding it and refreshes their GEMM copy. Free when nothing is
   // in flight.
@@ -155,6 +169,7 @@ class DistributedOptimizer {
   AdamW adamw_;
   bool gathers_ = false;  // a step gathers some bucket's parameters
   std::vector<TensorRun> state_runs_, checkpoint_runs_;
+  int64_t counted_elements_ = 0;  // over checkpoint_runs_: the pieces the grad norm counts
 };
 
 }  // namespace mt::optim

@@ -17,7 +17,25 @@ struct PipelineEngine::PendingReceive {
 struct PipelineEngine::OutgoingMessage {
   backend::DeviceBuffer<float> buffer;
   std::unique_ptr<comm::Request> request;
+  parallel::PipelinePass pass = parallel::PipelinePass::forward;  // whose output it carries
 };
+
+namespace {
+
+using backend::StepTimer;
+using backend::TimerScope;
+
+StepTimer compute_timer(parallel::PipelinePass pass) {
+  return pass == parallel::PipelinePass::forward ? StepTimer::forward_compute : StepTimer::backward_compute;
+}
+StepTimer recv_timer(parallel::PipelinePass pass) {
+  return pass == parallel::PipelinePass::forward ? StepTimer::forward_recv : StepTimer::backward_recv;
+}
+StepTimer send_timer(parallel::PipelinePass pass) {
+  return pass == parallel::PipelinePass::forward ? StepTimer::forward_send : StepTimer::backward_send;
+}
+
+}  // namespace
 
 PipelineEngine::PipelineEngine(std::vector<model::Stage*> stages, comm::Communicator& pipeline,
                                const model::ParallelContext& parallel, const backend::Ops& ops, int hidden_size,
@@ -95,7 +113,9 @@ bool PipelineEngine::post_receive(size_t index, bool wait_for_buffer) {
   return true;
 }
 
-void PipelineEngine::send(const float* data, int64_t elements, int peer, int message_tag) {
+void PipelineEngine::send(const float* data, int64_t elements, int peer, int message_tag,
+                          parallel::PipelinePass pass) {
+  TimerScope timed(callbacks_->timers, send_timer(pass));
   OutgoingMessage* message = nullptr;
   for (auto& candidate : outgoing_) {
     if (!candidate->request || candidate->request->test()) {
@@ -112,6 +132,7 @@ void PipelineEngine::send(const float* data, int64_t elements, int peer, int mes
   ops_.copy(message->buffer.data(), data, elements * static_cast<int64_t>(sizeof(float)),
             backend::CopyKind::device_to_device, ops_.default_stream());
   message->request = pipeline_.send_async(message->buffer.data(), elements, DType::f32, peer, message_tag);
+  message->pass = pass;
 }
 
 backend::StreamTimer& PipelineEngine::pass_timer() {
@@ -168,7 +189,10 @@ void PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions, c
     post_receive(i, true);
     if (i + 1 < actions.size()) post_receive(i + 1, false);  // travels while this action computes
     PendingReceive* input = receives_[i].get();
-    if (input) input->request->wait();
+    if (input) {
+      TimerScope timed(callbacks.timers, recv_timer(a.pass));
+      input->request->wait();
+    }
     const model::MicroBatch batch = callbacks.batch(a.micro_batch);
     const int64_t elements = message_elements(batch);
     const int vstage = virtual_stage(a.chunk);
@@ -184,9 +208,13 @@ void PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions, c
       }
       backend::StreamTimer& timer = pass_timer();
       timer.start();
-      const model::StageOutput output = stage.forward(slot, batch, input ? input->buffer : nullptr, pass);
+      model::StageOutput output;
+      {
+        TimerScope timed(callbacks.timers, compute_timer(a.pass));
+        output = stage.forward(slot, batch, input ? input->buffer : nullptr, pass);
+      }
       timer.stop();
-      if (a.send_to >= 0) send(output.activation, elements, a.send_to, tag(a.pass, vstage + 1));
+      if (a.send_to >= 0) send(output.activation, elements, a.send_to, tag(a.pass, vstage + 1), a.pass);
       if (pass.training) {
         slot_of_micro_[chunk][static_cast<size_t>(a.micro_batch)] = slot;
       } else {
@@ -199,16 +227,23 @@ void PipelineEngine::run(const std::vector<parallel::PipelineAction>& actions, c
       const float dloss_scale = callbacks.dloss_scale(a.micro_batch);
       backend::StreamTimer& timer = pass_timer();
       timer.start();
-      const float* grad = stage.backward(slot, input ? input->buffer : nullptr, dloss_scale);
+      const float* grad = nullptr;
+      {
+        TimerScope timed(callbacks.timers, compute_timer(a.pass));
+        grad = stage.backward(slot, input ? input->buffer : nullptr, dloss_scale);
+      }
       timer.stop();
       free_slots.push_back(slot);
       slot = -1;
-      if (a.send_to >= 0) send(grad, elements, a.send_to, tag(a.pass, vstage - 1));
+      if (a.send_to >= 0) send(grad, elements, a.send_to, tag(a.pass, vstage - 1), a.pass);
     }
     receives_[i].reset();
   }
   for (auto& message : outgoing_) {
-    if (message->request) message->request->wait();
+    if (message->request) {
+      TimerScope timed(callbacks.timers, send_timer(message->pass));
+      message->request->wait();
+    }
     message->request.reset();
   }
   run_timer_->stop();

@@ -13,6 +13,12 @@
 // pool its chunk shares with others of the rank (parallel::pipeline_slot_pools; slot k of a pool
 // is the same memory in each of its stages).
 // With one stage and one chunk it is the plain loop over micro-batches (forward, then backward).
+// Megatron's level-2 timers (backend/step_timers.h), given through the callbacks of a training
+// run: forward-compute and backward-compute around the passes, forward-recv and backward-recv
+// around the waits for a pass's input, forward-send and backward-send around posting a pass's
+// output and waiting for it at the end of the run. The engine posts each send and receive on its
+// own (no batched send-and-receive), so Megatron's combined timers (forward-send-backward-recv,
+// ...) never run.
 // Tested through the trainer in tests/mpi/test_data_parallel.cpp (every pipeline layout against
 // one rank) and tests/tools/mt-train-mpi.bats.
 #pragma once
@@ -23,6 +29,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/step_timers.h"
 #include "backend/stream_timer.h"
 #include "comm/communicator.h"
 #include "model/micro_batch.h"
@@ -40,6 +47,8 @@ struct PipelineCallbacks {
   std::function<float(int micro_batch)> dloss_scale;
   // Training: called just before the last backward of each model chunk (grad sync arms there).
   std::function<void(int chunk)> before_last_backward;
+  // Training: Megatron's step timers the run's passes and p2p run under (null: not timed).
+  backend::StepTimers* timers = nullptr;
 };
 
 class PipelineEngine {
@@ -77,7 +86,7 @@ class PipelineEngine {
   // Posts action `index`'s receive unless posted; returns false (nothing posted) when its
   // buffer is not free yet and `wait_for_buffer` is false.
   bool post_receive(size_t index, bool wait_for_buffer);
-  void send(const float* data, int64_t elements, int peer, int tag);
+  void send(const float* data, int64_t elements, int peer, int tag, parallel::PipelinePass pass);
 
   std::vector<model::Stage*> stages_;
   comm::Communicator& pipeline_;

@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 
 #include "comm/stream_communicator.h"
@@ -20,6 +22,9 @@
 #include "train/supported.h"
 
 namespace mt::train {
+
+using backend::StepTimer;
+using backend::TimerScope;
 
 void validate_train_config(const TrainConfig& c) {
   if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
@@ -65,6 +70,7 @@ void validate_train_config(const TrainConfig& c) {
   if (c.loss_scale_window <= 0) throw UsageError("--loss-scale-window", "must be at least 1");
   if (c.hysteresis <= 0) throw UsageError("--hysteresis", "must be at least 1");
   if (c.seed > 4294967295ULL) throw UsageError("--seed", "must be in [0, 4294967295]");
+  if (c.timing_log_level < 0 || c.timing_log_level > 2) throw UsageError("--timing-log-level", "must be 0, 1 or 2");
 }
 
 Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, const data::SampleSource& data,
@@ -292,6 +298,15 @@ void Trainer::allocate_staging() {
   step_sums_ = backend::DeviceBuffer<double>(ops_, 3, backend::MemoryCategory::activations);
   eval_sums_ = backend::DeviceBuffer<double>(ops_, 2 * config_.eval_iters, backend::MemoryCategory::activations);
   eval_sums_host_.assign(static_cast<size_t>(2 * config_.eval_iters), 0.0);
+  // What watching the run needs: the timers, the zero count's host copy, the params norm's sum.
+  if (config_.timing_log_level > 0) {
+    std::function<void()> barrier;
+    if (config_.barrier_with_level1_timing && world_->size() > 1) barrier = [this] { world_->barrier(); };
+    timers_ = std::make_unique<backend::StepTimers>(ops_, ops_.default_stream(), config_.timing_log_level,
+                                                    std::move(barrier));
+  }
+  if (config_.log_num_zeros_in_grad) counted_grads_host_.assign(static_cast<size_t>(optimizer_->counted_elements()), 0.0f);
+  if (config_.log_params_norm) params_sum_squares_ = backend::DeviceBuffer<double>(ops_, 1, backend::MemoryCategory::optimizer);
 }
 
 void Trainer::initialize_parameters() {
@@ -438,6 +453,7 @@ model::MicroBatch Trainer::staged_batch(int count, int slot, double* loss_sums) 
 
 StepStats Trainer::train_step() {
   step_timer_->start();
+  if (timers_) timers_->reset();
   const double wait_before = communicator_wait_seconds();
   ++iteration_;
   StepStats stats;
@@ -447,22 +463,78 @@ StepStats Trainer::train_step() {
   stats.global_batch_size = config_.global_batch_size;
 
   optimizer_->begin_grad_sync();
-  const StepTokens tokens = stage_training_samples();
-  run_training_pipeline(tokens);
-  optimizer_->finish_grad_sync();
-  sum_tied_embedding_grads();
-  const StepSums sums = reduce_step_sums(tokens.local);
-  // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
-  stats.lm_loss = sums.tokens > 0 ? sums.loss / sums.tokens : 0.0;
-  const double unscale = 1.0 / scaler_.scale();
-  stats.grad_norm = std::sqrt(sums.grad_sum_squares) * unscale;
-  const bool nonfinite = skip_nonfinite(stats);
-  stats.skipped = nonfinite;
-  if (!nonfinite) optimizer_->step(stats.lr, unscale * optim::clip_factor(stats.grad_norm, config_.clip_grad));
-  scaler_.update(nonfinite);
+  const StepTokens tokens = run_forward_backward();
+  finalize_grads();
+  const int64_t local_zeros = update_parameters(stats, tokens.local);
+  scaler_.update(stats.skipped);
+  if (config_.log_params_norm) queue_params_sum_squares();
   consumed_samples_ += config_.global_batch_size;
   record_step_figures(stats, wait_before);
+  if (config_.log_params_norm || config_.log_num_zeros_in_grad || timers_) gather_observations(stats, local_zeros);
   return stats;
+}
+
+Trainer::StepTokens Trainer::run_forward_backward() {
+  // Megatron's forward-backward: the samples (read inside its forward step, batch-generator)
+  // and the schedule. Megatron's also holds finalize_model_grads; mt's stops before it, so the
+  // level-1 timers (forward-backward, the three grad reductions, optimizer) tile the step.
+  TimerScope forward_backward(timers_.get(), StepTimer::forward_backward);
+  StepTokens tokens;
+  {
+    TimerScope batch_generator(timers_.get(), StepTimer::batch_generator);
+    tokens = stage_training_samples();
+  }
+  run_training_pipeline(tokens);
+  return tokens;
+}
+
+void Trainer::finalize_grads() {
+  {
+    TimerScope all_grads_sync(timers_.get(), StepTimer::all_grads_sync);
+    optimizer_->finish_grad_sync();
+  }
+  {
+    // Sequence parallelism's norm grads are all-reduced over TP inside each bucket's reduction
+    // (optim/param_and_grad_buffer.h), under all-grads-sync: nothing is left for this one.
+    TimerScope layernorm_grads(timers_.get(), StepTimer::layernorm_grads_all_reduce);
+  }
+  TimerScope embedding_grads(timers_.get(), StepTimer::embedding_grads_all_reduce);
+  sum_tied_embedding_grads();
+}
+
+int64_t Trainer::update_parameters(StepStats& stats, double local_tokens) {
+  TimerScope optimizer(timers_.get(), StepTimer::optimizer);
+  const double unscale = 1.0 / scaler_.scale();
+  {
+    // mt's grads are the fp32 main grads: nothing to copy.
+    TimerScope copy_to_main_grad(timers_.get(), StepTimer::optimizer_copy_to_main_grad);
+  }
+  bool nonfinite = false;
+  {
+    // The step's sums with the grad sum of squares (whose finiteness is the check), read in the
+    // step's one host wait; unscaling is folded into the optimizer's grad scale.
+    TimerScope check_inf(timers_.get(), StepTimer::optimizer_unscale_and_check_inf);
+    if (config_.log_num_zeros_in_grad) queue_grad_copy_for_zero_count();
+    const StepSums sums = reduce_step_sums(local_tokens);
+    // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
+    stats.lm_loss = sums.tokens > 0 ? sums.loss / sums.tokens : 0.0;
+    stats.grad_norm = std::sqrt(sums.grad_sum_squares) * unscale;
+    nonfinite = skip_nonfinite(stats);
+  }
+  stats.skipped = nonfinite;
+  if (nonfinite) return -1;  // as Megatron's: no clipping, zero count or update
+  double clip = 1;
+  {
+    TimerScope clip_main_grad(timers_.get(), StepTimer::optimizer_clip_main_grad);
+    clip = optim::clip_factor(stats.grad_norm, config_.clip_grad);
+  }
+  int64_t local_zeros = -1;
+  {
+    TimerScope count_zeros(timers_.get(), StepTimer::optimizer_count_zeros);
+    if (config_.log_num_zeros_in_grad) local_zeros = count_zero_grads();
+  }
+  optimizer_->step(stats.lr, unscale * clip, timers_.get());
+  return local_zeros;
 }
 
 Trainer::StepTokens Trainer::stage_training_samples() {
@@ -509,6 +581,7 @@ void Trainer::run_training_pipeline(const StepTokens& tokens) {
   };
   // Earlier micro-batches only accumulate; each chunk's last backward reduces its buckets.
   callbacks.before_last_backward = [&](int chunk) { optimizer_->arm_grad_sync(chunk); };
+  callbacks.timers = timers_.get();
   // The micro-batches run through the pipeline schedule (plain forward-backward on one stage);
   // the loss sums on the last pipeline stage.
   pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
@@ -573,6 +646,74 @@ void Trainer::record_step_figures(StepStats& stats, double wait_before) {
   stats.mfu = config_.peak_flops_per_second > 0 ? stats.tflops_per_device * 1e12 / config_.peak_flops_per_second : 0;
   stats.skipped_iters = skipped_iters_;
   stats.nan_iters = nan_iters_;
+}
+
+void Trainer::queue_grad_copy_for_zero_count() {
+  // Before the step's one host wait, which it rides on.
+  optimizer_->copy_counted_grads(counted_grads_host_.data());
+}
+
+int64_t Trainer::count_zero_grads() const {
+  // Megatron's count_zeros_fp32: the main grads equal to zero (unscaling keeps a zero a zero).
+  return std::count(counted_grads_host_.begin(), counted_grads_host_.end(), 0.0f);
+}
+
+void Trainer::queue_params_sum_squares() {
+  // After the optimizer's step (Megatron's calc_params_l2_norm follows train_step); the copy is
+  // read after the step's end wait.
+  const backend::Stream stream = ops_.default_stream();
+  ops_.zero(params_sum_squares_.data(), static_cast<int64_t>(sizeof(double)), stream);
+  optimizer_->add_param_sum_squares(params_sum_squares_.data());
+  ops_.copy(&params_sum_squares_host_, params_sum_squares_.data(), sizeof(double), backend::CopyKind::device_to_host,
+            stream);
+}
+
+void Trainer::gather_observations(StepStats& stats, int64_t local_zeros) {
+  // Per rank: its zero count, its share of the params' sum of squares, its timers.
+  constexpr int kHead = 2, kFields = kHead + backend::kStepTimers;
+  const int ranks = world_->size();
+  std::vector<double> mine(kFields, 0.0), all(static_cast<size_t>(kFields) * static_cast<size_t>(ranks));
+  mine[0] = static_cast<double>(local_zeros);
+  mine[1] = params_sum_squares_host_;
+  if (timers_) {
+    const std::array<double, backend::kStepTimers> ms = timers_->elapsed_ms();
+    std::copy(ms.begin(), ms.end(), mine.begin() + kHead);
+  }
+  if (ranks > 1) {
+    world_->all_gather(mine.data(), all.data(), kFields, DType::f64);
+  } else {
+    all = mine;
+  }
+  const auto field = [&](int rank, int f) { return all[static_cast<size_t>(rank) * kFields + static_cast<size_t>(f)]; };
+  if (config_.log_num_zeros_in_grad && local_zeros >= 0) {
+    int64_t zeros = 0;
+    for (int r = 0; r < ranks; ++r) zeros += static_cast<int64_t>(field(r, 0));
+    stats.num_zeros = zeros;
+  }
+  if (config_.log_params_norm) {
+    double sum = 0;  // in rank order: every rank computes the same value
+    for (int r = 0; r < ranks; ++r) sum += field(r, 1);
+    stats.params_norm = std::sqrt(sum);
+  }
+  if (!timers_) return;
+  interval_timer_ms_.resize(static_cast<size_t>(ranks) * backend::kStepTimers, 0.0);
+  ++interval_steps_;
+  for (int t = 0; t < backend::kStepTimers; ++t) {
+    const auto id = static_cast<backend::StepTimer>(t);
+    if (!timers_->enabled(id)) continue;
+    TimerReading reading{backend::step_timer_name(id), backend::step_timer_level(id), 0, 0, {}};
+    bool ran = false;
+    for (int r = 0; r < ranks; ++r) {
+      const double ms = field(r, kHead + t);
+      interval_timer_ms_[static_cast<size_t>(r) * backend::kStepTimers + static_cast<size_t>(t)] += ms;
+      reading.rank_ms.push_back(ms);
+      if (ms <= 0) continue;  // Megatron's filter: the ranks that ran it
+      reading.min_ms = ran ? std::min(reading.min_ms, ms) : ms;
+      reading.max_ms = ran ? std::max(reading.max_ms, ms) : ms;
+      ran = true;
+    }
+    if (ran) stats.timers.push_back(std::move(reading));
+  }
 }
 
 EvalStats Trainer::evaluate() {
@@ -742,19 +883,78 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
   if (log_throughput) {
     std::snprintf(throughput, sizeof throughput, " throughput per GPU (TFLOP/s/GPU): %.1f |", s.tflops_per_device);
   }
-  char line[640];
+  // Megatron's optional fields after the grad norm, in its order.
+  char norms[96] = "";
+  int at = 0;
+  if (s.num_zeros) at += std::snprintf(norms, sizeof norms, " num zeros: %.1f |", static_cast<double>(*s.num_zeros));
+  if (s.params_norm) std::snprintf(norms + at, sizeof norms - static_cast<size_t>(at), " params norm: %.3f |", *s.params_norm);
+  char line[768];
   std::snprintf(line, sizeof line,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s "
-                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
-                "number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |%s"
+                " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
                 static_cast<long long>(s.consumed_samples), s.step_ms, throughput, s.lr, s.global_batch_size,
-                s.lm_loss, s.loss_scale, s.grad_norm, static_cast<long long>(s.skipped_iters),
+                s.lm_loss, s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
                 static_cast<long long>(s.nan_iters));
   return line;
 }
 
+// "forward-backward ...............................": the name and a space, dot-padded to 48
+// characters (Python's ljust(48, '.')).
+std::string dot_padded(const std::string& name) {
+  std::string padded = name + " ";
+  if (padded.size() < 48) padded.append(48 - padded.size(), '.');
+  return padded;
+}
+
 }  // namespace
+
+std::string Trainer::timers_log_block() {
+  // Megatron's Timers.log after its log line: each timer's sum since the last one over the steps
+  // summed, per rank; the ranks with a positive value count (max and minmax).
+  if (!timers_ || interval_steps_ == 0) return "";
+  const int ranks = world_->size();
+  const double steps = interval_steps_;
+  const auto value = [&](int rank, int t) {
+    return interval_timer_ms_[static_cast<size_t>(rank) * backend::kStepTimers + static_cast<size_t>(t)] / steps;
+  };
+  const TimingLogOption option = config_.timing_log_option;
+  std::string out = option == TimingLogOption::all      ? "times across ranks (ms):"
+                    : option == TimingLogOption::max    ? "max time across ranks (ms):"
+                                                        : "(min, max) time across ranks (ms):";
+  bool any = false;
+  char line[160];
+  for (int t = 0; t < backend::kStepTimers; ++t) {
+    const std::string name = backend::step_timer_name(static_cast<backend::StepTimer>(t));
+    double low = 0, high = 0;
+    bool ran = false;
+    for (int r = 0; r < ranks; ++r) {
+      const double ms = value(r, t);
+      if (ms <= 0) continue;
+      if (option == TimingLogOption::all) {
+        if (!ran) out += "\n  " + name + ":";
+        std::snprintf(line, sizeof line, "\n     rank %2d: %.2f", r, ms);
+        out += line;
+      }
+      low = ran ? std::min(low, ms) : ms;
+      high = ran ? std::max(high, ms) : ms;
+      ran = true;
+    }
+    if (!ran) continue;
+    any = true;
+    if (option == TimingLogOption::max) {
+      std::snprintf(line, sizeof line, "\n    %s: %.2f", dot_padded(name).c_str(), high);
+      out += line;
+    } else if (option == TimingLogOption::minmax) {
+      std::snprintf(line, sizeof line, "\n    %s: (%.2f, %.2f)", dot_padded(name).c_str(), low, high);
+      out += line;
+    }
+  }
+  std::fill(interval_timer_ms_.begin(), interval_timer_ms_.end(), 0.0);
+  interval_steps_ = 0;
+  return any ? out : "";
+}
 
 void Trainer::run(const TrainObservers& observers, const ExitConditions& exit) {
   stopped_ = false;
@@ -766,8 +966,10 @@ void Trainer::run(const TrainObservers& observers, const ExitConditions& exit) {
     }
     const StepStats stats = train_step();
     if (observers.on_step) observers.on_step(stats);
-    if (observers.on_log_line && (stats.iteration % config_.log_interval == 0 || stats.iteration == 1)) {
-      observers.on_log_line(megatron_log_line(stats, total_iters_, config_.log_throughput));
+    if (stats.iteration % config_.log_interval == 0 || stats.iteration == 1) {
+      if (observers.on_log_line) observers.on_log_line(megatron_log_line(stats, total_iters_, config_.log_throughput));
+      const std::string timers = timers_log_block();  // cleared at every log line, printed or not
+      if (observers.on_log_line && !timers.empty()) observers.on_log_line(timers);
     }
     const bool last = iteration_ == total_iters_;
     const bool has_valid = data_.split_size(data::Split::valid) != 0;  // an absent split: no evaluation

@@ -39,6 +39,13 @@
 // the loss sums, token count and grad sum of squares are reduced in device memory and read with
 // one copy and one synchronize per step; the step's time and its pipeline's compute and schedule
 // times are measured with events on the stream (the step's end is its second host wait).
+// Watching a step (issue 27): Megatron's timers (backend/step_timers.h) at their places in the
+// step (forward-backward around staging and the schedule; all-grads-sync, layernorm- and
+// embedding-grads-all-reduce; optimizer around the step's sums, the clip factor and the
+// optimizer's step, with its parts inside; level 2 inside the schedule), the params norm (after
+// the step, as Megatron's calc_params_l2_norm) and the zero count of the grads
+// (count_zeros_fp32), each tensor's primary copy once: all read after the step's waits and
+// gathered over the world in one all-gather, so they add no host wait.
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
@@ -57,6 +64,7 @@
 
 #include "backend/memory.h"
 #include "backend/ops.h"
+#include "backend/step_timers.h"
 #include "backend/stream_timer.h"
 #include "comm/communicator.h"
 #include "core/dtype.h"
@@ -80,6 +88,10 @@
 #include "train/pipeline_engine.h"
 
 namespace mt::train {
+
+// Megatron's --timing-log-option: the largest value over ranks, the smallest and the largest, or
+// every rank's.
+enum class TimingLogOption { max, minmax, all };
 
 struct TrainConfig {
   int micro_batch_size = 1;
@@ -114,6 +126,15 @@ struct TrainConfig {
   model::RecomputeConfig recompute;
   double peak_flops_per_second = 0;  // for MFU; 0: not reported
   perf::FlopsConvention flops_convention = perf::FlopsConvention::megatron;  // --flops-convention
+  // Watching a run (not part of the training config's JSON: they change no number): Megatron's
+  // timers up to --timing-log-level (0: none; backend/step_timers.h), printed after the log line as
+  // --timing-log-option says, with a world barrier before each level-1 timer starts unless
+  // --no-barrier-with-level-1-timing; --log-params-norm and --log-num-zeros-in-grad.
+  int timing_log_level = 0;
+  TimingLogOption timing_log_option = TimingLogOption::minmax;
+  bool barrier_with_level1_timing = true;
+  bool log_params_norm = false;
+  bool log_num_zeros_in_grad = false;
 };
 
 // TrainConfig as JSON with Megatron's argument names, and back (strict: unknown keys, wrong types
@@ -131,12 +152,14 @@ struct StageMemory {
 };
 
 // One of Megatron's timers over a step: its name ("forward-backward"), its level (1 or 2), and
-// its elapsed milliseconds, the minimum and the maximum over the ranks that ran it.
+// its elapsed milliseconds, the minimum and the maximum over the ranks that ran it, and every world
+// rank's (0: that rank did not run it).
 struct TimerReading {
   std::string name;
   int level = 1;
   double min_ms = 0;
   double max_ms = 0;
+  std::vector<double> rank_ms;
 };
 
 struct StepStats {
@@ -229,6 +252,9 @@ class Trainer {
   // The rank's flat parameters (device memory of ops()), complete: waits for any parameter
   // all-gather still in flight.
   float* parameters();
+  // The rank's flat grads (device memory of ops()): after a step, that step's reduced grads,
+  // still scaled by the loss scale (tests' reference for the zero count).
+  const float* gradients() const { return grads_.data(); }
   // Re-derives the GEMM weight copies after parameters were changed from outside (a load).
   void parameters_changed();
   // Live and peak bytes this rank holds, by category (the memory records' source).
@@ -277,7 +303,8 @@ class Trainer {
   // the memory plan against what this node's ranks have; the layout and the pipeline schedules;
   // the parameters (initialised, GEMM copy made); the stages over their activation slot pools and
   // the pipeline engine; the data-parallel optimizer over the rank's groups; the loss scaler; the
-  // LR schedule and the run's length; the data's splits against the run; the staging rows.
+  // LR schedule and the run's length; the data's splits against the run; the staging rows (and
+  // the step timers and buffers --log-params-norm and --log-num-zeros-in-grad need).
   parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
   void check_batch_shape();
   void check_memory(int ranks_per_node) const;
@@ -298,6 +325,14 @@ class Trainer {
   // fp16's loss scaler handles it or the check is off); the timing and memory figures.
   StepTokens stage_training_samples();
   void run_training_pipeline(const StepTokens& tokens);
+  // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
+  // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
+  // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
+  // `local_tokens` and their host wait, the skip decision, clipping, the zero count and the
+  // optimizer's step; returns this rank's zero count, -1 when not counted).
+  StepTokens run_forward_backward();
+  void finalize_grads();
+  int64_t update_parameters(StepStats& stats, double local_tokens);
   // The step's loss sum and token count (summed over PP, then DP x CP) and grad sum of squares
   // (this rank's share summed over the world), reduced in device memory on the stream and read
   // with one copy and one synchronize: the step's one host wait.
@@ -307,6 +342,18 @@ class Trainer {
   StepSums reduce_step_sums(double local_tokens);
   bool skip_nonfinite(const StepStats& stats);
   void record_step_figures(StepStats& stats, double wait_before);
+  // --log-num-zeros-in-grad: the counted grads' copy queued before the step's one host wait, and
+  // this rank's zeros in it after the wait. --log-params-norm: the counted parameters' sum of
+  // squares queued after the optimizer's step, read after the step's end wait.
+  void queue_grad_copy_for_zero_count();
+  int64_t count_zero_grads() const;
+  void queue_params_sum_squares();
+  // The timers, the params norm and the zero count over every rank (one all-gather over the
+  // world, after the step's end wait: no host wait of its own), into `stats`.
+  void gather_observations(StepStats& stats, int64_t local_zeros);
+  // Megatron's timer block for the log (the timers' sums over the steps since the last one,
+  // divided by their number), then the sums cleared.
+  std::string timers_log_block();
   // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
   // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
   // mask counts in that part.
@@ -385,6 +432,14 @@ class Trainer {
   StopReason stop_reason_ = StopReason::none;
   double flops_per_token_ = 0;
   std::unique_ptr<backend::StreamTimer> step_timer_;  // a step, from its start to its figures
+  std::unique_ptr<backend::StepTimers> timers_;       // Megatron's timers; null at --timing-log-level 0
+  // Every world rank's milliseconds per timer summed over the steps since the last log line
+  // (rank-major), and the number of those steps.
+  std::vector<double> interval_timer_ms_;
+  int interval_steps_ = 0;
+  std::vector<float> counted_grads_host_;               // --log-num-zeros-in-grad
+  backend::DeviceBuffer<double> params_sum_squares_;    // --log-params-norm
+  double params_sum_squares_host_ = 0;
   // Per-token arrays of `rows` tokens on the host.
   struct TokenRows {
     std::vector<int32_t> tokens, labels, positions, doc_start;

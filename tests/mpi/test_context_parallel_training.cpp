@@ -6,7 +6,8 @@
 // --hidden-dropout 0.1 on the masked cases, and per-token loss; at 4 ranks CP=2 x TP=2 (with and
 // without SP) and CP=2 x DP=2 with the distributed optimizer and overlapped buckets; at 8 ranks
 // TP=2 x CP=2 x PP=2. Each with no, selective and full recompute; each layout again with the
-// trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute).
+// trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute). The params norm and
+// zero count of every layout (tiny GPT, documents) against one rank's.
 // Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -46,6 +47,25 @@ struct Case {
   bool per_token_loss = false;
 };
 
+// The layout's parallel config (CP=2) over the world, validated.
+parallel::ParallelConfig parallel_config(const Layout& layout, const model::ModelConfig& model,
+                                         const train::TrainConfig& config) {
+  parallel::ParallelConfig parallel;
+  parallel.context_parallel_size = 2;
+  parallel.tensor_model_parallel_size = layout.tp;
+  parallel.pipeline_model_parallel_size = layout.pp;
+  parallel.sequence_parallel = layout.sequence_parallel;
+  parallel.use_distributed_optimizer = layout.distributed_optimizer;
+  parallel.overlap_grad_reduce = layout.overlap;
+  if (layout.overlap) parallel.ddp_bucket_size = 3000;  // several buckets, reduced during backward
+  const parallel::ModelDimensions dimensions{model.num_layers,        model.num_attention_heads, model.query_groups(),
+                                             model.ffn_hidden_size,   model.padded_vocab_size(), model.seq_length,
+                                             0};
+  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
+                     equivalence::world().size());
+  return parallel;
+}
+
 // `ops`: the table the layout's trainer runs on; the one-rank reference runs on the CPU table.
 void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c,
                                               const backend::Ops& ops = backend::cpu_ops()) {
@@ -61,20 +81,8 @@ void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& 
   const equivalence::DocumentMockData data(model.vocab_size, model.seq_length,
                                            c.documents == Documents::none ? 1 << 30 : 5, options);
 
-  parallel::ParallelConfig parallel;
-  parallel.context_parallel_size = 2;
-  parallel.tensor_model_parallel_size = layout.tp;
-  parallel.pipeline_model_parallel_size = layout.pp;
-  parallel.sequence_parallel = layout.sequence_parallel;
-  parallel.use_distributed_optimizer = layout.distributed_optimizer;
-  parallel.overlap_grad_reduce = layout.overlap;
-  if (layout.overlap) parallel.ddp_bucket_size = 3000;  // several buckets, reduced during backward
-  const parallel::ModelDimensions dimensions{model.num_layers,        model.num_attention_heads, model.query_groups(),
-                                             model.ffn_hidden_size,   model.padded_vocab_size(), model.seq_length,
-                                             0};
-  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
-                     equivalence::world().size());
-  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), ops, ops.default_stream());
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel_config(layout, model, config)),
+                                       ops, ops.default_stream());
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
   const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
@@ -146,5 +154,24 @@ TEST(ContextParallelTraining, PerTokenLossSumsTheTokenCountOverContextParallelRa
     const Case c{true, model::RecomputeGranularity::none, Documents::masks, true};
     SCOPED_TRACE(describe(layout, c));
     expect_context_parallel_matches_one_rank(layout, c);
+  }
+}
+
+// --log-params-norm and --log-num-zeros-in-grad over the CP ranks (each tensor once over DP x CP):
+// every layout's params norm and zero count against one rank's (tiny GPT, documents), with the
+// step timers on.
+TEST(ContextParallelTraining, ParamsNormAndZeroCountOfEveryLayoutMatchOneRank) {
+  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no layouts at this world size";
+  for (const Layout& layout : layouts_for_world(equivalence::world().size())) {
+    SCOPED_TRACE(layout.name + ", tiny-gpt, documents, watched");
+    const model::ModelConfig model = mt::testing::trainer_model(false, 0.1f);
+    const train::TrainConfig config = equivalence::ten_step_config();
+    data::LoaderOptions options;
+    options.eod_mask_loss = options.reset_attention_mask = options.reset_position_ids = true;
+    const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 5, options);
+    const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel_config(layout, model, config)));
+    const std::vector<double> reference = equivalence::one_rank_norms_and_zeros(model, config, data);
+    equivalence::expect_norms_and_zeros_match(equivalence::watched_steps(model, config, data, &groups), reference,
+                                              config, model);
   }
 }

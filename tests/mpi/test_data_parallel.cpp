@@ -16,8 +16,9 @@
 // interleaved rank: its chunks share one pool of as many slots as the schedule keeps in flight,
 // and the ledger's activation bytes are that pool plus the workspaces. (The optimizer's buckets on
 // their own: tests/mpi/test_distributed_optimizer.cpp.) Every layout again with the trainer on the
-// asynchronous CPU table (both models, fp32, no recompute). Run under mpirun at 2, 4 and 8 ranks
-// (tests/CMakeLists.txt).
+// asynchronous CPU table (both models, fp32, no recompute). The params norm and zero count of
+// every layout (tiny GPT) against one rank's, with the step timers on. Run under mpirun at 2, 4
+// and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,23 +94,9 @@ struct Case {
 
 using equivalence::expect_close;
 
-// `ops`: the table the layout's trainer runs on (its process groups' data communicators bound to
-// its default stream); the one-rank reference always runs on the CPU table.
-void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const backend::Ops& ops = backend::cpu_ops()) {
-  const int world = equivalence::world().size();
-  const bool data_parallel = world / (layout.tp * layout.pp) > 1;
-  const bool masked_loss = data_parallel || layout.pp > 1;
-  // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
-  model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
-  model.num_layers = layout.num_layers;
-  train::TrainConfig config = equivalence::ten_step_config();
-  config.precision = c.precision;
-  config.calculate_per_token_loss = c.per_token_loss;
-  config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
-  EodMaskedMockData masked(model.vocab_size, model.seq_length);
-  const auto plain = data::make_mock_data(model.vocab_size, model.seq_length, 77);
-  const data::SampleSource& data = masked_loss ? static_cast<const data::SampleSource&>(masked) : *plain;
-
+// The layout's parallel config over the world, validated.
+parallel::ParallelConfig parallel_config(const Layout& layout, const model::ModelConfig& model,
+                                         const train::TrainConfig& config) {
   parallel::ParallelConfig parallel;
   parallel.tensor_model_parallel_size = layout.tp;
   parallel.sequence_parallel = layout.sequence_parallel;
@@ -123,7 +110,28 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const b
   if (layout.last_stage_layers > 0) parallel.decoder_last_pipeline_num_layers = layout.last_stage_layers;
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
-  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size}, world);
+  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
+                     equivalence::world().size());
+  return parallel;
+}
+
+// `ops`: the table the layout's trainer runs on (its process groups' data communicators bound to
+// its default stream); the one-rank reference always runs on the CPU table.
+void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const backend::Ops& ops = backend::cpu_ops()) {
+  const bool data_parallel = equivalence::world().size() / (layout.tp * layout.pp) > 1;
+  const bool masked_loss = data_parallel || layout.pp > 1;
+  // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
+  model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
+  model.num_layers = layout.num_layers;
+  train::TrainConfig config = equivalence::ten_step_config();
+  config.precision = c.precision;
+  config.calculate_per_token_loss = c.per_token_loss;
+  config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
+  EodMaskedMockData masked(model.vocab_size, model.seq_length);
+  const auto plain = data::make_mock_data(model.vocab_size, model.seq_length, 77);
+  const data::SampleSource& data = masked_loss ? static_cast<const data::SampleSource&>(masked) : *plain;
+
+  const parallel::ParallelConfig parallel = parallel_config(layout, model, config);
   const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), ops, ops.default_stream());
 
   const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
@@ -225,6 +233,45 @@ TEST(DataParallel, Bf16LayoutsMatchTheBf16OneRankRun) {
       const Case c{llama, model::RecomputeGranularity::none, Precision::bf16};
       SCOPED_TRACE(describe(layout, c));
       expect_layout_matches_one_rank(layout, c);
+    }
+  }
+}
+
+// --log-params-norm and --log-num-zeros-in-grad count each tensor once over TP, PP (tied embedding
+// on both end stages), DP and the distributed optimizer's shards: every layout's params norm within
+// the fp32 equivalence bound of one rank's (after the step's update) and its zero count equal up
+// to grads whose zero is rounding, every step, with Megatron's level-2 timers and the level-1 barrier on (no deadlock, numbers
+// unchanged). On every rank the level-2 compute, batch and p2p timers sum to at most its
+// forward-backward; a pipeline rank runs its sends and receives. Tiny GPT (tied embeddings).
+TEST(DataParallel, ParamsNormZeroCountAndTimersOfEveryLayoutMatchOneRank) {
+  const int world = equivalence::world().size();
+  ASSERT_FALSE(layouts_for_world(world).empty()) << "no layouts at this world size";
+  const char* const level_two[] = {"batch-generator", "forward-compute", "backward-compute", "forward-recv",
+                                   "forward-send", "backward-recv", "backward-send"};
+  for (const Layout& layout : layouts_for_world(world)) {
+    SCOPED_TRACE(layout.name + ", tiny-gpt, watched");
+    model::ModelConfig model = tiny(false, 0.0);
+    model.num_layers = layout.num_layers;
+    const train::TrainConfig config = equivalence::ten_step_config();
+    EodMaskedMockData data(model.vocab_size, model.seq_length);
+    const parallel::ParallelConfig parallel = parallel_config(layout, model, config);
+    const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel));
+    const std::vector<double> reference = equivalence::one_rank_norms_and_zeros(model, config, data);
+    const std::vector<train::StepStats> steps = equivalence::watched_steps(model, config, data, &groups);
+    equivalence::expect_norms_and_zeros_match(steps, reference, config, model);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      for (int r = 0; r < world; ++r) {
+        double inside = 0;
+        for (const char* name : level_two) inside += equivalence::rank_ms(steps[i], name, r);
+        EXPECT_GT(inside, 0) << "rank " << r;
+        EXPECT_LE(inside, equivalence::rank_ms(steps[i], "forward-backward", r))
+            << "rank " << r << ", iteration " << i + 1;
+        if (layout.pp > 1) {
+          const double sends = equivalence::rank_ms(steps[i], "forward-send", r) +
+                               equivalence::rank_ms(steps[i], "backward-send", r);
+          EXPECT_GT(sends, 0) << "rank " << r;
+        }
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 // per-step numbers of a run, the one-rank reference (trained once, on world rank 0, and broadcast,
 // so oversubscribed ranks do not all repeat it), and the one bound every fp32 equivalence test
 // holds the numbers to (equivalence_bound, below: its derivation and calibration).
+// Also a watched run's params norm and zero count against one rank's (issue 27).
 // Used by tests/mpi/test_data_parallel.cpp, tests/mpi/test_context_parallel_training.cpp, the
 // record checker tests/mpi/equivalence_check.cpp (the Bats suites' comparisons) and
 // tests/unit/train/test_equivalence_bound.cpp (the bound's own tests).
@@ -192,6 +193,68 @@ inline RunNumbers one_rank_numbers(const model::ModelConfig& model, const train:
   }
   numbers.eval_iteration.assign(eval_iteration.begin(), eval_iteration.end());
   return numbers;
+}
+
+// A watched run's steps (--log-params-norm, --log-num-zeros-in-grad, --timing-log-level 2 with the
+// level-1 barrier), on the CPU table.
+inline std::vector<train::StepStats> watched_steps(const model::ModelConfig& model, train::TrainConfig config,
+                                                   const data::SampleSource& data,
+                                                   const parallel::ProcessGroups* groups) {
+  config.log_params_norm = config.log_num_zeros_in_grad = true;
+  config.timing_log_level = 2;
+  train::Trainer trainer(model, config, data, backend::cpu_ops(), groups);
+  std::vector<train::StepStats> steps;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) { steps.push_back(s); };
+  trainer.run(observers);
+  return steps;
+}
+
+// One rank's params norm and zero count per step (interleaved), trained on world rank 0 and
+// broadcast.
+inline std::vector<double> one_rank_norms_and_zeros(const model::ModelConfig& model, const train::TrainConfig& config,
+                                                    const data::SampleSource& data) {
+  std::vector<double> values(2 * static_cast<size_t>(config.train_iters), 0.0);
+  if (world().rank() == 0) {
+    const std::vector<train::StepStats> steps = watched_steps(model, config, data, nullptr);
+    for (size_t i = 0; i < steps.size() && 2 * i + 1 < values.size(); ++i) {
+      values[2 * i] = steps[i].params_norm.value();
+      values[2 * i + 1] = static_cast<double>(steps[i].num_zeros.value());
+    }
+  }
+  world().broadcast(values.data(), static_cast<int64_t>(values.size()), DType::f64, 0);
+  return values;
+}
+
+// Every step's params norm within the fp32 bound of one rank's (after that step's update), and its
+// zero count within 2% of one rank's. Structural zeros (the padded vocabulary rows, hundreds in a
+// tiny model and checked as a floor; embedding rows of tokens the step does not use) are the same
+// in every layout, but a grad that sums to exactly zero in one order of additions and not in
+// another counts in one layout only: one element of ~450 at TP=2 x DP=2, up to 6 of ~470 with CP's
+// ring and document masks. Counting the word embedding twice or missing it moves the count by
+// hundreds; the params norm catches any tensor counted twice or missed, zeros or not.
+inline void expect_norms_and_zeros_match(const std::vector<train::StepStats>& steps, const std::vector<double>& want,
+                                         const train::TrainConfig& config, const model::ModelConfig& model) {
+  constexpr double kRoundingZerosShare = 0.02;
+  ASSERT_EQ(2 * steps.size(), want.size());
+  double lr_sum = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    lr_sum += steps[i].lr;
+    ASSERT_TRUE(steps[i].params_norm && steps[i].num_zeros) << "iteration " << i + 1;
+    EXPECT_LE(std::fabs(*steps[i].params_norm - want[2 * i]), equivalence_bound(lr_sum, config.adam.eps) * want[2 * i])
+        << "params norm at iteration " << i + 1 << ": " << *steps[i].params_norm << " vs one rank's " << want[2 * i];
+    EXPECT_NEAR(static_cast<double>(*steps[i].num_zeros), want[2 * i + 1], kRoundingZerosShare * want[2 * i + 1])
+        << "num zeros at iteration " << i + 1;
+    EXPECT_GE(*steps[i].num_zeros, (model.padded_vocab_size() - model.vocab_size) * model.hidden_size);
+  }
+}
+
+// Rank `rank`'s milliseconds in the step's timer `name` (0: not run).
+inline double rank_ms(const train::StepStats& stats, const std::string& name, int rank) {
+  for (const train::TimerReading& t : stats.timers) {
+    if (t.name == name) return t.rank_ms.at(static_cast<size_t>(rank));
+  }
+  return 0;
 }
 
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,

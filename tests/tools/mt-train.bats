@@ -159,6 +159,31 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   [[ "$(grep -c '^ iteration ' "$TMP/err.log")" -eq 3 ]] || fail "log lines: $(cat "$TMP/err.log")"  # 1, 2, 4
 }
 
+@test "issue27: --log-params-norm, --log-num-zeros-in-grad and --timing-log-level in the log and the step records" {
+  train_tiny --train-iters 3 --log-interval 1
+  check '[.[] | select(.record=="step")] | all(has("params_norm") or has("num_zeros") or has("timers") | not)'
+  ! grep -q "time across ranks" "$TMP/err.log" || fail "timers at level 0: $(cat "$TMP/err.log")"
+  train_tiny --train-iters 3 --log-interval 1 --log-params-norm --log-num-zeros-in-grad --timing-log-level 2
+  check '[.[] | select(.record=="step")] | all(.params_norm > 0 and .num_zeros > 0 and (.num_zeros | floor) == .num_zeros)'
+  check '[.[] | select(.record=="step")][0].timers | keys_unsorted | .[0:4] == ["forward-backward","forward-compute","backward-compute","batch-generator"]'
+  check '[.[] | select(.record=="step")] | all(.timers.optimizer.max_ms > 0 and .timers.optimizer.min_ms == .timers.optimizer.max_ms and .timers.optimizer.rank_ms == [.timers.optimizer.max_ms])'
+  check '[.[] | select(.record=="step")] | all(.timers | has("forward-recv") | not)'
+  grep -q "| grad norm: [0-9.]* | num zeros: [0-9]*\.0 | params norm: [0-9.]* | number of skipped" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  [[ "$(grep -c '^(min, max) time across ranks (ms):$' "$TMP/err.log")" -eq 3 ]] || fail "$(cat "$TMP/err.log")"
+  grep -q '^    forward-backward \.\.*: ([0-9.]*, [0-9.]*)$' "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  train_tiny --timing-log-level 1 --timing-log-option max --no-barrier-with-level-1-timing
+  grep -q '^max time across ranks (ms):$' "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  ! grep -q 'forward-compute' "$TMP/err.log" || fail "level 2 at level 1"
+  check '[.[] | select(.record=="step")][0].timers | has("optimizer-inner-step") and (has("forward-compute") | not)'
+  train_tiny --timing-log-level 1 --timing-log-option all
+  grep -q '^times across ranks (ms):$' "$TMP/err.log" && grep -q '^     rank  0: [0-9.]*$' "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for args in "--timing-log-level 3" "--timing-log-option median"; do
+    # shellcheck disable=SC2086
+    run_split mt-train --model tiny-gpt --mock-data --train-iters 1 $args
+    [[ $status -eq 2 && "$(line_count "$err")" -eq 1 && "$err" == "mt-train: error: --timing-log-"* ]] || fail "'$args': $status $err"
+  done
+}
+
 @test "MFU from --peak-tflops; precision and flops convention in the run record" {
   train_tiny --peak-tflops 0.5 --bf16 --flops-convention 6N
   check '.[0].peak_tflops == 0.5 and .[0].precision == "bf16" and .[0].peak_source == "--peak-tflops"'

@@ -82,7 +82,65 @@ struct TrainOptions {
   DryRunFlags dry;
   ExitFlags exit;
   TensorBoardFlags tensorboard;
+  // Watching a run: Megatron's timers, params norm and zero count (define_watch_flags).
+  struct Watch {
+    int timing_log_level = 0;
+    std::string timing_log_option = "minmax";
+    bool no_barrier_with_level_1_timing = false;
+    bool log_params_norm = false;
+    bool log_num_zeros_in_grad = false;
+  } watch;
 };
+
+// Megatron's timer and norm flags, in a group of their own.
+void define_watch_flags(CLI::App& app, TrainOptions::Watch& w) {
+  using mt::tools::add_flag;
+  const char* g = "Timers and norms (Megatron's names; printed after the log line, in the step records)";
+  add_flag(app,
+           mt::tools::integer_flag("--timing-log-level",
+                                   "Megatron's timers: 0 none, 1 the step's parts (forward-backward, the grad "
+                                   "reductions, optimizer and its parts), 2 also batch-generator, forward-/backward-"
+                                   "compute and the pipeline's sends and receives",
+                                   mt::tools::between(0, 2)),
+           w.timing_log_level)
+      ->capture_default_str()
+      ->group(g);
+  add_flag(app,
+           mt::tools::text_flag("--timing-log-option",
+                                "How the timers print over ranks: max, minmax ((min, max) of the ranks that ran "
+                                "it) or all (every rank)",
+                                {"max", "minmax", "all"}),
+           w.timing_log_option)
+      ->capture_default_str()
+      ->group(g);
+  add_flag(app,
+           mt::tools::toggle_flag("--no-barrier-with-level-1-timing",
+                                  "Do not barrier the world before each level-1 timer starts"),
+           w.no_barrier_with_level_1_timing)
+      ->group(g);
+  add_flag(app,
+           mt::tools::toggle_flag("--log-params-norm",
+                                  "Add the parameters' L2 norm after the step (' params norm:') to the log line and "
+                                  "params_norm to the step records"),
+           w.log_params_norm)
+      ->group(g);
+  add_flag(app,
+           mt::tools::toggle_flag("--log-num-zeros-in-grad",
+                                  "Add the count of zero grads (' num zeros:') to the log line and num_zeros to the "
+                                  "step records"),
+           w.log_num_zeros_in_grad)
+      ->group(g);
+}
+
+void apply_watch_flags(const TrainOptions::Watch& w, mt::train::TrainConfig& config) {
+  config.timing_log_level = w.timing_log_level;
+  config.timing_log_option = w.timing_log_option == "max"   ? mt::train::TimingLogOption::max
+                             : w.timing_log_option == "all" ? mt::train::TimingLogOption::all
+                                                            : mt::train::TimingLogOption::minmax;
+  config.barrier_with_level1_timing = !w.no_barrier_with_level_1_timing;
+  config.log_params_norm = w.log_params_norm;
+  config.log_num_zeros_in_grad = w.log_num_zeros_in_grad;
+}
 
 // The run record's model: the config's JSON plus what follows from it.
 Record model_record(const mt::model::ModelConfig& c) {
@@ -314,6 +372,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
   define_plan_and_stop_flags(app, o);
   add_tensorboard_flags(app, o.tensorboard);
+  define_watch_flags(app, o.watch);
   cli.add_output_format(app);
 }
 
@@ -570,7 +629,7 @@ class StepRecords {
     last_ = s;
     step_ms_.push_back(s.step_ms);
     activation_peak_ = std::max(activation_peak_, s.mem_activations_bytes);
-    writer_.write(Record{{"record", "step"},
+    Record record{{"record", "step"},
                          {"iteration", s.iteration},
                          {"consumed_samples", s.consumed_samples},
                          {"lm_loss", s.lm_loss},
@@ -593,11 +652,26 @@ class StepRecords {
                          {"comm_wait_ms", s.comm_wait_ms},
                          {"comm_share", s.comm_share},
                          {"compute_ms", s.compute_ms},
-                         {"pipeline_ms", s.pipeline_ms}});
+                         {"pipeline_ms", s.pipeline_ms}};
+    add_watched(record, s);
+    writer_.write(record);
     if (first_step) write_memory(s);
   }
   void eval(const mt::train::EvalStats& e) {
     writer_.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
+  }
+  // --log-params-norm, --log-num-zeros-in-grad and the timers (--timing-log-level): params_norm,
+  // num_zeros and timers {"forward-backward": {"min_ms", "max_ms", "rank_ms"}, ...} in Megatron's
+  // order (rank_ms: every world rank's, 0 where it did not run).
+  static void add_watched(Record& record, const mt::train::StepStats& s) {
+    if (s.params_norm) record["params_norm"] = *s.params_norm;
+    if (s.num_zeros) record["num_zeros"] = *s.num_zeros;
+    if (s.timers.empty()) return;
+    Record timers = Record::object();
+    for (const mt::train::TimerReading& t : s.timers) {
+      timers[t.name] = Record{{"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"rank_ms", t.rank_ms}};
+    }
+    record["timers"] = std::move(timers);
   }
   // The run's high-water marks per stage, before the saves at the end.
   void at_run_end() { write_memory(last_); }
@@ -898,6 +972,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
   const bool rank0 = world->rank() == 0;
   RunPlan plan = plan_run(cli, o, world->size());
+  apply_watch_flags(o.watch, plan.config);
   const mt::backend::Ops& ops = mt::backend::backend_ops(mt::tools::backend_device(o.device));  // the one table
   check_outputs_writable(o, rank0);
   // The checkpoint to resume from is opened first: its seed may be the run's, and the data is
