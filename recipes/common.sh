@@ -24,7 +24,8 @@
 # jobs), MT_DATA_PREFIX (an existing token dataset: skips tokenizing), MT_DRY_RUN=1 (only the
 # full-scale mt-train --dry-run), MT_GPU (h100, h200 or a100: the GPU whose memory and cluster
 # the dry run and the predictions use, default the published one), MT_TRAIN_ITERS (tiny mode's
-# steps, default 4), MT_SAVE_INTERVAL (default 100, tiny 2).
+# steps, default 4), MT_SAVE_INTERVAL (default 100, tiny 2), MT_TRAIN_EXTRA (more mt-train flags,
+# split on spaces, e.g. "--exit-duration-in-mins 230").
 # Partition and account are sbatch's own variables: SBATCH_PARTITION, SBATCH_ACCOUNT.
 
 set -euo pipefail
@@ -212,7 +213,9 @@ train() {
     while [[ -e "$MT_RUN_DIR/train.restart-$start.jsonl" ]]; do start=$((start + 1)); done
   fi
   TRAIN_LOG="$MT_RUN_DIR/train.restart-$start.jsonl"
-  run_step --ranks "$RANKS" --output "$TRAIN_LOG" -- "$MT_BIN/mt-train" "${RUN_ARGS[@]}" --save "$CKPT_DIR" --save-interval "$SAVE_INTERVAL" "${load[@]}"
+  local extra=()
+  [[ -z "${MT_TRAIN_EXTRA:-}" ]] || read -r -a extra <<<"$MT_TRAIN_EXTRA"
+  run_step --ranks "$RANKS" --output "$TRAIN_LOG" -- "$MT_BIN/mt-train" "${RUN_ARGS[@]}" "${extra[@]}" --save "$CKPT_DIR" --save-interval "$SAVE_INTERVAL" "${load[@]}"
   # srun can answer 0 for a step whose tasks never started: mt-train's summary record says it ran.
   jq -e -s 'any(.[]; .record == "summary")' "$TRAIN_LOG" >/dev/null 2>&1 ||
     { say "mt-train ended without its summary record (see the job's output): $TRAIN_LOG"; exit 1; }
