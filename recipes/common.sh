@@ -69,17 +69,23 @@ layout_args() {
   printf '%s\n' "${args[@]}"
 }
 
-# The tiny stand-in model: as many layers as stages (3 per uneven pipeline: 1 first, 1 last and
-# the middle ones 1 more each), heads and query groups that TP divides, a sequence CP x TP divide.
-tiny_model_args() {
-  local groups=4 layers=$PP
-  [[ $TP -le 4 ]] || groups=$TP
+# The tiny stand-in's layers: one a stage; uneven stages stay uneven (1 layer on the first and the
+# last stage, 2 on each middle one; at PP 2, 1 and 2).
+tiny_stages() {
+  TINY_LAYERS=$PP
   if [[ -n "${FIRST_STAGE_LAYERS:-}" && $PP -gt 1 ]]; then
     FIRST_STAGE_LAYERS=1 LAST_STAGE_LAYERS=1
-    layers=$((PP > 2 ? 2 + 2 * (PP - 2) : 3))
+    TINY_LAYERS=$((PP > 2 ? 2 + 2 * (PP - 2) : 3))
     [[ $PP -gt 2 ]] || LAST_STAGE_LAYERS=2
-    say "tiny mode: uneven stages kept: $FIRST_STAGE_LAYERS layer on the first stage, $LAST_STAGE_LAYERS on the last, $layers in all"
+    say "tiny mode: uneven stages kept: $FIRST_STAGE_LAYERS layer on the first stage, $LAST_STAGE_LAYERS on the last, $TINY_LAYERS in all"
   fi
+}
+
+# The tiny stand-in model: TINY_LAYERS layers, heads and query groups that TP divides, a sequence
+# that CP x TP divide.
+tiny_model_args() {
+  local groups=4 layers=$TINY_LAYERS
+  [[ $TP -le 4 ]] || groups=$TP
   if [[ "$TINY_FAMILY" == llama ]]; then
     printf '%s\n' --model tiny-llama --group-query-attention --num-query-groups "$groups"
   else
@@ -87,6 +93,18 @@ tiny_model_args() {
   fi
   printf '%s\n' --num-layers "$layers" --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 \
     --seq-length 32 --max-position-embeddings 32
+}
+
+# The published run's precision and recompute flags, which tiny mode keeps.
+kept_train_flags() {
+  local i=0
+  while [[ $i -lt ${#TRAIN_ARGS[@]} ]]; do
+    case "${TRAIN_ARGS[$i]}" in
+      --bf16|--fp16) echo "${TRAIN_ARGS[$i]}" ;;
+      --recompute-granularity|--recompute-method|--recompute-num-layers) echo "${TRAIN_ARGS[$i]}"; i=$((i + 1)); echo "${TRAIN_ARGS[$i]}" ;;
+    esac
+    i=$((i + 1))
+  done
 }
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -311,16 +329,18 @@ mt_recipe_main() {
   fi
   [[ "$MT_SCALE" == tiny ]] || run_full_scale
   tiny_layout
-  local tiny_model layout
+  tiny_stages
+  local tiny_model layout kept
   mapfile -t tiny_model < <(tiny_model_args)
   mapfile -t layout < <(layout_args)
+  mapfile -t kept < <(kept_train_flags)
   local iters="${MT_TRAIN_ITERS:-4}" gbs=$((DP * (PP > 2 ? PP : 2)))
   tiny_corpus
   prepare_data
   DATA_ARGS=(--data-path "$DATA_PREFIX" --split 98,1,1 --data-cache-path "$MT_DATA_DIR/cache")
   SHARD_ARGS=(--seq-length 32 --global-batch-size "$gbs" --train-iters "$iters" --eval-interval "$iters" --eval-iters 1)
   shard_data
-  RUN_ARGS=("${tiny_model[@]}" "${layout[@]}" "${DATA_ARGS[@]}" --micro-batch-size 1 --global-batch-size "$gbs"
+  RUN_ARGS=("${tiny_model[@]}" "${layout[@]}" "${kept[@]}" "${DATA_ARGS[@]}" --micro-batch-size 1 --global-batch-size "$gbs"
             --train-iters "$iters" --eval-interval "$iters" --eval-iters 1 --lr 3e-3 --lr-warmup-iters 1
             --log-interval 1 --peak-tflops 1)
   SAVE_INTERVAL="${MT_SAVE_INTERVAL:-2}"

@@ -5,7 +5,7 @@
 # CPU ranks (TP4 PP4 CP2) and prints its summary, with a verified checkpoint, valid JSONL and the
 # provenance files; `scancel --signal=USR1 --batch` makes it save, exit 75, requeue itself and
 # resume to the straight run's numbers; a job reaching its time limit (--time=2, warned by
-# --signal=B:USR1@60) does the same;
+# --signal=B:USR1@60) does the same; every other dense recipe's tiny mode runs (one row of each suite);
 # teardown leaves no daemon behind. Needs root: skipped with a message without it, a failure under
 # CI=true. Slurm holds a requeued job for about 2 minutes before it may start again; the tests cut
 # that short with `scontrol update StartTime=now` (a cluster would simply wait).
@@ -172,6 +172,36 @@ check_finished_run() {
   resumed="$(step_numbers "$out"/run/train.restart-{0,1}.jsonl | head -n $((stopped_at + 3)))"
   expected="$(step_numbers "$straight/run/train.restart-0.jsonl" | head -n $((stopped_at + 3)))"
   [[ "$resumed" == "$expected" ]] || fail "$resumed against $expected"
+}
+
+@test "every other dense recipe's tiny mode runs to its summary, and one row of each suite" {
+  # Submitted together; Slurm runs them as the node's 32 CPUs allow.
+  cd "$LAB"
+  local -A jobs
+  local recipe
+  for recipe in llama8b_cp2 llama405b_tp8_pp8 gpt3_175b_tp4_pp8 gpt_177b_weak_scaling; do
+    local resources=("${TINY_70B[@]}")
+    [[ $recipe != llama8b_cp2 ]] || resources=("${TINY_8B[@]}")
+    jobs[$recipe]="$(MT_OUT="$LAB/$recipe" submit "${resources[@]}" -o "$LAB/$recipe.out" "$MT_ROOT/recipes/$recipe.sh")"
+  done
+  local line
+  line="$(MT_OUT="$LAB/fsdp-7b-tp4" bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-tp4)"
+  jobs[fsdp-7b-tp4]="${line##* }"
+  line="$(MT_OUT="$LAB/gpt-tp4pp2-s512-sp-selective" bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" gpt-tp4pp2-s512-sp-selective)"
+  jobs[gpt-tp4pp2-s512-sp-selective]="${line##* }"
+  for recipe in "${!jobs[@]}"; do
+    local id="${jobs[$recipe]}" out="$LAB/$recipe.out"
+    [[ -f "$out" ]] || out="$(ls "$LAB"/mt-*-"$recipe"-"$id".out)"
+    wait_job "$id" 900
+    [[ "$(job_field "$id" JobState) $(job_field "$id" ExitCode)" == "COMPLETED 0:0" ]] || fail "$recipe: $(cat "$out")"
+    check_finished_run "$LAB/$recipe" "$out"
+  done
+  grep -q "PP 8 -> 2 DP 8 -> 1 (TP 8 and CP 2 kept; 32 ranks)" "$LAB/llama405b_tp8_pp8.out" || fail "405B: degrees not printed"
+  jq -e -s '.[0].parallel.decoder_first_pipeline_num_layers == 1 and .[0].parallel.decoder_last_pipeline_num_layers == 2' \
+    "$LAB/llama405b_tp8_pp8/run/train.restart-0.jsonl" >/dev/null || fail "405B: uneven stages lost"
+  grep -q "^published  *432.8 TFLOP/s per GPU, 44% MFU" "$LAB/gpt_177b_weak_scaling.out" || fail "177B: no published figure"
+  jq -e -s '.[0].train.recompute_granularity == "selective" and .[0].parallel.sequence_parallel == true' \
+    "$LAB/gpt-tp4pp2-s512-sp-selective/run/train.restart-0.jsonl" >/dev/null || fail "345M row: $(head -1 "$LAB/gpt-tp4pp2-s512-sp-selective/run/train.restart-0.jsonl")"
 }
 
 @test "teardown stops every daemon: none is left" {
