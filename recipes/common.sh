@@ -259,8 +259,6 @@ summary() {
   local predict="$MT_RUN_DIR/predict-full.jsonl" memory="$MT_RUN_DIR/memreport-full.jsonl"
   if [[ -n "$CLUSTER" ]]; then
     "$MT_BIN/mt-mfu" "${FULL_ARGS[@]}" --world-size "$WORLD" --device cuda --predict "$CLUSTER" >"$predict"
-  else
-    : >"$predict"
   fi
   "$MT_BIN/mt-memreport" "${FULL_ARGS[@]}" --world-size "$WORLD" --device cuda >"$memory"
   local gpu_bytes

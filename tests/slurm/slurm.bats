@@ -191,8 +191,8 @@ check_finished_run() {
   jobs[gpt-tp4pp2-s512-sp-selective]="${line##* }"
   for recipe in "${!jobs[@]}"; do
     local id="${jobs[$recipe]}" out="$LAB/$recipe.out"
+    wait_job "$id" 500
     [[ -f "$out" ]] || out="$(ls "$LAB"/mt-*-"$recipe"-"$id".out)"
-    wait_job "$id" 900
     [[ "$(job_field "$id" JobState) $(job_field "$id" ExitCode)" == "COMPLETED 0:0" ]] || fail "$recipe: $(cat "$out")"
     check_finished_run "$LAB/$recipe" "$out"
   done
