@@ -44,8 +44,9 @@ all_rows() { python3 -c 'import csv,sys; print(*[r["id"] for r in csv.DictReader
 
 # --- one row: the job ------------------------------------------------------------------------------
 run_row() {
-  local gpus tp fsdp micro global seq model overrides mfu tokens
-  read -r gpus tp fsdp micro global seq model overrides mfu tokens <<<"$(row_fields "$MT_ROW")"
+  local gpus tp fsdp micro global seq model overrides mfu tokens fields
+  fields="$(row_fields "$MT_ROW")" || exit 2
+  read -r gpus tp fsdp micro global seq model overrides mfu tokens <<<"$fields"
   [[ $fsdp -eq 0 ]] || { echo "fsdp_tp_scaling: $MT_ROW: refused: FSDP (dp_shard) is not built in mt yet" >&2; exit 2; }
   RECIPE="fsdp_tp_scaling.$MT_ROW"
   WORLD=$gpus TP=$tp PP=1 CP=1 SP=0
@@ -72,8 +73,9 @@ submit_rows() {
   local rows=("$@") row refused=0 submitted=0 dry_failed=0
   [[ ${#rows[@]} -gt 0 ]] || read -r -a rows <<<"$(all_rows)"
   for row in "${rows[@]}"; do
-    local gpus tp fsdp rest
-    read -r gpus tp fsdp rest <<<"$(row_fields "$row")"
+    local gpus tp fsdp rest fields
+    fields="$(row_fields "$row")" || exit 2
+    read -r gpus tp fsdp rest <<<"$fields"
     if [[ $fsdp -ne 0 ]]; then
       echo "fsdp_tp_scaling: $row: refused: FSDP (dp_shard) is not built in mt yet" >&2
       refused=$((refused + 1))

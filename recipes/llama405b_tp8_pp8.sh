@@ -4,8 +4,6 @@
 # divide by 8: uneven stages, 15 layers on the first and the last stage (each also holds the
 # embedding or the output layer and loss) and 16 on the six others. The guide gives no batch: this
 # recipe assumes seq 8192, micro-batch 1, global batch 2048 (16M tokens), bf16, full recompute.
-# At mt's memory (fp32 master weights and grads whole on every rank) a 16-layer stage needs 84 GiB,
-# over the H100's 80 GB: the dry run refuses it on H100, naming the memory; MT_GPU=h200 fits.
 # Meta's published 400 TFLOP/s per GPU is another layout (16,384 GPUs, TP8 CP1 PP16): not this one.
 # Tiny mode: TP 8 x CP 2 kept, PP 8 -> 2 and DP 8 -> 1 (32 ranks), uneven stages kept (1 + 2 layers).
 # Run: sbatch recipes/llama405b_tp8_pp8.sh; tiny: MT_SCALE=tiny sbatch --nodes=1 --ntasks=32
@@ -33,7 +31,7 @@ TRAIN_ARGS=(--seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 
             --eval-interval 500 --eval-iters 10 --log-interval 10)
 TINY_FAMILY=llama
 TOKENIZER_ARGS=(--tokenizer-type TikTokenizer --tokenizer-model "${MT_ROOT:-.}/data/tokenizers/llama3/tokenizer.model")
-PEAK_DEVICE=h100 CLUSTER=dgx-h100 NEEDS_GPU=h200
+PEAK_DEVICE=h100 CLUSTER=dgx-h100
 PUBLISHED="none for this layout (Meta's 400 TFLOP/s per GPU is TP8 CP1 PP16 on 16,384 GPUs)"
 PUBLISHED_SOURCE="Megatron-LM parallelism guide; Llama 3 paper, Table 4"
 

@@ -2,10 +2,10 @@
 # LLaMA-3 8B on 8 H100 (one node): TP 1 x PP 1 x CP 2 x DP 4, seq 8192, the layout of Megatron-LM's
 # parallelism guide ("LLaMA-3 8B": TP1 PP1 CP2 on 8 GPUs). The guide gives no batch: this recipe
 # assumes micro-batch 1, global batch 128 (1M tokens a step), bf16, full activation recompute.
-# At this layout mt-memreport puts a rank at 108 GB (mt keeps fp32 master weights and grads whole
-# on every rank; its distributed optimizer shards Adam's moments only), over the H100's 80 GB, so
-# the dry run refuses it naming the memory (MT_GPU=h200 fits); Megatron fits it with bf16 weights
-# and sharded fp32 masters. Tiny mode keeps the whole layout (8 ranks).
+# At this layout a rank needs about 89 GiB at mt's memory (mt keeps fp32 master weights and grads
+# whole on every rank; its distributed optimizer shards Adam's moments only), over the H100's 80 GB,
+# so the dry run refuses it naming the memory (MT_GPU=h200 fits); Megatron fits it with bf16
+# weights and sharded fp32 masters. Tiny mode keeps the whole layout (8 ranks).
 # Run: sbatch recipes/llama8b_cp2.sh; tiny: MT_SCALE=tiny sbatch --ntasks=8 --gpus-per-node=0
 # --cpus-per-task=1 recipes/llama8b_cp2.sh. README "Running a recipe".
 # Tested in tests/slurm/slurm.bats (tiny, preemption, time limit) and tests/slurm/recipes.bats.
