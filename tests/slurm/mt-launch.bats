@@ -3,7 +3,8 @@
 # mpirun; its exit status is the command's; SIGUSR1 reaches the command (which saves and exits 75);
 # under Slurm (faked: SLURM_JOB_ID and stand-ins for srun and scontrol in tests/slurm/fake) it
 # starts ranks with `srun --mpi=pmix --kill-on-bad-exit=1`, writes the provenance files and on
-# exit 75 calls `scontrol requeue JOBID` last; bad options are one-line usage errors. The real
+# exit 75 calls `scontrol requeue JOBID` last, unless the stop came from SIGTERM (scancel); bad
+# options are one-line usage errors. The real
 # cluster runs are tests/slurm/slurm.bats.
 
 setup() {
@@ -70,6 +71,20 @@ fake_slurm() {
   run_split env MT_REQUEUE=0 SLURM_JOB_ID=4242 FAKE_SLURM_LOG="$TMP/slurm.log" PATH="$MT_ROOT/tests/slurm/fake:$PATH" \
     "$LAUNCH" -- bash -c 'exit 75'
   [[ $status -eq 75 ]] && ! grep -q requeue "$TMP/slurm.log" || fail "MT_REQUEUE=0 requeued: $(cat "$TMP/slurm.log")"
+}
+
+@test "under Slurm: a stop on SIGTERM (scancel) exits 75 without requeueing the job" {
+  SLURM_JOB_ID=4242 FAKE_SLURM_LOG="$TMP/slurm.log" PATH="$MT_ROOT/tests/slurm/fake:$PATH" \
+    "$LAUNCH" -- bash -c 'trap "exit 75" TERM; touch '"$TMP"'/ready; sleep 60 & wait' 2>"$TMP/err" &
+  local launcher=$!
+  local tries=100
+  until [[ -e "$TMP/ready" ]]; do tries=$((tries - 1)); [[ $tries -gt 0 ]] || fail "never started"; sleep 0.1; done
+  kill -TERM "$launcher"
+  local status=0
+  wait "$launcher" || status=$?
+  [[ $status -eq 75 ]] || fail "exited $status: $(cat "$TMP/err")"
+  ! grep -q requeue "$TMP/slurm.log" || fail "requeued after SIGTERM: $(cat "$TMP/slurm.log")"
+  grep -q "exited 75 after SIGTERM: the job ends (not requeued)" "$TMP/err" || fail "$(cat "$TMP/err")"
 }
 
 @test "bad options are one-line usage errors (exit 2)" {

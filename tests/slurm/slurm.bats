@@ -162,6 +162,7 @@ check_finished_run() {
   wait_job "$id" 300 RUNNING
   wait_for_step "$out/run/train.restart-1.jsonl" $((stopped_at + 3)) 300
   scancel "$id"
+  wait_job "$id" 120 CANCELLED  # scancel ends the job: mt-train saves on SIGTERM, but it is not requeued
   jq -e -s 'map(select(.record=="summary"))[0].stopped_by == "SIGUSR1"' "$out/run/train.restart-0.jsonl" >/dev/null \
     || fail "$(tail -2 "$out/run/train.restart-0.jsonl")"
   grep -q "exited 75 (stopped after a resumable checkpoint): requeueing job $id" "$LAB/8b-limit.out" || fail "no requeue: $(cat "$LAB/8b-limit.out")"
