@@ -2,7 +2,8 @@
 # mt's one set-up script for a fresh Debian 12 machine: installs what is missing (apt-get),
 # configures and builds in Release, then runs the demo or the tests.
 #   ./setup.sh demo    install, build, run the main job (scripts/demo.sh)
-#   ./setup.sh test    install, build, run every suite; ends with "N passed, N failed, N skipped"
+#   ./setup.sh test    install, build, run every suite (tests/slurm brings up a Slurm on localhost:
+#                      it needs root, skips itself without it and fails under CI=true); ends with "N passed, N failed, N skipped"
 #                      (CTest counted from its JUnit files, Bats from its TAP against the 1..N
 #                      plan; a runner's non-zero exit is a failure; Bats has time limits; a test
 #                      that would skip for want of numpy/h5py fails: MT_REQUIRE_ORACLES=1). The
@@ -28,6 +29,7 @@ PACKAGES=(
   python3-numpy python3-h5py                               # test oracles read mt's files
   python3-protobuf                                         # the TensorBoard event files' test reader
   python3-sentencepiece sentencepiece                      # SentencePiece oracle and trainer (tests/golden/sentencepiece), spm_encode (bench)
+  munge slurmctld slurmd slurm-client                      # tests/slurm: a real Slurm on localhost (never started as services)
 )
 
 install_missing() {
@@ -40,7 +42,16 @@ install_missing() {
   local sudo=()
   [[ $(id -u) -eq 0 ]] || sudo=(sudo)
   "${sudo[@]}" apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  # A policy-rc.d answering 101 keeps the packages' scripts from starting munged, slurmctld and
+  # slurmd: only tests/slurm/cluster.sh starts them, with its own configuration.
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null && "${sudo[@]}" chmod +x "$policy" && made_policy=1
+  fi
+  local status=0
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 || status=$?
+  [[ $made_policy -eq 0 ]] || "${sudo[@]}" rm -f "$policy"
+  return "$status"
 }
 
 build() {
