@@ -17,6 +17,7 @@
 #include "text/bpe_model.h"
 #include "text/pretokenize.h"
 #include "text/unicode.h"
+#include "text/wordpiece.h"
 
 namespace mt::text {
 
@@ -833,13 +834,18 @@ void Tokenizer::encode_sequence(std::string_view text, std::vector<int32_t>& out
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
-  if (!options.include_special_tokens && options.type != "HuggingFaceTokenizer") {
-    throw UsageError("--tokenizer-hf-no-include-special-tokens", "applies to HuggingFaceTokenizer only");
+  const bool wordpiece = options.type == "BertWordPieceLowerCase" || options.type == "BertWordPieceCase";
+  if (!options.include_special_tokens && options.type != "HuggingFaceTokenizer" && !wordpiece) {
+    throw UsageError("--tokenizer-hf-no-include-special-tokens",
+                     "applies to HuggingFaceTokenizer, BertWordPieceLowerCase and BertWordPieceCase only");
   }
+  if (wordpiece) return load_wordpiece(options);
   if (options.type == "GPT2BPETokenizer") return load_gpt2(options);
   if (options.type == "TikTokenizer") return load_tiktoken(options);
   if (options.type == "HuggingFaceTokenizer") return load_huggingface(options);
-  throw UsageError("--tokenizer-type", "expected GPT2BPETokenizer, TikTokenizer or HuggingFaceTokenizer, got " +
+  throw UsageError("--tokenizer-type",
+                   "expected GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, BertWordPieceLowerCase or "
+                   "BertWordPieceCase, got " +
                                            (options.type.empty() ? std::string("nothing") : options.type));
 }
 

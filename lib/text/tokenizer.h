@@ -59,14 +59,15 @@
 namespace mt::text {
 
 struct TokenizerOptions {
-  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer
-  std::string vocab_file;       // GPT2BPETokenizer: encoder.json
+  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer |
+                                // BertWordPieceLowerCase | BertWordPieceCase (text/wordpiece.h)
+  std::string vocab_file;       // GPT2BPETokenizer: encoder.json; BertWordPiece*: vocab.txt
   std::string merge_file;       // GPT2BPETokenizer: vocab.bpe
   std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer
   std::string tiktoken_pattern;             // "" = the file's own (or v2 for Megatron's JSON); v1|v2
   int tiktoken_num_special_tokens = 1000;   // Megatron's JSON layout only
   // HuggingFaceTokenizer: apply the post-processor's template in encode_sequence (Megatron's
-  // default; --tokenizer-hf-no-include-special-tokens clears it).
+  // default; --tokenizer-hf-no-include-special-tokens clears it); BertWordPiece*: [CLS] ... [SEP].
   bool include_special_tokens = true;
 };
 
