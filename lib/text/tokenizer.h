@@ -25,7 +25,8 @@
 //   HuggingFaceTokenizer  --tokenizer-model tokenizer.json of a byte-level BPE: model type "BPE"
 //                         (or absent), no normalizer, pre_tokenizer ByteLevel (use_regex, no
 //                         add_prefix_space) = gpt2 pattern, or Sequence[Split(Regex of a supported
-//                         pattern, Isolated), ByteLevel(use_regex false)]; merges as "a b" strings
+//                         pattern, Isolated), ByteLevel(use_regex false)], or DeepSeek-V3's
+//                         Sequence of three Splits (text/split_pretokenizer.h); merges as "a b" strings
 //                         or [a, b] pairs; ignore_merges honoured. Anything else is an mt::Error.
 //                         Every added token is a special token; eod is the first of
 //                         "<|endoftext|>", "<|end_of_text|>", "</s>" among them (tokenizer.json
