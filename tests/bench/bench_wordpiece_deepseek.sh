@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# WordPiece throughput: mt-tokenize (BertWordPieceLowerCase, BertWordPieceCase) against Hugging Face
-# tokenizers' BertWordPieceTokenizer encode_batch with RAYON_NUM_THREADS=1, one thread each, on the
-# same corpus with the committed test vocabularies (tests/golden/wordpiece). mt's time is the wall
+# WordPiece and DeepSeek-V3-style throughput: mt-tokenize (BertWordPieceLowerCase, BertWordPieceCase,
+# HuggingFaceTokenizer over tests/golden/deepseek/deepseek_v3_style_tokenizer.json) against Hugging
+# Face tokenizers' encode_batch with RAYON_NUM_THREADS=1, one thread each, on the same corpus with
+# the committed test vocabularies (tests/golden/wordpiece, tests/golden/deepseek). mt's time is the wall
 # time of `mt-tokenize encode --raw` with start-up and loading; HF's excludes loading and is taken
 # over line chunks of about 8 KB as tests/bench/tokenize_reference.py does. A benchmark, not a
 # test: it prints figures (MB/s = 10^6 input bytes per second, median of 3 runs) and asserts nothing.
-# Usage: tests/bench/bench_wordpiece.sh [corpus.txt]   (default data/corpus/war_and_peace_pg2600.txt)
+# Usage: tests/bench/bench_wordpiece_deepseek.sh [corpus.txt]   (default data/corpus/war_and_peace_pg2600.txt)
 # Env: MT_BIN (default build/bin), MT_BENCH_MB (corpus repeated to about this size, default 20),
 #      MT_BENCH_PYTHON (an interpreter with tokenizers==0.23.3; default: a temporary venv).
 set -euo pipefail
@@ -33,22 +34,30 @@ bytes=$(stat -c %s "$text")
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-for config in "BertWordPieceLowerCase vocab-uncased.txt true" "BertWordPieceCase vocab-cased.txt false"; do
+DEEPSEEK="$ROOT/tests/golden/deepseek/deepseek_v3_style_tokenizer.json"
+for config in "BertWordPieceLowerCase vocab-uncased.txt true" "BertWordPieceCase vocab-cased.txt false" \
+              "HuggingFaceTokenizer $DEEPSEEK deepseek"; do
   read -r type vocab lower <<<"$config"
+  files=(--vocab-file "$GOLDEN/$vocab")
+  [[ "$type" == HuggingFaceTokenizer ]] && files=(--tokenizer-model "$vocab")
   mt_seconds=$(for _ in $(seq $RUNS); do
     start=$(date +%s.%N)
-    "$MT_BIN/mt-tokenize" encode --raw --input "$text" --tokenizer-type "$type" --vocab-file "$GOLDEN/$vocab" \
+    "$MT_BIN/mt-tokenize" encode --raw --input "$text" --tokenizer-type "$type" "${files[@]}" \
       --tokenizer-hf-no-include-special-tokens --workers 1 >"$work/ids"
     echo "$(date +%s.%N) - $start" | bc
   done | median)
   mt_tokens=$(wc -w <"$work/ids")
-  hf=$(RAYON_NUM_THREADS=1 "${PY[@]}" - "$text" "$GOLDEN/$vocab" "$lower" "$RUNS" <<'PY'
+  [[ "$type" == HuggingFaceTokenizer ]] || vocab="$GOLDEN/$vocab"
+  hf=$(RAYON_NUM_THREADS=1 "${PY[@]}" - "$text" "$vocab" "$lower" "$RUNS" <<'PY'
 import json, statistics, sys, time
-from tokenizers import BertWordPieceTokenizer
-path, vocab, lower, runs = sys.argv[1], sys.argv[2], sys.argv[3] == "true", int(sys.argv[4])
-tok = BertWordPieceTokenizer(vocab, lowercase=lower)
-if not lower:
-    tok.add_special_tokens([f"<extra_id_{i}>" for i in range(100)])
+from tokenizers import BertWordPieceTokenizer, Tokenizer
+path, vocab, kind, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if kind == "deepseek":
+    tok = Tokenizer.from_file(vocab)
+else:
+    tok = BertWordPieceTokenizer(vocab, lowercase=kind == "true")
+    if kind == "false":
+        tok.add_special_tokens([f"<extra_id_{i}>" for i in range(100)])
 text = open(path, "rb").read().decode("utf-8")
 chunks, cur, size = [], [], 0
 for line in text.splitlines(keepends=True):
