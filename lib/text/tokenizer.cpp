@@ -17,7 +17,9 @@
 #include "text/bpe_model.h"
 #include "text/pretokenize.h"
 #include "text/sentencepiece_tokenizer.h"
+#include "text/split_pretokenizer.h"
 #include "text/unicode.h"
+#include "text/wordpiece.h"
 
 namespace mt::text {
 
@@ -129,6 +131,7 @@ struct TokenizerSpec {
   std::string name;
   std::string hash;
   PretokenizePattern pattern = PretokenizePattern::gpt2;
+  bool deepseek_v3_splits = false;  // DeepSeek-V3's Split sequence (text/split_pretokenizer.h) instead of `pattern`
   bool whole_piece_lookup = false;
   int64_t vocab_size = 0;
   std::optional<int32_t> eod;
@@ -223,6 +226,10 @@ class BpeTokenizer final : public Tokenizer {
 
  private:
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+    if (spec_.deepseek_v3_splits) {
+      deepseek_v3_pretokenize(text, [&](std::string_view piece) { model_.encode_piece(piece, spec_.whole_piece_lookup, out); });
+      return;
+    }
     size_t pos = 0;
     while (pos < text.size()) {
       size_t length = next_piece_length(spec_.pattern, text, pos);
@@ -663,6 +670,37 @@ PretokenizePattern hf_pattern(const json& pre_tokenizer, const std::string& path
                         pre_tokenizer.dump().substr(0, 200));
 }
 
+// True for DeepSeek-V3's pre-tokenizer: a Sequence of three Split(Regex, Isolated) with its exact
+// regexes, then ByteLevel(use_regex = false); a four-step sequence of that shape with another
+// regex is refused naming it.
+bool is_deepseek_v3_splits(const json& pre_tokenizer, const std::string& path) {
+  const json* steps = member(pre_tokenizer, "pretokenizers");
+  if (type_of(pre_tokenizer) != "Sequence" || steps == nullptr || !steps->is_array() || steps->size() != 4) return false;
+  const auto& regexes = deepseek_v3_split_regexes();
+  for (size_t i = 0; i < regexes.size(); ++i) {
+    const json& split = (*steps)[i];
+    if (type_of(split) != "Split") return false;
+    const json* regex = member(split, "pattern") ? member(*member(split, "pattern"), "Regex") : nullptr;
+    const json* behavior = member(split, "behavior");
+    if (regex == nullptr || !regex->is_string()) throw Error(path, "Split pre-tokenizer without a Regex pattern");
+    if (behavior == nullptr || *behavior != "Isolated" || !is_false_or_null(split, "invert")) {
+      throw Error(path, "Split pre-tokenizer must be behavior Isolated, invert false");
+    }
+    if (regex->get<std::string>() != regexes[i]) {
+      throw Error(path, "Split pre-tokenizer " + std::to_string(i + 1) + " of 3 has the regex " + regex->dump() +
+                            ", not DeepSeek-V3's " + nlohmann::json(regexes[i]).dump() +
+                            " (a sequence of three Splits is supported only as DeepSeek-V3 writes it)");
+    }
+  }
+  const json& byte_level = (*steps)[3];
+  const json* use_regex = member(byte_level, "use_regex");
+  if (type_of(byte_level) != "ByteLevel" || !is_false_or_null(byte_level, "add_prefix_space") ||
+      use_regex == nullptr || *use_regex != false) {
+    throw Error(path, "DeepSeek-V3's Split sequence must end with ByteLevel(add_prefix_space false, use_regex false)");
+  }
+  return true;
+}
+
 // The ids a TemplateProcessing post-processor puts around a single sequence: its "single"
 // template is a list of SpecialToken pieces (each expands to the "ids" of its entry in
 // "special_tokens", in order) and exactly one Sequence "A" (the text's ids).
@@ -743,7 +781,8 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
     throw Error(path, "normalizers are not supported (byte-level BPE has none)");
   const json* pre_tokenizer = member(root, "pre_tokenizer");
   if (pre_tokenizer == nullptr) throw Error(path, "no pre_tokenizer: not a byte-level BPE");
-  PretokenizePattern pattern = hf_pattern(*pre_tokenizer, path);
+  const bool deepseek_v3_splits = is_deepseek_v3_splits(*pre_tokenizer, path);
+  const PretokenizePattern pattern = deepseek_v3_splits ? PretokenizePattern::gpt2 : hf_pattern(*pre_tokenizer, path);
   if (!is_empty_or_null(*model_json, "continuing_subword_prefix") ||
       !is_empty_or_null(*model_json, "end_of_word_suffix") || !is_false_or_null(*model_json, "byte_fallback") ||
       member(*model_json, "dropout") != nullptr) {
@@ -783,6 +822,7 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   TokenizerSpec spec;
   spec.name = "HuggingFaceTokenizer";
   spec.pattern = pattern;
+  spec.deepseek_v3_splits = deepseek_v3_splits;
   const json* ignore_merges = member(*model_json, "ignore_merges");
   spec.whole_piece_lookup = ignore_merges != nullptr && ignore_merges->is_boolean() && ignore_merges->get<bool>();
   if (const json* added = member(root, "added_tokens")) {
@@ -846,16 +886,20 @@ void Tokenizer::encode_sequence(std::string_view text, std::vector<int32_t>& out
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerOptions& options) {
-  if (!options.include_special_tokens && options.type != "HuggingFaceTokenizer") {
-    throw UsageError("--tokenizer-hf-no-include-special-tokens", "applies to HuggingFaceTokenizer only");
+  const bool wordpiece = options.type == "BertWordPieceLowerCase" || options.type == "BertWordPieceCase";
+  if (!options.include_special_tokens && options.type != "HuggingFaceTokenizer" && !wordpiece) {
+    throw UsageError("--tokenizer-hf-no-include-special-tokens",
+                     "applies to HuggingFaceTokenizer, BertWordPieceLowerCase and BertWordPieceCase only");
   }
+  if (wordpiece) return load_wordpiece(options);
   if (options.type == "GPT2BPETokenizer") return load_gpt2(options);
   if (options.type == "TikTokenizer") return load_tiktoken(options);
   if (options.type == "HuggingFaceTokenizer") return load_huggingface(options);
   if (is_sentencepiece_type(options.type)) return load_sentencepiece(options);
-  throw UsageError("--tokenizer-type", "expected GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
-                                       "SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer, got " +
-                                           (options.type.empty() ? std::string("nothing") : options.type));
+  throw UsageError("--tokenizer-type",
+                   "expected GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+                   "GPTSentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase or BertWordPieceCase, got " +
+                       (options.type.empty() ? std::string("nothing") : options.type));
 }
 
 }  // namespace mt::text

@@ -25,7 +25,8 @@
 //   HuggingFaceTokenizer  --tokenizer-model tokenizer.json of a byte-level BPE: model type "BPE"
 //                         (or absent), no normalizer, pre_tokenizer ByteLevel (use_regex, no
 //                         add_prefix_space) = gpt2 pattern, or Sequence[Split(Regex of a supported
-//                         pattern, Isolated), ByteLevel(use_regex false)]; merges as "a b" strings
+//                         pattern, Isolated), ByteLevel(use_regex false)], or DeepSeek-V3's
+//                         Sequence of three Splits (text/split_pretokenizer.h); merges as "a b" strings
 //                         or [a, b] pairs; ignore_merges honoured. Anything else is an mt::Error.
 //                         Every added token is a special token; eod is the first of
 //                         "<|endoftext|>", "<|end_of_text|>", "</s>" among them (tokenizer.json
@@ -63,14 +64,15 @@
 namespace mt::text {
 
 struct TokenizerOptions {
-  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer | the SentencePiece names
-  std::string vocab_file;       // GPT2BPETokenizer: encoder.json
+  std::string type;             // GPT2BPETokenizer | TikTokenizer | HuggingFaceTokenizer | the SentencePiece
+                                // names | BertWordPieceLowerCase | BertWordPieceCase (text/wordpiece.h)
+  std::string vocab_file;       // GPT2BPETokenizer: encoder.json; BertWordPiece*: vocab.txt
   std::string merge_file;       // GPT2BPETokenizer: vocab.bpe
   std::string tokenizer_model;  // TikTokenizer / HuggingFaceTokenizer / SentencePiece .model
   std::string tiktoken_pattern;             // "" = the file's own (or v2 for Megatron's JSON); v1|v2
   int tiktoken_num_special_tokens = 1000;   // Megatron's JSON layout only
   // HuggingFaceTokenizer: apply the post-processor's template in encode_sequence (Megatron's
-  // default; --tokenizer-hf-no-include-special-tokens clears it).
+  // default; --tokenizer-hf-no-include-special-tokens clears it); BertWordPiece*: [CLS] ... [SEP].
   bool include_special_tokens = true;
 };
 

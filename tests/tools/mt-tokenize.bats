@@ -267,7 +267,7 @@ PY
   mt-tokenize encode --raw --input "$TMP/text.txt" "${llama[@]}" --workers 2 >"$TMP/ids" 2>/dev/null
   [[ "$(tr ' ' '\n' <"$TMP/ids" | grep -c '^128000$')" -eq 1 && "$(cut -d' ' -f1 "$TMP/ids")" == 128000 ]] || fail "BOS count"
   run_split bash -c "printf x | mt-tokenize encode --raw ${LLAMA3[*]} --tokenizer-hf-no-include-special-tokens"
-  [[ $status -eq 2 && "$err" == *"--tokenizer-hf-no-include-special-tokens: applies to HuggingFaceTokenizer only"* ]] || fail "$status $err"
+  [[ $status -eq 2 && "$err" == *"--tokenizer-hf-no-include-special-tokens: applies to HuggingFaceTokenizer, BertWordPieceLowerCase and BertWordPieceCase only"* ]] || fail "$status $err"
 }
 
 @test "issue11 case 10: truncated tokenizer files are refused, naming the file" {
@@ -320,4 +320,51 @@ PY
   printf '{"text": "a"}\n\xef\xbb\xbf{"text": "b"}\n' >"$TMP/inner.jsonl"
   run_split mt-tokenize --input "$TMP/inner.jsonl" "${GPT2[@]}" --output-prefix "$TMP/inner"
   [[ $status -eq 1 && "$err" == *"inner.jsonl:2: malformed JSON"* ]] || fail "$status $err"
+}
+
+# ---- issue 26: BERT WordPiece (vocabularies and reference ids in tests/golden/wordpiece) ----
+
+@test "issue26 wordpiece: encode, decode and sequences equal HF tokenizers' BertWordPiece" {
+  local golden="$MT_ROOT/tests/golden/wordpiece"
+  local uncased=(--tokenizer-type BertWordPieceLowerCase --vocab-file "$golden/vocab-uncased.txt")
+  local cased=(--tokenizer-type BertWordPieceCase --vocab-file "$golden/vocab-cased.txt")
+  # encode: the reference's [CLS] ids [SEP] for "Hello, World!" (meta.json), and without the specials.
+  local expected plain sep
+  expected=$(jq -r '.uncased.with_special_tokens.ids | map(tostring) | join(" ")' "$golden/meta.json")
+  plain=$(jq -r '.uncased.with_special_tokens.ids[1:-1] | map(tostring) | join(" ")' "$golden/meta.json")
+  sep=$(jq -r '.uncased.special_ids["[SEP]"]' "$golden/meta.json")
+  run_split bash -c "printf 'Hello, World!' | mt-tokenize encode --raw ${uncased[*]}"
+  [[ $status -eq 0 && "$out" == "$expected" ]] || fail "$status '$out' != '$expected' $err"
+  run_split bash -c "printf 'Hello, World!' | mt-tokenize encode --raw ${uncased[*]} --tokenizer-hf-no-include-special-tokens"
+  [[ "$out" == "$plain" ]] || fail "'$out' != '$plain'"
+  # decode: the reference's text for the ids of a torture record.
+  jq -c 'select(.name == "accents_upper") | .cased' "$golden/torture.jsonl" >"$TMP/ids"
+  run_split bash -c "mt-tokenize decode --raw ${cased[*]} <'$TMP/ids'"
+  [[ "$out" == "$(jq -r 'select(.name == "accents_upper") | .cased_decoded' "$golden/torture.jsonl")" ]] || fail "decode: $out"
+  # Megatron-Core's BertWordPieceCase: <extra_id_N> after the vocabulary, special with --allow-special.
+  run_split bash -c "printf '<extra_id_7>' | mt-tokenize encode --raw ${cased[*]} --tokenizer-hf-no-include-special-tokens --allow-special"
+  [[ "$out" == "$(jq -r '.cased.special_ids["<extra_id_7>"]' "$golden/meta.json")" ]] || fail "extra id: $out"
+  # preprocess: each sentence is [CLS] ... [SEP]; --append-eod appends [SEP], Megatron-Core's eod.
+  printf '%s\n' '{"text": ["Hello, World!", "Hello, World!"]}' >"$TMP/in.jsonl"
+  mt-tokenize --input "$TMP/in.jsonl" "${uncased[@]}" --append-eod --output-prefix "$TMP/bert" --output-format megatron >"$TMP/out.jsonl"
+  summary | jq -e '.tokenizer == "BertWordPieceLowerCase" and .sequences == 2' >/dev/null || fail "$(summary)"
+  run /usr/bin/python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$TMP/bert_text_document"
+  assert_output --partial "sequence 0: $expected"
+  assert_output --partial "sequence 1: $expected $sep"
+}
+
+@test "issue26 wordpiece: a corrupt vocab.txt is refused naming the file and the line" {
+  local golden="$MT_ROOT/tests/golden/wordpiece"
+  { head -n 20 "$golden/vocab-uncased.txt"; echo; tail -n +21 "$golden/vocab-uncased.txt"; } >"$TMP/blank.txt"
+  { cat "$golden/vocab-uncased.txt"; sed -n 10p "$golden/vocab-uncased.txt"; } >"$TMP/repeat.txt"
+  { head -c 5000 "$golden/vocab-uncased.txt"; printf '\xe4\xb8'; } >"$TMP/cut.txt"
+  sed '/^\[UNK\]$/d' "$golden/vocab-uncased.txt" >"$TMP/nounk.txt"
+  local lines; lines=$(wc -l <"$golden/vocab-uncased.txt")
+  local cases=("blank.txt|line 21: is empty" "repeat.txt|line $((lines + 1)): repeats the token"
+               "cut.txt|is not valid UTF-8" "nounk.txt|has no [UNK] token")
+  for case in "${cases[@]}"; do
+    local file="${case%%|*}" message="${case#*|}"
+    run_split bash -c "printf x | mt-tokenize encode --raw --tokenizer-type BertWordPieceLowerCase --vocab-file '$TMP/$file'"
+    [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/$file"*"$message"* && $(wc -l <<<"$err") -eq 1 ]] || fail "$file: $status $err"
+  done
 }

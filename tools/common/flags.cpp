@@ -279,8 +279,8 @@ const FlagSpec& flag_spec(std::string_view name) {
       // tokenizer
       text_flag("--tokenizer-type", "Tokenizer",
                 {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer",
-                 "GPTSentencePieceTokenizer", "Llama2Tokenizer"}),
-      text_flag("--vocab-file", "GPT2BPETokenizer: encoder.json"),
+                 "GPTSentencePieceTokenizer", "Llama2Tokenizer", "BertWordPieceLowerCase", "BertWordPieceCase"}),
+      text_flag("--vocab-file", "GPT2BPETokenizer: encoder.json; BertWordPieceLowerCase/BertWordPieceCase: vocab.txt"),
       text_flag("--merge-file", "GPT2BPETokenizer: vocab.bpe"),
       text_flag("--tokenizer-model",
                 "TikTokenizer: a tiktoken rank file (cl100k_base.tiktoken, LLaMA-3 tokenizer.model) or Megatron's "
@@ -292,7 +292,8 @@ const FlagSpec& flag_spec(std::string_view name) {
                    "Megatron TikTokenizer JSON: special ids placed before the vocabulary", at_least(0)),
       toggle_flag("--tokenizer-hf-no-include-special-tokens",
                   "HuggingFaceTokenizer: leave out the special tokens of tokenizer.json's post-processor template "
-                  "(e.g. LLaMA-3's BOS), which every sequence gets by default, as in Megatron"),
+                  "(e.g. LLaMA-3's BOS; BertWordPiece*: [CLS] and [SEP]), which every sequence gets by default, "
+                  "as in Megatron"),
       // the backend (add_device_flag checks the value)
       text_flag("--device", "Backend to run on: cpu, or cuda (not built yet); a GPU model for peak figures is "
                             "--peak-device"),

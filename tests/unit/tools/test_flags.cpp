@@ -80,7 +80,8 @@ TEST(Flags, Issue11Case13RangeErrorsAreOneShortLineThatSaysTheRange) {
             "--normalization: must be one of LayerNorm, RMSNorm (got BatchNorm)");
   EXPECT_EQ(parse_error({"--tokenizer-type", "X"}),
             "--tokenizer-type: must be one of GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
-            "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (got X)");
+            "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, "
+            "BertWordPieceCase (got X)");
   const FlagSpec workers = integer_flag("--workers", "threads", at_least(1));
   EXPECT_EQ(value_error(workers, "0"), "must be at least 1 (got 0)");
   EXPECT_EQ(value_error(workers, "1"), "");
