@@ -6,7 +6,8 @@
 // --hidden-dropout 0.1 on the masked cases, and per-token loss; at 4 ranks CP=2 x TP=2 (with and
 // without SP) and CP=2 x DP=2 with the distributed optimizer and overlapped buckets; at 8 ranks
 // TP=2 x CP=2 x PP=2. Each with no, selective and full recompute; each layout again with the
-// trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute).
+// trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute). At 2 ranks also
+// --attention-dropout 0.1 (no and full recompute).
 // Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -44,13 +45,15 @@ struct Case {
   model::RecomputeGranularity recompute = model::RecomputeGranularity::none;
   Documents documents = Documents::none;
   bool per_token_loss = false;
+  float attention_dropout = 0.0f;
 };
 
 // `ops`: the table the layout's trainer runs on; the one-rank reference runs on the CPU table.
 void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c,
                                               const backend::Ops& ops = backend::cpu_ops()) {
   // Dropout wherever tokens are masked, so the masks and the dropout keys both cross chunks.
-  const model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
+  model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
+  model.attention_dropout = c.attention_dropout;
   train::TrainConfig config = equivalence::ten_step_config();
   config.calculate_per_token_loss = c.per_token_loss;
   config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
@@ -107,7 +110,8 @@ std::string describe(const Layout& layout, const Case& c) {
                           : c.documents == Documents::eod_mask_loss ? "EOD-masked loss + dropout"
                                                                     : "plain";
   return layout.name + ", " + (c.llama ? "tiny-llama" : "tiny-gpt") + ", " + documents + ", " + recompute +
-         " recompute" + (c.per_token_loss ? ", per-token loss" : "");
+         " recompute" + (c.per_token_loss ? ", per-token loss" : "") +
+         (c.attention_dropout > 0 ? ", attention dropout " + std::to_string(c.attention_dropout) : "");
 }
 
 }  // namespace
@@ -146,5 +150,18 @@ TEST(ContextParallelTraining, PerTokenLossSumsTheTokenCountOverContextParallelRa
     const Case c{true, model::RecomputeGranularity::none, Documents::masks, true};
     SCOPED_TRACE(describe(layout, c));
     expect_context_parallel_matches_one_rank(layout, c);
+  }
+}
+
+// --attention-dropout 0.1 under ring attention: each chunk pair draws its part of the mask at the
+// global query and key positions, so CP=2 drops what one rank drops (2 ranks only: tiny LLaMA
+// with GQA on document masks, no and full recompute).
+TEST(ContextParallelTraining, AttentionDropoutMatchesOneRank) {
+  if (equivalence::world().size() != 2) GTEST_SKIP() << "CP=2 runs at 2 ranks";
+  for (auto recompute : {model::RecomputeGranularity::none, model::RecomputeGranularity::full}) {
+    Case c{true, recompute, Documents::masks};
+    c.attention_dropout = 0.1f;
+    SCOPED_TRACE(describe({"CP=2"}, c));
+    expect_context_parallel_matches_one_rank({"CP=2"}, c);
   }
 }
