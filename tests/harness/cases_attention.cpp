@@ -5,7 +5,10 @@
 // the analytic reference and against central differences of the reference forward; grads
 // accumulated with accumulate_grads; two key blocks merged through their lse (attention_merge)
 // equal to one block, grads summed over the blocks (context parallelism); results independent of
-// the thread count; memory linear in T at T = 4096.
+// the thread count; memory linear in T at T = 4096. Attention dropout: against the reference's
+// double loops drawing the same keyed mask (GQA, documents, offsets, a TP slice of the heads,
+// packed rows), central differences with the mask fixed, merged key blocks, and the dropped
+// fraction, seeds and iterations seen directly through V = I.
 #include <algorithm>
 #include <bit>
 #include <cmath>
