@@ -1,11 +1,35 @@
 // Parameter structs of the fused ops, shared by every backend's kernels (CPU now, CUDA later) and
-// by the backend op table (lib/backend/ops.h): plain values, no pointers to host-only state.
+// by the backend op table (lib/backend/ops.h): plain values and device pointers, no pointers to
+// host-only state.
 // The ops that take them are documented in kernels/cpu/ops.h.
 #pragma once
 
 #include <cstdint>
 
 namespace mt::kernels {
+
+// Dropout keys: every element's keep decision is a pure function of (seed, stream, iteration,
+// global row id, global column), never of rank, micro-batch or local offset (DESIGN.md sec. 3).
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t stream = 0;     // stream_id of the dropout site mixed with the global layer index
+  uint64_t iteration = 0;
+  float p = 0;             // drop probability
+};
+
+// Dropout on the attention probabilities (Megatron's attention_dropout), inside the fused kernel:
+// P (the softmax) becomes P * keep / (1 - p), where keep(query, key) is drawn from
+// keyed_uniform(seed, stream, iteration, row, key position) (kernels/common/philox.h) with
+// row = row_ids[query] * q_heads_total + q_head0 + h: the global token id of the query (global
+// sample * seq + position), its global head, and the key's global position, so every layout
+// (TP heads, CP chunks, PP, DP, recompute) draws the same mask. key.p = 0: no dropout, row_ids
+// may be null. The lse stays that of the undropped scores.
+struct AttentionDropout {
+  DropoutKey key;                    // key.p in [0, 1)
+  const int64_t* row_ids = nullptr;  // (batch, q_len) device: global token id of each query row
+  int q_head0 = 0;                   // global index of local query head 0 (TP)
+  int q_heads_total = 1;             // query heads of the whole model
+};
 
 // Causal attention over one block of queries and keys (the whole sequence, or one context-
 // parallel block). Query token t of sample b sits at global position q_pos0 + t; key s at
@@ -33,6 +57,7 @@ struct AttentionShape {
   int64_t kv_pos0 = 0;
   float scale = 1.0f;
   bool accumulate_grads = false;
+  AttentionDropout dropout;  // none by default
 };
 
 struct AdamWParams {
@@ -44,15 +69,6 @@ struct AdamWParams {
   float bias_correction1 = 1;  // 1 - beta1^step
   float bias_correction2 = 1;  // 1 - beta2^step
   float grad_scale = 1;        // grads are multiplied by this first (clipping, loss-scale unscale)
-};
-
-// Dropout keys: every element's keep decision is a pure function of (seed, stream, iteration,
-// global row id, global column), never of rank, micro-batch or local offset (DESIGN.md sec. 3).
-struct DropoutKey {
-  uint64_t seed = 0;
-  uint64_t stream = 0;     // stream_id of the dropout site mixed with the global layer index
-  uint64_t iteration = 0;
-  float p = 0;             // drop probability
 };
 
 }  // namespace mt::kernels

@@ -62,7 +62,9 @@ struct CpuOps {
                         const int32_t* positions, float base);
 
   // --- attention (shape and masking: kernels/common/op_params.h) ------------------------------
-  // Works in tiles of at most 128 keys (online softmax): memory does not grow with T^2.
+  // Works in tiles of at most 64 queries and 64 keys (online softmax): memory does not grow with
+  // T^2. With shape.dropout.key.p > 0 the probabilities are dropped inside (AttentionDropout):
+  // the backward draws the forward's mask again from the same keys, nothing is stored.
   void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                             const int32_t* doc_start, float* out, float* lse);
   // dq, dk, dv written, or added to with shape.accumulate_grads (same strides as q, k, v); out

@@ -176,6 +176,9 @@ void attention_roundtrip(const AttentionShape& shape, const float* q, const floa
                          const int32_t* doc_start, const float* dout, float* out, float* lse, float* dq, float* dk,
                          float* dv) {
   if (shape.head_dim > kMaxAttentionHeadDim) throw std::runtime_error("attention: head_dim above 256");
+  if (shape.dropout.key.p != 0.0f) {
+    throw std::runtime_error("attention: dropout (AttentionShape::dropout) is not implemented in the CUDA kernels yet");
+  }
   const size_t q_rows = size_t(shape.batch) * shape.q_len, kv_rows = size_t(shape.batch) * shape.kv_len;
   DeviceArray<float> d_q(q, q_rows * shape.q_stride), d_k(k, kv_rows * shape.k_stride);
   DeviceArray<float> d_v(v, kv_rows * shape.v_stride);

@@ -18,7 +18,8 @@ inline constexpr int kMaxAttentionHeadDim = 256;
 // q, k, v, dq, dk, dv: batch * len rows of their strides; out, dout: batch * q_len rows of
 // o_stride; lse: batch * q_heads * q_len; doc_start nullable. Runs the forward (out, lse), then the
 // backward from that out and lse (dq, dk, dv written, or added to their incoming values with
-// shape.accumulate_grads). Throws std::runtime_error without a device or for head_dim > 256.
+// shape.accumulate_grads). Throws std::runtime_error without a device, for head_dim > 256 or for
+// attention dropout (shape.dropout.key.p != 0: the CPU kernels only, so far).
 void attention_roundtrip(const AttentionShape& shape, const float* q, const float* k, const float* v,
                          const int32_t* doc_start, const float* dout, float* out, float* lse, float* dq, float* dk,
                          float* dv);

@@ -284,6 +284,8 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& pat
     m.ffn_hidden_size = optional_value<int>(c, "n_inner", 4 * m.hidden_size, path);
     m.max_position_embeddings = required<int>(c, "n_positions", path);
     m.norm_epsilon = static_cast<float>(optional_value<double>(c, "layer_norm_epsilon", 1e-5, path));
+    // mt (as Megatron) has one hidden dropout for the embedding, attention and MLP outputs:
+    // resid_pdrop; embd_pdrop (transformers' default equals it) has no flag of its own.
     m.hidden_dropout = static_cast<float>(optional_value<double>(c, "resid_pdrop", 0.1, path));
     m.attention_dropout = static_cast<float>(optional_value<double>(c, "attn_pdrop", 0.1, path));
     const std::string activation = optional_value<std::string>(c, "activation_function", "gelu_new", path);

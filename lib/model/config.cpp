@@ -46,9 +46,8 @@ void ModelConfig::validate() const {
                      "exceeds --max-position-embeddings " + std::to_string(max_position_embeddings));
   }
   if (!(hidden_dropout >= 0 && hidden_dropout < 1)) throw UsageError("--hidden-dropout", "must be in [0, 1)");
-  if (attention_dropout != 0.0f) {
-    throw UsageError("--attention-dropout " + std::to_string(attention_dropout),
-                     "not supported: mt's fused attention kernel has no dropout (use 0)");
+  if (!(attention_dropout >= 0 && attention_dropout < 1)) {
+    throw UsageError("--attention-dropout " + std::to_string(attention_dropout), "must be in [0, 1)");
   }
   // Written as !(x > 0) so that NaN fails too.
   if (!(norm_epsilon > 0) || std::isinf(norm_epsilon)) throw UsageError("--norm-epsilon", "must be positive");
@@ -178,7 +177,8 @@ ModelConfig gpt2(const std::string& name, int layers, int hidden, int heads) {
   c.seq_length = 1024;
   c.max_position_embeddings = 1024;
   c.vocab_size = 50257;
-  c.hidden_dropout = 0.1f;  // Megatron's default
+  c.hidden_dropout = 0.1f;     // Megatron's default
+  c.attention_dropout = 0.1f;  // Megatron's default
   return c;
 }
 
@@ -267,6 +267,7 @@ ModelConfig preset(const std::string& name) {
     c.vocab_size = 256;  // bytes: the demo trains on raw UTF-8 until a tokenizer lands
     c.make_vocab_size_divisible_by = 128;
     c.hidden_dropout = 0.0f;
+    c.attention_dropout = 0.0f;
     return c;
   }
   if (name == "tiny-llama") {

@@ -52,6 +52,8 @@ void RingAttention::set_batch(int batch) {
   local_.batch = batch;
 }
 
+void RingAttention::set_dropout(const kernels::AttentionDropout& dropout) { local_.dropout = dropout; }
+
 int64_t RingAttention::kv_block_floats() const {
   return int64_t(local_.batch) * local_.kv_len * local_.kv_heads * local_.head_dim;
 }
@@ -80,6 +82,9 @@ void RingAttention::for_each_visible_pair(int kv_owner, PairFn&& pair) const {
         shape.q_pos0 = q_chunks[size_t(q_chunk)].first;
         shape.kv_pos0 = kv_chunks[size_t(kv_chunk)].first;
         if (shape.kv_pos0 > shape.q_pos0 + chunk_ - 1) continue;  // every key after every query
+        if (local_.dropout.row_ids) {
+          shape.dropout.row_ids = local_.dropout.row_ids + int64_t(b) * local_.q_len + int64_t(q_chunk) * chunk_;
+        }
         pair(b, q_chunk, kv_chunk, shape);
       }
     }

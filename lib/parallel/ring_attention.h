@@ -40,6 +40,11 @@ class RingAttention {
   // The samples the next passes run (at most the `local` batch the buffers were sized for).
   void set_batch(int batch);
 
+  // The attention dropout of the next passes (kernels/common/op_params.h): row_ids are the
+  // global token ids of the local query rows (batch, local tokens); p = 0 turns it off. Each
+  // chunk pair draws with its global key positions, so the mask is that of the full sequence.
+  void set_dropout(const kernels::AttentionDropout& dropout);
+
   // out (rows, o_stride) and lse of the local queries over the whole sequence's keys.
   // doc_start (batch, local tokens) nullable: global first position of each token's document.
   void forward(const float* q, const float* k, const float* v, const int32_t* doc_start, float* out, float* lse);

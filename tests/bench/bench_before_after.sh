@@ -35,7 +35,7 @@ run_case() {
   local bin="$1" case="$2" out="$3" B T dtype ranks
   read -r B T dtype ranks flags <<<"$case"
   local args=(--model gpt2-124m --mock-data --seq-length "$T" --micro-batch-size "$B" --train-iters "$STEPS"
-              --eval-iters 0 --hidden-dropout 0 --log-interval 1000 --peak-tflops 1)
+              --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 --peak-tflops 1)
   [[ $dtype == bf16 ]] && args+=(--bf16)
   # shellcheck disable=SC2206
   [[ -n ${flags:-} ]] && args+=($flags)

@@ -23,7 +23,7 @@ source "$ROOT/tests/bench/two_cores.sh"
 SEQ=2048
 GLOBAL=2
 MODEL=(--model gpt2-124m --mock-data --seq-length "$SEQ" --max-position-embeddings "$SEQ" --global-batch-size "$GLOBAL"
-       --micro-batch-size 1 --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --log-interval 1000
+       --micro-batch-size 1 --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000
        --peak-tflops 1)
 NAMES=("1 rank x 2 threads" "CP=2 (1 thread per rank)")
 OUT="$(mktemp -d)"

@@ -25,7 +25,7 @@ for shape in "4 64" "8 256"; do
   for dtype in fp32 bf16; do
     flag=(); [[ $dtype == bf16 ]] && flag=(--bf16)
     mt_json="$(OMP_NUM_THREADS=$THREADS "$MT_BIN/mt-train" --model gpt2-124m --mock-data --seq-length "$T" \
-      --micro-batch-size "$B" --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --log-interval 1000 \
+      --micro-batch-size "$B" --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 \
       "${flag[@]}" 2>/dev/null)"
     mt_tps="$(jq -r 'select(.record=="summary") | .tokens_per_s' <<<"$mt_json")"
     mt_ms="$(jq -r 'select(.record=="summary") | .median_step_ms' <<<"$mt_json")"

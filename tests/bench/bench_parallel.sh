@@ -15,7 +15,7 @@ STEPS="${2:-6}"
 source "$ROOT/tests/bench/two_cores.sh"
 
 MODEL=(--model gpt2-124m --mock-data --seq-length 256 --global-batch-size 16 --micro-batch-size 8
-       --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --log-interval 1000 --peak-tflops 1)
+       --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 --peak-tflops 1)
 NAMES=("1 rank x 2 threads" "DP=2" "DP=2 distributed optimizer" "DP=2 overlap" "DP=2 dist. opt. + overlap" "TP=2")
 LAYOUTS=("" "" "--use-distributed-optimizer" "--overlap-grad-reduce --ddp-bucket-size 20000000"
          "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000000" "--tensor-model-parallel-size 2")

@@ -22,7 +22,7 @@ MICRO_BATCHES=8
 source "$ROOT/tests/bench/two_cores.sh"
 
 MODEL=(--model gpt2-124m --mock-data --seq-length 256 --global-batch-size "$MICRO_BATCHES" --micro-batch-size 1
-       --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --log-interval 1000 --peak-tflops 1)
+       --train-iters "$STEPS" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 --peak-tflops 1)
 NAMES=("1 rank x 2 threads" "PP=2 1F1B (v=1)" "PP=2 interleaved (v=2)")
 CHUNKS=(1 1 2)
 LAYOUTS=(""

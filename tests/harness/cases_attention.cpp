@@ -5,7 +5,10 @@
 // the analytic reference and against central differences of the reference forward; grads
 // accumulated with accumulate_grads; two key blocks merged through their lse (attention_merge)
 // equal to one block, grads summed over the blocks (context parallelism); results independent of
-// the thread count; memory linear in T at T = 4096.
+// the thread count; memory linear in T at T = 4096. Attention dropout: against the reference's
+// double loops drawing the same keyed mask (GQA, documents, offsets, a TP slice of the heads,
+// packed rows), central differences with the mask fixed, merged key blocks, and the dropped
+// fraction, seeds and iterations seen directly through V = I.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "case_helpers.h"
+#include "kernels/common/philox.h"
 #include "op_cases.h"
 #include "reference.h"
 
@@ -36,6 +40,7 @@ struct Problem {
   std::vector<float> inputs;
   std::vector<float> dout;         // (batch * q_len, o_stride)
   std::vector<int32_t> doc_start;  // (batch * q_len) or empty
+  std::vector<int64_t> row_ids;    // (batch * q_len) global token ids when dropping, else empty
   const AttentionShape& shape() const { return layout.shape; }
   size_t out_size() const { return size_t(shape().batch) * shape().q_len * shape().o_stride; }
   size_t lse_size() const { return size_t(shape().batch) * shape().q_heads * shape().q_len; }
@@ -128,21 +133,41 @@ void set_documents(Problem& p, const std::vector<std::vector<int64_t>>& starts) 
   }
 }
 
+// Attention dropout with probability `p` on the problem: sample b is global sample
+// `first_sample + b` of sequences of `seq_length` tokens; local head h is global head
+// q_head0 + h of `heads_total`.
+void set_dropout(Problem& problem, float p, uint64_t seed, int64_t first_sample = 3, int64_t seq_length = 4096,
+                 int q_head0 = 0, int heads_total = 0) {
+  AttentionShape& s = problem.layout.shape;
+  s.dropout.key = kernels::DropoutKey{seed, kernels::stream_id("attention-probs test"), 17, p};
+  s.dropout.q_head0 = q_head0;
+  s.dropout.q_heads_total = heads_total > 0 ? heads_total : s.q_heads;
+  problem.row_ids.resize(size_t(s.batch) * s.q_len);
+  for (int b = 0; b < s.batch; ++b)
+    for (int t = 0; t < s.q_len; ++t) problem.row_ids[size_t(b) * s.q_len + t] = (first_sample + b) * seq_length + s.q_pos0 + t;
+}
+
 AttentionReference reference(const Problem& p) {
-  return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start);
+  return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start, p.row_ids);
 }
 
 // The problem's inputs on the device.
 struct DeviceProblem {
   DeviceArray<float> inputs, dout;
   DeviceArray<int32_t> docs;
+  DeviceArray<int64_t> row_ids;
   const float* q(const Problem& p) const { return inputs.data + p.layout.q_offset; }
   const float* k(const Problem& p) const { return inputs.data + p.layout.k_offset; }
   const float* v(const Problem& p) const { return inputs.data + p.layout.v_offset; }
+  // `shape` with the dropout's row ids on the device.
+  AttentionShape on_device(AttentionShape shape) const {
+    shape.dropout.row_ids = row_ids.data;
+    return shape;
+  }
 };
 
 DeviceProblem upload(CaseContext& c, const Problem& p) {
-  return {c.upload(p.inputs), c.upload(p.dout), c.upload(p.doc_start)};
+  return {c.upload(p.inputs), c.upload(p.dout), c.upload(p.doc_start), c.upload(p.row_ids)};
 }
 
 // Device results: out and lse (sentinel before), grads in the inputs' layout (sentinel before).
@@ -152,7 +177,8 @@ struct DeviceResults {
 
 DeviceResults run_forward(CaseContext& c, const Problem& p, const DeviceProblem& d) {
   DeviceResults r{c.filled(int64_t(p.out_size()), kSentinel), c.filled(int64_t(p.lse_size()), kSentinel), {}};
-  c.ops().attention_forward(p.shape(), d.q(p), d.k(p), d.v(p), d.docs.data, r.out.data, r.lse.data, c.stream());
+  c.ops().attention_forward(d.on_device(p.shape()), d.q(p), d.k(p), d.v(p), d.docs.data, r.out.data, r.lse.data,
+                            c.stream());
   return r;
 }
 
@@ -161,8 +187,8 @@ DeviceResults run_forward(CaseContext& c, const Problem& p, const DeviceProblem&
 void run_backward(CaseContext& c, const Problem& p, const DeviceProblem& d, DeviceResults& r,
                   const AttentionShape& shape) {
   if (!r.grads.data) r.grads = c.filled(int64_t(p.inputs.size()), kSentinel);
-  c.ops().attention_backward(shape, d.q(p), d.k(p), d.v(p), d.docs.data, r.out.data, d.dout.data, r.lse.data,
-                             r.grads.data + p.layout.q_offset, r.grads.data + p.layout.k_offset,
+  c.ops().attention_backward(d.on_device(shape), d.q(p), d.k(p), d.v(p), d.docs.data, r.out.data, d.dout.data,
+                             r.lse.data, r.grads.data + p.layout.q_offset, r.grads.data + p.layout.k_offset,
                              r.grads.data + p.layout.v_offset, c.stream());
 }
 
@@ -396,9 +422,11 @@ bool float_eq(float a, float b) {
 // dk, dv and a dq part; with accumulate_grads the entry sums them into existing grads.
 // Queries at [40, 160) over keys [0, 200) split at 100: queries 40..99 see nothing of block 2
 // (its lse -inf), keys 160..199 are seen by no query.
-void check_merge(CaseContext& c) {
+// With dropout, each block draws its part of the mask at its global key positions.
+void check_merge(CaseContext& c, bool dropout) {
   Problem full = make_problem({2, 120, 200, 4, 2, 16, 40, 0}, 41);
   set_documents(full, {{0, 30, 95, 150}, {0, 120}});
+  if (dropout) set_dropout(full, 0.2f, 5);
   const Problem first = slice_keys(full, 0, 100), second = slice_keys(full, 100, 200);
   const AttentionShape& s = full.shape();
   const HostResults whole = run_kernel(c, full, "whole");
@@ -451,7 +479,7 @@ void check_merge(CaseContext& c) {
   AttentionShape accumulating = second.shape();
   accumulating.accumulate_grads = true;
   DeviceResults into{merged.out, merged.lse, c.upload(grads1.grads)};
-  c.ops().attention_backward(accumulating, d_second.q(second), d_second.k(second), d_second.v(second),
+  c.ops().attention_backward(d_second.on_device(accumulating), d_second.q(second), d_second.k(second), d_second.v(second),
                              d_second.docs.data, merged.out.data, d_second.dout.data, merged.lse.data,
                              into.grads.data + first.layout.q_offset, into.grads.data + first.layout.k_offset,
                              into.grads.data + first.layout.v_offset, c.stream());
@@ -492,7 +520,13 @@ void add_block_cases(std::vector<OpCase>& cases) {
                    .name = "two key blocks merged through lse equal one block; their grads sum (accumulate_grads), " +
                            describe({2, 120, 200, 4, 2, 16, 40, 0}),
                    .also_uses = {OpId::attention_forward, OpId::attention_backward},
-                   .body = check_merge});
+                   .body = [](CaseContext& c) { check_merge(c, false); }});
+  cases.push_back({.op = OpId::attention_merge,
+                   .mode = CaseMode::property,
+                   .name = "dropout 0.2: two key blocks merged through lse equal one block, grads sum, " +
+                           describe({2, 120, 200, 4, 2, 16, 40, 0}),
+                   .also_uses = {OpId::attention_forward, OpId::attention_backward},
+                   .body = [](CaseContext& c) { check_merge(c, true); }});
   cases.push_back(
       {.op = OpId::attention_backward,
        .mode = CaseMode::accumulate,
@@ -522,12 +556,14 @@ void add_block_cases(std::vector<OpCase>& cases) {
 
 // The reference's analytic grads against central differences of its fp64 forward (accurate to
 // ~1e-9), and the entry's grads against those differences.
-void check_finite_differences(CaseContext& c) {
+// With dropout the mask (a function of the coordinates only) stays fixed under the differences.
+void check_finite_differences(CaseContext& c, float dropout) {
   Problem p = make_problem({1, 9, 9, 2, 1, 4, 0, 0}, 51);
   set_documents(p, {{0, 4}});
+  if (dropout > 0) set_dropout(p, dropout, 9);
   const std::vector<double> inputs = to_double(p.inputs);
   auto loss = [&](const std::vector<double>& x) {
-    const AttentionReference r = ref_attention(p.layout, x, p.dout, p.doc_start);
+    const AttentionReference r = ref_attention(p.layout, x, p.dout, p.doc_start, p.row_ids);
     double sum = 0;
     for (size_t i = 0; i < r.out.size(); ++i) sum += r.out[i] * p.dout[i];  // compact out == o_stride layout
     return sum;
@@ -607,6 +643,86 @@ void check_long_sequence(CaseContext& c) {
            "a grad is not finite");
 }
 
+// Attention dropout against the double loops of the reference, which draw every pair's keep
+// decision from keyed_uniform at the same global coordinates: odd lengths around the tiles, GQA,
+// documents, global offsets, a TP-like slice of the heads (local heads 3.. of 11), packed rows.
+void add_dropout_problems(std::vector<OpCase>& cases) {
+  add_problem(cases, "dropout 0.1, documents " + describe({2, 257, 257, 4, 2, 16}), [] {
+    Problem p = make_problem({2, 257, 257, 4, 2, 16}, 71);
+    set_documents(p, {{0, 17, 60, 61, 128, 250}, {0, 100, 256}});
+    set_dropout(p, 0.1f, 1);
+    return p;
+  });
+  add_problem(cases, "dropout 0.5, heads 3..6 of 11 " + describe({3, 67, 67, 3, 1, 12}), [] {
+    Problem p = make_problem({3, 67, 67, 3, 1, 12}, 72);
+    set_dropout(p, 0.5f, 2, 11, 67, 3, 11);
+    return p;
+  });
+  add_problem(cases, "dropout 0.2, documents with offsets " + describe({2, 130, 266, 4, 2, 16, 200, 64}), [] {
+    Problem p = make_problem({2, 130, 266, 4, 2, 16, 200, 64}, 73);
+    set_documents(p, {{0, 50, 190, 250, 301}, {0, 329}});
+    set_dropout(p, 0.2f, 3);
+    return p;
+  });
+  add_problem(cases, "dropout 0.1, packed qkv with 5 unused columns " + describe({2, 130, 130, 4, 2, 12}), [] {
+    Problem p = make_packed_problem({2, 130, 130, 4, 2, 12}, 5, 74);
+    set_documents(p, {{0, 70}, {0, 3, 129}});
+    set_dropout(p, 0.1f, 4);
+    return p;
+  });
+}
+
+// The mask seen directly: Q = K = 0 (uniform probabilities 1/64 over 64 keys that all precede
+// the queries) and V = I (head_dim 64), so out(query, key) = keep / (1 - p) / 64. Over 2 x 2048 x
+// 4 x 64 = 1M pairs the dropped fraction is within 3 standard deviations of p, every kept value
+// is 1 / (1 - p) / 64; the same seed gives the same mask, another seed (or iteration) another.
+void check_mask_statistics(CaseContext& c) {
+  constexpr float kP = 0.1f;
+  constexpr int kKeys = 64, kQueries = 2048, kHeads = 4, kBatch = 2;
+  Problem p = make_problem({kBatch, kQueries, kKeys, kHeads, 1, kKeys, kKeys, 0}, 81);
+  std::fill(p.inputs.begin(), p.inputs.begin() + std::ptrdiff_t(p.layout.v_offset), 0.0f);
+  for (int b = 0; b < kBatch; ++b)
+    for (int j = 0; j < kKeys; ++j)
+      for (int e = 0; e < kKeys; ++e) p.inputs[p.layout.v_offset + (size_t(b) * kKeys + j) * kKeys + e] = j == e;
+  const auto out_of = [&](uint64_t seed, uint64_t iteration) {
+    Problem run = p;
+    set_dropout(run, kP, seed);
+    run.layout.shape.dropout.key.iteration = iteration;
+    const DeviceProblem d = upload(c, run);
+    return c.download(run_forward(c, run, d).out, "out");
+  };
+  const std::vector<float> first = out_of(1, 17), again = out_of(1, 17), other_seed = out_of(2, 17),
+                           other_iteration = out_of(1, 18);
+  const float kept = 1.0f / (1.0f - kP) / kKeys;
+  double dropped = 0;
+  for (float x : first) {
+    if (x == 0.0f) {
+      ++dropped;
+    } else if (std::abs(x - kept) > 1e-6f * kept) {
+      return c.fail("a kept probability is " + std::to_string(x) + ", expected " + std::to_string(kept));
+    }
+  }
+  const double n = double(first.size()), fraction = dropped / n, sigma = std::sqrt(kP * (1 - kP) / n);
+  c.expect(std::abs(fraction - kP) <= 3 * sigma, "dropped fraction " + std::to_string(fraction) + " over " +
+                                                     std::to_string(n) + " pairs, 3 sigma " + std::to_string(3 * sigma));
+  c.expect(first == again, "the same seed gave another mask");
+  for (const auto* other : {&other_seed, &other_iteration}) {
+    double differ = 0;
+    for (size_t i = 0; i < first.size(); ++i) differ += (first[i] == 0.0f) != ((*other)[i] == 0.0f);
+    // Independent masks differ in 2 p (1 - p) = 18% of the pairs.
+    c.expect(std::abs(differ / n - 2 * kP * (1 - kP)) <= 0.01, "another seed or iteration: " +
+                                                                   std::to_string(differ / n) + " of the pairs differ");
+  }
+}
+
+void add_attention_dropout_cases(std::vector<OpCase>& cases) {
+  add_dropout_problems(cases);
+  cases.push_back({.op = OpId::attention_forward,
+                   .mode = CaseMode::property,
+                   .name = "dropout 0.1: dropped fraction within 3 sigma over 1M pairs, seeds and iterations",
+                   .body = check_mask_statistics});
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& cases) {
@@ -623,7 +739,14 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                    .mode = CaseMode::grad,
                    .name = "documents " + describe({1, 9, 9, 2, 1, 4}) + ", and the reference's own grads",
                    .also_uses = {OpId::attention_forward},
-                   .body = check_finite_differences});
+                   .body = [](CaseContext& c) { check_finite_differences(c, 0.0f); }});
+  cases.push_back({.op = OpId::attention_backward,
+                   .mode = CaseMode::grad,
+                   .name = "dropout 0.3, mask fixed: documents " + describe({1, 9, 9, 2, 1, 4}) +
+                           ", and the reference's own grads",
+                   .also_uses = {OpId::attention_forward},
+                   .body = [](CaseContext& c) { check_finite_differences(c, 0.3f); }});
+  add_attention_dropout_cases(cases);
   cases.push_back(
       {.op = OpId::attention_backward,
        .mode = CaseMode::property,

@@ -6,6 +6,8 @@
 #include <limits>
 #include <random>
 
+#include "kernels/common/philox.h"
+
 namespace mt::harness {
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float low, float high) {
@@ -190,7 +192,8 @@ XentReference ref_xent(const std::vector<double>& logits, int64_t rows, int64_t 
 }
 
 AttentionReference ref_attention(const AttentionLayout& layout, const std::vector<double>& inputs,
-                                 const std::vector<float>& dout, const std::vector<int32_t>& doc_start) {
+                                 const std::vector<float>& dout, const std::vector<int32_t>& doc_start,
+                                 const std::vector<int64_t>& row_ids) {
   const AttentionShape& s = layout.shape;
   const int dim = s.head_dim, group = s.q_heads / s.kv_heads;
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -213,7 +216,14 @@ AttentionReference ref_attention(const AttentionLayout& layout, const std::vecto
     return double(dout[(size_t(b) * s.q_len + t) * s.o_stride + size_t(h) * dim + d]);
   };
   std::vector<int> visible;
-  std::vector<double> probs, dprobs;
+  std::vector<double> probs, dprobs, keep;  // keep: the dropout factor keep / (1 - p) or 0
+  const kernels::DropoutKey& drop = s.dropout.key;
+  auto keep_factor = [&](int b, int t, int h, int j) {  // keyed by global (token, head, key position)
+    if (drop.p <= 0.0f) return 1.0;
+    const int64_t row = row_ids.at(size_t(b) * s.q_len + t) * s.dropout.q_heads_total + s.dropout.q_head0 + h;
+    const float u = kernels::keyed_uniform(drop.seed, drop.stream, drop.iteration, row, s.kv_pos0 + j);
+    return u >= drop.p ? 1.0 / (1.0 - double(drop.p)) : 0.0;
+  };
   for (int b = 0; b < s.batch; ++b) {
     for (int h = 0; h < s.q_heads; ++h) {
       const int g = h / group;
@@ -237,15 +247,18 @@ AttentionReference ref_attention(const AttentionLayout& layout, const std::vecto
         double sum = 0;
         for (double& x : probs) sum += (x = std::exp(x - max_score));
         for (double& x : probs) x /= sum;
+        keep.assign(visible.size(), 1.0);
+        for (size_t n = 0; n < visible.size(); ++n) keep[n] = keep_factor(b, t, h, visible[n]);
         const size_t row = (size_t(b) * s.q_len + t) * s.q_heads + h;
         r.lse[(size_t(b) * s.q_heads + h) * s.q_len + t] = max_score + std::log(sum);
         for (size_t n = 0; n < visible.size(); ++n) {
-          for (int d = 0; d < dim; ++d) r.out[row * dim + d] += probs[n] * v_at(b, visible[n], g, d);
+          for (int d = 0; d < dim; ++d) r.out[row * dim + d] += probs[n] * keep[n] * v_at(b, visible[n], g, d);
         }
         dprobs.assign(visible.size(), 0.0);
         double delta = 0;
         for (size_t n = 0; n < visible.size(); ++n) {
           for (int d = 0; d < dim; ++d) dprobs[n] += dout_at(b, t, h, d) * v_at(b, visible[n], g, d);
+          dprobs[n] *= keep[n];
           delta += probs[n] * dprobs[n];
         }
         for (size_t n = 0; n < visible.size(); ++n) {
@@ -254,7 +267,7 @@ AttentionReference ref_attention(const AttentionLayout& layout, const std::vecto
           for (int d = 0; d < dim; ++d) {
             r.dq[row * dim + d] += s.scale * dscore * k_at(b, visible[n], g, d);
             r.dk[kv_row * dim + d] += s.scale * dscore * q_at(b, t, h, d);
-            r.dv[kv_row * dim + d] += probs[n] * dout_at(b, t, h, d);
+            r.dv[kv_row * dim + d] += probs[n] * keep[n] * dout_at(b, t, h, d);
           }
         }
       }

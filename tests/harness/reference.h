@@ -85,11 +85,15 @@ struct AttentionLayout {
 // dS = P (dP - sum P dP), dq = scale dS k, dk = scale dS q, dv = P dout). Results compact: out, dq
 // (batch, q_len, heads, dim); dk, dv (batch, kv_len, kv_heads, dim); lse (batch, heads, q_len),
 // -inf where a query sees no key. dout is read with o_stride; doc_start empty for no documents.
+// With shape.dropout.key.p > 0 the probabilities are dropped by double loops drawing each pair's
+// keep decision from kernels::keyed_uniform (kernels/common/philox.h) at (row_ids[query] * total
+// heads + global head, global key position): out = (P Z) V, dP = (dout . v) Z, dv = (P Z)^T dout.
 struct AttentionReference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 AttentionReference ref_attention(const AttentionLayout& layout, const std::vector<double>& inputs,
-                                 const std::vector<float>& dout, const std::vector<int32_t>& doc_start);
+                                 const std::vector<float>& dout, const std::vector<int32_t>& doc_start,
+                                 const std::vector<int64_t>& row_ids = {});
 
 // --- GEMM ---------------------------------------------------------------------------------------
 // C (m, n) = alpha op(A) op(B) + beta C0, row-major with leading dimensions; a, b are the values

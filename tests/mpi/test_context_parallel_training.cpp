@@ -7,7 +7,8 @@
 // without SP) and CP=2 x DP=2 with the distributed optimizer and overlapped buckets; at 8 ranks
 // TP=2 x CP=2 x PP=2. Each with no, selective and full recompute; each layout again with the
 // trainer on the asynchronous CPU table (tiny LLaMA, documents, no recompute). The params norm and
-// zero count of every layout (tiny GPT, documents) against one rank's.
+// zero count of every layout (tiny GPT, documents) against one rank's. At 2 ranks also
+// --attention-dropout 0.1 (no and full recompute).
 // Run under mpirun at 2, 4 and 8 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@ struct Case {
   model::RecomputeGranularity recompute = model::RecomputeGranularity::none;
   Documents documents = Documents::none;
   bool per_token_loss = false;
+  float attention_dropout = 0.0f;
 };
 
 // The layout's parallel config (CP=2) over the world, validated.
@@ -70,7 +72,8 @@ parallel::ParallelConfig parallel_config(const Layout& layout, const model::Mode
 void expect_context_parallel_matches_one_rank(const Layout& layout, const Case& c,
                                               const backend::Ops& ops = backend::cpu_ops()) {
   // Dropout wherever tokens are masked, so the masks and the dropout keys both cross chunks.
-  const model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
+  model::ModelConfig model = mt::testing::trainer_model(c.llama, c.documents == Documents::none ? 0.0f : 0.1f);
+  model.attention_dropout = c.attention_dropout;
   train::TrainConfig config = equivalence::ten_step_config();
   config.calculate_per_token_loss = c.per_token_loss;
   config.recompute = {c.recompute, model::RecomputeMethod::uniform, 1};
@@ -115,7 +118,8 @@ std::string describe(const Layout& layout, const Case& c) {
                           : c.documents == Documents::eod_mask_loss ? "EOD-masked loss + dropout"
                                                                     : "plain";
   return layout.name + ", " + (c.llama ? "tiny-llama" : "tiny-gpt") + ", " + documents + ", " + recompute +
-         " recompute" + (c.per_token_loss ? ", per-token loss" : "");
+         " recompute" + (c.per_token_loss ? ", per-token loss" : "") +
+         (c.attention_dropout > 0 ? ", attention dropout " + std::to_string(c.attention_dropout) : "");
 }
 
 }  // namespace
@@ -173,5 +177,18 @@ TEST(ContextParallelTraining, ParamsNormAndZeroCountOfEveryLayoutMatchOneRank) {
     const std::vector<double> reference = equivalence::one_rank_norms_and_zeros(model, config, data);
     equivalence::expect_norms_and_zeros_match(equivalence::watched_steps(model, config, data, &groups), reference,
                                               config, model);
+  }
+}
+
+// --attention-dropout 0.1 under ring attention: each chunk pair draws its part of the mask at the
+// global query and key positions, so CP=2 drops what one rank drops (2 ranks only: tiny LLaMA
+// with GQA on document masks, no and full recompute).
+TEST(ContextParallelTraining, AttentionDropoutMatchesOneRank) {
+  if (equivalence::world().size() != 2) GTEST_SKIP() << "CP=2 runs at 2 ranks";
+  for (auto recompute : {model::RecomputeGranularity::none, model::RecomputeGranularity::full}) {
+    Case c{true, recompute, Documents::masks};
+    c.attention_dropout = 0.1f;
+    SCOPED_TRACE(describe({"CP=2"}, c));
+    expect_context_parallel_matches_one_rank({"CP=2"}, c);
   }
 }

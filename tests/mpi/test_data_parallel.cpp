@@ -12,7 +12,8 @@
 // with the overlapped parameter all-gather, waited chunk by chunk), PP=2 x TP=2 + SP; at 8 ranks:
 // TP=2 x PP=2 x DP=2. Tied embeddings (tiny GPT) and untied (tiny LLaMA). Hidden dropout 0.1 on
 // the SP, DP and PP cases, EOD-masked loss on the DP and PP cases (micro-batches with different
-// token counts), per-token loss, no / selective / full recompute. The activation slots of an
+// token counts), per-token loss, no / selective / full recompute; at 2 ranks --attention-dropout
+// 0.1 on TP=2, DP=2 and PP=2 with no, selective and full recompute. The activation slots of an
 // interleaved rank: its chunks share one pool of as many slots as the schedule keeps in flight,
 // and the ledger's activation bytes are that pool plus the workspaces. (The optimizer's buckets on
 // their own: tests/mpi/test_distributed_optimizer.cpp.) Every layout again with the trainer on the
@@ -90,6 +91,7 @@ struct Case {
   model::RecomputeGranularity recompute = model::RecomputeGranularity::none;
   Precision precision = Precision::fp32;
   bool per_token_loss = false;
+  float attention_dropout = 0.0f;
 };
 
 using equivalence::expect_close;
@@ -123,6 +125,7 @@ void expect_layout_matches_one_rank(const Layout& layout, const Case& c, const b
   // Dropout on the SP, DP and PP cases, EOD-masked loss on the DP and PP cases.
   model::ModelConfig model = tiny(c.llama, layout.sequence_parallel || masked_loss ? 0.1 : 0.0);
   model.num_layers = layout.num_layers;
+  model.attention_dropout = c.attention_dropout;
   train::TrainConfig config = equivalence::ten_step_config();
   config.precision = c.precision;
   config.calculate_per_token_loss = c.per_token_loss;
@@ -182,7 +185,8 @@ std::string describe(const Layout& layout, const Case& c) {
                           : c.recompute == model::RecomputeGranularity::selective ? "selective"
                                                                                    : "no";
   return layout.name + ", " + (c.llama ? "tiny-llama" : "tiny-gpt") + ", " + precision_name(c.precision) + ", " +
-         recompute + " recompute" + (c.per_token_loss ? ", per-token loss" : "");
+         recompute + " recompute" + (c.per_token_loss ? ", per-token loss" : "") +
+         (c.attention_dropout > 0 ? ", attention dropout " + std::to_string(c.attention_dropout) : "");
 }
 
 }  // namespace
@@ -214,6 +218,26 @@ TEST(DataParallel, EveryLayoutMatchesOneRankOnTheAsynchronousTable) {
       SCOPED_TRACE(describe(layout, c) + ", asynchronous table");
       expect_layout_matches_one_rank(layout, c, test_backend::async_cpu_ops());
     }
+  }
+}
+
+// --attention-dropout 0.1: the mask is keyed by global token, global head and global key
+// position, so TP=2 (heads split; tiny LLaMA: GQA), DP=2 and PP=2 drop what one rank drops, also
+// when full or selective recompute runs the forward again. 2 ranks only, to keep CI time small.
+TEST(DataParallel, AttentionDropoutMatchesOneRank) {
+  if (equivalence::world().size() != 2) GTEST_SKIP() << "the attention dropout layouts run at 2 ranks";
+  using G = model::RecomputeGranularity;
+  const std::vector<std::pair<Layout, Case>> cases = {
+      {{"TP=2", 2}, {true, G::none}},
+      {{"TP=2", 2}, {false, G::full}},
+      {{"DP=2", 1}, {false, G::none}},
+      {{"DP=2", 1}, {true, G::full}},
+      {{"PP=2", 1, false, false, false, 2}, {false, G::selective}},
+  };
+  for (auto [layout, c] : cases) {
+    c.attention_dropout = 0.1f;
+    SCOPED_TRACE(describe(layout, c));
+    expect_layout_matches_one_rank(layout, c);
   }
 }
 

@@ -259,6 +259,24 @@ PY
   [[ $status -eq 2 && "$err" == *"config.json: activation_function is relu"* && ! -e "$TMP/relu.h5" ]] || fail "$status $err"
 }
 
+@test "import --format hf of GPT-2's default dropouts (attn_pdrop, resid_pdrop, embd_pdrop 0.1): taken into mt_train_flags, and mt-train runs them" {
+  save_tiny
+  mt-ckpt export --format hf "$TMP/ck" "$TMP/hf" >/dev/null || fail "export"
+  jq '.attn_pdrop = 0.1 | .resid_pdrop = 0.1 | .embd_pdrop = 0.1' "$TMP/hf/config.json" >"$TMP/gpt2.json"
+  mv "$TMP/gpt2.json" "$TMP/hf/config.json"
+  run_split mt-ckpt import --format hf "$TMP/hf" "$TMP/imported"
+  [[ $status -eq 0 ]] || fail "$err"
+  local flags
+  flags=$(printf '%s\n' "$out" | jq -r -s '.[-1].mt_train_flags')
+  [[ "$flags" == *"--hidden-dropout 0.1 --attention-dropout 0.1"* ]] || fail "$flags"
+  # shellcheck disable=SC2086
+  mt-train $flags --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 \
+    --eval-iters 0 --peak-tflops 1 --load "$TMP/imported" --finetune >"$TMP/train.jsonl" 2>"$TMP/train.log" ||
+    fail "$(cat "$TMP/train.log")"
+  jq -e -s '[.[] | select(.record == "step") | .lm_loss | isfinite] == [true, true]' "$TMP/train.jsonl" >/dev/null ||
+    fail "$(cat "$TMP/train.jsonl")"
+}
+
 @test "--help of every subcommand says what it does and its options" {
   local command
   for command in inspect verify diff convert export import; do

@@ -235,7 +235,7 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   for args in "--model nope --mock-data --train-iters 1" \
               "--model tiny-gpt --train-iters 1" \
               "--model tiny-gpt --mock-data --train-iters 1 --tensor-model-parallel-size 2" \
-              "--model tiny-gpt --mock-data --train-iters 1 --attention-dropout 0.1" \
+              "--model tiny-gpt --mock-data --train-iters 1 --attention-dropout 1" \
               "--model tiny-gpt --mock-data --train-iters 1 --bf16 --fp16" \
               "--model tiny-gpt --mock-data --train-iters 1 --normalization BatchNorm" \
               "--model tiny-gpt --mock-data --train-iters 1 --num-attention-heads 5" \

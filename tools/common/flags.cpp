@@ -173,7 +173,7 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--disable-bias-linear", "No biases in linear layers"),
       real_flag("--init-method-std", "Std of the normal initialisation", positive()),
       real_flag("--hidden-dropout", "Dropout after attention, MLP and embedding", between(0, 1, true)),
-      real_flag("--attention-dropout", "Attention-probability dropout: only 0 is supported (the fused kernel has none)",
+      real_flag("--attention-dropout", "Dropout on the attention probabilities, inside the fused kernel",
                 between(0, 1, true)),
       // parallel
       integer_flag("--tensor-model-parallel-size", "Tensor-parallel degree (TP)", at_least(1)),

@@ -435,6 +435,9 @@ std::string train_flags(const mt::model::ModelConfig& m) {
   if (m.swiglu) flags += " --swiglu";
   if (!m.add_bias_linear) flags += " --disable-bias-linear";
   if (m.untie_embeddings_and_output_weights) flags += " --untie-embeddings-and-output-weights";
+  // Training-time settings of the imported config (GPT-2: resid_pdrop, attn_pdrop; LLaMA:
+  // attention_dropout), never a reason to refuse a model.
+  flags += " --hidden-dropout " + number(m.hidden_dropout) + " --attention-dropout " + number(m.attention_dropout);
   return flags;
 }
 

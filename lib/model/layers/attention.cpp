@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace mt::model {
 
 struct SelfAttention::Saved : BlockBuffers {
@@ -34,6 +36,7 @@ SelfAttention::SelfAttention(const ModelConfig& config, int layer)
       bias_(config.add_bias_linear),
       init_std_(config.init_method_std),
       num_layers_(config.num_layers),
+      attention_dropout_(config.attention_dropout),
       rotary_base_(config.rotary_base),
       rope_(config.position_embedding == PositionEmbedding::rope) {}
 
@@ -121,16 +124,32 @@ SelfAttention::Core SelfAttention::core_of(const Saved& saved, const Workspace& 
   return Core{workspace.attn, workspace.lse};
 }
 
+kernels::AttentionDropout SelfAttention::dropout_of(const LayerContext& ctx, const LayerPass& pass) const {
+  kernels::AttentionDropout dropout;
+  if (!pass.training || attention_dropout_ <= 0.0f) return dropout;
+  if (pass.batch.row_ids == nullptr) {
+    throw Error("--attention-dropout", "a training pass without global row ids to key the mask");
+  }
+  dropout.key = kernels::DropoutKey{ctx.seed, dropout_stream("attention-probs", layer_), pass.iteration,
+                                    attention_dropout_};
+  dropout.row_ids = pass.batch.row_ids;
+  dropout.q_head0 = ctx.parallel.tensor_parallel_rank() * q_heads_;  // TP splits whole heads in order
+  dropout.q_heads_total = heads_;
+  return dropout;
+}
+
 void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv,
                                  const Core& core) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
     ctx.ring_attention->forward(qkv, qkv + q, qkv + q + kv, pass.batch.doc_start, core.attn, core.lse);
     return;
   }
-  ctx.ops.attention_forward(core_shape(pass.batch.batch, pass.batch.seq), qkv, qkv + q, qkv + q + kv,
-                            pass.batch.doc_start, core.attn, core.lse, ctx.stream);
+  kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+  shape.dropout = dropout_of(ctx, pass);
+  ctx.ops.attention_forward(shape, qkv, qkv + q, qkv + q + kv, pass.batch.doc_start, core.attn, core.lse, ctx.stream);
 }
 
 void SelfAttention::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
@@ -161,12 +180,14 @@ void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, con
   proj_.backward(ctx, pass, dy_seq, core.attn, full_rows, w.d_attn);
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
     ctx.ring_attention->backward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, core.attn,
                                  w.d_attn, core.lse, w.d_qkv, w.d_qkv + q, w.d_qkv + q + kv);
   } else {
-    ctx.ops.attention_backward(core_shape(pass.batch.batch, pass.batch.seq), saved.qkv, saved.qkv + q,
-                               saved.qkv + q + kv, pass.batch.doc_start, core.attn, w.d_attn, core.lse, w.d_qkv,
-                               w.d_qkv + q, w.d_qkv + q + kv, ctx.stream);
+    kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+    shape.dropout = dropout_of(ctx, pass);
+    ctx.ops.attention_backward(shape, saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, core.attn,
+                               w.d_attn, core.lse, w.d_qkv, w.d_qkv + q, w.d_qkv + q + kv, ctx.stream);
   }
   if (rope_) {
     const int64_t width = qkv_width();

@@ -7,7 +7,11 @@
 // of its two sequence chunks. TP splits by whole heads / query groups: this rank runs q_heads()
 // query heads over kv_heads() key/value heads, local head j reading kv head j / (q_heads /
 // kv_heads) exactly as the global model does. Init: the projections N(0, init_method_std), the
-// output projection N(0, init_method_std / sqrt(2 num_layers)), biases 0. Tested through the
+// output projection N(0, init_method_std / sqrt(2 num_layers)), biases 0. Attention dropout
+// (--attention-dropout, training passes only) runs inside the fused kernel, keyed by the global
+// token ids of the micro-batch, the global head (TP rank * local heads + local head) and the
+// iteration (kernels/common/op_params.h, AttentionDropout): no mask is stored, and a recomputed
+// forward (selective or full recompute) and the backward draw the same mask. Tested through the
 // model's finite differences, the PyTorch goldens, the TP = 2 stage test and, under CP, by
 // tests/mpi/test_context_parallel_training.cpp.
 #pragma once
@@ -53,6 +57,8 @@ class SelfAttention : public AttentionVariant {
     float* lse;   // (batch, q_heads, seq); under CP the ring's (batch, 2, q_heads, seq / 2)
   };
   static Core core_of(const Saved& saved, const Workspace& workspace);
+  // The attention-probability dropout of this pass (p = 0 outside training).
+  kernels::AttentionDropout dropout_of(const LayerContext& ctx, const LayerPass& pass) const;
   // The core attention from the saved q/k/v into `core`.
   void core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv, const Core& core) const;
 
@@ -63,6 +69,7 @@ class SelfAttention : public AttentionVariant {
   double init_std_;
   int num_layers_;                 // the output projection's init scale
   int q_heads_ = 0, kv_heads_ = 0; // local, from the layout
+  float attention_dropout_;
   float rotary_base_;
   bool rope_;
   ColumnParallelLinear qkv_;

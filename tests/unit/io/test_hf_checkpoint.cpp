@@ -167,6 +167,34 @@ TEST(HfCheckpoint, RefusesWhatMtCannotRepresent) {
   EXPECT_NE(mt::testing::error_text([&] { io::hf_architecture(gelu_llama); }).find("no Hugging Face architecture"), std::string::npos);
 }
 
+// transformers' default GPT2Config (attn_pdrop, resid_pdrop, embd_pdrop 0.1), as the released GPT-2
+// models carry, and a LLaMA config with attention_dropout: imported with their dropouts, valid
+// models (no refusal for a training-time setting); export writes mt's values back.
+TEST(HfCheckpoint, ImportTakesTheDropoutsAndExportWritesThem) {
+  const nlohmann::json gpt2 = {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_embd", 768},   {"n_layer", 12},
+                               {"n_head", 12},         {"n_positions", 1024}, {"attn_pdrop", 0.1}, {"resid_pdrop", 0.1},
+                               {"embd_pdrop", 0.1}};
+  const model::ModelConfig g = io::model_config_from_hf(gpt2, "c.json", 128);
+  EXPECT_FLOAT_EQ(g.attention_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(g.hidden_dropout, 0.1f);
+  EXPECT_NO_THROW(g.validate());
+  nlohmann::json llama = {{"model_type", "llama"},    {"vocab_size", 100},      {"hidden_size", 32},
+                          {"intermediate_size", 48},  {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                          {"num_key_value_heads", 2}, {"max_position_embeddings", 64}, {"attention_dropout", 0.25}};
+  const model::ModelConfig l = io::model_config_from_hf(llama, "c.json", 128);
+  EXPECT_FLOAT_EQ(l.attention_dropout, 0.25f);
+  EXPECT_NO_THROW(l.validate());
+  model::ModelConfig m = tiny("tiny-gpt", false);
+  m.hidden_dropout = 0.2f;
+  m.attention_dropout = 0.3f;
+  EXPECT_FLOAT_EQ(io::hf_config(m, DType::f32).at("attn_pdrop").get<float>(), 0.3f);
+  EXPECT_FLOAT_EQ(io::hf_config(m, DType::f32).at("resid_pdrop").get<float>(), 0.2f);
+  EXPECT_FLOAT_EQ(io::hf_config(m, DType::f32).at("embd_pdrop").get<float>(), 0.2f);
+  model::ModelConfig n = tiny("tiny-llama", false, 2);
+  n.attention_dropout = 0.3f;
+  EXPECT_FLOAT_EQ(io::hf_config(n, DType::f32).at("attention_dropout").get<float>(), 0.3f);
+}
+
 TEST(HfCheckpoint, ImportRefusesAShapeThatDisagreesWithConfig) {
   const model::ModelConfig m = tiny("tiny-llama", false, 2);
   mt::testing::TempDir dir("mt_test_hf_shape");

@@ -1,6 +1,7 @@
 // Model presets, validation, parameter counts, FLOPs per token and JSON round trips.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -52,7 +53,16 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   EXPECT_THROW(c.validate(), mt::UsageError);
   c = preset("tiny-gpt");
   c.attention_dropout = 0.1f;
-  EXPECT_THROW(c.validate(), mt::UsageError);
+  EXPECT_NO_THROW(c.validate());
+  for (float bad : {1.0f, -0.1f, std::nanf("")}) {
+    c.attention_dropout = bad;
+    try {
+      c.validate();
+      FAIL() << "expected a usage error for --attention-dropout " << bad;
+    } catch (const mt::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--attention-dropout"), std::string::npos);
+    }
+  }
 }
 
 TEST(ModelConfig, MoeLayerFrequencyInMegatronsSpellings) {

@@ -1,7 +1,8 @@
 // The model's explicit backward (one stage of pre-norm decoder layers): every gradient element
 // against central differences of a double-precision reference of the same model (GPT-2 and LLaMA
 // flavours), bit-identical grads across recompute policies with ordered activation memory that
-// equals the planned bytes, linear activation memory in T, and layout-independent dropout.
+// equals the planned bytes, linear activation memory in T, and layout-independent dropout (hidden
+// and attention dropout: the same masks under recompute and any batching).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,12 +86,10 @@ TEST(Transformer, ActivationMemoryGrowsLinearlyInSequenceLength) {
   EXPECT_NEAR(static_cast<double>(long_bytes) / static_cast<double>(short_bytes), 2.0, 0.01);
 }
 
-TEST(Transformer, DropoutDoesNotDependOnHowSamplesAreBatched) {
-  ModelConfig c = tiny(false);
-  c.hidden_dropout = 0.3f;
-  Data data = make_data(c, 2, 6);
-  const auto together = grads_for(c, {}, data, 2);
-  // The same two samples as two micro-batches of one: same dropout masks (keyed by global row).
+namespace {
+
+// The grads of the first two samples of `data` run as two micro-batches of one sample each.
+std::vector<float> grads_one_sample_at_a_time(const ModelConfig& c, Data& data) {
   const ParamLayout layout = build_layout(c);
   std::vector<float> params(static_cast<size_t>(layout.total_elements)), grads(params.size(), 0.0f);
   initialize_parameters(layout, 11, params.data());
@@ -102,10 +101,41 @@ TEST(Transformer, DropoutDoesNotDependOnHowSamplesAreBatched) {
                    data.positions.data() + b * t, nullptr, data.row_ids.data() + b * t};
     model.forward_backward(one, 1.0f, 1);
   }
+  return grads;
+}
+
+}  // namespace
+
+TEST(Transformer, DropoutDoesNotDependOnHowSamplesAreBatched) {
+  ModelConfig c = tiny(false);
+  c.hidden_dropout = 0.3f;
+  Data data = make_data(c, 2, 6);
+  const auto together = grads_for(c, {}, data, 2);
+  // The same two samples as two micro-batches of one: same dropout masks (keyed by global row).
+  const std::vector<float> grads = grads_one_sample_at_a_time(c, data);
   for (size_t i = 0; i < grads.size(); ++i) ASSERT_NEAR(grads[i], together[i], 1e-5 + 1e-4 * std::fabs(together[i])) << i;
   // and dropout is active: other grads than without it
   c.hidden_dropout = 0.0f;
   EXPECT_NE(grads_for(c, {}, data, 2), together);
+}
+
+// Attention dropout (drawn inside the attention kernel, never stored): selective and full
+// recompute draw the same mask again (bit-identical grads), samples batched differently keep
+// their masks (keyed by global token), GPT and LLaMA (GQA); and it is active.
+TEST(Transformer, AttentionDropoutIsTheSameUnderRecomputeAndBatching) {
+  for (bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt");
+    ModelConfig c = tiny(llama);
+    c.attention_dropout = 0.3f;
+    Data data = make_data(c, 2, 6);
+    const auto none = grads_for(c, {}, data, 2);
+    EXPECT_EQ(none, grads_for(c, {RecomputeGranularity::selective, RecomputeMethod::uniform, 1}, data, 2));
+    EXPECT_EQ(none, grads_for(c, {RecomputeGranularity::full, RecomputeMethod::uniform, 1}, data, 2));
+    const std::vector<float> grads = grads_one_sample_at_a_time(c, data);
+    for (size_t i = 0; i < grads.size(); ++i) ASSERT_NEAR(grads[i], none[i], 1e-5 + 1e-4 * std::fabs(none[i])) << i;
+    c.attention_dropout = 0.0f;
+    EXPECT_NE(grads_for(c, {}, data, 2), none);
+  }
 }
 
 TEST(Transformer, Bf16StaysCloseToFp32) {
