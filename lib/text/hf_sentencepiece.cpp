@@ -299,6 +299,7 @@ class HfSentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> special_token_id(std::string_view text) const override;
   std::string name() const override { return frame_.name; }
   std::string hash() const override { return frame_.hash; }
+  bool encodes_parts_alike() const override { return false; }  // a part's start may get a "▁"
 
  private:
   struct Merge {
@@ -357,7 +358,7 @@ HfSentencePieceTokenizer::HfSentencePieceTokenizer(const json& root, const std::
   normalizer_ = read_normalizer(member(root, "normalizer"), path);
   metaspace_ = read_pre_tokenizer(member(root, "pre_tokenizer"), path);
   decoder_ = read_decoder(member(root, "decoder"), path);
-  for (const char* eod : {"</s>", "<|endoftext|>", "<|end_of_text|>"}) {
+  for (const char* eod : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {  // the byte-level files' rule
     if ((eod_ = special_token_id(eod))) break;
   }
 }
@@ -665,9 +666,10 @@ std::string HfSentencePieceTokenizer::token_bytes(int32_t id) const {
 
 bool is_hf_sentencepiece_json(const json& root) {
   const json* model = member(root, "model");
-  const json* byte_fallback = model != nullptr ? member(*model, "byte_fallback") : nullptr;
+  if (model == nullptr || !(type_of(*model).empty() || type_of(*model) == "BPE")) return false;
+  const json* byte_fallback = member(*model, "byte_fallback");
   const json* pre_tokenizer = member(root, "pre_tokenizer");
-  return member(root, "normalizer") != nullptr || pre_tokenizer == nullptr || type_of(*pre_tokenizer) == "Metaspace" ||
+  return pre_tokenizer == nullptr || type_of(*pre_tokenizer) == "Metaspace" ||
          (byte_fallback != nullptr && byte_fallback->is_boolean() && byte_fallback->get<bool>());
 }
 

@@ -30,8 +30,8 @@
 
 namespace mt::text {
 
-// Whether a tokenizer.json describes a SentencePiece-style model rather than a byte-level BPE: it
-// has a normalizer, a Metaspace pre-tokenizer or none, or a byte_fallback BPE model.
+// Whether a tokenizer.json describes a SentencePiece-style model rather than a byte-level BPE: a
+// BPE model (type "BPE" or none) with a Metaspace pre-tokenizer or none, or with byte_fallback.
 bool is_hf_sentencepiece_json(const nlohmann::json& root);
 
 // What the caller read from the file around the model: the post-processor's single-sequence ids,

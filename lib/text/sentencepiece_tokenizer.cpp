@@ -71,6 +71,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> special_token_id(std::string_view text) const override;
   std::string name() const override { return type_; }
   std::string hash() const override { return hash_; }
+  bool encodes_parts_alike() const override { return false; }  // each part would get a dummy prefix
 
  private:
   struct Symbol {
