@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # mt-tokenize --tokenizer-type HuggingFaceTokenizer with SentencePiece-style tokenizer.json files
-# (tests/golden/sentencepiece/llama_style_2k.{legacy,metaspace,split}.json, made by
-# make_hf_goldens.py from llama_style_2k.model as transformers converts LLaMA-2): on the demo
+# (tests/golden/sentencepiece/llama_style_2k.legacy.json and its metaspace and split siblings, made
+# by make_hf_goldens.py from llama_style_2k.model as transformers converts LLaMA-2): on the demo
 # corpus the legacy file gives sentencepiece's ids (live python3-sentencepiece when installed, and
 # the .model path), the template's BOS and --append-eod's </s> in a Megatron dataset, raw text
 # encoded alike by 1 or 2 workers, tokenizers' spacing after special tokens (--allow-special),
