@@ -4,6 +4,7 @@
 #include "text/hf_sentencepiece.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -280,6 +281,11 @@ void apply_decoder(const DecoderStep& step, std::vector<std::string>& tokens) {
 
 // ---- the tokenizer -----------------------------------------------------------------------------
 
+struct ViewHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+
 struct AddedToken {
   std::string text;
   int32_t id;
@@ -330,13 +336,17 @@ class HfSentencePieceTokenizer final : public Tokenizer {
   void read_added_tokens(const json& root, const std::string& path);
   void encode_part(std::string_view part, bool at_text_start, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_part(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
+  bool can_cut_before_space_symbol() const;
   void merge_symbols(std::vector<Symbol>& symbols) const;
   std::optional<Merge> find_merge(int32_t left, int32_t right) const;
 
   HfSentencePieceFrame frame_;
   std::vector<std::string> tokens_;                     // by id (model vocab, then added tokens)
-  std::unordered_map<std::string, int32_t> vocab_;      // the model's vocab
+  std::unordered_map<std::string, int32_t, ViewHash, std::equal_to<>> vocab_;  // the model's vocab
+  std::array<int32_t, 256> byte_ids_{};  // the <0xNN> tokens' ids, -1 where absent
+  bool cut_words_ = false;               // see can_cut_before_replacement
   std::unordered_map<uint64_t, Merge> merges_;
   std::vector<AddedToken> added_;                       // longest first
   std::optional<int32_t> unk_id_;
@@ -358,6 +368,11 @@ HfSentencePieceTokenizer::HfSentencePieceTokenizer(const json& root, const std::
   normalizer_ = read_normalizer(member(root, "normalizer"), path);
   metaspace_ = read_pre_tokenizer(member(root, "pre_tokenizer"), path);
   decoder_ = read_decoder(member(root, "decoder"), path);
+  for (int byte = 0; byte < 256; ++byte) {
+    auto it = vocab_.find(byte_piece_name(byte));
+    byte_ids_[byte] = it == vocab_.end() ? -1 : it->second;
+  }
+  cut_words_ = can_cut_before_space_symbol();
   for (const char* eod : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {  // the byte-level files' rule
     if ((eod_ = special_token_id(eod))) break;
   }
@@ -465,6 +480,23 @@ void HfSentencePieceTokenizer::read_added_tokens(const json& root, const std::st
                    [](const AddedToken& a, const AddedToken& b) { return a.text.size() > b.text.size(); });
 }
 
+// Whether BPE over a word gives the same ids as BPE over its parts cut before each run of U+2581
+// that follows another character: it does when no merge can join a character to a following
+// U+2581, i.e. no token holds U+2581 after anything but U+2581 (SentencePiece's pieces never do),
+// U+2581 is a token (so it also ends a run of unknown characters), and ignore_merges does not look
+// the whole word up. A speed-up only: merges in different parts never meet.
+bool HfSentencePieceTokenizer::can_cut_before_space_symbol() const {
+  if (ignore_merges_ || !vocab_.contains(kSentencePieceSpace)) return false;
+  for (const auto& [token, id] : vocab_) {
+    const std::string_view text = token;
+    for (size_t at = text.find(kSentencePieceSpace, 1); at != std::string_view::npos;
+         at = text.find(kSentencePieceSpace, at + 1)) {
+      if (!text.substr(0, at).ends_with(kSentencePieceSpace)) return false;
+    }
+  }
+  return true;
+}
+
 std::optional<int32_t> HfSentencePieceTokenizer::special_token_id(std::string_view text) const {
   for (const AddedToken& token : added_) {
     if (token.text == text) return token.id;
@@ -538,11 +570,25 @@ void HfSentencePieceTokenizer::encode_part(std::string_view part, bool at_text_s
 void HfSentencePieceTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    if (auto it = vocab_.find(std::string(word)); it != vocab_.end()) {
+    if (auto it = vocab_.find(word); it != vocab_.end()) {
       out.push_back(it->second);
       return;
     }
   }
+  if (!cut_words_) {
+    merge_part(word, out);
+    return;
+  }
+  for (size_t begin = 0; begin < word.size();) {
+    size_t end = begin;
+    while (word.substr(end).starts_with(kSentencePieceSpace)) end += kSentencePieceSpace.size();
+    end = std::min(word.find(kSentencePieceSpace, end), word.size());
+    merge_part(word.substr(begin, end - begin), out);
+    begin = end;
+  }
+}
+
+void HfSentencePieceTokenizer::merge_part(std::string_view word, std::vector<int32_t>& out) const {
   thread_local std::vector<Symbol> symbols;
   symbols.clear();
   initial_symbols(word, symbols);
@@ -561,10 +607,9 @@ void HfSentencePieceTokenizer::initial_symbols(std::string_view word, std::vecto
   };
   int32_t pending_unknown = -1;  // the unknown id not yet added, and the bytes it covers
   uint32_t pending_length = 0;
-  std::string character;
   for (size_t at = 0; at < word.size();) {
     const size_t length = std::min(char_length(word.substr(at)), word.size() - at);
-    character.assign(word.substr(at, length));
+    const std::string_view character = word.substr(at, length);
     at += length;
     if (auto it = vocab_.find(character); it != vocab_.end()) {
       if (pending_unknown >= 0) add(pending_unknown, pending_length);
@@ -572,19 +617,14 @@ void HfSentencePieceTokenizer::initial_symbols(std::string_view word, std::vecto
       add(it->second, static_cast<uint32_t>(length));
       continue;
     }
-    if (byte_fallback_) {
-      std::vector<int32_t> byte_ids;
-      for (char byte : character) {
-        auto it = vocab_.find(byte_piece_name(static_cast<unsigned char>(byte)));
-        if (it == vocab_.end()) break;
-        byte_ids.push_back(it->second);
-      }
-      if (byte_ids.size() == character.size()) {
-        for (int32_t id : byte_ids) add(id, 1);
-        continue;
-      }
+    if (byte_fallback_ && std::all_of(character.begin(), character.end(),
+                                      [&](char byte) { return byte_ids_[static_cast<unsigned char>(byte)] >= 0; })) {
+      for (char byte : character) add(byte_ids_[static_cast<unsigned char>(byte)], 1);
+      continue;
     }
-    if (!unk_id_) throw Error("encode", "character \"" + character + "\" is not in the vocab and the model has no unk_token");
+    if (!unk_id_) {
+      throw Error("encode", "character \"" + std::string(character) + "\" is not in the vocab and the model has no unk_token");
+    }
     if (pending_unknown >= 0 && fuse_unk_) {
       pending_length += static_cast<uint32_t>(length);
     } else {

@@ -5,7 +5,7 @@
 // split (Metaspace always, split true, Metaspace decoder). Every id and decode equal on the edge cases
 // and texts around special tokens (added tokens split out, as tokenizers does), the 10,000 random
 // strings in blocks of 100 and the demo corpus line by line and whole (FNV-1a 64), the template's
-// BOS, and decode of random id sequences.
+// BOS, and decode of random id sequences; and the same ids when words are not cut before U+2581.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.h"
 #include "text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -188,6 +189,38 @@ TEST_P(HfSentencePieceGolden, DecodeRandomIds) {
     ++checked;
   }
   EXPECT_EQ(checked, 300);
+}
+
+// A vocab token with U+2581 after a letter (no merge makes it) turns off cutting words before
+// U+2581, so the whole text is merged at once: the same ids, by the other path.
+TEST(HfSentencePieceGoldenUncut, EdgeCasesAndDemoLinesEveryId) {
+  nlohmann::json root = nlohmann::json::parse(read_file(kGoldenDir / "llama_style_2k.legacy.json"));
+  root["model"]["vocab"]["a\u2581"] = 2000;
+  mt::testing::TempDir dir("mt_hf_spm");
+  const std::string path = dir.file("uncut.json");
+  std::ofstream(path) << root.dump();
+  mt::text::TokenizerOptions options;
+  options.type = "HuggingFaceTokenizer";
+  options.tokenizer_model = path;
+  auto tokenizer = Tokenizer::load(options);
+  int checked = 0;
+  for (const auto& record : goldens()) {
+    if (record["model"] != "llama_style_2k.legacy.json") continue;
+    if (record["set"] == "edge_cases") {
+      std::vector<int32_t> ids;
+      tokenizer->encode(record["text"].get<std::string>(), ids, /*allow_special=*/true);
+      EXPECT_EQ(ids, record["ids"].get<std::vector<int32_t>>()) << "edge case " << record["index"];
+      ++checked;
+    } else if (record["set"] == "tinyshakespeare.txt" && record["first"] == -1) {
+      std::vector<int32_t> ids;
+      tokenizer->encode(whole_file("tinyshakespeare.txt"), ids, /*allow_special=*/true);
+      Fnv ids_hash;
+      ids_hash.add_ids(ids);
+      EXPECT_EQ(ids_hash.hex(), record["ids_fnv"].get<std::string>()) << "the demo corpus whole";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 56);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, HfSentencePieceGolden, ::testing::ValuesIn(kFiles),
