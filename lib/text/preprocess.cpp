@@ -433,8 +433,11 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
     const std::string text = reader.read_all_text(total);
     total.input_bytes = reader.input_bytes();
     std::vector<size_t> cuts;
-    // Special tokens may hold spaces, so text that recognises them is not cut.
-    if (options.workers > 1 && !options.allow_special) cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
+    // Special tokens may hold spaces, so text that recognises them is not cut; nor is text whose
+    // tokenizer treats a text's start specially.
+    if (options.workers > 1 && !options.allow_special && tokenizer.encodes_parts_alike()) {
+      cuts = split_points_for_parallel_encoding(text, size_t{1} << 18);
+    }
     cuts.push_back(text.size());
     size_t next_cut = 0, begin = 0;
     run_ordered_pipeline<Chunk>(

@@ -77,8 +77,9 @@ struct EncodeOptions {
 // Calls emit(ids, end_of_document) in input order: for JSONL one call per line (the key's
 // sentences concatenated, each an encode_sequence), for raw text the document's ids in pieces
 // (the whole text one sequence: a template's ids first and last), the last with end_of_document. Raw text is cut for the workers only where every supported pre-tokenizer
-// pattern has a piece boundary whatever follows (see split_points_for_parallel_encoding), so
-// the ids equal encoding the whole text at once.
+// pattern has a piece boundary whatever follows (see split_points_for_parallel_encoding), and
+// only for a tokenizer whose encodes_parts_alike() holds, so the ids equal encoding the whole text
+// at once.
 PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& options,
                               const std::function<void(std::span<const int32_t>, bool)>& emit,
                               const PreprocessProgress& progress = {});

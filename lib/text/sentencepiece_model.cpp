@@ -2,6 +2,7 @@
 // Tested in tests/unit/text/test_sentencepiece.cpp.
 #include "text/sentencepiece_model.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -210,6 +211,23 @@ SentencePieceModelProto parse_sentencepiece_model(std::string_view bytes, const 
   }
   if (model.pieces.empty()) throw Error(path, "not a valid SentencePiece model: it has no pieces");
   return model;
+}
+
+std::string byte_piece_name(int byte) {
+  char buffer[8];
+  std::snprintf(buffer, sizeof buffer, "<0x%02X>", byte);
+  return buffer;
+}
+
+int parse_byte_piece(std::string_view piece) {
+  if (piece.size() != 6 || !piece.starts_with("<0x") || piece[5] != '>') return -1;
+  int value = 0;
+  for (char c : piece.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
 }
 
 }  // namespace mt::text

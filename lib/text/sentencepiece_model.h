@@ -52,6 +52,13 @@ struct SentencePieceModelProto {
   SentencePieceNormalizerSpec denormalizer;
 };
 
+// U+2581, the character that stands for a space in pieces (shared with text/hf_sentencepiece.h).
+inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
+// A byte piece's name, "<0xNN>" with NN in upper-case hex (byte_fallback's pieces).
+std::string byte_piece_name(int byte);
+// The byte a piece of that form names, or -1 for any other piece.
+int parse_byte_piece(std::string_view piece);
+
 // Parses the bytes of a .model file; `path` names it in errors.
 SentencePieceModelProto parse_sentencepiece_model(std::string_view bytes, const std::string& path);
 

@@ -21,7 +21,7 @@ namespace mt::text {
 
 namespace {
 
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581
+constexpr std::string_view kSpaceSymbol = kSentencePieceSpace;
 constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 
 struct ViewHash {
@@ -36,12 +36,6 @@ size_t one_char_length(std::string_view text) {
   static constexpr uint8_t kLengths[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
   const size_t length = kLengths[static_cast<unsigned char>(text[0]) >> 4];
   return std::min(length, text.size());
-}
-
-std::string byte_piece(int byte) {
-  char buffer[8];
-  std::snprintf(buffer, sizeof buffer, "<0x%02X>", byte);
-  return buffer;
 }
 
 // Per-thread cache of a word's ids for the last tokenizer a thread used: direct-mapped slots of
@@ -77,6 +71,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> special_token_id(std::string_view text) const override;
   std::string name() const override { return type_; }
   std::string hash() const override { return hash_; }
+  bool encodes_parts_alike() const override { return false; }  // each part would get a dummy prefix
 
  private:
   struct Symbol {
@@ -149,17 +144,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& type, const st
     }
     if (entry.type == PieceType::byte) {
       if (!trainer_.byte_fallback) throw Error(path, "byte piece " + entry.piece + " in a model without byte_fallback");
-      int value = -1;
-      char tail = 0;
-      if (entry.piece.size() != 6 || std::sscanf(entry.piece.c_str(), "<0x%2X%c", &value, &tail) != 2 || tail != '>' ||
-          byte_piece(value) != entry.piece) {
+      const int value = parse_byte_piece(entry.piece);
+      if (value < 0) {
         throw Error(path, "byte piece " + std::to_string(i) + " \"" + entry.piece + "\" is not <0xNN>");
       }
       byte_of_id_[i] = static_cast<int16_t>(value);
     }
   }
   check_model(path);
-  for (int byte = 0; byte < 256; ++byte) byte_ids_[byte] = piece_to_id(byte_piece(byte));
+  for (int byte = 0; byte < 256; ++byte) byte_ids_[byte] = piece_to_id(byte_piece_name(byte));
   const int32_t eos = piece_to_id(trainer_.eos_piece);
   if (type_of(eos) == PieceType::control) eos_id_ = eos;
   matcher_ = std::make_unique<UserSymbolMatcher>(user_symbols_);

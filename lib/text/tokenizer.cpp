@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "text/bpe_model.h"
+#include "text/hf_sentencepiece.h"
 #include "text/pretokenize.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "text/split_pretokenizer.h"
@@ -766,11 +767,31 @@ void add_post_processor(const json& root, const std::string& path, TokenizerSpec
   }
 }
 
+// A SentencePiece-style tokenizer.json (text/hf_sentencepiece.h), with the same post-processor and
+// hash as the byte-level ones.
+std::unique_ptr<Tokenizer> load_hf_sentencepiece(const TokenizerOptions& options, const json& root,
+                                                 const std::string& text) {
+  TokenizerSpec spec;
+  add_post_processor(root, options.tokenizer_model, spec);
+  HfSentencePieceFrame frame{std::move(spec.sequence_prefix), std::move(spec.sequence_suffix), "HuggingFaceTokenizer", ""};
+  if (!options.include_special_tokens && !(frame.sequence_prefix.empty() && frame.sequence_suffix.empty())) {
+    frame.sequence_prefix.clear();
+    frame.sequence_suffix.clear();
+    frame.name += ":no-special-tokens";
+  }
+  Fnv1a64 hash;
+  hash.add("HuggingFaceTokenizer");
+  hash.add(text);
+  frame.hash = hash.hex();
+  return make_hf_sentencepiece_tokenizer(root, options.tokenizer_model, std::move(frame));
+}
+
 std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   require_option(options.tokenizer_model, "--tokenizer-model", "HuggingFaceTokenizer");
   const std::string& path = options.tokenizer_model;
   std::string text = read_input_file(path, "--tokenizer-model");
   json root = parse_json(path, text);
+  if (is_hf_sentencepiece_json(root)) return load_hf_sentencepiece(options, root, text);
   const json* model_json = member(root, "model");
   if (model_json == nullptr || !model_json->is_object()) throw Error(path, "no model object");
   const json* model_type = member(*model_json, "type");

@@ -36,6 +36,9 @@
 //                         around each sequence by encode_sequence (Megatron's HF tokenize, HF's
 //                         add_special_tokens=True; LLaMA-3: BOS 128000 first) unless
 //                         include_special_tokens is false (then the name ends ":no-special-tokens").
+//                         A SentencePiece-style tokenizer.json (LLaMA-2's, Mistral's: a BPE model
+//                         with a Metaspace pre-tokenizer or none, or with byte_fallback) is read by
+//                         text/hf_sentencepiece.h instead, with the same post-processor and eod rule.
 //   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
 //                         --tokenizer-model tokenizer.model: a SentencePiece BPE model, ids equal
 //                         sentencepiece's; eod = the model's eos piece, no BOS
@@ -95,6 +98,10 @@ class Tokenizer {
   // one, or with TokenizerOptions::include_special_tokens false).
   virtual std::span<const int32_t> sequence_prefix() const { return {}; }
   virtual std::span<const int32_t> sequence_suffix() const { return {}; }
+  // Whether raw text cut where text/preprocess.h's split_points_for_parallel_encoding says gives,
+  // part by part, the ids of the whole. False where the start of a text is special (SentencePiece's
+  // dummy prefix, a Prepend normalizer, Metaspace's prepended "▁"): such text is encoded whole.
+  virtual bool encodes_parts_alike() const { return true; }
   // The bytes of the ids concatenated, as UTF-8 with invalid sequences replaced (Python's
   // 'replace'); throws mt::Error for an id outside [0, vocab_size).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
