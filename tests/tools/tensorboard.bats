@@ -67,6 +67,44 @@ TINY=(--model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch
   [[ $status -eq 0 ]] || fail "$out $err"
 }
 
+# Megatron's timers, params-norm and num-zeros, from a run that logs them all.
+NORMS=(--log-timers-to-tensorboard --timing-log-level 2 --log-params-norm --log-num-zeros-in-grad)
+
+@test "issue27: params-norm, num-zeros and every <timer>-time are the records' values (timers: max over ranks of each rank's sum / --log-interval)" {
+  mt-train "${TINY[@]}" --fp16 --initial-loss-scale 2097152 --train-iters 8 --eval-iters 0 --log-interval 3 \
+    --tensorboard-dir "$TMP/norms" --tensorboard-log-interval 2 "${NORMS[@]}" >"$TMP/norms.jsonl" 2>"$TMP/norms.log" ||
+    fail "$(cat "$TMP/norms.log")"
+  run_split "$READER" check "$TMP/norms" "$TMP/norms.jsonl" --tensorboard-log-interval 2 --log-interval 3 --timers \
+    --params-norm --num-zeros
+  [[ $status -eq 0 ]] || fail "$out $err"
+  # Skipped steps and taken ones (num-zeros is left out on a skipped step, and that is checked).
+  jq -e -s '[.[] | select(.record == "step")] | (.[0].skipped_iters > 0) and (.[-1].skipped_iters < 8)' \
+    "$TMP/norms.jsonl" >/dev/null || fail "no skipped step, or no taken one: num-zeros' condition is not exercised"
+  "$READER" points "$TMP/norms" >"$TMP/norms.points"
+  local tag
+  for tag in params-norm "params-norm vs samples" num-zeros "num-zeros vs samples" forward-backward-time \
+      forward-compute-time backward-compute-time batch-generator-time optimizer-time all-grads-sync-time; do
+    jq -e --arg tag "$tag" '.points[$tag] | length > 0' "$TMP/norms.points" >/dev/null || fail "no $tag: $(jq -c '.points | keys' "$TMP/norms.points")"
+  done
+  # The log blocks: the run's first iteration, 3 and 6.
+  jq -e '.points["forward-backward-time"] | map(.[0]) == [1, 3, 6]' "$TMP/norms.points" >/dev/null ||
+    fail "$(jq -c '.points["forward-backward-time"]' "$TMP/norms.points")"
+}
+
+@test "issue27: under MPI the last rank writes the timers as the max over ranks of each rank's sum, and the norms" {
+  mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --train-iters 4 --eval-iters 0 --log-interval 2 \
+    --tensorboard-dir "$TMP/pp" "${NORMS[@]}" >"$TMP/pp.jsonl" 2>"$TMP/pp.log" || fail "$(cat "$TMP/pp.log")"
+  [[ $(find "$TMP/pp" -name 'events.out.tfevents.*' | wc -l) -eq 1 ]] || fail "$(ls "$TMP/pp")"
+  jq -e -s '[.[] | select(.record == "step")][0].timers["forward-backward"].rank_ms | length == 2' "$TMP/pp.jsonl" \
+    >/dev/null || fail "no per-rank timers in the records"
+  # The records are rank 0's, the writer is rank 1: iteration-time is rank 1's own step time.
+  run_split "$READER" check "$TMP/pp" "$TMP/pp.jsonl" --log-interval 2 --timers --params-norm --num-zeros \
+    --other-writer-rank
+  [[ $status -eq 0 ]] || fail "$out $err"
+  "$READER" points "$TMP/pp" | jq -e '.points | has("forward-recv-time") and has("params-norm") and has("num-zeros")' \
+    >/dev/null || fail "$("$READER" points "$TMP/pp" | jq -c '.points | keys')"
+}
+
 # The runs the kills land in: resuming from and saving to $TMP/ck every 3 iterations.
 CRASH=("${TINY[@]}" --train-iters 24 --eval-interval 5 --eval-iters 1 --lr-decay-iters 24 --tensorboard-queue-size 4
        --save-interval 3)
