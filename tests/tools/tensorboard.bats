@@ -2,8 +2,10 @@
 # mt-train --tensorboard-dir end to end, read by an independent reader (tensorboard_reader.py:
 # Debian's python3-protobuf over TensorBoard's field numbers, its own CRC-32C, TensorBoard's
 # START purge): every scalar equals the step and eval records' value rounded to float32 under
-# Megatron's names, steps and conditions; the last rank writes; kill -9 at random moments leaves
-# readable files, and after the resumes the directory reads as the straight run.
+# Megatron's names, steps and conditions (params-norm, num-zeros and the timers' <timer>-time, the
+# max over ranks of each rank's rank_ms summed over the log block, included); the last rank writes;
+# kill -9 at random moments leaves readable files, and after the resumes the directory reads as the
+# straight run.
 
 setup() {
   load common
