@@ -91,6 +91,29 @@ NORMS=(--log-timers-to-tensorboard --timing-log-level 2 --log-params-norm --log-
   # The log blocks: the run's first iteration, 3 and 6.
   jq -e '.points["forward-backward-time"] | map(.[0]) == [1, 3, 6]' "$TMP/norms.points" >/dev/null ||
     fail "$(jq -c '.points["forward-backward-time"]' "$TMP/norms.points")"
+  # The printed timer blocks (after the log lines of iterations 1, 3 and 6) give the same maxima
+  # in ms, to their two decimals.
+  python3 - "$TMP/norms.log" "$TMP/norms.points" <<'PY' || fail "$(cat "$TMP/norms.log")"
+import json, re, sys
+blocks, current = [], None
+for line in open(sys.argv[1]):
+    if line.startswith("(min, max) time across ranks (ms):"):
+        current = {}
+        blocks.append(current)
+    elif current is not None and (m := re.match(r"    (\S+) \.*: \(([0-9.]+), ([0-9.]+)\)$", line)):
+        current[m.group(1)] = float(m.group(3))
+    else:
+        current = None
+points = json.load(open(sys.argv[2]))["points"]
+timers = {t[:-len("-time")]: dict(v) for t, v in points.items() if t.endswith("-time") and t != "iteration-time"}
+assert len(blocks) == 3, f"{len(blocks)} timer blocks"
+for step, block in zip((1, 3, 6), blocks):
+    written = {name for name, at in timers.items() if step in at}
+    assert block.keys() == written, f"at {step}: printed {sorted(block)}, TensorBoard {sorted(written)}"
+    for name, printed in block.items():
+        seconds = timers[name][step]
+        assert abs(printed - seconds * 1e3) <= 0.0051, f"{name} at {step}: printed {printed}, TensorBoard {seconds * 1e3}"
+PY
 }
 
 @test "issue27: under MPI the last rank writes the timers as the max over ranks of each rank's sum, and the norms" {
