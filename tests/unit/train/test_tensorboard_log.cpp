@@ -2,8 +2,9 @@
 // read back with io::read_event_file: names, steps (iteration or consumed samples) and conditions
 // (--tensorboard-log-interval, loss scale on by default, grad norm absent on a skipped step,
 // params norm and zeros when present, memory, ppl, throughput only with timers), the timers'
-// window divided by --log-interval as Megatron's timers.write(), and a resumed run's START with the
-// `vs samples` copies. The end-to-end check is tests/tools/tensorboard.bats.
+// window (the max over ranks of each rank's sum) divided by --log-interval as Megatron's
+// timers.write(), and a resumed run's START with the `vs samples` copies. The end-to-end check is
+// tests/tools/tensorboard.bats.
 #include <gtest/gtest.h>
 
 #include <cmath>
