@@ -107,8 +107,10 @@ void TensorBoardLog::add_timing(const StepStats& s) {
   window_seconds_ += s.step_ms / 1e3;
   window_teraflops_ += s.tflops_per_device * s.step_ms / 1e3;
   for (const TimerReading& timer : s.timers) {
-    if (!window_timer_seconds_.count(timer.name)) timer_order_.push_back(timer.name);
-    window_timer_seconds_[timer.name] += timer.max_ms / 1e3;
+    if (!window_timer_rank_seconds_.count(timer.name)) timer_order_.push_back(timer.name);
+    std::vector<double>& sums = window_timer_rank_seconds_[timer.name];
+    if (sums.size() < timer.rank_ms.size()) sums.resize(timer.rank_ms.size(), 0.0);
+    for (size_t rank = 0; rank < timer.rank_ms.size(); ++rank) sums[rank] += timer.rank_ms[rank] / 1e3;
   }
 }
 
@@ -118,14 +120,16 @@ void TensorBoardLog::write_timing(const StepStats& s) {
   if (options_.log_timers) {
     if (!first_step_) scalar("iteration-time", window_seconds_ / static_cast<double>(window_steps_), s.iteration);
     if (options_.log_throughput && window_seconds_ > 0) scalar("throughput", window_teraflops_ / window_seconds_, s.iteration);
-    for (const std::string& name : timer_order_) {
-      scalar(name + "-time", window_timer_seconds_[name] / options_.timers_interval, s.iteration);
+    for (const std::string& name : timer_order_) {  // the max over ranks of each rank's sum
+      const std::vector<double>& sums = window_timer_rank_seconds_[name];
+      const double largest = sums.empty() ? 0.0 : *std::max_element(sums.begin(), sums.end());
+      scalar(name + "-time", largest / options_.timers_interval, s.iteration);
     }
   }
   if (first_step_) return;
   window_steps_ = 0;
   window_seconds_ = window_teraflops_ = 0;
-  window_timer_seconds_.clear();
+  window_timer_rank_seconds_.clear();
   timer_order_.clear();
 }
 

@@ -10,8 +10,9 @@
 // figures `mem-reserved-bytes`, `mem-allocated-bytes`, `mem-max-allocated-bytes`,
 // `mem-allocated-count`. Every --log-interval iterations and at the run's first (Megatron's log
 // block), with --log-timers-to-tensorboard: `iteration-time` (seconds, the mean since the last
-// write; not at the run's first iteration), `<timer>-time` (the largest rank's seconds summed
-// since the last write, divided by --log-interval, as Megatron's timers.write()) and, with
+// write; not at the run's first iteration), `<timer>-time` (each rank's seconds summed since
+// the last write, the largest of those sums over the ranks, divided by --log-interval: Megatron's
+// timers.write(), from TimerReading::rank_ms) and, with
 // --log-throughput, `throughput` (TFLOP/s per device over the same window). At each evaluation:
 // `lm loss validation` and its `vs samples` pair, with --log-validation-ppl-to-tensorboard also
 // `lm loss validation ppl` and its pair. Events wait in a queue of --tensorboard-queue-size and
@@ -90,7 +91,7 @@ class TensorBoardLog {
   // Megatron's log-block window (reset at each write except the run's first iteration's).
   int64_t window_steps_ = 0;
   double window_seconds_ = 0, window_teraflops_ = 0;  // teraflops: sum of TFLOP/s x seconds
-  std::map<std::string, double> window_timer_seconds_;
+  std::map<std::string, std::vector<double>> window_timer_rank_seconds_;  // timer -> per-rank sums
   std::vector<std::string> timer_order_;
 };
 

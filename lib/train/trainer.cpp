@@ -910,12 +910,12 @@ std::string dot_padded(const std::string& name) {
 
 }  // namespace
 
-std::string Trainer::timers_log_block() {
-  // Megatron's Timers.log after its log line: each timer's sum since the last one over the steps
-  // summed, per rank; the ranks with a positive value count (max and minmax).
+std::string Trainer::timers_log_block(bool reset) {
+  // Megatron's Timers.log after its log line: each timer's sum since the last reset, per rank,
+  // over --log-interval; the ranks with a positive value count (max and minmax).
   if (!timers_ || interval_steps_ == 0) return "";
   const int ranks = world_->size();
-  const double steps = interval_steps_;
+  const double steps = config_.log_interval;
   const auto value = [&](int rank, int t) {
     return interval_timer_ms_[static_cast<size_t>(rank) * backend::kStepTimers + static_cast<size_t>(t)] / steps;
   };
@@ -951,8 +951,10 @@ std::string Trainer::timers_log_block() {
       out += line;
     }
   }
-  std::fill(interval_timer_ms_.begin(), interval_timer_ms_.end(), 0.0);
-  interval_steps_ = 0;
+  if (reset) {
+    std::fill(interval_timer_ms_.begin(), interval_timer_ms_.end(), 0.0);
+    interval_steps_ = 0;
+  }
   return any ? out : "";
 }
 
@@ -968,7 +970,8 @@ void Trainer::run(const TrainObservers& observers, const ExitConditions& exit) {
     if (observers.on_step) observers.on_step(stats);
     if (stats.iteration % config_.log_interval == 0 || stats.iteration == 1) {
       if (observers.on_log_line) observers.on_log_line(megatron_log_line(stats, total_iters_, config_.log_throughput));
-      const std::string timers = timers_log_block();  // cleared at every log line, printed or not
+      // Cleared at every log line, printed or not, except the first (Megatron's should_reset).
+      const std::string timers = timers_log_block(/*reset=*/stats.iteration != 1);
       if (observers.on_log_line && !timers.empty()) observers.on_log_line(timers);
     }
     const bool last = iteration_ == total_iters_;

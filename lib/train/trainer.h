@@ -351,9 +351,10 @@ class Trainer {
   // The timers, the params norm and the zero count over every rank (one all-gather over the
   // world, after the step's end wait: no host wait of its own), into `stats`.
   void gather_observations(StepStats& stats, int64_t local_zeros);
-  // Megatron's timer block for the log (the timers' sums over the steps since the last one,
-  // divided by their number), then the sums cleared.
-  std::string timers_log_block();
+  // Megatron's timer block for the log (Timers.log(normalizer=log_interval)): each rank's sums
+  // since the last cleared block divided by --log-interval, the same figures as TensorBoard's
+  // `<timer>-time`; the sums are cleared when `reset` (not at the first line: Megatron's reset=False).
+  std::string timers_log_block(bool reset);
   // Stages this rank's context-parallel part of samples [first_sample, first_sample + count) of
   // `split` at sample slot `slot` of the staging buffers; returns the number of tokens the loss
   // mask counts in that part.

@@ -2,8 +2,10 @@
 # mt-train --tensorboard-dir end to end, read by an independent reader (tensorboard_reader.py:
 # Debian's python3-protobuf over TensorBoard's field numbers, its own CRC-32C, TensorBoard's
 # START purge): every scalar equals the step and eval records' value rounded to float32 under
-# Megatron's names, steps and conditions; the last rank writes; kill -9 at random moments leaves
-# readable files, and after the resumes the directory reads as the straight run.
+# Megatron's names, steps and conditions (params-norm, num-zeros and the timers' <timer>-time, the
+# max over ranks of each rank's rank_ms summed over the log block, included); the last rank writes;
+# kill -9 at random moments leaves readable files, and after the resumes the directory reads as the
+# straight run.
 
 setup() {
   load common
@@ -65,6 +67,67 @@ TINY=(--model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch
   [[ $(find "$TMP/pp" -name 'events.out.tfevents.*' | wc -l) -eq 1 ]] || fail "$(ls "$TMP/pp")"
   run_split "$READER" check "$TMP/pp" "$TMP/pp.jsonl"
   [[ $status -eq 0 ]] || fail "$out $err"
+}
+
+# Megatron's timers, params-norm and num-zeros, from a run that logs them all.
+NORMS=(--log-timers-to-tensorboard --timing-log-level 2 --log-params-norm --log-num-zeros-in-grad)
+
+@test "issue27: params-norm, num-zeros and every <timer>-time are the records' values (timers: max over ranks of each rank's sum / --log-interval)" {
+  mt-train "${TINY[@]}" --fp16 --initial-loss-scale 2097152 --train-iters 8 --eval-iters 0 --log-interval 3 \
+    --tensorboard-dir "$TMP/norms" --tensorboard-log-interval 2 "${NORMS[@]}" >"$TMP/norms.jsonl" 2>"$TMP/norms.log" ||
+    fail "$(cat "$TMP/norms.log")"
+  run_split "$READER" check "$TMP/norms" "$TMP/norms.jsonl" --tensorboard-log-interval 2 --log-interval 3 --timers \
+    --params-norm --num-zeros
+  [[ $status -eq 0 ]] || fail "$out $err"
+  # Skipped steps and taken ones (num-zeros is left out on a skipped step, and that is checked).
+  jq -e -s '[.[] | select(.record == "step")] | (.[0].skipped_iters > 0) and (.[-1].skipped_iters < 8)' \
+    "$TMP/norms.jsonl" >/dev/null || fail "no skipped step, or no taken one: num-zeros' condition is not exercised"
+  "$READER" points "$TMP/norms" >"$TMP/norms.points"
+  local tag
+  for tag in params-norm "params-norm vs samples" num-zeros "num-zeros vs samples" forward-backward-time \
+      forward-compute-time backward-compute-time batch-generator-time optimizer-time all-grads-sync-time; do
+    jq -e --arg tag "$tag" '.points[$tag] | length > 0' "$TMP/norms.points" >/dev/null || fail "no $tag: $(jq -c '.points | keys' "$TMP/norms.points")"
+  done
+  # The log blocks: the run's first iteration, 3 and 6.
+  jq -e '.points["forward-backward-time"] | map(.[0]) == [1, 3, 6]' "$TMP/norms.points" >/dev/null ||
+    fail "$(jq -c '.points["forward-backward-time"]' "$TMP/norms.points")"
+  # The printed timer blocks (after the log lines of iterations 1, 3 and 6) give the same maxima
+  # in ms, to their two decimals.
+  python3 - "$TMP/norms.log" "$TMP/norms.points" <<'PY' || fail "$(cat "$TMP/norms.log")"
+import json, re, sys
+blocks, current = [], None
+for line in open(sys.argv[1]):
+    if line.startswith("(min, max) time across ranks (ms):"):
+        current = {}
+        blocks.append(current)
+    elif current is not None and (m := re.match(r"    (\S+) \.*: \(([0-9.]+), ([0-9.]+)\)$", line)):
+        current[m.group(1)] = float(m.group(3))
+    else:
+        current = None
+points = json.load(open(sys.argv[2]))["points"]
+timers = {t[:-len("-time")]: dict(v) for t, v in points.items() if t.endswith("-time") and t != "iteration-time"}
+assert len(blocks) == 3, f"{len(blocks)} timer blocks"
+for step, block in zip((1, 3, 6), blocks):
+    written = {name for name, at in timers.items() if step in at}
+    assert block.keys() == written, f"at {step}: printed {sorted(block)}, TensorBoard {sorted(written)}"
+    for name, printed in block.items():
+        seconds = timers[name][step]
+        assert abs(printed - seconds * 1e3) <= 0.0051, f"{name} at {step}: printed {printed}, TensorBoard {seconds * 1e3}"
+PY
+}
+
+@test "issue27: under MPI the last rank writes the timers as the max over ranks of each rank's sum, and the norms" {
+  mpirun_n 2 mt-train "${TINY[@]}" --pipeline-model-parallel-size 2 --train-iters 4 --eval-iters 0 --log-interval 2 \
+    --tensorboard-dir "$TMP/pp" "${NORMS[@]}" >"$TMP/pp.jsonl" 2>"$TMP/pp.log" || fail "$(cat "$TMP/pp.log")"
+  [[ $(find "$TMP/pp" -name 'events.out.tfevents.*' | wc -l) -eq 1 ]] || fail "$(ls "$TMP/pp")"
+  jq -e -s '[.[] | select(.record == "step")][0].timers["forward-backward"].rank_ms | length == 2' "$TMP/pp.jsonl" \
+    >/dev/null || fail "no per-rank timers in the records"
+  # The records are rank 0's, the writer is rank 1: iteration-time is rank 1's own step time.
+  run_split "$READER" check "$TMP/pp" "$TMP/pp.jsonl" --log-interval 2 --timers --params-norm --num-zeros \
+    --other-writer-rank
+  [[ $status -eq 0 ]] || fail "$out $err"
+  "$READER" points "$TMP/pp" | jq -e '.points | has("forward-recv-time") and has("params-norm") and has("num-zeros")' \
+    >/dev/null || fail "$("$READER" points "$TMP/pp" | jq -c '.points | keys')"
 }
 
 # The runs the kills land in: resuming from and saving to $TMP/ck every 3 iterations.

@@ -10,9 +10,15 @@ truncated last record (a writer killed mid-write) is counted, not an error; any 
 
   tensorboard_reader.py points DIR        JSON: files, starts, truncated, {tag: [[step, value]]}
   tensorboard_reader.py check DIR JSONL [--tensorboard-log-interval N] [--log-interval N]
-      [--timers] [--throughput] [--memory] [--ppl] [--no-loss-scale]
+      [--timers] [--throughput] [--memory] [--ppl] [--no-loss-scale] [--params-norm] [--num-zeros]
       every scalar equals the JSONL records' value rounded to float32, at Megatron's steps and
       under Megatron's conditions, one point per (tag, step); prints a summary, exit 1 on a mismatch.
+      The sums over a window (iteration-time, throughput, <timer>-time: the max over ranks of each
+      rank's rank_ms summed since the last log block, / --log-interval, in seconds) are compared
+      within a relative 1e-6; --params-norm and --num-zeros: the run logged them, every
+      --tensorboard-log-interval step must have them (num-zeros not on a skipped step).
+      --other-writer-rank: the records are rank 0's and another rank wrote the events, so
+      iteration-time and throughput (the writer's own step time) are checked for steps only.
 Used by tests/tools/tensorboard.bats.
 """
 import argparse
@@ -147,6 +153,12 @@ def f32(value):
     return struct.unpack("<f", struct.pack("<f", value))[0]
 
 
+def required(record, key):
+    if key not in record:
+        raise SystemExit(f"step record of iteration {record['iteration']} has no {key}")
+    return record[key]
+
+
 def expected_points(jsonl, o):
     """Megatron's scalars (training_log, evaluate_and_print_results, timers.write) from the records."""
     steps, evals = [], []
@@ -163,6 +175,7 @@ def expected_points(jsonl, o):
 
     samples_at, skipped_before = {}, None
     window = []  # (step_ms, tflops_per_device) since the last log-block write
+    rank_sums = {}  # timer -> [ms summed over the same window, per world rank]
     for index, s in enumerate(steps):
         it, samples = s["iteration"], s["consumed_samples"]
         samples_at[it] = samples
@@ -176,10 +189,20 @@ def expected_points(jsonl, o):
                 pairs.append(("loss-scale", s["loss_scale"]))
             if not skipped:
                 pairs.append(("grad-norm", s["grad_norm"]))
+            # training_log(): num-zeros and params-norm when not None (the optimizer returns no
+            # zero count on a skipped step; the params norm is taken every step).
+            if o.num_zeros and not skipped:
+                pairs.append(("num-zeros", required(s, "num_zeros")))
+            if o.params_norm:
+                pairs.append(("params-norm", required(s, "params_norm")))
             for tag, value in pairs:
                 put(tag, it, value)
                 put(tag + " vs samples", samples, value)
         window.append((s["step_ms"], s["tflops_per_device"]))
+        for name, timer in s.get("timers", {}).items():  # each rank's milliseconds summed
+            sums = rank_sums.setdefault(name, [0.0] * len(timer["rank_ms"]))
+            for rank, ms in enumerate(timer["rank_ms"]):
+                sums[rank] += ms
         first = index == 0
         if o.timers and (it % o.log_interval == 0 or first):
             seconds = sum(ms for ms, _ in window) / 1e3
@@ -187,8 +210,14 @@ def expected_points(jsonl, o):
                 put("iteration-time", it, seconds / len(window))
             if o.throughput:
                 put("throughput", it, sum(t * ms / 1e3 for ms, t in window) / seconds)
+            # Timers.write(normalizer=log_interval, reset=False): per timer, the max over ranks of
+            # each rank's elapsed time since the last reset (the log block), in seconds; a timer no
+            # rank ran is left out.
+            for name, sums in rank_sums.items():
+                if max(sums) > 0:
+                    put(name + "-time", it, max(sums) / 1e3 / o.log_interval)
         if (it % o.log_interval == 0 or first) and not first:
-            window = []
+            window, rank_sums = [], {}
     for e in evals:
         samples = samples_at[e["iteration"]]
         put("lm loss validation", e["iteration"], e["lm_loss"])
@@ -226,11 +255,15 @@ def check(o):
     if timer_tags and not o.timers:
         failures.append(f"timers written without --log-timers-to-tensorboard: {timer_tags}")
     for tag in sorted(set(expected) | set(points)):
-        if tag in memory_tags or tag in timer_tags:
+        if tag in memory_tags:
             continue
         got = sorted(points.get(tag, []))
         want = sorted(expected.get(tag, []))
-        if tag in ("iteration-time", "throughput"):  # sums over a window: float32 of a double sum
+        if o.other_writer_rank and tag in ("iteration-time", "throughput"):
+            # The writer's own step time (Megatron: the last rank's interval-time), not the records'.
+            if [g[0] for g in got] != [w[0] for w in want] or not all(g[1] > 0 for g in got):
+                failures.append(f"{tag}: {got} (want positive values at {[w[0] for w in want]})")
+        elif tag.endswith("-time") or tag == "throughput":  # sums over a window: float32 of a double sum
             close = len(got) == len(want) and all(
                 g[0] == w[0] and math.isclose(g[1], w[1], rel_tol=1e-6) for g, w in zip(got, want))
             if not close:
@@ -258,6 +291,9 @@ def main():
     checker.add_argument("--memory", action="store_true")
     checker.add_argument("--ppl", action="store_true")
     checker.add_argument("--no-loss-scale", action="store_true")
+    checker.add_argument("--params-norm", action="store_true")
+    checker.add_argument("--num-zeros", action="store_true")
+    checker.add_argument("--other-writer-rank", action="store_true")
     o = parser.parse_args()
     if o.command == "points":
         seen = read_directory(o.directory)
