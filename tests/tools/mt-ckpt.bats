@@ -289,3 +289,34 @@ PY
   [[ "$(mt-ckpt import --help)" == *"--finetune"* ]] || fail "import help"
   [[ "$(mt-ckpt --help)" != *"Not built yet"* ]] || fail "the top-level help still says not built"
 }
+
+@test "import --format hf of transformers' default GPT2Config and LlamaConfig models: dropouts in mt_train_flags; one step with dropout off gives transformers' loss" {
+  # tests/golden/hf/default-config: GPT2LMHeadModel(GPT2Config()) and LlamaForCausalLM(LlamaConfig(
+  # attention_dropout=0.1)), sizes shrunk, saved by transformers; losses.json holds transformers'
+  # loss on the periodic sequence (make_default_config_goldens.sh).
+  local golden="$MT_ROOT/tests/golden/hf/default-config" name flags loss expected
+  # One document without EOD: the period repeated; every sample mt cuts from it is the same tokens.
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/periodic" h5 "$(jq '.shrunk.gpt2.vocab_size' "$golden/losses.json")" -1 \
+    "$(jq -c '[[[range(64) as $i | .period[]]]]' "$golden/losses.json")"
+  for name in gpt2 llama; do
+    run_split mt-ckpt import --format hf "$golden/$name" "$TMP/$name"
+    [[ $status -eq 0 ]] || fail "$name: $err"
+    flags=$(printf '%s\n' "$out" | jq -r -s '.[-1].mt_train_flags')
+    case $name in
+      gpt2) [[ "$flags" == *"--hidden-dropout 0.1 --attention-dropout 0.1" ]] || fail "$name: $flags" ;;
+      llama) [[ "$flags" == *"--hidden-dropout 0 --attention-dropout 0.1" ]] || fail "$name: $flags" ;;
+    esac
+    flags="${flags% --hidden-dropout *} --hidden-dropout 0 --attention-dropout 0"
+    # shellcheck disable=SC2086
+    mt-train $flags --data-path "$TMP/periodic" --data-cache-path "$TMP/cache-$name" \
+      --seq-length "$(jq '.seq_length' "$golden/losses.json")" --micro-batch-size 1 --global-batch-size 1 \
+      --train-iters 1 --eval-iters 0 --peak-tflops 1 --load "$TMP/$name" --finetune >"$TMP/$name.jsonl" 2>"$TMP/$name.log" ||
+      fail "$name: $(cat "$TMP/$name.log")"
+    loss=$(jq -s '[.[] | select(.record == "step") | .lm_loss] | .[0]' "$TMP/$name.jsonl")
+    expected=$(jq ".loss.$name" "$golden/losses.json")
+    # fp32 on both sides, a loss near ln(96): 1e-5 relative is a few hundred float ulps of slack
+    # for the different summation orders, far below what a wrong weight or mask changes.
+    jq -n -e --argjson a "$loss" --argjson b "$expected" '(($a - $b) | fabs) <= 1e-5 * ($b | fabs)' >/dev/null ||
+      fail "$name: mt's first lm_loss $loss, transformers' $expected"
+  done
+}
