@@ -9,8 +9,11 @@ embd_pdrop of 0.1. Each model is saved with save_pretrained (safetensors) as OUT
 (config.json, model.safetensors), and OUT/losses.json records transformers' loss (model.eval(),
 so dropout off; fp32, eager attention, CPU, one thread) on the sequence TOKENS: PERIOD repeated,
 of which the model reads SEQ_LENGTH tokens and predicts the next SEQ_LENGTH (labels=input_ids,
-transformers' own shift). tests/tools/mt-ckpt.bats imports each directory with mt-ckpt import
---format hf, trains one step with dropout off on that sequence and compares mt's first lm_loss.
+transformers' own shift); then, as mt-train's optimizer with --lr 1e-4 --weight-decay 0.01
+--clip-grad 1 (AdamW, betas 0.9 0.999, eps 1e-8, no decay of biases and norm weights), the
+gradient norm before clipping and the loss after one step. tests/tools/mt-ckpt.bats imports each
+directory with mt-ckpt import --format hf, trains two steps with dropout off on that sequence and
+compares mt's lm_loss of both steps and the first grad_norm.
 
     make_default_config_goldens.py --out tests/golden/hf/default-config
 """
@@ -33,6 +36,7 @@ SHRUNK = {
               "num_attention_heads": 4},
 }
 LLAMA_ATTENTION_DROPOUT = 0.1
+LR, WEIGHT_DECAY, CLIP_GRAD, BETAS, EPS = 1e-4, 0.01, 1.0, (0.9, 0.999), 1e-8
 
 
 def models():
@@ -46,14 +50,34 @@ def models():
     return [("gpt2", gpt2), ("llama", llama)]
 
 
+def periodic_input():
+    """(1, SEQ_LENGTH + 1) ids: the period repeated; the logits at the last position predict
+    nothing, transformers shifts labels by one."""
+    ids = (PERIOD * (SEQ_LENGTH // len(PERIOD) + 1))[: SEQ_LENGTH + 1]
+    return torch.tensor([ids], dtype=torch.int64)
+
+
 def loss_on_period(model):
     """transformers' mean next-token loss over SEQ_LENGTH predictions on the periodic sequence."""
-    ids = (PERIOD * (SEQ_LENGTH // len(PERIOD) + 1))[: SEQ_LENGTH + 1]
-    input_ids = torch.tensor([ids], dtype=torch.int64)  # (1, SEQ_LENGTH + 1)
+    input_ids = periodic_input()
     model.eval()
     with torch.no_grad():
-        # The logits at the last position predict nothing: transformers shifts labels by one.
         return float(model(input_ids=input_ids, labels=input_ids).loss)
+
+
+def one_step(model):
+    """(gradient norm before clipping, loss after the step) of one AdamW step on the periodic
+    sequence as mt-train takes it: decoupled weight decay on matrices only, global-norm clipping."""
+    input_ids = periodic_input()
+    model.eval()  # dropout off
+    parameters = list(model.parameters())
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for p in parameters if p.ndim >= 2], "weight_decay": WEIGHT_DECAY},
+         {"params": [p for p in parameters if p.ndim < 2], "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
+    model(input_ids=input_ids, labels=input_ids).loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, CLIP_GRAD))
+    optimizer.step()
+    return grad_norm, loss_on_period(model)
 
 
 def main():
@@ -64,7 +88,9 @@ def main():
     torch.use_deterministic_algorithms(True)
     record = {"transformers_version": transformers.__version__, "torch_version": str(torch.__version__),
               "seed": SEED, "seq_length": SEQ_LENGTH, "period": PERIOD, "shrunk": SHRUNK,
-              "llama_attention_dropout": LLAMA_ATTENTION_DROPOUT, "loss": {}}
+              "llama_attention_dropout": LLAMA_ATTENTION_DROPOUT,
+              "optimizer": {"lr": LR, "weight_decay": WEIGHT_DECAY, "clip_grad": CLIP_GRAD, "betas": BETAS, "eps": EPS},
+              "loss": {}, "grad_norm": {}, "loss_after_step": {}}
     for name, model in models():
         model = model.float()
         directory = os.path.join(args.out, name)
@@ -73,7 +99,9 @@ def main():
         if os.path.exists(generation_config):
             os.remove(generation_config)  # mt's import reads config.json and model.safetensors only
         record["loss"][name] = loss_on_period(model)
-        print("%s: loss %.9g -> %s" % (name, record["loss"][name], directory))
+        record["grad_norm"][name], record["loss_after_step"][name] = one_step(model)
+        print("%s: loss %.9g, grad norm %.9g, loss after one step %.9g -> %s" % (
+            name, record["loss"][name], record["grad_norm"][name], record["loss_after_step"][name], directory))
     with open(os.path.join(args.out, "losses.json"), "w") as handle:
         json.dump(record, handle, indent=2)
         handle.write("\n")
