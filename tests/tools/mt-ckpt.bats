@@ -289,3 +289,43 @@ PY
   [[ "$(mt-ckpt import --help)" == *"--finetune"* ]] || fail "import help"
   [[ "$(mt-ckpt --help)" != *"Not built yet"* ]] || fail "the top-level help still says not built"
 }
+
+@test "import --format hf of transformers' default GPT2Config and LlamaConfig models: dropouts in mt_train_flags; with dropout off mt-train gives transformers' loss, grad norm and loss after one step" {
+  # tests/golden/hf/default-config: GPT2LMHeadModel(GPT2Config()) and LlamaForCausalLM(LlamaConfig(
+  # attention_dropout=0.1)), sizes shrunk, saved by transformers; losses.json holds transformers'
+  # loss on the periodic sequence, the gradient norm and the loss after one AdamW step
+  # (make_default_config_goldens.sh).
+  local golden="$MT_ROOT/tests/golden/hf/default-config" name flags got key
+  # One document without EOD: the period repeated; every sample mt cuts from it is the same tokens.
+  "$BATS_TEST_DIRNAME/make_token_dataset.py" "$TMP/periodic" h5 "$(jq '.shrunk.gpt2.vocab_size' "$golden/losses.json")" -1 \
+    "$(jq -c '[[[range(64) as $i | .period[]]]]' "$golden/losses.json")"
+  for name in gpt2 llama; do
+    run_split mt-ckpt import --format hf "$golden/$name" "$TMP/$name"
+    [[ $status -eq 0 ]] || fail "$name: $err"
+    flags=$(printf '%s\n' "$out" | jq -r -s '.[-1].mt_train_flags')
+    case $name in
+      gpt2) [[ "$flags" == *"--hidden-dropout 0.1 --attention-dropout 0.1" ]] || fail "$name: $flags" ;;
+      llama) [[ "$flags" == *"--hidden-dropout 0 --attention-dropout 0.1" ]] || fail "$name: $flags" ;;
+    esac
+    flags="${flags% --hidden-dropout *} --hidden-dropout 0 --attention-dropout 0"
+    # Step 2's lm_loss is the loss after step 1's update (its lr is 1e-4 under the linear decay).
+    # Adam's first step is nearly sign(gradient) * lr: it checks the gradients' signs and the lr
+    # (1.1e-4 fails), not the clipping (scale-free) nor weight decay (a 1e-6 shrink, under tolerance).
+    # shellcheck disable=SC2086
+    mt-train $flags --data-path "$TMP/periodic" --data-cache-path "$TMP/cache-$name" \
+      --seq-length "$(jq '.seq_length' "$golden/losses.json")" --micro-batch-size 1 --global-batch-size 1 \
+      --lr 1e-4 --weight-decay 0.01 --clip-grad 1 --adam-beta1 0.9 --adam-beta2 0.999 --adam-eps 1e-8 \
+      --train-iters 2 --eval-iters 0 --peak-tflops 1 --load "$TMP/$name" --finetune >"$TMP/$name.jsonl" 2>"$TMP/$name.log" ||
+      fail "$name: $(cat "$TMP/$name.log")"
+    got=$(jq -s -c '[.[] | select(.record == "step")] | {loss: .[0].lm_loss, grad_norm: .[0].grad_norm, loss_after_step: .[1].lm_loss}' \
+      "$TMP/$name.jsonl")
+    # fp32 on both sides, values near ln(96) and 3-4: 1e-5 relative is tens of float ulps of slack
+    # for the different summation orders (measured under 1e-7), far below what a wrong weight,
+    # mask or dropout changes.
+    for key in loss grad_norm loss_after_step; do
+      jq -n -e --argjson got "$got" --slurpfile golden "$golden/losses.json" --arg name "$name" --arg key "$key" \
+        '($golden[0][$key][$name]) as $want | (($got[$key] - $want) | fabs) <= 1e-5 * ($want | fabs)' >/dev/null ||
+        fail "$name $key: mt $(jq -c ".$key" <<<"$got"), transformers $(jq ".$key.$name" "$golden/losses.json")"
+    done
+  done
+}
