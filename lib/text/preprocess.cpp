@@ -554,6 +554,10 @@ void for_each_python_line(const std::string& path, LineFn&& line_fn) {
   std::string line;
   while ((length = ::getline(&buffer, &capacity, file)) >= 0) {
     std::string_view rest(buffer, static_cast<size_t>(length));
+    if (rest.back() == '\n' && std::memchr(buffer, '\r', rest.size()) == nullptr) {
+      line_fn(rest);  // the common case: one LF-ended line, passed without a copy
+      continue;
+    }
     while (!rest.empty()) {
       const size_t end = rest.find_first_of("\r\n");
       if (end == std::string_view::npos) {

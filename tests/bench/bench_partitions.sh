@@ -15,7 +15,8 @@ TOK="$ROOT/data/tokenizers"
 CORPUS="${1:-$ROOT/data/corpus/war_and_peace_pg2600.txt}"
 TARGET_MB="${MT_BENCH_MB:-20}"
 RUNS=3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Ranks waiting at a barrier yield their core (rank 1 waits while rank 0 writes partitions and merges).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
