@@ -94,6 +94,8 @@ same_outputs() {
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.none" --partitions 2 --workers 2 --output-prefix "$TMP/out/p"
   [[ $status -ne 0 && "$err" == *"*.none: matches no file"* ]] || fail "$err"
   [[ "$(line_count "$err")" -eq 1 ]] || fail "not one line: $err"
+  run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/alpha.jsonl" "$TMP/in/beta.jsonl" --partitions 2 --workers 2 --output-prefix "$TMP/out/p"
+  [[ $status -eq 2 && "$err" == *"--partitions takes one input file or glob pattern"* ]] || fail "$status $err"
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/*/*.jsonl" --partitions 2 --workers 2 --output-prefix "$TMP/out/p"
   [[ $status -ne 0 && "$err" == *"wildcards in a directory name are not supported"* ]] || fail "$err"
   : >"$TMP/in/empty.jsonl"

@@ -63,7 +63,7 @@ using mt::tools::FlagSpec;
 using mt::tools::integer_flag;
 using mt::tools::list_flag;
 using mt::tools::text_flag;
-const FlagSpec input = list_flag("--input", "Input files, read one after another ('-' = stdin)");
+const FlagSpec input = list_flag("--input", "Input files, read one after another ('-' = stdin); with --partitions one glob pattern");
 const FlagSpec workers =
     integer_flag("--workers", "Tokenizing threads; output is identical for every count", mt::tools::at_least(1));
 const FlagSpec max_line_bytes = integer_flag("--max-line-bytes", "Longest input line accepted", mt::tools::at_least(1));
