@@ -3,7 +3,8 @@
 # the partition files and the merged .bin/.idx/.h5 equal an independent restatement of Megatron's
 # dealing (tests/tools/partition_reference.py, Python's glob and universal newlines) tokenized by
 # one plain mt-tokenize process; --keep-sequential-samples equals one process over the files in
-# glob order; 2 and 3 MPI ranks give the same bytes as one; bad input is a one-line error.
+# glob order; 2 and 3 MPI ranks give the same bytes as one; a rank without a shared filesystem
+# stops naming it; bad input is a one-line error.
 
 setup() {
   load common
@@ -122,4 +123,17 @@ same_outputs() {
       fail "$pattern: $out vs $expected"
     python3 -c 'import os,sys; r,e=os.path.splitext(sys.argv[1]); [os.remove(f"{r}_{i}{e}") for i in (0,1)]' "$TMP/in/$pattern"
   done
+}
+
+@test "issue26 partitions: a rank that cannot see the partition files (no shared filesystem) says so" {
+  # Two working directories stand for two nodes' local disks: rank 1 never sees rank 0's files.
+  mkdir -p "$TMP/node0/in" "$TMP/node0/out" "$TMP/node1/in" "$TMP/node1/out"
+  cp "$TMP/in/alpha.jsonl" "$TMP/node0/in/a.jsonl"
+  cp "$TMP/in/alpha.jsonl" "$TMP/node1/in/a.jsonl"
+  local args=("${GPT2[@]}" --input 'in/*.jsonl' --partitions 2 --workers 2 --output-prefix out/x)
+  run_split timeout 120 mpirun -np 1 --wdir "$TMP/node0" mt-tokenize "${args[@]}" : -np 1 --wdir "$TMP/node1" mt-tokenize "${args[@]}"
+  [[ $status -ne 0 ]] || fail "a rank without the partition files succeeded"
+  [[ "$err$out" == *"[rank 1] mt-tokenize: error: in/*_1.jsonl: not found on rank 1: --partitions under MPI needs the input's directory on a filesystem every rank shares"* ]] ||
+    fail "$err"
+  [[ ! -e "$TMP/node0/out/x_text_document.h5" ]] || fail "rank 0 merged without rank 1's partition"
 }
