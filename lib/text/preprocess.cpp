@@ -1,10 +1,13 @@
 // Corpus tokenization: Megatron's preprocess_data and the streaming encoder (see preprocess.h).
-// Tested in tests/unit/text/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+// Tested in tests/unit/text/test_preprocess.cpp, tests/tools/mt-tokenize.bats and
+// tests/tools/mt-tokenize-partitions.bats.
 #include "text/preprocess.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -412,6 +415,313 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
     for (const std::string& path : writer.final_paths()) total.outputs.push_back(path);
   }
   total.input_bytes = reader.input_bytes();
+  total.seconds = seconds_since(start);
+  return total;
+}
+
+namespace {
+
+bool has_glob_magic(std::string_view text) { return text.find_first_of("*?[") != std::string_view::npos; }
+
+bool path_exists(const std::string& path) {
+  struct stat info;
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+// One [...] set of fnmatch at pattern[start] ('['): whether `c` is in it, and where it ends
+// (npos when there is no closing ']', so the '[' is literal).
+size_t match_set(std::string_view pattern, size_t start, char c, bool& matched) {
+  size_t i = start + 1;
+  bool negate = false;
+  if (i < pattern.size() && pattern[i] == '!') {
+    negate = true;
+    ++i;
+  }
+  const size_t first = i;
+  bool in_set = false;
+  while (i < pattern.size() && (pattern[i] != ']' || i == first)) {
+    if (i + 2 < pattern.size() && pattern[i + 1] == '-' && pattern[i + 2] != ']') {
+      if (pattern[i] <= c && c <= pattern[i + 2]) in_set = true;
+      i += 3;
+    } else {
+      if (pattern[i] == c) in_set = true;
+      ++i;
+    }
+  }
+  if (i >= pattern.size()) return std::string_view::npos;
+  matched = in_set != negate;
+  return i + 1;
+}
+
+}  // namespace
+
+bool fnmatch_case(std::string_view name, std::string_view pattern) {
+  size_t n = 0, p = 0, star_p = std::string_view::npos, star_n = 0;
+  while (n < name.size()) {
+    bool advanced = false;
+    if (p < pattern.size()) {
+      if (pattern[p] == '*') {
+        star_p = p++;
+        star_n = n;
+        continue;
+      }
+      if (pattern[p] == '?') {
+        ++p, ++n;
+        continue;
+      }
+      if (pattern[p] == '[') {
+        bool matched = false;
+        const size_t end = match_set(pattern, p, name[n], matched);
+        if (end == std::string_view::npos) {
+          advanced = name[n] == '[';
+          if (advanced) ++p, ++n;
+        } else if (matched) {
+          p = end, ++n;
+          advanced = true;
+        }
+      } else if (pattern[p] == name[n]) {
+        ++p, ++n;
+        advanced = true;
+      }
+    }
+    if (advanced) continue;
+    if (star_p == std::string_view::npos) return false;
+    p = star_p + 1;
+    n = ++star_n;
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::string> expand_input_glob(const std::string& pattern) {
+  const size_t slash = pattern.rfind('/');
+  const std::string directory = slash == std::string::npos ? "" : pattern.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? pattern : pattern.substr(slash + 1);
+  if (has_glob_magic(directory)) {
+    throw UsageError("--input " + pattern, "wildcards in a directory name are not supported; put them in the file name");
+  }
+  std::vector<std::string> matches;
+  if (!has_glob_magic(base)) {
+    if (path_exists(pattern)) matches.push_back(pattern);
+  } else {
+    DIR* dir = ::opendir(directory.empty() ? "." : directory.c_str());
+    if (dir != nullptr) {
+      const bool hidden_pattern = base.starts_with('.');
+      while (const dirent* entry = ::readdir(dir)) {
+        const std::string_view name = entry->d_name;
+        if (name == "." || name == "..") continue;
+        if (name.starts_with('.') && !hidden_pattern) continue;
+        if (fnmatch_case(name, base)) matches.push_back(directory + std::string(name));
+      }
+      ::closedir(dir);
+    }
+  }
+  if (matches.empty()) throw UsageError("--input " + pattern, "matches no file");
+  return matches;
+}
+
+std::string partition_file_name(const std::string& pattern, int index) {
+  // os.path.splitext: the last '.' of the last component, unless only dots precede it there.
+  const size_t slash = pattern.rfind('/');
+  const size_t base_start = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = pattern.rfind('.');
+  if (dot != std::string::npos && dot > base_start) {
+    const size_t first_non_dot = pattern.find_first_not_of('.', base_start);
+    if (first_non_dot == std::string::npos || first_non_dot > dot) dot = std::string::npos;
+  } else {
+    dot = std::string::npos;
+  }
+  const std::string root = dot == std::string::npos ? pattern : pattern.substr(0, dot);
+  const std::string extension = dot == std::string::npos ? "" : pattern.substr(dot);
+  return root + "_" + std::to_string(index) + extension;
+}
+
+namespace {
+
+// Calls line_fn(line) for each line of `path` as Python's text mode reads it: LF, CRLF and a lone
+// CR end a line, and the line is passed with a LF in their place. A last line without an end
+// gets a LF too (Megatron writes it bare, so the next line dealt to its partition joins it and
+// that partition fails as malformed JSON).
+template <typename LineFn>
+void for_each_python_line(const std::string& path, LineFn&& line_fn) {
+  if (path.ends_with(".gz")) {
+    throw UsageError("--input " + path, "gzip input is not supported (Megatron reads it); decompress it first");
+  }
+  std::FILE* file = open_input_file(path, "--input");
+  char* buffer = nullptr;
+  size_t capacity = 0;
+  ssize_t length;
+  std::string line;
+  while ((length = ::getline(&buffer, &capacity, file)) >= 0) {
+    std::string_view rest(buffer, static_cast<size_t>(length));
+    if (rest.back() == '\n' && std::memchr(buffer, '\r', rest.size()) == nullptr) {
+      line_fn(rest);  // the common case: one LF-ended line, passed without a copy
+      continue;
+    }
+    while (!rest.empty()) {
+      const size_t end = rest.find_first_of("\r\n");
+      if (end == std::string_view::npos) {
+        line.assign(rest);
+        line.push_back('\n');
+        line_fn(std::string_view(line));
+        break;
+      }
+      line.assign(rest.substr(0, end));
+      line.push_back('\n');
+      line_fn(std::string_view(line));
+      const size_t skip = rest[end] == '\r' && end + 1 < rest.size() && rest[end + 1] == '\n' ? 2 : 1;
+      rest.remove_prefix(end + skip);
+    }
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::free(buffer);
+  std::fclose(file);
+  if (failed) throw Error("--input " + path, "read failed");
+}
+
+// Megatron counts each file's lines with `for fc, _ in enumerate(fin)`; an empty file leaves fc
+// as the previous file's (or undefined), so an empty file is refused rather than miscounted.
+int64_t count_lines(const std::vector<std::string>& files) {
+  int64_t total = 0;
+  for (const std::string& file : files) {
+    int64_t lines = 0;
+    for_each_python_line(file, [&](std::string_view) { ++lines; });
+    if (lines == 0) {
+      throw UsageError("--keep-sequential-samples",
+                       file + " is empty: Megatron counts it as the previous file's lines (or fails); remove it");
+    }
+    total += lines;
+  }
+  return total;
+}
+
+std::string partition_temporary(const std::string& path) { return path + ".tmp"; }
+
+}  // namespace
+
+PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions) {
+  if (partitions.partitions < 2) throw UsageError("--partitions", "a partitioned run needs at least 2");
+  PartitionFiles result;
+  std::vector<std::string> existing;
+  for (int i = 0; i < partitions.partitions; ++i) {
+    if (path_exists(partition_file_name(pattern, i))) existing.push_back(partition_file_name(pattern, i));
+  }
+  if (existing.size() == static_cast<size_t>(partitions.partitions)) {
+    result.paths = existing;
+    result.reused = true;
+    return result;
+  }
+  const std::vector<std::string> files = expand_input_glob(pattern);
+  for (const std::string& file : files) {
+    if (std::find(existing.begin(), existing.end(), file) != existing.end()) {
+      throw UsageError("--input " + pattern, "matches " + file +
+                                                 ", a partition file of this run left by an earlier one; remove it");
+    }
+  }
+  const int64_t partition_size =
+      partitions.keep_sequential ? (count_lines(files) + partitions.partitions - 1) / partitions.partitions : 0;
+  std::vector<std::string> paths;
+  std::vector<std::FILE*> outputs;
+  auto close_all = [&] {
+    for (std::FILE* out : outputs) std::fclose(out);
+    outputs.clear();
+  };
+  for (int i = 0; i < partitions.partitions; ++i) {
+    paths.push_back(partition_file_name(pattern, i));
+    std::FILE* out = std::fopen(partition_temporary(paths.back()).c_str(), "wb");
+    if (out == nullptr) {
+      close_all();
+      throw Error(partition_temporary(paths.back()), std::string("cannot create: ") + std::strerror(errno));
+    }
+    outputs.push_back(out);
+  }
+  size_t index = 0;
+  int64_t line_count = 0;
+  bool write_failed = false;
+  try {
+    for (const std::string& file : files) {
+      for_each_python_line(file, [&](std::string_view line) {
+        if (std::fwrite(line.data(), 1, line.size(), outputs[index]) != line.size()) write_failed = true;
+        if (partitions.keep_sequential) {
+          if (++line_count % partition_size == 0) ++index;
+        } else {
+          index = (index + 1) % outputs.size();
+        }
+      });
+    }
+  } catch (...) {
+    close_all();
+    throw;
+  }
+  for (std::FILE* out : outputs) write_failed = std::fclose(out) != 0 || write_failed;
+  outputs.clear();
+  if (write_failed) throw Error(partition_temporary(paths.front()), "write failed");
+  for (const std::string& path : paths) {
+    if (std::rename(partition_temporary(path).c_str(), path.c_str()) != 0) {
+      throw Error(path, std::string("cannot rename into place: ") + std::strerror(errno));
+    }
+  }
+  result.paths = paths;
+  result.inputs = files;
+  return result;
+}
+
+PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
+                                      const PartitionOptions& partitions, comm::Communicator& world,
+                                      const PreprocessProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  check_workers(options.workers);
+  if (partitions.partitions < 2) throw UsageError("--partitions", "a partitioned run needs at least 2");
+  if (options.workers % partitions.partitions != 0) {
+    throw UsageError("--workers " + std::to_string(options.workers),
+                     "must be divisible by --partitions " + std::to_string(partitions.partitions) +
+                         " (as Megatron: each partition gets workers / partitions)");
+  }
+  if (options.input.inputs.size() != 1 || options.input.inputs[0] == "-") {
+    throw UsageError("--input", "--partitions takes one input file or glob pattern (not stdin)");
+  }
+  const std::string& pattern = options.input.inputs[0];
+  PartitionFiles files;
+  if (world.rank() == 0) files = write_partition_files(pattern, partitions);
+  world.barrier();
+
+  std::vector<int> mine;
+  for (int i = world.rank(); i < partitions.partitions; i += world.size()) mine.push_back(i);
+  PreprocessStats total;
+  for (int i : mine) {
+    PreprocessOptions part = options;
+    part.input.inputs = {partition_file_name(pattern, i)};
+    if (!path_exists(part.input.inputs[0])) {
+      throw Error(part.input.inputs[0], "not found on rank " + std::to_string(world.rank()) +
+                                            ": --partitions under MPI needs the input's directory on a filesystem every rank shares");
+    }
+    part.output_prefix = options.output_prefix + "_" + std::to_string(i);
+    part.workers = options.workers / partitions.partitions * static_cast<int>(mine.size());
+    const PreprocessStats stats = preprocess_jsonl(tokenizer, part, progress);
+    add_counts(total, stats);
+    total.input_bytes += stats.input_bytes;
+  }
+  std::vector<int64_t> counts{total.documents, total.empty_documents, total.sequences, total.tokens, total.input_bytes,
+                              total.text_bytes,  total.replaced,        total.bad_lines, total.blank_lines};
+  world.all_reduce(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum);
+  total = PreprocessStats{};
+  total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
+  total.input_bytes = counts[4], total.text_bytes = counts[5], total.replaced = counts[6], total.bad_lines = counts[7];
+  total.blank_lines = counts[8];
+  if (world.rank() == 0) {
+    for (const std::string& key : options.json_keys) {
+      std::vector<std::string> inputs;
+      for (int i = 0; i < partitions.partitions; ++i) {
+        inputs.push_back(options.output_prefix + "_" + std::to_string(i) + "_" + key + "_document");
+      }
+      const auto outputs = data::merge_token_datasets(inputs, options.output_prefix + "_" + key + "_document",
+                                                      options.output_format, tokenizer.vocab_size());
+      total.outputs.insert(total.outputs.end(), outputs.begin(), outputs.end());
+    }
+  }
+  world.barrier();
+  total.partition_files_reused = files.reused;
+  total.partitioned_inputs = files.inputs;
   total.seconds = seconds_since(start);
   return total;
 }

@@ -9,7 +9,8 @@
 // no tokens are dropped; with append_eod a document with tokens gets the EOD id appended to its
 // last sequence; every line is one document, so empty text is written as a document with no
 // sequences. Key k goes to `<output_prefix>_<key>_document` (.h5 and/or .bin/.idx).
-// Tested in tests/unit/text/test_preprocess.cpp and tests/tools/mt-tokenize.bats.
+// Tested in tests/unit/text/test_preprocess.cpp, tests/tools/mt-tokenize.bats and
+// tests/tools/mt-tokenize-partitions.bats (partitions).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "data/token_dataset.h"
 #include "text/tokenizer.h"
 
@@ -56,6 +58,10 @@ struct PreprocessStats {
   int64_t blank_lines = 0;      // JSONL lines of only spaces, tabs and CR: skipped, never documents
   double seconds = 0;
   std::vector<std::string> outputs;  // final file paths
+  // preprocess_partitions on rank 0: the files the --input pattern matched, in order, and
+  // whether the existing partition files were reused instead.
+  std::vector<std::string> partitioned_inputs;
+  bool partition_files_reused = false;
 };
 
 using PreprocessProgress = std::function<void(const PreprocessStats&)>;
@@ -89,6 +95,55 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
 // Returns the counts (documents, text bytes, replaced, bad lines).
 PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::string& json_key, bool skip_bad_lines,
                            const std::function<void(std::string_view)>& text_fn);
+
+// --partitions N as Megatron's preprocess_data.py runs it (N > 1). `--input` is one pattern
+// expanded as Python's glob.glob does (not sorted: the directory's listing order, as Megatron).
+// The lines of the matching files (Python's universal newlines: LF, CRLF and CR end a line and
+// are written as LF; a last line without one gets one) are dealt to partition files
+// `<input root>_<i><ext>` (os.path.splitext of the pattern): line j to partition j % N, or with
+// keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process).
+// Partition i is tokenized into `<output_prefix>_<i>_<key>_document`, then partitions 0, 1, ...
+// are merged (data::merge_token_datasets, as `merge`) into `<output_prefix>_<key>_document`.
+// Partition files and per-partition outputs are kept, as Megatron keeps them, and existing
+// partition files are reused (see write_partition_files).
+struct PartitionOptions {
+  int partitions = 2;
+  bool keep_sequential = false;
+};
+
+// Python's glob.glob(pattern) without recursion: *, ? and [...] (with ! and ranges) in the last
+// path component, names starting with '.' only for a pattern starting with '.', in readdir
+// order. A pattern without those characters matches itself if it exists. Wildcards in a
+// directory component are refused by name; no match throws mt::UsageError naming the pattern.
+std::vector<std::string> expand_input_glob(const std::string& pattern);
+
+// Python's fnmatch.fnmatchcase(name, pattern) for *, ? and [...].
+bool fnmatch_case(std::string_view name, std::string_view pattern);
+
+// `<root>_<index><ext>` for os.path.splitext(pattern) = (root, ext).
+std::string partition_file_name(const std::string& pattern, int index);
+
+// Writes the partition files (each under a temporary name, then renamed). As Megatron, when all
+// N partition files exist they are reused as they are; when only some exist and the pattern
+// matches one of them (a rerun with another N would read a file while rewriting it) it throws
+// naming that file.
+struct PartitionFiles {
+  std::vector<std::string> paths;   // partition 0 first
+  std::vector<std::string> inputs;  // the files the pattern matched, in the order read (none when reused)
+  bool reused = false;
+};
+PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions);
+
+// The whole partitioned run over `world` (a world of one without MPI): rank 0 writes the
+// partition files; rank r tokenizes partitions r, r + size, ... with
+// options.workers / partitions threads per partition it holds (options.workers is the job's
+// total, as Megatron's --workers; it must be divisible by the partitions); rank 0 merges after
+// a barrier. Every file is read by path, so all ranks must share the output and input
+// directories: a rank that cannot see a partition file throws saying so. Returns on rank 0 the
+// merged outputs' counts (documents, sequences, tokens, outputs) plus the summed input counts.
+PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
+                                      const PartitionOptions& partitions, comm::Communicator& world,
+                                      const PreprocessProgress& progress = {});
 
 // Offsets in `text` where it may be cut without changing any pre-tokenizer's pieces (none of
 // the patterns looks behind, so a piece depends only on the text from its start): just after a

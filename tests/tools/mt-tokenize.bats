@@ -179,7 +179,7 @@ PY
   run_split mt-tokenize --input x.jsonl "${GPT2[@]}" --output-prefix "$TMP/p" --split-sentences
   [[ $status -eq 2 && "$err" == *"--split-sentences"*"not implemented"* ]] || fail "$status $err"
   run_split mt-tokenize --input x.jsonl "${GPT2[@]}" --output-prefix "$TMP/p" --partitions 2
-  [[ $status -eq 2 && "$err" == *"--partitions"* ]] || fail "$status $err"
+  [[ $status -eq 2 && "$err" == *"--workers 1: must be divisible by --partitions 2"* ]] || fail "$status $err"
   run_split mt-tokenize --input x.jsonl --output-prefix "$TMP/p"
   [[ $status -eq 2 && "$err" == *"--tokenizer-type"* ]] || fail "$status $err"
   run_split mt-tokenize --input "$CORPUS/edge_cases.jsonl" --tokenizer-type GPT2BPETokenizer --output-prefix "$TMP/p"

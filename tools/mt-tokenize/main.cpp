@@ -2,7 +2,8 @@
 // tools/preprocess_data.py (JSONL in, HDF5 and/or Megatron .bin/.idx token datasets out, a
 // summary record on stdout); `encode` and `decode` turn text into ids and back for debugging
 // and shell pipes; `train` learns a byte-level BPE vocabulary in GPT-2's two-file format.
-// Tested by tests/tools/mt-tokenize.bats and tests/tools/conventions.bats.
+// Tested by tests/tools/mt-tokenize.bats, tests/tools/mt-tokenize-partitions.bats and
+// tests/tools/conventions.bats.
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/input_file.h"
 #include "text/bpe_trainer.h"
@@ -42,6 +44,7 @@ struct TokenizeOptions {
   int64_t max_line_bytes = int64_t{64} << 20;
   int64_t log_interval = 100000;
   int partitions = 1;
+  bool keep_sequential_samples = false;
   // Megatron-Core's SentencePiece wrapper options: only their defaults are implemented.
   bool sentencepiece_legacy = false, sentencepiece_ignore_extra_whitespaces = true;
   // encode / decode
@@ -60,12 +63,15 @@ using mt::tools::FlagSpec;
 using mt::tools::integer_flag;
 using mt::tools::list_flag;
 using mt::tools::text_flag;
-const FlagSpec input = list_flag("--input", "Input files, read one after another ('-' = stdin)");
+const FlagSpec input = list_flag("--input", "Input files, read one after another ('-' = stdin); with --partitions one glob pattern");
 const FlagSpec workers =
     integer_flag("--workers", "Tokenizing threads; output is identical for every count", mt::tools::at_least(1));
 const FlagSpec max_line_bytes = integer_flag("--max-line-bytes", "Longest input line accepted", mt::tools::at_least(1));
 const FlagSpec partitions =
-    integer_flag("--partitions", "Reserved (Megatron's input partitions): only 1 for now", mt::tools::at_least(1));
+    integer_flag("--partitions",
+                 "Megatron's input partitions: --input is a glob whose lines are dealt round robin to N "
+                 "partition files, each tokenized (by the MPI ranks in turn), then merged in order",
+                 mt::tools::at_least(1));
 const FlagSpec log_interval =
     integer_flag("--log-interval", "Progress line on stderr every N documents (0: none)", mt::tools::at_least(0));
 const FlagSpec output_format =
@@ -157,9 +163,6 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
     throw mt::UsageError(options.split_sentences ? "--split-sentences" : "--keep-newlines",
                          "sentence splitting is not implemented in mt-tokenize yet; give pre-split sentences as a JSON list");
   }
-  if (options.partitions != 1) {
-    throw mt::UsageError("--partitions", "not implemented yet; --workers N tokenizes in parallel with identical output");
-  }
   auto tokenizer = mt::text::Tokenizer::load(options.tokenizer);
   mt::text::PreprocessOptions preprocess;
   preprocess.input = line_input(options);
@@ -170,10 +173,29 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   preprocess.append_eod = options.append_eod;
   preprocess.allow_special = options.allow_special;
   preprocess.skip_bad_lines = options.skip_bad_lines;
-  const auto stats = mt::text::preprocess_jsonl(*tokenizer, preprocess, progress_every(options.log_interval));
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  mt::text::PreprocessStats stats;
+  if (options.partitions > 1) {
+    mt::text::PartitionOptions partitions;
+    partitions.partitions = options.partitions;
+    partitions.keep_sequential = options.keep_sequential_samples;
+    stats = mt::text::preprocess_partitions(*tokenizer, preprocess, partitions, *world, progress_every(options.log_interval));
+  } else {
+    if (world->size() > 1) throw mt::UsageError("--partitions", "several MPI ranks need --partitions 2 or more");
+    stats = mt::text::preprocess_jsonl(*tokenizer, preprocess, progress_every(options.log_interval));
+  }
+  if (world->rank() != 0) return 0;
+  if (stats.partition_files_reused) {
+    std::fprintf(stderr, "mt-tokenize: note: reused the existing partition files %s ... (as Megatron does); delete them "
+                 "to split the input again\n", mt::text::partition_file_name(options.inputs[0], 0).c_str());
+  }
   mt::tools::RecordWriter writer(cli.output_format());
   writer.write_run(mt::tools::run_record(cli));
-  writer.write(summary_record(stats, options, tokenizer->name()));
+  Record summary = summary_record(stats, options, tokenizer->name());
+  summary["partitions"] = options.partitions;
+  summary["ranks"] = world->size();
+  if (options.partitions > 1) summary["inputs"] = stats.partitioned_inputs;
+  writer.write(summary);
   if (stats.bad_lines > 0) {
     std::fprintf(stderr, "mt-tokenize: warning: skipped %lld bad lines (malformed, or longer than --max-line-bytes)\n",
                  static_cast<long long>(stats.bad_lines));
@@ -405,6 +427,8 @@ int main(int argc, char** argv) {
         app.add_flag("--split-sentences", options.split_sentences, "Reserved (Megatron's NLTK splitting): refused until implemented");
         app.add_flag("--keep-newlines", options.keep_newlines, "Reserved with --split-sentences: refused until implemented");
         mt::tools::add_flag(app, flag::partitions, options.partitions)->capture_default_str();
+        app.add_flag("--keep-sequential-samples", options.keep_sequential_samples,
+                     "With --partitions: contiguous blocks of lines instead of round robin (output equals one process)");
         mt::tools::add_flag(app, flag::log_interval, options.log_interval)->capture_default_str();
         cli.add_output_format(app);
 

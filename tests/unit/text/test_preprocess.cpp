@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -379,6 +380,28 @@ TEST(SplitPoints, AfterANewlineBetweenPrintableAsciiAndALetterOrBeforeASpaceBetw
   const std::string crlf = "One two\r\nthree  four 5 x\r\n";
   EXPECT_EQ(split_points_for_parallel_encoding(crlf, 1), (std::vector<size_t>{3}));
   EXPECT_EQ(split_points_for_parallel_encoding(crlf + crlf, 8), (std::vector<size_t>{29}));
+}
+
+// Expected values from Python 3.11's fnmatch.fnmatchcase and os.path.splitext (Megatron's glob
+// and partition file names).
+TEST(Partitions, FnmatchCaseEqualsPythons) {
+  const std::vector<std::tuple<std::string, std::string, bool>> cases = {
+      {"a.jsonl", "*.jsonl", true}, {"a.json", "*.jsonl", false}, {"[x].jsonl", "[[]x].jsonl", true},
+      {"b", "[!a]", true},          {"a", "[!a]", false},         {"a-b", "a[-]b", true},
+      {"c", "[a-c]", true},         {"d", "[a-c]", false},        {"[", "[", true},
+      {"ab", "a*b*", true},         {"abc", "a?c", true},         {"ac", "a?c", false},
+      {"x]", "[]]", false},         {"]", "[]]", true},           {"aXbXc", "a*b*c", true}};
+  for (const auto& [name, pattern, expected] : cases) {
+    EXPECT_EQ(fnmatch_case(name, pattern), expected) << name << " vs " << pattern;
+  }
+}
+
+TEST(Partitions, FileNamesFollowOsPathSplitext) {
+  EXPECT_EQ(partition_file_name("data/*.jsonl", 0), "data/*_0.jsonl");
+  EXPECT_EQ(partition_file_name("a.b/c", 1), "a.b/c_1");
+  EXPECT_EQ(partition_file_name(".hidden", 2), ".hidden_2");
+  EXPECT_EQ(partition_file_name("x/..jsonl", 0), "x/..jsonl_0");
+  EXPECT_EQ(partition_file_name("a.tar.gz", 3), "a.tar_3.gz");
 }
 
 }  // namespace
