@@ -8,71 +8,31 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "golden_records.h"
 #include "text/split_pretokenizer.h"
 #include "text/tokenizer.h"
 
 using mt::text::Tokenizer;
 using mt::text::TokenizerOptions;
+using mt::testing::golden::encode;
+using mt::testing::golden::ids_hash;
+using mt::testing::golden::read_file;
+using mt::testing::golden::read_jsonl;
+using mt::testing::golden::strings_hash;
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kGoldenDir = fs::path(MT_SOURCE_DIR) / "tests/golden/deepseek";
-const fs::path kTokenizerGoldenDir = fs::path(MT_SOURCE_DIR) / "tests/golden/tokenizer";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::vector<nlohmann::json> records;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  }
-  return records;
-}
-
-struct Fnv1a64 {
-  uint64_t state = 0xCBF29CE484222325ull;
-  void add(const void* data, size_t size) {
-    for (size_t i = 0; i < size; ++i) {
-      state ^= static_cast<const unsigned char*>(data)[i];
-      state *= 0x100000001B3ull;
-    }
-  }
-  std::string hex() const {
-    char text[17];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(state));
-    return text;
-  }
-};
-
-nlohmann::json ids_hash(const std::vector<int32_t>& ids) {
-  Fnv1a64 hash;
-  for (int32_t id : ids) {
-    unsigned char bytes[4] = {static_cast<unsigned char>(id), static_cast<unsigned char>(id >> 8),
-                              static_cast<unsigned char>(id >> 16), static_cast<unsigned char>(id >> 24)};
-    hash.add(bytes, 4);
-  }
-  return nlohmann::json::array({ids.size(), hash.hex()});
-}
 
 std::vector<std::string> pieces_of(const std::string& text) {
   std::vector<std::string> pieces;
@@ -80,23 +40,11 @@ std::vector<std::string> pieces_of(const std::string& text) {
   return pieces;
 }
 
-nlohmann::json pieces_hash(const std::vector<std::string>& pieces) {
-  Fnv1a64 hash;
-  for (const std::string& piece : pieces) hash.add(piece.c_str(), piece.size() + 1);
-  return nlohmann::json::array({pieces.size(), hash.hex()});
-}
-
 std::unique_ptr<Tokenizer> load() {
   TokenizerOptions options;
   options.type = "HuggingFaceTokenizer";
   options.tokenizer_model = (kGoldenDir / "deepseek_v3_style_tokenizer.json").string();
   return Tokenizer::load(options);
-}
-
-std::vector<int32_t> encode(const Tokenizer& tokenizer, const std::string& text, bool allow_special) {
-  std::vector<int32_t> ids;
-  tokenizer.encode(text, ids, allow_special);
-  return ids;
 }
 
 TEST(DeepSeekGolden, TortureCorpusPiecesIdsAndDecode) {
@@ -116,17 +64,12 @@ TEST(DeepSeekGolden, TortureCorpusPiecesIdsAndDecode) {
 
 TEST(DeepSeekGolden, RandomUnicodeStrings) {
   auto tokenizer = load();
-  std::vector<std::string> texts;
-  for (int part = 0; part < 4; ++part) {
-    char name[32];
-    std::snprintf(name, sizeof name, "random_%02d.jsonl", part);
-    for (const auto& record : read_jsonl(kTokenizerGoldenDir / name)) texts.push_back(record["text"]);
-  }
+  const std::vector<std::string> texts = mt::testing::golden::random_texts();
   const auto records = read_jsonl(kGoldenDir / "random.jsonl");
   ASSERT_EQ(records.size(), texts.size());
   int failures = 0;
   for (size_t i = 0; i < texts.size() && failures < 10; ++i) {
-    const bool ok = pieces_hash(pieces_of(texts[i])) == records[i]["pieces"] &&
+    const bool ok = strings_hash(pieces_of(texts[i])) == records[i]["pieces"] &&
                     ids_hash(encode(*tokenizer, texts[i], false)) == records[i]["ids"];
     if (!ok) ++failures;
     EXPECT_TRUE(ok) << "random string " << i << " " << nlohmann::json(texts[i]).dump();

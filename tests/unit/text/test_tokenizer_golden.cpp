@@ -30,10 +30,14 @@
 #include <nlohmann/json.hpp>
 
 #include "../temp_dir.h"
+#include "golden_records.h"
 #include "text/tokenizer.h"
 
 using mt::text::Tokenizer;
 using mt::text::TokenizerOptions;
+using mt::testing::golden::ids_fnv;
+using mt::testing::golden::read_file;
+using mt::testing::golden::read_jsonl;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,25 +46,6 @@ const fs::path kGoldenDir = fs::path(MT_SOURCE_DIR) / "tests/golden/tokenizer";
 
 const fs::path kDataDir = fs::path(MT_SOURCE_DIR) / "data";
 fs::path tokenizer_dir() { return kDataDir / "tokenizers"; }
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::vector<nlohmann::json> records;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  }
-  return records;
-}
 
 // The documents of a corpus the goldens name: a .txt is one document; the two JSONL corpora are
 // texts split by the rules of data/corpus/SOURCES.md (what make_token_goldens.py does too).
@@ -91,21 +76,6 @@ std::vector<std::string> corpus_documents(const std::string& corpus) {
     throw std::runtime_error("the goldens name an unknown corpus: " + corpus);
   }
   return docs;
-}
-
-// FNV-1a 64 over the ids as little-endian int32 bytes (make_token_goldens.py's fnv1a64_ids).
-std::string fnv1a64_ids(const std::vector<int32_t>& ids) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (int32_t id : ids) {
-    const auto u = static_cast<uint32_t>(id);
-    for (int shift = 0; shift < 32; shift += 8) {
-      h ^= (u >> shift) & 0xffu;
-      h *= 0x100000001b3ULL;
-    }
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
 }
 
 // Printable form of a (UTF-8) string for failure messages: ASCII kept, the rest escaped, cut short.
@@ -295,7 +265,7 @@ TEST_P(TokenizerGolden, Corpora) {
     const auto hash = rec.at(config.golden).at(1).get<std::string>();
     ids.clear();
     tok.encode(text, ids);
-    const std::string got_hash = fnv1a64_ids(ids);
+    const std::string got_hash = ids_fnv(ids);
     if (ids.size() != count || got_hash != hash) {
       ++mismatches;
       if (reported++ < 25)
@@ -322,9 +292,9 @@ TEST(TokenizerGoldenFiles, ReferencesAgreeAndHashMatchesGenerator) {
   EXPECT_EQ(meta().at("unicode").get<std::string>(), "15.0.0");
   EXPECT_EQ(golden("random").size(), meta().at("random").at("count").get<size_t>());
   // FNV-1a 64 of [] and of [0x01020304, -1]: the same function as the generator's.
-  EXPECT_EQ(fnv1a64_ids({}), "cbf29ce484222325");
-  EXPECT_EQ(fnv1a64_ids({0x01020304, -1}), "8a8e4b80f29e3ee1");
-  EXPECT_EQ(fnv1a64_ids({50256}), "a9b90d16ccfa0659");
+  EXPECT_EQ(ids_fnv({}), "cbf29ce484222325");
+  EXPECT_EQ(ids_fnv({0x01020304, -1}), "8a8e4b80f29e3ee1");
+  EXPECT_EQ(ids_fnv({50256}), "a9b90d16ccfa0659");
   const auto& corpora = golden("corpora");
   ASSERT_FALSE(corpora.empty());
   for (const auto& rec : golden("testvectors")) {
