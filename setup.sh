@@ -131,12 +131,17 @@ run_tests() {
   grep -qw avx2 /proc/cpuinfo && held_isa=avx2
   (
     cd "$BUILD_DIR"
+    # set -e holds in this subshell: a failing pass must still record its status and let the
+    # second pass run.
+    local status=0
     ctest --output-on-failure -j "$(nproc)" --timeout 1800 --no-tests=error \
-      --output-junit "$log_dir/ctest-junit.xml" >"$log_dir/ctest.log" 2>&1
-    echo $? >"$log_dir/ctest.status"
+      --output-junit "$log_dir/ctest-junit.xml" >"$log_dir/ctest.log" 2>&1 || status=$?
+    echo "$status" >"$log_dir/ctest.status"
+    status=0
     ONEDNN_MAX_CPU_ISA=AVX2 MT_CPU_ISA="$held_isa" ctest --output-on-failure -j "$(nproc)" --timeout 1800 \
-      --no-tests=error -L '^(unit|mpi)$' --output-junit "$log_dir/ctest-avx2-junit.xml" >"$log_dir/ctest-avx2.log" 2>&1
-    echo $? >"$log_dir/ctest-avx2.status"
+      --no-tests=error -L '^(unit|mpi)$' --output-junit "$log_dir/ctest-avx2-junit.xml" >"$log_dir/ctest-avx2.log" 2>&1 \
+      || status=$?
+    echo "$status" >"$log_dir/ctest-avx2.status"
   ) &
   local ctest_pid=$!
   local bats_dirs=()  # every directory under tests/ that holds Bats suites
@@ -149,7 +154,10 @@ run_tests() {
   ctest_status="$(cat "$log_dir/ctest.status" 2>/dev/null || echo 1)"
   avx2_status="$(cat "$log_dir/ctest-avx2.status" 2>/dev/null || echo 1)"
 
-  cat "$log_dir/ctest.log" "$log_dir/ctest-avx2.log" "$log_dir/bats.log"
+  local log
+  for log in ctest.log ctest-avx2.log bats.log; do  # a missing log is counted below as a failure
+    if [[ -f "$log_dir/$log" ]]; then cat "$log_dir/$log"; else echo "setup: no $log_dir/$log"; fi
+  done
   if [[ $bats_status -eq 124 ]]; then
     echo "bats: stopped by the time limit of $bats_time_limit s"
   elif [[ $bats_status -gt 128 ]]; then
