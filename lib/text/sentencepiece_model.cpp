@@ -58,6 +58,16 @@ class WireReader {
     return value;
   }
 
+  // A bool or string field whose wire type `type` must be the one its kind has.
+  bool read_bool(int type) {
+    expect(type, varint);
+    return read_varint() != 0;
+  }
+  std::string read_string(int type) {
+    expect(type, length_delimited);
+    return std::string(read_bytes());
+  }
+
   float read_float() {
     if (bytes_.size() - position_ < 4) fail("cut short inside " + field_name());
     uint32_t word = 0;
@@ -135,14 +145,8 @@ SentencePieceTrainerSpec parse_trainer_spec(WireReader reader) {
   SentencePieceTrainerSpec spec;
   while (!reader.done()) {
     auto [number, type] = reader.next_tag();
-    auto flag = [&] {
-      reader.expect(type, varint);
-      return reader.read_varint() != 0;
-    };
-    auto text = [&] {
-      reader.expect(type, length_delimited);
-      return std::string(reader.read_bytes());
-    };
+    auto flag = [&] { return reader.read_bool(type); };
+    auto text = [&] { return reader.read_string(type); };
     switch (number) {
       case 3:
         reader.expect(type, varint);
@@ -169,14 +173,8 @@ SentencePieceNormalizerSpec parse_normalizer_spec(WireReader reader) {
   spec.present = true;
   while (!reader.done()) {
     auto [number, type] = reader.next_tag();
-    auto flag = [&] {
-      reader.expect(type, varint);
-      return reader.read_varint() != 0;
-    };
-    auto text = [&] {
-      reader.expect(type, length_delimited);
-      return std::string(reader.read_bytes());
-    };
+    auto flag = [&] { return reader.read_bool(type); };
+    auto text = [&] { return reader.read_string(type); };
     switch (number) {
       case 1: spec.name = text(); break;
       case 2: spec.precompiled_charsmap = text(); break;
