@@ -1,0 +1,83 @@
+// Host-callable entry points of the CUDA compute kernels: one function per fused entry of the
+// backend op table (lib/backend/ops.h), with the CPU kernel's signature (kernels/cpu/ops.h holds
+// the contracts) plus the CUDA stream (a cudaStream_t as void*) the work is queued on. Pointers are
+// device pointers; parameter structs (kernels/common/op_params.h) are passed by value to the
+// kernels, and AttentionShape::dropout.row_ids is a device pointer. No CUDA headers here, so lib/
+// compiles with the host compiler. Every function only queues work: it never copies to or from
+// the host and never synchronises (the op harness checks it on the GPU); a launch error throws
+// std::runtime_error naming the entry. Implementations: gemm.cu and elementwise.cu (GEMM,
+// activations, RoPE, dropout, AdamW), norms.cu and loss.cu (norms, embedding, cross-entropy,
+// reductions), attention.cu. Tested on a GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp,
+// CTest label gpu) against the double-precision references every backend is held to.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/op_params.h"
+
+namespace mt::kernels::cuda {
+
+// The element types the GEMM takes (core/dtype.h stays in lib).
+enum class GemmOperand { f32, bf16, f16 };
+
+// --- GEMM (gemm.cu): cuBLASLt, fp32 accumulation, TF32 never used for f32 operands -----------------
+// C = alpha op(A) op(B) + beta C, row-major, as backend::Ops::gemm.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmOperand operand, void* stream);
+
+// --- activations, RoPE, elementwise, dropout, AdamW (elementwise.cu) -----------------------------
+void gelu_forward(const float* x, float* y, int64_t n, void* stream);
+void gelu_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream);
+void swiglu_forward(const float* gate_up, float* y, int64_t rows, int ffn, void* stream);
+void swiglu_backward(const float* dy, const float* gate_up, float* d_gate_up, int64_t rows, int ffn, void* stream);
+void rope_forward(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                  float base, void* stream);
+void rope_backward(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                   float base, void* stream);
+void add_inplace(float* y, const float* x, int64_t n, void* stream);
+void scale_inplace(float* x, int64_t n, float s, void* stream);
+void bias_add(float* y, const float* bias, int64_t rows, int cols, void* stream);
+void dropout_forward(float* x, int64_t rows, int cols, const int64_t* row_ids, int64_t col0, const DropoutKey& key,
+                     void* stream);
+void dropout_backward(float* dx, int64_t rows, int cols, const int64_t* row_ids, int64_t col0, const DropoutKey& key,
+                      void* stream);
+void adamw_update(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWParams& params, void* stream);
+
+// --- norms, embedding, cross-entropy, reductions (norms.cu, loss.cu) -----------------------------
+void layernorm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean, float* rstd,
+                       int64_t rows, int cols, float eps, void* stream);
+void layernorm_backward(const float* dy, const float* x, const float* weight, const float* mean, const float* rstd,
+                        float* dx, float* dweight, float* dbias, int64_t rows, int cols, void* stream);
+void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int cols, float eps,
+                     void* stream);
+void rmsnorm_backward(const float* dy, const float* x, const float* weight, const float* rstd, float* dx,
+                      float* dweight, int64_t rows, int cols, void* stream);
+void bias_backward(const float* dy, float* dbias, int64_t rows, int cols, void* stream);
+void embedding_forward(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe, float* y,
+                       int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end, void* stream);
+void embedding_backward(const int32_t* tokens, const int32_t* positions, const float* dy, float* dwte, float* dwpe,
+                        int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end, void* stream);
+void xent_row_max(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, float* row_max, void* stream);
+void xent_row_sumexp(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, const float* row_max,
+                     float* row_sumexp, void* stream);
+void xent_target_logit(const float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                       const int32_t* targets, float* target_logit, void* stream);
+void xent_backward(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, int64_t vocab_start,
+                   const int32_t* targets, const float* row_max, const float* row_sumexp, const float* dloss,
+                   void* stream);
+void xent_loss_sums(const float* row_max, const float* row_sumexp, const float* target_logit, const float* loss_mask,
+                    int64_t rows, double* loss_sum, double* mask_sum, void* stream);
+void sum_squares(const float* x, int64_t n, double* sum, void* stream);
+void all_finite(const float* x, int64_t n, int32_t* finite, void* stream);
+
+// --- attention (attention.cu): fused causal attention, GQA, document masks, lse, dropout ---------
+void attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                       const int32_t* doc_start, float* out, float* lse, void* stream);
+void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                        const int32_t* doc_start, const float* out, const float* dout, const float* lse, float* dq,
+                        float* dk, float* dv, void* stream);
+void attention_merge(const AttentionShape& shape, float* out, float* lse, const float* part_out,
+                     const float* part_lse, void* stream);
+
+}  // namespace mt::kernels::cuda
