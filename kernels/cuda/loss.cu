@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/loss_math.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -26,28 +27,32 @@ using detail::check_launch;
 using detail::grid_for;
 using detail::kMaxWarps;
 using detail::kRowThreads;
+using kernels::EmbeddingGradColumn;
+using kernels::embedding_bucket_row;
+using kernels::xent_row_loss;
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 // --- embedding -------------------------------------------------------------------------------
 
-// One thread per element of y (rows, cols), strided over the grid.
+// One block per row of y (rows, cols), rows strided over the grid, threads over the columns.
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ tokens, const int32_t* __restrict__ positions,
                                          const float* __restrict__ wte, const float* __restrict__ wpe,
                                          float* __restrict__ y, int64_t rows, int cols, int64_t vocab_start,
                                          int64_t vocab_end) {
-  const int64_t total = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols;
-    const int c = static_cast<int>(i - r * cols);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* yr = y + r * cols;  // (cols)
     const int64_t token = tokens[r];
-    const bool in_shard = token >= vocab_start && token < vocab_end;
-    if (in_shard && wpe) {
-      y[i] = wte[(token - vocab_start) * cols + c] + wpe[int64_t{positions[r]} * cols + c];
-    } else if (in_shard) {
-      y[i] = wte[(token - vocab_start) * cols + c];
-    } else {
-      y[i] = wpe ? wpe[int64_t{positions[r]} * cols + c] : 0.0f;
+    const float* embedding = token >= vocab_start && token < vocab_end ? wte + (token - vocab_start) * cols : nullptr;
+    const float* position_embedding = wpe ? wpe + int64_t{positions[r]} * cols : nullptr;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      if (embedding && position_embedding) {
+        yr[c] = embedding[c] + position_embedding[c];
+      } else if (embedding) {
+        yr[c] = embedding[c];
+      } else {
+        yr[c] = position_embedding ? position_embedding[c] : 0.0f;
+      }
     }
   }
 }
@@ -58,38 +63,28 @@ constexpr int kIndexTile = 4 * kEmbeddingThreads;  // indices staged in shared m
 
 // grad[index[r] - index_begin, c] += dy[r, c] for the rows whose index lies in
 // [index_begin, index_end), in row order. grid (column tiles, buckets), block kEmbeddingThreads.
-// A thread keeps the grad element of the current table row in a register while consecutive
-// matching rows hit the same table row, and stores it before it moves to another.
+// Each thread walks its column with EmbeddingGradColumn (kernels/common/loss_math.h), which keeps
+// the current table row's element in a register while consecutive matching rows hit it.
 __global__ void embedding_grad_kernel(const int32_t* __restrict__ indices, const float* __restrict__ dy,
                                       float* __restrict__ grad, int64_t rows, int cols, int64_t index_begin,
                                       int64_t index_end, int64_t buckets) {
   __shared__ int64_t tile_rows[kIndexTile];  // table row of each staged row, -1 when not this bucket's
   const int c = blockIdx.x * kEmbeddingThreads + threadIdx.x;
   const int64_t bucket = blockIdx.y;
-  int64_t held = -1;
-  float value = 0.0f;
+  EmbeddingGradColumn column{grad, cols, c};
   for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kIndexTile) {
     const int count = static_cast<int>(rows - tile_begin < kIndexTile ? rows - tile_begin : kIndexTile);
     __syncthreads();  // the previous tile has been read
     for (int k = threadIdx.x; k < count; k += kEmbeddingThreads) {
-      const int64_t index = indices[tile_begin + k];
-      const bool mine = index >= index_begin && index < index_end && (index - index_begin) % buckets == bucket;
-      tile_rows[k] = mine ? index - index_begin : -1;
+      tile_rows[k] = embedding_bucket_row(indices[tile_begin + k], index_begin, index_end, buckets, bucket);
     }
     __syncthreads();
     if (c >= cols) continue;
     for (int k = 0; k < count; ++k) {
-      const int64_t table_row = tile_rows[k];
-      if (table_row < 0) continue;
-      if (table_row != held) {
-        if (held >= 0) grad[held * cols + c] = value;
-        held = table_row;
-        value = grad[held * cols + c];
-      }
-      value += dy[(tile_begin + k) * cols + c];
+      if (tile_rows[k] >= 0) column.add(tile_rows[k], dy[(tile_begin + k) * cols + c]);
     }
   }
-  if (held >= 0 && c < cols) grad[held * cols + c] = value;
+  if (c < cols) column.finish();
 }
 
 void launch_embedding_grad(const int32_t* indices, const float* dy, float* grad, int64_t rows, int cols,
@@ -166,8 +161,7 @@ __global__ void xent_loss_sums_kernel(const float* row_max, const float* row_sum
   double loss = 0.0, mask_total = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const double mask = loss_mask ? double{loss_mask[r]} : 1.0;
-    const double row_loss = log(double{row_sumexp[r]}) + double{row_max[r]} - double{target_logit[r]};
-    loss += mask * row_loss;
+    loss += mask * xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
     mask_total += mask;
   }
   loss = block_sum(loss, shared);
@@ -221,7 +215,7 @@ __global__ void all_finite_kernel(const float* x, int64_t n, int32_t* finite) {
 void embedding_forward(const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe, float* y,
                        int64_t rows, int cols, int64_t vocab_start, int64_t vocab_end, void* stream) {
   if (rows <= 0 || cols <= 0) return;
-  embedding_forward_kernel<<<grid_for(rows * cols, kRowThreads), kRowThreads, 0, as_stream(stream)>>>(
+  embedding_forward_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(
       tokens, positions, wte, wpe, y, rows, cols, vocab_start, vocab_end);
   check_launch("embedding_forward");
 }
