@@ -4,8 +4,9 @@
 // to ~130k vocabulary columns and a deterministic block reduction). The embedding backward needs
 // no atomics: a block owns a tile of columns and a bucket of table rows (index mod buckets) and
 // walks the tokens in order, so every grad element receives its additions in row order, as on the
-// CPU. xent_loss_sums and sum_squares accumulate in double from zero and one thread adds the call's
-// total to the device double at the end; sum_squares sums fixed per-block partials in a second
+// CPU. xent_loss_sums adds the rows' losses in row order in double, as the CPU does, and
+// sum_squares accumulates in double; each starts from zero and one thread adds the call's total to
+// the device doubles at the end. sum_squares sums fixed per-block partials in a second
 // kernel through the fixed device scratch g_square_partials (calls are meant to be queued on one
 // stream; two streams running it at once would race on that scratch). Tested on a GPU by the op
 // harness (tests/gpu/test_cuda_op_harness.cpp) against the double-precision references every
@@ -153,19 +154,33 @@ __global__ void xent_backward_kernel(float* logits, int64_t rows, int64_t ld, in
   }
 }
 
-// A single block: each thread sums its rows in double, the block adds them up, one thread adds
-// the totals to the device doubles.
+// A single block: the threads compute a tile of rows' masked losses (in double) into shared
+// memory, then thread 0 adds them in row order, so the sums are exactly the sequential row-order
+// sums the contract names; thread 0 adds them to the device doubles at the end.
+constexpr int kLossTile = 256;  // threads of the block, rows per tile
+
 __global__ void xent_loss_sums_kernel(const float* row_max, const float* row_sumexp, const float* target_logit,
                                       const float* loss_mask, int64_t rows, double* loss_sum, double* mask_sum) {
-  __shared__ double shared[kMaxWarps];
+  __shared__ double tile_loss[kLossTile];
+  __shared__ double tile_mask[kLossTile];
   double loss = 0.0, mask_total = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const double mask = loss_mask ? double{loss_mask[r]} : 1.0;
-    loss += mask * xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
-    mask_total += mask;
+  for (int64_t tile_begin = 0; tile_begin < rows; tile_begin += kLossTile) {
+    const int64_t r = tile_begin + threadIdx.x;
+    if (r < rows) {
+      const double mask = loss_mask ? static_cast<double>(loss_mask[r]) : 1.0;
+      tile_loss[threadIdx.x] = mask * xent_row_loss(row_max[r], row_sumexp[r], target_logit[r]);
+      tile_mask[threadIdx.x] = mask;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int count = static_cast<int>(rows - tile_begin < kLossTile ? rows - tile_begin : kLossTile);
+      for (int k = 0; k < count; ++k) {
+        loss += tile_loss[k];
+        mask_total += tile_mask[k];
+      }
+    }
+    __syncthreads();  // the tile has been read before the next one is written
   }
-  loss = block_sum(loss, shared);
-  mask_total = block_sum(mask_total, shared);
   if (threadIdx.x == 0) {
     *loss_sum += loss;
     *mask_sum += mask_total;
@@ -262,7 +277,7 @@ void xent_backward(float* logits, int64_t rows, int64_t ld, int64_t valid_cols, 
 void xent_loss_sums(const float* row_max, const float* row_sumexp, const float* target_logit, const float* loss_mask,
                     int64_t rows, double* loss_sum, double* mask_sum, void* stream) {
   if (rows <= 0) return;
-  xent_loss_sums_kernel<<<1, kRowThreads, 0, as_stream(stream)>>>(row_max, row_sumexp, target_logit, loss_mask, rows,
+  xent_loss_sums_kernel<<<1, kLossTile, 0, as_stream(stream)>>>(row_max, row_sumexp, target_logit, loss_mask, rows,
                                                                   loss_sum, mask_sum);
   check_launch("xent_loss_sums");
 }
