@@ -6,13 +6,16 @@
 // that depends on rows and cols only), each chunk's column sums go to the fixed device scratch
 // g_column_partials, and a second kernel adds the chunks in order to the grads (one chunk adds
 // directly). That scratch is shared by every call of these entries in the process: they are meant
-// to be queued on one compute stream; two streams running them at once would race on it.
-// Tested on a GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp) against the
-// double-precision references every backend is held to.
+// to be queued on one compute stream; two streams running them at once would race on it. The
+// per-element arithmetic and the chunk plan are kernels/common/norm_math.h's, held to the CPU
+// kernels in tests/unit/kernels/test_norm_math.cpp. Tested on a GPU by the op harness
+// (tests/gpu/test_cuda_op_harness.cpp) against the double-precision references every backend is
+// held to.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/common/norm_math.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -24,6 +27,11 @@ using detail::check_launch;
 using detail::grid_for;
 using detail::kMaxWarps;
 using detail::kRowThreads;
+using kernels::layernorm_input_grad;
+using kernels::layernorm_output;
+using kernels::norm_rstd;
+using kernels::rmsnorm_input_grad;
+using kernels::rmsnorm_output;
 
 // --- deterministic column sums over rows (parameter grads) -------------------------------------
 
@@ -35,22 +43,6 @@ constexpr int64_t kPartialFloats = int64_t{1} << 22;  // 16 MiB of (terms, chunk
 
 __device__ float g_column_partials[kPartialFloats];
 
-struct ChunkPlan {
-  int chunks;
-  int64_t rows_per_chunk;
-};
-
-// At most kMaxChunks chunks of at least kMinRowsPerChunk rows, as many as the scratch holds for
-// `terms` grads of `cols` columns; 1 chunk when even that does not fit.
-ChunkPlan plan_chunks(int64_t rows, int cols, int terms) {
-  int64_t chunks = (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
-  if (chunks > kMaxChunks) chunks = kMaxChunks;
-  const int64_t fit = kPartialFloats / (int64_t{cols} * terms);
-  if (chunks > fit) chunks = fit;
-  if (chunks < 1) chunks = 1;
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  return ChunkPlan{static_cast<int>((rows + rows_per_chunk - 1) / rows_per_chunk), rows_per_chunk};
-}
 
 // What row r adds to column c of each grad (terms: 1 or 2).
 struct LayerNormWeightAndBias {
@@ -149,16 +141,18 @@ template <typename Contribution>
 void add_column_sums(const Contribution& contribution, int64_t rows, int cols, float* grad0, float* grad1,
                      cudaStream_t stream, const char* entry) {
   constexpr int kTerms = Contribution::kTerms;
-  const ChunkPlan plan = plan_chunks(rows, cols, kTerms);
-  const dim3 grid((cols + kColumnTile - 1) / kColumnTile, plan.chunks);
+  const kernels::RowChunkPlan plan =
+      kernels::plan_row_chunks(rows, cols, kTerms, kMaxChunks, kMinRowsPerChunk, kPartialFloats);
+  const int chunks = static_cast<int>(plan.count);  // at most kMaxChunks
+  const dim3 grid((cols + kColumnTile - 1) / kColumnTile, chunks);
   const dim3 block(kColumnTile, kRowLanes);
-  column_partials_kernel<<<grid, block, 0, stream>>>(contribution, rows, cols, plan.rows_per_chunk, plan.chunks,
-                                                     grad0, grad1);
+  column_partials_kernel<<<grid, block, 0, stream>>>(contribution, rows, cols, plan.rows_per_chunk, chunks, grad0,
+                                                     grad1);
   check_launch(entry);
-  if (plan.chunks == 1) return;
+  if (chunks == 1) return;
   constexpr int kCombineThreads = 256;
   combine_partials_kernel<<<(cols + kCombineThreads - 1) / kCombineThreads, kCombineThreads, 0, stream>>>(
-      kTerms, plan.chunks, cols, grad0, grad1);
+      kTerms, chunks, cols, grad0, grad1);
   check_launch(entry);
 }
 
@@ -179,11 +173,15 @@ __global__ void layernorm_forward_kernel(const float* x, const float* weight, co
       const float centred = xr[c] - row_mean;
       squares += centred * centred;
     }
-    const float row_rstd = 1.0f / sqrtf(block_sum(squares, shared) * inv_cols + eps);
+    const float row_rstd = norm_rstd(block_sum(squares, shared), inv_cols, eps);
     if (bias) {
-      for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = (xr[c] - row_mean) * row_rstd * weight[c] + bias[c];
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        yr[c] = layernorm_output(xr[c], row_mean, row_rstd, weight[c], bias[c]);
+      }
     } else {
-      for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = (xr[c] - row_mean) * row_rstd * weight[c];
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        yr[c] = layernorm_output(xr[c], row_mean, row_rstd, weight[c]);
+      }
     }
     if (threadIdx.x == 0) {
       mean[r] = row_mean;
@@ -213,7 +211,7 @@ __global__ void layernorm_dx_kernel(const float* dy, const float* x, const float
     const float mean_dxhat_xhat = block_sum(sum_dxhat_xhat, shared) * inv_cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
       const float xhat = (xr[c] - row_mean) * row_rstd;
-      dxr[c] = row_rstd * (dyr[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+      dxr[c] = layernorm_input_grad(dyr[c], xhat, weight[c], row_rstd, mean_dxhat, mean_dxhat_xhat);
     }
   }
 }
@@ -227,8 +225,8 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* weight, floa
     float* yr = y + r * cols;        // (cols)
     float squares = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) squares += xr[c] * xr[c];
-    const float row_rstd = 1.0f / sqrtf(block_sum(squares, shared) * inv_cols + eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * row_rstd * weight[c];
+    const float row_rstd = norm_rstd(block_sum(squares, shared), inv_cols, eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = rmsnorm_output(xr[c], row_rstd, weight[c]);
     if (threadIdx.x == 0) rstd[r] = row_rstd;
   }
 }
@@ -246,7 +244,9 @@ __global__ void rmsnorm_dx_kernel(const float* dy, const float* x, const float* 
     float sum_dxhat_x = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) sum_dxhat_x += dyr[c] * weight[c] * xr[c];
     const float correction = row_rstd * row_rstd * row_rstd * block_sum(sum_dxhat_x, shared) * inv_cols;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) dxr[c] = row_rstd * dyr[c] * weight[c] - xr[c] * correction;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      dxr[c] = rmsnorm_input_grad(dyr[c], xr[c], weight[c], row_rstd, correction);
+    }
   }
 }
 
