@@ -43,7 +43,6 @@ constexpr int64_t kPartialFloats = int64_t{1} << 22;  // 16 MiB of (terms, chunk
 
 __device__ float g_column_partials[kPartialFloats];
 
-
 // What row r adds to column c of each grad (terms: 1 or 2).
 struct LayerNormWeightAndBias {
   static constexpr int kTerms = 2;
