@@ -1,0 +1,262 @@
+// The CUDA GEMM entry of kernels/cuda/ops.h: C = alpha op(A) op(B) + beta C, row-major, A and B
+// fp32, bf16 or fp16, C fp32, always accumulated in fp32 (CUBLAS_COMPUTE_32F: never TF32, so the
+// CUDA-vs-CPU comparison of fp32 runs is fair). Row-major is reached by the usual transpose trick:
+// row-major C (m x n, ldc) is column-major C^T (n x m), and C^T = op(B)^T op(A)^T, so cuBLASLt
+// multiplies the B buffer (op = trans_b) by the A buffer (op = trans_a) in column-major terms.
+//
+// State, created once per device at first use and never freed (the CUDA context outlives it): one
+// cuBLASLt handle and one cuBLAS handle per device, one 32 MiB workspace per (device, stream) (a
+// one-time cudaMalloc at the first GEMM on that stream; GEMMs on different streams may overlap, so
+// they must not share a workspace), and a cache of matmul descriptors, layouts and the heuristic's
+// algorithm per shape key (transposes, m, n, k, lds, operand type, pointer alignments). Where the
+// heuristic offers no algorithm (e.g. odd leading dimensions of 16-bit operands) the call falls back
+// to cublasGemmEx with the same compute type. k = 0 scales C by beta as BLAS does (beta = 0 writes
+// zeros); m = 0 or n = 0 does nothing, as kernels/cpu/gemm.cpp. Nothing is copied to or from the
+// host and nothing synchronises after the first call on a stream.
+//
+// No epilogue fusion: the backend op table has no bias+GELU GEMM entry today, so bias and
+// activation stay separate kernels (elementwise.cu). Tested on a GPU by the op harness
+// (tests/gpu/test_cuda_op_harness.cpp) against double-precision references on odd shapes.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "kernels/cuda/ops.h"
+
+namespace mt::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("cuda gemm: ") + what + ": " + cudaGetErrorString(status));
+}
+
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuda gemm: ") + what + ": " + cublasGetStatusString(status));
+}
+
+cudaDataType_t data_type(GemmOperand operand) {
+  switch (operand) {
+    case GemmOperand::f32: return CUDA_R_32F;
+    case GemmOperand::bf16: return CUDA_R_16BF;
+    case GemmOperand::f16: return CUDA_R_16F;
+  }
+  throw std::invalid_argument("cuda gemm: unknown operand type");
+}
+
+// The largest power of two (at most 256) dividing the address: the alignment cuBLASLt may assume.
+uint32_t pointer_alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// One GEMM problem in the column-major terms cuBLAS sees: D(rows x cols) = op(first) op(second).
+struct ColumnMajorProblem {
+  cublasOperation_t op_first, op_second;  // op of the B buffer, op of the A buffer
+  uint64_t rows, cols, inner;             // n, m, k
+  int64_t ld_first, ld_second, ld_out;    // ldb, lda, ldc
+};
+
+ColumnMajorProblem column_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                int64_t ldb, int64_t ldc) {
+  return ColumnMajorProblem{trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(k),
+                            ldb, lda, ldc};
+}
+
+using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t,
+                           uint32_t, uint32_t>;
+
+// Descriptors of one shape and the heuristic's algorithm for it (has_algorithm false: fall back).
+struct Plan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  bool has_algorithm = false;
+};
+
+struct DeviceState {
+  cublasLtHandle_t lt = nullptr;
+  cublasHandle_t blas = nullptr;
+  std::mutex mutex;                      // guards the maps below and the cuBLAS handle's stream
+  std::map<void*, void*> workspaces;     // stream -> kWorkspaceBytes of device memory
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+// The state of the current device, created at its first GEMM. Never destroyed: handles and
+// workspaces would outlive the CUDA context at exit otherwise.
+DeviceState& device_state() {
+  static std::mutex registry_mutex;
+  static auto* registry = new std::map<int, std::unique_ptr<DeviceState>>();
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(registry_mutex);
+  std::unique_ptr<DeviceState>& state = (*registry)[device];
+  if (!state) {
+    auto created = std::make_unique<DeviceState>();
+    check_blas(cublasLtCreate(&created->lt), "cublasLtCreate");
+    check_blas(cublasCreate(&created->blas), "cublasCreate");
+    check_blas(cublasSetMathMode(created->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    state = std::move(created);
+  }
+  return *state;
+}
+
+// Caller holds state.mutex.
+void* stream_workspace(DeviceState& state, void* stream) {
+  void*& workspace = state.workspaces[stream];
+  if (!workspace) check(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc of the GEMM workspace");
+  return workspace;
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  check_blas(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  return layout;
+}
+
+void set_alignment(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
+                   uint32_t alignment) {
+  check_blas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof alignment),
+             "cublasLtMatmulPreferenceSetAttribute");
+}
+
+// Builds the descriptors of `problem` and asks the heuristic for one algorithm that respects the
+// operands' actual pointer alignments.
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorProblem& problem, GemmOperand operand,
+                                uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t type = data_type(operand);
+  check_blas(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &problem.op_first,
+                                            sizeof problem.op_first),
+             "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &problem.op_second,
+                                            sizeof problem.op_second),
+             "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const bool first_transposed = problem.op_first == CUBLAS_OP_T;
+  const bool second_transposed = problem.op_second == CUBLAS_OP_T;
+  plan->first = make_layout(type, first_transposed ? problem.inner : problem.rows,
+                            first_transposed ? problem.rows : problem.inner, problem.ld_first);
+  plan->second = make_layout(type, second_transposed ? problem.cols : problem.inner,
+                             second_transposed ? problem.inner : problem.cols, problem.ld_second);
+  plan->out = make_layout(CUDA_R_32F, problem.rows, problem.cols, problem.ld_out);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_blas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const uint64_t workspace_bytes = kWorkspaceBytes;
+  check_blas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace_bytes, sizeof workspace_bytes),
+             "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  // cuBLASLt's A is our B buffer and its B our A buffer; C and D are the same buffer.
+  set_alignment(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
+  set_alignment(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
+  set_alignment(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+  set_alignment(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt, plan->operation, plan->first, plan->second,
+                                                               plan->out, plan->out, preference, 1, &result, &returned);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algorithm = result.algo;
+    plan->has_algorithm = true;
+  }
+  return plan;
+}
+
+int to_int(int64_t value, const char* name) {
+  if (value < 0 || value > INT_MAX)
+    throw std::invalid_argument(std::string("cuda gemm: ") + name + " = " + std::to_string(value) +
+                                " does not fit the cublasGemmEx fallback");
+  return static_cast<int>(value);
+}
+
+// The fallback for shapes the heuristic turns down. Caller holds state.mutex (the handle's stream).
+void gemm_ex(DeviceState& state, const ColumnMajorProblem& problem, float alpha, const void* a, const void* b,
+             float beta, float* c, GemmOperand operand, void* stream, void* workspace) {
+  const cudaDataType_t type = data_type(operand);
+  check_blas(cublasSetStream(state.blas, static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  check_blas(cublasSetWorkspace(state.blas, workspace, kWorkspaceBytes), "cublasSetWorkspace");
+  check_blas(cublasGemmEx(state.blas, problem.op_first, problem.op_second, to_int(int64_t(problem.rows), "n"),
+                          to_int(int64_t(problem.cols), "m"), to_int(int64_t(problem.inner), "k"), &alpha, b, type,
+                          to_int(problem.ld_first, "ldb"), a, type, to_int(problem.ld_second, "lda"), &beta, c,
+                          CUDA_R_32F, to_int(problem.ld_out, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+}
+
+// C(m x n, ldc) = beta C, zeros when beta = 0 (BLAS: C is not read then). One thread per element.
+__global__ void scale_c_kernel(float* c, int64_t m, int64_t n, int64_t ldc, float beta) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float& value = c[(i / n) * ldc + i % n];
+    value = beta == 0.0f ? 0.0f : beta * value;
+  }
+}
+
+void scale_c(float* c, int64_t m, int64_t n, int64_t ldc, float beta, void* stream) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((m * n + kThreads - 1) / kThreads, 65535);
+  scale_c_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(c, m, n, ldc,
+                                                                                                    beta);
+  check(cudaGetLastError(), "scale_c_kernel launch (k = 0)");
+}
+
+void check_shape(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                 int64_t ldc) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("cuda gemm: " + what + " (m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                " k=" + std::to_string(k) + " lda=" + std::to_string(lda) +
+                                " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc) + ")");
+  };
+  if (m < 0 || n < 0 || k < 0) fail("negative dimension");
+  if (lda < std::max<int64_t>(1, trans_a ? m : k)) fail("lda smaller than a row of A");
+  if (ldb < std::max<int64_t>(1, trans_b ? k : n)) fail("ldb smaller than a row of B");
+  if (ldc < std::max<int64_t>(1, n)) fail("ldc smaller than a row of C");
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmOperand operand, void* stream) {
+  if (m == 0 || n == 0) return;
+  check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  if (k == 0) {
+    scale_c(c, m, n, ldc, beta, stream);
+    return;
+  }
+  DeviceState& state = device_state();
+  const ColumnMajorProblem problem = column_major(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
+  const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<int>(operand), align_a, align_b, align_c};
+  std::unique_lock<std::mutex> lock(state.mutex);
+  void* workspace = stream_workspace(state, stream);
+  std::unique_ptr<Plan>& plan = state.plans[key];
+  if (!plan) plan = make_plan(state.lt, problem, operand, align_a, align_b, align_c);
+  if (!plan->has_algorithm) {
+    gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
+    return;
+  }
+  const Plan& ready = *plan;
+  lock.unlock();
+  check_blas(cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
+                            ready.out, &ready.algorithm, workspace, kWorkspaceBytes,
+                            static_cast<cudaStream_t>(stream)),
+             "cublasLtMatmul");
+}
+
+}  // namespace mt::kernels::cuda
