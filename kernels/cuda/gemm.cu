@@ -4,15 +4,18 @@
 // row-major C (m x n, ldc) is column-major C^T (n x m), and C^T = op(B)^T op(A)^T, so cuBLASLt
 // multiplies the B buffer (op = trans_b) by the A buffer (op = trans_a) in column-major terms.
 //
-// State, created once per device at first use and never freed (the CUDA context outlives it): one
-// cuBLASLt handle and one cuBLAS handle per device, one 32 MiB workspace per (device, stream) (a
-// one-time cudaMalloc at the first GEMM on that stream; GEMMs on different streams may overlap, so
-// they must not share a workspace), and a cache of matmul descriptors, layouts and the heuristic's
-// algorithm per shape key (transposes, m, n, k, lds, operand type, pointer alignments). Where the
-// heuristic offers no algorithm (e.g. odd leading dimensions of 16-bit operands) the call falls back
-// to cublasGemmEx with the same compute type. k = 0 scales C by beta as BLAS does (beta = 0 writes
-// zeros); m = 0 or n = 0 does nothing, as kernels/cpu/gemm.cpp. Nothing is copied to or from the
-// host and nothing synchronises after the first call on a stream.
+// State, created once per device at its first GEMM (a one-time cudaMalloc and handle creation,
+// so that first GEMM must not run under stream capture) and never freed (the CUDA context outlives
+// it): one cuBLASLt handle and one cuBLAS handle, kWorkspaceSlots workspaces of 32 MiB, and a
+// cache of matmul descriptors, layouts and the heuristic's algorithm per shape key (transposes,
+// m, n, k, lds, operand type, pointer alignments, workspace or not). GEMMs on different streams
+// may overlap, so no two streams share a workspace: streams take the slots in the order they
+// first call gemm, and streams past the last slot run the workspace-free algorithms. Later calls
+// never allocate, copy to or from the host or synchronise, so they may run under stream capture.
+// Where the heuristic offers no algorithm (e.g. odd leading dimensions of 16-bit operands) the
+// call falls back to cublasGemmEx with the same compute type and the stream's workspace. k = 0
+// scales C by beta as BLAS does (beta = 0 writes zeros); m = 0 or n = 0 does nothing, as
+// kernels/cpu/gemm.cpp.
 //
 // No epilogue fusion: the backend op table has no bias+GELU GEMM entry today, so bias and
 // activation stay separate kernels (elementwise.cu). Tested on a GPU by the op harness
@@ -37,6 +40,7 @@ namespace mt::kernels::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kWorkspaceSlots = 4;
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("cuda gemm: ") + what + ": " + cudaGetErrorString(status));
@@ -79,7 +83,7 @@ ColumnMajorProblem column_major(bool trans_a, bool trans_b, int64_t m, int64_t n
 }
 
 using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t,
-                           uint32_t, uint32_t>;
+                           uint32_t, uint32_t, bool>;
 
 // Descriptors of one shape and the heuristic's algorithm for it (has_algorithm false: fall back).
 struct Plan {
@@ -92,8 +96,9 @@ struct Plan {
 struct DeviceState {
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
-  std::mutex mutex;                      // guards the maps below and the cuBLAS handle's stream
-  std::map<void*, void*> workspaces;     // stream -> kWorkspaceBytes of device memory
+  std::mutex mutex;                             // guards the members below and the cuBLAS handle's stream
+  void* workspace_slots[kWorkspaceSlots] = {};  // kWorkspaceBytes of device memory each
+  std::map<void*, void*> workspaces;            // stream -> its slot, or nullptr once the slots ran out
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
@@ -111,17 +116,25 @@ DeviceState& device_state() {
     check_blas(cublasLtCreate(&created->lt), "cublasLtCreate");
     check_blas(cublasCreate(&created->blas), "cublasCreate");
     check_blas(cublasSetMathMode(created->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    for (void*& slot : created->workspace_slots)
+      check(cudaMalloc(&slot, kWorkspaceBytes), "cudaMalloc of a GEMM workspace");
     state = std::move(created);
   }
   return *state;
 }
 
+// The workspace of `stream`, or nullptr (no workspace) when every slot went to earlier streams.
 // Caller holds state.mutex.
 void* stream_workspace(DeviceState& state, void* stream) {
-  void*& workspace = state.workspaces[stream];
-  if (!workspace) check(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc of the GEMM workspace");
+  const auto found = state.workspaces.find(stream);
+  if (found != state.workspaces.end()) return found->second;
+  const size_t taken = state.workspaces.size();
+  void* workspace = taken < kWorkspaceSlots ? state.workspace_slots[taken] : nullptr;
+  state.workspaces.emplace(stream, workspace);
   return workspace;
 }
+
+size_t workspace_bytes(const void* workspace) { return workspace ? kWorkspaceBytes : 0; }
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t layout = nullptr;
@@ -138,7 +151,7 @@ void set_alignment(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferen
 // Builds the descriptors of `problem` and asks the heuristic for one algorithm that respects the
 // operands' actual pointer alignments.
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorProblem& problem, GemmOperand operand,
-                                uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+                                uint32_t align_a, uint32_t align_b, uint32_t align_c, uint64_t max_workspace_bytes) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t type = data_type(operand);
   check_blas(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -158,9 +171,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorProblem& p
 
   cublasLtMatmulPreference_t preference = nullptr;
   check_blas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  const uint64_t workspace_bytes = kWorkspaceBytes;
   check_blas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &workspace_bytes, sizeof workspace_bytes),
+                                                  &max_workspace_bytes, sizeof max_workspace_bytes),
              "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   // cuBLASLt's A is our B buffer and its B our A buffer; C and D are the same buffer.
   set_alignment(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
@@ -191,7 +203,8 @@ void gemm_ex(DeviceState& state, const ColumnMajorProblem& problem, float alpha,
              float beta, float* c, GemmOperand operand, void* stream, void* workspace) {
   const cudaDataType_t type = data_type(operand);
   check_blas(cublasSetStream(state.blas, static_cast<cudaStream_t>(stream)), "cublasSetStream");
-  check_blas(cublasSetWorkspace(state.blas, workspace, kWorkspaceBytes), "cublasSetWorkspace");
+  // Always a workspace of ours (or none): cuBLAS's default pool would allocate on first use.
+  check_blas(cublasSetWorkspace(state.blas, workspace, workspace_bytes(workspace)), "cublasSetWorkspace");
   check_blas(cublasGemmEx(state.blas, problem.op_first, problem.op_second, to_int(int64_t(problem.rows), "n"),
                           to_int(int64_t(problem.cols), "m"), to_int(int64_t(problem.inner), "k"), &alpha, b, type,
                           to_int(problem.ld_first, "ldb"), a, type, to_int(problem.ld_second, "lda"), &beta, c,
@@ -242,11 +255,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   DeviceState& state = device_state();
   const ColumnMajorProblem problem = column_major(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
-  const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<int>(operand), align_a, align_b, align_c};
   std::unique_lock<std::mutex> lock(state.mutex);
   void* workspace = stream_workspace(state, stream);
+  const PlanKey key{trans_a, trans_b, m,       n,       k,       lda, ldb, ldc, static_cast<int>(operand),
+                    align_a, align_b, align_c, workspace != nullptr};
   std::unique_ptr<Plan>& plan = state.plans[key];
-  if (!plan) plan = make_plan(state.lt, problem, operand, align_a, align_b, align_c);
+  if (!plan) plan = make_plan(state.lt, problem, operand, align_a, align_b, align_c, workspace_bytes(workspace));
   if (!plan->has_algorithm) {
     gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
     return;
@@ -254,7 +268,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const Plan& ready = *plan;
   lock.unlock();
   check_blas(cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
-                            ready.out, &ready.algorithm, workspace, kWorkspaceBytes,
+                            ready.out, &ready.algorithm, workspace, workspace_bytes(workspace),
                             static_cast<cudaStream_t>(stream)),
              "cublasLtMatmul");
 }
