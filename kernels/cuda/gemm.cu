@@ -2,7 +2,8 @@
 // fp32, bf16 or fp16, C fp32, always accumulated in fp32 (CUBLAS_COMPUTE_32F: never TF32, so the
 // CUDA-vs-CPU comparison of fp32 runs is fair). Row-major is reached by the usual transpose trick:
 // row-major C (m x n, ldc) is column-major C^T (n x m), and C^T = op(B)^T op(A)^T, so cuBLASLt
-// multiplies the B buffer (op = trans_b) by the A buffer (op = trans_a) in column-major terms.
+// multiplies the B buffer (op = trans_b) by the A buffer (op = trans_a) in column-major terms
+// (gemm_layout.h, whose mapping tests/unit/kernels/test_cuda_math.cpp checks on the host).
 //
 // State, created once per device at its first GEMM (a one-time cudaMalloc and handle creation,
 // so that first GEMM must not run under stream capture) and never freed (the CUDA context outlives
@@ -34,6 +35,7 @@
 #include <string>
 #include <tuple>
 
+#include "kernels/cuda/gemm_layout.h"
 #include "kernels/cuda/ops.h"
 
 namespace mt::kernels::cuda {
@@ -68,19 +70,7 @@ uint32_t pointer_alignment(const void* pointer) {
   return alignment;
 }
 
-// One GEMM problem in the column-major terms cuBLAS sees: D(rows x cols) = op(first) op(second).
-struct ColumnMajorProblem {
-  cublasOperation_t op_first, op_second;  // op of the B buffer, op of the A buffer
-  uint64_t rows, cols, inner;             // n, m, k
-  int64_t ld_first, ld_second, ld_out;    // ldb, lda, ldc
-};
-
-ColumnMajorProblem column_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                int64_t ldb, int64_t ldc) {
-  return ColumnMajorProblem{trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            static_cast<uint64_t>(n), static_cast<uint64_t>(m), static_cast<uint64_t>(k),
-                            ldb, lda, ldc};
-}
+cublasOperation_t op_of(const ColumnMajorMatrix& matrix) { return matrix.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t,
                            uint32_t, uint32_t, bool>;
@@ -136,9 +126,11 @@ void* stream_workspace(DeviceState& state, void* stream) {
 
 size_t workspace_bytes(const void* workspace) { return workspace ? kWorkspaceBytes : 0; }
 
-cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const ColumnMajorMatrix& matrix) {
   cublasLtMatrixLayout_t layout = nullptr;
-  check_blas(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  check_blas(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(matrix.rows),
+                                        static_cast<uint64_t>(matrix.cols), matrix.ld),
+             "cublasLtMatrixLayoutCreate");
   return layout;
 }
 
@@ -150,24 +142,20 @@ void set_alignment(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferen
 
 // Builds the descriptors of `problem` and asks the heuristic for one algorithm that respects the
 // operands' actual pointer alignments.
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorProblem& problem, GemmOperand operand,
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorGemm& problem, GemmOperand operand,
                                 uint32_t align_a, uint32_t align_b, uint32_t align_c, uint64_t max_workspace_bytes) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t type = data_type(operand);
   check_blas(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &problem.op_first,
-                                            sizeof problem.op_first),
+  const cublasOperation_t op_first = op_of(problem.first), op_second = op_of(problem.second);
+  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first),
              "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &problem.op_second,
-                                            sizeof problem.op_second),
+  check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                            sizeof op_second),
              "cublasLtMatmulDescSetAttribute(TRANSB)");
-  const bool first_transposed = problem.op_first == CUBLAS_OP_T;
-  const bool second_transposed = problem.op_second == CUBLAS_OP_T;
-  plan->first = make_layout(type, first_transposed ? problem.inner : problem.rows,
-                            first_transposed ? problem.rows : problem.inner, problem.ld_first);
-  plan->second = make_layout(type, second_transposed ? problem.cols : problem.inner,
-                             second_transposed ? problem.inner : problem.cols, problem.ld_second);
-  plan->out = make_layout(CUDA_R_32F, problem.rows, problem.cols, problem.ld_out);
+  plan->first = make_layout(type, problem.first);
+  plan->second = make_layout(type, problem.second);
+  plan->out = make_layout(CUDA_R_32F, problem.out);
 
   cublasLtMatmulPreference_t preference = nullptr;
   check_blas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
@@ -199,16 +187,16 @@ int to_int(int64_t value, const char* name) {
 }
 
 // The fallback for shapes the heuristic turns down. Caller holds state.mutex (the handle's stream).
-void gemm_ex(DeviceState& state, const ColumnMajorProblem& problem, float alpha, const void* a, const void* b,
+void gemm_ex(DeviceState& state, const ColumnMajorGemm& problem, float alpha, const void* a, const void* b,
              float beta, float* c, GemmOperand operand, void* stream, void* workspace) {
   const cudaDataType_t type = data_type(operand);
   check_blas(cublasSetStream(state.blas, static_cast<cudaStream_t>(stream)), "cublasSetStream");
   // Always a workspace of ours (or none): cuBLAS's default pool would allocate on first use.
   check_blas(cublasSetWorkspace(state.blas, workspace, workspace_bytes(workspace)), "cublasSetWorkspace");
-  check_blas(cublasGemmEx(state.blas, problem.op_first, problem.op_second, to_int(int64_t(problem.rows), "n"),
-                          to_int(int64_t(problem.cols), "m"), to_int(int64_t(problem.inner), "k"), &alpha, b, type,
-                          to_int(problem.ld_first, "ldb"), a, type, to_int(problem.ld_second, "lda"), &beta, c,
-                          CUDA_R_32F, to_int(problem.ld_out, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_blas(cublasGemmEx(state.blas, op_of(problem.first), op_of(problem.second), to_int(problem.rows, "n"),
+                          to_int(problem.cols, "m"), to_int(problem.inner, "k"), &alpha, b, type,
+                          to_int(problem.first.ld, "ldb"), a, type, to_int(problem.second.ld, "lda"), &beta, c,
+                          CUDA_R_32F, to_int(problem.out.ld, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx");
 }
 
@@ -253,7 +241,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
     return;
   }
   DeviceState& state = device_state();
-  const ColumnMajorProblem problem = column_major(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  const ColumnMajorGemm problem = column_major_gemm(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
   std::unique_lock<std::mutex> lock(state.mutex);
   void* workspace = stream_workspace(state, stream);

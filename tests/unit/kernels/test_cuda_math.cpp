@@ -2,8 +2,10 @@
 // checked on the host, bit for bit, against the CPU kernels (kernels/cpu/impl/elementwise.inc) at
 // the x86-64-v2 level, which like this file is built without FMA contraction: GELU, SwiGLU, RoPE,
 // keyed dropout (the same elements dropped, the same scale) and AdamW with its bf16 copy. Each loop
-// below walks the elements the way the CUDA kernel's threads do (kernels/cuda/elementwise.cu). No
-// GPU needed; the GPU itself is checked by the op harness (tests/gpu/test_cuda_op_harness.cpp).
+// below walks the elements the way the CUDA kernel's threads do (kernels/cuda/elementwise.cu).
+// Also the GEMM's row-major to column-major mapping (kernels/cuda/gemm_layout.h), run through a
+// column-major BLAS loop. No GPU needed; the GPU itself is checked by the op harness
+// (tests/gpu/test_cuda_op_harness.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 
 #include "kernels/common/elementwise_math.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/gemm_layout.h"
 
 using namespace mt::kernels;
 
@@ -206,6 +209,61 @@ TEST(CudaMath, AdamWMatchesCpuBitForBit) {
   expect_same_bits(got_m, want_m, "adamw exp_avg");
   expect_same_bits(got_v, want_v, "adamw exp_avg_sq");
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got_bf16[i], want_bf16[i]) << "adamw param_bf16 element " << i;
+}
+
+// Column-major BLAS as cuBLAS defines it, reading each matrix through its layout:
+// D = alpha op(first) op(second) + beta D, D (rows x cols).
+void column_major_reference(const mt::kernels::cuda::ColumnMajorGemm& g, float alpha, const std::vector<float>& first,
+                            const std::vector<float>& second, float beta, std::vector<float>& out) {
+  const auto element = [](const mt::kernels::cuda::ColumnMajorMatrix& layout, const std::vector<float>& data,
+                          int64_t i, int64_t j) {  // element (i, j) of op(matrix)
+    return layout.transposed ? data[j + i * layout.ld] : data[i + j * layout.ld];
+  };
+  for (int64_t i = 0; i < g.rows; ++i)
+    for (int64_t j = 0; j < g.cols; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < g.inner; ++p) sum += element(g.first, first, i, p) * element(g.second, second, p, j);
+      float& d = out[i + j * g.out.ld];
+      d = static_cast<float>(alpha * sum + beta * d);
+    }
+}
+
+TEST(CudaGemmLayout, ColumnMajorMappingIsTheRowMajorGemm) {
+  struct Shape {
+    bool trans_a, trans_b;
+    int64_t m, n, k, extra_lda, extra_ldb, extra_ldc;
+  };
+  for (const Shape s : {Shape{false, false, 7, 5, 3, 3, 1, 2}, Shape{false, true, 4, 9, 6, 0, 2, 1},
+                        Shape{true, false, 6, 3, 1, 1, 0, 3}, Shape{true, true, 5, 8, 7, 2, 3, 0},
+                        Shape{false, false, 1, 1, 1, 0, 0, 0}}) {
+    const int64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
+    const int64_t b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
+    const int64_t lda = a_cols + s.extra_lda, ldb = b_cols + s.extra_ldb, ldc = s.n + s.extra_ldc;
+    // Small integers: every product and sum is exact, so both orders give the same floats.
+    std::vector<float> a(a_rows * lda), b(b_rows * ldb), c(s.m * ldc);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 9) - 4);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    const float alpha = 2.0f, beta = -1.0f;
+    std::vector<float> want = c;  // row-major: C = alpha op(A) op(B) + beta C, columns past n untouched
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < s.k; ++p)
+          sum += (s.trans_a ? a[p * lda + i] : a[i * lda + p]) * (s.trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+        want[i * ldc + j] = static_cast<float>(alpha * sum + beta * c[i * ldc + j]);
+      }
+    const auto g = mt::kernels::cuda::column_major_gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, lda, ldb, ldc);
+    const std::string name = std::string(s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N") + " m=" +
+                             std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+    for (const auto& layout : {g.first, g.second, g.out}) ASSERT_GE(layout.ld, layout.rows) << name;  // cuBLAS's rule
+    ASSERT_EQ(g.first.transposed ? g.first.cols : g.first.rows, g.rows) << name;
+    ASSERT_EQ(g.second.transposed ? g.second.rows : g.second.cols, g.cols) << name;
+    ASSERT_EQ(g.first.transposed ? g.first.rows : g.first.cols, g.inner) << name;
+    std::vector<float> got = c;
+    column_major_reference(g, alpha, b, a, beta, got);
+    expect_same_bits(got, want, "gemm " + name);
+  }
 }
 
 }  // namespace
