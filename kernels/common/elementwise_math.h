@@ -136,7 +136,9 @@ MT_HOST_DEVICE float dropout_value(float x, float uniform, float p, float keep_s
 
 // Philox blocks a row of `cols` local columns starting at global column col0 meets: the first is
 // col0 / 4, and this many follow from it.
-MT_HOST_DEVICE int64_t dropout_blocks_per_row(int64_t col0, int cols) { return ((col0 + cols - 1) >> 2) - (col0 >> 2) + 1; }
+MT_HOST_DEVICE int64_t dropout_blocks_per_row(int64_t col0, int cols) {
+  return ((col0 + cols - 1) >> 2) - (col0 >> 2) + 1;
+}
 
 // Drops, in one row (cols local columns, global column col0 first) of global row id `row_id`, the
 // columns Philox block `block` covers: global columns [4 block, 4 block + 4) within the row.

@@ -38,7 +38,8 @@ void check_launch(const char* entry) {
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 unsigned blocks_for(int64_t work_items) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work_items + kThreads - 1) / kThreads, kMaxBlocks)));
+  const int64_t blocks = std::min<int64_t>((work_items + kThreads - 1) / kThreads, kMaxBlocks);
+  return static_cast<unsigned>(std::max<int64_t>(1, blocks));
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }

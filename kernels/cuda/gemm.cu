@@ -44,8 +44,11 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kWorkspaceSlots = 4;
 
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string("cuda gemm: ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("cuda gemm: ") + what + ": " + cudaGetErrorString(status));
 }
 
 void check_blas(cublasStatus_t status, const char* what) {
@@ -190,7 +193,7 @@ int to_int(int64_t value, const char* name) {
 void gemm_ex(DeviceState& state, const ColumnMajorGemm& problem, float alpha, const void* a, const void* b,
              float beta, float* c, GemmOperand operand, void* stream, void* workspace) {
   const cudaDataType_t type = data_type(operand);
-  check_blas(cublasSetStream(state.blas, static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  check_blas(cublasSetStream(state.blas, as_stream(stream)), "cublasSetStream");
   // Always a workspace of ours (or none): cuBLAS's default pool would allocate on first use.
   check_blas(cublasSetWorkspace(state.blas, workspace, workspace_bytes(workspace)), "cublasSetWorkspace");
   check_blas(cublasGemmEx(state.blas, op_of(problem.first), op_of(problem.second), to_int(problem.rows, "n"),
@@ -212,8 +215,7 @@ __global__ void scale_c_kernel(float* c, int64_t m, int64_t n, int64_t ldc, floa
 void scale_c(float* c, int64_t m, int64_t n, int64_t ldc, float beta, void* stream) {
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((m * n + kThreads - 1) / kThreads, 65535);
-  scale_c_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(c, m, n, ldc,
-                                                                                                    beta);
+  scale_c_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, as_stream(stream)>>>(c, m, n, ldc, beta);
   check(cudaGetLastError(), "scale_c_kernel launch (k = 0)");
 }
 
@@ -253,12 +255,18 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
     gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
     return;
   }
-  const Plan& ready = *plan;
+  const Plan ready = *plan;  // descriptors live as long as the cache; the copy is read unlocked
   lock.unlock();
-  check_blas(cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
-                            ready.out, &ready.algorithm, workspace, workspace_bytes(workspace),
-                            static_cast<cudaStream_t>(stream)),
-             "cublasLtMatmul");
+  const cublasStatus_t status =
+      cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
+                     ready.out, &ready.algorithm, workspace, workspace_bytes(workspace), as_stream(stream));
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  // An algorithm the heuristic offered but the shape turns down queues nothing: this shape
+  // takes the fallback from now on.
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) check_blas(status, "cublasLtMatmul");
+  lock.lock();
+  plan->has_algorithm = false;
+  gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
 }
 
 }  // namespace mt::kernels::cuda
