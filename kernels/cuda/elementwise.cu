@@ -1,8 +1,9 @@
 // The CUDA activation, RoPE, elementwise, bias, dropout and AdamW entries of kernels/cuda/ops.h.
-// Grid-stride loops, four floats per step (float4) where every pointer the kernel touches is
-// 16-byte aligned, scalar otherwise. The per-element arithmetic is kernels/common/elementwise_math.h,
-// the CPU kernels' (kernels/cpu/impl/elementwise.inc) formulas in their order: GELU in the tanh
-// form, SwiGLU with the gate half first, RoPE's half rotation with inv_freq computed on the host
+// Grid-stride loops: GELU, add, scale, bias_add and AdamW step four floats at a time (float4) when
+// every pointer they touch is 16-byte aligned (bias_add: and cols % 4 == 0), one otherwise; SwiGLU
+// takes an element, RoPE a rotated pair and dropout a Philox block (four columns) per thread.
+// The per-element arithmetic is kernels/common/elementwise_math.h, the CPU kernels'
+// (kernels/cpu/impl/elementwise.inc) formulas in their order: GELU in the tanh form, SwiGLU with the gate half first, RoPE's half rotation with inv_freq computed on the host
 // exactly as the CPU does (passed by value in the launch), dropout keyed by (seed, stream,
 // iteration, global row id, global column) so the same elements drop as on the CPU, AdamW in the
 // CPU's update order with the bf16 copy rounded as half.h. Every entry only queues work on the
