@@ -264,9 +264,7 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
 void layernorm_backward(const float* dy, const float* x, const float* weight, const float* mean, const float* rstd,
                         float* dx, float* dweight, float* dbias, int64_t rows, int cols, void* stream) {
   if (rows <= 0 || cols <= 0) return;
-  layernorm_dx_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(dy, x, weight, mean, rstd, dx, rows,
-                                                                                cols);
-  check_launch("layernorm_backward");
+  // Parameter grads first: they read dy, which dx may alias (the CPU contract allows dx == dy).
   if (dbias) {
     add_column_sums(LayerNormWeightAndBias{dy, x, mean, rstd, cols}, rows, cols, dweight, dbias, as_stream(stream),
                     "layernorm_backward");
@@ -274,6 +272,9 @@ void layernorm_backward(const float* dy, const float* x, const float* weight, co
     add_column_sums(LayerNormWeight{dy, x, mean, rstd, cols}, rows, cols, dweight, nullptr, as_stream(stream),
                     "layernorm_backward");
   }
+  layernorm_dx_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(dy, x, weight, mean, rstd, dx, rows,
+                                                                                cols);
+  check_launch("layernorm_backward");
 }
 
 void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int cols, float eps,
@@ -287,10 +288,11 @@ void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd,
 void rmsnorm_backward(const float* dy, const float* x, const float* weight, const float* rstd, float* dx,
                       float* dweight, int64_t rows, int cols, void* stream) {
   if (rows <= 0 || cols <= 0) return;
-  rmsnorm_dx_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(dy, x, weight, rstd, dx, rows, cols);
-  check_launch("rmsnorm_backward");
+  // dweight first: it reads dy, which dx may alias.
   add_column_sums(RmsNormWeight{dy, x, rstd, cols}, rows, cols, dweight, nullptr, as_stream(stream),
                   "rmsnorm_backward");
+  rmsnorm_dx_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(dy, x, weight, rstd, dx, rows, cols);
+  check_launch("rmsnorm_backward");
 }
 
 void bias_backward(const float* dy, float* dbias, int64_t rows, int cols, void* stream) {
