@@ -52,7 +52,10 @@ if [[ -z $UNPACKED ]]; then
   [[ -f $ARCHIVE ]] || { echo "run_on_gpu.sh: no archive $ARCHIVE (run tests/gpu/pack.sh first)" >&2; exit 2; }
   UNPACKED="$(mktemp -d /tmp/mt-gpu.XXXXXX)"
   trap 'rm -rf "$UNPACKED"' EXIT
-  tar -C "$UNPACKED" -xJf "$ARCHIVE" || { echo "run_on_gpu.sh: cannot unpack $ARCHIVE" >&2; exit 2; }
+  # tar without xz falls back to Python's lzma.
+  tar -C "$UNPACKED" -xJf "$ARCHIVE" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$ARCHIVE" "$UNPACKED" ||
+    { echo "run_on_gpu.sh: cannot unpack $ARCHIVE" >&2; exit 2; }
 fi
 PACK="$UNPACKED/mt-gpu"
 [[ -x $PACK/bin/mt-train ]] || { echo "run_on_gpu.sh: $PACK/bin/mt-train is missing" >&2; exit 2; }
@@ -83,7 +86,7 @@ export NVIDIA_TF32_OVERRIDE=0 OMP_WAIT_POLICY=passive
 HAVE_GPU=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then HAVE_GPU=1; fi
 
-note "mt GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); $(head -1 "$PACK/PACKED")"
+note "mt GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n); $(head -1 "$PACK/PACKED")"
 if ((HAVE_GPU)); then
   note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 else
