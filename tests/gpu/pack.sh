@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what tests/gpu/run_on_gpu.sh runs on a GPU machine into one compressed archive,
 # .gpu/mt-gpu.tar.xz at the repository root (git-ignored): the stripped mt binaries (build/bin),
-# the stripped GPU test binaries (build/tests/mt_gpu_*), and every shared library `ldd` names
+# the stripped GPU test and benchmark binaries (build/tests/mt_gpu_*, mt_bench_gpu_*), and every shared library `ldd` names
 # for them that is neither part of glibc nor a CUDA library (oneDNN, HDF5, OpenMPI, hwloc,
 # libevent, libstdc++, ...). CUDA libraries (cudart, cuBLAS, cuBLASLt, NCCL, the driver) are never
 # packed: run_on_gpu.sh finds them on the GPU machine (the CUDA toolkit or PyTorch's nvidia/*
@@ -22,7 +22,7 @@ die() { echo "pack.sh: $*" >&2; exit 1; }
 
 binaries=()
 for b in "$BUILD"/bin/mt-*; do [[ -x $b && -f $b ]] && binaries+=("$b"); done
-for b in "$BUILD"/tests/mt_gpu_*; do [[ -x $b && -f $b ]] && binaries+=("$b"); done
+for b in "$BUILD"/tests/mt_gpu_* "$BUILD"/tests/mt_bench_gpu_*; do [[ -x $b && -f $b ]] && binaries+=("$b"); done
 [[ -x $BUILD/bin/mt-train ]] || die "$BUILD/bin/mt-train is missing: build first (./setup.sh build)"
 compgen -G "$BUILD/tests/mt_gpu_*" >/dev/null || die "no $BUILD/tests/mt_gpu_* test binaries: build with the CUDA backend on"
 

@@ -6,7 +6,8 @@
 #   selftest   every GPU test binary but the training one (mt_gpu_tests, mt_gpu_op_harness_tests,
 #              the NCCL ones, ...), run directly (CTest files hold this machine's build paths)
 #   training   mt_gpu_training_tests: 10 fp32 steps (TF32 off), CUDA table against the CPU table
-#   bench      mt-train --device cuda, then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
+#   bench      mt-train --device cuda and mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp),
+#              then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
 # Each part writes its files into $OUT (default .gpu/out) as it ends, at most 8 files in all:
 # summary.txt (versions, then one line per part), selftest.log, selftest.xml, training.log,
 # training.xml, bench.log, bench.jsonl. Without a GPU every part says skipped and the script
@@ -229,6 +230,22 @@ bench_torch() {
   return "$rc"
 }
 
+# mt's attention forward+backward on the CUDA table (tests/bench/gpu_bench_attention.cpp).
+bench_mt_attention() {
+  local limit
+  limit="$(limit_within_budget 40)"
+  if ((limit == 0)); then
+    echo '{"impl": "mt-cuda-attention", "error": "skipped: the run'"'"'s time budget is spent"}' >>"$BENCH_JSONL"
+    return 0
+  fi
+  echo "=== mt_bench_gpu_attention" >>"$BENCH_LOG"
+  run_mt timeout "$limit" "$PACK/tests/mt_bench_gpu_attention" >>"$BENCH_JSONL" 2>>"$BENCH_LOG"
+  local rc=$?
+  echo "=== mt_bench_gpu_attention exit $rc" >>"$BENCH_LOG"
+  ((rc == 0)) || echo "{\"impl\": \"mt-cuda-attention\", \"exit\": $rc}" >>"$BENCH_JSONL"
+  return "$rc"
+}
+
 # The figures as a table; PyTorch's MFU also under mt-train's FLOP count where mt's run gave one.
 bench_table() {
   python3 - "$BENCH_JSONL" <<'PY'
@@ -239,7 +256,8 @@ peak = next((r["tflops"] / r["mfu"] for r in rows if r.get("impl") == "mt-train"
 for r in rows:
     name = f"bench {r.get('impl')} {r.get('model', r.get('args', ''))}"
     if "fwd_bwd_ms" in r:
-        print(f"{name}: attention fwd+bwd {r['fwd_bwd_ms']:.3f} ms, {r['tflops']:.0f} TFLOP/s")
+        print(f"{name}: attention fwd+bwd {r.get('dtype', '')} B{r['batch']} H{r['heads']}/{r['kv_heads']} "
+              f"T{r['seq']} D{r['head_dim']}: {r['fwd_bwd_ms']:.3f} ms, {r['tflops']:.0f} TFLOP/s")
     elif "tokens_per_s" in r:
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "n/a"
         extra = ""
@@ -265,6 +283,7 @@ part_bench() {
     failures=$((failures + 1))
   bench_mt llama --model llama3-8b --num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 \
     --train-iters 5 || failures=$((failures + 1))
+  bench_mt_attention || failures=$((failures + 1))
   bench_torch 30 --attention || failures=$((failures + 1))
   bench_torch 45 --model gpt2 --mode eager --steps 10 || failures=$((failures + 1))
   bench_torch 60 --model llama --mode eager --steps 4 --warmup 2 || failures=$((failures + 1))
@@ -273,7 +292,7 @@ part_bench() {
   bench_table | tee -a "$SUMMARY"
   if ((failures)); then
     STATUS=1
-    note "bench: $failures of 7 runs FAILED (bench.log says how)"
+    note "bench: $failures of 8 runs FAILED (bench.log says how)"
   fi
 }
 
