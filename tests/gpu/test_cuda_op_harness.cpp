@@ -84,7 +84,10 @@ std::optional<std::string> forbidden_node(cudaGraphNode_t node) {
     case cudaGraphNodeTypeMemFree: return "frees device memory on the stream";
     case cudaGraphNodeTypeMemcpy: {
       cudaMemcpy3DParms params{};
-      check_cuda(cudaGraphMemcpyNodeGetParams(node, &params), "cudaGraphMemcpyNodeGetParams");
+      const cudaError_t read = cudaGraphMemcpyNodeGetParams(node, &params);
+      if (read != cudaSuccess) return std::string("copies with a memcpy node whose ends cannot be read: ") + cudaGetErrorString(read);
+      if (params.kind == cudaMemcpyDeviceToDevice) return std::nullopt;
+      if (params.kind != cudaMemcpyDefault) return "copies to or from host memory";
       for (const void* end : {params.srcPtr.ptr, params.dstPtr.ptr}) {
         if (!end) continue;  // an array end: device memory
         cudaPointerAttributes attributes{};
@@ -129,8 +132,12 @@ void run_captured(const char* entry, Stream stream, const std::function<void()>&
                              "cudaStreamEndCapture: " + cudaGetErrorString(ended));
   }
   std::string refused;
-  for (cudaGraphNode_t node : graph_nodes(graph)) {
-    if (const auto why = forbidden_node(node)) refused = *why;
+  try {
+    for (cudaGraphNode_t node : graph_nodes(graph)) {
+      if (const auto why = forbidden_node(node)) refused = *why;
+    }
+  } catch (const std::exception& e) {
+    refused = std::string("its captured graph cannot be read: ") + e.what();
   }
   if (!refused.empty()) {
     cudaGraphDestroy(graph);
@@ -188,11 +195,13 @@ bool captured_entry(OpId op) {
   return static_cast<int>(op) >= static_cast<int>(OpId::fill);
 }
 
-// A non-blocking stream for the capture (the legacy default stream cannot be captured).
+// A stream for the capture when the table's default stream is the legacy one (which cannot be
+// captured): a blocking stream, so it still orders after work the table queues on the legacy
+// stream outside any capture (allocate's zero fill, say).
 Stream capture_stream() {
   static const Stream stream = [] {
     cudaStream_t created = nullptr;
-    check_cuda(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check_cuda(cudaStreamCreateWithFlags(&created, cudaStreamDefault), "cudaStreamCreateWithFlags");
     return Stream{created};
   }();
   return stream;
@@ -211,7 +220,9 @@ Ops captured_copy(const Ops& real) {
   }
   MT_BACKEND_OPS(MT_CAPTURE_ENTRY)
 #undef MT_CAPTURE_ENTRY
-  if (!real.default_stream().handle) copy.default_stream = [] { return capture_stream(); };
+  const void* handle = real.default_stream().handle;
+  if (!handle || handle == static_cast<const void*>(cudaStreamLegacy))
+    copy.default_stream = [] { return capture_stream(); };
   return copy;
 }
 
