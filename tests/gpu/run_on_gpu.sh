@@ -84,10 +84,17 @@ for dir in "${cuda_dirs[@]}"; do MT_LD_PATH+=":$dir"; done
 run_mt() { LD_LIBRARY_PATH="$MT_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 export NVIDIA_TF32_OVERRIDE=0 OMP_WAIT_POLICY=passive
 
+# The packed binaries and libraries were built on Debian 12: they need glibc 2.36 or newer.
+GLIBC="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
+if [[ -n $GLIBC ]] && ! printf '2.36\n%s\n' "$GLIBC" | sort -C -V; then
+  echo "run_on_gpu.sh: this machine's glibc $GLIBC is older than the 2.36 the packed binaries need (built on Debian 12)" >&2
+  exit 2
+fi
+
 HAVE_GPU=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then HAVE_GPU=1; fi
 
-note "mt GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n); $(head -1 "$PACK/PACKED")"
+note "mt GPU run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), glibc ${GLIBC:-unknown}; $(head -1 "$PACK/PACKED")"
 if ((HAVE_GPU)); then
   note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 else
