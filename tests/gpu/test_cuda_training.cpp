@@ -1,0 +1,100 @@
+// The tiny training run on the CUDA op table against the CPU table (CTest label gpu): one rank,
+// 10 steps in fp32 with TF32 off (NVIDIA_TF32_OVERRIDE=0, set before the CUDA table is first
+// used), a GPT-2-style and a LLaMA-style tiny model (tests/unit/tiny_models.h) on mock data with
+// documents, run in this process by two Trainers, one per table (no mt-train binary, no files).
+// Every step's loss and grad norm must be within 1e-5 relative of the CPU's, and within the fp32
+// equivalence bound the layout tests use (tests/mpi/training_equivalence.h), which stays below
+// 1e-5 at these learning rates. Skipped, never passed, when no CUDA device is usable or the CUDA
+// table is not built.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "backend/registry.h"
+#include "kernels/cuda/runtime.h"
+#include "tests/mpi/training_equivalence.h"
+#include "tests/unit/tiny_models.h"
+
+using namespace mt;
+
+namespace {
+
+constexpr double kRelative = 1e-5;
+
+// The CUDA table, or the reason there is none (for GTEST_SKIP).
+const backend::Ops* cuda_ops(std::string& missing) {
+  setenv("NVIDIA_TF32_OVERRIDE", "0", 1);  // cuBLAS reads it when its handle is made
+  if (kernels::cuda::device_count() == 0) {
+    missing = "no CUDA device";
+    return nullptr;
+  }
+  try {
+    return &backend::backend_ops(backend::Device::cuda);
+  } catch (const std::exception& e) {
+    missing = std::string("no CUDA op table: ") + e.what();
+    return nullptr;
+  }
+}
+
+// The equivalence schedule (10 steps, 2 of warm-up, 2 evaluations) at a learning rate that keeps
+// the layout tests' bound below 1e-5 over the 10 steps.
+train::TrainConfig fp32_config() {
+  train::TrainConfig config = equivalence::ten_step_config();
+  config.lr = 1e-4;
+  config.precision = Precision::fp32;
+  return config;
+}
+
+equivalence::RunNumbers train_on(const backend::Ops& ops, const model::ModelConfig& model) {
+  data::LoaderOptions options;
+  options.reset_position_ids = true;
+  options.reset_attention_mask = true;
+  options.eod_mask_loss = true;
+  const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, options);
+  train::Trainer trainer(model, fp32_config(), data, ops);
+  equivalence::RunNumbers numbers;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) {
+    numbers.loss.push_back(s.lm_loss);
+    numbers.grad_norm.push_back(s.grad_norm);
+    numbers.lr.push_back(s.lr);
+  };
+  observers.on_eval = [&](const train::EvalStats& e) {
+    numbers.eval_loss.push_back(e.lm_loss);
+    numbers.eval_iteration.push_back(e.iteration);
+  };
+  trainer.run(observers);
+  return numbers;
+}
+
+class CudaTraining : public ::testing::TestWithParam<bool> {};  // LLaMA-style or GPT-2-style
+
+TEST_P(CudaTraining, TenFp32StepsMatchTheCpu) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  const model::ModelConfig model = mt::testing::trainer_model(GetParam());
+  const equivalence::RunNumbers cpu = train_on(backend::cpu_ops(), model);
+  const equivalence::RunNumbers gpu = train_on(*cuda, model);
+  ASSERT_EQ(cpu.loss.size(), 10u);
+  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
+  for (size_t i = 0; i < cpu.loss.size(); ++i) {
+    std::printf("step %2zu  loss cpu %.9g cuda %.9g  grad norm cpu %.9g cuda %.9g\n", i + 1, cpu.loss[i], gpu.loss[i],
+                cpu.grad_norm[i], gpu.grad_norm[i]);
+    EXPECT_LE(std::fabs(gpu.loss[i] - cpu.loss[i]), kRelative * std::fabs(cpu.loss[i]))
+        << "lm loss at step " << i + 1 << ": cuda " << gpu.loss[i] << ", cpu " << cpu.loss[i];
+    EXPECT_LE(std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]), kRelative * std::fabs(cpu.grad_norm[i]))
+        << "grad norm at step " << i + 1 << ": cuda " << gpu.grad_norm[i] << ", cpu " << cpu.grad_norm[i];
+  }
+  const auto difference = equivalence::first_difference(gpu, cpu, fp32_config().adam.eps);
+  EXPECT_FALSE(difference.has_value()) << *difference;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaTraining, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "llama_style" : "gpt2_style");
+                         });
+
+}  // namespace
