@@ -460,6 +460,78 @@ void TokenDatasetWriter::end_document() {
   state_->document_indices.push_back(static_cast<int64_t>(state_->sequence_lengths.size()));
 }
 
+namespace {
+
+// The sequences of `source` as runs of adjacent storage: (first token, token count) each.
+std::vector<std::pair<int64_t, int64_t>> contiguous_runs(const TokenDataset& source) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  const auto lengths = source.sequence_lengths();
+  const auto offsets = source.sequence_offsets();
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] == 0) continue;
+    if (!runs.empty() && runs.back().first + runs.back().second == offsets[i]) {
+      runs.back().second += lengths[i];
+    } else {
+      runs.emplace_back(offsets[i], lengths[i]);
+    }
+  }
+  return runs;
+}
+
+// Whether every token of the runs is in [0, vocab_size), read as stored in `dtype` (u16 or i32).
+bool tokens_in_vocabulary(const std::byte* storage, DType dtype, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                          int64_t vocab_size) {
+  const auto check = [&]<typename T>(T) {
+    for (const auto& [first, count] : runs) {
+      const std::byte* bytes = storage + static_cast<size_t>(first) * sizeof(T);
+      T low = std::numeric_limits<T>::max(), high = std::numeric_limits<T>::min();
+      for (int64_t i = 0; i < count; ++i) {
+        T value;
+        std::memcpy(&value, bytes + static_cast<size_t>(i) * sizeof(T), sizeof(T));
+        low = std::min(low, value);
+        high = std::max(high, value);
+      }
+      if (static_cast<int64_t>(low) < 0 || static_cast<int64_t>(high) >= vocab_size) return false;
+    }
+    return true;
+  };
+  return dtype == DType::u16 ? check(uint16_t{}) : check(int32_t{});
+}
+
+}  // namespace
+
+void TokenDatasetWriter::append_dataset(const TokenDataset& source) {
+  State& s = *state_;
+  s.check_open();
+  const auto runs = contiguous_runs(source);
+  if (source.dtype() != s.dtype || !tokens_in_vocabulary(source.token_storage(), s.dtype, runs, s.vocab_size)) {
+    const auto documents = source.document_indices();
+    std::vector<int32_t> tokens;
+    for (size_t d = 0; d + 1 < documents.size(); ++d) {
+      for (int64_t sequence = documents[d]; sequence < documents[d + 1]; ++sequence) {
+        tokens.resize(static_cast<size_t>(source.sequence_lengths()[static_cast<size_t>(sequence)]));
+        source.read(sequence, 0, tokens);
+        add_sequence(tokens);
+      }
+      end_document();
+    }
+    return;
+  }
+  const size_t item = dtype_size(s.dtype);
+  for (const auto& [first, count] : runs) {
+    if (!write_items(s.spool, source.token_storage() + static_cast<size_t>(first) * item, item,
+                     static_cast<size_t>(count))) {
+      throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
+    }
+  }
+  const int64_t sequences_before = static_cast<int64_t>(s.sequence_lengths.size());
+  const auto lengths = source.sequence_lengths();
+  s.sequence_lengths.insert(s.sequence_lengths.end(), lengths.begin(), lengths.end());
+  const auto documents = source.document_indices();
+  for (size_t d = 1; d < documents.size(); ++d) s.document_indices.push_back(sequences_before + documents[d]);
+  s.tokens += source.token_count();
+}
+
 void TokenDatasetWriter::finish() {
   State& s = *state_;
   s.check_open();
@@ -747,6 +819,7 @@ const TokenDatasetMetadata& TokenDataset::metadata() const { return state_->meta
 std::span<const int32_t> TokenDataset::sequence_lengths() const { return state_->sequence_lengths; }
 std::span<const int64_t> TokenDataset::sequence_offsets() const { return state_->sequence_offsets; }
 std::span<const int64_t> TokenDataset::document_indices() const { return state_->document_indices; }
+const std::byte* TokenDataset::token_storage() const { return state_->tokens.data(); }
 
 std::vector<int32_t> TokenDataset::get(int64_t sequence_index, int64_t offset, std::optional<int64_t> length) const {
   if (sequence_index < 0 || sequence_index >= sequence_count()) {
@@ -839,19 +912,7 @@ std::vector<std::string> merge_token_datasets(const std::vector<std::string>& in
   }
   TokenDatasetWriter writer = TokenDatasetWriter::create(output_prefix, format, known_vocab > 0 ? known_vocab : vocab_size,
                                                          metadata.value_or(TokenDatasetMetadata{}));
-  std::vector<int32_t> tokens;
-  for (const TokenDataset& dataset : datasets) {
-    const auto documents = dataset.document_indices();
-    const auto lengths = dataset.sequence_lengths();
-    for (size_t d = 0; d + 1 < documents.size(); ++d) {
-      for (int64_t sequence = documents[d]; sequence < documents[d + 1]; ++sequence) {
-        tokens.resize(static_cast<size_t>(lengths[sequence]));
-        dataset.read(sequence, 0, tokens);
-        writer.add_sequence(tokens);
-      }
-      writer.end_document();
-    }
-  }
+  for (const TokenDataset& dataset : datasets) writer.append_dataset(dataset);
   writer.finish();
   return writer.final_paths();
 }

@@ -57,6 +57,8 @@ struct TokenDatasetMetadata {
 // tool's signal handler, so no file ever appears under a final name half-written.
 // Final names: `<prefix>.h5`, `<prefix>.bin`, `<prefix>.idx`. Tokens are stored in
 // optimal_token_dtype(vocab_size).
+class TokenDataset;
+
 class TokenDatasetWriter {
  public:
   // Throws mt::UsageError for vocab_size < 1, mt::Error when the temporaries cannot be created.
@@ -71,6 +73,13 @@ class TokenDatasetWriter {
   void add_sequence(std::span<const int32_t> tokens);
   // Closes the current document (Megatron's end_document: an empty document is allowed).
   void end_document();
+  // Appends every document of `source`, as add_sequence for each of its sequences and
+  // end_document after each of its documents would (Megatron's add_index: its lengths and
+  // document indices, offset by the sequences written so far). When source's dtype is this
+  // writer's, its token bytes are copied as they are stored, after one scan checks that every
+  // token is in the vocabulary; otherwise (or when that scan finds one outside it) sequence by
+  // sequence, with add_sequence's conversion and error.
+  void append_dataset(const TokenDataset& source);
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
   // first so a stale index never pairs with a new .bin). No call is allowed afterwards.
@@ -115,6 +124,9 @@ class TokenDataset {
   std::span<const int32_t> sequence_lengths() const;
   std::span<const int64_t> sequence_offsets() const;  // in tokens from the start of the storage
   std::span<const int64_t> document_indices() const;  // document d = sequences [i[d], i[d+1])
+  // The token storage as stored, items of dtype() that sequence_offsets() index (for copying
+  // tokens unconverted); null when it holds no token.
+  const std::byte* token_storage() const;
 
   // Tokens [offset, offset + length) of a sequence as int32 (length defaults to the rest of the
   // sequence, as Megatron's IndexedDataset.get). Out-of-range arguments, or a stored value that

@@ -7,7 +7,9 @@
 # 3 runs' wall seconds (process start included; the 1-rank run also under mpirun -np 1, whose
 # start-up the 2-rank run pays too) and the ratio, and asserts nothing.
 # Usage: tests/bench/bench_partitions.sh [corpus.txt]   (default data/corpus/war_and_peace_pg2600.txt)
-# Env: MT_BIN (default build/bin), MT_BENCH_MB (corpus repeated to about this size, default 20).
+# Env: MT_BIN (default build/bin), MT_BENCH_MB (corpus repeated to about this size, default 20),
+# MT_BASELINE_BIN (another build's bin directory, e.g. an older commit's: its 2-rank run is timed
+# in the same loop, alternating with this build's, and its outputs compared with this build's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -32,7 +34,8 @@ GPT2=(--tokenizer-type GPT2BPETokenizer --vocab-file "$TOK/gpt2/encoder.json" --
 seconds() { local start end; start=$(date +%s.%N); "$@" >/dev/null; end=$(date +%s.%N); echo "$end - $start" | bc; }
 median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 
-one=() one_mpi=() two=()
+BASELINE_BIN="${MT_BASELINE_BIN:-}"
+one=() one_mpi=() two=() two_base=()
 for _ in $(seq $RUNS); do
   one+=("$(seconds "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/corpus.jsonl" --workers 2 --output-prefix "$work/out/one")")
   one_mpi+=("$(seconds mpirun -np 1 --bind-to none "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/corpus.jsonl" \
@@ -40,6 +43,11 @@ for _ in $(seq $RUNS); do
   rm -f "$work"/in/corpus_?.jsonl
   two+=("$(seconds mpirun -np 2 --bind-to none "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/corpus.jsonl" \
     --partitions 2 --workers 2 --output-prefix "$work/out/two")")
+  if [[ -n "$BASELINE_BIN" ]]; then
+    rm -f "$work"/in/corpus_?.jsonl
+    two_base+=("$(seconds mpirun -np 2 --bind-to none "$BASELINE_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/corpus.jsonl" \
+      --partitions 2 --workers 2 --output-prefix "$work/out/base")")
+  fi
 done
 cmp -s "$work/out/one_text_document.bin" "$work/out/two_text_document.bin" && same="identical" || same="differ (round robin)"
 mb=$(echo "scale=1; $(stat -c %s "$work/in/corpus.jsonl") / 1000000" | bc)
@@ -48,3 +56,13 @@ printf 'corpus %s MB, %s documents, %s cores\n' "$mb" "$(wc -l <"$work/in/corpus
 printf '1 rank x 2 workers:           %6.2f s (under mpirun -np 1: %.2f s)\n' "$t1" "$t1m"
 printf '2 ranks x 1 worker (2 parts): %6.2f s   speed ratio %.3f (1-rank time / 2-rank time); outputs %s\n' \
   "$t2" "$(echo "$t1 / $t2" | bc -l)" "$same"
+printf '  against 1 rank under mpirun -np 1: speed ratio %.3f\n' "$(echo "$t1m / $t2" | bc -l)"
+if [[ -n "$BASELINE_BIN" ]]; then
+  for ext in bin idx; do
+    cmp -s "$work/out/base_text_document.$ext" "$work/out/two_text_document.$ext" || echo "baseline .$ext DIFFERS"
+  done
+  tb=$(median "${two_base[@]}")
+  printf 'baseline %s, 2 ranks x 1 worker: %6.2f s   speed ratio %.3f against the 1-rank time\n' \
+    "$BASELINE_BIN" "$tb" "$(echo "$t1 / $tb" | bc -l)"
+fi
+printf 'load average at the end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,7 +1,8 @@
 // Token datasets (lib/data/token_dataset.h): round trips through HDF5 and Megatron .bin/.idx with
 // uint16 and int32 tokens, byte-for-byte agreement with Megatron's layout built here by hand, an
 // independent numpy reader (tests/data/read_megatron_idx.py) reading what the writer wrote, every
-// kind of corrupt file refused with mt::Error, and no file left behind by an unfinished writer.
+// kind of corrupt file refused with mt::Error, no file left behind by an unfinished writer, and
+// appending whole datasets (the merge) equal to adding their sequences.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -273,6 +274,56 @@ TEST(TokenDataset, FinishClosesAnOpenDocument) {
     EXPECT_EQ(std::vector<int64_t>(dataset.document_indices().begin(), dataset.document_indices().end()),
               (std::vector<int64_t>{0, 1, 3}));
     EXPECT_EQ(dataset.get(2), (std::vector<int32_t>{4, 5, 6}));
+  }
+}
+
+// merge_token_datasets' append: a dataset appended whole (its bytes copied when the dtype is
+// the writer's, converted sequence by sequence otherwise) gives the files that adding its
+// sequences one by one gives, also after an open document, from either storage format.
+TEST(TokenDataset, AppendingADatasetEqualsAddingItsSequences) {
+  for (const int64_t vocab_size : {1000, 100000}) {
+    for (const TokenDatasetFormat source_format : {TokenDatasetFormat::megatron, TokenDatasetFormat::hdf5}) {
+      TempDir dir;
+      const Corpus first = make_corpus(static_cast<int32_t>(vocab_size));
+      Corpus second;
+      second.documents.push_back({{5, 6}});
+      second.documents.push_back({{}});
+      second.documents.push_back({});
+      write_corpus(dir.file("first"), source_format, vocab_size, first);
+      write_corpus(dir.file("second"), source_format, vocab_size, second);
+      write_corpus(dir.file("narrow"), source_format, 1000, second);  // u16 into an int32 writer
+      TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("appended"), TokenDatasetFormat::both, vocab_size);
+      writer.add_sequence(std::vector<int32_t>{3});  // open: first's first document continues it
+      writer.append_dataset(TokenDataset::open(dir.file("first")));
+      writer.append_dataset(TokenDataset::open(dir.file("second")));
+      writer.append_dataset(TokenDataset::open(dir.file("narrow")));
+      writer.finish();
+
+      Corpus expected = first;
+      expected.documents.front().insert(expected.documents.front().begin(), std::vector<int32_t>{3});
+      for (int copy = 0; copy < 2; ++copy) {
+        expected.documents.insert(expected.documents.end(), second.documents.begin(), second.documents.end());
+      }
+      write_corpus(dir.file("added"), TokenDatasetFormat::both, vocab_size, expected);
+      for (const char* extension : {".bin", ".idx", ".h5"}) {
+        EXPECT_EQ(read_bytes(dir.file("appended") + extension), read_bytes(dir.file("added") + extension))
+            << extension << " vocab " << vocab_size;
+      }
+    }
+  }
+}
+
+TEST(TokenDataset, AppendingRefusesTokensOutsideTheVocabularyAsAddSequenceDoes) {
+  TempDir dir;
+  write_corpus(dir.file("wide"), TokenDatasetFormat::megatron, 1000, make_corpus(1000));
+  TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("small"), TokenDatasetFormat::megatron, 500);
+  try {
+    writer.append_dataset(TokenDataset::open(dir.file("wide")));
+    FAIL() << "token 999 was appended to a vocabulary of 500";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 999 at position 0 of sequence 1 is outside the vocabulary [0, 500)"),
+              std::string::npos)
+        << e.what();
   }
 }
 
