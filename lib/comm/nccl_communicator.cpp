@@ -223,8 +223,9 @@ class NcclHandle {
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
     while (result == ncclSuccess || result == ncclInProgress) {
       ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) {
-        result = state;
+      const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
+      if (asked != ncclSuccess || state != ncclInProgress) {
+        result = asked != ncclSuccess ? asked : state;
         break;
       }
       if (Clock::now() > deadline) {
@@ -284,8 +285,10 @@ class NcclCommunicator final : public Communicator {
         rank_(rank), size_(size), device_(device), stream_(stream), ready_("NCCL communicator") {
     check_cuda("NCCL communicator", cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking),
                "cudaStreamCreateWithFlags");
-    const cudaError_t allocated = cudaMalloc(&barrier_word_, sizeof(int32_t));
+    cudaError_t allocated = cudaMalloc(&barrier_word_, sizeof(int32_t));
+    if (allocated == cudaSuccess) allocated = cudaMemset(barrier_word_, 0, sizeof(int32_t));
     if (allocated != cudaSuccess) {
+      cudaFree(barrier_word_);
       cudaStreamDestroy(side_);
       check_cuda("NCCL communicator", allocated, "cudaMalloc");
     }
