@@ -171,6 +171,7 @@ class NcclHandle {
     const auto deadline = start + std::chrono::duration<double>(timeout_);
     ncclResult_t state = ncclInProgress;
     while (state == ncclInProgress) {
+      if (comm == comm_ && aborted_) throw Error(op, "the NCCL communicator was aborted by the watchdog");
       const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
       if (asked != ncclSuccess) state = asked;
       if (state != ncclInProgress) break;
