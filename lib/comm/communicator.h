@@ -12,8 +12,8 @@
 //   make_world_communicator) and the single-rank one are control communicators. They carry host
 //   values (a loss, token counts, the decision to stop), barriers, tools, and HDF5's MPI-IO.
 // - A data communicator is bound to a backend op table and one of its streams and takes that
-//   backend's memory (stream_communicator.h: MPI bound to a stream; NCCL later). Its operations
-//   are ordered on the stream like the table's ops. The contract, for every backend:
+//   backend's memory (stream_communicator.h: MPI bound to a stream; nccl_communicator.h: NCCL).
+//   Its operations are ordered on the stream like the table's ops. The contract, for every backend:
 //     * An operation reads its buffers after the work issued on the stream before the call, and
 //       the work issued on the stream after a blocking call, or after a request's wait(), sees its
 //       results.
@@ -28,7 +28,8 @@
 //       the communication has completed (a true answer does not move a receive's data into its
 //       buffer on an asynchronous backend: stream work issued after wait(), or after the request
 //       is destroyed, which waits, sees it).
-//     * An error in queued work is rethrown by the stream's next synchronize.
+//     * An error in queued work is rethrown by the stream's next synchronize (NCCL's: by the
+//       communicator's next call, nccl_communicator.h).
 //   On a synchronous table (the CPU: ops.h `synchronous`) stream order is program order, so a data
 //   communicator behaves, and costs, call for call as the control communicator it was made from.
 //

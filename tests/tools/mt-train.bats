@@ -53,6 +53,14 @@ steps() { jq -c -s '[.[] | select(.record=="step") | '"$1"']' "$TMP/out.jsonl"; 
   grep -q -- "--peak-device h100" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
 }
 
+@test "--distributed-timeout-minutes: out of range refused by name; on the CPU it says it has no NCCL wait to bound" {
+  run train_tiny --distributed-timeout-minutes 0
+  [[ $status -eq 2 ]] || fail "--distributed-timeout-minutes 0: status $status"
+  grep -q -- "--distributed-timeout-minutes: must be in \[1, 10080\]" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  train_tiny --distributed-timeout-minutes 5
+  grep -q -- "--distributed-timeout-minutes bounds NCCL's waits" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+}
+
 @test "--save-init and --save-final write HDF5 checkpoints of global tensors" {
   train_tiny --save-init "$TMP/init.h5" --save-final "$TMP/final.h5"
   check '[.[] | select(.record=="ckpt") | .path] == ["'"$TMP"'/init.h5", "'"$TMP"'/final.h5"]'

@@ -15,6 +15,7 @@
 #include "backend/registry.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
+#include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_request.h"
@@ -75,6 +76,7 @@ struct TrainOptions {
   mt::tools::MegatronCompatFlags compat;
   mt::tools::CheckpointFlags checkpoint;
   std::optional<std::string> device;  // --device: the backend (unset: cpu)
+  std::optional<int> distributed_timeout_minutes;  // NCCL's bound (unset: Megatron's 10 minutes)
   bool mock_data = false;
   std::string byte_data;
   mt::data::LoaderOptions loader;
@@ -358,6 +360,15 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_training_flags(app, o.training, "Training");
   mt::tools::add_device_flag(app, o.device, "Device",
                              "The backend the run's ops run on: cpu, or cuda (refused: not built yet)");
+  mt::tools::add_flag(app,
+                      mt::tools::integer_flag(
+                          "--distributed-timeout-minutes",
+                          "Bound on NCCL's waits (--device cuda; default 10, as Megatron's): joining a "
+                          "communicator, and every queued collective or message; past it the communicator is "
+                          "aborted and the run fails naming the operation. MPI's waits (the CPU) are not bounded",
+                          mt::tools::between(1, 10080)),
+                      o.distributed_timeout_minutes)
+      ->group("Device");
 
   auto* d = "Data and output";
   mt::tools::add_flag(app, "--mock-data", o.mock_data)->group(d);
@@ -806,6 +817,17 @@ int planned_stop_exit_code(mt::train::StopReason reason, const TrainOptions& o, 
 }
 
 // Flags that mean something only with --dry-run.
+// The data groups' communicator for the run's device (MPI on the CPU, NCCL on CUDA), with
+// --distributed-timeout-minutes bounding NCCL; on the CPU the flag has nothing to bound, and says so.
+mt::comm::DataGroupFactory data_group_factory(const TrainOptions& o, const mt::backend::Ops& ops, bool rank0) {
+  if (o.distributed_timeout_minutes && ops.device == mt::backend::Device::cpu && rank0) {
+    mt::log::warn("mt-train: --distributed-timeout-minutes bounds NCCL's waits (--device cuda); MPI's are not bounded");
+  }
+  const double timeout_seconds = o.distributed_timeout_minutes ? 60.0 * *o.distributed_timeout_minutes
+                                                               : mt::comm::kDefaultDistributedTimeoutSeconds;
+  return mt::comm::data_group_factory(ops.device, timeout_seconds);
+}
+
 void refuse_dry_run_flags(const TrainOptions& o) {
   if (o.dry.world_size) {
     throw mt::UsageError("--world-size", "applies to --dry-run only (a run's world is the launcher's: mpirun -np N)");
@@ -988,7 +1010,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
   // data groups MPI on the table's stream) is made once, here.
-  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel), ops, ops.default_stream());
+  const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel), ops, ops.default_stream(),
+                                           data_group_factory(o, ops, rank0));
   mt::train::Trainer trainer(plan.model, plan.config, *data, ops, &groups);  // refuses what cannot fit before allocating
   LoadReport loaded;
   if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
