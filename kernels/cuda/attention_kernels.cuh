@@ -20,7 +20,7 @@
 //            recomputed from q, k and lse; dq kernel like the forward, one block per query tile.
 //   merge:   one warp per lse row.
 // The kernels use at most 38 KiB of static shared memory and, at 256 threads, at most 128
-// registers (two blocks per SM; no spills at sm_90).
+// registers (two blocks per SM; no spills at sm_80 and sm_90).
 // Dropout: the keep bit of a (query, key) pair is Philox4x32-10 with counter (key position / 4,
 // row lo, row hi, iteration) and key seed ^ stream, row = row_ids[query] * q_heads_total +
 // q_head0 + h (op_params.h); each tile pair draws its bits into shared memory, one Philox call
@@ -58,6 +58,10 @@ struct Tiling {
   static constexpr int kRows = kThreads / kLanes;                    // rows per block (128, 64, 32, 16)
   static constexpr int kTile = kDimMax <= 64 ? 64 : 4096 / kDimMax;  // staged rows: <= 32 KiB for two tiles
   static constexpr int kRowVecs = kDimMax / 4;                       // float4s per staged row
+  // The dk/dv kernel computes the delta of staged query i with row group i.
+  static_assert(kRows >= kTile, "a block has a row group for every staged row");
+  // Two staged tiles and the keep bits stay within 48 KiB of static shared memory.
+  static_assert(2 * kTile * kDimMax * sizeof(float) + kRows * kTile <= 40 * 1024, "shared memory");
 };
 
 struct RowSlice {
@@ -80,11 +84,11 @@ __device__ __forceinline__ int slice_dim(int lane, int i) {
 template <int kDimMax>
 __device__ RowSlice load_slice(const float* row, int dim, int lane, float scale) {
   RowSlice slice;
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     const int d = slice_dim<kDimMax>(lane, i);
     float x[4];
-MT_UNROLL
+    MT_UNROLL
     for (int e = 0; e < 4; ++e) x[e] = row != nullptr && d + e < dim ? scale * row[d + e] : 0.0f;
     slice.v[i] = make_float4(x[0], x[1], x[2], x[3]);
   }
@@ -93,11 +97,11 @@ MT_UNROLL
 
 template <int kDimMax>
 __device__ void store_slice(float* row, int dim, int lane, const RowSlice& slice, float scale, bool accumulate) {
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     const int d = slice_dim<kDimMax>(lane, i);
     const float x[4] = {slice.v[i].x, slice.v[i].y, slice.v[i].z, slice.v[i].w};
-MT_UNROLL
+    MT_UNROLL
     for (int e = 0; e < 4; ++e) {
       if (d + e < dim) row[d + e] = accumulate ? row[d + e] + scale * x[e] : scale * x[e];
     }
@@ -105,7 +109,7 @@ MT_UNROLL
 }
 
 __device__ __forceinline__ void zero(RowSlice& slice) {
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) slice.v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
@@ -113,7 +117,7 @@ MT_UNROLL
 template <int kDimMax>
 __device__ __forceinline__ float partial_dot(const RowSlice& slice, const float4* staged, int lane) {
   float sum = 0.0f;
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     const float4 b = staged[lane + Tiling<kDimMax>::kLanes * i];
     sum = fmaf(slice.v[i].x, b.x, sum);
@@ -127,7 +131,7 @@ MT_UNROLL
 // Sum over the kLanes lanes of a row (every lane gets it). All 32 lanes must call it.
 template <int kDimMax>
 __device__ __forceinline__ float row_sum(float x) {
-MT_UNROLL
+  MT_UNROLL
   for (int offset = Tiling<kDimMax>::kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
 }
@@ -135,7 +139,7 @@ MT_UNROLL
 // slice += a * staged row.
 template <int kDimMax>
 __device__ __forceinline__ void add_scaled(RowSlice& slice, float a, const float4* staged, int lane) {
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     const float4 b = staged[lane + Tiling<kDimMax>::kLanes * i];
     slice.v[i].x = fmaf(a, b.x, slice.v[i].x);
@@ -146,7 +150,7 @@ MT_UNROLL
 }
 
 __device__ __forceinline__ void scale_slice(RowSlice& slice, float a) {
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     slice.v[i].x *= a;
     slice.v[i].y *= a;
@@ -171,8 +175,8 @@ __device__ __forceinline__ bool dropping(const AttentionShape& s) { return s.dro
 // keep[i * query_step + j * key_step] = whether the dropout keeps (query t0 + i, key at global
 // position k_first + j) of head h, for i < queries, j < keys; drawn as kernels/cpu/impl/attention.inc
 // draws them (one Philox call per query and 4-key block). Called by the whole block.
-__device__ void draw_keep(const AttentionShape& s, int b, int h, int t0, int queries, int64_t k_first, int keys,
-                          uint8_t* keep, int query_step, int key_step) {
+__device__ inline void draw_keep(const AttentionShape& s, int b, int h, int t0, int queries, int64_t k_first, int keys,
+                                 uint8_t* keep, int query_step, int key_step) {
   const DropoutKey& key = s.dropout.key;
   const uint64_t mixed_key = key.seed ^ key.stream;
   const Philox4x32Key philox_key{{static_cast<uint32_t>(mixed_key), static_cast<uint32_t>(mixed_key >> 32)}};
@@ -188,7 +192,7 @@ __device__ void draw_keep(const AttentionShape& s, int b, int h, int t0, int que
         philox4x32_10(Philox4x32Counter{{static_cast<uint32_t>(block), static_cast<uint32_t>(row),
                                          static_cast<uint32_t>(row >> 32), static_cast<uint32_t>(key.iteration)}},
                       philox_key);
-MT_UNROLL
+    MT_UNROLL
     for (int word = 0; word < 4; ++word) {
       const int64_t j = 4 * block + word - k_first;
       if (j >= 0 && j < keys) keep[i * query_step + int(j) * key_step] = uint_to_unit_float(bits.v[word]) >= key.p;
@@ -198,7 +202,8 @@ MT_UNROLL
 
 // The keys [begin, end) a query tile [t0, t0 + queries) can see at all (end <= begin: none);
 // doc_min: the tile's earliest document start (INT64_MIN without documents).
-__device__ void visible_keys(const AttentionShape& s, int t0, int queries, int64_t doc_min, int& begin, int& end) {
+__device__ inline void visible_keys(const AttentionShape& s, int t0, int queries, int64_t doc_min, int& begin,
+                                    int& end) {
   const int64_t last_query = s.q_pos0 + t0 + queries - 1;
   const int64_t e = min(max(last_query - s.kv_pos0 + 1, int64_t(0)), int64_t(s.kv_len));
   end = static_cast<int>(e);
@@ -206,7 +211,7 @@ __device__ void visible_keys(const AttentionShape& s, int t0, int queries, int64
 }
 
 // The smallest document start of the block's active query rows (INT64_MIN without documents).
-__device__ int64_t block_doc_min(const int32_t* doc_start, int64_t doc, bool active, int lane, int* shared_min) {
+__device__ inline int64_t block_doc_min(const int32_t* doc_start, int64_t doc, bool active, int lane, int* shared_min) {
   if (doc_start == nullptr) return INT64_MIN;
   if (threadIdx.x == 0) *shared_min = INT32_MAX;
   __syncthreads();
@@ -231,7 +236,7 @@ __device__ __forceinline__ void softmax_chunk(const RowSlice& q_slice, const flo
   constexpr int kRowVecs = Tiling<kDimMax>::kRowVecs;
   float scores[kSoftmaxChunk];
   float chunk_max = -INFINITY;
-MT_UNROLL
+  MT_UNROLL
   for (int j = 0; j < kSoftmaxChunk; ++j) {
     scores[j] = -INFINITY;
     if (j < keys) {
@@ -246,7 +251,7 @@ MT_UNROLL
   const float rescale = expf(run_max - shift);
   scale_slice(acc, rescale);
   float chunk_sum = 0.0f;
-MT_UNROLL
+  MT_UNROLL
   for (int j = 0; j < kSoftmaxChunk; ++j) {
     if (j < keys) {
       float p = expf(scores[j] - shift);
@@ -322,7 +327,7 @@ template <int kDimMax>
 __device__ float row_delta(const float* out_row, const RowSlice& dout_slice, int dim, int lane) {
   const RowSlice out_slice = load_slice<kDimMax>(out_row, dim, lane, 1.0f);
   float sum = 0.0f;
-MT_UNROLL
+  MT_UNROLL
   for (int i = 0; i < 4; ++i) {
     sum = fmaf(dout_slice.v[i].x, out_slice.v[i].x, sum);
     sum = fmaf(dout_slice.v[i].y, out_slice.v[i].y, sum);

@@ -205,10 +205,10 @@ void emulated_backward(const AttentionShape& s, const float* q, const float* k, 
 struct Spec {
   int batch, q_len, kv_len, heads, kv_heads, dim;
   int64_t q_pos0 = 0, kv_pos0 = 0;
-  int extra_columns = 0;     // > 0: packed q|k|v rows with this many NaN columns at the end
-  bool documents = false;    // documents every 33 positions
-  bool accumulate = false;   // grads added onto random values
-  float dropout = 0.0f;      // attention dropout probability, heads 3.. of heads + 5
+  int extra_columns = 0;    // > 0: packed q|k|v rows with this many NaN columns at the end
+  bool documents = false;   // documents every 33 positions
+  bool accumulate = false;  // grads added onto random values
+  float dropout = 0.0f;     // attention dropout probability, heads 3.. of heads + 5
 };
 
 std::string describe(const Spec& s) {
