@@ -66,10 +66,12 @@ template <int kDimMax>
 void launch_backward(const AttentionShape& s, const float* q, const float* k, const float* v, const int32_t* doc_start,
                      const float* out, const float* dout, const float* lse, float* dq, float* dk, float* dv,
                      cudaStream_t stream) {
-  const unsigned q_grid = grid_of("attention_backward", s, query_blocks<kDimMax>(s));
-  dq_kernel<kDimMax>
-      <<<q_grid, kThreads, 0, stream>>>(s, q, k, v, doc_start, out, dout, lse, dq, query_tiles<kDimMax>(s));
-  check_launch("attention_backward (dq)", s);
+  if (s.q_len > 0) {
+    const unsigned q_grid = grid_of("attention_backward", s, query_blocks<kDimMax>(s));
+    dq_kernel<kDimMax>
+        <<<q_grid, kThreads, 0, stream>>>(s, q, k, v, doc_start, out, dout, lse, dq, query_tiles<kDimMax>(s));
+    check_launch("attention_backward (dq)", s);
+  }
   if (s.kv_len == 0) return;
   const unsigned kv_grid = grid_of("attention_backward", s, key_blocks<kDimMax>(s));
   dkdv_kernel<kDimMax><<<kv_grid, kThreads, 0, stream>>>(s, q, k, v, doc_start, out, dout, lse, dk, dv);
@@ -99,7 +101,8 @@ void attention_backward(const AttentionShape& shape, const float* q, const float
                         const int32_t* doc_start, const float* out, const float* dout, const float* lse, float* dq,
                         float* dk, float* dv, void* stream) {
   check_shape("attention_backward", shape);
-  if (shape.batch == 0 || shape.q_len == 0 || shape.q_heads == 0 || shape.head_dim == 0) return;
+  // q_len == 0 still writes dk and dv (zeros, as the CPU does unless accumulating).
+  if (shape.batch == 0 || shape.q_heads == 0 || shape.head_dim == 0) return;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (dim_bucket(shape.head_dim)) {
     case 32:
