@@ -81,7 +81,11 @@ TEST(CudaRuntime, MemoryIsZeroFilledAndCounted) {
   EXPECT_EQ(ledger.live_total(), 0);
   EXPECT_EQ(ledger.peak(MemoryCategory::activations), buffer_bytes<float>(count));
   EXPECT_GE(kernels::cuda::pool_reserved_bytes(), buffer_bytes<float>(count));  // kept, not returned
-  EXPECT_THROW(DeviceBuffer<float>(ops, int64_t{1} << 50, MemoryCategory::weights), std::bad_alloc);
+  // Twice the device's memory cannot come from the pool: std::bad_alloc, as the contract says.
+  const int64_t too_many = kernels::cuda::device_properties(kernels::cuda::selected_device()).memory_bytes / 2;
+  EXPECT_THROW(DeviceBuffer<float>(ops, too_many, MemoryCategory::weights), std::bad_alloc);
+  DeviceBuffer<float> after(ops, 1000, MemoryCategory::weights);  // the failure left no sticky error
+  EXPECT_EQ(to_host(ops, after.data(), 1000), std::vector<float>(1000, 0.0f));
 }
 
 TEST(CudaRuntime, CopiesBothWaysAnd2d) {
