@@ -84,4 +84,16 @@ GpuInfo selected_gpu() {
 #endif
 }
 
+int64_t cuda_pool_reserved_bytes() {
+#ifdef MT_WITH_CUDA
+  try {
+    return kernels::cuda::pool_reserved_bytes();
+  } catch (const std::runtime_error& e) {
+    throw Error("--device cuda", e.what());
+  }
+#else
+  throw Error("--device cuda", "this build has no CUDA backend (configure with -DMT_CUDA=ON)");
+#endif
+}
+
 }  // namespace mt::backend

@@ -29,5 +29,8 @@ struct GpuInfo {
 };
 // Throws mt::Error when this build has no CUDA backend or the device cannot be queried.
 GpuInfo selected_gpu();
+// Bytes the CUDA backend's caching pool holds from the driver now (its reserved memory: live
+// buffers and the freed blocks it keeps); same errors as selected_gpu.
+int64_t cuda_pool_reserved_bytes();
 
 }  // namespace mt::backend

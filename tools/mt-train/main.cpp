@@ -773,7 +773,8 @@ class TensorBoardEvents {
     options.timers_interval = config.log_interval;
     options.log_throughput = config.log_throughput;
     options.log_loss_scale = !flags.no_log_loss_scale;
-    log_ = std::make_unique<mt::train::TensorBoardLog>(options, [&trainer] { return allocator_memory(trainer.memory()); });
+    log_ = std::make_unique<mt::train::TensorBoardLog>(
+        options, [&trainer] { return allocator_memory(trainer.memory(), trainer.ops().device); });
     log_->resume(trainer.iteration(), trainer.consumed_samples());
     mt::log::info("mt-train: TensorBoard events in " + log_->path());
   }
@@ -789,10 +790,13 @@ class TensorBoardEvents {
   }
 
  private:
-  // mt keeps no allocator cache: what is reserved is what is allocated.
-  static mt::train::AllocatorMemory allocator_memory(const mt::backend::MemoryLedger& ledger) {
+  // Reserved: on CUDA what the backend's caching pool holds from the driver; the CPU keeps no
+  // allocator cache, so there what is reserved is what is allocated.
+  static mt::train::AllocatorMemory allocator_memory(const mt::backend::MemoryLedger& ledger,
+                                                     mt::backend::Device device) {
     mt::train::AllocatorMemory m;
-    m.reserved_bytes = ledger.live_total();
+    m.reserved_bytes =
+        device == mt::backend::Device::cuda ? mt::backend::cuda_pool_reserved_bytes() : ledger.live_total();
     m.allocated_bytes = ledger.live_total();
     m.max_allocated_bytes = ledger.peak_total();
     m.allocated_count = ledger.live_count();
