@@ -1028,7 +1028,9 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const mt::tools::PeakSource peak = run_peak(o, plan.config.precision, device);
   plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
-  // data groups MPI on the table's stream) is made once, here.
+  // data groups MPI on the table's stream) is made once, here. On CUDA the data groups are MPI
+  // over host staging (comm/stream_communicator.h); this is the one place NCCL's data
+  // communicators replace them.
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel), ops, ops.default_stream());
   mt::train::Trainer trainer(plan.model, plan.config, *data, ops, &groups);  // refuses what cannot fit before allocating
   LoadReport loaded;
