@@ -348,8 +348,8 @@ mt_recipe_main() {
 }
 
 # Full scale: the dry run first (a flag or a layout that cannot work fails in seconds, before any
-# data is touched), then the chain on the GPUs. --device cuda is refused by mt-train until the
-# CUDA backend lands, so today a full-scale job stops there, naming it.
+# data is touched), then the chain on the GPUs. mt-train refuses --device cuda with one line where
+# the build has no CUDA backend or the node no GPU; the job then stops there, naming it.
 run_full_scale() {
   dry_run >"$MT_RUN_DIR/dry-run.jsonl"
   RANKS=$WORLD

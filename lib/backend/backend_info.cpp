@@ -62,4 +62,38 @@ std::vector<std::pair<std::string, std::string>> device_library_versions() {
 #endif
 }
 
+GpuInfo selected_gpu() {
+#ifdef MT_WITH_CUDA
+  try {
+    const int index = kernels::cuda::selected_device();
+    const kernels::cuda::DeviceProperties props = kernels::cuda::device_properties(index);
+    const int driver = kernels::cuda::driver_version();
+    GpuInfo info;
+    info.index = index;
+    info.name = props.name;
+    info.compute_capability = std::to_string(props.compute_major) + "." + std::to_string(props.compute_minor);
+    info.memory_bytes = props.memory_bytes;
+    info.pci_bus_id = props.pci_bus_id;
+    info.driver = std::to_string(driver / 1000) + "." + std::to_string((driver % 1000) / 10);
+    return info;
+  } catch (const std::runtime_error& e) {
+    throw Error("--device cuda", e.what());
+  }
+#else
+  throw Error("--device cuda", "this build has no CUDA backend (configure with -DMT_CUDA=ON)");
+#endif
+}
+
+int64_t cuda_pool_reserved_bytes() {
+#ifdef MT_WITH_CUDA
+  try {
+    return kernels::cuda::pool_reserved_bytes();
+  } catch (const std::runtime_error& e) {
+    throw Error("--device cuda", e.what());
+  }
+#else
+  throw Error("--device cuda", "this build has no CUDA backend (configure with -DMT_CUDA=ON)");
+#endif
+}
+
 }  // namespace mt::backend

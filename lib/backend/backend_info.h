@@ -1,7 +1,9 @@
 // What the compute backends are built with and will use on this machine: CPU ISA level, GEMM
-// library, CUDA/cuBLAS/NCCL versions and visible devices. Feeds --version and the run record.
+// library, CUDA/cuBLAS/NCCL versions and visible devices, the GPU a CUDA run uses. Feeds --version
+// and the run record.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,5 +17,20 @@ bool cuda_built();
 int cuda_device_count();          // 0 without CUDA, driver or device
 // (name, version) of the device libraries linked in; empty without CUDA.
 std::vector<std::pair<std::string, std::string>> device_library_versions();
+
+// The GPU a CUDA run uses (registry.h's select_cuda_device chose it), for the run record.
+struct GpuInfo {
+  int index = 0;                   // among the visible devices
+  std::string name;                // CUDA's, e.g. "NVIDIA H100 80GB HBM3"
+  std::string compute_capability;  // e.g. "9.0"
+  int64_t memory_bytes = 0;
+  std::string pci_bus_id;
+  std::string driver;              // the CUDA version the driver supports, e.g. "13.0"
+};
+// Throws mt::Error when this build has no CUDA backend or the device cannot be queried.
+GpuInfo selected_gpu();
+// Bytes the CUDA backend's caching pool holds from the driver now (its reserved memory: live
+// buffers and the freed blocks it keeps); same errors as selected_gpu.
+int64_t cuda_pool_reserved_bytes();
 
 }  // namespace mt::backend

@@ -55,7 +55,8 @@ struct TensorBoardOptions {
 void validate(const TensorBoardOptions& options);
 
 // The writer rank's memory under the CUDA caching allocator's names (mt-train fills it from the
-// rank's MemoryLedger: mt keeps no cache, so reserved equals allocated).
+// rank's MemoryLedger; reserved is the CUDA pool's reserved bytes on CUDA, and equals allocated on
+// the CPU, which keeps no cache).
 struct AllocatorMemory {
   int64_t reserved_bytes = 0;
   int64_t allocated_bytes = 0;

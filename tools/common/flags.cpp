@@ -295,8 +295,8 @@ const FlagSpec& flag_spec(std::string_view name) {
                   "(e.g. LLaMA-3's BOS; BertWordPiece*: [CLS] and [SEP]), which every sequence gets by default, "
                   "as in Megatron"),
       // the backend (add_device_flag checks the value)
-      text_flag("--device", "Backend to run on: cpu, or cuda (not built yet); a GPU model for peak figures is "
-                            "--peak-device"),
+      text_flag("--device", "Backend to run on: cpu, or cuda (one GPU per rank; needs a build with the CUDA "
+                            "backend and a GPU); a GPU model for peak figures is --peak-device"),
       // mt-train's plan and planned stops (issue 24)
       toggle_flag("--dry-run", "Check the run for --world-size ranks in one process without MPI and print its plan "
                                "(exit 0: it would run, 2: it would not)"),

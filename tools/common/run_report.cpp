@@ -156,6 +156,7 @@ RunConfig run_config_from_log(const TrainingLog& log) {
     config.parallel = parallel::parallel_config_from_json(log.run.at("parallel"));
     config.train = train::train_config_from_json(log.run.at("train"));
     config.world_size = log.run.at("world_size").get<int>();
+    if (log.run.contains("device")) config.device = backend::parse_device(log.run.at("device").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw UsageError("--from-log " + log.path, std::string("the run record lacks its configs: ") + e.what());
   }

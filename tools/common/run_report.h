@@ -59,7 +59,7 @@ struct RunConfig {
   parallel::ParallelConfig parallel;  // validated: data_parallel_size set
   train::TrainConfig train;
   int world_size = 1;
-  BackendDevice device = BackendDevice::cpu;  // --device; a log's run is mt-train's, on the CPU
+  BackendDevice device = BackendDevice::cpu;  // --device; a log's is its run record's device (cpu without one)
   std::vector<std::string> warnings;          // parallel::validate's, for stderr
 };
 

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/backend_info.h"
 #include "backend/registry.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
@@ -345,8 +347,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "(the check a run makes before it allocates) against --peak-device NAME's memory per GPU, or without it\n"
       "against this host's available memory shared by all N ranks (as mpirun -np N here would), and the data and\n"
       "--load paths that exist (the vocabulary they record; token ids are not scanned); a path that does not\n"
-      "exist yet is a warning. --device cuda is planned with --peak-device (the plan says the CUDA backend is\n"
-      "not built yet, which a real run refuses), so full-scale recipes check their own command line. stdout:\n"
+      "exist yet is a warning. --device cuda is planned with --peak-device (no GPU needed; the record's\n"
+      "backend_built says whether this build has the CUDA backend), so full-scale recipes check their own\n"
+      "command line. stdout:\n"
       "one dry_run record (layout, per-rank memory,\n"
       "verdict); exit 0 when it would run, 2 when not, with the reason on stderr. Nothing is written.\n"
       "Planned stops (Megatron's): --exit-interval N stops after an iteration that is a multiple of N,\n"
@@ -359,7 +362,10 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
   mt::tools::add_training_flags(app, o.training, "Training");
   mt::tools::add_device_flag(app, o.device, "Device",
-                             "The backend the run's ops run on: cpu, or cuda (refused: not built yet)");
+                             "The backend the run's ops run on: cpu, or cuda (one GPU per rank: the rank's index on its "
+                             "node modulo the GPUs visible after CUDA_VISIBLE_DEVICES; MFU against that GPU's dense "
+                             "peak unless --peak-tflops or --peak-device names one; refused with one line where this "
+                             "build has no CUDA backend or no GPU is found)");
   mt::tools::add_flag(app,
                       mt::tools::integer_flag(
                           "--distributed-timeout-minutes",
@@ -554,10 +560,42 @@ Record load_record(const mt::io::CheckpointReader& resume, const mt::tools::Chec
                 {"ended", utc_time(load.at, 0)}};
 }
 
+// The backend a run's ops run on, and for --device cuda the GPU this rank uses.
+struct RunDevice {
+  const mt::backend::Ops* ops = nullptr;
+  std::optional<mt::backend::GpuInfo> gpu;
+};
+
+// --device's table; for cuda first the rank's GPU, one per rank: its index among this node's ranks
+// (comm/node_ranks.h) modulo the GPUs visible (after CUDA_VISIBLE_DEVICES). Refused by name where
+// the build has no CUDA backend or the machine no GPU. Multi-rank CUDA runs reduce over the MPI
+// data groups through host staging (parallel/process_groups.h) until NCCL's communicators are wired.
+RunDevice open_device(const TrainOptions& o) {
+  RunDevice device;
+  if (mt::tools::backend_device(o.device) == mt::tools::BackendDevice::cpu) {
+    device.ops = &mt::backend::cpu_ops();
+    return device;
+  }
+  mt::backend::select_cuda_device(mt::comm::MpiRuntime::local_rank());
+  device.ops = &mt::backend::backend_ops(mt::backend::Device::cuda);
+  device.gpu = mt::backend::selected_gpu();
+  return device;
+}
+
+// MFU's peak: --peak-tflops, else --peak-device, else on CUDA the dense peak of the GPU the run
+// uses (model and form factor), on the CPU the FMA probe of the cores used (the GEMM rate an
+// efficiency beside it).
+mt::tools::PeakSource run_peak(const TrainOptions& o, mt::Precision precision, const RunDevice& device) {
+  if (device.gpu) return mt::tools::resolve_gpu_peak(o.training.peak_tflops, o.dry.peak_device, precision, device.gpu->name);
+  return mt::tools::resolve_peak(o.training.peak_tflops, o.dry.peak_device, precision, mt::default_threads_per_rank());
+}
+
 // The run record that leads stdout: the tool, the configs, the data and the peak MFU is against.
 Record run_record(mt::tools::ToolCli& cli, const RunPlan& plan, const mt::data::SampleSource& data,
-                  const mt::tools::PeakSource& peak) {
+                  const mt::tools::PeakSource& peak, const RunDevice& device) {
   Record run = mt::tools::run_record(cli);
+  run["device"] = mt::backend::device_name(device.ops->device);
+  if (device.gpu) mt::tools::add_gpu_fields(run, *device.gpu);
   run["model"] = model_record(plan.model);
   run["parallel"] = mt::parallel::to_json(plan.parallel);
   run["train"] = mt::train::to_json(plan.config);
@@ -746,7 +784,8 @@ class TensorBoardEvents {
     options.timers_interval = config.log_interval;
     options.log_throughput = config.log_throughput;
     options.log_loss_scale = !flags.no_log_loss_scale;
-    log_ = std::make_unique<mt::train::TensorBoardLog>(options, [&trainer] { return allocator_memory(trainer.memory()); });
+    log_ = std::make_unique<mt::train::TensorBoardLog>(
+        options, [&trainer] { return allocator_memory(trainer.memory(), trainer.ops().device); });
     log_->resume(trainer.iteration(), trainer.consumed_samples());
     mt::log::info("mt-train: TensorBoard events in " + log_->path());
   }
@@ -762,10 +801,13 @@ class TensorBoardEvents {
   }
 
  private:
-  // mt keeps no allocator cache: what is reserved is what is allocated.
-  static mt::train::AllocatorMemory allocator_memory(const mt::backend::MemoryLedger& ledger) {
+  // Reserved: on CUDA what the backend's caching pool holds from the driver; the CPU keeps no
+  // allocator cache, so there what is reserved is what is allocated.
+  static mt::train::AllocatorMemory allocator_memory(const mt::backend::MemoryLedger& ledger,
+                                                     mt::backend::Device device) {
     mt::train::AllocatorMemory m;
-    m.reserved_bytes = ledger.live_total();
+    m.reserved_bytes =
+        device == mt::backend::Device::cuda ? mt::backend::cuda_pool_reserved_bytes() : ledger.live_total();
     m.allocated_bytes = ledger.live_total();
     m.max_allocated_bytes = ledger.peak_total();
     m.allocated_count = ledger.live_count();
@@ -876,8 +918,8 @@ Record check_plan_inputs(const TrainOptions& o, RunPlan& plan) {
 }
 
 // The op table a planned run's memory is counted for: the CPU's, or for --device cuda the CPU's
-// with the GEMM operands GPU tensor cores take (bf16 or fp16 bits, as mt-memreport models a
-// cluster), the CUDA table itself not being built yet. Only its gemm_operand_type is asked.
+// with the GEMM operands the CUDA backend takes (bf16 or fp16 bits, as its gemm_operand_type and
+// mt-memreport's cluster model), since a dry run needs no GPU. Only its gemm_operand_type is asked.
 const mt::backend::Ops& planning_ops(mt::tools::BackendDevice device) {
   if (device == mt::tools::BackendDevice::cpu) return mt::backend::cpu_ops();
   static const mt::backend::Ops cuda_plan = [] {
@@ -947,9 +989,10 @@ void plan_dry_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size, Reco
   record["train"] = mt::train::to_json(plan.config);
   record["precision"] = mt::precision_name(plan.config.precision);
   record["device"] = backend == mt::tools::BackendDevice::cuda ? "cuda" : "cpu";
-  record["backend_built"] = backend == mt::tools::BackendDevice::cpu;
-  if (backend == mt::tools::BackendDevice::cuda) {
-    mt::log::warn("mt-train: --dry-run: --device cuda is planned, but the CUDA backend is not built yet: a run refuses it");
+  record["backend_built"] = backend == mt::tools::BackendDevice::cpu || mt::backend::cuda_built();
+  if (!record["backend_built"].get<bool>()) {
+    mt::log::warn("mt-train: --dry-run: this build has no CUDA backend (configure with -DMT_CUDA=ON): a run with "
+                  "--device cuda refuses it here");
   }
   if (o.training.peak_tflops || !o.dry.peak_device.empty()) {
     mt::tools::add_peak_fields(record, mt::tools::resolve_peak(o.training.peak_tflops, o.dry.peak_device,
@@ -995,7 +1038,8 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   const bool rank0 = world->rank() == 0;
   RunPlan plan = plan_run(cli, o, world->size());
   apply_watch_flags(o.watch, plan.config);
-  const mt::backend::Ops& ops = mt::backend::backend_ops(mt::tools::backend_device(o.device));  // the one table
+  const RunDevice device = open_device(o);
+  const mt::backend::Ops& ops = *device.ops;  // the one table
   check_outputs_writable(o, rank0);
   // The checkpoint to resume from is opened first: its seed may be the run's, and the data is
   // built from the seed. Every rank reads the boxes its layout holds.
@@ -1003,13 +1047,11 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (resume) adopt_checkpoint_seed(cli, *resume, o.checkpoint, plan.config, rank0);
   const std::unique_ptr<mt::data::SampleSource> data = open_data(o, plan, *world);
 
-  // MFU against the dense peak of the cores used (the FMA probe) unless --peak-tflops gives one;
-  // the GEMM rate is an efficiency beside it.
-  const mt::tools::PeakSource peak =
-      mt::tools::resolve_peak(o.training.peak_tflops, o.dry.peak_device, plan.config.precision, mt::default_threads_per_rank());
+  const mt::tools::PeakSource peak = run_peak(o, plan.config.precision, device);
   plan.config.peak_flops_per_second = peak.flops_per_device;
   // The world gives DP = world / (TP x PP x CP); every process group (control and data, the
-  // data groups MPI on the table's stream) is made once, here.
+  // data groups MPI on the table's stream) is made once, here. On CUDA the data groups are NCCL
+  // communicators (comm/nccl_communicator.h), chosen per device by data_group_factory.
   const mt::parallel::ProcessGroups groups(*world, mt::parallel::RankGrid(plan.parallel), ops, ops.default_stream(),
                                            data_group_factory(o, ops, rank0));
   mt::train::Trainer trainer(plan.model, plan.config, *data, ops, &groups);  // refuses what cannot fit before allocating
@@ -1017,7 +1059,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
 
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
-  writer.write_run(run_record(cli, plan, *data, peak));
+  writer.write_run(run_record(cli, plan, *data, peak, device));
   if (rank0) {
     mt::log::info("mt-train: " + plan.model.name + ", " + std::to_string(mt::model::parameter_count(plan.model)) +
                   " parameters, " + mt::precision_name(plan.config.precision) + ", " + data->describe() + ", " +
