@@ -416,12 +416,15 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
-    handle_->settle_comm(name, child, ncclCommSplit(handle_->comm(), color, key, &child, &config));
-    handle_->settle_comm(name, child, ncclInProgress);  // the child's own join
+    // A non-blocking split is polled on the parent first: NCCL fills `child` only once the
+    // parent's state has left ncclInProgress (NVIDIA/nccl#1472); then the child's own join.
+    handle_->settle_comm(name, handle_->comm(), ncclCommSplit(handle_->comm(), color, key, &child, &config));
+    if (child == nullptr) throw Error(name, "NCCL finished the split without a communicator for this rank");
+    handle_->settle_comm(name, child, ncclInProgress);
     int child_rank = 0, child_size = 0;
     handle_->settle_comm(name, child, ncclCommUserRank(child, &child_rank));
     handle_->settle_comm(name, child, ncclCommCount(child, &child_size));
-    handle_->check_health(name);  // the parent takes part in the split too
+    handle_->check_health(name);
     return std::make_unique<NcclCommunicator>(child, child_rank, child_size, device_, stream_,
                                               handle_->timeout_seconds());
   }

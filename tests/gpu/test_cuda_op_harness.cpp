@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -117,14 +118,24 @@ void run_captured(const char* entry, Stream stream, const std::function<void()>&
   const std::string where = std::string(entry) + " under stream capture";
   check_cuda(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeGlobal), where + ": cudaStreamBeginCapture");
   std::string thrown;
+  std::exception_ptr refusal;  // an argument the entry refused before queuing anything
   try {
     work();
+  } catch (const std::invalid_argument& e) {
+    thrown = e.what();
+    refusal = std::current_exception();
   } catch (const std::exception& e) {
     thrown = e.what();
   }
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(cuda_stream, &graph);
   cudaGetLastError();  // a broken capture leaves its error behind; it is reported here
+  if (refusal && ended == cudaSuccess) {
+    // The entry refused its arguments (a refusal case) and left the capture intact: the
+    // refusal is the entry's answer, so it reaches the case as the entry threw it.
+    if (graph) cudaGraphDestroy(graph);
+    std::rethrow_exception(refusal);
+  }
   if (!thrown.empty() || ended != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
     throw std::runtime_error(where + " broke the capture (it synchronises, copies to or from pageable host memory, "
