@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/value_checks.h"
 
 namespace mt::train {
 namespace {
@@ -69,15 +70,19 @@ class HostStaging {
   }
 
   // `box` of tensor `name` read into the buffer, then copied to `device` (host_to_device; the
-  // synchronize lets the next read reuse the buffer).
+  // synchronize lets the next read reuse the buffer). The first NaN/Inf read is kept (problem()).
   void read_to_device(const io::CheckpointReader& checkpoint, const std::string& name,
                       const std::vector<int64_t>& global_shape, const io::Box& box, float* device) {
     float* host = reserve(box.elements());
     checkpoint.read_box(name, global_shape, box, host);
+    if (problem_.empty()) problem_ = io::nonfinite_problem(name, host, box.elements());
     ops_.copy(device, host, box.elements() * static_cast<int64_t>(sizeof(float)), backend::CopyKind::host_to_device,
               ops_.default_stream());
     ops_.synchronize(ops_.default_stream());
   }
+
+  // The first tensor read that held a NaN/Inf, named ("" when none did).
+  const std::string& problem() const { return problem_; }
 
  private:
   float* reserve(int64_t elements) {
@@ -86,6 +91,7 @@ class HostStaging {
   }
   const backend::Ops& ops_;
   std::vector<float> buffer_;
+  std::string problem_;
 };
 
 // One tensor of the checkpoint and the slices of it this rank writes (device memory): none when
@@ -158,6 +164,27 @@ io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) 
   return s;
 }
 
+// A checkpoint is never written from a non-finite state: every rank scans its slices (params,
+// moments) on the host before anything is created, and the lowest rank that found a NaN/Inf
+// names it to all, so every rank throws the same error and the tracker keeps the last good one.
+void check_finite_before_save(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  comm::Communicator& world = trainer.world();
+  HostStaging staging(trainer.ops());
+  std::string problem;
+  for (size_t t = 0; t < shares.size() && problem.empty(); ++t) {
+    for (const io::TensorSlice& slice : staging.to_host(shares[t].slices)) {
+      problem = io::nonfinite_problem(shares[t].name, slice.data, slice.box.elements());
+      if (!problem.empty()) break;
+    }
+  }
+  int64_t first = problem.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == world.size()) return;
+  comm::broadcast_text(world, problem, static_cast<int>(first));
+  throw Error("checkpoint of iteration " + std::to_string(trainer.iteration()),
+              "not written: " + problem + " (a diverged state; the tracker keeps the last checkpoint)");
+}
+
 // Every rank of the world writes its slices into one file through parallel HDF5
 // (io::CheckpointWriter with the world as its group; it checks that the slices of all ranks cover
 // each tensor exactly once). Rank 0 prepares the directory and, after the commit, the tracker
@@ -167,6 +194,7 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   const auto start = std::chrono::steady_clock::now();
   comm::Communicator& world = trainer.world();
   const std::vector<TensorShare> shares = shares_to_write(trainer, options);
+  check_finite_before_save(trainer, shares);
   SaveResult result;
   // Rank 0's outcome (an error, or the path) to every rank; throws the error on every rank.
   auto share_outcome = [&](std::string& failure) {
@@ -210,6 +238,18 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   result.largest_share_bytes = mine;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+// A NaN/Inf read from a checkpoint is a damaged (or diverged) checkpoint, named as such before
+// any step, on every rank (the lowest rank that read one names it).
+void refuse_nonfinite_load(Trainer& trainer, const io::CheckpointReader& checkpoint, std::string problem) {
+  comm::Communicator& world = trainer.world();
+  int64_t first = problem.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == world.size()) return;
+  comm::broadcast_text(world, problem, static_cast<int>(first));
+  throw Error(checkpoint.path(), problem + ": the checkpoint is damaged or was saved from a diverged run (mt-ckpt "
+                                           "verify scans it); load an earlier one");
 }
 
 void check_same_model(const io::CheckpointReader& checkpoint, const model::ModelConfig& model) {
@@ -288,6 +328,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     }
     optimizer.set_steps(saved.optimizer_step);
   }
+  refuse_nonfinite_load(trainer, checkpoint, staging.problem());
   trainer.parameters_changed();
   if (options.finetune) return;
   TrainerState state = trainer.checkpoint_state();  // the scaler stays this run's unless restored below

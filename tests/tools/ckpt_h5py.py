@@ -9,7 +9,7 @@
   ckpt_h5py.py corrupt FILE HOW [NAME]
                                 damages a copy for the refusal tests: value (one ulp of NAME),
                                 delete (NAME), float64 (NAME), reshape (NAME, transposed),
-                                version (mt_format_version 99)
+                                version (mt_format_version 99), nan (element 0 of NAME)
 Used by tests/tools/mt-ckpt.bats and mt-train.bats; needs Debian's python3-h5py and python3-numpy.
 """
 import json
@@ -72,6 +72,10 @@ def corrupt(path, how, name=None):
             values = f[name][()]
             flat = values.reshape(-1)
             flat[0] = np.nextafter(flat[0], np.float32(np.inf))
+            f[name][()] = values
+        elif how == "nan":
+            values = f[name][()]
+            values.reshape(-1)[0] = np.nan
             f[name][()] = values
         elif how == "delete":
             del f[name]
