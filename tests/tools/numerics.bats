@@ -109,3 +109,19 @@ EOF
     || fail "$status $(cat "$TMP/err.log")"
   [[ -z "$(jq -c 'select(.record=="step")' "$TMP/out.jsonl")" ]] || fail "steps ran before the refusal"
 }
+
+@test "W1, U4 under mpirun (TP 2): every rank refuses a non-finite save and a NaN load with the same line, no hang" {
+  run_split mpirun_n 2 mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 \
+    --global-batch-size 4 --eval-iters 0 --tensor-model-parallel-size 2 --train-iters 2 --lr 1e39 --lr-decay-style constant \
+    --save "$TMP/ck" --save-interval 1 --no-check-for-nan-in-loss-and-grad
+  [[ $status -eq 1 && $(grep -c "mt-train: error: checkpoint of iteration 1: not written: tensor model/" <<<"$err") -eq 2 ]] \
+    || fail "$status $err"
+  [[ ! -e "$TMP/ck/latest_checkpointed_iteration.txt" ]] || fail "the tracker moved"
+  train_tiny --train-iters 2 --save "$TMP/good" --save-interval 2 || fail "$(cat "$TMP/err.log")"
+  /usr/bin/python3 "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$TMP/good/iter_0000002/checkpoint.h5" nan \
+    model/decoder.layers.1.mlp.linear_fc2.weight
+  run_split mpirun_n 2 mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 \
+    --global-batch-size 4 --eval-iters 0 --tensor-model-parallel-size 2 --train-iters 4 --load "$TMP/good"
+  [[ $status -ne 0 && $(grep -c "tensor model/decoder.layers.1.mlp.linear_fc2.weight holds NaN at element 0: the checkpoint is damaged" <<<"$err") -eq 2 ]] \
+    || fail "$status $err"
+}
