@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "core/dtype.h"
@@ -164,19 +165,41 @@ io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) 
   return s;
 }
 
-// A checkpoint is never written from a non-finite state: every rank scans its slices (params,
-// moments) on the host before anything is created, and the lowest rank that found a NaN/Inf
-// names it to all, so every rank throws the same error and the tracker keeps the last good one.
-void check_finite_before_save(Trainer& trainer, const std::vector<TensorShare>& shares) {
-  comm::Communicator& world = trainer.world();
+// Whether every slice this rank would write is finite: all_finite over each slice on the device
+// and one flag read back, so a save copies no tensor more than it did.
+bool shares_finite(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  const backend::Ops& ops = trainer.ops();
+  const backend::Stream stream = ops.default_stream();
+  backend::DeviceBuffer<int32_t> flag(ops, 1, backend::MemoryCategory::activations);
+  int32_t finite = 1;
+  ops.copy(flag.data(), &finite, sizeof(finite), backend::CopyKind::host_to_device, stream);
+  for (const TensorShare& share : shares) {
+    for (const io::TensorSlice& slice : share.slices) ops.all_finite(slice.data, slice.box.elements(), flag.data(), stream);
+  }
+  ops.copy(&finite, flag.data(), sizeof(finite), backend::CopyKind::device_to_host, stream);
+  ops.synchronize(stream);
+  return finite != 0;
+}
+
+// The first NaN/Inf of this rank's slices, named (the slices copied to the host one tensor at a
+// time: only after shares_finite found one).
+std::string first_nonfinite_share(Trainer& trainer, const std::vector<TensorShare>& shares) {
   HostStaging staging(trainer.ops());
-  std::string problem;
-  for (size_t t = 0; t < shares.size() && problem.empty(); ++t) {
-    for (const io::TensorSlice& slice : staging.to_host(shares[t].slices)) {
-      problem = io::nonfinite_problem(shares[t].name, slice.data, slice.box.elements());
-      if (!problem.empty()) break;
+  for (const TensorShare& share : shares) {
+    for (const io::TensorSlice& slice : staging.to_host(share.slices)) {
+      std::string problem = io::nonfinite_problem(share.name, slice.data, slice.box.elements());
+      if (!problem.empty()) return problem;
     }
   }
+  return "";
+}
+
+// A checkpoint is never written from a non-finite state: every rank checks its slices (params,
+// moments) before anything is created, and the lowest rank that found a NaN/Inf names it to all,
+// so every rank throws the same error and the tracker keeps naming the last good checkpoint.
+void check_finite_before_save(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  comm::Communicator& world = trainer.world();
+  std::string problem = shares_finite(trainer, shares) ? "" : first_nonfinite_share(trainer, shares);
   int64_t first = problem.empty() ? world.size() : world.rank();
   world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
   if (first == world.size()) return;
