@@ -42,3 +42,15 @@ TEST(ValueChecks, ValuesBeyondTheStoredDtypesRangeAreRefused) {
   EXPECT_NE(error_text([&] { io::check_fits_dtype("ck.h5", "model/w", float_max.data(), 1, DType::bf16); }), "");
   EXPECT_EQ(error_text([&] { io::check_fits_dtype("ck.h5", "model/w", float_max.data(), 1, DType::f32); }), "");
 }
+
+// The block scan finds a value in any block, at a block's edges, and the first of several.
+TEST(ValueChecks, TheBlockScanFindsTheFirstNonFiniteAnywhere) {
+  std::vector<float> values(3 * 4096 + 5, 0.5f);
+  EXPECT_EQ(io::first_nonfinite(values.data(), static_cast<int64_t>(values.size())), -1);
+  for (int64_t at : {int64_t{0}, int64_t{4095}, int64_t{4096}, int64_t{3 * 4096 + 4}}) {
+    std::vector<float> damaged = values;
+    damaged[static_cast<size_t>(at)] = std::numeric_limits<float>::infinity();
+    damaged.back() = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(io::first_nonfinite(damaged.data(), static_cast<int64_t>(damaged.size())), at) << at;
+  }
+}
