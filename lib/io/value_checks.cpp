@@ -44,10 +44,13 @@ int64_t first_nonfinite(const float* values, int64_t count) {
   return -1;
 }
 
+std::string nonfinite_text(const std::string& tensor, float value, int64_t element) {
+  return "tensor " + tensor + " holds " + value_text(value) + " at element " + std::to_string(element);
+}
+
 std::string nonfinite_problem(const std::string& tensor, const float* values, int64_t count) {
   const int64_t at = first_nonfinite(values, count);
-  if (at < 0) return "";
-  return "tensor " + tensor + " holds " + value_text(values[at]) + " at element " + std::to_string(at);
+  return at < 0 ? "" : nonfinite_text(tensor, values[at], at);
 }
 
 void check_finite(const std::string& where, const std::string& tensor, const float* values, int64_t count,

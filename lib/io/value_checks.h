@@ -16,6 +16,8 @@ int64_t first_nonfinite(const float* values, int64_t count);
 
 // "tensor NAME holds NaN at element I" (or Inf, -Inf) when a value is not finite; "" otherwise.
 std::string nonfinite_problem(const std::string& tensor, const float* values, int64_t count);
+// The same words for a value found at `element` (e.g. its index in the whole tensor).
+std::string nonfinite_text(const std::string& tensor, float value, int64_t element);
 
 // Throws Error(where, nonfinite_problem(...) + why) when a value is not finite.
 void check_finite(const std::string& where, const std::string& tensor, const float* values, int64_t count,

@@ -46,6 +46,23 @@ std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t beg
   return boxes;
 }
 
+// The first NaN/Inf of `values` (box `box` of a tensor of `global_shape`), named with its
+// row-major index in the whole tensor, as every layout sees it; "" when all are finite.
+std::string nonfinite_in_box(const std::string& name, const std::vector<int64_t>& global_shape, const io::Box& box,
+                             const float* values) {
+  const int64_t local = io::first_nonfinite(values, box.elements());
+  if (local < 0) return "";
+  std::vector<int64_t> coordinate(box.extent.size());
+  int64_t rest = local;
+  for (size_t d = box.extent.size(); d-- > 0;) {
+    coordinate[d] = rest % box.extent[d];
+    rest /= box.extent[d];
+  }
+  int64_t element = 0;
+  for (size_t d = 0; d < coordinate.size(); ++d) element = element * global_shape[d] + box.offset[d] + coordinate[d];
+  return io::nonfinite_text(name, values[local], element);
+}
+
 // Tensors on their way between the trainer's device memory and HDF5, which sees host memory
 // only: one host buffer, reused tensor by tensor (grown to the largest), so a checkpoint never
 // holds a second copy of the model on the host.
@@ -76,7 +93,7 @@ class HostStaging {
                       const std::vector<int64_t>& global_shape, const io::Box& box, float* device) {
     float* host = reserve(box.elements());
     checkpoint.read_box(name, global_shape, box, host);
-    if (problem_.empty()) problem_ = io::nonfinite_problem(name, host, box.elements());
+    if (problem_.empty()) problem_ = nonfinite_in_box(name, global_shape, box, host);
     ops_.copy(device, host, box.elements() * static_cast<int64_t>(sizeof(float)), backend::CopyKind::host_to_device,
               ops_.default_stream());
     ops_.synchronize(ops_.default_stream());
@@ -187,7 +204,7 @@ std::string first_nonfinite_share(Trainer& trainer, const std::vector<TensorShar
   HostStaging staging(trainer.ops());
   for (const TensorShare& share : shares) {
     for (const io::TensorSlice& slice : staging.to_host(share.slices)) {
-      std::string problem = io::nonfinite_problem(share.name, slice.data, slice.box.elements());
+      std::string problem = nonfinite_in_box(share.name, share.global_shape, slice.box, slice.data);
       if (!problem.empty()) return problem;
     }
   }

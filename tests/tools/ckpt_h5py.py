@@ -6,10 +6,11 @@
                                 the format's definition (sum mod 2^64 of splitmix64(splitmix64(i)
                                 ^ bits) over global row-major indices i) equals the stored one;
                                 prints one JSON line: tensors, names of the first few, root state
-  ckpt_h5py.py corrupt FILE HOW [NAME]
+  ckpt_h5py.py corrupt FILE HOW [NAME [INDEX]]
                                 damages a copy for the refusal tests: value (one ulp of NAME),
                                 delete (NAME), float64 (NAME), reshape (NAME, transposed),
-                                version (mt_format_version 99), nan (element 0 of NAME)
+                                version (mt_format_version 99), nan (element INDEX of NAME,
+                                row-major, default 0, negative from the end; prints the index)
 Used by tests/tools/mt-ckpt.bats and mt-train.bats; needs Debian's python3-h5py and python3-numpy.
 """
 import json
@@ -66,7 +67,7 @@ def check(path):
                           "word_embeddings_shape": list(f["model/embedding.word_embeddings.weight"].shape)}))
 
 
-def corrupt(path, how, name=None):
+def corrupt(path, how, name=None, index=0):
     with h5py.File(path, "r+") as f:
         if how == "value":
             values = f[name][()]
@@ -75,8 +76,11 @@ def corrupt(path, how, name=None):
             f[name][()] = values
         elif how == "nan":
             values = f[name][()]
-            values.reshape(-1)[0] = np.nan
+            flat = values.reshape(-1)
+            index = index % flat.size
+            flat[index] = np.nan
             f[name][()] = values
+            print(index)
         elif how == "delete":
             del f[name]
         elif how in ("float64", "reshape"):
@@ -97,6 +101,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "check":
         check(sys.argv[2])
     elif len(sys.argv) >= 4 and sys.argv[1] == "corrupt":
-        corrupt(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+        corrupt(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None,
+                int(sys.argv[5]) if len(sys.argv) > 5 else 0)
     else:
         raise SystemExit(__doc__)
