@@ -636,19 +636,21 @@ bool Trainer::skip_nonfinite(const StepStats& stats) {
 }
 
 void Trainer::stop_on_repeated_skips() {
-  // mt's rule (Megatron's scaler skips for ever): fp16 steps skipped in a row at a scale the
-  // scaler cannot lower (a static --loss-scale, or the dynamic one at --min-loss-scale) mean a
-  // run that no longer trains; the checkpoint the tracker names stays the last good one.
-  if (config_.precision != Precision::fp16 || !scaler_.at_minimum()) return;
+  // mt's rule (Megatron's scaler skips for ever): steps skipped in a row at a scale the scaler
+  // cannot lower (fp32/bf16's 1, a static --loss-scale, or the dynamic one at --min-loss-scale)
+  // mean a run that no longer trains; the checkpoint the tracker names stays the last good one.
+  if (!scaler_.at_minimum()) return;
   ++skipped_in_a_row_at_min_scale_;
   const int64_t limit = config_.max_consecutive_skipped_iters;
   if (limit == 0 || skipped_in_a_row_at_min_scale_ < limit) return;
   char scale[32];
   std::snprintf(scale, sizeof(scale), "%g", scaler_.scale());
+  const std::string at = config_.precision != Precision::fp16 ? ""
+                         : config_.loss_scale > 0       ? std::string(" at the static loss scale ") + scale
+                                                        : std::string(" at the minimum loss scale ") + scale;
   throw Error("iteration " + std::to_string(iteration_),
-              std::to_string(skipped_in_a_row_at_min_scale_) + " steps in a row skipped for non-finite fp16 gradients at " +
-                  (config_.loss_scale > 0 ? "the static loss scale " : "the minimum loss scale ") + scale +
-                  " (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)");
+              std::to_string(skipped_in_a_row_at_min_scale_) + " steps in a row skipped for a non-finite loss or gradient" +
+                  at + " (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)");
 }
 
 void Trainer::record_step_figures(StepStats& stats, double wait_before) {

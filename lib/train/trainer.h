@@ -118,8 +118,9 @@ struct TrainConfig {
   // Megatron's default: a NaN/Inf loss or grad outside fp16 loss scaling stops the run (mt::Error
   // naming the iteration); false skips and counts such steps (nan_iters).
   bool check_for_nan_in_loss_and_grad = true;
-  // mt's own (Megatron's scaler skips for ever): fp16 steps skipped in a row at a loss scale that
-  // cannot go lower (static, or the dynamic one at min_loss_scale) that stop the run; 0: never.
+  // mt's own (Megatron's scaler skips for ever): steps skipped in a row at a loss scale that
+  // cannot go lower (fp32/bf16's 1, fp16's static one, or the dynamic one at min_loss_scale)
+  // that stop the run; 0: never.
   int64_t max_consecutive_skipped_iters = 10;
   int log_interval = 100;
   bool log_throughput = false;  // Megatron's "throughput per GPU (TFLOP/s/GPU)" in the log line

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # Divergence and silent numerics (issue 28, cases W1, W4, W6, W11, U4, each reproduced from the
 # 2026-11-27 probe on a tiny model): a non-finite forward loss stops an fp16 run as it stops an
-# fp32 one, fp16 steps skipped in a row at a scale that cannot go lower stop the run, loss scales
+# fp32 one, steps skipped in a row at a scale that cannot go lower stop the run, loss scales
 # below 1 are refused, a checkpoint is never written from a non-finite state (the tracker keeps
 # the last good one), and mt-ckpt convert/import and --load refuse non-finite or out-of-range
 # weights naming the tensor.
@@ -45,16 +45,21 @@ last_error() { tail -n 1 "$TMP/err.log"; }
     || fail "$status $(cat "$TMP/err.log")"
   # A static scale that overflows every step: stopped after the default 10, with no checkpoint.
   train_tiny --fp16 --loss-scale 1e30 --train-iters 30 --save "$TMP/ck" --save-interval 20 && status=0 || status=$?
-  [[ $status -eq 1 && "$(last_error)" == "mt-train: error: iteration 10: 10 steps in a row skipped for non-finite fp16 gradients at the static loss scale 1e+30 (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)" ]] \
+  [[ $status -eq 1 && "$(last_error)" == "mt-train: error: iteration 10: 10 steps in a row skipped for a non-finite loss or gradient at the static loss scale 1e+30 (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)" ]] \
     || fail "$status $(cat "$TMP/err.log")"
   [[ ! -e "$TMP/ck/latest_checkpointed_iteration.txt" ]] || fail "a checkpoint of the skipped steps was made latest"
   # The dynamic scaler counts only once at its floor: 2^40 falls to the floor 2^38 after 3 skips.
   train_tiny --fp16 --initial-loss-scale 1099511627776 --min-loss-scale 274877906944 --hysteresis 1 --train-iters 12 \
     --max-consecutive-skipped-iters 4 && status=0 || status=$?
-  [[ $status -eq 1 && "$(last_error)" == "mt-train: error: iteration 6: 4 steps in a row skipped for non-finite fp16 gradients at the minimum loss scale 2.74878e+11 (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)" ]] \
+  [[ $status -eq 1 && "$(last_error)" == "mt-train: error: iteration 6: 4 steps in a row skipped for a non-finite loss or gradient at the minimum loss scale 2.74878e+11 (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)" ]] \
     || fail "$status $(cat "$TMP/err.log")"
   train_tiny --fp16 --loss-scale 1e30 --train-iters 12 --max-consecutive-skipped-iters 0 || fail "0 stopped the run: $(cat "$TMP/err.log")"
   jq -e -s '[.[] | select(.record=="step")][-1].skipped_iters == 12' "$TMP/out.jsonl" >/dev/null || fail "$(cat "$TMP/out.jsonl")"
+  # fp32 with the check off: NaN steps are skipped and counted, and the same limit ends them.
+  train_tiny --lr 1e38 --lr-decay-style constant --train-iters 20 --no-check-for-nan-in-loss-and-grad \
+    --max-consecutive-skipped-iters 3 && status=0 || status=$?
+  [[ $status -eq 1 && "$(last_error)" == "mt-train: error: iteration 4: 3 steps in a row skipped for a non-finite loss or gradient (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)" ]] \
+    || fail "$status $(cat "$TMP/err.log")"
 }
 
 @test "W1: a checkpoint is never written from a non-finite state (--save and --save-final)" {
