@@ -11,7 +11,7 @@
                                 delete (NAME), float64 (NAME), reshape (NAME, transposed),
                                 version (mt_format_version 99), nan (element INDEX of NAME,
                                 row-major, default 0, negative from the end; prints the index)
-Used by tests/tools/mt-ckpt.bats and mt-train.bats; needs Debian's python3-h5py and python3-numpy.
+Used by tests/tools/mt-ckpt.bats, mt-train.bats and numerics.bats; needs Debian's python3-h5py and python3-numpy.
 """
 import json
 import sys
