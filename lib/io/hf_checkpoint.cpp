@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/temporary_file.h"
 #include "io/safetensors.h"
+#include "io/value_checks.h"
 #include "model/layout.h"
 
 namespace mt::io {
@@ -398,6 +399,8 @@ HfImportResult import_hf(const std::string& directory, const std::string& path, 
     }
     used[tensor.name] = true;
     std::vector<float> stacked = weights.read(tensor.name);
+    check_finite(directory, tensor.name, stacked.data(), static_cast<int64_t>(stacked.size()),
+                 " (mt imports finite weights only)");
     if (tensor.transposed) stacked = transpose(stacked, shape[0], shape[1]);
     int64_t row = 0;
     for (const std::string& name : tensor.mt_names) {

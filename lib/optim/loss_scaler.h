@@ -21,6 +21,8 @@ class LossScaler {
   static LossScaler fixed(double scale);
 
   double scale() const { return scale_; }
+  // Whether an overflow can no longer lower the scale (static, or dynamic at its floor).
+  bool at_minimum() const { return !dynamic_ || scale_ <= min_scale_; }
   // Records the outcome of a step: found_nonfinite means the step is skipped.
   void update(bool found_nonfinite);
 

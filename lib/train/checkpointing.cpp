@@ -11,10 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/value_checks.h"
 
 namespace mt::train {
 namespace {
@@ -44,6 +46,23 @@ std::vector<io::Box> shard_run_boxes(const model::ParamEntry& entry, int64_t beg
   return boxes;
 }
 
+// The first NaN/Inf of `values` (box `box` of a tensor of `global_shape`), named with its
+// row-major index in the whole tensor, as every layout sees it; "" when all are finite.
+std::string nonfinite_in_box(const std::string& name, const std::vector<int64_t>& global_shape, const io::Box& box,
+                             const float* values) {
+  const int64_t local = io::first_nonfinite(values, box.elements());
+  if (local < 0) return "";
+  std::vector<int64_t> coordinate(box.extent.size());
+  int64_t rest = local;
+  for (size_t d = box.extent.size(); d-- > 0;) {
+    coordinate[d] = rest % box.extent[d];
+    rest /= box.extent[d];
+  }
+  int64_t element = 0;
+  for (size_t d = 0; d < coordinate.size(); ++d) element = element * global_shape[d] + box.offset[d] + coordinate[d];
+  return io::nonfinite_text(name, values[local], element);
+}
+
 // Tensors on their way between the trainer's device memory and HDF5, which sees host memory
 // only: one host buffer, reused tensor by tensor (grown to the largest), so a checkpoint never
 // holds a second copy of the model on the host.
@@ -69,15 +88,19 @@ class HostStaging {
   }
 
   // `box` of tensor `name` read into the buffer, then copied to `device` (host_to_device; the
-  // synchronize lets the next read reuse the buffer).
+  // synchronize lets the next read reuse the buffer). The first NaN/Inf read is kept (problem()).
   void read_to_device(const io::CheckpointReader& checkpoint, const std::string& name,
                       const std::vector<int64_t>& global_shape, const io::Box& box, float* device) {
     float* host = reserve(box.elements());
     checkpoint.read_box(name, global_shape, box, host);
+    if (problem_.empty()) problem_ = nonfinite_in_box(name, global_shape, box, host);
     ops_.copy(device, host, box.elements() * static_cast<int64_t>(sizeof(float)), backend::CopyKind::host_to_device,
               ops_.default_stream());
     ops_.synchronize(ops_.default_stream());
   }
+
+  // The first tensor read that held a NaN/Inf, named ("" when none did).
+  const std::string& problem() const { return problem_; }
 
  private:
   float* reserve(int64_t elements) {
@@ -86,6 +109,7 @@ class HostStaging {
   }
   const backend::Ops& ops_;
   std::vector<float> buffer_;
+  std::string problem_;
 };
 
 // One tensor of the checkpoint and the slices of it this rank writes (device memory): none when
@@ -158,6 +182,49 @@ io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) 
   return s;
 }
 
+// Whether every slice this rank would write is finite: all_finite over each slice on the device
+// and one flag read back, so a save copies no tensor more than it did.
+bool shares_finite(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  const backend::Ops& ops = trainer.ops();
+  const backend::Stream stream = ops.default_stream();
+  backend::DeviceBuffer<int32_t> flag(ops, 1, backend::MemoryCategory::activations);
+  int32_t finite = 1;
+  ops.copy(flag.data(), &finite, sizeof(finite), backend::CopyKind::host_to_device, stream);
+  for (const TensorShare& share : shares) {
+    for (const io::TensorSlice& slice : share.slices) ops.all_finite(slice.data, slice.box.elements(), flag.data(), stream);
+  }
+  ops.copy(&finite, flag.data(), sizeof(finite), backend::CopyKind::device_to_host, stream);
+  ops.synchronize(stream);
+  return finite != 0;
+}
+
+// The first NaN/Inf of this rank's slices, named (the slices copied to the host one tensor at a
+// time: only after shares_finite found one).
+std::string first_nonfinite_share(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  HostStaging staging(trainer.ops());
+  for (const TensorShare& share : shares) {
+    for (const io::TensorSlice& slice : staging.to_host(share.slices)) {
+      std::string problem = nonfinite_in_box(share.name, share.global_shape, slice.box, slice.data);
+      if (!problem.empty()) return problem;
+    }
+  }
+  return "";
+}
+
+// A checkpoint is never written from a non-finite state: every rank checks its slices (params,
+// moments) before anything is created, and the lowest rank that found a NaN/Inf names it to all,
+// so every rank throws the same error and the tracker keeps naming the last good checkpoint.
+void check_finite_before_save(Trainer& trainer, const std::vector<TensorShare>& shares) {
+  comm::Communicator& world = trainer.world();
+  std::string problem = shares_finite(trainer, shares) ? "" : first_nonfinite_share(trainer, shares);
+  int64_t first = problem.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == world.size()) return;
+  comm::broadcast_text(world, problem, static_cast<int>(first));
+  throw Error("checkpoint of iteration " + std::to_string(trainer.iteration()),
+              "not written: " + problem + " (a diverged state; the tracker keeps the last checkpoint)");
+}
+
 // Every rank of the world writes its slices into one file through parallel HDF5
 // (io::CheckpointWriter with the world as its group; it checks that the slices of all ranks cover
 // each tensor exactly once). Rank 0 prepares the directory and, after the commit, the tracker
@@ -167,6 +234,7 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   const auto start = std::chrono::steady_clock::now();
   comm::Communicator& world = trainer.world();
   const std::vector<TensorShare> shares = shares_to_write(trainer, options);
+  check_finite_before_save(trainer, shares);
   SaveResult result;
   // Rank 0's outcome (an error, or the path) to every rank; throws the error on every rank.
   auto share_outcome = [&](std::string& failure) {
@@ -210,6 +278,18 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   result.largest_share_bytes = mine;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+// A NaN/Inf read from a checkpoint is a damaged (or diverged) checkpoint, named as such before
+// any step, on every rank (the lowest rank that read one names it).
+void refuse_nonfinite_load(Trainer& trainer, const io::CheckpointReader& checkpoint, std::string problem) {
+  comm::Communicator& world = trainer.world();
+  int64_t first = problem.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == world.size()) return;
+  comm::broadcast_text(world, problem, static_cast<int>(first));
+  throw Error(checkpoint.path(), problem + ": the checkpoint is damaged or was saved from a diverged run (mt-ckpt "
+                                           "verify scans it); load an earlier one");
 }
 
 void check_same_model(const io::CheckpointReader& checkpoint, const model::ModelConfig& model) {
@@ -288,6 +368,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     }
     optimizer.set_steps(saved.optimizer_step);
   }
+  refuse_nonfinite_load(trainer, checkpoint, staging.problem());
   trainer.parameters_changed();
   if (options.finetune) return;
   TrainerState state = trainer.checkpoint_state();  // the scaler stays this run's unless restored below

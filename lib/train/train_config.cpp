@@ -56,6 +56,7 @@ void visit_fields(Visit& visit, Config& c) {
   visit("hysteresis", c.hysteresis);
   visit("calculate_per_token_loss", c.calculate_per_token_loss);
   visit("check_for_nan_in_loss_and_grad", c.check_for_nan_in_loss_and_grad);
+  visit("max_consecutive_skipped_iters", c.max_consecutive_skipped_iters);
   visit("log_interval", c.log_interval);
   visit("log_throughput", c.log_throughput);
   visit("eval_interval", c.eval_interval);

@@ -66,6 +66,11 @@ void validate_train_config(const TrainConfig& c) {
   if (!(c.initial_loss_scale > 0) || std::isinf(c.initial_loss_scale)) {
     throw UsageError("--initial-loss-scale", "must be positive");
   }
+  // A scale below 1 only pushes fp16 grads toward underflow (1e-30: every grad 0, nothing trains).
+  const char* below_one = "must be at least 1: a loss scale below 1 flushes fp16 gradients to zero";
+  if (c.loss_scale > 0 && c.loss_scale < 1) throw UsageError("--loss-scale", below_one);
+  if (c.initial_loss_scale < 1) throw UsageError("--initial-loss-scale", below_one);
+  if (c.max_consecutive_skipped_iters < 0) throw UsageError("--max-consecutive-skipped-iters", "must be at least 0");
   if (!(c.min_loss_scale > 0) || std::isinf(c.min_loss_scale)) throw UsageError("--min-loss-scale", "must be positive");
   if (c.loss_scale_window <= 0) throw UsageError("--loss-scale-window", "must be at least 1");
   if (c.hysteresis <= 0) throw UsageError("--hysteresis", "must be at least 1");
@@ -606,21 +611,46 @@ Trainer::StepSums Trainer::reduce_step_sums(double local_tokens) {
 }
 
 bool Trainer::skip_nonfinite(const StepStats& stats) {
-  const bool nonfinite = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.lm_loss);
-  // fp16 overflow is the loss scaler's to handle (the step is skipped, the scale lowered); any
-  // other NaN/Inf stops the run, as Megatron's default, unless the check is off (then counted).
-  if (nonfinite && config_.precision != Precision::fp16) {
+  const bool loss_nonfinite = !std::isfinite(stats.lm_loss);
+  if (!loss_nonfinite && std::isfinite(stats.grad_norm)) {
+    skipped_in_a_row_at_min_scale_ = 0;
+    return false;
+  }
+  // fp16: non-finite grads under a finite forward loss are a loss-scale overflow, the scaler's to
+  // handle (the step is skipped and counted, the scale lowered). Anything else, a non-finite
+  // forward loss in any precision included (no scale can fix it), stops the run, as Megatron's
+  // default check, unless the check is off (then skipped and counted as a nan iteration).
+  const bool overflow = config_.precision == Precision::fp16 && !loss_nonfinite;
+  if (!overflow) {
     if (config_.check_for_nan_in_loss_and_grad) {
       const auto name = [](double x) { return std::string(std::isnan(x) ? "NaN" : "Inf"); };
       throw Error("iteration " + std::to_string(iteration_),
-                  (std::isfinite(stats.lm_loss) ? "a gradient is " + name(stats.grad_norm)
-                                                : "the loss is " + name(stats.lm_loss)) +
+                  (loss_nonfinite ? "the loss is " + name(stats.lm_loss) : "a gradient is " + name(stats.grad_norm)) +
                       " (--no-check-for-nan-in-loss-and-grad skips and counts such steps)");
     }
     ++nan_iters_;
   }
-  if (nonfinite) ++skipped_iters_;
-  return nonfinite;
+  ++skipped_iters_;
+  stop_on_repeated_skips();
+  return true;
+}
+
+void Trainer::stop_on_repeated_skips() {
+  // mt's rule (Megatron's scaler skips for ever): steps skipped in a row at a scale the scaler
+  // cannot lower (fp32/bf16's 1, a static --loss-scale, or the dynamic one at --min-loss-scale)
+  // mean a run that no longer trains; the checkpoint the tracker names stays the last good one.
+  if (!scaler_.at_minimum()) return;
+  ++skipped_in_a_row_at_min_scale_;
+  const int64_t limit = config_.max_consecutive_skipped_iters;
+  if (limit == 0 || skipped_in_a_row_at_min_scale_ < limit) return;
+  char scale[32];
+  std::snprintf(scale, sizeof(scale), "%g", scaler_.scale());
+  const std::string at = config_.precision != Precision::fp16 ? ""
+                         : config_.loss_scale > 0       ? std::string(" at the static loss scale ") + scale
+                                                        : std::string(" at the minimum loss scale ") + scale;
+  throw Error("iteration " + std::to_string(iteration_),
+              std::to_string(skipped_in_a_row_at_min_scale_) + " steps in a row skipped for a non-finite loss or gradient" +
+                  at + " (a diverged run; --max-consecutive-skipped-iters sets how many, 0 never stops)");
 }
 
 void Trainer::record_step_figures(StepStats& stats, double wait_before) {

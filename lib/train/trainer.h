@@ -118,6 +118,10 @@ struct TrainConfig {
   // Megatron's default: a NaN/Inf loss or grad outside fp16 loss scaling stops the run (mt::Error
   // naming the iteration); false skips and counts such steps (nan_iters).
   bool check_for_nan_in_loss_and_grad = true;
+  // mt's own (Megatron's scaler skips for ever): steps skipped in a row at a loss scale that
+  // cannot go lower (fp32/bf16's 1, fp16's static one, or the dynamic one at min_loss_scale)
+  // that stop the run; 0: never.
+  int64_t max_consecutive_skipped_iters = 10;
   int log_interval = 100;
   bool log_throughput = false;  // Megatron's "throughput per GPU (TFLOP/s/GPU)" in the log line
   int64_t eval_interval = 1000;
@@ -341,6 +345,7 @@ class Trainer {
   };
   StepSums reduce_step_sums(double local_tokens);
   bool skip_nonfinite(const StepStats& stats);
+  void stop_on_repeated_skips();
   void record_step_figures(StepStats& stats, double wait_before);
   // --log-num-zeros-in-grad: the counted grads' copy queued before the step's one host wait, and
   // this rank's zeros in it after the wait. --log-params-norm: the counted parameters' sum of
@@ -429,6 +434,7 @@ class Trainer {
   int64_t consumed_valid_samples_ = 0;
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
+  int64_t skipped_in_a_row_at_min_scale_ = 0;  // not checkpointed: counts again after a resume
   bool stopped_ = false;
   StopReason stop_reason_ = StopReason::none;
   double flops_per_token_ = 0;

@@ -6,11 +6,12 @@
                                 the format's definition (sum mod 2^64 of splitmix64(splitmix64(i)
                                 ^ bits) over global row-major indices i) equals the stored one;
                                 prints one JSON line: tensors, names of the first few, root state
-  ckpt_h5py.py corrupt FILE HOW [NAME]
+  ckpt_h5py.py corrupt FILE HOW [NAME [INDEX]]
                                 damages a copy for the refusal tests: value (one ulp of NAME),
                                 delete (NAME), float64 (NAME), reshape (NAME, transposed),
-                                version (mt_format_version 99)
-Used by tests/tools/mt-ckpt.bats and mt-train.bats; needs Debian's python3-h5py and python3-numpy.
+                                version (mt_format_version 99), nan (element INDEX of NAME,
+                                row-major, default 0, negative from the end; prints the index)
+Used by tests/tools/mt-ckpt.bats, mt-train.bats and numerics.bats; needs Debian's python3-h5py and python3-numpy.
 """
 import json
 import sys
@@ -66,13 +67,20 @@ def check(path):
                           "word_embeddings_shape": list(f["model/embedding.word_embeddings.weight"].shape)}))
 
 
-def corrupt(path, how, name=None):
+def corrupt(path, how, name=None, index=0):
     with h5py.File(path, "r+") as f:
         if how == "value":
             values = f[name][()]
             flat = values.reshape(-1)
             flat[0] = np.nextafter(flat[0], np.float32(np.inf))
             f[name][()] = values
+        elif how == "nan":
+            values = f[name][()]
+            flat = values.reshape(-1)
+            index = index % flat.size
+            flat[index] = np.nan
+            f[name][()] = values
+            print(index)
         elif how == "delete":
             del f[name]
         elif how in ("float64", "reshape"):
@@ -93,6 +101,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "check":
         check(sys.argv[2])
     elif len(sys.argv) >= 4 and sys.argv[1] == "corrupt":
-        corrupt(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+        corrupt(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None,
+                int(sys.argv[5]) if len(sys.argv) > 5 else 0)
     else:
         raise SystemExit(__doc__)

@@ -166,6 +166,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--calculate-per-token-loss", c.calculate_per_token_loss);
   add("--check-for-nan-in-loss-and-grad", f.check_for_nan_in_loss_and_grad);
   add("--no-check-for-nan-in-loss-and-grad", f.no_check_for_nan_in_loss_and_grad);
+  add("--max-consecutive-skipped-iters", c.max_consecutive_skipped_iters)->capture_default_str();
   add("--recompute-granularity", f.recompute_granularity);
   add("--recompute-method", f.recompute_method)->capture_default_str();
   add("--recompute-num-layers", c.recompute.num_layers)->capture_default_str();

@@ -228,6 +228,10 @@ const FlagSpec& flag_spec(std::string_view name) {
           "Stop with an error naming the iteration on a NaN/Inf loss or grad outside fp16 loss scaling (the default)"),
       toggle_flag("--no-check-for-nan-in-loss-and-grad",
                   "Skip and count (nan_iters) steps with a NaN/Inf loss or grad instead of stopping"),
+      integer_flag("--max-consecutive-skipped-iters",
+                   "Stop after this many steps in a row skipped (fp16 overflow at a loss scale that cannot go "
+                   "lower, or --no-check-for-nan-in-loss-and-grad); 0: never (mt's own)",
+                   at_least(0)),
       text_flag("--recompute-granularity", "Activation recompute: full, or selective (core attention)",
                 {"full", "selective"}),
       text_flag("--recompute-method", "With full recompute: uniform chunks or a block of layers", {"uniform", "block"}),

@@ -20,7 +20,7 @@ const std::vector<std::string> kNeverEffective = {
     "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-fraction", "--lr-decay-iters",
     "--lr-decay-samples", "--weight-decay", "--adam-beta1", "--adam-beta2", "--adam-eps", "--clip-grad", "--loss-scale",
     "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--calculate-per-token-loss",
-    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--seed", "--log-interval",
+    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--max-consecutive-skipped-iters", "--seed", "--log-interval",
     "--log-throughput", "--eval-interval", "--eval-iters", "--norm-epsilon", "--rotary-base", "--init-method-std",
     "--hidden-dropout", "--attention-dropout"};
 

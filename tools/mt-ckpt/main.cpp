@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "io/checkpoint.h"
 #include "io/hf_checkpoint.h"
+#include "io/value_checks.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "tools/common/tool_main.h"
@@ -359,6 +360,9 @@ int run_convert(mt::tools::ToolCli& cli, const Options& o) {
     const mt::io::Box box{std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape};
     values.resize(static_cast<size_t>(box.elements()));
     reader.read_box(tensor.name, tensor.shape, box, values.data());
+    mt::io::check_finite(reader.path(), tensor.name, values.data(), box.elements(),
+                         " (mt-ckpt convert writes finite checkpoints only)");
+    if (parameter) mt::io::check_fits_dtype(reader.path(), tensor.name, values.data(), box.elements(), dtype);
     writer.write_tensor(tensor.name, tensor.shape, {mt::io::TensorSlice{box, values.data()}},
                         parameter ? dtype : mt::DType::f32);
     ++tensors;

@@ -58,6 +58,17 @@ TEST(LossScaler, HysteresisBackoffAndGrowth) {
   EXPECT_EQ(fixed.scale(), 128.0);
 }
 
+// What the trainer's consecutive-skip stop (issue 28 W4) asks: can an overflow still lower the scale?
+TEST(LossScaler, AtMinimumOnlyWhenTheScaleCannotGoLower) {
+  LossScaler s = LossScaler::dynamic(4.0, 1.0, 1000, 1);
+  EXPECT_FALSE(s.at_minimum());
+  s.update(true);
+  EXPECT_FALSE(s.at_minimum());  // 2
+  s.update(true);
+  EXPECT_TRUE(s.at_minimum());  // 1, the floor
+  EXPECT_TRUE(LossScaler::fixed(1e30).at_minimum());
+}
+
 // A mixed run of overflowing and clean steps against Megatron's DynamicGradScaler.update()
 // (megatron/core/optimizer/grad_scaler.py), traced by hand from its rules:
 //   overflow: growth_tracker = 0; hysteresis_tracker -= 1;
