@@ -46,7 +46,7 @@ void write_array(const std::string& path, hid_t group, const char* name, hid_t f
   Hdf5Handle dataset(H5Dcreate2(group, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) throw Error(path, std::string("cannot create dataset ") + name);
   if (rows > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
-    throw Error(path, std::string("cannot write dataset ") + name);
+    throw Error(path, std::string("cannot write dataset ") + name + io::with_failure_reason(path));
   }
 }
 
@@ -82,10 +82,7 @@ void write_component(const std::string& path, hid_t split_group, int k, const In
   }
 }
 
-void write_file(const std::string& path, const std::string& temporary, const SampleIndex& index) {
-  Hdf5Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (!file.ok()) throw Error(path, "cannot create " + temporary);
-  const hid_t root = file.get();
+void write_contents(const std::string& path, const std::string& temporary, hid_t root, const SampleIndex& index) {
   const std::string parameters = index.parameters.dump();
   write_string_attribute(path, root, "mt_format", kFormat);
   write_int_attribute(path, root, "mt_format_version", kFormatVersion);
@@ -121,7 +118,20 @@ void write_file(const std::string& path, const std::string& temporary, const Sam
       write_component(path, group.get(), static_cast<int>(k), split.components[k]);
     }
   }
-  if (H5Fflush(root, H5F_SCOPE_GLOBAL) < 0) throw Error(path, "cannot flush " + temporary);
+  if (H5Fflush(root, H5F_SCOPE_GLOBAL) < 0) throw Error(path, "cannot flush " + temporary + io::with_failure_reason(path));
+}
+
+// A failed write (a full disk) closes the file so that the close cannot fail (io/hdf5_attributes.h).
+void write_file(const std::string& path, const std::string& temporary, const SampleIndex& index) {
+  const hid_t file = H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file < 0) throw Error(path, "cannot create " + temporary + io::with_failure_reason(path));
+  try {
+    write_contents(path, temporary, file, index);
+  } catch (const Error&) {
+    io::close_abandoned_file(file);
+    throw;
+  }
+  if (H5Fclose(file) < 0) throw Error(path, "cannot close " + temporary + io::with_failure_reason(path));
 }
 
 // ---- reading ----

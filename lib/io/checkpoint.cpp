@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,20 @@ namespace {
 constexpr const char* kFormat = "mt-checkpoint";
 constexpr const char* kFileName = "checkpoint.h5";
 constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
+// Disk space a group keeps free beside its temporary checkpoint until the metadata is written
+// (checkpoint.h).
+constexpr off_t kHeadroomBytes = off_t{4} << 20;
+// Disk space every writer reserves first and frees just before H5Fcreate, which writes the
+// superblock: an H5Fcreate that fails on a full disk leaves HDF5 unable to close itself at exit.
+constexpr off_t kCreateBytes = off_t{64} << 10;
+
+// The headroom's size: kHeadroomBytes, or less under a smaller file-size limit (ulimit -f).
+off_t headroom_bytes() {
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kHeadroomBytes;
+  return std::min<off_t>(kHeadroomBytes, static_cast<off_t>(limit.rlim_cur / 2));
+}
+
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -218,12 +233,29 @@ std::string checksum_text(uint64_t checksum) {
   return text;
 }
 
-void fault_point(const char* point) {
+Fault requested_fault(const char* point) {
   const char* fault = std::getenv("MT_CHECKPOINT_FAULT");
-  if (fault == nullptr) return;
-  const std::string wanted = fault;
-  if (wanted == point) throw Error("checkpoint", std::string("injected fault at ") + point + " (MT_CHECKPOINT_FAULT)");
-  if (wanted == std::string(point) + ":kill") raise(SIGKILL);
+  if (fault == nullptr) return Fault::none;
+  const std::string wanted = fault, name = point;
+  if (wanted == name) return Fault::error;
+  if (wanted == name + ":kill") return Fault::kill;
+  if (wanted == name + ":enospc") return Fault::full_disk;
+  return Fault::none;
+}
+
+void fault_point(const char* point) {
+  const std::string where = std::string("injected fault at ") + point;
+  switch (requested_fault(point)) {
+    case Fault::none:
+      return;
+    case Fault::error:
+      throw Error("checkpoint", where + " (MT_CHECKPOINT_FAULT)");
+    case Fault::kill:
+      raise(SIGKILL);
+      return;
+    case Fault::full_disk:
+      throw Error("checkpoint", where + ": " + std::strerror(ENOSPC) + " (MT_CHECKPOINT_FAULT)");
+  }
 }
 
 // ---- writer ----
@@ -235,6 +267,10 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
   if (!in_group()) {
     temporary_.emplace(path_);
     temporary_path_ = temporary_->path();
+    reserve_headroom(0);
+    // Every write goes straight to the disk, where H5Dwrite sees its error (a sieve buffer would
+    // be flushed by a close whose failure HDF5 cannot undo).
+    H5Pset_sieve_buf_size(access.get(), 0);
   } else {
     const MPI_Comm comm = comm::mpi_comm_of(*group_);
     if (comm == MPI_COMM_NULL) throw Error(path_, "writing a checkpoint from several ranks needs an MPI communicator");
@@ -244,6 +280,7 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
       try {
         temporary_.emplace(path_);
         temporary_path_ = temporary_->path();
+        reserve_headroom(headroom_bytes());
       } catch (const Error& e) {
         failure = e.what();
       }
@@ -256,12 +293,13 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
     H5Pset_all_coll_metadata_ops(access.get(), true);
     H5Pset_coll_metadata_write(access.get(), true);
   }
+  make_room_to_create();
   file_id_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   if (in_group()) {
     int64_t opened = file_id_ >= 0 ? 1 : 0;
     group_->all_reduce(&opened, 1, DType::i64, comm::ReduceOp::min);
     if (opened == 0) {
-      close_file();
+      abandon_file();
       throw Error(path_, "cannot create " + temporary_path_ + " on every rank");
     }
   }
@@ -269,12 +307,52 @@ CheckpointWriter::CheckpointWriter(std::string path, comm::Communicator* group)
   writeback_fd_ = open(temporary_path_.c_str(), O_RDONLY);  // without it, the writeback starts at the fsync
 }
 
-CheckpointWriter::~CheckpointWriter() { close_file(); }
+CheckpointWriter::~CheckpointWriter() { abandon_file(); }
 
-void CheckpointWriter::close_file() {
+void CheckpointWriter::reserve_headroom(off_t keep) {
+  headroom_.emplace(path_ + ".headroom");
+  headroom_keep_ = keep;
+  const int fd = open(headroom_->path().c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error(path_, "cannot create " + headroom_->path() + ": " + std::strerror(errno));
+  const int result = posix_fallocate(fd, 0, keep + kCreateBytes);
+  close(fd);
+  if (result != 0) {
+    throw Error(path_, "cannot reserve " + std::to_string((keep + kCreateBytes) >> 10) +
+                           " KiB of disk beside it for the save: " + std::strerror(result));
+  }
+}
+
+void CheckpointWriter::make_room_to_create() {
+  if (!headroom_) return;
+  if (headroom_keep_ == 0 || truncate(headroom_->path().c_str(), headroom_keep_) != 0) release_headroom();
+}
+
+void CheckpointWriter::release_headroom() { headroom_.reset(); }
+
+void CheckpointWriter::simulate_full_disk() {
+  const int full = open("/dev/full", O_RDWR | O_CLOEXEC);
+  if (full < 0 || !redirect_file_descriptor(static_cast<hid_t>(file_id_), full)) {
+    if (full >= 0) close(full);
+    throw Error("checkpoint", "MT_CHECKPOINT_FAULT=mid-tensor:enospc cannot redirect the file to /dev/full");
+  }
+  close(full);
+}
+
+void CheckpointWriter::abandon_file() {
   const Hdf5QuietErrors quiet;
-  if (file_id_ >= 0) H5Fclose(static_cast<hid_t>(file_id_));
-  file_id_ = -1;
+  if (file_id_ >= 0) {
+    // One process: whatever HDF5 still flushes goes to memory, so the close succeeds and leaves no
+    // id. A group closes collectively (every rank here after agree()), with the headroom free for
+    // the metadata it writes.
+    release_headroom();
+    if (in_group()) {
+      H5Fclose(static_cast<hid_t>(file_id_));
+    } else {
+      close_abandoned_file(static_cast<hid_t>(file_id_));
+    }
+    file_id_ = -1;
+  }
+  release_headroom();
   if (writeback_fd_ >= 0) close(writeback_fd_);
   writeback_fd_ = -1;
 }
@@ -291,7 +369,7 @@ void CheckpointWriter::agree() {
   if (first == group_->size()) return;
   std::string failure = failure_;
   comm::broadcast_text(*group_, failure, static_cast<int>(first));
-  close_file();
+  abandon_file();
   temporary_.reset();  // removes the temporary
   throw Error(failure, "");
 }
@@ -327,7 +405,13 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
     }
     for (size_t s = 0; failure_.empty() && s < slices.size(); ++s) {
       // Midway through the checkpoint: half the tensors written, this one half written.
-      if (s == slices.size() / 2 && tensors_ > 0) fault_point("mid-tensor");
+      if (s == slices.size() / 2 && tensors_ > 0) {
+        if (!in_group() && requested_fault("mid-tensor") == Fault::full_disk) {
+          simulate_full_disk();
+        } else {
+          fault_point("mid-tensor");
+        }
+      }
       TensorSlice slice = slices[s];
       std::vector<float> rounded;  // the values as stored, when narrower than float32
       if (stored != DType::f32) {
@@ -340,7 +424,7 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
       }
       Hdf5Handle memory(select_box(space.get(), slice.box), H5Sclose);
       if (H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), transfer.get(), slice.data) < 0) {
-        throw Error(path_, "write of tensor " + name + " failed");
+        throw Error(path_, "write of tensor " + name + " failed" + with_failure_reason(temporary_path_));
       }
       checksum += slice_checksum(global_shape, slice);
     }
@@ -351,13 +435,19 @@ void CheckpointWriter::write_tensor(const std::string& name, const std::vector<i
   } catch (const Error& e) {
     fail(e);
   }
-  if (in_group()) {
-    names_.push_back(name);
-    totals_.push_back(total);
-    covered_.push_back(covered);
-    checksums_.push_back(checksum);
+  // Collective in a group, so every rank closes it, whatever failed.
+  if (H5Dclose(dataset.release()) < 0 && failure_.empty()) {
+    fail(Error(path_, "closing tensor " + name + " failed" + with_failure_reason(temporary_path_)));
   }
   ++tensors_;
+  if (!in_group()) return;
+  names_.push_back(name);
+  totals_.push_back(total);
+  covered_.push_back(covered);
+  checksums_.push_back(checksum);
+  // Before the next collective HDF5 call (a rank whose write failed alone would leave the others
+  // waiting in another collective inside HDF5).
+  agree();
 }
 
 int64_t CheckpointWriter::commit(const CheckpointState& s) {
@@ -409,11 +499,23 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
   write_string_attribute(path_, file, "model_config", s.model_config);
   write_string_attribute(path_, file, "parallel_config", s.parallel_config);
   write_string_attribute(path_, file, "train_config", s.train_config);
-  const herr_t closed = H5Fclose(file);
-  file_id_ = -1;
-  close_file();  // the writeback descriptor
+  // The metadata goes to the disk with the headroom free; a failure here is agreed on before the
+  // (collective) close, and the failed file is abandoned.
+  release_headroom();
   try {
-    if (closed < 0) throw Error(path_, "closing " + temporary_path_ + " failed");
+    if (H5Fflush(file, H5F_SCOPE_LOCAL) < 0) {
+      throw Error(path_, "cannot write " + temporary_path_ + with_failure_reason(temporary_path_));
+    }
+  } catch (const Error& e) {
+    fail(e);
+  }
+  agree();
+  const herr_t closed = H5Fclose(file);
+  const std::string close_reason = closed < 0 ? with_failure_reason(temporary_path_) : "";
+  file_id_ = -1;
+  abandon_file();  // the writeback descriptor
+  try {
+    if (closed < 0) throw Error(path_, "closing " + temporary_path_ + " failed" + close_reason);
     fault_point("before-fsync");
     // Every rank that wrote flushes its own writes (on a shared file system they are its node's).
     fsync_or_throw(temporary_path_, O_RDONLY, path_);

@@ -18,14 +18,30 @@
 // works while the next tensors are copied and checksummed. The file is written under a temporary
 // name, fsynced (by every rank that wrote) and renamed; a failure at any point, on any rank,
 // leaves the previous file untouched.
-// For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill] makes the write fail (or the process
-// die by SIGKILL) at a named point: mid-tensor, before-fsync, before-rename, before-tracker.
+// A full disk: every writer first reserves a little room, freed just before H5Fcreate (whose
+// superblock write fails badly on a full disk), so a disk without it is refused before HDF5 is
+// involved. One process writes without HDF5's sieve buffer (a failed write is seen by the
+// write, not by a later close), flushes before closing, and closes a failed file with HDF5's
+// descriptor swapped for an in-memory one, so the close cannot fail and leaves no HDF5 id behind.
+// A group cannot swap the MPI-IO file: its rank 0 first reserves 4 MiB of headroom beside the
+// temporary (a file removed before the final flush and before closing a failed file), so the
+// metadata a collective close writes finds room (a disk without even that is refused before
+// anything is written), and the ranks agree on the write status after every tensor and before
+// every close, so all of them take the same collective path (a rank whose write failed alone
+// would otherwise sit in another collective than the rest). The error names the system's reason
+// ("No space left on device", "File too large").
+// For the crash tests, MT_CHECKPOINT_FAULT=<point>[:kill|:enospc] makes the write fail (or the
+// process die by SIGKILL, or the disk look full) at a named point: mid-tensor, before-fsync,
+// before-rename, before-tracker. With `enospc` one process's writes from mid-tensor on go to
+// /dev/full, so HDF5 itself fails with ENOSPC; elsewhere the point fails with that error.
 //
 // A checkpoint directory (Megatron's): DIR/iter_NNNNNNN/checkpoint.h5 per saved iteration and
 // DIR/latest_checkpointed_iteration.txt naming the newest, written the same way, last.
 // Tested in tests/unit/io/test_checkpoint.cpp, tests/tools/mt-ckpt.bats (h5py reads it) and
 // tests/tools/mt-train.bats (resume, preemption, crashes).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -114,11 +130,22 @@ class CheckpointWriter {
   // Collective in a group: throws on every rank the error of the lowest rank that recorded one,
   // after closing the file (the temporary is removed as the writer goes).
   void agree();
-  void close_file();
+  // Closes a failed file: nothing more reaches the disk (one process) and the headroom is freed.
+  void abandon_file();
+  // Reserves `keep` bytes of headroom plus room for H5Fcreate; throws naming ENOSPC.
+  void reserve_headroom(off_t keep);
+  // Frees all but the kept headroom, just before H5Fcreate.
+  void make_room_to_create();
+  void release_headroom();
+  // MT_CHECKPOINT_FAULT=mid-tensor:enospc: HDF5's descriptor now writes to /dev/full.
+  void simulate_full_disk();
+
 
   std::string path_;
   comm::Communicator* group_ = nullptr;  // nullptr: this process alone
   std::optional<TemporaryFile> temporary_;  // the process that renames (a group's rank 0)
+  std::optional<TemporaryFile> headroom_;   // the renaming process: disk space kept for the create and close
+  off_t headroom_keep_ = 0;                 // kept after the create (a group's, for its collective close)
   std::string temporary_path_;
   int64_t file_id_ = -1;  // hid_t of the open temporary
   int writeback_fd_ = -1;  // the temporary again, to start the writeback of each written tensor
@@ -185,7 +212,10 @@ void write_tracker(const std::string& directory, int64_t iteration);
 // Creates DIR and DIR/iter_NNNNNNN (fsyncing what it creates) and returns the checkpoint path.
 std::string prepare_checkpoint_directory(const std::string& directory, int64_t iteration);
 
-// The crash-test hook (see the header comment): throws mt::Error, or raises SIGKILL, when
+// The crash-test hook (see the header comment). What MT_CHECKPOINT_FAULT asks at `point`:
+enum class Fault { none, error, kill, full_disk };
+Fault requested_fault(const char* point);
+// Throws mt::Error (full_disk: "No space left on device"), or raises SIGKILL, when
 // MT_CHECKPOINT_FAULT names `point`.
 void fault_point(const char* point);
 

@@ -1,7 +1,8 @@
 // The small HDF5 pieces every mt file format needs: a handle that closes itself, a scope that
-// keeps HDF5's error printing quiet, and scalar string and integer attributes written and read
-// the same way everywhere (token datasets, sample indices, checkpoints). Tested through tests/unit/data/test_token_dataset.cpp,
-// test_sample_index.cpp and tests/unit/io/test_checkpoint.cpp.
+// keeps HDF5's error printing quiet, scalar string and integer attributes written and read
+// the same way everywhere (token datasets, sample indices, checkpoints), and the system's reason
+// for a failed write ("No space left on device") and the close of a file whose writing failed. Tested through tests/unit/data/test_token_dataset.cpp,
+// test_sample_index.cpp, tests/unit/io/test_checkpoint.cpp and tests/tools/full-disk.bats.
 #pragma once
 
 #include <hdf5.h>
@@ -23,6 +24,12 @@ class Hdf5Handle {
   Hdf5Handle& operator=(const Hdf5Handle&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  // Gives the handle up without closing it (the caller closes it and checks the result).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_;
@@ -47,6 +54,23 @@ class Hdf5QuietErrors {
   H5E_auto2_t handler_ = nullptr;
   void* data_ = nullptr;
 };
+
+// Why the HDF5 call that just failed on this thread failed, as the system said it: the text of
+// the errno on HDF5's error stack ("No space left on device", "File too large"). When the stack
+// names none (MPI-IO reports its own codes), "No space left on device" if the file system of
+// `path` has less than 1 MiB left, else "". Call it before any other HDF5 call.
+std::string hdf5_failure_reason(const std::string& path);
+// ": <reason>" for an error line, or "" when there is none.
+std::string with_failure_reason(const std::string& path);
+
+// Closes a file whose writing failed so that the close cannot fail: under the sec2 driver (one
+// process) the descriptor HDF5 writes through is first swapped for an in-memory file, so what
+// HDF5 still flushes goes nowhere. A failed H5Fclose leaves the file's id registered, and HDF5's
+// exit handler then closes it again (SIGSEGV). Other drivers are closed as they are.
+void close_abandoned_file(hid_t file);
+// Points the descriptor of `file` (open through the sec2 driver) at `replacement` (dup2); false
+// when `file` is open through another driver.
+bool redirect_file_descriptor(hid_t file, int replacement);
 
 // Scalar attributes; a failure throws mt::Error naming `path` (the file) and the attribute.
 void write_string_attribute(const std::string& path, hid_t object, const char* name, const std::string& value);

@@ -1,10 +1,21 @@
 // A trainer's checkpoints (see checkpointing.h).
 #include "train/checkpointing.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,9 +28,96 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/value_checks.h"
+#include "core/log.h"
 
 namespace mt::train {
 namespace {
+
+constexpr const char* kLockName = "mt-train.lock";
+
+std::string this_host() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof buffer - 1) != 0 || buffer[0] == '\0') return "localhost";
+  return buffer;
+}
+
+// The start of process `pid` in clock ticks since boot (/proc/PID/stat, field 22); -1 when unknown.
+long long process_start(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos) return -1;
+  std::istringstream fields(text.substr(name_end + 1));
+  std::string field;
+  for (int number = 3; number <= 22 && fields >> field; ++number) {
+    if (number == 22) return std::atoll(field.c_str());
+  }
+  return -1;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+// Who holds a save directory's lock: its one line "host=H pid=P process_start=S started=T".
+struct LockHolder {
+  std::string host, started;
+  long pid = 0;
+  long long process_start = -1;
+  std::string describe() const { return "host " + host + ", pid " + std::to_string(pid) + ", started " + started; }
+};
+
+std::optional<LockHolder> parse_lock(const std::string& text) {
+  LockHolder holder;
+  std::istringstream words(text);
+  std::string word;
+  while (words >> word) {
+    const size_t equals = word.find('=');
+    if (equals == std::string::npos) return std::nullopt;
+    const std::string key = word.substr(0, equals), value = word.substr(equals + 1);
+    if (key == "host") holder.host = value;
+    if (key == "pid") holder.pid = std::atol(value.c_str());
+    if (key == "process_start") holder.process_start = std::atoll(value.c_str());
+    if (key == "started") holder.started = value;
+  }
+  if (holder.host.empty() || holder.pid <= 0) return std::nullopt;
+  return holder;
+}
+
+// A holder of this host whose process is gone, or whose pid a later process has taken.
+bool holder_is_gone(const LockHolder& holder) {
+  if (holder.host != this_host()) return false;
+  if (kill(static_cast<pid_t>(holder.pid), 0) != 0 && errno == ESRCH) return true;
+  const long long start = process_start(holder.pid);
+  return holder.process_start >= 0 && start >= 0 && start != holder.process_start;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Creates `path` holding `text` only if it does not exist (O_EXCL); false when it exists.
+bool create_exclusive(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) return false;
+    throw Error(path, std::string("cannot create the save directory's lock: ") + std::strerror(errno));
+  }
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  const int saved = errno;
+  close(fd);
+  if (!written) {
+    unlink(path.c_str());
+    throw Error(path, std::string("cannot write the save directory's lock: ") + std::strerror(saved));
+  }
+  return true;
+}
 
 // Model fields that do not change a checkpoint's tensors or what they compute.
 bool free_to_differ(const std::string& field) {
@@ -321,6 +419,56 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
 
 }  // namespace
 
+std::string save_lock_path(const std::string& directory) { return (std::filesystem::path(directory) / kLockName).string(); }
+
+SaveDirectoryLock::SaveDirectoryLock(std::string directory) : path_(save_lock_path(directory)) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) throw Error(directory, "cannot create the save directory: " + error.message());
+  const long pid = static_cast<long>(getpid());
+  identity_ = "host=" + this_host() + " pid=" + std::to_string(pid) + " process_start=" +
+              std::to_string(process_start(pid)) + " started=" + utc_now() + "\n";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (create_exclusive(path_, identity_)) return;
+    const std::optional<LockHolder> holder = parse_lock(read_text(path_));
+    if (!holder) {
+      throw Error(directory, "holds a lock file mt cannot read (" + path_ +
+                                 "); a save directory holds one run: remove the lock if no run writes there");
+    }
+    if (!holder_is_gone(*holder)) {
+      throw Error(directory, "is in use by another run (" + holder->describe() + "; lock " + path_ +
+                                 "); a save directory holds one run: wait for it, save elsewhere, or remove the "
+                                 "lock if that run is gone");
+    }
+    log::warn("mt-train: " + path_ + ": taking over the stale lock of " + holder->describe() + " (that process is gone)");
+    unlink(path_.c_str());
+  }
+  throw Error(path_, "another run took the save directory's lock at the same moment");
+}
+
+SaveDirectoryLock::~SaveDirectoryLock() {
+  if (read_text(path_) == identity_) unlink(path_.c_str());
+}
+
+void check_tracker_moves_forward(const std::string& directory, int64_t iteration) {
+  const std::optional<int64_t> latest = io::read_tracker(directory);
+  if (latest && *latest > iteration) {
+    throw Error(directory, "its tracker names iteration " + std::to_string(*latest) + ", later than this save's " +
+                               std::to_string(iteration) +
+                               "; a tracker never moves backwards (save this run into another directory)");
+  }
+}
+
+bool earlier_parameters_of_run(const std::string& path, const model::ModelConfig& model, uint64_t seed) {
+  try {
+    const io::CheckpointReader existing(path);
+    check_same_model(existing, model);
+    return !existing.state().resumable && existing.state().seed == seed;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const SaveOptions& options) {
   return parallel_save(trainer, options, [&] { return path; }, [] {});
 }
@@ -328,7 +476,11 @@ SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const
 SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options) {
   const int64_t iteration = trainer.iteration();
   return parallel_save(
-      trainer, options, [&] { return io::prepare_checkpoint_directory(directory, iteration); },
+      trainer, options,
+      [&] {
+        check_tracker_moves_forward(directory, iteration);
+        return io::prepare_checkpoint_directory(directory, iteration);
+      },
       [&] { io::write_tracker(directory, iteration); });
 }
 

@@ -20,7 +20,9 @@
 // `optimizer`; the counters, consumed samples and the loss scaler (fp16 runs from fp16
 // checkpoints, as Megatron keeps it in the optimizer state) unless `finetune` (Megatron's
 // --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp
-// and end to end by tests/tools/mt-train.bats and (several ranks) tests/tools/mt-train-mpi.bats.
+// and end to end by tests/tools/mt-train.bats and (several ranks) tests/tools/mt-train-mpi.bats;
+// the save directory's lock and tracker rule in tests/unit/train/test_save_directory.cpp and
+// tests/tools/overwrite.bats.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,42 @@ struct LoadOptions {
   bool optimizer = true;   // false: --no-load-optim
   bool finetune = false;   // --finetune: parameters only, the run starts at iteration 0
 };
+
+// ---- the save directory: one run at a time, a tracker that only moves forward ----
+
+// A --save directory holds one run: DIR/mt-train.lock names the run that writes it (host, pid,
+// the process's start in clock ticks since boot, the UTC start time), from before its first step
+// to its exit. A lock whose host is this host and whose process is gone (or whose pid now belongs
+// to a process started at another moment) is stale: it is taken over with a warning on stderr.
+// Any other lock refuses the run, naming the holder and the file. Rank 0 takes it (the directory
+// is shared). A SIGKILLed run leaves its lock behind, which the next run on that host takes over;
+// on another host it is refused until removed (the message says so).
+class SaveDirectoryLock {
+ public:
+  // Creates DIR if needed and takes its lock; throws mt::Error naming the holder when held.
+  explicit SaveDirectoryLock(std::string directory);
+  // Removes the lock when it is still this process's.
+  ~SaveDirectoryLock();
+  SaveDirectoryLock(const SaveDirectoryLock&) = delete;
+  SaveDirectoryLock& operator=(const SaveDirectoryLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string identity_;  // what this process wrote into it
+};
+
+// DIR/mt-train.lock.
+std::string save_lock_path(const std::string& directory);
+
+// Refuses (mt::Error) a save of `iteration` into `directory` whose tracker names a later
+// iteration: a tracker never moves backwards (the later checkpoint would stop being the latest
+// and the earlier one of that run would be overwritten).
+void check_tracker_moves_forward(const std::string& directory, int64_t iteration);
+
+// True when `path` is an mt parameters file (--save-init/--save-final: not resumable) of the
+// same model and seed: the earlier output of this run (a requeued job writes it again).
+bool earlier_parameters_of_run(const std::string& path, const model::ModelConfig& model, uint64_t seed);
 
 // Loads `checkpoint` into `trainer` (see the header comment). Throws mt::Error naming the file and
 // the field or tensor.

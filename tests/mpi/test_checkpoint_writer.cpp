@@ -1,11 +1,13 @@
 // io::CheckpointWriter with a group of ranks (parallel HDF5, each rank writing its own hyperslabs)
 // under mpirun at 2 and 3 ranks: a file written by every rank's slices reads back and checksums
 // as the same tensors written by one process; a rank's bad slice, slices of all ranks that leave
-// part of a tensor out, and an injected fault each throw the same error on every rank, leave no
-// file and no temporary, and do not touch the good file already at the path.
+// part of a tensor out, an injected fault, and one rank's full disk (issue 28 H1) each throw the
+// same error on every rank, leave no file and no temporary, and do not touch the good file
+// already at the path.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -194,6 +196,20 @@ TEST(ParallelCheckpointWriter, AFaultAtEachNamedPointFailsOnEveryRank) {
       writer.write_tensor("model/vector", kVector, s.vector_slices);
     }, point);
   }
+}
+
+// Issue 28 H1: one rank's write finds the disk full (MT_CHECKPOINT_FAULT=mid-tensor:enospc on the
+// last rank only) while the others write on. The ranks agree on the status after the tensor,
+// before any collective close (they used to sit in different collectives inside H5Fclose), and
+// every rank throws the failing rank's error naming "No space left on device", in seconds.
+TEST(ParallelCheckpointWriter, H1OneRanksFullDiskFailsEveryRankWithTheReason) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_failed_save("No space left on device", [](io::CheckpointWriter& writer, const Shares& s) {
+    if (g_world->rank() == g_world->size() - 1) setenv("MT_CHECKPOINT_FAULT", "mid-tensor:enospc", 1);
+    writer.write_tensor("model/matrix", kMatrix, s.matrix_slices);
+    writer.write_tensor("model/vector", kVector, s.vector_slices);
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
 }
 
 }  // namespace

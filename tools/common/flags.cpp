@@ -263,6 +263,8 @@ const FlagSpec& flag_spec(std::string_view name) {
       text_flag("--byte-data", "Train on a text file's UTF-8 bytes (vocabulary 256)"),
       text_flag("--save-init", "Write the initial parameters (HDF5 checkpoint layout)"),
       text_flag("--save-final", "Write the final parameters (HDF5 checkpoint layout)"),
+      toggle_flag("--force", "Overwrite an existing output that is not this run's own earlier output (an input is "
+                             "never overwritten, a --save tracker never moves backwards)"),
       toggle_flag("--eod-mask-loss", "No loss where the input token is end-of-document"),
       toggle_flag("--reset-position-ids", "Positions restart after each end-of-document"),
       toggle_flag("--reset-attention-mask", "Attention stays inside each document (end-of-document boundaries)"),

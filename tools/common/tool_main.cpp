@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -113,6 +114,8 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
               const std::function<void(ToolCli&)>& define, const std::function<int(ToolCli&)>& run) {
   ensure_passive_openmp(argv);
   block_signals();  // before MPI, OpenMP or mt start a thread: they all inherit the block (signals.h)
+  // A write past `ulimit -f` then fails with EFBIG, which the writer reports ("File too large").
+  std::signal(SIGXFSZ, SIG_IGN);
   ToolCli cli(name, description);
   cli.set_argv(std::vector<std::string>(argv, argv + argc));
   int code = 0;

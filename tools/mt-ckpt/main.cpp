@@ -28,6 +28,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_checkpoint.h"
 #include "io/value_checks.h"
+#include "io/output_policy.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "tools/common/tool_main.h"
@@ -41,6 +42,7 @@ struct Options {
   std::string checkpoint_format;  // export/import --format: hf
   std::string dtype = "fp32";
   bool no_optim = false;
+  bool force = false;  // convert/import/export: overwrite an existing output (never the input)
   double atol = 0, rtol = 0;
   int make_vocab_size_divisible_by = 128;
   CLI::App* inspect = nullptr;
@@ -304,22 +306,34 @@ int run_diff(mt::tools::ToolCli& cli, const Options& o) {
 }
 
 // Where convert and import write: OUT itself when it ends in .h5, else OUT as a --save directory
-// (OUT/iter_NNNNNNN/checkpoint.h5, then its tracker). Never an existing file: not the input, not
-// another checkpoint.
+// (OUT/iter_NNNNNNN/checkpoint.h5, then its tracker). The output policy (io/output_policy.h):
+// never the input; an existing file only with --force; and a directory's tracker never moves
+// backwards or onto a checkpoint that cannot resume, --force or not.
 struct OutputCheckpoint {
   std::string directory;  // empty: a single file
   std::string file;
   int64_t iteration = 0;
-  OutputCheckpoint(const std::string& out, int64_t iteration_) : iteration(iteration_) {
+  OutputCheckpoint(const std::string& out, int64_t iteration_, bool resumable, const mt::io::NamedInput& input, bool force)
+      : iteration(iteration_) {
     if (std::filesystem::path(out).extension() == ".h5") {
       file = out;
     } else {
       directory = out;
       file = mt::io::checkpoint_path(out, iteration);
     }
-    if (std::filesystem::exists(file)) {
-      throw mt::UsageError(file, "exists; mt-ckpt never overwrites a checkpoint (remove it or name another OUT)");
+    if (std::filesystem::exists(file) && !force) {
+      throw mt::UsageError(file, "exists; mt-ckpt never overwrites a checkpoint without --force (or name another OUT)");
     }
+    if (!directory.empty()) refuse_tracker_move(resumable);
+    mt::io::refuse_input_as_output("OUT", file, {input});
+  }
+  void refuse_tracker_move(bool resumable) const {
+    const std::optional<int64_t> latest = mt::io::read_tracker(directory);
+    if (!latest || (resumable && iteration >= *latest)) return;
+    throw mt::UsageError(directory, "its tracker names iteration " + std::to_string(*latest) + "; this writes iteration " +
+                                        std::to_string(iteration) + (resumable ? "" : ", parameters only (not resumable)") +
+                                        ", and a tracker never moves backwards or onto a checkpoint that cannot "
+                                        "resume: write into a new directory or an OUT.h5 file");
   }
   // Creates what the file needs and returns its path.
   std::string prepare() const {
@@ -345,9 +359,10 @@ int run_convert(mt::tools::ToolCli& cli, const Options& o) {
   const mt::DType dtype = parse_dtype(o.dtype);
   const mt::io::CheckpointReader reader(checkpoint_file(o.path));
   mt::io::CheckpointState state = reader.state();
-  const OutputCheckpoint out(o.output, state.iteration);
   // Lower-precision master weights cannot continue the run they came from: parameters only.
   const bool drop_optimizer = o.no_optim || dtype != mt::DType::f32;
+  const OutputCheckpoint out(o.output, state.iteration, state.resumable && !drop_optimizer, {"IN", reader.path()},
+                             o.force);
   mt::io::CheckpointWriter writer(out.prepare());
   int64_t tensors = 0, dropped = 0;
   std::vector<float> values;
@@ -401,6 +416,9 @@ int run_export(mt::tools::ToolCli& cli, const Options& o) {
   require_hf(o, "export");
   const mt::DType dtype = parse_dtype(o.dtype);
   const mt::io::CheckpointReader reader(checkpoint_file(o.path));
+  for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
+    mt::io::refuse_existing_output("OUTDIR", (std::filesystem::path(o.output) / name).string(), false, o.force);
+  }
   const mt::io::HfExportResult result = mt::io::export_hf(reader, o.output, dtype);
   mt::tools::RecordWriter records(cli.output_format());
   records.write_run(mt::tools::run_record(cli));
@@ -447,7 +465,7 @@ std::string train_flags(const mt::model::ModelConfig& m) {
 
 int run_import(mt::tools::ToolCli& cli, const Options& o) {
   require_hf(o, "import");
-  const OutputCheckpoint out(o.output, 0);
+  const OutputCheckpoint out(o.output, 0, false, {"INDIR", o.path}, o.force);
   const mt::io::HfImportResult result = mt::io::import_hf(o.path, out.prepare(), o.make_vocab_size_divisible_by);
   out.finish();
   mt::tools::RecordWriter records(cli.output_format());
@@ -507,6 +525,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   o.convert->add_flag("--no-optim", o.no_optim, "Drop the optimizer state (Adam's moments and step)");
+  o.convert->add_flag("--force", o.force, "Overwrite an existing OUT file (never IN; a tracker never moves backwards)");
   o.convert->footer(
       "Without --no-optim and with --dtype fp32 the copy is exact and as resumable as its input. --no-optim, or a\n"
       "bf16/fp16 --dtype, makes a parameters-only checkpoint: not resumable (its `resumable` attribute is 0 and the\n"
@@ -526,6 +545,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   o.export_->add_option("--dtype", o.dtype, "Dtype of the safetensors: fp32, bf16 or fp16")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  o.export_->add_flag("--force", o.force, "Overwrite an HF model already in OUTDIR (config.json, model.safetensors)");
   o.export_->footer(
       "Writes the parameters with the names and shapes transformers expects: GPT2LMHeadModel for LayerNorm + learned\n"
       "positions + GELU + biases (Conv1D weights transposed, q/k/v fused into attn.c_attn), LlamaForCausalLM for\n"
@@ -545,6 +565,7 @@ void define(mt::tools::ToolCli& cli, Options& o) {
                         "Pad the vocabulary to a multiple of this (mt-train's flag; the run must use the same)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  o.import_->add_flag("--force", o.force, "Overwrite an existing OUT file (a tracker never moves backwards)");
   o.import_->footer(
       "Reads config.json (model_type gpt2 or llama; anything mt cannot represent, such as rope_scaling, biases in\n"
       "LLaMA or another activation, is refused naming the field) and the F32/BF16/F16 safetensors, and writes the\n"

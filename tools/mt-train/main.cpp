@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend_info.h"
@@ -27,6 +28,7 @@
 #include "data/sample_source.h"
 #include "data/token_range.h"
 #include "io/checkpoint.h"
+#include "io/output_policy.h"
 #include "model/config.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
@@ -83,6 +85,7 @@ struct TrainOptions {
   std::string byte_data;
   mt::data::LoaderOptions loader;
   std::string save_init, save_final;
+  bool force = false;  // --force: overwrite outputs that are not this run's (never an input)
   DryRunFlags dry;
   ExitFlags exit;
   TensorBoardFlags tensorboard;
@@ -385,6 +388,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_flag(app, "--reset-attention-mask", o.loader.reset_attention_mask)->group(d);
   mt::tools::add_flag(app, "--save-init", o.save_init)->group(d);
   mt::tools::add_flag(app, "--save-final", o.save_final)->group(d);
+  mt::tools::add_flag(app, "--force", o.force)->group(d);
   mt::tools::add_checkpoint_flags(app, o.checkpoint, "Checkpoints");
   mt::tools::add_megatron_compat_flags(app, o.compat, "Megatron options with the value mt implements");
   define_plan_and_stop_flags(app, o);
@@ -495,6 +499,39 @@ void check_outputs_writable(const TrainOptions& o, bool rank0) {
     std::filesystem::create_directories(o.checkpoint.save, ignored);  // as Megatron's os.makedirs; checked just below
     mt::check_writable("--save", mt::io::tracker_path(o.checkpoint.save));
   }
+}
+
+// The output policy (io/output_policy.h), on rank 0 once the seed is known: --save-init and
+// --save-final are never an input of the run (its data, the checkpoint it resumes, the one its
+// --save tracker names) and overwrite an existing file only when it is this run's earlier
+// parameters file or with --force; a --save directory that holds another run's checkpoints is
+// refused unless the run resumes from it or --force, and never takes a tracker backwards.
+void check_output_policy(const TrainOptions& o, const RunPlan& plan, const mt::io::CheckpointReader* resume, bool rank0) {
+  if (!rank0) return;
+  std::vector<mt::io::NamedInput> inputs{{"--byte-data", o.byte_data}};
+  for (const auto* list : {&o.paths.data_path, &o.paths.train_data_path, &o.paths.valid_data_path, &o.paths.test_data_path}) {
+    for (const std::string& prefix : *list) {
+      for (const char* suffix : {"", ".bin", ".idx", ".h5"}) inputs.push_back({"--data-path", prefix + suffix});
+    }
+  }
+  if (resume) inputs.push_back({"--load", resume->path()});
+  const std::string& save = o.checkpoint.save;
+  const int64_t latest = save.empty() ? -1 : mt::io::read_tracker(save).value_or(-1);  // -1: no tracker
+  if (latest >= 0) inputs.push_back({"--save (its latest checkpoint)", mt::io::checkpoint_path(save, latest)});
+  for (const auto& [flag, path] : {std::pair{"--save-init", o.save_init}, std::pair{"--save-final", o.save_final}}) {
+    if (path.empty()) continue;
+    mt::io::refuse_input_as_output(flag, path, inputs);
+    mt::io::refuse_existing_output(flag, path, mt::train::earlier_parameters_of_run(path, plan.model, plan.config.seed),
+                                   o.force);
+  }
+  if (latest < 0) return;
+  const bool resumes_it = resume && !o.checkpoint.finetune && mt::io::same_file(o.checkpoint.load, save);
+  if (!resumes_it && !o.force) {
+    throw mt::UsageError("--save " + save, "holds another run's checkpoints (its tracker names iteration " +
+                                               std::to_string(latest) + ") and this run does not resume from it; "
+                                               "give --load " + save + " to resume it, another --save, or --force");
+  }
+  mt::train::check_tracker_moves_forward(save, resume && !o.checkpoint.finetune ? resume->state().iteration : 0);
 }
 
 // Unless --no-load-rng (or --finetune) the resumed checkpoint's seed is the run's (the data is
@@ -1045,6 +1082,10 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   // built from the seed. Every rank reads the boxes its layout holds.
   std::unique_ptr<mt::io::CheckpointReader> resume = open_resume_checkpoint(o.checkpoint, rank0);
   if (resume) adopt_checkpoint_seed(cli, *resume, o.checkpoint, plan.config, rank0);
+  check_output_policy(o, plan, resume.get(), rank0);
+  // One run per --save directory (rank 0 holds the lock until the run ends).
+  std::optional<mt::train::SaveDirectoryLock> save_lock;
+  if (rank0 && !o.checkpoint.save.empty()) save_lock.emplace(o.checkpoint.save);
   const std::unique_ptr<mt::data::SampleSource> data = open_data(o, plan, *world);
 
   const mt::tools::PeakSource peak = run_peak(o, plan.config.precision, device);

@@ -3,7 +3,8 @@
 // whole tensor written at once, the checksum sees values and their positions, the root attributes
 // round-trip, wrong files are refused with the field or tensor named (one mt::Error, no HDF5 error
 // stack on stderr, and the caller's HDF5 error handler left in place), a fault at each named point
-// of a save leaves the previous checkpoint and tracker as they were, and the tracker's format.
+// of a save leaves the previous checkpoint and tracker as they were, a full disk (issue 28 C1) fails
+// the save naming ENOSPC with no HDF5 id left open, and the tracker's format.
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
@@ -334,6 +335,36 @@ TEST(CheckpointFormat, TheTrackerHoldsAnIterationAndNothingElse) {
   std::ofstream(io::tracker_path(d)) << "12x";
   EXPECT_NE(mt::testing::error_text([&] { io::read_tracker(d); }).find("does not hold an iteration number"), std::string::npos);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"latest_checkpointed_iteration.txt"}) << "no temporaries left";
+}
+
+// Issue 28 C1: a save whose writes find the disk full (MT_CHECKPOINT_FAULT=mid-tensor:enospc sends
+// HDF5's writes to /dev/full from the middle of the second tensor on) throws one error naming "No
+// space left on device", leaves no temporary (nor the headroom file) and no HDF5 object open: a
+// failed close used to leave the file's id registered, and HDF5's exit handler closed it again
+// (SIGSEGV after the run). The previous checkpoint stays; the next save succeeds.
+TEST(CheckpointFormat, C1AFullDiskFailsTheSaveWithItsReasonAndLeavesNoHdf5IdOpen) {
+  mt::testing::TempDir dir("mt_test_ckpt_enospc");
+  const std::string d = dir.path().string();
+  const std::vector<float> a = random_values(60, 9), b = random_values(7, 10);
+  const std::string good = io::prepare_checkpoint_directory(d, 5);
+  write_small(good, a, b);
+  const std::string good_bytes = file_text(good);
+  const ssize_t open_before = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+
+  ::setenv("MT_CHECKPOINT_FAULT", "mid-tensor:enospc", 1);
+  const std::string later = io::prepare_checkpoint_directory(d, 10);
+  const std::string error = mt::testing::error_text([&] { write_small(later, a, b); });
+  ::unsetenv("MT_CHECKPOINT_FAULT");
+  EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
+  EXPECT_NE(error.find("model/b.bias"), std::string::npos) << "names the tensor whose write failed: " << error;
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), open_before) << "an HDF5 id of the failed file is left";
+  EXPECT_FALSE(std::filesystem::exists(later));
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
+  EXPECT_TRUE(file_text(good) == good_bytes);
+  write_small(later, a, b);
+  EXPECT_EQ(io::CheckpointReader(later).state().iteration, sample_state().iteration);
 }
 
 // A save that fails at any named point (MT_CHECKPOINT_FAULT) throws, leaves no temporary, and the
