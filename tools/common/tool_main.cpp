@@ -113,6 +113,7 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
               const std::function<void(ToolCli&)>& define, const std::function<int(ToolCli&)>& run) {
   ensure_passive_openmp(argv);
   block_signals();  // before MPI, OpenMP or mt start a thread: they all inherit the block (signals.h)
+  ignore_broken_pipes();  // a closed stdout is a write error to report, not a silent death (issue 28 L5)
   ToolCli cli(name, description);
   cli.set_argv(std::vector<std::string>(argv, argv + argc));
   int code = 0;

@@ -583,12 +583,14 @@ class RunCheckpoints {
   }
 
   void save_parameters(const std::string& path) {
+    const mt::tools::SaveInProgress saving;  // a later signal waits for it (issue 28 L7)
     mt::train::SaveOptions options = options_;
     options.optimizer = false;
     options.resumable = false;
     record(mt::train::save_checkpoint_file(path, trainer_, options), "parameters");
   }
   void save_checkpoint() {
+    const mt::tools::SaveInProgress saving;  // a later signal waits for it (issue 28 L7)
     mt::train::SaveOptions options = options_;
     options.optimizer = !ck_.no_save_optim;
     if (rank0_) {
@@ -788,8 +790,10 @@ void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Tra
 
 // The exit code of a run a signal stopped: 75 (EX_TEMPFAIL) when a checkpoint to resume from was
 // saved, so a batch system requeues the job (--save-final alone is not resumable), else 128 + it.
-int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
-  log_stop(mt::tools::signal_name(stop), o, trainer, rank0);
+// A stop that stdout's reader caused is named by the write error ("Broken pipe").
+int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0,
+                      const std::string& stdout_error) {
+  log_stop(stdout_error.empty() ? mt::tools::signal_name(stop) : "stdout (" + stdout_error + ")", o, trainer, rank0);
   return o.checkpoint.save.empty() ? 128 + stop : 75;
 }
 
@@ -1017,6 +1021,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
 
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
+  writer.stop_run_on_write_error();  // a closed or unread stdout stops the run with a save (issue 28 L4, L5)
   writer.write_run(run_record(cli, plan, *data, peak));
   if (rank0) {
     mt::log::info("mt-train: " + plan.model.name + ", " + std::to_string(mt::model::parameter_count(plan.model)) +
@@ -1066,7 +1071,11 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                                            : Record(nullptr);
   records.summary(trainer, plan, world->size(), stopped_by);
   writer.finish();
-  if (stop != 0) return stopped_exit_code(stop, o, trainer, rank0);
+  if (stop != 0) {
+    const int code = stopped_exit_code(stop, o, trainer, rank0, writer.write_error());
+    world->barrier();  // rank 0's last line is out before any rank exits and mpirun ends the others (U9)
+    return code;
+  }
   return planned_stop ? planned_stop_exit_code(trainer.stop_reason(), o, trainer, rank0) : 0;
 }
 
