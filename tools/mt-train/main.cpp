@@ -778,9 +778,14 @@ class TensorBoardEvents {
 };
 
 // The log line of a run stopped early by `by` (a signal's name or a flag with its value).
+// A stop before the first step (a closed stdout found by the run record) has nothing to save.
+bool saved_on_stop(const TrainOptions& o, const mt::train::Trainer& trainer) {
+  return !o.checkpoint.save.empty() && trainer.iteration() > 0;
+}
+
 void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
   const std::string& save = o.checkpoint.save;
-  const std::string wrote = save.empty() ? "" : "; saved a checkpoint in " + save + " (resume with --load)";
+  const std::string wrote = saved_on_stop(o, trainer) ? "; saved a checkpoint in " + save + " (resume with --load)" : "";
   if (rank0) {
     mt::log::info("mt-train: stopped by " + by + " after iteration " + std::to_string(trainer.iteration()) + " of " +
                   std::to_string(trainer.total_iterations()) + wrote +
@@ -794,7 +799,7 @@ void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Tra
 int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0,
                       const std::string& stdout_error) {
   log_stop(stdout_error.empty() ? mt::tools::signal_name(stop) : "stdout (" + stdout_error + ")", o, trainer, rank0);
-  return o.checkpoint.save.empty() ? 128 + stop : 75;
+  return saved_on_stop(o, trainer) ? 75 : 128 + stop;
 }
 
 // Megatron's planned stops as the trainer takes them (none when the flags are not given).
