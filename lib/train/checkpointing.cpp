@@ -27,8 +27,8 @@
 #include "comm/communicator.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "io/value_checks.h"
 #include "core/log.h"
+#include "io/value_checks.h"
 
 namespace mt::train {
 namespace {

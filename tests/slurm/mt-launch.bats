@@ -3,7 +3,8 @@
 # mpirun; its exit status is the command's; SIGUSR1 reaches the command (which saves and exits 75);
 # under Slurm (faked: SLURM_JOB_ID and stand-ins for srun and scontrol in tests/slurm/fake) it
 # starts ranks with `srun --mpi=pmix --kill-on-bad-exit=1`, writes the provenance files and on
-# exit 75 calls `scontrol requeue JOBID` last, unless the stop came from SIGTERM (scancel); bad
+# exit 75 calls `scontrol requeue JOBID` last, unless the stop came from SIGTERM (scancel); SIGTERM
+# and SIGINT reach mpirun's ranks as SIGUSR1 (issue 28 L4: mpirun would end the job); bad
 # options are one-line usage errors. The real
 # cluster runs are tests/slurm/slurm.bats.
 
@@ -94,4 +95,27 @@ fake_slurm() {
   [[ $status -eq 2 && "$err" == "mt-launch: error: --nodes: unknown option (options: --ranks N, --output FILE)" ]] || fail "$status $err"
   run_split "$LAUNCH"
   [[ $status -eq 2 && "$(line_count "$err")" -eq 1 ]] || fail "$status $err"
+}
+
+@test "issue28 L4/U9: SIGTERM or SIGINT to mt-launch --ranks 2 reaches mt-train's ranks as a stop: they save, exit 75 with mt's last line, not requeued" {
+  local -a run=(mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2
+                --global-batch-size 8 --eval-iters 0 --train-iters 100000 --log-interval 1000000)
+  local signal
+  for signal in TERM INT; do
+    rm -rf "$TMP/ck" "$TMP/run.jsonl"
+    env --default-signal "$LAUNCH" --ranks 2 --output "$TMP/run.jsonl" -- "${run[@]}" --save "$TMP/ck" 2>"$TMP/err" &
+    local launcher=$!
+    for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/run.jsonl" 2>/dev/null && break; sleep 0.1; done
+    kill "-$signal" "$launcher"
+    local status=0
+    wait "$launcher" || status=$?
+    [[ $status -eq 75 ]] || fail "SIG$signal: exited $status: $(cat "$TMP/err")"
+    local saved
+    saved="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+    grep -qx "mt-launch: SIG$signal received: forwarded to mpirun (pid [0-9]*) as SIGUSR1 (mpirun would end the job on SIG$signal, with no save)" \
+      "$TMP/err" || fail "SIG$signal: $(cat "$TMP/err")"
+    grep -qx "\[rank 0\] mt-train: stopped by SIGUSR1 after iteration $saved of 100000; saved a checkpoint in $TMP/ck (resume with --load)" \
+      "$TMP/err" || fail "SIG$signal: $(cat "$TMP/err")"
+    ! grep -q -e "job has been aborted" -e "mpirun detected" "$TMP/err" || fail "SIG$signal: $(cat "$TMP/err")"
+  done
 }

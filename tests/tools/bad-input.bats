@@ -281,3 +281,70 @@ start_training() {
   refused "--fp8-format: Megatron flag not supported yet" --fp8-format hybrid
   refused "--distributed-backend: Megatron flag not supported yet" --distributed-backend nccl
 }
+
+# Runs "$@" with stdout a pipe whose reader leaves after $1 lines (as `| head -n $1` does) and every
+# signal at its default action (SIGPIPE included, as a shell starts it): $status (128 + n for a
+# signal), $err.
+reader_leaves_after() {
+  /usr/bin/python3 - "$@" 2>"$TMP/closed.err" <<'PY' && status=0 || status=$?
+import os, subprocess, sys
+read_end, write_end = os.pipe()
+tool = subprocess.Popen(sys.argv[2:], stdout=write_end)
+os.close(write_end)
+with os.fdopen(read_end, "rb") as reader:
+    for _ in range(int(sys.argv[1])):
+        reader.readline()
+code = tool.wait()
+sys.exit(128 - code if code < 0 else code)
+PY
+  err="$(cat "$TMP/closed.err")"
+}
+
+@test "issue28 L5: a closed stdout (mt-train | head -1) stops mt-train with a save and exit 75; other tools say so in one line" {
+  reader_leaves_after 3 mt-train "${TINY[@]}" --train-iters 100000 --save "$TMP/ck"
+  [[ $status -eq 75 ]] || fail "exit $status: $err"
+  local saved
+  saved="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" || fail "no tracker: $err"
+  mt-ckpt verify "$TMP/ck" >/dev/null || fail "the checkpoint does not verify"
+  [[ "$(tail -n 1 <<<"$err")" == "mt-train: stopped by stdout (Broken pipe) after iteration $saved of 100000; saved a checkpoint in $TMP/ck (resume with --load)" ]] \
+    || fail "$err"
+  # The probe's pipeline: head leaves after the first line.
+  rm -rf "$TMP/ck"
+  env --default-signal mt-train "${TINY[@]}" --train-iters 100000 --save "$TMP/ck" 2>"$TMP/err.log" | head -n 1 >/dev/null
+  [[ "${PIPESTATUS[0]}" -eq 75 && -s "$TMP/ck/latest_checkpointed_iteration.txt" ]] || fail "$(cat "$TMP/err.log")"
+  # A tool that cannot stop cleanly reports the write error in one line, exit 1.
+  reader_leaves_after 0 mt-ckpt verify "$TMP/ck"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: stdout: write failed: Broken pipe" ]] || fail "exit $status: $err"
+  no_temporaries
+}
+
+@test "issue28 L7: a signal during the save a first signal started waits for it: exit 75, the tracker set; SIGKILL leaves the previous checkpoint latest" {
+  # Each save takes 2 s longer (MT_TEST_SAVE_DELAY_SECONDS): SIGUSR1 (Slurm's warning) starts it,
+  # SIGTERM and SIGINT arrive while it is written.
+  export MT_TEST_SAVE_DELAY_SECONDS=2
+  start_training "${TINY[@]}" --train-iters 100000 --save "$TMP/ck"
+  kill -USR1 "$PID"
+  sleep 0.7
+  kill -TERM "$PID"
+  sleep 0.3
+  kill -INT "$PID"
+  wait "$PID" && status=0 || status=$?
+  PID=""
+  [[ $status -eq 75 ]] || fail "exit $status: $(cat "$TMP/err.log")"
+  grep -qx "mt-train: SIGTERM during a save; finishing the save first (at most 120 s)" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  local steps
+  steps="$(jq -s '[.[] | select(.record == "step")] | length' "$TMP/out.jsonl")"
+  [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == "$steps" ]] || fail "tracker vs $steps steps"
+  mt-ckpt verify "$TMP/ck" >/dev/null || fail "the checkpoint does not verify"
+  grep -qx "mt-train: stopped by SIGUSR1 after iteration $steps of 100000; saved a checkpoint in $TMP/ck (resume with --load)" \
+    "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  # Only SIGKILL loses the save in progress; the checkpoint before it stays the latest and verifies.
+  start_training "${TINY[@]}" --train-iters 100000 --save "$TMP/ck" --load "$TMP/ck"
+  kill -USR1 "$PID"
+  sleep 0.7
+  kill -KILL "$PID"
+  wait "$PID" || true
+  PID=""
+  [[ "$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" == "$steps" ]] || fail "the tracker moved"
+  mt-ckpt verify "$TMP/ck" >/dev/null || fail "the previous checkpoint does not verify"
+}

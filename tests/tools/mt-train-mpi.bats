@@ -5,7 +5,8 @@
 # tool's flags; only rank 0 writes stdout; step records carry the multi-rank keys; N Slurm tasks
 # that cannot form one world are refused (a faked environment); layouts mt-train does not run yet
 # are refused by name; checkpoints (issue 14) resume bit for bit under DP, TP, PP, CP and their
-# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75;
+# combinations, load under any other layout, and SIGUSR1 to mpirun saves and exits 75 (SIGTERM and
+# SIGINT to mpirun save given OpenMPI's window, a signal to a rank ends with mt's last line: issue 28);
 # --overlap-param-gather trains, saves and resumes as the blocking gather does. CP=2 runs on
 # token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
 # in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
@@ -406,4 +407,54 @@ EOF
   (( threads > 2 )) || fail "only $threads threads"
   [[ -z "$unblocked" ]] || fail "threads that do not block the signals:$unblocked"
   (( waiting == 2 )) || fail "$waiting threads waiting for the signals, not one per rank"
+}
+
+# The pid of the rank $2 of mpirun $1.
+rank_pid() {
+  local pid
+  for pid in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$pid"
+  done
+}
+
+@test "issue28 L4: SIGTERM or SIGINT (Ctrl-C) to mpirun, given OpenMPI's window before SIGKILL, saves a checkpoint that verifies" {
+  # mpirun told to terminate sends the ranks SIGCONT, SIGTERM odls_base_sigkill_timeout seconds
+  # later and SIGKILL as long again after that, and stops reading their output (rank 0 used to
+  # block in write(2) and never save). README "Signals under mpirun".
+  local -a run=("${CKPT[@]}" --train-iters 100000 --lr-decay-iters 100000 --eval-interval 100000)
+  local signal
+  for signal in TERM INT; do
+    rm -rf "$TMP/ck"
+    OMPI_MCA_odls_base_sigkill_timeout=4 mpirun -np 2 --oversubscribe mt-train "${run[@]}" --save "$TMP/ck" \
+      >"$TMP/run.jsonl" 2>"$TMP/run.err" &
+    local launcher=$!
+    for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/run.jsonl" && break; sleep 0.1; done
+    kill "-$signal" "$launcher"
+    wait "$launcher" || true
+    local saved
+    saved="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")" || fail "SIG$signal: no checkpoint: $(cat "$TMP/run.err")"
+    (( saved >= 1 )) || fail "SIG$signal: tracker $saved"
+    mt-ckpt verify "$TMP/ck" >/dev/null || fail "SIG$signal: the checkpoint does not verify"
+  done
+}
+
+@test "issue28 U9: a signal to one rank under mpirun -q (OMPI_MCA_orte_execute_quiet=1) ends with mt's last line and exit 75, no job-aborted banner" {
+  local -a run=("${CKPT[@]}" --train-iters 100000 --lr-decay-iters 100000 --eval-interval 100000)
+  local rank
+  for rank in 1 0; do
+    rm -rf "$TMP/ck"
+    OMPI_MCA_orte_execute_quiet=1 mpirun -np 2 --oversubscribe mt-train "${run[@]}" --save "$TMP/ck" \
+      >"$TMP/run.jsonl" 2>"$TMP/run.err" &
+    local launcher=$!
+    for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/run.jsonl" && break; sleep 0.1; done
+    kill -TERM "$(rank_pid "$launcher" "$rank")"
+    local status=0
+    wait "$launcher" || status=$?
+    [[ $status == 75 ]] || fail "rank $rank: mpirun exited $status: $(cat "$TMP/run.err")"
+    local saved
+    saved="$(cat "$TMP/ck/latest_checkpointed_iteration.txt")"
+    [[ "$(tail -n 1 "$TMP/run.err")" == "[rank 0] mt-train: stopped by SIGTERM after iteration $saved of 100000; saved a checkpoint in $TMP/ck (resume with --load)" ]] \
+      || fail "rank $rank: $(tail -n 5 "$TMP/run.err")"
+    ! grep -q -e "job has been aborted" -e "mpirun detected" "$TMP/run.err" || fail "rank $rank: $(cat "$TMP/run.err")"
+  done
 }

@@ -1,10 +1,17 @@
 // Record printers (see records.h).
 #include "tools/common/records.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/stop_request.h"
 
 namespace mt::tools {
 
@@ -43,7 +50,63 @@ RecordWriter::RecordWriter(OutputFormat format, std::FILE* out, bool enabled)
     : format_(format), out_(out), enabled_(enabled) {}
 
 RecordWriter::~RecordWriter() {
-  if (!finished_) finish();
+  try {
+    if (!finished_) finish();
+  } catch (const Error&) {
+    // A destructor does not throw; tool_main reports a stdout that failed.
+  }
+}
+
+void RecordWriter::emit(const std::string& text) { pending_ += text; }
+
+// Writes what emit() gathered. A failed write (EPIPE from a reader that left, ENOSPC, EIO) throws
+// "stdout: write failed: <why>", or, for a run that stops cleanly, ends the output and asks the
+// run to stop (as SIGPIPE would).
+void RecordWriter::flush_pending() {
+  std::string text;
+  text.swap(pending_);
+  if (stop_on_write_error_) {
+    write_unless_stopped(text);
+    return;
+  }
+  errno = 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), out_) == text.size() && std::fflush(out_) == 0;
+  if (written && !std::ferror(out_)) return;
+  const int error = errno != 0 ? errno : EIO;
+  std::clearerr(out_);
+  throw Error("stdout", std::string("write failed: ") + std::strerror(error));
+}
+
+// The stop mode's writes go straight to the descriptor, in pieces a writable pipe or terminal
+// takes without blocking, and wait for it at most kUnreadSecondsAfterStop once a stop was
+// requested: mpirun stops reading its ranks' output when it is told to terminate, and a rank
+// blocked in write(2) would never reach the save its signal asks for.
+void RecordWriter::write_unless_stopped(const std::string& text) {
+  const int fd = fileno(out_);
+  size_t done = 0;
+  int waited_ms = 0;
+  while (done < text.size() && enabled_) {
+    pollfd ready{fd, POLLOUT, 0};
+    const int polled = poll(&ready, 1, 100);
+    if (polled == 0) {
+      waited_ms = stop_signal() != 0 ? waited_ms + 100 : 0;
+      if (waited_ms >= kUnreadSecondsAfterStop * 1000) fail_output("not read for " + std::to_string(kUnreadSecondsAfterStop) + " s after a stop signal");
+      continue;
+    }
+    if (polled < 0 && errno == EINTR) continue;
+    const ssize_t wrote = ::write(fd, text.data() + done, std::min<size_t>(text.size() - done, 512));
+    if (wrote > 0) {
+      done += static_cast<size_t>(wrote);
+    } else if (wrote < 0 && errno != EINTR && errno != EAGAIN) {
+      fail_output(std::strerror(errno));
+    }
+  }
+}
+
+void RecordWriter::fail_output(const std::string& why) {
+  enabled_ = false;
+  write_error_ = why;
+  request_stop(SIGPIPE);
 }
 
 void RecordWriter::write_run(const Record& run) {
@@ -54,13 +117,13 @@ void RecordWriter::write(const Record& record) {
   if (!enabled_) return;
   switch (format_) {
     case OutputFormat::jsonl:
-      std::fprintf(out_, "%s\n", record.dump(-1, ' ', false, Record::error_handler_t::replace).c_str());
+      emit(record.dump(-1, ' ', false, Record::error_handler_t::replace) + "\n");
       break;
     case OutputFormat::json: collected_.push_back(record); return;
     case OutputFormat::table: collect_table_row(record); return;
     case OutputFormat::csv: write_csv(record); break;
   }
-  std::fflush(out_);
+  flush_pending();
 }
 
 void RecordWriter::finish() {
@@ -68,11 +131,11 @@ void RecordWriter::finish() {
   finished_ = true;
   if (!enabled_) return;
   if (format_ == OutputFormat::json) {
-    std::fprintf(out_, "%s\n", collected_.dump(2, ' ', false, Record::error_handler_t::replace).c_str());
+    emit(collected_.dump(2, ' ', false, Record::error_handler_t::replace) + "\n");
   } else if (format_ == OutputFormat::table) {
     write_tables();
   }
-  std::fflush(out_);
+  flush_pending();
 }
 
 std::string escape_cell(std::string_view text) {
@@ -178,11 +241,11 @@ void RecordWriter::write_tables() {
         const std::string cell = cell_of(i);
         text += std::string(widths[i] > cell.size() ? widths[i] - cell.size() : 0, ' ') + cell + "  ";
       }
-      std::fprintf(out_, "%s\n", text.c_str());
+      emit(text + "\n");
     };
-    if (!first) std::fprintf(out_, "\n");
+    if (!first) emit("\n");
     first = false;
-    if (!section.kind.empty()) std::fprintf(out_, "# %s\n", escape_cell(section.kind).c_str());
+    if (!section.kind.empty()) emit("# " + escape_cell(section.kind) + "\n");
     line([&](size_t i) { return escape_cell(section.columns[i]); });
     line([&](size_t i) { return std::string(widths[i], '-'); });
     for (const auto& row : section.rows) line([&](size_t i) { return row[i]; });
@@ -196,20 +259,20 @@ void RecordWriter::write_csv(const Record& record) {
   bool created = false;
   const Section& section = section_of(record, &created);
   if (created) {
-    if (sections_.size() > 1) std::fprintf(out_, "\n");
+    if (sections_.size() > 1) emit("\n");
     std::string header = "record";
     for (const auto& column : section.columns) {
       header += ',';
       header += csv_field(column);
     }
-    std::fprintf(out_, "%s\n", header.c_str());
+    emit(header + "\n");
   }
   std::string row = csv_field(section.kind);
   for (const auto& column : section.columns) {
     row += ',';
     row += csv_field(format_value(record[column]));
   }
-  std::fprintf(out_, "%s\n", row.c_str());
+  emit(row + "\n");
 }
 
 }  // namespace mt::tools

@@ -44,6 +44,18 @@ class RecordWriter {
   // needed.
   void finish();
   OutputFormat format() const { return format_; }
+  // A failed write (a closed pipe: `| head`, a tee that died) throws mt::Error "stdout: write
+  // failed: <why>" by default. A run that can stop cleanly (mt-train) calls this instead (before
+  // its first record): the failure requests a stop (core/stop_request.h, as SIGPIPE) and nothing
+  // more is written; so does an output nobody reads for kUnreadSecondsAfterStop once a stop was
+  // requested (mpirun told to terminate stops reading its ranks' output).
+  void stop_run_on_write_error() {
+    std::fflush(out_);
+    stop_on_write_error_ = true;
+  }
+  static constexpr int kUnreadSecondsAfterStop = 2;
+  // Why the output failed ("Broken pipe"), empty while it works.
+  const std::string& write_error() const { return write_error_; }
 
  private:
   // The records of one kind (and one set of keys) in table and csv output.
@@ -56,11 +68,18 @@ class RecordWriter {
   void collect_table_row(const Record& record);
   void write_tables();
   void write_csv(const Record& record);
+  void emit(const std::string& text);
+  void flush_pending();
+  void write_unless_stopped(const std::string& text);
+  void fail_output(const std::string& why);
 
   OutputFormat format_;
   std::FILE* out_;
   bool enabled_;
   bool finished_ = false;
+  bool stop_on_write_error_ = false;
+  std::string write_error_;
+  std::string pending_;  // emitted, not yet written
   std::vector<Section> sections_;
   Record collected_ = Record::array();
 };

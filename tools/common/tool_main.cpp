@@ -116,6 +116,7 @@ int tool_main(int argc, char** argv, const std::string& name, const std::string&
   block_signals();  // before MPI, OpenMP or mt start a thread: they all inherit the block (signals.h)
   // A write past `ulimit -f` then fails with EFBIG, which the writer reports ("File too large").
   std::signal(SIGXFSZ, SIG_IGN);
+  ignore_broken_pipes();  // a closed stdout is a write error to report, not a silent death (issue 28 L5)
   ToolCli cli(name, description);
   cli.set_argv(std::vector<std::string>(argv, argv + argc));
   int code = 0;

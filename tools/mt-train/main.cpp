@@ -320,7 +320,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Signals: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (always handled; Megatron's --exit-signal-handler is opt-in)\n"
       "finish the current step; with --save a checkpoint is saved and the exit code is 75 (resumable: sbatch\n"
       "requeues), without it --save-final is written and the exit code is 128 + the signal. A second signal\n"
-      "exits at once. Every output path is checked writable before the first step.\n"
+      "exits at once, except during a save, which it lets finish (at most 120 s). A closed stdout (| head)\n"
+      "stops the run the same way. Under mpirun send SIGUSR1: mpirun ends the job on SIGTERM or Ctrl-C\n"
+      "(README \"Signals under mpirun\"). Every output path is checked writable before the first step.\n"
       "Parallelism: under mpirun -np N (or srun --mpi=pmix) the world is TP x CP x DP x PP (TP fastest),\n"
       "DP = N / (TP x CP x PP): the four dense dimensions combine freely. --tensor-model-parallel-size splits\n"
       "heads, query groups, ffn and vocabulary;\n"
@@ -658,12 +660,14 @@ class RunCheckpoints {
   }
 
   void save_parameters(const std::string& path) {
+    const mt::tools::SaveInProgress saving;  // a later signal waits for it (issue 28 L7)
     mt::train::SaveOptions options = options_;
     options.optimizer = false;
     options.resumable = false;
     record(mt::train::save_checkpoint_file(path, trainer_, options), "parameters");
   }
   void save_checkpoint() {
+    const mt::tools::SaveInProgress saving;  // a later signal waits for it (issue 28 L7)
     mt::train::SaveOptions options = options_;
     options.optimizer = !ck_.no_save_optim;
     if (rank0_) {
@@ -855,9 +859,14 @@ class TensorBoardEvents {
 };
 
 // The log line of a run stopped early by `by` (a signal's name or a flag with its value).
+// A stop before the first step (a closed stdout found by the run record) has nothing to save.
+bool saved_on_stop(const TrainOptions& o, const mt::train::Trainer& trainer) {
+  return !o.checkpoint.save.empty() && trainer.iteration() > 0;
+}
+
 void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
   const std::string& save = o.checkpoint.save;
-  const std::string wrote = save.empty() ? "" : "; saved a checkpoint in " + save + " (resume with --load)";
+  const std::string wrote = saved_on_stop(o, trainer) ? "; saved a checkpoint in " + save + " (resume with --load)" : "";
   if (rank0) {
     mt::log::info("mt-train: stopped by " + by + " after iteration " + std::to_string(trainer.iteration()) + " of " +
                   std::to_string(trainer.total_iterations()) + wrote +
@@ -867,9 +876,11 @@ void log_stop(const std::string& by, const TrainOptions& o, const mt::train::Tra
 
 // The exit code of a run a signal stopped: 75 (EX_TEMPFAIL) when a checkpoint to resume from was
 // saved, so a batch system requeues the job (--save-final alone is not resumable), else 128 + it.
-int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0) {
-  log_stop(mt::tools::signal_name(stop), o, trainer, rank0);
-  return o.checkpoint.save.empty() ? 128 + stop : 75;
+// A stop that stdout's reader caused is named by the write error ("Broken pipe").
+int stopped_exit_code(int stop, const TrainOptions& o, const mt::train::Trainer& trainer, bool rank0,
+                      const std::string& stdout_error) {
+  log_stop(stdout_error.empty() ? mt::tools::signal_name(stop) : "stdout (" + stdout_error + ")", o, trainer, rank0);
+  return saved_on_stop(o, trainer) ? 75 : 128 + stop;
 }
 
 // Megatron's planned stops as the trainer takes them (none when the flags are not given).
@@ -1100,6 +1111,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   if (resume) loaded = load_resume(*resume, trainer, o.checkpoint, *world, rank0);
 
   mt::tools::RecordWriter writer(cli.output_format(), stdout, rank0);
+  writer.stop_run_on_write_error();  // a closed or unread stdout stops the run with a save (issue 28 L4, L5)
   writer.write_run(run_record(cli, plan, *data, peak, device));
   if (rank0) {
     mt::log::info("mt-train: " + plan.model.name + ", " + std::to_string(mt::model::parameter_count(plan.model)) +
@@ -1149,7 +1161,11 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
                                            : Record(nullptr);
   records.summary(trainer, plan, world->size(), stopped_by);
   writer.finish();
-  if (stop != 0) return stopped_exit_code(stop, o, trainer, rank0);
+  if (stop != 0) {
+    const int code = stopped_exit_code(stop, o, trainer, rank0, writer.write_error());
+    world->barrier();  // rank 0's last line is out before any rank exits and mpirun ends the others (U9)
+    return code;
+  }
   return planned_stop ? planned_stop_exit_code(trainer.stop_reason(), o, trainer, rank0) : 0;
 }
 

@@ -1,6 +1,9 @@
 // Record printers: jsonl leads with the run record, json is one parseable array, table and csv
-// print a header per record kind.
+// print a header per record kind; a failed write is an error, or a stop request (issue 28 L5).
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -8,6 +11,7 @@
 
 #include "tools/common/records.h"
 #include "core/error.h"
+#include "core/stop_request.h"
 
 using mt::tools::OutputFormat;
 using mt::tools::Record;
@@ -134,4 +138,45 @@ TEST(Issue11Case20, EscapeCellCoversEveryLineBreak) {
   EXPECT_EQ(mt::tools::escape_cell(std::string("\0\x1f\x7f", 3)), "\\u0000\\u001f\\u007f");
   EXPECT_EQ(mt::tools::escape_cell("next\xC2\x85line\xE2\x80\xA8sep\xE2\x80\xA9par"), "next\\u0085line\\u2028sep\\u2029par");
   EXPECT_EQ(mt::tools::escape_cell("caf\xC3\xA9 \xE2\x82\xAC"), "caf\xC3\xA9 \xE2\x82\xAC");  // other UTF-8 stays
+}
+
+namespace {
+// A stream whose reader has gone, as stdout after `| head -1` exits (SIGPIPE ignored, as tool_main does).
+std::FILE* closed_pipe() {
+  signal(SIGPIPE, SIG_IGN);
+  int ends[2];
+  if (pipe(ends) != 0) return nullptr;
+  close(ends[0]);
+  return fdopen(ends[1], "w");
+}
+}  // namespace
+
+TEST(Issue28L5, AFailedWriteIsAnErrorNamingStdoutAndWhy) {
+  std::FILE* out = closed_pipe();
+  ASSERT_NE(out, nullptr);
+  RecordWriter writer(OutputFormat::jsonl, out);
+  try {
+    writer.write(Record{{"record", "x"}});
+    FAIL() << "no error";
+  } catch (const mt::Error& e) {
+    EXPECT_STREQ(e.what(), "stdout: write failed: Broken pipe");
+  }
+  writer.finish();
+  std::fclose(out);
+}
+
+TEST(Issue28L5, AFailedWriteStopsARunThatCanStop) {
+  std::FILE* out = closed_pipe();
+  ASSERT_NE(out, nullptr);
+  mt::clear_stop_request();
+  {
+    RecordWriter writer(OutputFormat::jsonl, out);
+    writer.stop_run_on_write_error();
+    EXPECT_NO_THROW(writer.write(Record{{"record", "x"}}));
+    EXPECT_EQ(writer.write_error(), "Broken pipe");
+    EXPECT_EQ(mt::stop_signal(), SIGPIPE);
+    EXPECT_NO_THROW(writer.write(Record{{"record", "y"}}));  // nothing more is written
+  }
+  mt::clear_stop_request();
+  std::fclose(out);
 }
