@@ -409,6 +409,27 @@ class NcclCommunicator final : public Communicator {
     return post_message("recv_async", false, data, count, dtype, peer, tag);
   }
 
+  // A non-blocking split fills `*child` from NCCL's own thread, after ncclCommSplit has returned
+  // and not before the parent's share of the split is done (NVIDIA/nccl#1472; seen on NCCL 2.28:
+  // the parent reads ncclSuccess while the child is still unset). Waits for it within the
+  // distributed timeout, watching the parent for errors.
+  void wait_for_split_child(const char* name, ncclComm_t* child) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(handle_->timeout_seconds());
+    const std::atomic_ref<ncclComm_t> filled(*child);
+    while (filled.load() == nullptr) {
+      ncclResult_t parent_state = ncclSuccess;
+      const ncclResult_t asked = ncclCommGetAsyncError(handle_->comm(), &parent_state);
+      if (asked != ncclSuccess) parent_state = asked;
+      if (parent_state != ncclSuccess && parent_state != ncclInProgress)
+        throw Error(name, nccl_text(parent_state, handle_->comm()));
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(name, "NCCL made no communicator for this rank within the distributed timeout (" +
+                              std::to_string(handle_->timeout_seconds()) + " s)");
+      std::this_thread::yield();
+    }
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     const char* name = "split";
     if (color < 0) throw Error(name, "negative color " + std::to_string(color));
@@ -416,10 +437,9 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
-    // A non-blocking split is polled on the parent first: NCCL fills `child` only once the
-    // parent's state has left ncclInProgress (NVIDIA/nccl#1472); then the child's own join.
-    handle_->settle_comm(name, handle_->comm(), ncclCommSplit(handle_->comm(), color, key, &child, &config));
-    if (child == nullptr) throw Error(name, "NCCL finished the split without a communicator for this rank");
+    const ncclResult_t started = ncclCommSplit(handle_->comm(), color, key, &child, &config);
+    if (started != ncclSuccess && started != ncclInProgress) throw Error(name, nccl_text(started, handle_->comm()));
+    wait_for_split_child(name, &child);
     handle_->settle_comm(name, child, ncclInProgress);
     int child_rank = 0, child_size = 0;
     handle_->settle_comm(name, child, ncclCommUserRank(child, &child_rank));
