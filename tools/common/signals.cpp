@@ -88,7 +88,16 @@ void defer_until_saved(int signal_number) {
   write_stderr(pieces, sizeof pieces / sizeof pieces[0]);
 }
 
+// The exit code a signal ends the process with once the run's end is decided (-1: not yet).
+std::atomic<int> g_decided_exit_code{-1};
+
 void on_signal(int signal_number) {
+  if (const int decided = g_decided_exit_code.load(); decided >= 0) {
+    const char* name = static_signal_name(signal_number);
+    const char* pieces[] = {g_tool, ": ", name ? name : "a signal", " after the run's end was decided; exiting with its code\n"};
+    write_stderr(pieces, sizeof pieces / sizeof pieces[0]);
+    _exit(decided);
+  }
   const bool graceful = g_mode == static_cast<sig_atomic_t>(SignalMode::graceful);
   // Graceful: the first signal is only recorded; the tool reports it when the run has stopped.
   if (graceful && stop_signal() == 0) {
@@ -182,5 +191,7 @@ std::string signal_name(int signal_number) {
   const char* name = static_signal_name(signal_number);
   return name ? name : "signal " + std::to_string(signal_number);
 }
+
+void exit_with_on_later_signal(int code) { g_decided_exit_code.store(code); }
 
 }  // namespace mt::tools

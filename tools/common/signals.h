@@ -49,6 +49,12 @@ class SaveInProgress {
   SaveInProgress& operator=(const SaveInProgress&) = delete;
 };
 
+// Once a run's exit code is decided (its stop saved, its last records written), a later signal
+// ends the process at once with that code instead of 128 + the signal: srun and mpirun end the
+// other ranks with SIGTERM as soon as one rank exits, and a resumable stop must read as 75 on
+// every rank for the launcher to requeue it (tests/slurm/slurm.bats, the time-limit requeue).
+void exit_with_on_later_signal(int code);
+
 // Starts taking the four signals in `mode` (the first call starts the waiting thread; later calls
 // change the mode). Signals the parent ignores, as nohup does SIGHUP, stay ignored; `tool` names
 // the process in the message.

@@ -1163,6 +1163,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
   writer.finish();
   if (stop != 0) {
     const int code = stopped_exit_code(stop, o, trainer, rank0, writer.write_error());
+    mt::tools::exit_with_on_later_signal(code);  // srun's SIGTERM to the ranks still exiting keeps the 75
     world->barrier();  // rank 0's last line is out before any rank exits and mpirun ends the others (U9)
     return code;
   }
