@@ -13,6 +13,11 @@ std::array<SequenceChunk, 2> context_parallel_chunks(int64_t seq_length, int cp_
     throw Error("context parallel split", "rank " + std::to_string(cp_rank) + " outside a group of " +
                                               std::to_string(cp_size));
   }
+  if (cp_size == 1 && seq_length > 0) {
+    // No context parallelism: the whole sequence in one rank's two chunks, in order (any length).
+    const int64_t early = seq_length / 2;
+    return {SequenceChunk{0, early}, SequenceChunk{early, seq_length - early}};
+  }
   if (seq_length <= 0 || seq_length % (2 * cp_size) != 0) {
     throw Error("context parallel split", "sequence of " + std::to_string(seq_length) +
                                               " tokens not divisible into 2 x " + std::to_string(cp_size) + " chunks");

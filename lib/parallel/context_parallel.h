@@ -24,7 +24,8 @@ struct SequenceChunk {
 };
 
 // The two chunks CP rank `cp_rank` holds, early one first. Throws mt::Error unless
-// 0 <= cp_rank < cp_size and seq_length is divisible by 2 x cp_size.
+// 0 <= cp_rank < cp_size and seq_length is divisible by 2 x cp_size; at cp_size 1 any positive
+// length splits (halves, the later one holding the odd token), so odd --seq-length trains.
 std::array<SequenceChunk, 2> context_parallel_chunks(int64_t seq_length, int cp_size, int cp_rank);
 
 // Copies this rank's part of a per-token tensor: `full` is (batch, seq_length) rows of

@@ -635,3 +635,16 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   [[ "$(trace "$TMP/last.jsonl")" == "$(trace "$TMP/straight.jsonl" | tail -n $((24 - latest)))" ]] ||
     fail "$(diff <(trace "$TMP/straight.jsonl" | tail -n $((24 - latest))) <(trace "$TMP/last.jsonl"))"
 }
+
+@test "issue28 U1: an odd --seq-length trains without context parallelism; under CP 2 it is refused at start naming both flags" {
+  for seq in 31 3 1; do
+    mt-train --model tiny-llama --mock-data --vocab-size 97 --seq-length "$seq" --micro-batch-size 2 \
+      --global-batch-size 2 --train-iters 2 --eval-iters 0 --peak-tflops 1 >"$TMP/out.jsonl" 2>"$TMP/err.log" ||
+      fail "seq $seq: $(cat "$TMP/err.log")"
+    check '[.[] | select(.record=="step")] | length == 2 and all(.lm_loss | isfinite)'
+  done
+  run mt-train --model tiny-llama --mock-data --vocab-size 97 --seq-length 30 --context-parallel-size 2 \
+    --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --dry-run --world-size 2 --peak-tflops 1
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--seq-length 30"*"--context-parallel-size 2"* ]] || fail "$output"
+}

@@ -94,6 +94,22 @@ TEST(ContextParallel, SplitCopiesWholeRowsOfAnyWidth) {
   for (size_t i = 0; i < local.size(); ++i) EXPECT_EQ(local[i], full[2 * 3 + i]) << i;
 }
 
+// Probe case U1: without context parallelism an odd --seq-length trains (the split keeps the
+// whole sequence in order), as Megatron does.
+TEST(ContextParallel, OneRankSplitsAnyLengthInOrder) {
+  for (int64_t seq : {1, 3, 31, 32}) {
+    const auto chunks = context_parallel_chunks(seq, 1, 0);
+    EXPECT_EQ(chunks[0].first, 0);
+    EXPECT_EQ(chunks[0].end(), chunks[1].first);
+    EXPECT_EQ(chunks[1].end(), seq);
+    std::vector<int32_t> full(2 * seq), local(2 * seq);
+    for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<int32_t>(i);
+    split_for_context_parallel(full.data(), local.data(), 2, seq, 1, 1, 0);
+    EXPECT_EQ(local, full) << "seq " << seq;
+  }
+  EXPECT_THROW(context_parallel_chunks(0, 1, 0), mt::Error);
+}
+
 TEST(ContextParallel, BadSplitsAreErrors) {
   EXPECT_THROW(context_parallel_chunks(10, 2, 0), mt::Error);  // 10 not divisible by 4
   EXPECT_THROW(context_parallel_chunks(16, 2, 2), mt::Error);  // no rank 2
