@@ -648,3 +648,24 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   [ "$status" -eq 2 ]
   [[ "$output" == *"--seq-length 30"*"--context-parallel-size 2"* ]] || fail "$output"
 }
+
+@test "issue28 U2, U3: --load FILE --finetune starts from a --save-final file's weights; an iteration directory is refused naming its parent" {
+  train_tiny --train-iters 4 --save "$TMP/ck" --save-interval 4 --save-final "$TMP/final.h5" || fail "$(cat "$TMP/err.log")"
+  train_tiny --train-iters 1 --load "$TMP/final.h5" --finetune || fail "$(cat "$TMP/err.log")"
+  steps '.lm_loss' >"$TMP/from_file"
+  train_tiny --train-iters 1 --load "$TMP/ck" --finetune || fail "$(cat "$TMP/err.log")"
+  steps '.lm_loss' >"$TMP/from_dir"
+  train_tiny --train-iters 1
+  steps '.lm_loss' >"$TMP/from_scratch"
+  [ "$(cat "$TMP/from_file")" = "$(cat "$TMP/from_dir")" ] || fail "file $(cat "$TMP/from_file") dir $(cat "$TMP/from_dir")"
+  [ "$(cat "$TMP/from_file")" != "$(cat "$TMP/from_scratch")" ] || fail "the file's weights were not loaded"
+  run train_tiny --train-iters 1 --load "$TMP/final.h5"
+  [ "$status" -eq 2 ]
+  grep -q -- "--load $TMP/final.h5: a checkpoint file loads with --finetune" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for dir in "$TMP/ck/iter_0000004" "$TMP/ck/iter_0000004/"; do
+    run train_tiny --train-iters 1 --load "$dir"
+    [ "$status" -eq 2 ]
+    grep -q -- "an iteration directory (it holds checkpoint.h5): give the --save directory above it, $TMP/ck," "$TMP/err.log" ||
+      fail "$(cat "$TMP/err.log")"
+  done
+}

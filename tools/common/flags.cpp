@@ -273,7 +273,8 @@ const FlagSpec& flag_spec(std::string_view name) {
                           "the end and on a signal; DIR/latest_checkpointed_iteration.txt names the newest"),
       integer_flag("--save-interval", "Iterations between checkpoints (default: only at the end and on a signal)",
                    at_least(1)),
-      text_flag("--load", "Checkpoint directory to resume from (the iteration its tracker names)"),
+      text_flag("--load", "Checkpoint directory to resume from (the iteration its tracker names), or with "
+                                "--finetune a checkpoint file (mt-ckpt import/convert, --save-final)"),
       toggle_flag("--finetune", "Load the parameters only and start at iteration 0 with a fresh optimizer"),
       toggle_flag("--no-load-optim", "Do not load the optimizer state (Adam moments and step, fp16 loss scaler)"),
       toggle_flag("--no-save-optim", "Do not save the optimizer state (such a checkpoint resumes only with "

@@ -426,15 +426,29 @@ std::string utc_time(std::chrono::system_clock::time_point at, double seconds_be
   return buffer;
 }
 
-// The checkpoint --load names through its tracker; none (with a warning, as Megatron) when the
-// directory holds no tracker, unless --exit-on-missing-checkpoint.
+// The checkpoint --load names: a --save directory through its tracker (none, with a warning as
+// Megatron, when the directory holds no tracker, unless --exit-on-missing-checkpoint), or with
+// --finetune one checkpoint file (mt-ckpt import/convert's OUT.h5, --save-final's file). An
+// iteration directory is refused naming its parent, which is what resumes.
 std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck, bool rank0) {
   if (ck.load.empty()) return nullptr;
   if (std::filesystem::exists(ck.load) && !std::filesystem::is_directory(ck.load)) {
-    throw mt::UsageError("--load " + ck.load, "is not a directory (give the --save directory of the run)");
+    if (!ck.finetune) {
+      throw mt::UsageError("--load " + ck.load, "a checkpoint file loads with --finetune (parameters only); to resume "
+                                                "a run give its --save directory");
+    }
+    return std::make_unique<mt::io::CheckpointReader>(ck.load);
   }
   const std::optional<int64_t> iteration = mt::io::read_tracker(ck.load);
   if (!iteration) {
+    const std::filesystem::path directory = std::filesystem::path(ck.load).lexically_normal();
+    if (std::filesystem::exists(directory / "checkpoint.h5")) {
+      const std::filesystem::path parent = directory.has_filename() ? directory.parent_path()
+                                                                    : directory.parent_path().parent_path();
+      throw mt::UsageError("--load " + ck.load, "an iteration directory (it holds checkpoint.h5): give the --save "
+                                                "directory above it, " + (parent.empty() ? std::string(".") : parent.string()) +
+                                                ", whose tracker names the iteration to resume");
+    }
     const std::string missing = "no checkpoint (" + mt::io::tracker_path(ck.load) + " does not exist)";
     if (ck.exit_on_missing_checkpoint) throw mt::Error("--load " + ck.load, missing + " and --exit-on-missing-checkpoint");
     if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
@@ -959,7 +973,8 @@ Record check_plan_inputs(const TrainOptions& o, RunPlan& plan) {
   }
   if (!o.byte_data.empty()) note("--byte-data", o.byte_data, std::filesystem::exists(o.byte_data), "not checked");
   if (!o.checkpoint.load.empty()) {
-    note("--load", o.checkpoint.load, mt::io::read_tracker(o.checkpoint.load).has_value(),
+    note("--load", o.checkpoint.load,
+         std::filesystem::is_regular_file(o.checkpoint.load) || mt::io::read_tracker(o.checkpoint.load).has_value(),
          "a run would start from scratch");
   }
   return inputs;
