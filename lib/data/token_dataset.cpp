@@ -131,6 +131,19 @@ void copy_bytes(void* destination, const void* source, size_t bytes) {
   if (bytes > 0) std::memcpy(destination, source, bytes);
 }
 
+// Megatron's builder writes a .bin as its sequences back to back, so the index's last sequence
+// ends exactly at the file's end; a longer .bin is another dataset's (an .idx paired with the
+// wrong .bin would train on tokens cut at the wrong offsets). Offsets are validated before.
+void check_bin_size(const std::string& idx_path, const std::string& bin_path, uint64_t bin_size,
+                    const std::vector<int32_t>& lengths, const std::vector<int64_t>& offsets, int64_t item) {
+  const int64_t end_tokens = lengths.empty() ? 0 : offsets.back() + lengths.back();
+  const uint64_t end_bytes = static_cast<uint64_t>(end_tokens) * static_cast<uint64_t>(item);
+  if (bin_size != end_bytes) {
+    throw Error(bin_path, std::to_string(bin_size) + " bytes, but its index " + idx_path + " ends at byte " +
+                              std::to_string(end_bytes) + ": the .bin and .idx are not one dataset's pair");
+  }
+}
+
 // Checks what both formats promise, in tokens: lengths >= 0; each sequence inside the storage,
 // after the end of the previous one; document indices 0 .. sequence count, non-decreasing.
 void validate_index(const std::string& path, const std::vector<int32_t>& lengths, const std::vector<int64_t>& offsets,
@@ -653,6 +666,7 @@ void TokenDataset::State::open_megatron(const std::string& bin_path, const std::
   const int64_t storage_tokens = static_cast<int64_t>(bin_size / static_cast<uint64_t>(item));
   validate_index(idx_path + " with " + bin_path, s.sequence_lengths, s.sequence_offsets, s.document_indices,
                  storage_tokens);
+  check_bin_size(idx_path, bin_path, bin_size, s.sequence_lengths, s.sequence_offsets, item);
   s.tokens = Mapping(bin_path, bin_fd.get(), 0, bin_size);
 }
 

@@ -104,7 +104,8 @@ class TokenDatasetWriter {
 // mt::Error naming both files). A path naming one of those files directly (`X.h5`, `X.bin`,
 // `X.idx`) reads that one. Everything is validated on open (header,
 // version, dtype, sizes, monotonic non-overlapping offsets inside the token storage, document
-// indices from 0 to the sequence count): a bad file is an mt::Error naming it, never a crash.
+// indices from 0 to the sequence count, a .bin exactly as long as its index says, as Megatron's
+// builder writes it): a bad file is an mt::Error naming it, never a crash.
 class TokenDataset {
  public:
   static TokenDataset open(const std::string& path_prefix);

@@ -569,6 +569,10 @@ TEST(TokenDataset, CorruptMegatronFilesAreRefused) {
   expect_corrupt_megatron("truncated",
                           [](Bytes&, Bytes& idx) { poke<uint64_t>(idx, kDocumentCountAt, 1000000000000); });
   expect_corrupt_megatron("past the end", [](Bytes& bin, Bytes&) { bin.resize(bin.size() - 2); });
+  // Probe case W5: a .bin longer than its index (another dataset's) is refused, not read at the
+  // wrong offsets.
+  expect_corrupt_megatron("not one dataset's pair", [](Bytes& bin, Bytes&) { bin.resize(bin.size() + 2); });
+  expect_corrupt_megatron("not one dataset's pair", [](Bytes&, Bytes& idx) { poke<int32_t>(idx, kLengthsAt + 8, 0); });
   expect_corrupt_megatron("past the end", [](Bytes&, Bytes& idx) { poke<int32_t>(idx, kLengthsAt + 8, 5); });
   expect_corrupt_megatron("past the end",
                           [](Bytes&, Bytes& idx) { poke<int64_t>(idx, kPointersAt + 16, int64_t{1} << 61); });
