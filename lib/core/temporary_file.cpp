@@ -177,13 +177,33 @@ std::vector<std::string> remove_stale_temporaries(const std::string& final_path)
   return removed;
 }
 
+namespace {
+
+// Why `missing` could not be made (a caller may have tried to create it): its nearest existing
+// ancestor is not a directory, or cannot be written (a read-only mount, permissions); "" when
+// nothing stands in the way.
+std::string why_directory_is_missing(const std::filesystem::path& missing) {
+  std::error_code error;
+  std::filesystem::path ancestor = missing.parent_path();
+  while (!ancestor.empty() && !std::filesystem::exists(ancestor, error)) ancestor = ancestor.parent_path();
+  if (ancestor.empty()) return "";
+  if (!std::filesystem::is_directory(ancestor, error)) return " (" + ancestor.string() + " is not a directory)";
+  if (access(ancestor.c_str(), W_OK | X_OK) != 0) {
+    return " (cannot create it in " + ancestor.string() + ": " + std::strerror(errno) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 void check_writable(const std::string& what, const std::string& final_path) {
   const std::string where = what.empty() ? final_path : what + " " + final_path;
   std::error_code error;
   if (std::filesystem::is_directory(final_path, error)) throw Error(where, "is a directory");
   const std::filesystem::path directory = directory_of(final_path);
   if (!std::filesystem::exists(directory, error)) {
-    throw Error(where, "cannot write: directory " + directory.string() + " does not exist");
+    throw Error(where, "cannot write: directory " + directory.string() + " does not exist" +
+                           why_directory_is_missing(directory));
   }
   if (!std::filesystem::is_directory(directory, error)) {
     throw Error(where, "cannot write: " + directory.string() + " is not a directory");

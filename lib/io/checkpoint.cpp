@@ -21,6 +21,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "io/hdf5_attributes.h"
 #include "kernels/common/half.h"
 
@@ -543,6 +544,7 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
 CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   const Hdf5QuietErrors quiet;
   if (std::filesystem::is_directory(path_)) throw Error(path_, "is a directory, not a checkpoint file");
+  check_input_file(path_);  // "no such file", "permission denied": not "cannot open as HDF5"
   file_id_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_id_ < 0) throw Error(path_, "cannot open as HDF5");
   const hid_t file = static_cast<hid_t>(file_id_);

@@ -669,3 +669,20 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
       fail "$(cat "$TMP/err.log")"
   done
 }
+
+@test "issue28 U6, U8: a tracker naming a missing iteration, a missing checkpoint file and --save under a regular file are named as such" {
+  train_tiny --train-iters 2 --save "$TMP/ck" --save-interval 2 || fail "$(cat "$TMP/err.log")"
+  printf 30 >"$TMP/ck/latest_checkpointed_iteration.txt"
+  run train_tiny --load "$TMP/ck"
+  [ "$status" -eq 1 ]
+  grep -qx "mt-train: error: --load $TMP/ck: its tracker $TMP/ck/latest_checkpointed_iteration.txt names iteration 30, but $TMP/ck/iter_0000030/checkpoint.h5 does not exist" \
+    "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  run mt-ckpt export --format hf "$TMP/nonexistent" "$TMP/out"
+  [ "$status" -eq 1 ]
+  [ "$output" = "mt-ckpt: error: $TMP/nonexistent: no such file" ] || fail "$output"
+  touch "$TMP/file"
+  run train_tiny --save "$TMP/file/ck"
+  [ "$status" -ne 0 ]
+  grep -q "cannot write: directory $TMP/file/ck does not exist ($TMP/file is not a directory)" "$TMP/err.log" ||
+    fail "$(cat "$TMP/err.log")"
+}

@@ -454,7 +454,12 @@ std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools
     if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
     return nullptr;
   }
-  return std::make_unique<mt::io::CheckpointReader>(mt::io::checkpoint_path(ck.load, *iteration));
+  const std::string path = mt::io::checkpoint_path(ck.load, *iteration);
+  if (!std::filesystem::exists(path)) {
+    throw mt::Error("--load " + ck.load, "its tracker " + mt::io::tracker_path(ck.load) + " names iteration " +
+                                             std::to_string(*iteration) + ", but " + path + " does not exist");
+  }
+  return std::make_unique<mt::io::CheckpointReader>(path);
 }
 
 // What mt-train runs, checked: the model, the parallel layout and the training settings.
