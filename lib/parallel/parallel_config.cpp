@@ -111,13 +111,19 @@ void check_pipeline(const ParallelConfig& c, const ModelDimensions& model) {
     if (c.decoder_first_pipeline_num_layers) given += ", " + flag(kFirst, first);
     if (c.decoder_last_pipeline_num_layers) given += ", " + flag(kLast, last);
     given += ", " + flag(kPp, pp);
+    // The stages whose layers are not given: between the first and the last, or all but the given end.
+    const std::string rest = !c.decoder_last_pipeline_num_layers ? "after the first"
+                             : !c.decoder_first_pipeline_num_layers ? "before the last"
+                                                                    : "between the first and the last";
+    const std::string other_stages = middle_stages == 0 ? "no stage " + rest
+                                     : std::to_string(middle_stages) + (middle_stages == 1 ? " stage " : " stages ") + rest;
     if (middle_layers < 0 || (middle_layers > 0) != (middle_stages > 0)) {
-      reject(given, "leaves " + std::to_string(middle_layers) + " layers for " + std::to_string(middle_stages) +
-                        " middle stages");
+      reject(given, "leaves " + std::to_string(middle_layers) + " layers for " + other_stages +
+                        (middle_stages > 0 ? " (every stage needs at least one layer)" : ""));
     }
     if (middle_stages > 0) {
-      require_divisible(given + ": " + std::to_string(middle_layers) + " middle layers", middle_layers, middle_stages,
-                        std::to_string(middle_stages) + " middle stages");
+      require_divisible(given + ": " + std::to_string(middle_layers) + " layers left", middle_layers, middle_stages,
+                        "the " + other_stages);
     }
     if (virtual_stages > 1) {
       const std::string by_virtual = flag(kVirtualStages, virtual_stages);

@@ -144,14 +144,22 @@ TEST(ParallelConfig, UnevenStagesLeaveWholeMiddleStages) {
   s.parallel.decoder_first_pipeline_num_layers = 2;
   s.parallel.decoder_last_pipeline_num_layers = 2;
   EXPECT_TRUE(names_all(s.error(), {"--num-layers 9", "--decoder-first-pipeline-num-layers 2",
-                                    "--decoder-last-pipeline-num-layers 2", "5 middle layers", "2 middle stages"}));
+                                    "--decoder-last-pipeline-num-layers 2", "5 layers left",
+                                    "the 2 stages between the first and the last"}));
   s.model.num_layers = 10;
   EXPECT_EQ(s.error(), "accepted");
   Case t;  // 2 stages, both given: the layers must add up
   t.parallel.decoder_first_pipeline_num_layers = 3;
   t.parallel.decoder_last_pipeline_num_layers = 3;
   EXPECT_TRUE(names_all(t.error(), {"--decoder-first-pipeline-num-layers 3", "--decoder-last-pipeline-num-layers 3",
-                                    "leaves 2 layers for 0 middle stages"}));
+                                    "leaves 2 layers for no stage between the first and the last"}));
+  // Probe case U12: PP 2 has no middle stage; the last stage is the one left without layers.
+  Case v;
+  v.model.num_layers = 2;
+  v.parallel.decoder_first_pipeline_num_layers = 2;
+  EXPECT_TRUE(names_all(v.error(), {"--decoder-first-pipeline-num-layers 2",
+                                    "leaves 0 layers for 1 stage after the first (every stage needs at least one layer)"}))
+      << v.error();
   Case u;
   u.parallel.pipeline_model_parallel_size = 1;
   u.world = 2;
