@@ -86,10 +86,10 @@ Blend parse_blend(const std::vector<std::string>& words, const std::string& flag
     }
     if (numbers == static_cast<int>(words.size() / 2)) {
       for (size_t i = 1; i < words.size(); i += 2) blend.prefixes.push_back(words[i]);
-      try {
-        normalize_weights(weights);  // refuses negative, non-finite and zero-sum weights
-      } catch (const Error& e) {
-        throw UsageError(flag, e.what());
+      for (size_t i = 0; i < weights.size(); ++i) {  // BlendedDataset asserts every weight > 0
+        if (!(weights[i] > 0) || !std::isfinite(weights[i])) {
+          throw UsageError(flag, "every blend weight must be positive and finite (got " + words[2 * i] + ")");
+        }
       }
       blend.weights = weights;
       return blend;

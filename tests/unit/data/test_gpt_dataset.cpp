@@ -268,6 +268,16 @@ TEST(ParseBlend, MegatronsListRules) {
   EXPECT_EQ(*weighted.weights, (std::vector<double>{0.3, 0.7}));
   EXPECT_THROW(parse_blend({"0", "x", "0", "y"}, "--data-path"), UsageError);  // weights sum to zero
   EXPECT_THROW(parse_blend({"-1", "x", "2", "y"}, "--data-path"), UsageError);
+  // Probe case U13: a negative and a zero weight get the same rule, naming the weight.
+  for (const char* bad : {"-1", "0"}) {
+    try {
+      parse_blend({"1", "x", bad, "y"}, "--data-path");
+      ADD_FAILURE() << bad;
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("--data-path: every blend weight must be positive and finite (got ") + bad + ")");
+    }
+  }
   EXPECT_THROW(parse_blend({"0.3", "x", "y", "z"}, "--data-path"), UsageError);
   EXPECT_THROW(parse_blend({}, "--data-path"), UsageError);
 }
