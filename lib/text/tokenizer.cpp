@@ -463,6 +463,10 @@ std::string recognise_rank_file(const BpeModel& model, int64_t rank_count, const
 
 std::unique_ptr<Tokenizer> load_tiktoken_ranks(const TokenizerOptions& options, const std::string& text) {
   const std::string& path = options.tokenizer_model;
+  if (const size_t first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{') {
+    throw Error(path, "is JSON, not a tiktoken rank file (`base64 rank` lines); a Hugging Face tokenizer.json "
+                      "loads with --tokenizer-type HuggingFaceTokenizer");
+  }
   const bool ends_with_newline = !text.empty() && text.back() == '\n';
   const auto line_count = static_cast<size_t>(std::count(text.begin(), text.end(), '\n') + (ends_with_newline ? 0 : 1));
   // Ranks are 0..n-1 for n tokens, so a rank is always below the number of lines; line_of_rank

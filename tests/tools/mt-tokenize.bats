@@ -305,6 +305,10 @@ PY
   run_split bash -c "printf x | mt-tokenize encode --raw --tokenizer-type TikTokenizer --tokenizer-model '$TMP/cut.model'"
   [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/cut.model: line 61597: rank 6 was already given on line 7 (the last line has no newline: the file looks cut mid-line)" ]] ||
     fail "$status $err"
+  # issue 28 U14: a tokenizer.json given as a tiktoken rank file is named as JSON, not as a cut file.
+  run_split bash -c "printf x | mt-tokenize encode --raw --tokenizer-type TikTokenizer --tokenizer-model '$TOK/gpt2-hf/tokenizer.json'"
+  [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TOK/gpt2-hf/tokenizer.json: is JSON, not a tiktoken rank file (\`base64 rank\` lines); a Hugging Face tokenizer.json loads with --tokenizer-type HuggingFaceTokenizer" ]] ||
+    fail "$status $err"
 }
 
 @test "issue11 case 21: blank JSONL lines are skipped and counted; a UTF-8 byte order mark is accepted" {
