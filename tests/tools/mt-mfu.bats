@@ -175,3 +175,27 @@ TINY=(--model tiny-gpt --seq-length 16)
 --num-layers 2|--vocab-size: needed
 EOF
 }
+
+@test "issue28 U11, W12: a cut last line is ignored with a warning, a bad step field is named, an MFU above 1 is warned about" {
+  mt-train "${TINY[@]}" --mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0 \
+    --peak-tflops 0.5 >"$TMP/train.jsonl" 2>/dev/null
+  head -c -40 "$TMP/train.jsonl" >"$TMP/cut.jsonl"  # the summary record cut short, no newline
+  for tool in mt-memreport mt-mfu; do
+    $tool --from-log "$TMP/cut.jsonl" >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$tool: $(cat "$TMP/err.log")"
+    [[ "$(cat "$TMP/err.log")" == "warning: $tool: --from-log $TMP/cut.jsonl: line "*", the last, is cut (no newline, not JSON): ignored" ]] ||
+      fail "$tool: $(cat "$TMP/err.log")"
+  done
+  check '[.[] | select(.record=="mfu")] | length == 4'
+  sed 's/"step_ms":[0-9.e-]*/"step_ms":"abc"/' "$TMP/train.jsonl" >"$TMP/string.jsonl"
+  sed 's/"step_ms":[0-9.e-]*/"step_ms":-5/' "$TMP/train.jsonl" >"$TMP/negative.jsonl"
+  for log in string negative; do
+    run_split mt-mfu --from-log "$TMP/$log.jsonl"
+    [[ $status -eq 2 && -z "$out" && "$err" == "mt-mfu: error: --from-log $TMP/$log.jsonl: line "*": the step record's step_ms is "*", not a positive number of milliseconds" ]] ||
+      fail "$log: $status $err"
+  done
+  run_split mt-mfu --model gpt2-124m --global-batch-size 8 --step-time 1 --peak-tflops 5
+  [[ $status -eq 0 && "$err" == "warning: mt-mfu: mfu 1.3"*" exceeds 1: a step of 1000.0 ms at a peak of 5.0 TFLOP/s per device is impossible; check the step time and the peak" ]] ||
+    fail "$status $err"
+  run_split mt-mfu --model gpt2-124m --global-batch-size 8 --step-time 10 --peak-tflops 5
+  [[ $status -eq 0 && -z "$err" ]] || fail "$err"
+}

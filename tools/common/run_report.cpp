@@ -107,6 +107,28 @@ RunConfig run_config_from_flags(const ReportFlags& f) {
   return config;
 }
 
+namespace {
+
+// A step record's fields the reports read: an integer iteration and a positive step time.
+void check_step_record(const std::string& what, int64_t line, const Record& record) {
+  const std::string where = "line " + std::to_string(line) + ": ";
+  const auto iteration = record.find("iteration");
+  if (iteration == record.end() || !iteration->is_number_integer()) {
+    throw UsageError(what, where + "the step record's iteration is " +
+                               (iteration == record.end() ? std::string("missing") : iteration->dump()) +
+                               ", not an integer");
+  }
+  const auto step_ms = record.find("step_ms");
+  if (step_ms == record.end() || !step_ms->is_number() || !(step_ms->get<double>() > 0) ||
+      !std::isfinite(step_ms->get<double>())) {
+    throw UsageError(what, where + "the step record's step_ms is " +
+                               (step_ms == record.end() ? std::string("missing") : step_ms->dump()) +
+                               ", not a positive number of milliseconds");
+  }
+}
+
+}  // namespace
+
 TrainingLog read_training_log(const std::string& path) {
   TrainingLog log;
   log.path = path;
@@ -124,6 +146,10 @@ TrainingLog read_training_log(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Record record = Record::parse(line, nullptr, false);
     if (record.is_discarded() || !record.is_object()) {
+      if (in.eof()) {  // a last line without its newline: a run killed mid-write, or a live log
+        log.warnings.push_back(what + ": line " + std::to_string(number) + ", the last, is cut (no newline, not JSON): ignored");
+        break;
+      }
       throw UsageError(what, "line " + std::to_string(number) + " is not a JSON record (give mt-train's JSONL stdout)");
     }
     const std::string kind = record.value("record", "");
@@ -135,6 +161,7 @@ TrainingLog read_training_log(const std::string& path) {
       }
       log.run = std::move(record);
     } else if (kind == "step") {
+      check_step_record(what, number, record);
       log.steps.push_back(std::move(record));
     } else if (kind == "memory") {
       log.memory.push_back(std::move(record));

@@ -77,9 +77,12 @@ struct TrainingLog {
   Record run;
   std::vector<Record> steps;
   std::vector<Record> memory;
+  std::vector<std::string> warnings;  // for the tool to print: a cut last line it ignored
 };
 // Reads `path` ("-": stdin). Throws mt::UsageError("--from-log PATH", ...) naming the line that is
-// not JSON, or saying the run record or the step records are missing.
+// not JSON (a cut last line, without its newline, is ignored with a warning: a killed or live
+// run's log), a step record without an integer iteration or a positive step_ms, or saying the run
+// record or the step records are missing.
 TrainingLog read_training_log(const std::string& path);
 RunConfig run_config_from_log(const TrainingLog& log);
 // With --from-log the configuration is the log's: any other flag of `app` given is refused by

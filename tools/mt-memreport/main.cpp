@@ -170,7 +170,9 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MemreportOptions& parsed
   if (!parsed.report.from_log.empty()) {
     if (!parsed.report.sweeps.empty()) throw mt::UsageError("--sweep", "a log is one run (--from-log)");
     mt::tools::refuse_config_flags_with_log(cli.app(), {"--from-log", "--format", "--json"});
-    return log_records(mt::tools::read_training_log(parsed.report.from_log));
+    const mt::tools::TrainingLog log = mt::tools::read_training_log(parsed.report.from_log);
+    for (const std::string& warning : log.warnings) mt::log::warn("mt-memreport: " + warning);
+    return log_records(log);
   }
   std::vector<Record> records;
   const std::function<void(mt::tools::ToolCli&, MemreportOptions&)> definer = define;

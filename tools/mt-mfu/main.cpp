@@ -90,6 +90,16 @@ Record mfu_record(const mt::tools::RunConfig& config, mt::perf::FlopsConvention 
   return record;
 }
 
+// A model FLOPs utilisation above 1 (or one too large for a double) cannot be: the step time or the
+// peak is wrong. The record is still printed, with a warning naming both.
+void warn_if_impossible(const Record& record) {
+  const Record& mfu = record.at("mfu");
+  if (mfu.is_number() && mfu.get<double>() <= 1.0) return;
+  mt::log::warn("mt-mfu: mfu " + mfu.dump() + " exceeds 1: a step of " + record.at("step_ms").dump() +
+                " ms at a peak of " + record.at("peak_tflops").dump() +
+                " TFLOP/s per device is impossible; check the step time and the peak");
+}
+
 // The peak of a run on this machine's CPU (each rank's cores) unless a flag names one: a backend of
 // cuda needs one named, and a named accelerator contradicts --device cpu.
 mt::tools::PeakSource flags_peak(const MfuOptions& o, mt::Precision precision) {
@@ -147,6 +157,7 @@ Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConv
 std::vector<Record> log_records(mt::tools::ToolCli& cli, const MfuOptions& o) {
   std::vector<Record> records;
   const mt::tools::TrainingLog log = mt::tools::read_training_log(o.report.from_log);
+  for (const std::string& warning : log.warnings) mt::log::warn("mt-mfu: " + warning);
   const mt::tools::RunConfig config = mt::tools::run_config_from_log(log);
   const mt::perf::FlopsConvention convention =
       cli.app().count("--flops-convention") > 0 ? mt::perf::parse_flops_convention(o.report.training.flops_convention)
@@ -176,6 +187,7 @@ std::vector<Record> log_records(mt::tools::ToolCli& cli, const MfuOptions& o) {
   Record summary = mfu_record(config, convention, mean_ms / 1e3, &peak);
   summary["record"] = "mfu_summary";
   summary["steps_averaged"] = steady_ms.size();
+  warn_if_impossible(summary);
   records.push_back(summary);
   return records;
 }
@@ -211,6 +223,7 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MfuOptions& parsed) {
     if (o.step_time) {
       const mt::tools::PeakSource peak = flags_peak(o, config.train.precision);
       records.push_back(labelled(mfu_record(config, convention, o.step_time, &peak)));
+      warn_if_impossible(records.back());
     } else if (o.predict.empty()) {
       mt::tools::refuse_given(cli.app(), {"--peak-device", "--peak-tflops"}, "a peak needs --step-time");
       records.push_back(labelled(mfu_record(config, convention, std::nullopt, nullptr)));
