@@ -372,3 +372,10 @@ PY
     [[ $status -eq 1 && "$err" == "mt-tokenize: error: $TMP/$file"*"$message"* && $(wc -l <<<"$err") -eq 1 ]] || fail "$file: $status $err"
   done
 }
+
+@test "issue28 U15: a flag given twice takes its last value, as in every mt tool and Megatron's argparse" {
+  printf '{"text": "hello world"}\n' >"$TMP/in.jsonl"
+  mt-tokenize --input "$TMP/in.jsonl" "${GPT2[@]}" --output-prefix "$TMP/x" --output-format both --output-format hdf5 \
+    >/dev/null 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  [[ -e "$TMP/x_text_document.h5" && ! -e "$TMP/x_text_document.bin" ]] || fail "$(ls "$TMP")"
+}

@@ -47,7 +47,6 @@ std::vector<std::string> split_values(const std::string& text) {
 void add_report_flags(ToolCli& cli, ReportFlags& f, const std::vector<std::string>& no_effect,
                       const std::string& device_help) {
   CLI::App& app = cli.app();
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as mt-train: the last one wins
   add_model_flags(app, f.model, "Model");
   const std::string parallel_group =
       "Parallelism (any layout parallel::validate accepts on --world-size ranks, also those mt-train cannot run yet)";

@@ -68,6 +68,9 @@ int report_error(const std::string& tool, const std::string& message, int code) 
 ToolCli::ToolCli(std::string name, std::string description) : name_(name), app_(std::move(description), name) {
   app_.set_version_flag("--version", version_text(name), "Print version, git commit and build flags, then exit");
   app_.set_help_flag("-h,--help", "Print this help and exit");
+  // A flag given twice: the last one wins in every tool (and its subcommands), as argparse does
+  // for Megatron's flags.
+  app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 void ToolCli::add_output_format(CLI::App& command) {

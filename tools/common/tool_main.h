@@ -1,6 +1,7 @@
 // The one entry point of every mt-* tool: the shared CLI (CLI11), --help/--version, the output
 // format options, MPI start-up under a launcher, threads per rank, and the translation of
-// exceptions into `mt-x: error: <what>: <why>` plus the exit codes of DESIGN.md section 5.
+// exceptions into `mt-x: error: <what>: <why>` plus the exit codes of DESIGN.md section 5. A flag
+// given twice takes its last value in every tool, as argparse does.
 // Tested by tests/tools/conventions.bats over every tool.
 #pragma once
 

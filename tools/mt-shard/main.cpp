@@ -277,7 +277,6 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   CLI::App* build =
       app.add_subcommand("build", "Build the train/valid/test sample index of token datasets into one HDF5 file");
   o.build_command = build;
-  build->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   mt::tools::add_data_path_flags(*build, b.paths);
   mt::tools::add_flag(*build, "--seq-length", b.seq_length, "Tokens per sample (each sample reads seq-length + 1)")
       ->required();
@@ -303,7 +302,6 @@ void define(mt::tools::ToolCli& cli, Options& o) {
                                          "Describe a sample index: datasets, splits, blend shares, "
                                          "length histogram, and the samples a data-parallel rank reads");
   o.inspect_command = inspect;
-  inspect->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   inspect->add_option("index", i.index, "Sample index file (HDF5)")->required();
   using mt::tools::FlagSpec;
   using mt::tools::integer_flag;

@@ -299,7 +299,6 @@ void add_tensorboard_flags(CLI::App& app, TensorBoardFlags& flags) {
 
 void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   CLI::App& app = cli.app();
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: the last one wins
   app.footer(
       "Data: token datasets (--data-path, or --train/valid/test-data-path) through a sample index found in, or\n"
       "built into, --data-cache-path under the md5 of its parameters (mt-shard build writes the same file); or\n"
