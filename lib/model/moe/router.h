@@ -50,9 +50,9 @@
 // Tie-breaking in every top-k (routing, groups, aux map): a higher value first, equal values by
 // lower index (expert or group). torch.topk does not specify its order for ties; mt's is fixed so
 // results never depend on the thread count.
-// Tested in tests/unit/model/test_router.cpp (finite differences, reductions over thread ranks)
-// and tests/harness/cases_moe_router.cpp (every op entry against double loops); against
-// Megatron-Core goldens in tests/unit/model/test_router_megatron.cpp.
+// Tested in tests/unit/model/test_router.cpp (double loops, finite differences through forward
+// and backward, reductions over thread ranks) and tests/harness/cases_moe_router.cpp (every op
+// entry against double loops); against Megatron-Core goldens by the MoE golden suite.
 #pragma once
 
 #include <cstdint>
@@ -186,19 +186,21 @@ class Router {
   void reset_global_aux_counts();
 
  private:
-  void apply_z_loss(const float* logits, int64_t rows, RouterLossValues& values);
-  void apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved,
-                      RouterLossValues& values);
+  void check_rows(const RouterRows& rows) const;
+  double apply_z_loss(const float* logits, int64_t rows);  // the logged z value
+  double apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved);  // aux / coeff
+  double aux_total_tokens(const RouterRows& rows) const;
   comm::Communicator* aux_group() const;
 
   RouterOptions options_;
   const backend::Ops& ops_;
   backend::Stream stream_;
   RouterGroups groups_;
-  backend::DeviceBuffer<float> aux_sums_;        // (2 G E): counts | column sums of P, G rows groups
-  backend::DeviceBuffer<float> global_counts_;   // (E): global_aux_loss running sum
-  backend::DeviceBuffer<double> z_sum_;          // (1)
-  int64_t global_steps_ = 0;                     // micro-batches in the running sum
+  backend::DeviceBuffer<float> aux_sums_;       // (2 G E): counts | column sums of P, G row groups
+  backend::DeviceBuffer<float> global_counts_;  // (E): global_aux_loss running sum
+  backend::DeviceBuffer<double> z_sum_;         // (1)
+  backend::DeviceBuffer<float> z_mean_;         // (1): the logged z value, reduced over tp_cp
+  int64_t global_steps_ = 0;                    // micro-batches in the running sum
 };
 
 // The expert-bias update of the aux-loss-free balancing (Megatron's get_updated_expert_bias):
