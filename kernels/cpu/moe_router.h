@@ -8,7 +8,8 @@
 //
 // Conventions: logits, probs, dprobs, dlogits are (rows, E) fp32 row-major; routing maps (rows, E)
 // uint8 0/1. Tie-breaking in every top-k: a higher value first, equal values by lower index
-// (torch.topk leaves the order of ties unspecified); NaN logits are not supported.
+// (torch.topk leaves the order of ties unspecified and on the CPU prefers higher indices: see
+// lib/model/moe/router.h); NaN logits are not supported.
 // Tested in tests/harness/cases_moe_router.cpp against double-precision reference loops.
 #pragma once
 
@@ -42,7 +43,8 @@ void moe_router_topk_backward(const float* logits, const int32_t* topk_indices, 
 // The aux loss's scores and counts (compute_routing_scores_for_aux_loss), summed per row group:
 // P = softmax over E (softmax) or sigmoid / (sum_E sigmoid + 1e-20) (sigmoid); the aux map = a
 // plain top-k of P. Row t is in group row_ids[t] / sequence_length (row_ids null: every row in
-// group 0); groups outside [0, groups) throw std::invalid_argument. Writes counts (groups, E)
+// group 0); groups outside [0, groups) throw std::invalid_argument (from the stream's next
+// synchronize on an asynchronous table). Writes counts (groups, E)
 // (rows of the group whose aux map picks the expert) and prob_sums (groups, E) (sum of P over the
 // group's rows, in row order in double, rounded once).
 void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int topk, MoeScoreFunction score_function,

@@ -181,9 +181,9 @@ comm::Communicator* Router::aux_group() const {
   return options_.load_balancing_type == LoadBalancingType::global_aux_loss ? groups_.tp_dp_cp : groups_.tp_cp;
 }
 
-void Router::check_rows(const RouterRows& rows) const {
+void Router::check_rows(const RouterRows& rows, bool training) const {
   if (rows.rows < 0) throw Error("MoE router", "negative row count");
-  if (options_.load_balancing_type == LoadBalancingType::seq_aux_loss && aux_loss_on(options_) &&
+  if (training && options_.load_balancing_type == LoadBalancingType::seq_aux_loss && aux_loss_on(options_) &&
       (rows.num_sequences < 1 || rows.sequence_length < 1 || (rows.rows > 0 && !rows.row_ids))) {
     throw Error("MoE router", "seq_aux_loss needs the rows' token ids, the sequence length and the sequences");
   }
@@ -192,7 +192,7 @@ void Router::check_rows(const RouterRows& rows) const {
 RouterLossValues Router::forward(const float* logits, const float* expert_bias, const RouterRows& rows, bool training,
                                  float* tokens_per_expert, float* probs, uint8_t* routing_map,
                                  const RouterSaved& saved) {
-  check_rows(rows);
+  check_rows(rows, training);
   if (options_.enable_expert_bias && !expert_bias) throw Error("MoE router", "expert bias on but no bias buffer");
   const int64_t count = rows.rows;
   const int experts = options_.num_experts;
@@ -275,7 +275,7 @@ double Router::apply_aux_loss(const float* logits, const RouterRows& rows, const
 
 void Router::backward(const float* logits, const uint8_t* routing_map, const RouterSaved& saved, const RouterRows& rows,
                       const float* dprobs, float aux_loss_grad_factor, float* dlogits) const {
-  check_rows(rows);
+  check_rows(rows, true);
   const int64_t count = rows.rows;
   const int experts = options_.num_experts;
   ops_.moe_router_topk_backward(logits, saved.topk_indices, dprobs, routing_map, count, topk_params(options_),

@@ -47,9 +47,13 @@
 // backward adds d(loss)/dlogits times the caller's factor d(objective)/d(loss value) (the
 // trainer's main_loss_backward_scale), times S x |tp_cp| under calculate_per_token_loss.
 //
-// Tie-breaking in every top-k (routing, groups, aux map): a higher value first, equal values by
-// lower index (expert or group). torch.topk does not specify its order for ties; mt's is fixed so
-// results never depend on the thread count.
+// Tie-breaking in every top-k (routing, groups, aux map, capacity): a higher value first, equal
+// values by lower index (expert, group or row), fixed so results never depend on the thread
+// count. torch.topk does not specify its order for ties and does not prefer the lower index: on
+// the CPU (torch 2.6) the top 3 of 8 equal values are experts 6, 5, 4, and its topk over a
+// column's 0/1 map (Megatron's position policy) keeps later rows, not the earliest. mt keeps the
+// earliest (as the issue asks); equal values are where mt and Megatron can differ, so goldens use
+// tie-free inputs.
 // Tested in tests/unit/model/test_router.cpp (double loops, finite differences through forward
 // and backward, reductions over thread ranks) and tests/harness/cases_moe_router.cpp (every op
 // entry against double loops); against Megatron-Core goldens by the MoE golden suite.
@@ -124,7 +128,10 @@ struct RouterGroups {
 // The rows of one router call. row_ids, sequence_length and num_sequences are read by
 // seq_aux_loss only: row_ids (S) device int64, each row's token id in the micro-batch
 // (sample * sequence_length + position, LayerPass::sequence_row_ids), so row t belongs to
-// sequence row_ids[t] / sequence_length < num_sequences (the micro-batch's samples).
+// sequence row_ids[t] / sequence_length < num_sequences (the micro-batch's samples); needed by a
+// training forward and the backward only. Megatron's sequence total (its local rows x |tp_cp|)
+// is sequence_length: the same whenever the group's ranks hold equal shares of each sequence, as
+// SP and CP split them.
 struct RouterRows {
   int64_t rows = 0;  // S
   const int64_t* row_ids = nullptr;
@@ -186,7 +193,7 @@ class Router {
   void reset_global_aux_counts();
 
  private:
-  void check_rows(const RouterRows& rows) const;
+  void check_rows(const RouterRows& rows, bool training) const;
   double apply_z_loss(const float* logits, int64_t rows);  // the logged z value
   double apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved);  // aux / coeff
   double aux_total_tokens(const RouterRows& rows) const;

@@ -3,7 +3,8 @@
 // formulas; the backward against central differences of the reference objective (probs, aux
 // loss and z-loss together); the aux loss at exactly 1.0 for perfectly balanced routing; the
 // reductions over two thread ranks equal to one rank holding both halves (aux_loss,
-// seq_aux_loss, global_aux_loss, z-loss, per-token scaling); the global aux loss's running mean
+// seq_aux_loss, global_aux_loss, z-loss, per-token scaling); the same bits on the asynchronous
+// CPU table (device memory only through the table's copies); the global aux loss's running mean
 // and reset; the expert-bias update; and each bad option refused by its flag.
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "model/moe/router.h"
+#include "tests/backend/async_cpu_ops.h"
 #include "../thread_communicator.h"
 
 using namespace mt;
@@ -451,6 +453,74 @@ TEST(Router, ReductionsOverTwoThreadRanksEqualOneRankHoldingBoth) {
     RouterOptions global = mixtral_like();
     global.load_balancing_type = LoadBalancingType::global_aux_loss;
     expect_two_ranks_equal_one(global, plain_rows(24), false);
+  }
+}
+
+// The Router on `ops` with every tensor in the table's device memory, copied in and out.
+template <typename T>
+backend::DeviceBuffer<T> upload(const backend::Ops& ops, const std::vector<T>& values) {
+  backend::DeviceBuffer<T> buffer(ops, static_cast<int64_t>(values.size()), backend::MemoryCategory::activations);
+  if (!values.empty()) {
+    ops.copy(buffer.data(), values.data(), static_cast<int64_t>(values.size() * sizeof(T)),
+             backend::CopyKind::host_to_device, ops.default_stream());
+  }
+  return buffer;
+}
+
+template <typename T>
+std::vector<T> download(const backend::Ops& ops, const backend::DeviceBuffer<T>& buffer) {
+  std::vector<T> values(static_cast<size_t>(buffer.size()));
+  ops.copy(values.data(), buffer.data(), static_cast<int64_t>(values.size() * sizeof(T)),
+           backend::CopyKind::device_to_host, ops.default_stream());
+  ops.synchronize(ops.default_stream());
+  return values;
+}
+
+RouterRun run_on_device(const backend::Ops& ops, const RouterOptions& o, const std::vector<float>& logits,
+                        const std::vector<float>& bias, const Rows& rows, const std::vector<float>& dprobs) {
+  const backend::Stream stream = ops.default_stream();
+  Router router(o, ops, stream, {});
+  const auto d_logits = upload(ops, logits), d_bias = upload(ops, bias), d_dprobs = upload(ops, dprobs);
+  const auto d_ids = upload(ops, rows.ids);
+  const RouterRows view{rows.count, rows.ids.empty() ? nullptr : d_ids.data(), rows.sequence_length, rows.sequences};
+  const int64_t n = static_cast<int64_t>(logits.size());
+  backend::DeviceBuffer<float> probs(ops, n, backend::MemoryCategory::activations),
+      dlogits(ops, n, backend::MemoryCategory::activations),
+      counts(ops, o.num_experts, backend::MemoryCategory::activations),
+      weights(ops, std::max<int64_t>(1, router.aux_weight_count(view)), backend::MemoryCategory::activations);
+  backend::DeviceBuffer<uint8_t> map(ops, n, backend::MemoryCategory::activations);
+  backend::DeviceBuffer<int32_t> indices(ops, router.saved_index_count(rows.count), backend::MemoryCategory::activations);
+  const RouterSaved saved{indices.data(), weights.data()};
+  RouterRun run;
+  run.values = router.forward(d_logits.data(), bias.empty() ? nullptr : d_bias.data(), view, true, counts.data(),
+                              probs.data(), map.data(), saved);
+  router.backward(d_logits.data(), map.data(), saved, view, d_dprobs.data(), 0.5f, dlogits.data());
+  run.probs = download(ops, probs);
+  run.map = download(ops, map);
+  run.indices = download(ops, indices);
+  run.counts = download(ops, counts);
+  run.weights = download(ops, weights);
+  run.dlogits = download(ops, dlogits);
+  return run;
+}
+
+TEST(Router, TheAsynchronousTableGivesTheCpuTablesBits) {
+  for (const Scenario& s : scenarios()) {
+    SCOPED_TRACE(s.name);
+    const RouterOptions& o = s.options;
+    const auto logits = random_floats(static_cast<size_t>(s.rows.count * o.num_experts), 61);
+    const auto bias = s.bias ? random_floats(static_cast<size_t>(o.num_experts), 62, -0.1f, 0.1f) : std::vector<float>{};
+    const auto dprobs = random_floats(logits.size(), 63, -1.0f, 1.0f);
+    const RouterRun expected = run_on_device(cpu(), o, logits, bias, s.rows, dprobs);
+    const RouterRun queued = run_on_device(mt::test_backend::async_cpu_ops(), o, logits, bias, s.rows, dprobs);
+    EXPECT_EQ(queued.probs, expected.probs);
+    EXPECT_EQ(queued.map, expected.map);
+    EXPECT_EQ(queued.indices, expected.indices);
+    EXPECT_EQ(queued.counts, expected.counts);
+    EXPECT_EQ(queued.weights, expected.weights);
+    EXPECT_EQ(queued.dlogits, expected.dlogits);
+    EXPECT_EQ(queued.values.load_balancing, expected.values.load_balancing);
+    EXPECT_EQ(queued.values.z_loss, expected.values.z_loss);
   }
 }
 
