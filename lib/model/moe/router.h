@@ -53,7 +53,9 @@
 // the CPU (torch 2.6) the top 3 of 8 equal values are experts 6, 5, 4, and its topk over a
 // column's 0/1 map (Megatron's position policy) keeps later rows, not the earliest. mt keeps the
 // earliest (as the issue asks); equal values are where mt and Megatron can differ, so goldens use
-// tie-free inputs.
+// tie-free inputs. One tie no input avoids: pad_expert_input_to_capacity's padding rows (prob 0,
+// all equal) are mt's earliest unrouted rows and torch.topk's choice in Megatron, while the
+// routed rows kept, the probs and the gradients are the same.
 // Tested in tests/unit/model/test_router.cpp (double loops, finite differences through forward
 // and backward, reductions over thread ranks) and tests/harness/cases_moe_router.cpp (every op
 // entry against double loops); against Megatron-Core goldens by the MoE golden suite.
