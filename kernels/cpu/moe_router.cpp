@@ -51,9 +51,12 @@ void top_indices(const float* values, int n, int k, int32_t* order) {
 // Scratch of one thread for one row of E experts.
 struct RowScratch {
   explicit RowScratch(int experts)
-      : scores(static_cast<size_t>(experts)), choose(static_cast<size_t>(experts)),
-        order(static_cast<size_t>(experts)), group_scores(static_cast<size_t>(experts)),
-        group_order(static_cast<size_t>(experts)), group_kept(static_cast<size_t>(experts)),
+      : scores(static_cast<size_t>(experts)),
+        choose(static_cast<size_t>(experts)),
+        order(static_cast<size_t>(experts)),
+        group_scores(static_cast<size_t>(experts)),
+        group_order(static_cast<size_t>(experts)),
+        group_kept(static_cast<size_t>(experts)),
         selected(static_cast<size_t>(experts)) {}
   std::vector<float> scores, choose;
   std::vector<int32_t> order;
@@ -78,21 +81,23 @@ void mask_groups(const MoeTopkParams& params, RowScratch& scratch) {
   top_indices(scratch.group_scores.data(), groups, params.group_topk, scratch.group_order.data());
   std::vector<uint8_t>& kept = scratch.group_kept;
   std::fill(kept.begin(), kept.end(), uint8_t{0});
-  for (int j = 0; j < params.group_topk; ++j) kept[static_cast<size_t>(scratch.group_order[static_cast<size_t>(j)])] = 1;
+  for (int j = 0; j < params.group_topk; ++j)
+    kept[static_cast<size_t>(scratch.group_order[static_cast<size_t>(j)])] = 1;
   for (int e = 0; e < params.num_experts; ++e) {
-    if (!kept[static_cast<size_t>(e / per_group)]) scratch.choose[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+    if (!kept[static_cast<size_t>(e / per_group)])
+      scratch.choose[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
   }
 }
 
 // The choosing scores of one row (scratch.choose) and, for pre-softmax and sigmoid, the gate
 // scores (scratch.scores).
-void choosing_scores(const float* logits, const float* expert_bias, const MoeTopkParams& params,
-                     RowScratch& scratch) {
+void choosing_scores(const float* logits, const float* expert_bias, const MoeTopkParams& params, RowScratch& scratch) {
   const int experts = params.num_experts;
   if (params.score_function == MoeScoreFunction::sigmoid) {
     for (int e = 0; e < experts; ++e) {
       scratch.scores[static_cast<size_t>(e)] = sigmoid(logits[e]);
-      scratch.choose[static_cast<size_t>(e)] = scratch.scores[static_cast<size_t>(e)] + (expert_bias ? expert_bias[e] : 0.0f);
+      scratch.choose[static_cast<size_t>(e)] =
+          scratch.scores[static_cast<size_t>(e)] + (expert_bias ? expert_bias[e] : 0.0f);
     }
   } else if (params.pre_softmax) {
     softmax_row(logits, experts, scratch.scores.data());
@@ -104,8 +109,7 @@ void choosing_scores(const float* logits, const float* expert_bias, const MoeTop
 }
 
 // The gates of the row's k chosen experts (index order of `chosen`), before scaling.
-void gates(const float* logits, const MoeTopkParams& params, RowScratch& scratch, const int32_t* chosen,
-           float* gate) {
+void gates(const float* logits, const MoeTopkParams& params, RowScratch& scratch, const int32_t* chosen, float* gate) {
   const int k = params.topk;
   if (params.score_function == MoeScoreFunction::softmax && !params.pre_softmax) {
     for (int j = 0; j < k; ++j) scratch.selected[static_cast<size_t>(j)] = logits[chosen[j]];
@@ -140,9 +144,8 @@ int64_t row_group(const int64_t* row_ids, int64_t sequence_length, int64_t group
   if (!row_ids) return 0;
   const int64_t group = sequence_length > 0 ? row_ids[t] / sequence_length : -1;
   if (group < 0 || group >= groups) {
-    throw std::invalid_argument("moe_router_aux_sums: row id " + std::to_string(row_ids[t]) +
-                                " is outside the " + std::to_string(groups) + " sequences of length " +
-                                std::to_string(sequence_length));
+    throw std::invalid_argument("moe_router_aux_sums: row id " + std::to_string(row_ids[t]) + " is outside the " +
+                                std::to_string(groups) + " sequences of length " + std::to_string(sequence_length));
   }
   return group;
 }
@@ -259,7 +262,8 @@ void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int top
   std::vector<float> scores(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
   for (int64_t t = 0; t < rows; ++t) {
-    const size_t base = static_cast<size_t>(row_group(row_ids, sequence_length, groups, t)) * static_cast<size_t>(experts);
+    const size_t base =
+        static_cast<size_t>(row_group(row_ids, sequence_length, groups, t)) * static_cast<size_t>(experts);
     aux_scores(logits + t * experts, experts, score_function, scores.data());
     top_indices(scores.data(), experts, topk, order.data());
     for (int j = 0; j < topk; ++j) ++count_total[base + static_cast<size_t>(order[static_cast<size_t>(j)])];
@@ -350,7 +354,8 @@ void moe_router_capacity_drop(float* probs, uint8_t* routing_map, int64_t rows, 
       }
       for (int64_t t = 0; t < rows; ++t) {
         uint8_t& mapped = routing_map[t * experts + e];
-        mapped = pad_to_capacity ? keep[static_cast<size_t>(t)] : static_cast<uint8_t>(mapped && keep[static_cast<size_t>(t)]);
+        mapped = pad_to_capacity ? keep[static_cast<size_t>(t)]
+                                 : static_cast<uint8_t>(mapped && keep[static_cast<size_t>(t)]);
         if (!mapped) probs[t * experts + e] = 0.0f;
       }
     }

@@ -84,10 +84,14 @@ ScoreFunction parse_score_function(std::string_view name) {
 
 const char* load_balancing_type_name(LoadBalancingType type) {
   switch (type) {
-    case LoadBalancingType::aux_loss: return "aux_loss";
-    case LoadBalancingType::seq_aux_loss: return "seq_aux_loss";
-    case LoadBalancingType::global_aux_loss: return "global_aux_loss";
-    case LoadBalancingType::none: return "none";
+    case LoadBalancingType::aux_loss:
+      return "aux_loss";
+    case LoadBalancingType::seq_aux_loss:
+      return "seq_aux_loss";
+    case LoadBalancingType::global_aux_loss:
+      return "global_aux_loss";
+    case LoadBalancingType::none:
+      return "none";
   }
   return "?";
 }
@@ -115,10 +119,14 @@ TokenDropPolicy parse_token_drop_policy(std::string_view name) {
 
 const char* load_balancing_log_name(LoadBalancingType type) {
   switch (type) {
-    case LoadBalancingType::aux_loss: return "load_balancing_loss";
-    case LoadBalancingType::seq_aux_loss: return "seq_load_balancing_loss";
-    case LoadBalancingType::global_aux_loss: return "global_load_balancing_loss";
-    case LoadBalancingType::none: return "";
+    case LoadBalancingType::aux_loss:
+      return "load_balancing_loss";
+    case LoadBalancingType::seq_aux_loss:
+      return "seq_load_balancing_loss";
+    case LoadBalancingType::global_aux_loss:
+      return "global_load_balancing_loss";
+    case LoadBalancingType::none:
+      return "";
   }
   return "";
 }
@@ -126,12 +134,13 @@ const char* load_balancing_log_name(LoadBalancingType type) {
 void validate_router_options(const RouterOptions& options) {
   if (options.num_experts < 1) refuse("--num-experts", "must be at least 1");
   if (options.topk < 1 || options.topk > options.num_experts) {
-    refuse("--moe-router-topk", std::to_string(options.topk) + " is outside [1, --num-experts " +
-                                    std::to_string(options.num_experts) + "]");
+    refuse("--moe-router-topk",
+           std::to_string(options.topk) + " is outside [1, --num-experts " + std::to_string(options.num_experts) + "]");
   }
   if (options.topk == 1 && options.score_function == ScoreFunction::softmax && !options.pre_softmax) {
-    refuse("--moe-router-topk", "1 with softmax needs --moe-router-pre-softmax (a softmax over one logit has no "
-                                "gradient)");
+    refuse("--moe-router-topk",
+           "1 with softmax needs --moe-router-pre-softmax (a softmax over one logit has no "
+           "gradient)");
   }
   validate_groups(options);
   if (options.enable_expert_bias && options.score_function != ScoreFunction::sigmoid) {
@@ -278,12 +287,11 @@ void Router::backward(const float* logits, const uint8_t* routing_map, const Rou
   check_rows(rows, true);
   const int64_t count = rows.rows;
   const int experts = options_.num_experts;
-  ops_.moe_router_topk_backward(logits, saved.topk_indices, dprobs, routing_map, count, topk_params(options_),
-                                dlogits, stream_);
+  ops_.moe_router_topk_backward(logits, saved.topk_indices, dprobs, routing_map, count, topk_params(options_), dlogits,
+                                stream_);
   // Megatron's --calculate-per-token-loss pre-multiplies both losses by S x |tp_cp|.
-  const double per_token = options_.calculate_per_token_loss
-                               ? static_cast<double>(count) * group_size(groups_.tp_cp)
-                               : 1.0;
+  const double per_token =
+      options_.calculate_per_token_loss ? static_cast<double>(count) * group_size(groups_.tp_cp) : 1.0;
   if (aux_loss_on(options_)) {
     const bool per_sequence = options_.load_balancing_type == LoadBalancingType::seq_aux_loss;
     const double total = aux_total_tokens(rows);
@@ -293,8 +301,8 @@ void Router::backward(const float* logits, const uint8_t* routing_map, const Rou
                            (options_.topk * total * total) / groups;
       ops_.moe_router_aux_backward(logits, count, experts, kernel_score_function(options_.score_function),
                                    per_sequence ? rows.row_ids : nullptr, rows.sequence_length,
-                                   per_sequence ? rows.num_sequences : 1, saved.aux_weights,
-                                   static_cast<float>(scale), dlogits, stream_);
+                                   per_sequence ? rows.num_sequences : 1, saved.aux_weights, static_cast<float>(scale),
+                                   dlogits, stream_);
     }
   }
   if (options_.z_loss_coeff && count > 0) {

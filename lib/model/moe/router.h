@@ -71,16 +71,16 @@
 
 namespace mt::model::moe {
 
-enum class ScoreFunction { softmax, sigmoid };                                 // --moe-router-score-function
+enum class ScoreFunction { softmax, sigmoid };                                   // --moe-router-score-function
 enum class LoadBalancingType { aux_loss, seq_aux_loss, global_aux_loss, none };  // --moe-router-load-balancing-type
-enum class TokenDropPolicy { probs, position };                                // --moe-token-drop-policy
+enum class TokenDropPolicy { probs, position };                                  // --moe-token-drop-policy
 
 // Flag values <-> enums. The parsers throw mt::UsageError naming the flag and the value.
-const char* score_function_name(ScoreFunction function);          // "softmax"
+const char* score_function_name(ScoreFunction function);  // "softmax"
 ScoreFunction parse_score_function(std::string_view name);
-const char* load_balancing_type_name(LoadBalancingType type);     // "aux_loss"
+const char* load_balancing_type_name(LoadBalancingType type);  // "aux_loss"
 LoadBalancingType parse_load_balancing_type(std::string_view name);
-const char* token_drop_policy_name(TokenDropPolicy policy);       // "probs"
+const char* token_drop_policy_name(TokenDropPolicy policy);  // "probs"
 TokenDropPolicy parse_token_drop_policy(std::string_view name);
 // Megatron's log name of a type's loss: "load_balancing_loss", "seq_load_balancing_loss",
 // "global_load_balancing_loss"; "" for none.
@@ -97,12 +97,12 @@ struct RouterOptions {
   std::optional<float> topk_scaling_factor;               // --moe-router-topk-scaling-factor
   bool enable_expert_bias = false;                        // --moe-router-enable-expert-bias
   LoadBalancingType load_balancing_type = LoadBalancingType::aux_loss;  // --moe-router-load-balancing-type
-  float aux_loss_coeff = 0.0f;                            // --moe-aux-loss-coeff (0: no aux loss)
-  std::optional<float> z_loss_coeff;                      // --moe-z-loss-coeff (None: no z-loss)
-  std::optional<double> capacity_factor;                  // --moe-expert-capacity-factor (None: dropless)
-  TokenDropPolicy token_drop_policy = TokenDropPolicy::probs;  // --moe-token-drop-policy
-  bool pad_expert_input_to_capacity = false;              // --moe-pad-expert-input-to-capacity
-  bool calculate_per_token_loss = false;                  // --calculate-per-token-loss (aux/z grads x S |tp_cp|)
+  float aux_loss_coeff = 0.0f;                                          // --moe-aux-loss-coeff (0: no aux loss)
+  std::optional<float> z_loss_coeff;                                    // --moe-z-loss-coeff (None: no z-loss)
+  std::optional<double> capacity_factor;                                // --moe-expert-capacity-factor (None: dropless)
+  TokenDropPolicy token_drop_policy = TokenDropPolicy::probs;           // --moe-token-drop-policy
+  bool pad_expert_input_to_capacity = false;                            // --moe-pad-expert-input-to-capacity
+  bool calculate_per_token_loss = false;  // --calculate-per-token-loss (aux/z grads x S |tp_cp|)
 };
 
 // Throws mt::UsageError naming the flag for what Megatron refuses or mt cannot run: E < 1; k
@@ -168,7 +168,7 @@ class Router {
 
   const RouterOptions& options() const { return options_; }
   // Sizes of the RouterSaved buffers for a call on `rows`.
-  int64_t saved_index_count(int64_t rows) const;        // S * k
+  int64_t saved_index_count(int64_t rows) const;           // S * k
   int64_t aux_weight_count(const RouterRows& rows) const;  // E (num_sequences * E for seq_aux_loss); 0 without aux loss
 
   // logits (S, E) -> probs (S, E), zero off the map, and routing_map (S, E) 0/1, both after
@@ -179,8 +179,7 @@ class Router {
   // the stream when a loss ran). Collectives: with aux losses one all-reduce over the loss's
   // group (2 x aux_weight_count floats), with the z-loss one of 1 float over tp_cp.
   RouterLossValues forward(const float* logits, const float* expert_bias, const RouterRows& rows, bool training,
-                           float* tokens_per_expert, float* probs, uint8_t* routing_map,
-                           const RouterSaved& saved);
+                           float* tokens_per_expert, float* probs, uint8_t* routing_map, const RouterSaved& saved);
 
   // dlogits (S, E) written: the gradient of the probs through the top-k (dprobs (S, E), read
   // where routing_map is 1 and the row's top-k chose the expert), plus, when they ran in
@@ -196,7 +195,7 @@ class Router {
 
  private:
   void check_rows(const RouterRows& rows, bool training) const;
-  double apply_z_loss(const float* logits, int64_t rows);  // the logged z value
+  double apply_z_loss(const float* logits, int64_t rows);                                        // the logged z value
   double apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved);  // aux / coeff
   double aux_total_tokens(const RouterRows& rows) const;
   comm::Communicator* aux_group() const;

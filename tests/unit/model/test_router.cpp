@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "../thread_communicator.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "model/moe/router.h"
 #include "tests/backend/async_cpu_ops.h"
-#include "../thread_communicator.h"
 
 using namespace mt;
 using namespace mt::model::moe;
@@ -82,7 +82,8 @@ std::vector<int32_t> choose(const std::vector<double>& logits, const std::vector
     std::vector<double> group_scores(static_cast<size_t>(o.num_groups), 0.0);
     for (int g = 0; g < o.num_groups; ++g) {
       const std::vector<double> group(scores.begin() + g * per_group, scores.begin() + (g + 1) * per_group);
-      for (int32_t j : top(group, o.topk / o.group_topk)) group_scores[static_cast<size_t>(g)] += group[static_cast<size_t>(j)];
+      for (int32_t j : top(group, o.topk / o.group_topk))
+        group_scores[static_cast<size_t>(g)] += group[static_cast<size_t>(j)];
     }
     const auto kept = top(group_scores, o.group_topk);
     for (int e = 0; e < o.num_experts; ++e)
@@ -91,7 +92,8 @@ std::vector<int32_t> choose(const std::vector<double>& logits, const std::vector
   return top(scores, o.topk);
 }
 
-std::vector<double> gates(const std::vector<double>& logits, const std::vector<int32_t>& chosen, const RouterOptions& o) {
+std::vector<double> gates(const std::vector<double>& logits, const std::vector<int32_t>& chosen,
+                          const RouterOptions& o) {
   std::vector<double> gate(chosen.size());
   if (o.score_function == ScoreFunction::softmax && !o.pre_softmax) {
     for (size_t j = 0; j < chosen.size(); ++j) gate[j] = logits[static_cast<size_t>(chosen[j])];
@@ -140,7 +142,8 @@ bool seq_aux(const RouterOptions& o) { return o.load_balancing_type == LoadBalan
 
 void drop(const RouterOptions& o, int64_t rows, Reference& r) {
   const int experts = o.num_experts;
-  const int64_t capacity = static_cast<int64_t>(std::ceil(static_cast<double>(rows) * o.topk / experts * *o.capacity_factor));
+  const int64_t capacity =
+      static_cast<int64_t>(std::ceil(static_cast<double>(rows) * o.topk / experts * *o.capacity_factor));
   if (capacity >= rows) {
     if (o.pad_expert_input_to_capacity) std::fill(r.map.begin(), r.map.end(), uint8_t{1});
     return;
@@ -155,7 +158,8 @@ void drop(const RouterOptions& o, int64_t rows, Reference& r) {
     for (int32_t t : top(key, static_cast<int>(capacity))) keep[static_cast<size_t>(t)] = 1;
     for (int64_t t = 0; t < rows; ++t) {
       const size_t at = static_cast<size_t>(t * experts + e);
-      r.map[at] = o.pad_expert_input_to_capacity ? keep[static_cast<size_t>(t)] : (r.map[at] && keep[static_cast<size_t>(t)]);
+      r.map[at] =
+          o.pad_expert_input_to_capacity ? keep[static_cast<size_t>(t)] : (r.map[at] && keep[static_cast<size_t>(t)]);
       if (!r.map[at]) r.probs[at] = 0;
     }
   }
@@ -215,7 +219,8 @@ double reference_objective(const RouterOptions& o, const std::vector<double>& lo
     const double lse = logsumexp(row);
     z += lse * lse / static_cast<double>(rows.count);
     const auto p = aux_scores(row, o);
-    for (int e = 0; e < experts; ++e) aux += p[static_cast<size_t>(e)] * fixed.weights[static_cast<size_t>(rows.group(t) * experts + e)];
+    for (int e = 0; e < experts; ++e)
+      aux += p[static_cast<size_t>(e)] * fixed.weights[static_cast<size_t>(rows.group(t) * experts + e)];
   }
   const int64_t groups = seq_aux(o) ? rows.sequences : 1;
   const double total = seq_aux(o) ? static_cast<double>(rows.sequence_length) : static_cast<double>(rows.count);
@@ -235,7 +240,7 @@ struct RouterRun {
 };
 
 RouterRun run_router(Router& router, const std::vector<float>& logits, const std::vector<float>& bias, const Rows& rows,
-               const std::vector<float>& dprobs, float factor) {
+                     const std::vector<float>& dprobs, float factor) {
   const int experts = router.options().num_experts;
   RouterRun run;
   const size_t n = static_cast<size_t>(rows.count * experts);
@@ -245,8 +250,8 @@ RouterRun run_router(Router& router, const std::vector<float>& logits, const std
   run.weights.assign(static_cast<size_t>(router.aux_weight_count(rows.view())), -1.0f);
   run.counts.assign(static_cast<size_t>(experts), 0.0f);
   const RouterSaved saved{run.indices.data(), run.weights.empty() ? nullptr : run.weights.data()};
-  run.values = router.forward(logits.data(), bias.empty() ? nullptr : bias.data(), rows.view(), true,
-                              run.counts.data(), run.probs.data(), run.map.data(), saved);
+  run.values = router.forward(logits.data(), bias.empty() ? nullptr : bias.data(), rows.view(), true, run.counts.data(),
+                              run.probs.data(), run.map.data(), saved);
   run.dlogits.assign(n, 9.0f);
   router.backward(logits.data(), run.map.data(), saved, rows.view(), dprobs.data(), factor, run.dlogits.data());
   return run;
@@ -317,7 +322,8 @@ TEST(Router, ForwardEqualsTheReferenceLoops) {
     SCOPED_TRACE(s.name);
     const RouterOptions& o = s.options;
     const auto logits = random_floats(static_cast<size_t>(s.rows.count * o.num_experts), 11);
-    const auto bias = s.bias ? random_floats(static_cast<size_t>(o.num_experts), 12, -0.1f, 0.1f) : std::vector<float>{};
+    const auto bias =
+        s.bias ? random_floats(static_cast<size_t>(o.num_experts), 12, -0.1f, 0.1f) : std::vector<float>{};
     Router router(o, cpu(), cpu().default_stream(), {});
     const RouterRun run = run_router(router, logits, bias, s.rows, std::vector<float>(logits.size(), 0.0f), 1.0f);
     const Reference expected = reference_forward(o, logits, bias, s.rows);
@@ -344,7 +350,8 @@ TEST(Router, BackwardEqualsCentralDifferencesOfProbsAuxAndZLoss) {
     o.aux_loss_coeff = 0.3f;  // large enough that the aux loss's share of the gradient is checked
     o.z_loss_coeff = 0.02f;
     const auto logits = random_floats(static_cast<size_t>(s.rows.count * o.num_experts), 21);
-    const auto bias = s.bias ? random_floats(static_cast<size_t>(o.num_experts), 22, -0.1f, 0.1f) : std::vector<float>{};
+    const auto bias =
+        s.bias ? random_floats(static_cast<size_t>(o.num_experts), 22, -0.1f, 0.1f) : std::vector<float>{};
     const auto dprobs = random_floats(logits.size(), 23, -1.0f, 1.0f);
     const float factor = 0.7f;
     Router router(o, cpu(), cpu().default_stream(), {});
@@ -381,15 +388,18 @@ TEST(Router, AuxLossIsOneForPerfectlyBalancedRouting) {
   for (LoadBalancingType type : {LoadBalancingType::aux_loss, LoadBalancingType::global_aux_loss}) {
     o.load_balancing_type = type;
     Router router(o, cpu(), cpu().default_stream(), {});
-    const RouterRun run = run_router(router, logits, {}, plain_rows(experts), std::vector<float>(logits.size(), 0.0f), 1.0f);
+    const RouterRun run =
+        run_router(router, logits, {}, plain_rows(experts), std::vector<float>(logits.size(), 0.0f), 1.0f);
     EXPECT_NEAR(*run.values.load_balancing, 1.0, 1e-6) << load_balancing_type_name(type);
   }
   // All of it routed to experts 0 and 1: the loss rises above 1.
   std::vector<float> collapsed(static_cast<size_t>(experts * experts), 0.0f);
-  for (int t = 0; t < experts; ++t) collapsed[static_cast<size_t>(t * experts)] = collapsed[static_cast<size_t>(t * experts + 1)] = 3.0f;
+  for (int t = 0; t < experts; ++t)
+    collapsed[static_cast<size_t>(t * experts)] = collapsed[static_cast<size_t>(t * experts + 1)] = 3.0f;
   o.load_balancing_type = LoadBalancingType::aux_loss;
   Router router(o, cpu(), cpu().default_stream(), {});
-  const RouterRun run = run_router(router, collapsed, {}, plain_rows(experts), std::vector<float>(collapsed.size(), 0.0f), 1.0f);
+  const RouterRun run =
+      run_router(router, collapsed, {}, plain_rows(experts), std::vector<float>(collapsed.size(), 0.0f), 1.0f);
   EXPECT_GT(*run.values.load_balancing, 3.0);
 }
 
@@ -413,17 +423,17 @@ void expect_two_ranks_equal_one(RouterOptions o, const Rows& all, bool bias_on) 
     const size_t begin = static_cast<size_t>(rank * half * experts), end = begin + static_cast<size_t>(half * experts);
     Rows mine{half, {}, all.sequence_length, all.sequences};
     if (!all.ids.empty()) mine.ids.assign(all.ids.begin() + rank * half, all.ids.begin() + (rank + 1) * half);
-    halves[static_cast<size_t>(rank)] =
-        run_router(router, {logits.begin() + static_cast<ptrdiff_t>(begin), logits.begin() + static_cast<ptrdiff_t>(end)},
-                   bias, mine, {dprobs.begin() + static_cast<ptrdiff_t>(begin), dprobs.begin() + static_cast<ptrdiff_t>(end)},
-                   0.5f);
+    halves[static_cast<size_t>(rank)] = run_router(
+        router, {logits.begin() + static_cast<ptrdiff_t>(begin), logits.begin() + static_cast<ptrdiff_t>(end)}, bias,
+        mine, {dprobs.begin() + static_cast<ptrdiff_t>(begin), dprobs.begin() + static_cast<ptrdiff_t>(end)}, 0.5f);
   });
   std::vector<float> dlogits = halves[0].dlogits;
   dlogits.insert(dlogits.end(), halves[1].dlogits.begin(), halves[1].dlogits.end());
   std::vector<uint8_t> map = halves[0].map;
   map.insert(map.end(), halves[1].map.begin(), halves[1].map.end());
   EXPECT_EQ(map, one.map);
-  for (size_t i = 0; i < dlogits.size(); ++i) ASSERT_NEAR(dlogits[i], one.dlogits[i], 2e-6 * (1 + std::abs(one.dlogits[i]))) << i;
+  for (size_t i = 0; i < dlogits.size(); ++i)
+    ASSERT_NEAR(dlogits[i], one.dlogits[i], 2e-6 * (1 + std::abs(one.dlogits[i]))) << i;
   for (const RouterRun& h : halves) {
     EXPECT_NEAR(*h.values.load_balancing, *one.values.load_balancing, 1e-5 * *one.values.load_balancing);
     if (o.z_loss_coeff) {
@@ -489,7 +499,8 @@ RouterRun run_on_device(const backend::Ops& ops, const RouterOptions& o, const s
       counts(ops, o.num_experts, backend::MemoryCategory::activations),
       weights(ops, std::max<int64_t>(1, router.aux_weight_count(view)), backend::MemoryCategory::activations);
   backend::DeviceBuffer<uint8_t> map(ops, n, backend::MemoryCategory::activations);
-  backend::DeviceBuffer<int32_t> indices(ops, router.saved_index_count(rows.count), backend::MemoryCategory::activations);
+  backend::DeviceBuffer<int32_t> indices(ops, router.saved_index_count(rows.count),
+                                         backend::MemoryCategory::activations);
   const RouterSaved saved{indices.data(), weights.data()};
   RouterRun run;
   run.values = router.forward(d_logits.data(), bias.empty() ? nullptr : d_bias.data(), view, true, counts.data(),
@@ -509,7 +520,8 @@ TEST(Router, TheAsynchronousTableGivesTheCpuTablesBits) {
     SCOPED_TRACE(s.name);
     const RouterOptions& o = s.options;
     const auto logits = random_floats(static_cast<size_t>(s.rows.count * o.num_experts), 61);
-    const auto bias = s.bias ? random_floats(static_cast<size_t>(o.num_experts), 62, -0.1f, 0.1f) : std::vector<float>{};
+    const auto bias =
+        s.bias ? random_floats(static_cast<size_t>(o.num_experts), 62, -0.1f, 0.1f) : std::vector<float>{};
     const auto dprobs = random_floats(logits.size(), 63, -1.0f, 1.0f);
     const RouterRun expected = run_on_device(cpu(), o, logits, bias, s.rows, dprobs);
     const RouterRun queued = run_on_device(mt::test_backend::async_cpu_ops(), o, logits, bias, s.rows, dprobs);
@@ -533,7 +545,8 @@ TEST(Router, GlobalAuxLossWeighsByTheRunningMeanUntilReset) {
   const std::vector<float> zeros(first.size(), 0.0f);
   const RouterRun a = run_router(router, first, {}, plain_rows(16), zeros, 1.0f);
   const RouterRun b = run_router(router, second, {}, plain_rows(16), zeros, 1.0f);
-  const Reference ra = reference_forward(o, first, {}, plain_rows(16)), rb = reference_forward(o, second, {}, plain_rows(16));
+  const Reference ra = reference_forward(o, first, {}, plain_rows(16)),
+                  rb = reference_forward(o, second, {}, plain_rows(16));
   for (size_t i = 0; i < b.weights.size(); ++i) {
     EXPECT_EQ(a.weights[i], ra.weights[i]);
     EXPECT_FLOAT_EQ(b.weights[i], (ra.weights[i] + rb.weights[i]) / 2) << "micro-batch 2 weighs by the mean of both";
@@ -551,11 +564,12 @@ TEST(Router, EvaluationForwardComputesNoLossAndCountsOnlyWhenAsked) {
   std::vector<uint8_t> map(logits.size());
   std::vector<int32_t> indices(20);
   const Rows rows = plain_rows(10);
-  const RouterLossValues values =
-      router.forward(logits.data(), nullptr, rows.view(), false, nullptr, probs.data(), map.data(), {indices.data(), nullptr});
+  const RouterLossValues values = router.forward(logits.data(), nullptr, rows.view(), false, nullptr, probs.data(),
+                                                 map.data(), {indices.data(), nullptr});
   EXPECT_FALSE(values.load_balancing.has_value());
   EXPECT_FALSE(values.z_loss.has_value());
-  router.forward(logits.data(), nullptr, rows.view(), false, counts.data(), probs.data(), map.data(), {indices.data(), nullptr});
+  router.forward(logits.data(), nullptr, rows.view(), false, counts.data(), probs.data(), map.data(),
+                 {indices.data(), nullptr});
   EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0.0f), 8.0f + 10 * 2) << "each row adds k counts";
 }
 
