@@ -262,19 +262,24 @@ double Router::apply_aux_loss(const float* logits, const RouterRows& rows, const
   comm::Communicator* group = aux_group();
   if (group_size(group) > 1) group->all_reduce(counts, 2 * cells, DType::f32, comm::ReduceOp::sum);
   const int64_t bytes = cells * static_cast<int64_t>(sizeof(float));
+  std::vector<float> weights(static_cast<size_t>(cells)), sums(static_cast<size_t>(cells));
   if (options_.load_balancing_type == LoadBalancingType::global_aux_loss) {
-    // Megatron's running mean over the global batch's micro-batches so far.
+    // Megatron's running mean over the global batch's micro-batches so far: the running sum
+    // divided (not multiplied by a reciprocal) by the count, in fp32, on the host.
     ops_.add_inplace(global_counts_.data(), counts, cells, stream_);
     ++global_steps_;
-    ops_.copy(saved.aux_weights, global_counts_.data(), bytes, backend::CopyKind::device_to_device, stream_);
-    ops_.scale_inplace(saved.aux_weights, cells, 1.0f / static_cast<float>(global_steps_), stream_);
+    ops_.copy(weights.data(), global_counts_.data(), bytes, backend::CopyKind::device_to_host, stream_);
+    ops_.copy(sums.data(), prob_sums, bytes, backend::CopyKind::device_to_host, stream_);
+    ops_.synchronize(stream_);
+    for (float& weight : weights) weight /= static_cast<float>(global_steps_);
+    ops_.copy(saved.aux_weights, weights.data(), bytes, backend::CopyKind::host_to_device, stream_);
+    ops_.synchronize(stream_);  // `weights` is read by the queued copy
   } else {
     ops_.copy(saved.aux_weights, counts, bytes, backend::CopyKind::device_to_device, stream_);
+    ops_.copy(weights.data(), counts, bytes, backend::CopyKind::device_to_host, stream_);
+    ops_.copy(sums.data(), prob_sums, bytes, backend::CopyKind::device_to_host, stream_);
+    ops_.synchronize(stream_);
   }
-  std::vector<float> weights(static_cast<size_t>(cells)), sums(static_cast<size_t>(cells));
-  ops_.copy(weights.data(), saved.aux_weights, bytes, backend::CopyKind::device_to_host, stream_);
-  ops_.copy(sums.data(), prob_sums, bytes, backend::CopyKind::device_to_host, stream_);
-  ops_.synchronize(stream_);
   double dot = 0;
   for (size_t i = 0; i < weights.size(); ++i) dot += static_cast<double>(sums[i]) * weights[i];
   const double total = aux_total_tokens(rows);
