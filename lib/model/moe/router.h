@@ -4,7 +4,8 @@
 // (forward: logits -> probs and routing map after capacity dropping, the aux losses and z-loss
 // attached; backward: dlogits), and the expert-bias update the trainer runs once per global batch.
 // Every tensor is a device buffer of the backend op table the Router is given (fp32 unless said);
-// the math runs in the table's moe_* entries (contracts in kernels/cpu/moe_router.h).
+// the math runs in the table's moe_router_* entries (contracts in kernels/cpu/moe_router.h). The
+// logits are fp32 (Megatron's --moe-router-dtype fp32; fp64 is not offered).
 //
 // Order of operations in forward, as Megatron's routing():
 //   (a) z-loss on the logits (training only, --moe-z-loss-coeff set):
