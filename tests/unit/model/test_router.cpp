@@ -3,9 +3,10 @@
 // formulas; the backward against central differences of the reference objective (probs, aux
 // loss and z-loss together); the aux loss at exactly 1.0 for perfectly balanced routing; the
 // reductions over two thread ranks equal to one rank holding both halves (aux_loss,
-// seq_aux_loss, global_aux_loss, z-loss, per-token scaling); the same bits on the asynchronous
-// CPU table (device memory only through the table's copies); the global aux loss's running mean
-// and reset; the expert-bias update; and each bad option refused by its flag.
+// seq_aux_loss, global_aux_loss, z-loss, per-token scaling); per-token scaling by S |tp_cp|; the
+// same bits on the asynchronous CPU table (device memory only through the table's copies); the
+// global aux loss's running mean and reset; the expert-bias update; and each bad option refused
+// by its flag.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -534,6 +535,24 @@ TEST(Router, TheAsynchronousTableGivesTheCpuTablesBits) {
     EXPECT_EQ(queued.values.load_balancing, expected.values.load_balancing);
     EXPECT_EQ(queued.values.z_loss, expected.values.z_loss);
   }
+}
+
+TEST(Router, PerTokenLossScalesTheLossGradientsByTheGroupsRows) {
+  // Megatron's --calculate-per-token-loss attaches aux * S |tp_cp| and z * S |tp_cp|: with dprobs
+  // 0 the whole dlogits is theirs, so it is S times the plain one on one rank.
+  RouterOptions o = mixtral_like();
+  const Rows rows = plain_rows(12);
+  const auto logits = random_floats(static_cast<size_t>(12 * o.num_experts), 71);
+  const std::vector<float> zeros(logits.size(), 0.0f);
+  Router plain(o, cpu(), cpu().default_stream(), {});
+  const RouterRun base = run_router(plain, logits, {}, rows, zeros, 0.5f);
+  o.calculate_per_token_loss = true;
+  Router per_token(o, cpu(), cpu().default_stream(), {});
+  const RouterRun scaled = run_router(per_token, logits, {}, rows, zeros, 0.5f);
+  for (size_t i = 0; i < base.dlogits.size(); ++i) {
+    ASSERT_NEAR(scaled.dlogits[i], 12.0f * base.dlogits[i], 1e-6f * (1 + std::abs(scaled.dlogits[i]))) << i;
+  }
+  EXPECT_EQ(scaled.values.load_balancing, base.values.load_balancing) << "the logged value is not scaled";
 }
 
 TEST(Router, GlobalAuxLossWeighsByTheRunningMeanUntilReset) {
