@@ -238,7 +238,7 @@ void Coverage::add(const OpCase& op_case, const CaseOutcome& outcome) {
 
 void Coverage::print(std::ostream& out, const std::string& title) const {
   out << title << "\n";
-  out << std::left << std::setw(20) << "op" << std::setw(7) << "filled" << std::setw(5) << "f32" << std::setw(5)
+  out << std::left << std::setw(31) << "op" << std::setw(7) << "filled" << std::setw(5) << "f32" << std::setw(5)
       << "bf16" << std::setw(5) << "f16" << std::setw(6) << "waits" << std::setw(7) << "cases" << std::setw(26) << "fwd/bwd/grad/acc/prop/ref";
   if (runs_added_)
     out << std::setw(6) << "ran" << std::setw(8) << "passed"
@@ -251,7 +251,7 @@ void Coverage::print(std::ostream& out, const std::string& title) const {
       if (m) modes += '/';
       modes += std::to_string(row.cases_by_mode[m]);
     }
-    out << std::setw(20) << backend::op_name(row.op) << std::setw(7) << (row.filled ? "yes" : "no");
+    out << std::setw(31) << backend::op_name(row.op) << std::setw(7) << (row.filled ? "yes" : "no");
     for (bool supported : row.dtype_supported) out << std::setw(5) << (supported ? "yes" : "-");
     out << std::setw(6) << (backend::op_waits_for_stream(row.op) ? "yes" : "-");
     out << std::setw(7) << row.cases << std::setw(26) << modes;
