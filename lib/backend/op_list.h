@@ -56,7 +56,11 @@
   X(all_finite)           \
   X(dropout_forward)      \
   X(dropout_backward)     \
-  X(adamw_update)
+  X(adamw_update)          \
+  X(grouped_gemm)          \
+  X(grouped_gemm_ragged_k) \
+  X(moe_scale_rows)        \
+  X(moe_scale_rows_backward)
 
 namespace mt::backend {
 
