@@ -2,9 +2,10 @@
 // of its own rows (ragged m: the forward and data-grad products, weights at a per-group stride) or
 // of its own reduction depth (ragged k: the weight grads, one output per group at a stride).
 // Row-major; A and B are f32 values or bf16 bits (uint16) as kernels/cpu/gemm.h takes them, C
-// fp32 with fp32 accumulation. Counts are host int64, 0 allowed. Each group runs the GEMM of
-// kernels/cpu/gemm.h with exactly the arguments a per-group call would pass, so a loop of gemm_f32
-// / gemm_bf16 over the groups gives the same bits. Tested by the op harness
+// fp32 with fp32 accumulation. Counts are host int64, 0 allowed. Each output tile is one
+// single-threaded GEMM of kernels/cpu/gemm.h over the group's whole depth, the tiles cut by the
+// shapes alone, so results do not depend on the thread count (gemm_f32 on a whole group may split
+// the depth over threads: the two agree within rounding, not bit for bit). Tested by the op harness
 // (tests/harness/cases_grouped_gemm.cpp, run by tests/unit/backend/test_op_harness.cpp).
 #pragma once
 

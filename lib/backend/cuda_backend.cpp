@@ -219,6 +219,11 @@ const Ops& cuda_ops() {
       .dropout_forward = MT_CUDA_KERNEL(dropout_forward),
       .dropout_backward = MT_CUDA_KERNEL(dropout_backward),
       .adamw_update = MT_CUDA_KERNEL(adamw_update),
+      // MoE experts: no CUDA twins in this version (model/moe/experts.h refuses by name).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return table;
 }

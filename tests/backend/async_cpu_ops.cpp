@@ -516,6 +516,11 @@ const Ops& table() {
       .dropout_forward = MT_QUEUED(dropout_forward),
       .dropout_backward = MT_QUEUED(dropout_backward),
       .adamw_update = MT_QUEUED(adamw_update),
+      // MoE experts: not queued here (their counts are host memory, which the pointer checks refuse).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return ops;
 }

@@ -17,6 +17,7 @@ const std::vector<OpCase>& op_cases() {
     add_elementwise_cases(list);
     add_dropout_cases(list);
     add_optimizer_cases(list);
+    add_moe_expert_cases(list);
     return list;
   }();
   return cases;
@@ -71,6 +72,10 @@ const char* op_family(OpId op) {
     case OpId::dropout_forward:
     case OpId::dropout_backward: return "dropout";
     case OpId::adamw_update: return "optimizer";
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k:
+    case OpId::moe_scale_rows:
+    case OpId::moe_scale_rows_backward: return "moe_experts";
   }
   return "?";
 }
