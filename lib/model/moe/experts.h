@@ -10,8 +10,10 @@
 //   grouped  --moe-grouped-gemm: one grouped GEMM call (backend::Ops::grouped_gemm and
 //            grouped_gemm_ragged_k) per product over all local experts.
 // The elementwise steps (swiglu, the prob scaling and their backwards) run once over all R rows in
-// both paths (they are row-wise, so per-expert calls would give the same bits). On the CPU both
-// paths run the same oneDNN GEMM per expert, so they agree bit for bit.
+// both paths (they are row-wise, so per-expert calls would give the same bits). The grouped GEMM
+// cuts each product into tiles by shape (kernels/cpu/grouped_gemm.h) where the loop calls one GEMM
+// per expert, so the two paths agree within fp32 rounding, not bit for bit; the grouped path's
+// results do not depend on the thread count.
 //
 // Weights: the flat parameter buffer (and the fp32 main grads, same offsets) holds local expert
 // j's fc1 (2 F_local, C) = [gate rows (F_local, C); up rows (F_local, C)] at fc1_offset + j *
