@@ -18,8 +18,12 @@
 namespace mt::kernels::cpu {
 namespace {
 
-constexpr int64_t kTileRows = 128;
-constexpr int64_t kTileCols = 256;
+// Large enough that a tile's single-threaded GEMM runs as fast as one GEMM over the whole group
+// (128 x 256 tiles cost 20-25% on one thread at the benchmark model's widths, 1024 x 2048 none
+// measurable: tests/bench/bench_grouped_gemm.cpp), small enough that a group of 1024 tokens at
+// those widths still gives the threads several tiles.
+constexpr int64_t kTileRows = 1024;
+constexpr int64_t kTileCols = 2048;
 
 // One tile of one group's output: rows [row, row + rows) and columns [col, col + cols) of C_g.
 struct Tile {

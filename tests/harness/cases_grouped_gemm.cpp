@@ -196,16 +196,19 @@ const std::vector<GroupedShape>& ragged_rows_shapes() {
       {true, {3, 0, 5, 1}, 17, 33, 0, 1.0f, 0.0f, 100},   {false, {0, 7, 2}, 29, 13, 3, 0.5f, 2.0f, 103},
       {true, {1, 1, 1, 1, 1}, 5, 65, 2, 1.0f, 1.0f, 106}, {false, {37, 0}, 64, 1, 0, 1.0f, 0.0f, 109},
       {true, {0, 0, 0}, 9, 7, 1, 1.0f, 0.0f, 112},        {true, {70, 3, 0, 11}, 48, 31, 1, 1.0f, 0.0f, 115},
-      {true, {300, 0, 129}, 300, 40, 1, 1.0f, 0.0f, 118},  // several of the CPU's 128 x 256 tiles per group
+      {true, {1100, 0, 3}, 2050, 3, 1, 1.0f, 0.5f, 118},  // several of the CPU's 1024 x 2048 tiles per group
   };
   return shapes;
 }
 
 const std::vector<GroupedShape>& ragged_depth_shapes() {
   static const std::vector<GroupedShape> shapes = {
-      {false, {4, 0, 1, 9}, 17, 33, 0, 1.0f, 1.0f, 120}, {false, {0, 13, 0}, 29, 7, 2, 1.0f, 0.0f, 123},
-      {false, {5, 0, 66}, 3, 64, 1, 0.5f, 0.5f, 126},    {false, {0, 0}, 9, 5, 0, 1.0f, 0.0f, 129},
-      {false, {1, 2, 3}, 65, 1, 3, 1.0f, 1.0f, 132},     {false, {0, 140, 7}, 260, 131, 1, 1.0f, 1.0f, 135},
+      {false, {4, 0, 1, 9}, 17, 33, 0, 1.0f, 1.0f, 120},
+      {false, {0, 13, 0}, 29, 7, 2, 1.0f, 0.0f, 123},
+      {false, {5, 0, 66}, 3, 64, 1, 0.5f, 0.5f, 126},
+      {false, {0, 0}, 9, 5, 0, 1.0f, 0.0f, 129},
+      {false, {1, 2, 3}, 65, 1, 3, 1.0f, 1.0f, 132},
+      {false, {0, 5, 2}, 2050, 1030, 1, 1.0f, 1.0f, 135},  // several tiles per group
   };
   return shapes;
 }

@@ -125,6 +125,7 @@ void LocalExperts::check_call(const ExpertsContext& ctx, const ExpertRows& rows,
 void LocalExperts::forward(const ExpertsContext& ctx, const ExpertRows& rows, const ExpertsSaved& saved,
                            const ExpertsWorkspace& workspace, float* out) const {
   check_call(ctx, rows, saved.capacity_rows, workspace.capacity_rows);
+  if (rows.rows == 0) return;  // no token reached these experts: nothing to write, grads unchanged
   const backend::Ops& ops = ctx.ops;
   const int64_t experts = shape_.num_local_experts, C = shape_.hidden, F = shape_.ffn, F2 = 2 * F, R = rows.rows;
   const int64_t* counts = rows.tokens_per_local_expert;
@@ -159,6 +160,7 @@ void LocalExperts::forward(const ExpertsContext& ctx, const ExpertRows& rows, co
 void LocalExperts::backward(const ExpertsContext& ctx, const ExpertRows& rows, const ExpertsSaved& saved,
                             const ExpertsWorkspace& workspace, const float* d_out, float* d_x, float* d_probs) const {
   check_call(ctx, rows, saved.capacity_rows, workspace.capacity_rows);
+  if (rows.rows == 0) return;  // no token reached these experts: nothing to write, grads unchanged
   const backend::Ops& ops = ctx.ops;
   const int64_t experts = shape_.num_local_experts, C = shape_.hidden, F = shape_.ffn, F2 = 2 * F, R = rows.rows;
   const int64_t* counts = rows.tokens_per_local_expert;
