@@ -43,13 +43,69 @@ const void* activation_operand(const ExpertsContext& ctx, const float* x, int64_
   return scratch;
 }
 
-// The precision GEMMs of the loop path over this call's flat buffers and operand scratch.
-PrecisionGemm loop_gemm(const ExpertsContext& ctx, const ExpertsWorkspace& workspace) {
-  PrecisionGemm gemm(ctx.ops, ctx.weights);
-  gemm.bind(ctx.params, ctx.grads);
-  gemm.set_operand_buffers(workspace.operands[0], workspace.operands[1]);
-  return gemm;
-}
+// One linear of every local expert: W_e (out, in) at offset + e * stride in the flat buffers.
+struct ExpertLinear {
+  int64_t offset, stride, in, out;
+};
+
+// fc1 (2 F, C): [gate | up] out of the hidden rows; fc2 (C, F): back to the hidden width.
+ExpertLinear fc1_linear(const LocalExpertsShape& s) { return {s.fc1_offset, s.fc1_stride, s.hidden, 2 * s.ffn}; }
+ExpertLinear fc2_linear(const LocalExpertsShape& s) { return {s.fc2_offset, s.fc2_stride, s.ffn, s.hidden}; }
+
+// What a linear's GEMMs of one call run on: the path, the rows per expert and the operand scratch.
+struct ExpertGemms {
+  const ExpertsContext& ctx;
+  ExpertGemmPath path;
+  const int64_t* counts;
+  int64_t experts, rows;
+  const ExpertsWorkspace& workspace;
+
+  // The precision GEMMs of the loop path over this call's flat buffers and operand scratch.
+  PrecisionGemm loop_gemm() const {
+    PrecisionGemm gemm(ctx.ops, ctx.weights);
+    gemm.bind(ctx.params, ctx.grads);
+    gemm.set_operand_buffers(workspace.operands[0], workspace.operands[1]);
+    return gemm;
+  }
+
+  // y (rows, out) = x (rows, in) W_e^T, each expert on its rows.
+  void forward(const ExpertLinear& w, const float* x, float* y) const {
+    if (path == ExpertGemmPath::grouped) {
+      const void* x_operand = activation_operand(ctx, x, rows * w.in, workspace.operands[0]);
+      ctx.ops.grouped_gemm(true, experts, counts, w.out, w.in, 1.0f, x_operand, w.in,
+                           ctx.weights.operand(ctx.params, w.offset), w.in, w.stride, 0.0f, y, w.out,
+                           ctx.weights.operand_type(), ctx.stream);
+      return;
+    }
+    const PrecisionGemm gemm = loop_gemm();
+    for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
+      if (counts[e] == 0) continue;
+      gemm.linear_forward(x + row * w.in, counts[e], w.in, w.offset + e * w.stride, w.out, y + row * w.out);
+    }
+  }
+
+  // dW_e += dy_e^T x_e into the grads, then dx (rows, in) = dy W_e (dx may be x: each expert's
+  // rows are read before they are written). An expert without rows leaves its grads as they are
+  // (the loop skips it: oneDNN refuses a GEMM of depth 0).
+  void backward(const ExpertLinear& w, const float* dy, const float* x, float* dx) const {
+    if (path == ExpertGemmPath::grouped) {
+      const DType type = ctx.weights.operand_type();
+      const void* dy_operand = activation_operand(ctx, dy, rows * w.out, workspace.operands[0]);
+      const void* x_operand = activation_operand(ctx, x, rows * w.in, workspace.operands[1]);
+      ctx.ops.grouped_gemm_ragged_k(experts, counts, w.out, w.in, 1.0f, dy_operand, w.out, x_operand, w.in, 1.0f,
+                                    ctx.grads + w.offset, w.in, w.stride, type, ctx.stream);
+      ctx.ops.grouped_gemm(false, experts, counts, w.in, w.out, 1.0f, dy_operand, w.out,
+                           ctx.weights.operand(ctx.params, w.offset), w.in, w.stride, 0.0f, dx, w.in, type, ctx.stream);
+      return;
+    }
+    const PrecisionGemm gemm = loop_gemm();
+    for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
+      if (counts[e] == 0) continue;
+      gemm.linear_backward_weight(dy + row * w.out, x + row * w.in, counts[e], w.out, w.in, w.offset + e * w.stride);
+      gemm.linear_backward_input(dy + row * w.out, counts[e], w.out, w.offset + e * w.stride, w.in, dx + row * w.in);
+    }
+  }
+};
 
 }  // namespace
 
@@ -125,81 +181,27 @@ void LocalExperts::check_call(const ExpertsContext& ctx, const ExpertRows& rows,
 void LocalExperts::forward(const ExpertsContext& ctx, const ExpertRows& rows, const ExpertsSaved& saved,
                            const ExpertsWorkspace& workspace, float* out) const {
   check_call(ctx, rows, saved.capacity_rows, workspace.capacity_rows);
-  if (rows.rows == 0) return;  // no token reached these experts: nothing to write, grads unchanged
-  const backend::Ops& ops = ctx.ops;
-  const int64_t experts = shape_.num_local_experts, C = shape_.hidden, F = shape_.ffn, F2 = 2 * F, R = rows.rows;
-  const int64_t* counts = rows.tokens_per_local_expert;
-  const int ffn = static_cast<int>(F);
-  if (path_ == ExpertGemmPath::grouped) {
-    const DType type = ctx.weights.operand_type();
-    const void* x = activation_operand(ctx, rows.x, R * C, workspace.operands[0]);
-    ops.grouped_gemm(true, experts, counts, F2, C, 1.0f, x, C, ctx.weights.operand(ctx.params, shape_.fc1_offset), C,
-                     shape_.fc1_stride, 0.0f, saved.fc1, F2, type, ctx.stream);
-    ops.swiglu_forward(saved.fc1, saved.act, R, ffn, ctx.stream);
-    ops.moe_scale_rows(saved.act, rows.probs, workspace.scaled, R, ffn, ctx.stream);
-    const void* scaled = activation_operand(ctx, workspace.scaled, R * F, workspace.operands[0]);
-    ops.grouped_gemm(true, experts, counts, C, F, 1.0f, scaled, F, ctx.weights.operand(ctx.params, shape_.fc2_offset),
-                     F, shape_.fc2_stride, 0.0f, out, C, type, ctx.stream);
-    return;
-  }
-  const PrecisionGemm gemm = loop_gemm(ctx, workspace);
-  for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
-    if (counts[e] == 0) continue;  // its grads stay as they are (oneDNN refuses a GEMM of depth 0)
-    gemm.linear_forward(rows.x + row * C, counts[e], C, shape_.fc1_offset + e * shape_.fc1_stride, F2,
-                        saved.fc1 + row * F2);
-  }
-  ops.swiglu_forward(saved.fc1, saved.act, R, ffn, ctx.stream);
-  ops.moe_scale_rows(saved.act, rows.probs, workspace.scaled, R, ffn, ctx.stream);
-  for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
-    if (counts[e] == 0) continue;  // its grads stay as they are (oneDNN refuses a GEMM of depth 0)
-    gemm.linear_forward(workspace.scaled + row * F, counts[e], F, shape_.fc2_offset + e * shape_.fc2_stride, C,
-                        out + row * C);
-  }
+  if (rows.rows == 0) return;  // no token reached these experts: nothing to write
+  const ExpertGemms gemms{ctx, path_, rows.tokens_per_local_expert, shape_.num_local_experts, rows.rows, workspace};
+  const int ffn = static_cast<int>(shape_.ffn);
+  gemms.forward(fc1_linear(shape_), rows.x, saved.fc1);
+  ctx.ops.swiglu_forward(saved.fc1, saved.act, rows.rows, ffn, ctx.stream);
+  ctx.ops.moe_scale_rows(saved.act, rows.probs, workspace.scaled, rows.rows, ffn, ctx.stream);
+  gemms.forward(fc2_linear(shape_), workspace.scaled, out);
 }
 
 void LocalExperts::backward(const ExpertsContext& ctx, const ExpertRows& rows, const ExpertsSaved& saved,
                             const ExpertsWorkspace& workspace, const float* d_out, float* d_x, float* d_probs) const {
   check_call(ctx, rows, saved.capacity_rows, workspace.capacity_rows);
   if (rows.rows == 0) return;  // no token reached these experts: nothing to write, grads unchanged
-  const backend::Ops& ops = ctx.ops;
-  const int64_t experts = shape_.num_local_experts, C = shape_.hidden, F = shape_.ffn, F2 = 2 * F, R = rows.rows;
-  const int64_t* counts = rows.tokens_per_local_expert;
-  const int ffn = static_cast<int>(F);
-  float* scaled = workspace.scaled;  // (R, F): p * act, then d(p * act), then d(act)
-  ops.moe_scale_rows(saved.act, rows.probs, scaled, R, ffn, ctx.stream);
-  if (path_ == ExpertGemmPath::grouped) {
-    const DType type = ctx.weights.operand_type();
-    const void* dy = activation_operand(ctx, d_out, R * C, workspace.operands[0]);
-    const void* s = activation_operand(ctx, scaled, R * F, workspace.operands[1]);
-    ops.grouped_gemm_ragged_k(experts, counts, C, F, 1.0f, dy, C, s, F, 1.0f, ctx.grads + shape_.fc2_offset, F,
-                              shape_.fc2_stride, type, ctx.stream);
-    ops.grouped_gemm(false, experts, counts, F, C, 1.0f, dy, C, ctx.weights.operand(ctx.params, shape_.fc2_offset), F,
-                     shape_.fc2_stride, 0.0f, scaled, F, type, ctx.stream);
-    ops.moe_scale_rows_backward(scaled, saved.act, rows.probs, scaled, d_probs, R, ffn, ctx.stream);
-    ops.swiglu_backward(scaled, saved.fc1, workspace.d_fc1, R, ffn, ctx.stream);
-    const void* d_fc1 = activation_operand(ctx, workspace.d_fc1, R * F2, workspace.operands[0]);
-    const void* x = activation_operand(ctx, rows.x, R * C, workspace.operands[1]);
-    ops.grouped_gemm_ragged_k(experts, counts, F2, C, 1.0f, d_fc1, F2, x, C, 1.0f, ctx.grads + shape_.fc1_offset, C,
-                              shape_.fc1_stride, type, ctx.stream);
-    ops.grouped_gemm(false, experts, counts, C, F2, 1.0f, d_fc1, F2, ctx.weights.operand(ctx.params, shape_.fc1_offset),
-                     C, shape_.fc1_stride, 0.0f, d_x, C, type, ctx.stream);
-    return;
-  }
-  const PrecisionGemm gemm = loop_gemm(ctx, workspace);
-  for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
-    if (counts[e] == 0) continue;  // its grads stay as they are (oneDNN refuses a GEMM of depth 0)
-    const int64_t fc2 = shape_.fc2_offset + e * shape_.fc2_stride;
-    gemm.linear_backward_weight(d_out + row * C, scaled + row * F, counts[e], C, F, fc2);
-    gemm.linear_backward_input(d_out + row * C, counts[e], C, fc2, F, scaled + row * F);
-  }
-  ops.moe_scale_rows_backward(scaled, saved.act, rows.probs, scaled, d_probs, R, ffn, ctx.stream);
-  ops.swiglu_backward(scaled, saved.fc1, workspace.d_fc1, R, ffn, ctx.stream);
-  for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
-    if (counts[e] == 0) continue;  // its grads stay as they are (oneDNN refuses a GEMM of depth 0)
-    const int64_t fc1 = shape_.fc1_offset + e * shape_.fc1_stride;
-    gemm.linear_backward_weight(workspace.d_fc1 + row * F2, rows.x + row * C, counts[e], F2, C, fc1);
-    gemm.linear_backward_input(workspace.d_fc1 + row * F2, counts[e], F2, fc1, C, d_x + row * C);
-  }
+  const ExpertGemms gemms{ctx, path_, rows.tokens_per_local_expert, shape_.num_local_experts, rows.rows, workspace};
+  const int ffn = static_cast<int>(shape_.ffn);
+  float* scaled = workspace.scaled;  // (R, F): p * act, then its grad, then act's grad
+  ctx.ops.moe_scale_rows(saved.act, rows.probs, scaled, rows.rows, ffn, ctx.stream);
+  gemms.backward(fc2_linear(shape_), d_out, scaled, scaled);
+  ctx.ops.moe_scale_rows_backward(scaled, saved.act, rows.probs, scaled, d_probs, rows.rows, ffn, ctx.stream);
+  ctx.ops.swiglu_backward(scaled, saved.fc1, workspace.d_fc1, rows.rows, ffn, ctx.stream);
+  gemms.backward(fc1_linear(shape_), workspace.d_fc1, rows.x, d_x);
 }
 
 }  // namespace mt::model
