@@ -1,9 +1,11 @@
 // A MoE layer's local experts (model/moe/experts.h) on the CPU table: forward and backward of both
 // paths (the loop over experts and the grouped GEMM) against a double-precision loop over tokens,
-// the backward against central differences of that loop's forward, the two paths against each
-// other (fp32 and bf16), experts with no tokens (their grads untouched, an all-empty call), grads
-// accumulating over calls, and the inputs refused by name.
+// the backward against central differences of that loop's forward, the two paths against each other
+// (fp32 and bf16), the grouped path's bits at one thread and at two, experts with no tokens (their
+// grads untouched, an all-empty call), grads accumulating over calls, and the inputs refused by
+// name.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,8 +35,8 @@ std::vector<float> uniform(size_t n, uint32_t seed, float low, float high) {
   return values;
 }
 
-// One problem: the shape (weights of E_local experts at an offset inside a larger flat buffer,
-// fc2 after fc1 with a gap), the rows per expert, and random weights, inputs, probs and d_out.
+// One problem: the shape (weights of E_local experts at an offset inside a larger flat buffer, fc2
+// after fc1 with a gap), the rows per expert, and random weights, inputs, probs and d_out.
 struct Problem {
   LocalExpertsShape shape;
   std::vector<int64_t> counts;
@@ -247,6 +249,22 @@ TEST(LocalExperts, LoopAndGroupedPathsAgree) {
     expect_close("d_probs", grouped.d_probs, loop.d_probs, 1e-5);
     expect_close("grads", grouped.grads, loop.grads, 1e-5);
   }
+}
+
+// The grouped path's results do not depend on the thread count (the loop's may: oneDNN splits some
+// GEMMs' depth over threads).
+TEST(LocalExperts, GroupedPathGivesTheSameBitsOnOneThreadAndOnTwo) {
+  const Problem p(8, 64, 128, {0, 1, 7, 300, 0, 64, 2, 0});
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Result one = run(p, ExpertGemmPath::grouped);
+  omp_set_num_threads(std::max(2, threads));
+  const Result two = run(p, ExpertGemmPath::grouped);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_EQ(one.d_x, two.d_x);
+  EXPECT_EQ(one.d_probs, two.d_probs);
+  EXPECT_EQ(one.grads, two.grads);
 }
 
 // bf16 rounds the GEMM operands only: near the fp32 result.
