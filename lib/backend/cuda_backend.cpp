@@ -229,6 +229,11 @@ const Ops& cuda_ops() {
       .moe_router_capacity_drop = nullptr,
       .moe_router_tokens_per_expert = nullptr,
       .moe_router_expert_bias_update = nullptr,
+      // MoE experts: no CUDA twins in this version (model/moe/experts.h refuses by name).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return table;
 }

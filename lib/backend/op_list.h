@@ -65,7 +65,11 @@
   X(moe_router_z_loss_backward)    \
   X(moe_router_capacity_drop)      \
   X(moe_router_tokens_per_expert)  \
-  X(moe_router_expert_bias_update)
+  X(moe_router_expert_bias_update) \
+  X(grouped_gemm)          \
+  X(grouped_gemm_ragged_k) \
+  X(moe_scale_rows)        \
+  X(moe_scale_rows_backward)
 
 namespace mt::backend {
 

@@ -463,6 +463,41 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   Queued<"gemm", &Ops::gemm, decltype(Ops::gemm)>::run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, operand_type, stream);
 }
 
+// The MoE experts' grouped GEMMs: their counts are host memory (backend/ops.h), copied when the op
+// is queued, as a device backend copies them before it returns; the operands are device memory.
+void check_grouped_gemm(const char* entry, backend::OpId op, DType operand_type, const int64_t* counts, const void* a,
+                        const void* b, const float* c) {
+  if (!supports(op, operand_type)) refuse(std::string("no grouped GEMM on ") + dtype_name(operand_type) + " operands");
+  check_host(entry, counts);
+  for (const void* pointer : {a, b, static_cast<const void*>(c)}) check_device(entry, pointer);
+}
+
+void grouped_gemm(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta, float* c,
+                  int64_t ldc, DType operand_type, Stream stream) {
+  check_grouped_gemm("grouped_gemm", backend::OpId::grouped_gemm, operand_type, group_rows, a, b, c);
+  std::vector<int64_t> counts(group_rows, group_rows + groups);
+  state().worker(stream).enqueue(Work{[=, counts = std::move(counts)] {
+                                        backend::cpu_ops().grouped_gemm(trans_b, groups, counts.data(), n, k, alpha, a,
+                                                                        lda, b, ldb, b_group_stride, beta, c, ldc,
+                                                                        operand_type, Stream{});
+                                      },
+                                      true});
+}
+
+void grouped_gemm_ragged_k(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                           int64_t c_group_stride, DType operand_type, Stream stream) {
+  check_grouped_gemm("grouped_gemm_ragged_k", backend::OpId::grouped_gemm_ragged_k, operand_type, group_depths, a, b, c);
+  std::vector<int64_t> depths(group_depths, group_depths + groups);
+  state().worker(stream).enqueue(Work{[=, depths = std::move(depths)] {
+                                        backend::cpu_ops().grouped_gemm_ragged_k(groups, depths.data(), m, n, alpha, a,
+                                                                                 lda, b, ldb, beta, c, ldc,
+                                                                                 c_group_stride, operand_type, Stream{});
+                                      },
+                                      true});
+}
+
 const Ops& table() {
   static const Ops ops{
       .name = "async-cpu",
@@ -525,6 +560,10 @@ const Ops& table() {
       .moe_router_capacity_drop = MT_QUEUED(moe_router_capacity_drop),
       .moe_router_tokens_per_expert = MT_QUEUED(moe_router_tokens_per_expert),
       .moe_router_expert_bias_update = MT_QUEUED(moe_router_expert_bias_update),
+      .grouped_gemm = grouped_gemm,
+      .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
+      .moe_scale_rows = MT_QUEUED(moe_scale_rows),
+      .moe_scale_rows_backward = MT_QUEUED(moe_scale_rows_backward),
   };
   return ops;
 }

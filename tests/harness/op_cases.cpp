@@ -18,6 +18,7 @@ const std::vector<OpCase>& op_cases() {
     add_dropout_cases(list);
     add_optimizer_cases(list);
     add_moe_router_cases(list);
+    add_moe_expert_cases(list);
     return list;
   }();
   return cases;
@@ -81,6 +82,10 @@ const char* op_family(OpId op) {
     case OpId::moe_router_capacity_drop:
     case OpId::moe_router_tokens_per_expert:
     case OpId::moe_router_expert_bias_update: return "moe_router";
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k:
+    case OpId::moe_scale_rows:
+    case OpId::moe_scale_rows_backward: return "moe_experts";
   }
   return "?";
 }
