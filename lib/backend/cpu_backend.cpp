@@ -12,6 +12,7 @@
 #include "backend/ops.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -28,6 +29,15 @@ struct OnStream<Entry, Result (*)(Args...)> {
   static Result run(Args... args, Stream) { return (kernels::cpu::cpu_ops().*Entry)(args...); }
 };
 #define MT_CPU_KERNEL(entry) &OnStream<&CpuOps::entry, decltype(CpuOps::entry)>::run
+
+// The same for a plain kernels/cpu function (no per-ISA variants).
+template <auto Function, typename Signature>
+struct FunctionOnStream;
+template <auto Function, typename Result, typename... Args>
+struct FunctionOnStream<Function, Result (*)(Args...)> {
+  static Result run(Args... args, Stream) { return Function(args...); }
+};
+#define MT_CPU_FUNCTION(function) &FunctionOnStream<&kernels::cpu::function, decltype(&kernels::cpu::function)>::run
 
 void* allocate(int64_t bytes, MemoryCategory) {
   if (bytes <= 0) return nullptr;
@@ -250,6 +260,13 @@ const Ops& cpu_ops() {
       .dropout_forward = MT_CPU_KERNEL(dropout_forward),
       .dropout_backward = MT_CPU_KERNEL(dropout_backward),
       .adamw_update = MT_CPU_KERNEL(adamw_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_CPU_FUNCTION(moe_expert_counts),
+      .moe_route_index = MT_CPU_FUNCTION(moe_route_index),
+      .moe_permute_rows = MT_CPU_FUNCTION(moe_permute_rows),
+      .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
+      .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
+      .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
   };
   return table;
 }

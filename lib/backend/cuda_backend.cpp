@@ -219,6 +219,13 @@ const Ops& cuda_ops() {
       .dropout_forward = MT_CUDA_KERNEL(dropout_forward),
       .dropout_backward = MT_CUDA_KERNEL(dropout_backward),
       .adamw_update = MT_CUDA_KERNEL(adamw_update),
+      // MoE token dispatcher: no CUDA kernels yet (model/moe/token_dispatcher.h refuses this table by name)
+      .moe_expert_counts = nullptr,
+      .moe_route_index = nullptr,
+      .moe_permute_rows = nullptr,
+      .moe_unpermute_rows = nullptr,
+      .moe_unroute_probs = nullptr,
+      .moe_sort_chunks = nullptr,
   };
   return table;
 }

@@ -56,7 +56,14 @@
   X(all_finite)           \
   X(dropout_forward)      \
   X(dropout_backward)     \
-  X(adamw_update)
+  X(adamw_update)         \
+  /* MoE token dispatcher */ \
+  X(moe_expert_counts)    \
+  X(moe_route_index)      \
+  X(moe_permute_rows)     \
+  X(moe_unpermute_rows)   \
+  X(moe_unroute_probs)    \
+  X(moe_sort_chunks)
 
 namespace mt::backend {
 

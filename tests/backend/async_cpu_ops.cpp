@@ -516,6 +516,13 @@ const Ops& table() {
       .dropout_forward = MT_QUEUED(dropout_forward),
       .dropout_backward = MT_QUEUED(dropout_backward),
       .adamw_update = MT_QUEUED(adamw_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_QUEUED(moe_expert_counts),
+      .moe_route_index = MT_QUEUED(moe_route_index),
+      .moe_permute_rows = MT_QUEUED(moe_permute_rows),
+      .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
+      .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
+      .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
   };
   return ops;
 }

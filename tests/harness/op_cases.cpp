@@ -17,6 +17,7 @@ const std::vector<OpCase>& op_cases() {
     add_elementwise_cases(list);
     add_dropout_cases(list);
     add_optimizer_cases(list);
+    add_moe_permute_cases(list);
     return list;
   }();
   return cases;
@@ -71,6 +72,12 @@ const char* op_family(OpId op) {
     case OpId::dropout_forward:
     case OpId::dropout_backward: return "dropout";
     case OpId::adamw_update: return "optimizer";
+    case OpId::moe_expert_counts:
+    case OpId::moe_route_index:
+    case OpId::moe_permute_rows:
+    case OpId::moe_unpermute_rows:
+    case OpId::moe_unroute_probs:
+    case OpId::moe_sort_chunks: return "moe_permute";
   }
   return "?";
 }
