@@ -38,12 +38,12 @@
 // Collectives, all on the data communicators given (comm/communicator.h), in this order on every
 // rank of a group whatever the counts (zero-size pieces included: a rank whose experts receive no
 // token still takes part):
-//   dispatch:          all_gather(i64, expert_tp_ep); all_to_allv(ep) rows; all_to_allv(ep) probs;
-//                      ETP > 1: all_to_allv(expert_tp) rows, all_to_allv(expert_tp) probs.
-//   combine:           ETP > 1: all_to_allv(expert_tp) rows; all_to_allv(ep) rows.
-//   combine_backward:  all_to_allv(ep) rows; ETP > 1: all_to_allv(expert_tp) rows.
-//   dispatch_backward: ETP > 1: all_to_allv(expert_tp) rows, all_to_allv(expert_tp) probs;
-//                      all_to_allv(ep) rows; all_to_allv(ep) probs.
+//   dispatch:          all_gather(i64, expert_tp_ep); rows: all_to_allv(ep), then ETP > 1:
+//                      all_to_allv(expert_tp); then probs the same two.
+//   combine:           ETP > 1: all_to_allv(expert_tp); all_to_allv(ep).
+//   combine_backward:  all_to_allv(ep); ETP > 1: all_to_allv(expert_tp).
+//   dispatch_backward: rows: ETP > 1: all_to_allv(expert_tp), then all_to_allv(ep); then the
+//                      prob grads the same two.
 // A null communicator, or one of size 1, is no parallelism on that dimension (no call is issued
 // on it); the sizes given must match the communicators' sizes (checked at construction).
 //
@@ -121,8 +121,13 @@ class DispatchState {
   std::vector<int64_t> etp_splits_;                 // (ETP): rows from each etp rank after the gather
   backend::DeviceBuffer<int64_t> expert_counts_;    // (E): this rank's routed copies per expert
   backend::DeviceBuffer<int32_t> row_token_;        // (R_send): token of each sent row
-  backend::DeviceBuffer<int64_t> sort_chunk_rows_, unsort_chunk_rows_;  // (ETP EP E_local) chunk sizes
-  backend::DeviceBuffer<int32_t> sort_order_, unsort_order_;            // (ETP EP E_local) chunk orders
+  // The chunk sort to the experts' order, then its inverse (2 ETP EP E_local each): chunk sizes in
+  // input order and the order; the host copies stay until the next dispatch (an asynchronous
+  // backend reads them after the upload call returns).
+  std::vector<int64_t> host_chunk_rows_;
+  std::vector<int32_t> host_chunk_order_;
+  backend::DeviceBuffer<int64_t> chunk_rows_;
+  backend::DeviceBuffer<int32_t> chunk_order_;
   backend::DeviceBuffer<float> expert_rows_;   // (R, C)
   backend::DeviceBuffer<float> expert_probs_;  // (R)
 };
@@ -174,6 +179,7 @@ class TokenDispatcher {
   const backend::Ops& ops_;
   backend::Stream stream_;
   backend::MemoryLedger* ledger_;
+  backend::DeviceBuffer<int64_t> gathered_counts_;       // (ETP EP, E) comm_buffers
   std::vector<backend::DeviceBuffer<float>> workspace_;  // comm_buffers, grown on demand
 };
 
