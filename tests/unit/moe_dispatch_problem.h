@@ -6,8 +6,8 @@
 // under ETP), and the reference over all tokens by plain double loops:
 //   y[t] = sum over routed e of (e + 1) p[t,e] x[t];  dx[t] = sum over routed e of (e + 1) p[t,e] dy[t];
 //   dprobs[t,e] = (e + 1) x[t] . dy[t] where routed, else 0.
-// run_dispatch_rank runs one rank's dispatch, experts, combine and both backwards on the CPU
-// table (device memory is host memory there).
+// run_dispatch_rank runs one rank's dispatch, experts, combine and both backwards on any op
+// table, moving values only through the table's copies.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,6 +20,8 @@
 #include <set>
 #include <vector>
 
+#include "backend/memory.h"
+#include "backend/ops.h"
 #include "model/moe/token_dispatcher.h"
 
 namespace mt::testing {
@@ -108,23 +110,53 @@ struct DispatchRankResult {
   std::vector<int64_t> tokens_per_local_expert;
 };
 
-// Source `source`'s dispatch.
-inline void dispatch_source(model::TokenDispatcher& dispatcher, const DispatchProblem& p, int source,
-                            model::DispatchState& state) {
-  const int64_t s = p.tokens_per_source, first = source * s;
-  dispatcher.dispatch(p.x.data() + first * p.hidden, p.probs.data() + first * p.experts,
-                      p.map.data() + first * p.experts, s, state);
+// `n` elements of host memory in a new device buffer of `ops` (the host values must stay alive
+// until the stream has run the copy).
+template <typename T>
+backend::DeviceBuffer<T> to_device(const backend::Ops& ops, const T* host, int64_t n) {
+  backend::DeviceBuffer<T> buffer(ops, n, backend::MemoryCategory::activations);
+  if (n > 0) ops.copy(buffer.data(), host, n * static_cast<int64_t>(sizeof(T)), backend::CopyKind::host_to_device,
+                      ops.default_stream());
+  return buffer;
+}
+template <typename T>
+std::vector<T> to_host(const backend::Ops& ops, const T* device, int64_t n) {
+  std::vector<T> values(static_cast<size_t>(n));
+  if (n > 0) ops.copy(values.data(), device, n * static_cast<int64_t>(sizeof(T)), backend::CopyKind::device_to_host,
+                      ops.default_stream());
+  ops.synchronize(ops.default_stream());
+  return values;
 }
 
-// After source `source`'s dispatch into `state`: the toy experts, combine, combine_backward, the
-// toy experts' backward, dispatch_backward.
-inline DispatchRankResult finish_dispatch_rank(model::TokenDispatcher& dispatcher, const DispatchProblem& p,
-                                               int source, float share, const model::DispatchState& state) {
-  const int64_t s = p.tokens_per_source, c = p.hidden, first = source * s;
+// A source's inputs in device memory (kept until its backward has run).
+struct DispatchInputs {
+  backend::DeviceBuffer<float> x, probs, dy;
+  backend::DeviceBuffer<uint8_t> map;
+};
+
+// Source `source`'s dispatch, on the dispatcher's table `ops` and its default stream.
+inline DispatchInputs dispatch_source(const backend::Ops& ops, model::TokenDispatcher& dispatcher,
+                                      const DispatchProblem& p, int source, model::DispatchState& state) {
+  const int64_t s = p.tokens_per_source, first = source * s;
+  DispatchInputs in{to_device(ops, p.x.data() + first * p.hidden, s * p.hidden),
+                    to_device(ops, p.probs.data() + first * p.experts, s * p.experts),
+                    to_device(ops, p.dy.data() + first * p.hidden, s * p.hidden),
+                    to_device(ops, p.map.data() + first * p.experts, s * p.experts)};
+  dispatcher.dispatch(in.x.data(), in.probs.data(), in.map.data(), s, state);
+  return in;
+}
+
+// After source `source`'s dispatch into `state`: the toy experts (on the host), combine,
+// combine_backward, the toy experts' backward, dispatch_backward; every result read back through
+// the table's copies.
+inline DispatchRankResult finish_dispatch_rank(const backend::Ops& ops, model::TokenDispatcher& dispatcher,
+                                               const DispatchProblem& p, const DispatchInputs& in, float share,
+                                               const model::DispatchState& state) {
+  const int64_t s = p.tokens_per_source, c = p.hidden;
   const int64_t rows = state.rows();
   DispatchRankResult out;
-  out.expert_rows.assign(state.expert_rows(), state.expert_rows() + rows * c);
-  out.expert_probs.assign(state.expert_probs(), state.expert_probs() + rows);
+  out.expert_rows = to_host(ops, state.expert_rows(), rows * c);
+  out.expert_probs = to_host(ops, state.expert_probs(), rows);
   out.tokens_per_local_expert = state.tokens_per_local_expert();
   // The toy experts: row r of local expert l -> (e + 1) share p_r x_r.
   std::vector<float> expert_of(static_cast<size_t>(rows));
@@ -135,11 +167,14 @@ inline DispatchRankResult finish_dispatch_rank(model::TokenDispatcher& dispatche
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < c; ++j)
       expert_out[r * c + j] = expert_of[r] * out.expert_probs[r] * out.expert_rows[r * c + j];
-  out.y.assign(static_cast<size_t>(s * c), NAN);
-  dispatcher.combine(state, expert_out.data(), out.y.data());
+  const auto expert_out_device = to_device(ops, expert_out.data(), rows * c);
+  backend::DeviceBuffer<float> y(ops, s * c, backend::MemoryCategory::activations);
+  dispatcher.combine(state, expert_out_device.data(), y.data());
+  out.y = to_host(ops, y.data(), s * c);
 
-  std::vector<float> d_out(static_cast<size_t>(rows * c), NAN);
-  dispatcher.combine_backward(state, p.dy.data() + first * c, d_out.data());
+  backend::DeviceBuffer<float> d_out_device(ops, rows * c, backend::MemoryCategory::activations);
+  dispatcher.combine_backward(state, in.dy.data(), d_out_device.data());
+  const std::vector<float> d_out = to_host(ops, d_out_device.data(), rows * c);
   std::vector<float> d_rows(d_out.size()), d_probs(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     float dot = 0;
@@ -149,16 +184,21 @@ inline DispatchRankResult finish_dispatch_rank(model::TokenDispatcher& dispatche
     }
     d_probs[r] = expert_of[r] * dot;
   }
-  out.dx.assign(static_cast<size_t>(s * c), NAN);
-  out.dprobs.assign(static_cast<size_t>(s * p.experts), NAN);
-  dispatcher.dispatch_backward(state, d_rows.data(), d_probs.data(), out.dx.data(), out.dprobs.data());
+  const auto d_rows_device = to_device(ops, d_rows.data(), rows * c);
+  const auto d_probs_device = to_device(ops, d_probs.data(), rows);
+  backend::DeviceBuffer<float> dx(ops, s * c, backend::MemoryCategory::activations);
+  backend::DeviceBuffer<float> dprobs(ops, s * p.experts, backend::MemoryCategory::activations);
+  dispatcher.dispatch_backward(state, d_rows_device.data(), d_probs_device.data(), dx.data(), dprobs.data());
+  out.dx = to_host(ops, dx.data(), s * c);
+  out.dprobs = to_host(ops, dprobs.data(), s * p.experts);
   return out;
 }
 
-inline DispatchRankResult run_dispatch_rank(model::TokenDispatcher& dispatcher, const DispatchProblem& p, int source,
-                                            float share, model::DispatchState& state) {
-  dispatch_source(dispatcher, p, source, state);
-  return finish_dispatch_rank(dispatcher, p, source, share, state);
+inline DispatchRankResult run_dispatch_rank(const backend::Ops& ops, model::TokenDispatcher& dispatcher,
+                                            const DispatchProblem& p, int source, float share,
+                                            model::DispatchState& state) {
+  const DispatchInputs in = dispatch_source(ops, dispatcher, p, source, state);
+  return finish_dispatch_rank(ops, dispatcher, p, in, share, state);
 }
 
 // The global tokens of rank (ep, etp)'s expert rows, in the contract's order: local expert, then

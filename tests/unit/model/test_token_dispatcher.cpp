@@ -69,7 +69,8 @@ std::vector<DispatchRankResult> run_layout(const DispatchProblem& p, int ep_size
     ThreadRank me(layout, rank, p.experts, p.hidden);
     DispatchState state;
     results[static_cast<size_t>(rank)] =
-        testing::run_dispatch_rank(me.dispatcher, p, rank, testing::etp_share(me.etp, etp_size), state);
+        testing::run_dispatch_rank(backend::cpu_ops(), me.dispatcher, p, rank, testing::etp_share(me.etp, etp_size),
+                                   state);
   });
   return results;
 }
@@ -144,20 +145,21 @@ TEST(TokenDispatcher, StatesKeepEachMicroBatchAndBuffersGrow) {
   ThreadLayout layout(2, 1);
   std::vector<int64_t> activations(2), activations_after(2), comm_peak(2);
   testing::run_ranks(2, [&](int rank) {
+    const backend::Ops& cpu = backend::cpu_ops();
     backend::MemoryLedger ledger;
     ThreadRank me(layout, rank, 4, 3, &ledger);
     {
       DispatchState first, second;
       // Dispatch both, then run their combine and backward in reverse order.
-      testing::dispatch_source(me.dispatcher, small, rank, first);
-      const auto large_result = testing::run_dispatch_rank(me.dispatcher, large, rank, 1.0f, second);
+      const testing::DispatchInputs small_inputs = testing::dispatch_source(cpu, me.dispatcher, small, rank, first);
+      const auto large_result = testing::run_dispatch_rank(cpu, me.dispatcher, large, rank, 1.0f, second);
       testing::check_dispatch_rank(large, large_ref, large_result, rank, 0, 2, 1);
       // first still holds small's rows and splits after second went through the same dispatcher.
-      const auto small_result = testing::finish_dispatch_rank(me.dispatcher, small, rank, 1.0f, first);
+      const auto small_result = testing::finish_dispatch_rank(cpu, me.dispatcher, small, small_inputs, 1.0f, first);
       testing::check_dispatch_rank(small, small_ref, small_result, rank, 0, 2, 1);
       // first reused for the larger micro-batch: its buffers grow.
       const int64_t before = ledger.live(backend::MemoryCategory::activations);
-      const auto reused_result = testing::run_dispatch_rank(me.dispatcher, large, rank, 1.0f, first);
+      const auto reused_result = testing::run_dispatch_rank(cpu, me.dispatcher, large, rank, 1.0f, first);
       testing::check_dispatch_rank(large, large_ref, reused_result, rank, 0, 2, 1);
       activations[static_cast<size_t>(rank)] = ledger.live(backend::MemoryCategory::activations) - before;
     }
