@@ -4,7 +4,7 @@
 // in the contract's order, combine, and both backwards - with an expert that receives no token, a
 // whole EP rank whose experts receive none, and a source rank that sends none; EP layouts give
 // the one-rank dispatcher's bits; two micro-batches in flight with their own states; buffers that
-// grow and their memory categories; refusals by name.
+// grow and their memory categories; one host copy and wait per dispatch; refusals by name.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -170,6 +170,60 @@ TEST(TokenDispatcher, StatesKeepEachMicroBatchAndBuffersGrow) {
     EXPECT_GT(activations[rank], 0) << "rank " << rank << ": the reused state did not grow";
     EXPECT_EQ(activations_after[rank], 0) << "rank " << rank << ": states' memory not returned";
     EXPECT_GT(comm_peak[rank], 0) << "rank " << rank << ": no workspace accounted as comm_buffers";
+  }
+}
+
+// The CPU table counting, per thread, its device-to-host copies and synchronizes.
+thread_local int device_to_host_copies = 0, synchronizes = 0;
+const backend::Ops& counting_ops() {
+  static const backend::Ops table = [] {
+    backend::Ops ops = backend::cpu_ops();
+    ops.copy = [](void* dst, const void* src, int64_t bytes, backend::CopyKind kind, backend::Stream stream) {
+      if (kind == backend::CopyKind::device_to_host) ++device_to_host_copies;
+      backend::cpu_ops().copy(dst, src, bytes, kind, stream);
+    };
+    ops.synchronize = [](backend::Stream stream) {
+      ++synchronizes;
+      backend::cpu_ops().synchronize(stream);
+    };
+    return ops;
+  }();
+  return table;
+}
+
+// Megatron's one sync: a dispatch copies the gathered counts to the host once and waits once;
+// combine and both backwards only queue work.
+TEST(TokenDispatcher, DispatchWaitsForTheHostOnceAndTheRestNever) {
+  const DispatchProblem p = testing::make_dispatch_problem(8, 2, 5, 13, 2, {}, -1, 7);
+  const backend::Ops& ops = counting_ops();
+  ThreadLayout layout(2, 1);
+  std::vector<int> dispatch_copies(2), dispatch_waits(2), later_copies(2), later_waits(2);
+  testing::run_ranks(2, [&](int rank) {
+    ThreadCommunicator ep_comm(*layout.ep_groups[0], rank), world_comm(layout.world, rank);
+    TokenDispatcher dispatcher(
+        8, 5, DispatcherGroups{.expert_parallel = 2, .ep_rank = rank, .ep = &ep_comm, .expert_tp_ep = &world_comm},
+        ops, ops.default_stream());
+    const int64_t s = p.tokens_per_source, c = p.hidden;
+    DispatchState state;
+    device_to_host_copies = synchronizes = 0;
+    dispatcher.dispatch(p.x.data() + rank * s * c, p.probs.data() + rank * s * 8, p.map.data() + rank * s * 8, s,
+                        state);
+    dispatch_copies[rank] = device_to_host_copies;
+    dispatch_waits[rank] = synchronizes;
+    device_to_host_copies = synchronizes = 0;
+    std::vector<float> rows(static_cast<size_t>(state.rows() * c), 1.0f), probs(static_cast<size_t>(state.rows()));
+    std::vector<float> y(static_cast<size_t>(s * c)), dprobs(static_cast<size_t>(s * 8));
+    dispatcher.combine(state, rows.data(), y.data());
+    dispatcher.combine_backward(state, y.data(), rows.data());
+    dispatcher.dispatch_backward(state, rows.data(), probs.data(), y.data(), dprobs.data());
+    later_copies[rank] = device_to_host_copies;
+    later_waits[rank] = synchronizes;
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(dispatch_copies[rank], 1) << "rank " << rank;
+    EXPECT_EQ(dispatch_waits[rank], 1) << "rank " << rank;
+    EXPECT_EQ(later_copies[rank], 0) << "rank " << rank;
+    EXPECT_EQ(later_waits[rank], 0) << "rank " << rank;
   }
 }
 
