@@ -2,8 +2,11 @@
 // parallelism (EP) and expert-tensor parallelism (ETP): it sends each routed copy of a token to the
 // EP rank that holds its expert, hands the experts their rows grouped by local expert, and brings
 // the experts' outputs back to token order. Tested in tests/unit/model/test_token_dispatcher.cpp
-// (ranks as threads: EP 2, 4, ETP 2, EP 2 x ETP 2 against one rank, backward, empty experts and
-// empty ranks) and tests/mpi/test_token_dispatcher.cpp (EP 2 and 4 over MPI ranks).
+// (ranks as threads: EP 2, 4, ETP 2, EP 2 x ETP 2 against the reference over all tokens, forward
+// and backward, an empty expert, an EP rank receiving none, a rank sending none, EP giving the
+// one-rank bits, micro-batches in flight, the one host wait, refusals) and
+// tests/mpi/test_token_dispatcher.cpp (EP 2, 4 and EP 2 x ETP 2 over MPI ranks, on the CPU table
+// and the asynchronous test table). A dispatcher and its states are used by one thread at a time.
 //
 // Shapes (fp32 device memory of the dispatcher's backend; C the hidden width):
 //   S    tokens this rank routes (its sequence-parallel rows), E experts, EP x ETP ranks;
