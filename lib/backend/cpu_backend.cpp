@@ -15,6 +15,7 @@
 #include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/grouped_gemm.h"
 #include "kernels/cpu/moe_expert_ops.h"
+#include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -40,6 +41,14 @@ struct PlainOnStream<Function, Result (*)(Args...)> {
   static Result run(Args... args, Stream) { return Function(args...); }
 };
 #define MT_CPU_FUNCTION(function) &PlainOnStream<&kernels::cpu::function>::run
+// The same for a plain kernels/cpu function (no per-ISA variants).
+template <auto Function, typename Signature>
+struct FunctionOnStream;
+template <auto Function, typename Result, typename... Args>
+struct FunctionOnStream<Function, Result (*)(Args...)> {
+  static Result run(Args... args, Stream) { return Function(args...); }
+};
+#define MT_CPU_FUNCTION(function) &FunctionOnStream<&kernels::cpu::function, decltype(&kernels::cpu::function)>::run
 
 void* allocate(int64_t bytes, MemoryCategory) {
   if (bytes <= 0) return nullptr;
@@ -327,6 +336,13 @@ const Ops& cpu_ops() {
       .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
       .moe_scale_rows = moe_scale_rows,
       .moe_scale_rows_backward = moe_scale_rows_backward,
+      // MoE token dispatcher
+      .moe_expert_counts = MT_CPU_FUNCTION(moe_expert_counts),
+      .moe_route_index = MT_CPU_FUNCTION(moe_route_index),
+      .moe_permute_rows = MT_CPU_FUNCTION(moe_permute_rows),
+      .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
+      .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
+      .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
   };
   return table;
 }

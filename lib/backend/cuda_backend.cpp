@@ -234,6 +234,13 @@ const Ops& cuda_ops() {
       .grouped_gemm_ragged_k = nullptr,
       .moe_scale_rows = nullptr,
       .moe_scale_rows_backward = nullptr,
+      // MoE token dispatcher: no CUDA kernels yet (model/moe/token_dispatcher.h refuses this table by name)
+      .moe_expert_counts = nullptr,
+      .moe_route_index = nullptr,
+      .moe_permute_rows = nullptr,
+      .moe_unpermute_rows = nullptr,
+      .moe_unroute_probs = nullptr,
+      .moe_sort_chunks = nullptr,
   };
   return table;
 }

@@ -69,7 +69,14 @@
   X(grouped_gemm)          \
   X(grouped_gemm_ragged_k) \
   X(moe_scale_rows)        \
-  X(moe_scale_rows_backward)
+  X(moe_scale_rows_backward) \
+  /* MoE token dispatcher */ \
+  X(moe_expert_counts)    \
+  X(moe_route_index)      \
+  X(moe_permute_rows)     \
+  X(moe_unpermute_rows)   \
+  X(moe_unroute_probs)    \
+  X(moe_sort_chunks)
 
 namespace mt::backend {
 

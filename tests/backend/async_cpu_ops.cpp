@@ -564,6 +564,13 @@ const Ops& table() {
       .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
       .moe_scale_rows = MT_QUEUED(moe_scale_rows),
       .moe_scale_rows_backward = MT_QUEUED(moe_scale_rows_backward),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_QUEUED(moe_expert_counts),
+      .moe_route_index = MT_QUEUED(moe_route_index),
+      .moe_permute_rows = MT_QUEUED(moe_permute_rows),
+      .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
+      .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
+      .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
   };
   return ops;
 }
