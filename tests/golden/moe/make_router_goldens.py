@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Router goldens made by Megatron-Core's own router functions (issue 22).
+
+Writes tests/golden/moe/router_goldens.json (format: README.md beside this script), which
+tests/unit/model/test_router_megatron.cpp reads. Each value comes from calling Megatron-Core's
+functions in megatron/core/transformer/moe/moe_utils.py on fixed random fp32 CPU tensors, in the
+order TopKRouter.routing (router.py) calls them; gradients come from torch autograd through them.
+
+Made by hand in a venv outside the repository (CI never runs this script):
+    python3 -m venv /work/venv-megatron
+    /work/venv-megatron/bin/pip install torch==2.6.0 megatron-core==0.16.1
+    /work/venv-megatron/bin/python tests/golden/moe/make_router_goldens.py
+The committed goldens were made with Python 3.11.2, torch 2.6.0 (PyPI) and megatron-core 0.16.1
+(PyPI); the JSON's "generator" records the versions of the run that wrote it.
+
+What had to be done around Megatron's code (all on one CPU process):
+- get_updated_expert_bias all-reduces the counts over
+  parallel_state.get_tensor_and_data_parallel_group(with_context_parallel=True); the script
+  starts a one-rank gloo process group and points that getter at it, and sums the per-rank counts
+  itself (the all-reduce over one rank is the identity).
+- The reduce groups of the aux losses (TP x CP, TP x DP x CP) are emulated as TopKRouter's
+  get_tokens_per_expert_and_token_count does: counts summed over the ranks' routing maps and
+  total_num_tokens = local tokens * ranks; switch_load_balancing_loss_func is then called per rank.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+
+import torch
+import torch.distributed as dist
+
+import megatron.core
+from megatron.core import parallel_state
+from megatron.core.transformer.moe import moe_utils
+
+SEED = 20261127
+OUT_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "router_goldens.json")
+
+
+def flat(tensor):
+    """A tensor as a flat list of Python numbers (fp32 values widened exactly to double)."""
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bool:
+        tensor = tensor.to(torch.int32)
+    return tensor.reshape(-1).tolist()
+
+
+class Logits:
+    """Seeded fp32 logits and upstream gradients; every case draws from the same stream in order."""
+
+    def __init__(self, seed):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def normal(self, *shape, scale=1.0):
+        return torch.randn(*shape, generator=self.generator, dtype=torch.float32) * scale
+
+    def uniform(self, *shape, low=0.0, high=1.0):
+        return low + (high - low) * torch.rand(*shape, generator=self.generator, dtype=torch.float32)
+
+    def integers(self, *shape, high):
+        return torch.randint(0, high, shape, generator=self.generator)
+
+
+def route(logits, topk, score_function, pre_softmax, num_groups, group_topk, scaling_factor, expert_bias):
+    """Megatron's topk_routing_with_score_function with the router's arguments."""
+    return moe_utils.topk_routing_with_score_function(
+        logits,
+        topk,
+        use_pre_softmax=pre_softmax,
+        num_groups=num_groups or None,
+        group_topk=group_topk or None,
+        scaling_factor=scaling_factor,
+        score_function=score_function,
+        expert_bias=expert_bias,
+    )
+
+
+def topk_routing_case(rng, name, tokens, experts, topk, score_function, pre_softmax=False, num_groups=0,
+                      group_topk=0, scaling_factor=None, with_bias=False, logit_scale=2.0):
+    logits = rng.normal(tokens, experts, scale=logit_scale)
+    # Positive biased scores (sigmoid in (0, 1) plus a bias in [0, 0.25)): HF masks dropped groups
+    # with 0.0 where Megatron uses -inf, so positive scores keep the two equal.
+    expert_bias = rng.uniform(experts, high=0.25) if with_bias else None
+    grad_probs = rng.normal(tokens, experts)
+    leaf = logits.clone().requires_grad_(True)
+    probs, routing_map = route(leaf, topk, score_function, pre_softmax, num_groups, group_topk, scaling_factor,
+                               expert_bias)
+    (probs * grad_probs).sum().backward()
+    return {
+        "name": name, "tokens": tokens, "experts": experts, "topk": topk, "score_function": score_function,
+        "pre_softmax": pre_softmax, "num_groups": num_groups, "group_topk": group_topk,
+        "scaling_factor": scaling_factor, "expert_bias": None if expert_bias is None else flat(expert_bias),
+        "logits": flat(logits), "probs": flat(probs), "routing_map": flat(routing_map),
+        "grad_probs": flat(grad_probs), "grad_logits": flat(leaf.grad),
+    }
+
+
+def topk_routing_cases(rng):
+    return [
+        topk_routing_case(rng, "softmax_mixtral_s16_e8_k2", 16, 8, 2, "softmax"),
+        topk_routing_case(rng, "softmax_pre_s16_e8_k2", 16, 8, 2, "softmax", pre_softmax=True),
+        topk_routing_case(rng, "softmax_pre_s12_e4_k1", 12, 4, 1, "softmax", pre_softmax=True),
+        topk_routing_case(rng, "softmax_scaled_s10_e8_k3", 10, 8, 3, "softmax", scaling_factor=1.5),
+        topk_routing_case(rng, "softmax_pre_scaled_s10_e8_k3", 10, 8, 3, "softmax", pre_softmax=True,
+                          scaling_factor=1.5),
+        topk_routing_case(rng, "sigmoid_s12_e8_k1", 12, 8, 1, "sigmoid"),
+        topk_routing_case(rng, "sigmoid_s12_e8_k2", 12, 8, 2, "sigmoid"),
+        topk_routing_case(rng, "sigmoid_bias_s16_e16_k4", 16, 16, 4, "sigmoid", with_bias=True),
+        topk_routing_case(rng, "sigmoid_bias_k1_s12_e8", 12, 8, 1, "sigmoid", with_bias=True),
+        topk_routing_case(rng, "sigmoid_bias_scaled_s16_e16_k4", 16, 16, 4, "sigmoid", with_bias=True,
+                          scaling_factor=2.5),
+        topk_routing_case(rng, "softmax_groups4_top2_s16_e16_k4", 16, 16, 4, "softmax", num_groups=4,
+                          group_topk=2),
+        topk_routing_case(rng, "softmax_pre_groups4_top2_s16_e16_k4", 16, 16, 4, "softmax", pre_softmax=True,
+                          num_groups=4, group_topk=2),
+        topk_routing_case(rng, "sigmoid_groups4_top2_s16_e16_k4", 16, 16, 4, "sigmoid", num_groups=4,
+                          group_topk=2),
+        topk_routing_case(rng, "sigmoid_bias_groups4_top2_s16_e16_k4", 16, 16, 4, "sigmoid", num_groups=4,
+                          group_topk=2, with_bias=True),
+        topk_routing_case(rng, "deepseek_v3_sigmoid_bias_groups8_top4_s6_e64_k8", 6, 64, 8, "sigmoid",
+                          num_groups=8, group_topk=4, scaling_factor=2.5, with_bias=True),
+    ]
+
+
+def keep_mask_lower_row_first(probs_in, map_in, capacity, drop_policy):
+    """The capacity keep mask with ties broken by the lower row: per expert the `capacity` rows of
+    highest prob (policy probs) or map value (policy position: routed rows first), equal values by
+    ascending row; every row when capacity > rows (apply_router_token_dropping's own shortcut)."""
+    tokens, experts = probs_in.shape
+    if capacity > tokens:
+        return torch.ones(tokens, experts, dtype=torch.bool)
+    values = probs_in if drop_policy == "probs" else map_in.to(torch.float32)
+    keep = torch.zeros(tokens, experts, dtype=torch.bool)
+    for e in range(experts):
+        order = sorted(range(tokens), key=lambda t: (-values[t, e].item(), t))
+        keep[order[:capacity], e] = True
+    return keep
+
+
+def tied_entries(probs_in, map_in, capacity, drop_policy, pad_to_capacity):
+    """The entries whose place in the output depends on how torch.topk breaks ties: per expert, the
+    rows whose kept value equals the capacity-th largest of the column (when anything is dropped),
+    as far as the output map depends on them (an unrouted row matters only with padding)."""
+    tokens, experts = probs_in.shape
+    tied = torch.zeros(tokens, experts, dtype=torch.bool)
+    if capacity > tokens:
+        return tied
+    values = probs_in if drop_policy == "probs" else map_in.to(torch.float32)
+    for e in range(experts):
+        boundary = torch.sort(values[:, e], descending=True).values[capacity - 1]
+        at_boundary = values[:, e] == boundary
+        if (values[:, e] >= boundary).sum() > capacity:  # more rows at the boundary than places
+            tied[:, e] = at_boundary if pad_to_capacity else at_boundary & map_in[:, e]
+    return tied
+
+
+def ties_by_lower_row(probs_in, map_in, map_out, capacity, drop_policy, pad_to_capacity):
+    """Whether torch.topk's (unspecified) tie order gave the lower-row-first result."""
+    keep = keep_mask_lower_row_first(probs_in, map_in, capacity, drop_policy)
+    expected = keep if pad_to_capacity else keep & map_in
+    return bool(torch.equal(expected, map_out))
+
+
+def token_dropping_case(rng, name, tokens, experts, topk, score_function, capacity_factor, drop_policy,
+                        pad_to_capacity, pre_softmax=False):
+    logits = rng.normal(tokens, experts, scale=2.0)
+    probs_in, map_in = route(logits, topk, score_function, pre_softmax, 0, 0, None, None)
+    probs, routing_map = moe_utils.apply_router_token_dropping(
+        probs_in, map_in, router_topk=topk, capacity_factor=capacity_factor, drop_policy=drop_policy,
+        pad_to_capacity=pad_to_capacity)
+    capacity = moe_utils.get_capacity(num_tokens=tokens * topk, num_experts=experts, capacity_factor=capacity_factor)
+    return {
+        "name": name, "tokens": tokens, "experts": experts, "topk": topk, "capacity_factor": capacity_factor,
+        "drop_policy": drop_policy, "pad_to_capacity": pad_to_capacity, "score_function": score_function,
+        "pre_softmax": pre_softmax, "logits": flat(logits), "capacity": capacity,
+        "probs_in": flat(probs_in), "routing_map_in": flat(map_in), "probs": flat(probs),
+        "routing_map": flat(routing_map),
+        "tied": flat(tied_entries(probs_in, map_in, capacity, drop_policy, pad_to_capacity)),
+        "ties_by_lower_row": ties_by_lower_row(probs_in, map_in, routing_map, capacity, drop_policy, pad_to_capacity),
+    }
+
+
+def token_dropping_cases(rng):
+    cases = []
+    for policy in ("probs", "position"):
+        for pad in (False, True):
+            suffix = f"{policy}{'_pad' if pad else ''}"
+            cases.append(token_dropping_case(rng, f"cf1_{suffix}_s16_e8_k2", 16, 8, 2, "softmax", 1.0, policy, pad))
+            cases.append(token_dropping_case(rng, f"cf0.5_{suffix}_s16_e8_k2", 16, 8, 2, "softmax", 0.5, policy,
+                                             pad))
+            cases.append(token_dropping_case(rng, f"cf1.3_{suffix}_sigmoid_s13_e6_k3", 13, 6, 3, "sigmoid", 1.3,
+                                             policy, pad))
+        cases.append(token_dropping_case(rng, f"cf4_capacity_equals_tokens_{policy}_s16_e8_k2", 16, 8, 2,
+                                         "softmax", 4.0, policy, False))
+        cases.append(token_dropping_case(rng, f"cf5_no_drop_{policy}_pad_s16_e8_k2", 16, 8, 2, "softmax", 5.0,
+                                         policy, True))
+    return cases
+
+
+def to_megatron_order(rows, seq_length, batch):
+    """mt's sample-major rows (b*seq_length + s) -> Megatron's [s, b] rows (s*batch + b)."""
+    experts = rows.shape[-1]
+    return rows.reshape(batch, seq_length, experts).transpose(0, 1).reshape(seq_length * batch, experts)
+
+
+def from_megatron_order(rows, seq_length, batch):
+    experts = rows.shape[-1]
+    return rows.reshape(seq_length, batch, experts).transpose(0, 1).reshape(seq_length * batch, experts)
+
+
+def aux_loss_case(rng, name, loss_type, score_function, experts, topk, coeff, ranks, micro_batches=1,
+                  tokens=None, seq_length=1, batch=1):
+    """Per (micro-batch, rank): Megatron's aux value and its gradient w.r.t. that rank's logits."""
+    if loss_type == "seq_aux_loss":
+        tokens = seq_length * batch
+    logits = rng.normal(micro_batches, ranks, tokens, experts, scale=1.5)
+    values, grads, counts_used = [], [], []
+    global_counts = torch.zeros(experts)
+    for m in range(micro_batches):
+        leaves = [logits[m, r].clone().requires_grad_(True) for r in range(ranks)]
+        scored = []
+        for leaf in leaves:
+            rows = to_megatron_order(leaf, seq_length, batch) if loss_type == "seq_aux_loss" else leaf
+            routing_map, scores = moe_utils.compute_routing_scores_for_aux_loss(rows, topk, score_function)
+            if loss_type == "seq_aux_loss":  # TopKRouter._apply_seq_aux_loss: [s, b*E], k -> k*b
+                routing_map = routing_map.reshape(seq_length, -1)
+                scores = scores.reshape(seq_length, -1)
+            scored.append((routing_map, scores))
+        # get_tokens_per_expert_and_token_count: counts all-reduced over the group, T = local * size.
+        reduced = sum(routing_map.sum(dim=0) for routing_map, _ in scored)
+        total_tokens = scored[0][0].shape[0] * ranks
+        if loss_type == "global_aux_loss":  # running average over the micro-batches of the batch
+            global_counts = global_counts + reduced
+            reduced = global_counts / (m + 1)
+        counts_used.append(reduced)
+        for leaf, (_, scores) in zip(leaves, scored):
+            value = moe_utils.switch_load_balancing_loss_func(
+                probs=scores, tokens_per_expert=reduced, total_num_tokens=total_tokens, topk=topk,
+                num_experts=experts, moe_aux_loss_coeff=coeff)
+            if loss_type == "seq_aux_loss":
+                value = value / batch
+            value.backward()
+            values.append(value.item())
+            grads.append(leaf.grad.clone())
+    return {
+        "name": name, "type": loss_type, "score_function": score_function, "tokens": tokens,
+        "experts": experts, "topk": topk, "coeff": coeff, "ranks": ranks, "micro_batches": micro_batches,
+        "seq_length": seq_length, "batch": batch, "logits": flat(logits), "values": values,
+        "grad_logits": flat(torch.stack(grads)), "tokens_per_expert": flat(torch.stack(counts_used)),
+    }
+
+
+def aux_loss_cases(rng):
+    return [
+        aux_loss_case(rng, "aux_softmax_s16_e8_k2", "aux_loss", "softmax", 8, 2, 1e-2, 1, tokens=16),
+        aux_loss_case(rng, "aux_sigmoid_s12_e16_k4", "aux_loss", "sigmoid", 16, 4, 1e-2, 1, tokens=12),
+        aux_loss_case(rng, "aux_softmax_2ranks_s8_e8_k2", "aux_loss", "softmax", 8, 2, 1e-2, 2, tokens=8),
+        aux_loss_case(rng, "seq_aux_softmax_seq8_b3_e8_k2", "seq_aux_loss", "softmax", 8, 2, 1e-4, 1,
+                      seq_length=8, batch=3),
+        aux_loss_case(rng, "seq_aux_sigmoid_2ranks_seq5_b2_e16_k4", "seq_aux_loss", "sigmoid", 16, 4, 1e-4, 2,
+                      seq_length=5, batch=2),
+        aux_loss_case(rng, "global_aux_softmax_2ranks_3mb_s8_e8_k2", "global_aux_loss", "softmax", 8, 2, 1e-2, 2,
+                      micro_batches=3, tokens=8),
+        aux_loss_case(rng, "global_aux_sigmoid_2mb_s10_e16_k4", "global_aux_loss", "sigmoid", 16, 4, 1e-3, 1,
+                      micro_batches=2, tokens=10),
+    ]
+
+
+def z_loss_case(rng, name, tokens, experts, coeff, ranks):
+    logits = rng.normal(ranks, tokens, experts, scale=3.0)
+    values, grads = [], []
+    for r in range(ranks):
+        leaf = logits[r].clone().requires_grad_(True)
+        value = moe_utils.z_loss_func(leaf, coeff / ranks)  # TopKRouter.apply_z_loss divides by |TP x CP|
+        value.backward()
+        values.append(value.item())
+        grads.append(leaf.grad.clone())
+    return {"name": name, "tokens": tokens, "experts": experts, "coeff": coeff, "ranks": ranks,
+            "logits": flat(logits), "values": values, "grad_logits": flat(torch.stack(grads))}
+
+
+def z_loss_cases(rng):
+    return [z_loss_case(rng, "z_s16_e8", 16, 8, 1e-3, 1), z_loss_case(rng, "z_2ranks_s7_e64", 7, 64, 1e-3, 2)]
+
+
+def expert_bias_case(rng, name, experts, rate, ranks, tie_expert=None):
+    counts_per_rank = rng.integers(ranks, experts, high=20).to(torch.float32)
+    if tie_expert is not None:  # one expert exactly at the (integer) mean: sign(0) = 0 keeps its bias
+        counts_per_rank[:, tie_expert] = 0
+        others = counts_per_rank.sum()
+        counts_per_rank[0, (tie_expert + 1) % experts] += (-others) % (experts - 1)
+        counts_per_rank[0, tie_expert] = counts_per_rank.sum() / (experts - 1)
+    counts = counts_per_rank.sum(dim=0)
+    expert_bias = rng.normal(experts, scale=0.01)
+    updated = moe_utils.get_updated_expert_bias(counts.clone(), expert_bias, rate)
+    return {"name": name, "experts": experts, "rate": rate, "counts_per_rank": flat(counts_per_rank),
+            "counts": flat(counts), "expert_bias": flat(expert_bias), "updated": flat(updated)}
+
+
+def expert_bias_cases(rng):
+    return [expert_bias_case(rng, "bias_e8_1rank", 8, 1e-3, 1),
+            expert_bias_case(rng, "bias_e8_4ranks_tie", 8, 1e-3, 4, tie_expert=3),
+            expert_bias_case(rng, "bias_e64_2ranks_rate0.01", 64, 1e-2, 2)]
+
+
+def one_rank_gloo_group():
+    """A one-process gloo group standing in for TP x DP x CP in get_updated_expert_bias."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.get_tensor_and_data_parallel_group = lambda with_context_parallel=False: dist.group.WORLD
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=OUT_DEFAULT, help="where to write the JSON (default: beside this script)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    one_rank_gloo_group()
+    rng = Logits(SEED)
+    goldens = {
+        "generator": {"script": "tests/golden/moe/make_router_goldens.py",
+                      "megatron_core": megatron.core.__version__, "torch": torch.__version__,
+                      "python": platform.python_version(), "seed": SEED},
+        "topk_routing": topk_routing_cases(rng),
+        "token_dropping": token_dropping_cases(rng),
+        "aux_loss": aux_loss_cases(rng),
+        "z_loss": z_loss_cases(rng),
+        "expert_bias_update": expert_bias_cases(rng),
+    }
+    dist.destroy_process_group()
+    temporary = args.out + ".tmp"
+    with open(temporary, "w") as out:
+        json.dump(goldens, out, separators=(",", ":"))
+        out.write("\n")
+    os.replace(temporary, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
