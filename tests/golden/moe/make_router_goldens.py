@@ -21,6 +21,12 @@ What had to be done around Megatron's code (all on one CPU process):
 - The reduce groups of the aux losses (TP x CP, TP x DP x CP) are emulated as TopKRouter's
   get_tokens_per_expert_and_token_count does: counts summed over the ranks' routing maps and
   total_num_tokens = local tokens * ranks; switch_load_balancing_loss_func is then called per rank.
+  `--check-topk-router JSON` checks that emulation: it runs every aux-loss and z-loss case of the
+  written goldens through TopKRouter.routing itself, on `ranks` CPU processes joined by a gloo
+  group standing in for tp_cp and tp_dp_cp (torch.cuda.current_device patched to the CPU for the
+  router's count buffers), and prints the largest difference of the logits' gradients (for the
+  committed goldens: 0 in every case, bit-identical; the check takes about 15 minutes on 2 cores,
+  most of it importing Megatron-Core in each spawned process).
 """
 import argparse
 import json
@@ -313,10 +319,86 @@ def one_rank_gloo_group():
     parallel_state.get_tensor_and_data_parallel_group = lambda with_context_parallel=False: dist.group.WORLD
 
 
+def topk_router(case, group, loss_type, z_loss_coeff):
+    """Megatron's TopKRouter for a golden case, its groups all `group`, training."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.moe.router import TopKRouter
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    torch.cuda.current_device = lambda: "cpu"  # the router's count buffers; no GPU here
+    config = TransformerConfig(
+        num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=case["experts"],
+        moe_router_topk=case.get("topk", 2), moe_router_score_function=case.get("score_function", "softmax"),
+        moe_router_load_balancing_type=loss_type, moe_aux_loss_coeff=case.get("coeff", 0.0),
+        moe_z_loss_coeff=z_loss_coeff, moe_ffn_hidden_size=8, ffn_hidden_size=8)
+    groups = ProcessGroupCollection(tp=group, cp=group, tp_cp=group, tp_dp_cp=group)
+    router = TopKRouter(config=config, pg_collection=groups)
+    router.train()
+    return router
+
+
+def check_rank(rank, case, kind, results):
+    """One rank of --check-topk-router: the case's logits through TopKRouter.routing."""
+    dist.init_process_group("gloo", rank=rank, world_size=case["ranks"])
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    ranks, tokens, experts = case["ranks"], case["tokens"], case["experts"]
+    micro_batches = case.get("micro_batches", 1)
+    logits = torch.tensor(case["logits"], dtype=torch.float32).reshape(micro_batches, ranks, tokens, experts)
+    if kind == "z_loss":
+        router = topk_router(case, dist.group.WORLD, "none", case["coeff"])
+    else:
+        router = topk_router(case, dist.group.WORLD, case["type"], None)
+    grads = []
+    for m in range(micro_batches):
+        leaf = logits[m, rank].clone().requires_grad_(True)
+        if kind != "z_loss" and case["type"] == "seq_aux_loss":  # [s, b, E], Megatron's order
+            rows = to_megatron_order(leaf, case["seq_length"], case["batch"])
+            shaped = rows.reshape(case["seq_length"], case["batch"], experts)
+        else:
+            shaped = leaf.reshape(tokens, 1, experts)
+        probs, _ = router.routing(shaped)
+        probs.backward(torch.zeros_like(probs))  # only the attached losses' gradients (scale 1)
+        grads.append(leaf.grad.clone())
+    results.put((rank, flat(torch.stack(grads))))  # plain numbers: the process ends before they are read
+    dist.destroy_process_group()
+
+
+def check_against_topk_router(path):
+    import torch.multiprocessing as mp
+    goldens = json.load(open(path))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    worst = 0.0
+    for kind in ("aux_loss", "z_loss"):
+        for port, case in enumerate(goldens[kind]):
+            os.environ["MASTER_PORT"] = str(29600 + port + (50 if kind == "z_loss" else 0))
+            context = mp.get_context("spawn")
+            results = context.Queue()
+            workers = [context.Process(target=check_rank, args=(r, case, kind, results)) for r in range(case["ranks"])]
+            for worker in workers:
+                worker.start()
+            by_rank = dict(results.get() for _ in workers)
+            for worker in workers:
+                worker.join()
+            ranks, tokens, experts = case["ranks"], case["tokens"], case["experts"]
+            golden = torch.tensor(case["grad_logits"]).reshape(-1, ranks, tokens, experts)
+            ran = torch.stack([torch.tensor(by_rank[r]).reshape(-1, tokens, experts) for r in range(ranks)], dim=1)
+            difference = (ran - golden).abs().max().item()
+            scale = golden.abs().max().item()
+            worst = max(worst, difference / scale)
+            print(f"{kind} {case['name']}: max |TopKRouter - golden| of dlogits = {difference:.3g}"
+                  f" (largest |golden| {scale:.3g})")
+    print(f"largest relative difference: {worst:.3g}")
+    return 0 if worst <= 1e-6 else 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=OUT_DEFAULT, help="where to write the JSON (default: beside this script)")
+    parser.add_argument("--check-topk-router", metavar="JSON",
+                        help="instead of writing: rerun the aux-loss and z-loss cases of JSON through TopKRouter")
     args = parser.parse_args()
+    if args.check_topk_router:
+        sys.exit(check_against_topk_router(args.check_topk_router))
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     one_rank_gloo_group()
