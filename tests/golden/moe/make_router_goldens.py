@@ -127,6 +127,17 @@ def topk_routing_cases(rng):
                           group_topk=2, with_bias=True),
         topk_routing_case(rng, "deepseek_v3_sigmoid_bias_groups8_top4_s6_e64_k8", 6, 64, 8, "sigmoid",
                           num_groups=8, group_topk=4, scaling_factor=2.5, with_bias=True),
+    ] + group_scores_beyond_top2_cases()
+
+
+def group_scores_beyond_top2_cases():
+    """Group limits where a group's score sums its top 3 (k / group_topk), not DeepSeek's fixed top 2;
+    drawn from their own stream so the cases above keep their logits."""
+    rng = Logits(SEED + 1)
+    return [
+        topk_routing_case(rng, "sigmoid_bias_groups4_top1_s12_e16_k3", 12, 16, 3, "sigmoid", num_groups=4,
+                          group_topk=1, with_bias=True),
+        topk_routing_case(rng, "softmax_groups8_top2_s8_e32_k6", 8, 32, 6, "softmax", num_groups=8, group_topk=2),
     ]
 
 

@@ -58,8 +58,13 @@ std::vector<float> slice(const std::vector<float>& all, int64_t index, int64_t c
   return {all.begin() + index * count, all.begin() + (index + 1) * count};
 }
 
-// Within 1e-6 of the expected value, relative to it or, for entries near zero, to the tensor's
-// largest magnitude (a gradient's small entries carry the absolute error of its large ones).
+// Within `relative` of the tensor's largest magnitude: fp32 sums in another order differ by a few
+// ulps of their terms, and a gradient's small entries are differences of terms of the size of its
+// large ones (softmax backward: p_i (g_i - sum_j p_j g_j)), so they carry that absolute error.
+// Gradients get 2e-6: Megatron's own fp32 aux-loss gradient is up to 9.2e-7 of the largest entry
+// away from a float64 evaluation of the same formula (global_aux_softmax, micro-batch 2), and mt's
+// error adds to it.
+constexpr double kGradTolerance = 2e-6;
 void expect_close(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what,
                   double relative = 1e-6) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
@@ -68,7 +73,7 @@ void expect_close(const std::vector<float>& actual, const std::vector<float>& ex
   int reported = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
     const double e = expected[i];
-    const double tolerance = relative * std::max(std::fabs(e), 1e-3 * largest) + 1e-30;
+    const double tolerance = relative * largest + 1e-30;
     if (std::fabs(actual[i] - e) > tolerance && reported++ < 5) {
       ADD_FAILURE() << what << "[" << i << "]: mt " << actual[i] << ", Megatron " << e;
     }
@@ -138,7 +143,7 @@ TEST(RouterMegatron, TopkRoutingAndItsBackwardMatchMegatron) {
     const std::vector<float> grad_probs = floats(c["grad_probs"]);
     router.backward(logits.data(), call.routing_map.data(), call.saved(), rows, grad_probs.data(), 0.0f,
                     call.dlogits.data());
-    expect_close(call.dlogits, floats(c["grad_logits"]), name + " dlogits");
+    expect_close(call.dlogits, floats(c["grad_logits"]), name + " dlogits", kGradTolerance);
   }
 }
 
@@ -320,7 +325,7 @@ TEST(RouterMegatron, AuxLossesAndTheirGradientsMatchMegatron) {
         const std::string where = name + " micro-batch " + std::to_string(m) + " rank " + std::to_string(r);
         const RankResult& result = results[static_cast<size_t>(m * ranks + r)];
         expect_value_close(result.logged, group_sum / coeff, where + " logged aux / coeff");
-        expect_close(result.dlogits, slice(golden_grads, m * ranks + r, count), where + " dlogits");
+        expect_close(result.dlogits, slice(golden_grads, m * ranks + r, count), where + " dlogits", kGradTolerance);
       }
     }
   }
@@ -363,7 +368,8 @@ TEST(RouterMegatron, ZLossAndItsGradientMatchMegatron) {
     for (int r = 0; r < ranks; ++r) {
       const std::string where = name + " rank " + std::to_string(r);
       expect_value_close(results[static_cast<size_t>(r)].logged, logged, where + " logged z / coeff");
-      expect_close(results[static_cast<size_t>(r)].dlogits, slice(golden_grads, r, count), where + " dlogits");
+      expect_close(results[static_cast<size_t>(r)].dlogits, slice(golden_grads, r, count), where + " dlogits",
+                   kGradTolerance);
     }
   }
 }
