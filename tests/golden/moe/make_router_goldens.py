@@ -21,6 +21,8 @@ What had to be done around Megatron's code (all on one CPU process):
 - The reduce groups of the aux losses (TP x CP, TP x DP x CP) are emulated as TopKRouter's
   get_tokens_per_expert_and_token_count does: counts summed over the ranks' routing maps and
   total_num_tokens = local tokens * ranks; switch_load_balancing_loss_func is then called per rank.
+- The "full_router" cases run TopKRouter.routing itself (TransformerConfig, a ProcessGroupCollection
+  of the one-rank gloo group, torch.cuda.current_device patched to the CPU for its count buffers).
   `--check-topk-router JSON` checks that emulation: it runs every aux-loss and z-loss case of the
   written goldens through TopKRouter.routing itself, on `ranks` CPU processes joined by a gloo
   group standing in for tp_cp and tp_dp_cp (torch.cuda.current_device patched to the CPU for the
@@ -330,7 +332,7 @@ def one_rank_gloo_group():
     parallel_state.get_tensor_and_data_parallel_group = lambda with_context_parallel=False: dist.group.WORLD
 
 
-def topk_router(case, group, loss_type, z_loss_coeff):
+def topk_router(case, group, loss_type, z_loss_coeff, **moe_settings):
     """Megatron's TopKRouter for a golden case, its groups all `group`, training."""
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer.moe.router import TopKRouter
@@ -340,11 +342,79 @@ def topk_router(case, group, loss_type, z_loss_coeff):
         num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=case["experts"],
         moe_router_topk=case.get("topk", 2), moe_router_score_function=case.get("score_function", "softmax"),
         moe_router_load_balancing_type=loss_type, moe_aux_loss_coeff=case.get("coeff", 0.0),
-        moe_z_loss_coeff=z_loss_coeff, moe_ffn_hidden_size=8, ffn_hidden_size=8)
+        moe_z_loss_coeff=z_loss_coeff, moe_ffn_hidden_size=8, ffn_hidden_size=8, **moe_settings)
     groups = ProcessGroupCollection(tp=group, cp=group, tp_cp=group, tp_dp_cp=group)
     router = TopKRouter(config=config, pg_collection=groups)
     router.train()
     return router
+
+
+def full_router_case(rng, name, experts, topk, loss_type, coeff, z_loss_coeff, seq_length, batch, micro_batches=1,
+                     score_function="softmax", with_bias=False, backward_scale=0.25, **moe_settings):
+    """TopKRouter.routing itself on one rank (a one-process gloo group): every step in Megatron's
+    order, the probs' backward carrying the aux loss and z-loss gradients times backward_scale
+    (MoEAuxLossAutoScaler.set_loss_scale, the trainer's main_loss_backward_scale)."""
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+    case = {"experts": experts, "topk": topk, "score_function": score_function, "coeff": coeff}
+    router = topk_router(case, dist.group.WORLD, loss_type, z_loss_coeff, **moe_settings)
+    router.set_layer_number(1)  # so the router records its logged values
+    expert_bias = rng.uniform(experts, high=0.25) if with_bias else None
+    if with_bias:
+        router.expert_bias.copy_(expert_bias)
+    MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(backward_scale))
+    tokens = seq_length * batch
+    logits = rng.normal(micro_batches, tokens, experts, scale=1.5)
+    grad_probs = rng.normal(micro_batches, tokens, experts)
+    probs_out, maps_out, grads, logged_aux, logged_z = [], [], [], [], []
+    tracker = moe_utils.get_moe_layer_wise_logging_tracker()
+    for m in range(micro_batches):
+        moe_utils.clear_aux_losses_tracker()
+        leaf = logits[m].clone().requires_grad_(True)
+        shaped = to_megatron_order(leaf, seq_length, batch).reshape(seq_length, batch, experts)
+        probs, routing_map = router.routing(shaped)
+        (probs * to_megatron_order(grad_probs[m], seq_length, batch)).sum().backward()
+        probs_out.append(from_megatron_order(probs.detach(), seq_length, batch))
+        maps_out.append(from_megatron_order(routing_map.to(torch.int32), seq_length, batch))
+        grads.append(leaf.grad.clone())
+        logged = {key: value["values"][0].item() for key, value in tracker.items()}
+        logged_aux.append(logged.get({"aux_loss": "load_balancing_loss", "seq_aux_loss": "seq_load_balancing_loss",
+                                      "global_aux_loss": "global_load_balancing_loss"}.get(loss_type), None))
+        logged_z.append(logged["z_loss"] if z_loss_coeff is not None else None)
+    MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(1.0))
+    return {
+        "name": name, "experts": experts, "topk": topk, "score_function": score_function,
+        "pre_softmax": moe_settings.get("moe_router_pre_softmax", False),
+        "num_groups": moe_settings.get("moe_router_num_groups") or 0,
+        "group_topk": moe_settings.get("moe_router_group_topk") or 0,
+        "scaling_factor": moe_settings.get("moe_router_topk_scaling_factor"),
+        "expert_bias": None if expert_bias is None else flat(expert_bias),
+        "load_balancing_type": loss_type, "aux_loss_coeff": coeff, "z_loss_coeff": z_loss_coeff,
+        "capacity_factor": moe_settings.get("moe_expert_capacity_factor"),
+        "drop_policy": moe_settings.get("moe_token_drop_policy", "probs"),
+        "pad_to_capacity": moe_settings.get("moe_pad_expert_input_to_capacity", False),
+        "seq_length": seq_length, "batch": batch, "tokens": tokens, "micro_batches": micro_batches,
+        "backward_scale": backward_scale, "logits": flat(logits), "grad_probs": flat(grad_probs),
+        "probs": flat(torch.stack(probs_out)), "routing_map": flat(torch.stack(maps_out)),
+        "grad_logits": flat(torch.stack(grads)), "logged_aux": logged_aux, "logged_z": logged_z,
+        "tokens_per_expert": None if not with_bias else flat(router.local_tokens_per_expert),
+    }
+
+
+def full_router_cases():
+    """TopKRouter.routing end to end; drawn from their own stream."""
+    rng = Logits(SEED + 2)
+    return [
+        full_router_case(rng, "mixtral_aux_z_capacity_probs_s8_b2_e8_k2", 8, 2, "aux_loss", 1e-2, 1e-3, 8, 2,
+                         moe_expert_capacity_factor=1.0, moe_token_drop_policy="probs"),
+        full_router_case(rng, "deepseek_sigmoid_bias_groups_seq_aux_s6_b2_e16_k4", 16, 4, "seq_aux_loss", 1e-4, None,
+                         6, 2, score_function="sigmoid", with_bias=True, moe_router_enable_expert_bias=True,
+                         moe_router_num_groups=4, moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5),
+        full_router_case(rng, "pre_softmax_global_aux_z_2mb_s12_e8_k2", 8, 2, "global_aux_loss", 1e-2, 1e-3, 12, 1,
+                         micro_batches=2, moe_router_pre_softmax=True),
+        full_router_case(rng, "sigmoid_bias_capacity_aux_s10_e8_k2", 8, 2, "aux_loss", 1e-2, 2e-3, 10, 1,
+                         score_function="sigmoid", with_bias=True, moe_router_enable_expert_bias=True,
+                         moe_expert_capacity_factor=1.5, moe_token_drop_policy="probs"),
+    ]
 
 
 def check_rank(rank, case, kind, results):
@@ -423,6 +493,7 @@ def main():
         "aux_loss": aux_loss_cases(rng),
         "z_loss": z_loss_cases(rng),
         "expert_bias_update": expert_bias_cases(rng),
+        "full_router": full_router_cases(),
     }
     dist.destroy_process_group()
     temporary = args.out + ".tmp"

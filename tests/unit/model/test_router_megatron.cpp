@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -371,6 +372,74 @@ TEST(RouterMegatron, ZLossAndItsGradientMatchMegatron) {
       expect_close(results[static_cast<size_t>(r)].dlogits, slice(golden_grads, r, count), where + " dlogits",
                    kGradTolerance);
     }
+  }
+}
+
+RouterOptions full_router_options(const json& c) {
+  RouterOptions options = routing_options(c);
+  options.load_balancing_type = parse_load_balancing_type(c["load_balancing_type"].get<std::string>());
+  options.aux_loss_coeff = static_cast<float>(c["aux_loss_coeff"].get<double>());
+  if (!c["z_loss_coeff"].is_null()) options.z_loss_coeff = static_cast<float>(c["z_loss_coeff"].get<double>());
+  if (!c["capacity_factor"].is_null()) {
+    options.capacity_factor = c["capacity_factor"].get<double>();
+    options.token_drop_policy = parse_token_drop_policy(c["drop_policy"].get<std::string>());
+    options.pad_expert_input_to_capacity = c["pad_to_capacity"].get<bool>();
+  }
+  return options;
+}
+
+void expect_logged(const std::optional<double>& mt, const json& megatron, const std::string& what) {
+  if (megatron.is_null()) {
+    EXPECT_FALSE(mt.has_value()) << what << " logged by mt, not by Megatron";
+  } else {
+    ASSERT_TRUE(mt.has_value()) << what << " logged by Megatron, not by mt";
+    expect_value_close(*mt, megatron.get<double>(), what);
+  }
+}
+
+// TopKRouter.routing itself (one rank), every step at once in Megatron's order: z-loss, top-k
+// (groups, bias, scaling), capacity, aux loss, expert-bias counts; then the probs' backward with
+// the attached losses' gradients times the trainer's scale (MoEAuxLossAutoScaler's
+// main_loss_backward_scale), and the logged aux / coeff and z / coeff.
+TEST(RouterMegatron, WholeTopKRouterMatchesMegatron) {
+  for (const json& c : goldens()["full_router"]) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const int experts = c["experts"].get<int>();
+    const int64_t tokens = c["tokens"].get<int64_t>();
+    const int64_t count = tokens * experts;
+    const RouterOptions options = full_router_options(c);
+    Router router(options, backend::cpu_ops(), backend::Stream{}, RouterGroups{});
+    std::vector<int64_t> row_ids(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) row_ids[static_cast<size_t>(t)] = t;
+    RouterRows rows{tokens};
+    if (options.load_balancing_type == LoadBalancingType::seq_aux_loss) {
+      rows = {tokens, row_ids.data(), c["seq_length"].get<int64_t>(), c["batch"].get<int64_t>()};
+    }
+    const std::vector<float> bias = c["expert_bias"].is_null() ? std::vector<float>{} : floats(c["expert_bias"]);
+    std::vector<float> tokens_per_expert(static_cast<size_t>(experts), 0.0f);
+    const std::vector<float> logits = floats(c["logits"]), grad_probs = floats(c["grad_probs"]);
+    const std::vector<float> probs = floats(c["probs"]), grads = floats(c["grad_logits"]);
+    const std::vector<uint8_t> maps = flags(c["routing_map"]);
+    for (int m = 0; m < c["micro_batches"].get<int>(); ++m) {
+      const std::string where = name + " micro-batch " + std::to_string(m);
+      const std::vector<float> mine = slice(logits, m, count);
+      RouterCall call(router, rows);
+      const RouterLossValues values =
+          router.forward(mine.data(), bias.empty() ? nullptr : bias.data(), rows, true,
+                         bias.empty() ? nullptr : tokens_per_expert.data(), call.probs.data(),
+                         call.routing_map.data(), call.saved());
+      EXPECT_EQ(call.routing_map, std::vector<uint8_t>(maps.begin() + m * count, maps.begin() + (m + 1) * count))
+          << where << ": routing map";
+      expect_close(call.probs, slice(probs, m, count), where + " probs");
+      expect_logged(values.load_balancing, c["logged_aux"][static_cast<size_t>(m)], where + " aux / coeff");
+      expect_logged(values.z_loss, c["logged_z"][static_cast<size_t>(m)], where + " z / coeff");
+      const std::vector<float> upstream = slice(grad_probs, m, count);
+      router.backward(mine.data(), call.routing_map.data(), call.saved(), rows, upstream.data(),
+                      static_cast<float>(c["backward_scale"].get<double>()), call.dlogits.data());
+      expect_close(call.dlogits, slice(grads, m, count), where + " dlogits", kGradTolerance);
+    }
+    if (!bias.empty()) EXPECT_EQ(tokens_per_expert, floats(c["tokens_per_expert"])) << name << ": bias counts";
   }
 }
 
