@@ -10,7 +10,7 @@ Made by hand in a venv outside the repository (CI never runs this script):
     python3 -m venv /work/venv-megatron
     /work/venv-megatron/bin/pip install torch==2.6.0 megatron-core==0.16.1
     /work/venv-megatron/bin/python tests/golden/moe/make_router_goldens.py
-The committed goldens were made with Python 3.11.2, torch 2.6.0 (PyPI) and megatron-core 0.16.1
+The committed goldens were made with Python 3.11.7, torch 2.6.0 (PyPI) and megatron-core 0.16.1
 (PyPI); the JSON's "generator" records the versions of the run that wrote it.
 
 What had to be done around Megatron's code (all on one CPU process):
