@@ -439,7 +439,9 @@ TEST(RouterMegatron, WholeTopKRouterMatchesMegatron) {
                       static_cast<float>(c["backward_scale"].get<double>()), call.dlogits.data());
       expect_close(call.dlogits, slice(grads, m, count), where + " dlogits", kGradTolerance);
     }
-    if (!bias.empty()) EXPECT_EQ(tokens_per_expert, floats(c["tokens_per_expert"])) << name << ": bias counts";
+    if (!bias.empty()) {
+      EXPECT_EQ(tokens_per_expert, floats(c["tokens_per_expert"])) << name << ": bias counts";
+    }
   }
 }
 
