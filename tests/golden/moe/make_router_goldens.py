@@ -393,6 +393,7 @@ def full_router_case(rng, name, experts, topk, loss_type, coeff, z_loss_coeff, s
         "drop_policy": moe_settings.get("moe_token_drop_policy", "probs"),
         "pad_to_capacity": moe_settings.get("moe_pad_expert_input_to_capacity", False),
         "seq_length": seq_length, "batch": batch, "tokens": tokens, "micro_batches": micro_batches,
+        "calculate_per_token_loss": moe_settings.get("calculate_per_token_loss", False),
         "backward_scale": backward_scale, "logits": flat(logits), "grad_probs": flat(grad_probs),
         "probs": flat(torch.stack(probs_out)), "routing_map": flat(torch.stack(maps_out)),
         "grad_logits": flat(torch.stack(grads)), "logged_aux": logged_aux, "logged_z": logged_z,
@@ -414,7 +415,14 @@ def full_router_cases():
         full_router_case(rng, "sigmoid_bias_capacity_aux_s10_e8_k2", 8, 2, "aux_loss", 1e-2, 2e-3, 10, 1,
                          score_function="sigmoid", with_bias=True, moe_router_enable_expert_bias=True,
                          moe_expert_capacity_factor=1.5, moe_token_drop_policy="probs"),
-    ]
+    ] + per_token_loss_cases()
+
+
+def per_token_loss_cases():
+    """--calculate-per-token-loss (aux and z-loss multiplied by the local tokens); own stream."""
+    rng = Logits(SEED + 3)
+    return [full_router_case(rng, "per_token_loss_aux_z_s9_e8_k2", 8, 2, "aux_loss", 1e-2, 1e-3, 9, 1,
+                             calculate_per_token_loss=True)]
 
 
 def check_rank(rank, case, kind, results):

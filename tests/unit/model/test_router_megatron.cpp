@@ -379,6 +379,7 @@ RouterOptions full_router_options(const json& c) {
   RouterOptions options = routing_options(c);
   options.load_balancing_type = parse_load_balancing_type(c["load_balancing_type"].get<std::string>());
   options.aux_loss_coeff = static_cast<float>(c["aux_loss_coeff"].get<double>());
+  options.calculate_per_token_loss = c["calculate_per_token_loss"].get<bool>();
   if (!c["z_loss_coeff"].is_null()) options.z_loss_coeff = static_cast<float>(c["z_loss_coeff"].get<double>());
   if (!c["capacity_factor"].is_null()) {
     options.capacity_factor = c["capacity_factor"].get<double>();
@@ -400,7 +401,8 @@ void expect_logged(const std::optional<double>& mt, const json& megatron, const 
 // TopKRouter.routing itself (one rank), every step at once in Megatron's order: z-loss, top-k
 // (groups, bias, scaling), capacity, aux loss, expert-bias counts; then the probs' backward with
 // the attached losses' gradients times the trainer's scale (MoEAuxLossAutoScaler's
-// main_loss_backward_scale), and the logged aux / coeff and z / coeff.
+// main_loss_backward_scale, and the local tokens under --calculate-per-token-loss), and the logged
+// aux / coeff and z / coeff.
 TEST(RouterMegatron, WholeTopKRouterMatchesMegatron) {
   for (const json& c : goldens()["full_router"]) {
     const std::string name = c["name"].get<std::string>();
