@@ -9,54 +9,54 @@
 #include <optional>
 #include <string_view>
 
-#define MT_BACKEND_OPS(X) \
-  X(allocate)             \
-  X(release)              \
-  X(default_stream)       \
-  X(synchronize)          \
-  X(launch_host_function) \
-  X(create_event)         \
-  X(destroy_event)        \
-  X(record_event)         \
-  X(synchronize_event)    \
-  X(elapsed_seconds)      \
-  X(copy)                 \
-  X(copy_2d)              \
-  X(fill)                 \
-  X(zero)                 \
-  X(convert)              \
-  X(round_through)        \
-  X(gemm_operand_type)    \
-  X(gemm)                 \
-  X(layernorm_forward)    \
-  X(layernorm_backward)   \
-  X(rmsnorm_forward)      \
-  X(rmsnorm_backward)     \
-  X(gelu_forward)         \
-  X(gelu_backward)        \
-  X(swiglu_forward)       \
-  X(swiglu_backward)      \
-  X(rope_forward)         \
-  X(rope_backward)        \
-  X(attention_forward)    \
-  X(attention_backward)   \
-  X(attention_merge)      \
-  X(embedding_forward)    \
-  X(embedding_backward)   \
-  X(xent_row_max)         \
-  X(xent_row_sumexp)      \
-  X(xent_target_logit)    \
-  X(xent_backward)        \
-  X(xent_loss_sums)       \
-  X(add_inplace)          \
-  X(scale_inplace)        \
-  X(bias_add)             \
-  X(bias_backward)        \
-  X(sum_squares)          \
-  X(all_finite)           \
-  X(dropout_forward)      \
-  X(dropout_backward)     \
-  X(adamw_update)         \
+#define MT_BACKEND_OPS(X)          \
+  X(allocate)                      \
+  X(release)                       \
+  X(default_stream)                \
+  X(synchronize)                   \
+  X(launch_host_function)          \
+  X(create_event)                  \
+  X(destroy_event)                 \
+  X(record_event)                  \
+  X(synchronize_event)             \
+  X(elapsed_seconds)               \
+  X(copy)                          \
+  X(copy_2d)                       \
+  X(fill)                          \
+  X(zero)                          \
+  X(convert)                       \
+  X(round_through)                 \
+  X(gemm_operand_type)             \
+  X(gemm)                          \
+  X(layernorm_forward)             \
+  X(layernorm_backward)            \
+  X(rmsnorm_forward)               \
+  X(rmsnorm_backward)              \
+  X(gelu_forward)                  \
+  X(gelu_backward)                 \
+  X(swiglu_forward)                \
+  X(swiglu_backward)               \
+  X(rope_forward)                  \
+  X(rope_backward)                 \
+  X(attention_forward)             \
+  X(attention_backward)            \
+  X(attention_merge)               \
+  X(embedding_forward)             \
+  X(embedding_backward)            \
+  X(xent_row_max)                  \
+  X(xent_row_sumexp)               \
+  X(xent_target_logit)             \
+  X(xent_backward)                 \
+  X(xent_loss_sums)                \
+  X(add_inplace)                   \
+  X(scale_inplace)                 \
+  X(bias_add)                      \
+  X(bias_backward)                 \
+  X(sum_squares)                   \
+  X(all_finite)                    \
+  X(dropout_forward)               \
+  X(dropout_backward)              \
+  X(adamw_update)                  \
   X(moe_router_topk)               \
   X(moe_router_topk_backward)      \
   X(moe_router_aux_sums)           \
@@ -66,16 +66,16 @@
   X(moe_router_capacity_drop)      \
   X(moe_router_tokens_per_expert)  \
   X(moe_router_expert_bias_update) \
-  X(grouped_gemm)          \
-  X(grouped_gemm_ragged_k) \
-  X(moe_scale_rows)        \
-  X(moe_scale_rows_backward) \
-  /* MoE token dispatcher */ \
-  X(moe_expert_counts)    \
-  X(moe_route_index)      \
-  X(moe_permute_rows)     \
-  X(moe_unpermute_rows)   \
-  X(moe_unroute_probs)    \
+  X(grouped_gemm)                  \
+  X(grouped_gemm_ragged_k)         \
+  X(moe_scale_rows)                \
+  X(moe_scale_rows_backward)       \
+  /* MoE token dispatcher */       \
+  X(moe_expert_counts)             \
+  X(moe_route_index)               \
+  X(moe_permute_rows)              \
+  X(moe_unpermute_rows)            \
+  X(moe_unroute_probs)             \
   X(moe_sort_chunks)
 
 namespace mt::backend {
