@@ -12,6 +12,7 @@
 #include "backend/ops.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -28,6 +29,15 @@ struct OnStream<Entry, Result (*)(Args...)> {
   static Result run(Args... args, Stream) { return (kernels::cpu::cpu_ops().*Entry)(args...); }
 };
 #define MT_CPU_KERNEL(entry) &OnStream<&CpuOps::entry, decltype(CpuOps::entry)>::run
+
+// The CPU twin of an entry served by a plain kernels/cpu function (one build for every ISA level).
+template <auto Function, typename Signature = decltype(Function)>
+struct PlainOnStream;
+template <auto Function, typename Result, typename... Args>
+struct PlainOnStream<Function, Result (*)(Args...)> {
+  static Result run(Args... args, Stream) { return Function(args...); }
+};
+#define MT_CPU_FUNCTION(function) &PlainOnStream<&kernels::cpu::function>::run
 
 void* allocate(int64_t bytes, MemoryCategory) {
   if (bytes <= 0) return nullptr;
@@ -197,6 +207,10 @@ void all_finite(const float* x, int64_t n, int32_t* finite, Stream) {
   if (!kernels::cpu::cpu_ops().all_finite(x, n)) *finite = 0;
 }
 
+void moe_router_z_loss_sum(const float* logits, int64_t rows, int experts, double* sum, Stream) {
+  *sum = kernels::cpu::moe_router_z_loss_sum(logits, rows, experts);
+}
+
 const Ops& cpu_ops() {
   static const Ops table{
       .name = "cpu",
@@ -250,6 +264,16 @@ const Ops& cpu_ops() {
       .dropout_forward = MT_CPU_KERNEL(dropout_forward),
       .dropout_backward = MT_CPU_KERNEL(dropout_backward),
       .adamw_update = MT_CPU_KERNEL(adamw_update),
+      // MoE router (issue 22)
+      .moe_router_topk = MT_CPU_FUNCTION(moe_router_topk),
+      .moe_router_topk_backward = MT_CPU_FUNCTION(moe_router_topk_backward),
+      .moe_router_aux_sums = MT_CPU_FUNCTION(moe_router_aux_sums),
+      .moe_router_aux_backward = MT_CPU_FUNCTION(moe_router_aux_backward),
+      .moe_router_z_loss_sum = moe_router_z_loss_sum,
+      .moe_router_z_loss_backward = MT_CPU_FUNCTION(moe_router_z_loss_backward),
+      .moe_router_capacity_drop = MT_CPU_FUNCTION(moe_router_capacity_drop),
+      .moe_router_tokens_per_expert = MT_CPU_FUNCTION(moe_router_tokens_per_expert),
+      .moe_router_expert_bias_update = MT_CPU_FUNCTION(moe_router_expert_bias_update),
   };
   return table;
 }

@@ -219,6 +219,16 @@ const Ops& cuda_ops() {
       .dropout_forward = MT_CUDA_KERNEL(dropout_forward),
       .dropout_backward = MT_CUDA_KERNEL(dropout_backward),
       .adamw_update = MT_CUDA_KERNEL(adamw_update),
+      // MoE router (issue 22): no CUDA kernels yet; the MoE layer refuses --device cuda by name.
+      .moe_router_topk = nullptr,
+      .moe_router_topk_backward = nullptr,
+      .moe_router_aux_sums = nullptr,
+      .moe_router_aux_backward = nullptr,
+      .moe_router_z_loss_sum = nullptr,
+      .moe_router_z_loss_backward = nullptr,
+      .moe_router_capacity_drop = nullptr,
+      .moe_router_tokens_per_expert = nullptr,
+      .moe_router_expert_bias_update = nullptr,
   };
   return table;
 }

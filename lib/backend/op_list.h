@@ -56,7 +56,16 @@
   X(all_finite)           \
   X(dropout_forward)      \
   X(dropout_backward)     \
-  X(adamw_update)
+  X(adamw_update)         \
+  X(moe_router_topk)               \
+  X(moe_router_topk_backward)      \
+  X(moe_router_aux_sums)           \
+  X(moe_router_aux_backward)       \
+  X(moe_router_z_loss_sum)         \
+  X(moe_router_z_loss_backward)    \
+  X(moe_router_capacity_drop)      \
+  X(moe_router_tokens_per_expert)  \
+  X(moe_router_expert_bias_update)
 
 namespace mt::backend {
 

@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "backend/op_list.h"
+#include "kernels/common/moe_router_params.h"
 #include "kernels/common/op_params.h"
 
 namespace mt::backend {
@@ -192,6 +193,32 @@ struct Ops {
                            const DropoutKey& key, Stream stream);
   void (*adamw_update)(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq,
                        int64_t n, const AdamWParams& params, Stream stream);
+
+  // --- MoE router (issue 22; contracts: kernels/cpu/moe_router.h, composed by model/moe/router.h)
+  void (*moe_router_topk)(const float* logits, const float* expert_bias, int64_t rows,
+                          const kernels::MoeTopkParams& params, int32_t* topk_indices, float* probs,
+                          uint8_t* routing_map, Stream stream);
+  void (*moe_router_topk_backward)(const float* logits, const int32_t* topk_indices, const float* dprobs,
+                                   const uint8_t* routing_map, int64_t rows, const kernels::MoeTopkParams& params,
+                                   float* dlogits, Stream stream);
+  void (*moe_router_aux_sums)(const float* logits, int64_t rows, int experts, int topk,
+                              kernels::MoeScoreFunction score_function, const int64_t* row_ids,
+                              int64_t sequence_length, int64_t groups, float* counts, float* prob_sums,
+                              Stream stream);
+  void (*moe_router_aux_backward)(const float* logits, int64_t rows, int experts,
+                                  kernels::MoeScoreFunction score_function, const int64_t* row_ids,
+                                  int64_t sequence_length, int64_t groups, const float* weights, float scale,
+                                  float* dlogits, Stream stream);
+  // Writes the sum over rows of logsumexp^2 to the device double *sum.
+  void (*moe_router_z_loss_sum)(const float* logits, int64_t rows, int experts, double* sum, Stream stream);
+  void (*moe_router_z_loss_backward)(const float* logits, int64_t rows, int experts, float scale, float* dlogits,
+                                     Stream stream);
+  void (*moe_router_capacity_drop)(float* probs, uint8_t* routing_map, int64_t rows, int experts, int64_t capacity,
+                                   kernels::MoeDropPolicy policy, bool pad_to_capacity, Stream stream);
+  void (*moe_router_tokens_per_expert)(const uint8_t* routing_map, int64_t rows, int experts, float* counts,
+                                       Stream stream);
+  void (*moe_router_expert_bias_update)(float* bias, const float* counts, int experts, float rate, Stream stream);
+  // --- end of MoE router
 };
 
 // The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.

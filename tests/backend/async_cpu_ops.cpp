@@ -516,6 +516,15 @@ const Ops& table() {
       .dropout_forward = MT_QUEUED(dropout_forward),
       .dropout_backward = MT_QUEUED(dropout_backward),
       .adamw_update = MT_QUEUED(adamw_update),
+      .moe_router_topk = MT_QUEUED(moe_router_topk),
+      .moe_router_topk_backward = MT_QUEUED(moe_router_topk_backward),
+      .moe_router_aux_sums = MT_QUEUED(moe_router_aux_sums),
+      .moe_router_aux_backward = MT_QUEUED(moe_router_aux_backward),
+      .moe_router_z_loss_sum = MT_QUEUED(moe_router_z_loss_sum),
+      .moe_router_z_loss_backward = MT_QUEUED(moe_router_z_loss_backward),
+      .moe_router_capacity_drop = MT_QUEUED(moe_router_capacity_drop),
+      .moe_router_tokens_per_expert = MT_QUEUED(moe_router_tokens_per_expert),
+      .moe_router_expert_bias_update = MT_QUEUED(moe_router_expert_bias_update),
   };
   return ops;
 }

@@ -17,6 +17,7 @@ const std::vector<OpCase>& op_cases() {
     add_elementwise_cases(list);
     add_dropout_cases(list);
     add_optimizer_cases(list);
+    add_moe_router_cases(list);
     return list;
   }();
   return cases;
@@ -71,6 +72,15 @@ const char* op_family(OpId op) {
     case OpId::dropout_forward:
     case OpId::dropout_backward: return "dropout";
     case OpId::adamw_update: return "optimizer";
+    case OpId::moe_router_topk:
+    case OpId::moe_router_topk_backward:
+    case OpId::moe_router_aux_sums:
+    case OpId::moe_router_aux_backward:
+    case OpId::moe_router_z_loss_sum:
+    case OpId::moe_router_z_loss_backward:
+    case OpId::moe_router_capacity_drop:
+    case OpId::moe_router_tokens_per_expert:
+    case OpId::moe_router_expert_bias_update: return "moe_router";
   }
   return "?";
 }
