@@ -13,6 +13,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/moe_router.h"
+#include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -274,6 +275,13 @@ const Ops& cpu_ops() {
       .moe_router_capacity_drop = MT_CPU_FUNCTION(moe_router_capacity_drop),
       .moe_router_tokens_per_expert = MT_CPU_FUNCTION(moe_router_tokens_per_expert),
       .moe_router_expert_bias_update = MT_CPU_FUNCTION(moe_router_expert_bias_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_CPU_FUNCTION(moe_expert_counts),
+      .moe_route_index = MT_CPU_FUNCTION(moe_route_index),
+      .moe_permute_rows = MT_CPU_FUNCTION(moe_permute_rows),
+      .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
+      .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
+      .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
   };
   return table;
 }

@@ -229,6 +229,13 @@ const Ops& cuda_ops() {
       .moe_router_capacity_drop = nullptr,
       .moe_router_tokens_per_expert = nullptr,
       .moe_router_expert_bias_update = nullptr,
+      // MoE token dispatcher: no CUDA kernels yet (model/moe/token_dispatcher.h refuses this table by name)
+      .moe_expert_counts = nullptr,
+      .moe_route_index = nullptr,
+      .moe_permute_rows = nullptr,
+      .moe_unpermute_rows = nullptr,
+      .moe_unroute_probs = nullptr,
+      .moe_sort_chunks = nullptr,
   };
   return table;
 }

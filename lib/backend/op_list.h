@@ -65,7 +65,14 @@
   X(moe_router_z_loss_backward)    \
   X(moe_router_capacity_drop)      \
   X(moe_router_tokens_per_expert)  \
-  X(moe_router_expert_bias_update)
+  X(moe_router_expert_bias_update) \
+  /* MoE token dispatcher */ \
+  X(moe_expert_counts)    \
+  X(moe_route_index)      \
+  X(moe_permute_rows)     \
+  X(moe_unpermute_rows)   \
+  X(moe_unroute_probs)    \
+  X(moe_sort_chunks)
 
 namespace mt::backend {
 

@@ -219,6 +219,19 @@ struct Ops {
                                        Stream stream);
   void (*moe_router_expert_bias_update)(float* bias, const float* counts, int experts, float rate, Stream stream);
   // --- end of MoE router
+  // --- MoE token dispatcher (model/moe/token_dispatcher.h; contracts: kernels/cpu/moe_permute.h) -
+  // Row moves of fp32 rows by int32 row indices and int64 counts, all device memory.
+  void (*moe_expert_counts)(const uint8_t* routing_map, int64_t tokens, int experts, int64_t* counts, Stream stream);
+  void (*moe_route_index)(const uint8_t* routing_map, const float* probs, int64_t tokens, int experts,
+                          int32_t* row_token, float* row_probs, Stream stream);
+  void (*moe_permute_rows)(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out,
+                           Stream stream);
+  void (*moe_unpermute_rows)(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out,
+                             int64_t out_rows, Stream stream);
+  void (*moe_unroute_probs)(const float* row_grads, const int32_t* row_token, const int64_t* expert_rows,
+                            int64_t tokens, int experts, float* dprobs, Stream stream);
+  void (*moe_sort_chunks)(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
+                          float* out, Stream stream);
 };
 
 // The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.

@@ -525,6 +525,13 @@ const Ops& table() {
       .moe_router_capacity_drop = MT_QUEUED(moe_router_capacity_drop),
       .moe_router_tokens_per_expert = MT_QUEUED(moe_router_tokens_per_expert),
       .moe_router_expert_bias_update = MT_QUEUED(moe_router_expert_bias_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_QUEUED(moe_expert_counts),
+      .moe_route_index = MT_QUEUED(moe_route_index),
+      .moe_permute_rows = MT_QUEUED(moe_permute_rows),
+      .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
+      .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
+      .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
   };
   return ops;
 }

@@ -18,6 +18,7 @@ const std::vector<OpCase>& op_cases() {
     add_dropout_cases(list);
     add_optimizer_cases(list);
     add_moe_router_cases(list);
+    add_moe_permute_cases(list);
     return list;
   }();
   return cases;
@@ -81,6 +82,12 @@ const char* op_family(OpId op) {
     case OpId::moe_router_capacity_drop:
     case OpId::moe_router_tokens_per_expert:
     case OpId::moe_router_expert_bias_update: return "moe_router";
+    case OpId::moe_expert_counts:
+    case OpId::moe_route_index:
+    case OpId::moe_permute_rows:
+    case OpId::moe_unpermute_rows:
+    case OpId::moe_unroute_probs:
+    case OpId::moe_sort_chunks: return "moe_permute";
   }
   return "?";
 }

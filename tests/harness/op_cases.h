@@ -28,5 +28,6 @@ void add_elementwise_cases(std::vector<OpCase>& cases);  // cases_update.cpp: ad
 void add_dropout_cases(std::vector<OpCase>& cases);      // cases_update.cpp
 void add_optimizer_cases(std::vector<OpCase>& cases);    // cases_update.cpp: adamw_update
 void add_moe_router_cases(std::vector<OpCase>& cases);   // cases_moe_router.cpp: moe_router_*
+void add_moe_permute_cases(std::vector<OpCase>& cases);  // cases_moe_permute.cpp: the dispatcher's moe_* entries
 
 }  // namespace mt::harness
