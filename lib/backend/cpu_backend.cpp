@@ -14,6 +14,8 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/moe_permute.h"
+#include "kernels/cpu/grouped_gemm.h"
+#include "kernels/cpu/moe_expert_ops.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -154,7 +156,52 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
-// What the CPU runs (see Ops::supports): GEMMs on f32 and bf16 operands (bf16 natively or widened
+// ---- MoE experts: grouped GEMMs over the local experts (kernels/cpu/grouped_gemm.h) and the
+// probs' row scaling (kernels/cpu/moe_expert_ops.h).
+[[noreturn]] void unsupported_grouped_gemm(DType operand_type) {
+  throw std::invalid_argument(std::string("cpu backend: no grouped GEMM on ") + dtype_name(operand_type) +
+                              " operands");
+}
+
+void grouped_gemm(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta, float* c,
+                  int64_t ldc, DType operand_type, Stream) {
+  if (operand_type == DType::bf16) {
+    kernels::cpu::grouped_gemm_bf16(trans_b, groups, group_rows, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                                    static_cast<const uint16_t*>(b), ldb, b_group_stride, beta, c, ldc);
+  } else if (operand_type == DType::f32) {
+    kernels::cpu::grouped_gemm_f32(trans_b, groups, group_rows, n, k, alpha, static_cast<const float*>(a), lda,
+                                   static_cast<const float*>(b), ldb, b_group_stride, beta, c, ldc);
+  } else {
+    unsupported_grouped_gemm(operand_type);
+  }
+}
+
+void grouped_gemm_ragged_k(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                           int64_t c_group_stride, DType operand_type, Stream) {
+  if (operand_type == DType::bf16) {
+    kernels::cpu::grouped_gemm_ragged_k_bf16(groups, group_depths, m, n, alpha, static_cast<const uint16_t*>(a), lda,
+                                             static_cast<const uint16_t*>(b), ldb, beta, c, ldc, c_group_stride);
+  } else if (operand_type == DType::f32) {
+    kernels::cpu::grouped_gemm_ragged_k_f32(groups, group_depths, m, n, alpha, static_cast<const float*>(a), lda,
+                                            static_cast<const float*>(b), ldb, beta, c, ldc, c_group_stride);
+  } else {
+    unsupported_grouped_gemm(operand_type);
+  }
+}
+
+void moe_scale_rows(const float* x, const float* scale, float* y, int64_t rows, int cols, Stream) {
+  kernels::cpu::moe_scale_rows(x, scale, y, rows, cols);
+}
+
+void moe_scale_rows_backward(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                             int64_t rows, int cols, Stream) {
+  kernels::cpu::moe_scale_rows_backward(dy, x, scale, dx, d_scale, rows, cols);
+}
+// ---- end of MoE experts
+
+// What the CPU runs (see Ops::supports): GEMMs (grouped too) on f32 and bf16 operands (bf16 natively or widened
 // to fp32, kernels/cpu/gemm.h), conversions between f32 and bf16/f16, the fused kernels on f32.
 bool supports(OpId op, DType dtype) {
   switch (op) {
@@ -172,7 +219,9 @@ bool supports(OpId op, DType dtype) {
     case OpId::copy_2d:
     case OpId::zero:
     case OpId::gemm_operand_type: return true;
-    case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16;
+    case OpId::gemm:
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;
     case OpId::convert:
     case OpId::round_through: return dtype == DType::bf16 || dtype == DType::f16;
     default: return dtype == DType::f32;  // fill and the fused kernels
@@ -282,6 +331,10 @@ const Ops& cpu_ops() {
       .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
       .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
       .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
+      .grouped_gemm = grouped_gemm,
+      .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
+      .moe_scale_rows = moe_scale_rows,
+      .moe_scale_rows_backward = moe_scale_rows_backward,
   };
   return table;
 }

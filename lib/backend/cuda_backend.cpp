@@ -236,6 +236,11 @@ const Ops& cuda_ops() {
       .moe_unpermute_rows = nullptr,
       .moe_unroute_probs = nullptr,
       .moe_sort_chunks = nullptr,
+      // MoE experts: no CUDA twins in this version (model/moe/experts.h refuses by name).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return table;
 }

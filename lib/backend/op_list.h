@@ -72,7 +72,11 @@
   X(moe_permute_rows)     \
   X(moe_unpermute_rows)   \
   X(moe_unroute_probs)    \
-  X(moe_sort_chunks)
+  X(moe_sort_chunks) \
+  X(grouped_gemm)          \
+  X(grouped_gemm_ragged_k) \
+  X(moe_scale_rows)        \
+  X(moe_scale_rows_backward)
 
 namespace mt::backend {
 

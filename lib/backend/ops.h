@@ -232,6 +232,33 @@ struct Ops {
                             int64_t tokens, int experts, float* dprobs, Stream stream);
   void (*moe_sort_chunks)(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
                           float* out, Stream stream);
+  // --- MoE experts (issue 22, part X: model/moe/experts.h; contracts kernels/cpu/grouped_gemm.h
+  // and kernels/cpu/moe_expert_ops.h) ----------------------------------------------------------
+  // Grouped GEMMs over a rank's local experts, one call for every group. The counts
+  // (`group_rows`, `group_depths`: `groups` int64, 0 allowed) are HOST memory, read during the
+  // call (an asynchronous backend copies them before returning); every other pointer is a device
+  // pointer. Operands as gemm's (f32 values or bf16 bits of `operand_type`), C fp32 with fp32
+  // accumulation; an unsupported operand type throws std::invalid_argument naming it.
+  // Ragged rows (forward and data-grad products): group g's rows start at r_g = sum of the counts
+  // before it; C_g (m_g, n) = alpha A_g op(B_g) + beta C_g with A_g = a + r_g lda (m_g, k),
+  // B_g = b + g b_group_stride ((n, k) with trans_b, else (k, n)), C_g = c + r_g ldc.
+  void (*grouped_gemm)(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                       const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta,
+                       float* c, int64_t ldc, DType operand_type, Stream stream);
+  // Ragged depth (weight grads, dW_g = dY_g^T X_g): C_g (m, n) = alpha A_g^T B_g + beta C_g with
+  // A_g = a + r_g lda (k_g, m), B_g = b + r_g ldb (k_g, n), C_g = c + g c_group_stride (ldc);
+  // a group of depth 0 gives C_g = beta C_g (beta = 0 writes zeros, beta = 1 leaves it).
+  void (*grouped_gemm_ragged_k)(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                                const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
+                                int64_t ldc, int64_t c_group_stride, DType operand_type, Stream stream);
+  // y (rows, cols) = scale[r] x (rows, cols) (the routing probs on the experts' activations);
+  // y may be x.
+  void (*moe_scale_rows)(const float* x, const float* scale, float* y, int64_t rows, int cols, Stream stream);
+  // Its backward: d_scale[r] = sum_c dy[r, c] x[r, c] (written; summed in double, in column order),
+  // dx[r, c] = scale[r] dy[r, c] (written; dx may be dy).
+  void (*moe_scale_rows_backward)(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                                  int64_t rows, int cols, Stream stream);
+  // --- end of MoE experts
 };
 
 // The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.

@@ -532,6 +532,11 @@ const Ops& table() {
       .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
       .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
       .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
+      // MoE experts: not queued here (their counts are host memory, which the pointer checks refuse).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return ops;
 }

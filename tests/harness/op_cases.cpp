@@ -19,6 +19,7 @@ const std::vector<OpCase>& op_cases() {
     add_optimizer_cases(list);
     add_moe_router_cases(list);
     add_moe_permute_cases(list);
+    add_moe_expert_cases(list);
     return list;
   }();
   return cases;
@@ -88,6 +89,10 @@ const char* op_family(OpId op) {
     case OpId::moe_unpermute_rows:
     case OpId::moe_unroute_probs:
     case OpId::moe_sort_chunks: return "moe_permute";
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k:
+    case OpId::moe_scale_rows:
+    case OpId::moe_scale_rows_backward: return "moe_experts";
   }
   return "?";
 }
