@@ -1,9 +1,9 @@
 // The MoE MLP in a stage (model/layers/moe_mlp.h): its backward against central differences of
 // the stage's objective (LM loss + aux loss + z-loss, with shared experts), full recompute giving
 // the same grads while counting tokens and logging losses once, and expert parallelism over
-// thread ranks (tests/unit/thread_communicator.h): EP = 2, each rank its own micro-batch, equal
-// to one rank running both micro-batches, also when one expert and then one whole EP rank gets
-// no token.
+// thread ranks (tests/unit/thread_communicator.h): EP = 2 and expert-TP = 2, each rank its own
+// micro-batch, equal to one rank running both micro-batches, also when one expert and then one
+// whole EP rank gets no token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,12 +170,29 @@ TEST(MoeMlp, FullRecomputeGivesTheSameGradsAndCountsTokensOnce) {
 
 namespace {
 
-// Runs micro-batches 0 and 1 of `data`: on one rank one after the other, and under EP = 2 on two
-// thread ranks (rank r runs micro-batch r); `bias` (per expert) is written into every MoE layer's
-// expert bias first. Checks the summed losses, every dense grad summed over the ranks and every
-// expert grad against the one-rank run within 1e-5, and returns the one rank's tokens per expert
-// of layer 0 and its grads.
-std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, const std::vector<float>& bias) {
+// Adds this rank's shard of a tensor (its entry in the rank's layout) into the whole tensor `out`.
+void add_shard(const ParamEntry& entry, const std::vector<float>& part, std::vector<float>& out) {
+  if (entry.shard_dim < 0 || entry.local_shape == entry.global_shape) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] += part[i];
+    return;
+  }
+  const int64_t cols = entry.global_shape[1], local_cols = entry.local_shape[1];
+  for (int64_t r = 0; r < entry.local_shape[0]; ++r) {
+    for (int64_t k = 0; k < local_cols; ++k) {
+      const int64_t row = entry.shard_dim == 0 ? entry.shard_offset + r : r;
+      const int64_t col = entry.shard_dim == 1 ? entry.shard_offset + k : k;
+      out[static_cast<size_t>(row * cols + col)] += part[static_cast<size_t>(r * local_cols + k)];
+    }
+  }
+}
+
+// Runs micro-batches 0 and 1 of `data`: on one rank one after the other, and on two thread ranks
+// as EP = 2 or expert-TP = 2 (rank r runs micro-batch r: DP = 2 for the dense part); `bias` (per
+// expert) is written into every MoE layer's expert bias first. Checks the summed losses, every
+// dense grad summed over the ranks and every expert grad (its shards put together under expert-TP)
+// against the one-rank run within 1e-5, and returns the one rank's tokens per expert of layer 0.
+std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, const std::vector<float>& bias,
+                                                         int ep_size = 2, int etp_size = 1) {
   mt::testing::Data data = mt::testing::make_data(c, 2, 9);
   auto set_bias = [&](RankModel& model) {
     for (int i = 0; i < model.stage.moe_layer_count() && !bias.empty(); ++i) {
@@ -191,19 +208,26 @@ std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, c
   for (int mb = 0; mb < 2; ++mb) one_loss += one.forward_backward(sample_batch(data, mb, c.seq_length, sums));
 
   parallel::ParallelConfig p;
-  p.expert_model_parallel_size = 2;
-  p.expert_tensor_parallel_size = 1;
-  mt::testing::ThreadGroup ep_group(2), world(2);
+  p.expert_model_parallel_size = ep_size;
+  p.expert_tensor_parallel_size = etp_size;
+  mt::testing::ThreadGroup ep_group(2), etp_group(2), world(2);
   std::vector<std::unique_ptr<RankModel>> ranks(2);
   std::vector<std::unique_ptr<ParallelContext>> contexts(2);
   std::vector<double> rank_loss(2, 0.0);
   mt::testing::run_ranks(2, [&](int r) {
-    mt::testing::ThreadCommunicator ep(ep_group, r), expert_tp_ep(world, r);
+    mt::testing::ThreadCommunicator ep(ep_group, r), etp(etp_group, r), expert_tp_ep(world, r);
     parallel::RankCoordinates rank;
-    rank.ep = r;
+    rank.ep = ep_size > 1 ? r : 0;
+    rank.expert_tp = etp_size > 1 ? r : 0;
     rank.dp = r;
     auto context = std::make_unique<ParallelContext>();
-    context->set_expert_groups(ExpertGroups{.expert_parallel = 2, .ep_rank = r, .ep = &ep, .expert_tp_ep = &expert_tp_ep});
+    context->set_expert_groups(ExpertGroups{.expert_parallel = ep_size,
+                                            .expert_tensor_parallel = etp_size,
+                                            .ep_rank = rank.ep,
+                                            .etp_rank = rank.expert_tp,
+                                            .ep = ep_size > 1 ? &ep : nullptr,
+                                            .expert_tp = etp_size > 1 ? &etp : nullptr,
+                                            .expert_tp_ep = &expert_tp_ep});
     auto model = std::make_unique<RankModel>(c, build_layout(c, p, rank, 0, c.num_layers), *context);
     set_bias(*model);
     double rank_sums[2];
@@ -217,12 +241,12 @@ std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, c
     std::vector<float> got(expected.size(), 0.0f);
     int holders = 0;
     for (const auto& rank : ranks) {
-      if (!rank->layout.try_find(entry.name)) continue;
+      const ParamEntry* held = rank->layout.try_find(entry.name);
+      if (!held) continue;
       ++holders;
-      const std::vector<float> part = rank->grad_of(entry.name);
-      for (size_t i = 0; i < got.size(); ++i) got[i] += part[i];  // dense: the DP sum; experts: one holder
+      add_shard(*held, rank->grad_of(entry.name), got);  // dense: the DP sum; experts: their one holder or shards
     }
-    EXPECT_EQ(holders, entry.data_parallel_group == DataParallelGroup::expert ? 1 : 2) << entry.name;
+    EXPECT_EQ(holders, entry.data_parallel_group == DataParallelGroup::expert ? etp_size : 2) << entry.name;
     for (size_t i = 0; i < got.size(); ++i) {
       if (std::abs(got[i] - expected[i]) > 1e-5 * (1 + std::abs(expected[i]))) {
         ADD_FAILURE() << entry.name << "[" << i << "]: " << got[i] << " under EP 2, " << expected[i] << " on one rank";
@@ -231,9 +255,7 @@ std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, c
     }
   }
   const MoeLayerState& state = one.stage.moe_layer(0);
-  std::vector<float> result(state.tokens_per_expert.data(), state.tokens_per_expert.data() + c.num_experts);
-  result.insert(result.end(), one.grads.begin(), one.grads.end());
-  return result;
+  return {state.tokens_per_expert.data(), state.tokens_per_expert.data() + c.num_experts};
 }
 
 }  // namespace
@@ -241,6 +263,10 @@ std::vector<float> check_expert_parallel_equals_one_rank(const ModelConfig& c, c
 TEST(MoeMlp, ExpertParallelTwoEqualsOneRank) {
   const std::vector<float> out = check_expert_parallel_equals_one_rank(moe_model(), {});
   for (int e = 0; e < 4; ++e) EXPECT_GT(out[static_cast<size_t>(e)], 0) << "expert " << e << " got no token";
+}
+
+TEST(MoeMlp, ExpertTensorParallelTwoEqualsOneRank) {
+  check_expert_parallel_equals_one_rank(moe_model(), {}, 1, 2);
 }
 
 TEST(MoeMlp, AnExpertAndAWholeExpertParallelRankWithNoTokens) {
