@@ -181,6 +181,12 @@ LocalExpertsShape MoeMlp::experts_shape() const {
 
 void MoeMlp::prepare(const backend::Ops& ops, const ParallelContext& parallel) {
   const ExpertGroups& groups = parallel.expert_groups();
+  if (parallel.tensor_parallel_size() > 1 && !parallel.sequence_parallel()) {
+    // Each TP rank would route every token of the micro-batch: Megatron refuses it too.
+    throw UsageError("--tensor-model-parallel-size " + std::to_string(parallel.tensor_parallel_size()) +
+                         " with --num-experts " + std::to_string(num_experts_),
+                     "needs --sequence-parallel (as Megatron)");
+  }
   if (groups.expert_parallel > 1 && num_experts_ % groups.expert_parallel != 0) {
     throw UsageError("--expert-model-parallel-size " + std::to_string(groups.expert_parallel),
                      "does not divide --num-experts " + std::to_string(num_experts_));

@@ -83,6 +83,8 @@ class MoeMlp : public MlpVariant {
   void bind(const ParamLayout& layout) override;
   // After bind: makes the router, the token dispatcher (over parallel.expert_groups()) and the
   // local experts, and the state's buffers. The stage calls it once; forward refuses to run before.
+  // mt::UsageError for TP > 1 without sequence parallelism (Megatron's rule: the router runs on
+  // each TP rank's own rows).
   void prepare(const backend::Ops& ops, const ParallelContext& parallel);
 
   int layer() const { return layer_; }

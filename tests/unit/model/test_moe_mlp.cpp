@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "model/init.h"
 #include "model/layers/moe_mlp.h"
 #include "model/stage.h"
@@ -283,4 +284,20 @@ TEST(MoeMlp, AnExpertAndAWholeExpertParallelRankWithNoTokens) {
   EXPECT_EQ(rank_empty[2], 0.0f);
   EXPECT_EQ(rank_empty[3], 0.0f);
   EXPECT_EQ(rank_empty[0] + rank_empty[1], static_cast<float>(2 * c.seq_length * c.moe_router_topk));
+}
+
+TEST(MoeMlp, TensorParallelismWithoutSequenceParallelismIsRefusedByName) {
+  const ModelConfig c = moe_model();
+  parallel::ParallelConfig p;
+  p.tensor_model_parallel_size = 2;
+  const ParamLayout layout = build_layout(c, p, parallel::RankCoordinates{}, 0, c.num_layers);
+  mt::testing::ThreadGroup tp_group(2);
+  mt::testing::ThreadCommunicator tp(tp_group, 0);
+  const ParallelContext without_sp(&tp, false);
+  try {
+    RankModel model(c, layout, without_sp);
+    ADD_FAILURE() << "TP 2 without SP accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--sequence-parallel"), std::string::npos) << e.what();
+  }
 }
