@@ -41,14 +41,6 @@ struct PlainOnStream<Function, Result (*)(Args...)> {
   static Result run(Args... args, Stream) { return Function(args...); }
 };
 #define MT_CPU_FUNCTION(function) &PlainOnStream<&kernels::cpu::function>::run
-// The same for a plain kernels/cpu function (no per-ISA variants).
-template <auto Function, typename Signature>
-struct FunctionOnStream;
-template <auto Function, typename Result, typename... Args>
-struct FunctionOnStream<Function, Result (*)(Args...)> {
-  static Result run(Args... args, Stream) { return Function(args...); }
-};
-#define MT_CPU_FUNCTION(function) &FunctionOnStream<&kernels::cpu::function, decltype(&kernels::cpu::function)>::run
 
 void* allocate(int64_t bytes, MemoryCategory) {
   if (bytes <= 0) return nullptr;
