@@ -12,6 +12,10 @@
 #include "backend/ops.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_router.h"
+#include "kernels/cpu/moe_permute.h"
+#include "kernels/cpu/grouped_gemm.h"
+#include "kernels/cpu/moe_expert_ops.h"
 #include "kernels/cpu/ops.h"
 
 namespace mt::backend {
@@ -28,6 +32,15 @@ struct OnStream<Entry, Result (*)(Args...)> {
   static Result run(Args... args, Stream) { return (kernels::cpu::cpu_ops().*Entry)(args...); }
 };
 #define MT_CPU_KERNEL(entry) &OnStream<&CpuOps::entry, decltype(CpuOps::entry)>::run
+
+// The CPU twin of an entry served by a plain kernels/cpu function (one build for every ISA level).
+template <auto Function, typename Signature = decltype(Function)>
+struct PlainOnStream;
+template <auto Function, typename Result, typename... Args>
+struct PlainOnStream<Function, Result (*)(Args...)> {
+  static Result run(Args... args, Stream) { return Function(args...); }
+};
+#define MT_CPU_FUNCTION(function) &PlainOnStream<&kernels::cpu::function>::run
 
 void* allocate(int64_t bytes, MemoryCategory) {
   if (bytes <= 0) return nullptr;
@@ -143,7 +156,52 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
-// What the CPU runs (see Ops::supports): GEMMs on f32 and bf16 operands (bf16 natively or widened
+// ---- MoE experts: grouped GEMMs over the local experts (kernels/cpu/grouped_gemm.h) and the
+// probs' row scaling (kernels/cpu/moe_expert_ops.h).
+[[noreturn]] void unsupported_grouped_gemm(DType operand_type) {
+  throw std::invalid_argument(std::string("cpu backend: no grouped GEMM on ") + dtype_name(operand_type) +
+                              " operands");
+}
+
+void grouped_gemm(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta, float* c,
+                  int64_t ldc, DType operand_type, Stream) {
+  if (operand_type == DType::bf16) {
+    kernels::cpu::grouped_gemm_bf16(trans_b, groups, group_rows, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                                    static_cast<const uint16_t*>(b), ldb, b_group_stride, beta, c, ldc);
+  } else if (operand_type == DType::f32) {
+    kernels::cpu::grouped_gemm_f32(trans_b, groups, group_rows, n, k, alpha, static_cast<const float*>(a), lda,
+                                   static_cast<const float*>(b), ldb, b_group_stride, beta, c, ldc);
+  } else {
+    unsupported_grouped_gemm(operand_type);
+  }
+}
+
+void grouped_gemm_ragged_k(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                           int64_t c_group_stride, DType operand_type, Stream) {
+  if (operand_type == DType::bf16) {
+    kernels::cpu::grouped_gemm_ragged_k_bf16(groups, group_depths, m, n, alpha, static_cast<const uint16_t*>(a), lda,
+                                             static_cast<const uint16_t*>(b), ldb, beta, c, ldc, c_group_stride);
+  } else if (operand_type == DType::f32) {
+    kernels::cpu::grouped_gemm_ragged_k_f32(groups, group_depths, m, n, alpha, static_cast<const float*>(a), lda,
+                                            static_cast<const float*>(b), ldb, beta, c, ldc, c_group_stride);
+  } else {
+    unsupported_grouped_gemm(operand_type);
+  }
+}
+
+void moe_scale_rows(const float* x, const float* scale, float* y, int64_t rows, int cols, Stream) {
+  kernels::cpu::moe_scale_rows(x, scale, y, rows, cols);
+}
+
+void moe_scale_rows_backward(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                             int64_t rows, int cols, Stream) {
+  kernels::cpu::moe_scale_rows_backward(dy, x, scale, dx, d_scale, rows, cols);
+}
+// ---- end of MoE experts
+
+// What the CPU runs (see Ops::supports): GEMMs (grouped too) on f32 and bf16 operands (bf16 natively or widened
 // to fp32, kernels/cpu/gemm.h), conversions between f32 and bf16/f16, the fused kernels on f32.
 bool supports(OpId op, DType dtype) {
   switch (op) {
@@ -161,7 +219,9 @@ bool supports(OpId op, DType dtype) {
     case OpId::copy_2d:
     case OpId::zero:
     case OpId::gemm_operand_type: return true;
-    case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16;
+    case OpId::gemm:
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;
     case OpId::convert:
     case OpId::round_through: return dtype == DType::bf16 || dtype == DType::f16;
     default: return dtype == DType::f32;  // fill and the fused kernels
@@ -195,6 +255,10 @@ void sum_squares(const float* x, int64_t n, double* sum, Stream) { *sum += kerne
 
 void all_finite(const float* x, int64_t n, int32_t* finite, Stream) {
   if (!kernels::cpu::cpu_ops().all_finite(x, n)) *finite = 0;
+}
+
+void moe_router_z_loss_sum(const float* logits, int64_t rows, int experts, double* sum, Stream) {
+  *sum = kernels::cpu::moe_router_z_loss_sum(logits, rows, experts);
 }
 
 const Ops& cpu_ops() {
@@ -250,6 +314,27 @@ const Ops& cpu_ops() {
       .dropout_forward = MT_CPU_KERNEL(dropout_forward),
       .dropout_backward = MT_CPU_KERNEL(dropout_backward),
       .adamw_update = MT_CPU_KERNEL(adamw_update),
+      // MoE router (issue 22)
+      .moe_router_topk = MT_CPU_FUNCTION(moe_router_topk),
+      .moe_router_topk_backward = MT_CPU_FUNCTION(moe_router_topk_backward),
+      .moe_router_aux_sums = MT_CPU_FUNCTION(moe_router_aux_sums),
+      .moe_router_aux_backward = MT_CPU_FUNCTION(moe_router_aux_backward),
+      .moe_router_z_loss_sum = moe_router_z_loss_sum,
+      .moe_router_z_loss_backward = MT_CPU_FUNCTION(moe_router_z_loss_backward),
+      .moe_router_capacity_drop = MT_CPU_FUNCTION(moe_router_capacity_drop),
+      .moe_router_tokens_per_expert = MT_CPU_FUNCTION(moe_router_tokens_per_expert),
+      .moe_router_expert_bias_update = MT_CPU_FUNCTION(moe_router_expert_bias_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_CPU_FUNCTION(moe_expert_counts),
+      .moe_route_index = MT_CPU_FUNCTION(moe_route_index),
+      .moe_permute_rows = MT_CPU_FUNCTION(moe_permute_rows),
+      .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
+      .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
+      .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
+      .grouped_gemm = grouped_gemm,
+      .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
+      .moe_scale_rows = moe_scale_rows,
+      .moe_scale_rows_backward = moe_scale_rows_backward,
   };
   return table;
 }

@@ -219,6 +219,28 @@ const Ops& cuda_ops() {
       .dropout_forward = MT_CUDA_KERNEL(dropout_forward),
       .dropout_backward = MT_CUDA_KERNEL(dropout_backward),
       .adamw_update = MT_CUDA_KERNEL(adamw_update),
+      // MoE router (issue 22): no CUDA kernels yet; the MoE layer refuses --device cuda by name.
+      .moe_router_topk = nullptr,
+      .moe_router_topk_backward = nullptr,
+      .moe_router_aux_sums = nullptr,
+      .moe_router_aux_backward = nullptr,
+      .moe_router_z_loss_sum = nullptr,
+      .moe_router_z_loss_backward = nullptr,
+      .moe_router_capacity_drop = nullptr,
+      .moe_router_tokens_per_expert = nullptr,
+      .moe_router_expert_bias_update = nullptr,
+      // MoE token dispatcher: no CUDA kernels yet (model/moe/token_dispatcher.h refuses this table by name)
+      .moe_expert_counts = nullptr,
+      .moe_route_index = nullptr,
+      .moe_permute_rows = nullptr,
+      .moe_unpermute_rows = nullptr,
+      .moe_unroute_probs = nullptr,
+      .moe_sort_chunks = nullptr,
+      // MoE experts: no CUDA twins in this version (model/moe/experts.h refuses by name).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return table;
 }

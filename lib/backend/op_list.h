@@ -56,7 +56,27 @@
   X(all_finite)           \
   X(dropout_forward)      \
   X(dropout_backward)     \
-  X(adamw_update)
+  X(adamw_update)         \
+  X(moe_router_topk)               \
+  X(moe_router_topk_backward)      \
+  X(moe_router_aux_sums)           \
+  X(moe_router_aux_backward)       \
+  X(moe_router_z_loss_sum)         \
+  X(moe_router_z_loss_backward)    \
+  X(moe_router_capacity_drop)      \
+  X(moe_router_tokens_per_expert)  \
+  X(moe_router_expert_bias_update) \
+  /* MoE token dispatcher */ \
+  X(moe_expert_counts)    \
+  X(moe_route_index)      \
+  X(moe_permute_rows)     \
+  X(moe_unpermute_rows)   \
+  X(moe_unroute_probs)    \
+  X(moe_sort_chunks) \
+  X(grouped_gemm)          \
+  X(grouped_gemm_ragged_k) \
+  X(moe_scale_rows)        \
+  X(moe_scale_rows_backward)
 
 namespace mt::backend {
 

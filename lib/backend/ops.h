@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "backend/op_list.h"
+#include "kernels/common/moe_router_params.h"
 #include "kernels/common/op_params.h"
 
 namespace mt::backend {
@@ -192,6 +193,72 @@ struct Ops {
                            const DropoutKey& key, Stream stream);
   void (*adamw_update)(float* param, uint16_t* param_bf16, const float* grad, float* exp_avg, float* exp_avg_sq,
                        int64_t n, const AdamWParams& params, Stream stream);
+
+  // --- MoE router (issue 22; contracts: kernels/cpu/moe_router.h, composed by model/moe/router.h)
+  void (*moe_router_topk)(const float* logits, const float* expert_bias, int64_t rows,
+                          const kernels::MoeTopkParams& params, int32_t* topk_indices, float* probs,
+                          uint8_t* routing_map, Stream stream);
+  void (*moe_router_topk_backward)(const float* logits, const int32_t* topk_indices, const float* dprobs,
+                                   const uint8_t* routing_map, int64_t rows, const kernels::MoeTopkParams& params,
+                                   float* dlogits, Stream stream);
+  void (*moe_router_aux_sums)(const float* logits, int64_t rows, int experts, int topk,
+                              kernels::MoeScoreFunction score_function, const int64_t* row_ids,
+                              int64_t sequence_length, int64_t groups, float* counts, float* prob_sums,
+                              Stream stream);
+  void (*moe_router_aux_backward)(const float* logits, int64_t rows, int experts,
+                                  kernels::MoeScoreFunction score_function, const int64_t* row_ids,
+                                  int64_t sequence_length, int64_t groups, const float* weights, float scale,
+                                  float* dlogits, Stream stream);
+  // Writes the sum over rows of logsumexp^2 to the device double *sum.
+  void (*moe_router_z_loss_sum)(const float* logits, int64_t rows, int experts, double* sum, Stream stream);
+  void (*moe_router_z_loss_backward)(const float* logits, int64_t rows, int experts, float scale, float* dlogits,
+                                     Stream stream);
+  void (*moe_router_capacity_drop)(float* probs, uint8_t* routing_map, int64_t rows, int experts, int64_t capacity,
+                                   kernels::MoeDropPolicy policy, bool pad_to_capacity, Stream stream);
+  void (*moe_router_tokens_per_expert)(const uint8_t* routing_map, int64_t rows, int experts, float* counts,
+                                       Stream stream);
+  void (*moe_router_expert_bias_update)(float* bias, const float* counts, int experts, float rate, Stream stream);
+  // --- end of MoE router
+  // --- MoE token dispatcher (model/moe/token_dispatcher.h; contracts: kernels/cpu/moe_permute.h) -
+  // Row moves of fp32 rows by int32 row indices and int64 counts, all device memory.
+  void (*moe_expert_counts)(const uint8_t* routing_map, int64_t tokens, int experts, int64_t* counts, Stream stream);
+  void (*moe_route_index)(const uint8_t* routing_map, const float* probs, int64_t tokens, int experts,
+                          int32_t* row_token, float* row_probs, Stream stream);
+  void (*moe_permute_rows)(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out,
+                           Stream stream);
+  void (*moe_unpermute_rows)(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out,
+                             int64_t out_rows, Stream stream);
+  void (*moe_unroute_probs)(const float* row_grads, const int32_t* row_token, const int64_t* expert_rows,
+                            int64_t tokens, int experts, float* dprobs, Stream stream);
+  void (*moe_sort_chunks)(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
+                          float* out, Stream stream);
+  // --- MoE experts (issue 22, part X: model/moe/experts.h; contracts kernels/cpu/grouped_gemm.h
+  // and kernels/cpu/moe_expert_ops.h) ----------------------------------------------------------
+  // Grouped GEMMs over a rank's local experts, one call for every group. The counts
+  // (`group_rows`, `group_depths`: `groups` int64, 0 allowed) are HOST memory, read during the
+  // call (an asynchronous backend copies them before returning); every other pointer is a device
+  // pointer. Operands as gemm's (f32 values or bf16 bits of `operand_type`), C fp32 with fp32
+  // accumulation; an unsupported operand type throws std::invalid_argument naming it.
+  // Ragged rows (forward and data-grad products): group g's rows start at r_g = sum of the counts
+  // before it; C_g (m_g, n) = alpha A_g op(B_g) + beta C_g with A_g = a + r_g lda (m_g, k),
+  // B_g = b + g b_group_stride ((n, k) with trans_b, else (k, n)), C_g = c + r_g ldc.
+  void (*grouped_gemm)(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                       const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta,
+                       float* c, int64_t ldc, DType operand_type, Stream stream);
+  // Ragged depth (weight grads, dW_g = dY_g^T X_g): C_g (m, n) = alpha A_g^T B_g + beta C_g with
+  // A_g = a + r_g lda (k_g, m), B_g = b + r_g ldb (k_g, n), C_g = c + g c_group_stride (ldc);
+  // a group of depth 0 gives C_g = beta C_g (beta = 0 writes zeros, beta = 1 leaves it).
+  void (*grouped_gemm_ragged_k)(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                                const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c,
+                                int64_t ldc, int64_t c_group_stride, DType operand_type, Stream stream);
+  // y (rows, cols) = scale[r] x (rows, cols) (the routing probs on the experts' activations);
+  // y may be x.
+  void (*moe_scale_rows)(const float* x, const float* scale, float* y, int64_t rows, int cols, Stream stream);
+  // Its backward: d_scale[r] = sum_c dy[r, c] x[r, c] (written; summed in double, in column order),
+  // dx[r, c] = scale[r] dy[r, c] (written; dx may be dy).
+  void (*moe_scale_rows_backward)(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                                  int64_t rows, int cols, Stream stream);
+  // --- end of MoE experts
 };
 
 // The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.

@@ -54,24 +54,7 @@ void ModelConfig::validate() const {
   if (!(init_method_std > 0) || std::isinf(init_method_std)) throw UsageError("--init-method-std", "must be positive");
   if (!(rotary_base > 0) || std::isinf(rotary_base)) throw UsageError("--rotary-base", "must be positive");
   if (num_experts < 0) throw UsageError("--num-experts", "must be >= 0");
-  if (num_experts > 0) {
-    if (moe_router_topk < 1 || moe_router_topk > num_experts) {
-      throw UsageError("--moe-router-topk " + std::to_string(moe_router_topk),
-                       "must be in [1, --num-experts " + std::to_string(num_experts) + "]");
-    }
-    if (moe_ffn_hidden_size < 0) throw UsageError("--moe-ffn-hidden-size", "must be positive");
-    if (moe_shared_expert_intermediate_size < 0) {
-      throw UsageError("--moe-shared-expert-intermediate-size", "must be >= 0");
-    }
-    if (moe_layer_freq < 1) throw UsageError("--moe-layer-freq", "must be at least 1");
-    if (!moe_layer_pattern.empty() && static_cast<int>(moe_layer_pattern.size()) != num_layers) {
-      throw UsageError("--moe-layer-freq", "the pattern has " + std::to_string(moe_layer_pattern.size()) +
-                                               " entries for --num-layers " + std::to_string(num_layers));
-    }
-    for (int value : moe_layer_pattern) {
-      if (value != 0 && value != 1) throw UsageError("--moe-layer-freq", "a pattern holds only 0 and 1");
-    }
-  }
+  if (num_experts > 0) validate_moe();
   if (multi_latent_attention) {
     positive(kv_lora_rank, "--kv-lora-rank");
     positive(qk_head_dim, "--qk-head-dim");
@@ -86,9 +69,103 @@ void ModelConfig::validate() const {
   if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
 }
 
+void ModelConfig::validate_moe() const {
+  const std::string experts = std::to_string(num_experts);
+  if (moe_router_topk < 1 || moe_router_topk > num_experts) {
+    throw UsageError("--moe-router-topk " + std::to_string(moe_router_topk),
+                     "must be in [1, --num-experts " + experts + "]");
+  }
+  if (moe_ffn_hidden_size < 0) throw UsageError("--moe-ffn-hidden-size", "must be positive");
+  if (moe_shared_expert_intermediate_size < 0) {
+    throw UsageError("--moe-shared-expert-intermediate-size", "must be >= 0");
+  }
+  if (moe_layer_freq < 1) throw UsageError("--moe-layer-freq", "must be at least 1");
+  if (!moe_layer_pattern.empty() && static_cast<int>(moe_layer_pattern.size()) != num_layers) {
+    throw UsageError("--moe-layer-freq", "the pattern has " + std::to_string(moe_layer_pattern.size()) +
+                                             " entries for --num-layers " + std::to_string(num_layers));
+  }
+  for (int value : moe_layer_pattern) {
+    if (value != 0 && value != 1) throw UsageError("--moe-layer-freq", "a pattern holds only 0 and 1");
+  }
+  if (!swiglu) throw UsageError("--num-experts " + experts, "experts are SwiGLU MLPs in mt: needs --swiglu");
+  if (add_bias_linear) {
+    throw UsageError("--add-bias-linear", "experts have no biases in mt: a MoE model needs --disable-bias-linear");
+  }
+  validate_moe_router();
+  validate_moe_losses_and_capacity();
+  if (moe_token_dispatcher_type == MoeDispatcher::flex) {
+    throw UsageError("--moe-token-dispatcher-type flex", "not supported (alltoall; allgather runs through it)");
+  }
+}
+
+void ModelConfig::validate_moe_router() const {
+  if (moe_router_dtype == MoeRouterDtype::fp64) {
+    throw UsageError("--moe-router-dtype fp64", "not supported (the router computes in fp32)");
+  }
+  if (moe_router_group_topk && !moe_router_num_groups) {
+    throw UsageError("--moe-router-group-topk", "needs --moe-router-num-groups");
+  }
+  if (moe_router_num_groups) {
+    const int groups = *moe_router_num_groups;
+    const std::string flag = "--moe-router-num-groups " + std::to_string(groups);
+    if (groups < 1 || num_experts % groups != 0) {
+      throw UsageError(flag, "must be positive and divide --num-experts " + std::to_string(num_experts));
+    }
+    if (!moe_router_group_topk) throw UsageError(flag, "needs --moe-router-group-topk");
+    const int kept = *moe_router_group_topk;
+    if (kept < 1 || kept > groups) {
+      throw UsageError("--moe-router-group-topk " + std::to_string(kept), "must be in [1, " + flag + "]");
+    }
+    if (moe_router_topk > kept * (num_experts / groups)) {
+      throw UsageError("--moe-router-topk " + std::to_string(moe_router_topk),
+                       "exceeds the experts of the --moe-router-group-topk " + std::to_string(kept) + " groups kept");
+    }
+  }
+  if (moe_router_topk_scaling_factor &&
+      (!(*moe_router_topk_scaling_factor > 0) || std::isinf(*moe_router_topk_scaling_factor))) {
+    throw UsageError("--moe-router-topk-scaling-factor", "must be positive");
+  }
+  if (moe_router_enable_expert_bias && moe_router_score_function != MoeScoreFunction::sigmoid) {
+    throw UsageError("--moe-router-enable-expert-bias", "needs --moe-router-score-function sigmoid (as Megatron)");
+  }
+  if (!std::isfinite(moe_router_bias_update_rate)) {
+    throw UsageError("--moe-router-bias-update-rate", "must be a finite number");
+  }
+}
+
+void ModelConfig::validate_moe_losses_and_capacity() const {
+  if (moe_router_load_balancing_type == MoeLoadBalancing::sinkhorn) {
+    throw UsageError("--moe-router-load-balancing-type sinkhorn",
+                     "not supported (aux_loss, seq_aux_loss, global_aux_loss, none)");
+  }
+  if (!(moe_aux_loss_coeff >= 0) || std::isinf(moe_aux_loss_coeff)) {
+    throw UsageError("--moe-aux-loss-coeff", "must be >= 0 and finite");
+  }
+  if (moe_z_loss_coeff && (!(*moe_z_loss_coeff >= 0) || std::isinf(*moe_z_loss_coeff))) {
+    throw UsageError("--moe-z-loss-coeff", "must be >= 0 and finite");
+  }
+  if (moe_expert_capacity_factor) {
+    const float factor = *moe_expert_capacity_factor;
+    if (!(factor > 0) || std::isinf(factor)) throw UsageError("--moe-expert-capacity-factor", "must be positive");
+    if (moe_router_load_balancing_type == MoeLoadBalancing::sinkhorn) {  // Megatron's list of dropping-capable types
+      throw UsageError("--moe-expert-capacity-factor",
+                       "needs --moe-router-load-balancing-type aux_loss, seq_aux_loss, global_aux_loss or none");
+    }
+  } else if (moe_pad_expert_input_to_capacity) {
+    throw UsageError("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor");
+  }
+}
+
+bool ModelConfig::moe_has_aux_loss() const {
+  const bool with_loss = moe_router_load_balancing_type == MoeLoadBalancing::aux_loss ||
+                         moe_router_load_balancing_type == MoeLoadBalancing::seq_aux_loss ||
+                         moe_router_load_balancing_type == MoeLoadBalancing::global_aux_loss;
+  return num_experts > 0 && with_loss && moe_aux_loss_coeff != 0.0f;
+}
+
 void ModelConfig::check_trainable() const {
-  if (num_experts > 0 || multi_latent_attention || mtp_num_layers > 0) {
-    throw UsageError("model " + name, "mixture of experts, multi-latent attention and multi-token prediction are not "
+  if (multi_latent_attention || mtp_num_layers > 0) {
+    throw UsageError("model " + name, "multi-latent attention and multi-token prediction are not "
                                       "supported yet by lib/model (train/supported.h refuses their flags first)");
   }
 }
@@ -101,8 +178,10 @@ bool ModelConfig::is_moe_layer(int layer) const {
 }
 
 int ModelConfig::moe_layer_count() const {
+  if (num_experts <= 0 || num_layers <= 0) return 0;
+  if (moe_layer_pattern.empty()) return moe_layer_freq > 0 ? (num_layers - 1) / moe_layer_freq + 1 : 0;  // 0, N, 2N, ...
   int count = 0;
-  for (int layer = 0; layer < num_layers; ++layer) count += is_moe_layer(layer) ? 1 : 0;
+  for (int value : moe_layer_pattern) count += value == 1 ? 1 : 0;
   return count;
 }
 
@@ -208,7 +287,7 @@ ModelConfig llama3(const std::string& name, int layers, int hidden, int ffn, int
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names{"gpt2-124m",     "gpt2-345m",   "gpt3-175b",     "llama3-8b",
                                               "llama3-70b",    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
-                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama"};
+                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral"};
   return names;
 }
 
@@ -227,13 +306,18 @@ ModelConfig preset(const std::string& name) {
   if (name == "mixtral-8x7b" || name == "mixtral-8x22b") {
     // Mistral AI's released config.json files; Megatron's examples/mixtral.
     const bool small = name == "mixtral-8x7b";
+    // Megatron's recipes (facts note sec. 6 rows 7-8) train both at seq 4096 with aux_loss 1e-2
+    // and the all-to-all dispatcher (HF's router_aux_loss_coef differs: 0.02 and 0.001).
     ModelConfig c = small ? llama3(name, 32, 4096, 14336, 32) : llama3(name, 56, 6144, 16384, 48);
     c.vocab_size = small ? 32000 : 32768;
-    c.seq_length = small ? 4096 : 65536;
+    c.seq_length = 4096;
     c.max_position_embeddings = small ? 32768 : 65536;
     c.rotary_base = 1000000.0f;
     c.num_experts = 8;
     c.moe_router_topk = 2;
+    c.moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;
+    c.moe_aux_loss_coeff = 1e-2f;
+    c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
     return c;
   }
   if (name == "deepseek-v3") {
@@ -251,6 +335,18 @@ ModelConfig preset(const std::string& name) {
     c.moe_ffn_hidden_size = 2048;
     c.moe_shared_expert_intermediate_size = 2048;
     c.moe_layer_pattern = parse_moe_layer_freq("([0]*3+[1]*58)", 61);  // the first 3 layers dense
+    // Routing as Megatron's DeepSeek-V3 recipe (facts note sec. 7): sigmoid scores with the
+    // aux-loss-free expert bias, 8 groups of which 4 are kept, gates scaled by 2.5, and the
+    // sequence-wise balance loss at 1e-4.
+    c.moe_router_score_function = MoeScoreFunction::sigmoid;
+    c.moe_router_enable_expert_bias = true;
+    c.moe_router_bias_update_rate = 1e-3f;
+    c.moe_router_num_groups = 8;
+    c.moe_router_group_topk = 4;
+    c.moe_router_topk_scaling_factor = 2.5f;
+    c.moe_router_load_balancing_type = MoeLoadBalancing::seq_aux_loss;
+    c.moe_aux_loss_coeff = 1e-4f;
+    c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
     c.multi_latent_attention = true;
     c.q_lora_rank = 1536;
     c.kv_lora_rank = 512;
@@ -279,6 +375,18 @@ ModelConfig preset(const std::string& name) {
     c.rotary_base = 10000.0f;
     return c;
   }
+  if (name == "tiny-mixtral") {
+    // Mixtral-shaped for tests: every layer MoE, 8 experts of width 32, top-2, aux_loss 1e-2.
+    ModelConfig c = preset("tiny-llama");
+    c.name = name;
+    c.num_experts = 8;
+    c.moe_router_topk = 2;
+    c.moe_ffn_hidden_size = 32;
+    c.moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;
+    c.moe_aux_loss_coeff = 1e-2f;
+    c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
+    return c;
+  }
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
@@ -295,8 +403,14 @@ long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   const Wide bias = c.add_bias_linear ? 1 : 0;
   const Wide norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
   Wide layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
-  layer += norm + (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;  // MLP
-  Wide total = c.num_layers * layer + norm + vocab * hidden;
+  const Wide dense_mlp = (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;
+  const Wide experts = static_cast<Wide>(c.num_experts) * 3 * c.moe_ffn() * hidden;    // SwiGLU, no biases
+  const Wide shared = static_cast<Wide>(3) * c.moe_shared_expert_intermediate_size * hidden;
+  const Wide moe_mlp = static_cast<Wide>(c.num_experts) * hidden + experts + shared;  // + router
+  layer += norm;
+  const Wide moe_layers = c.moe_layer_count();
+  Wide total = c.num_layers * layer + moe_layers * moe_mlp + (c.num_layers - moe_layers) * dense_mlp;
+  total += norm + vocab * hidden;
   if (c.position_embedding == PositionEmbedding::learned_absolute) total += c.max_position_embeddings * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
   return total;
@@ -314,6 +428,19 @@ const std::pair<Normalization, const char*> kNormalizations[] = {{Normalization:
                                                                  {Normalization::rmsnorm, "RMSNorm"}};
 const std::pair<PositionEmbedding, const char*> kPositionEmbeddings[] = {
     {PositionEmbedding::learned_absolute, "learned_absolute"}, {PositionEmbedding::rope, "rope"}};
+const std::pair<MoeScoreFunction, const char*> kScoreFunctions[] = {{MoeScoreFunction::softmax, "softmax"},
+                                                                    {MoeScoreFunction::sigmoid, "sigmoid"}};
+const std::pair<MoeRouterDtype, const char*> kRouterDtypes[] = {{MoeRouterDtype::fp32, "fp32"},
+                                                                {MoeRouterDtype::fp64, "fp64"}};
+const std::pair<MoeLoadBalancing, const char*> kLoadBalancing[] = {{MoeLoadBalancing::aux_loss, "aux_loss"},
+                                                                   {MoeLoadBalancing::seq_aux_loss, "seq_aux_loss"},
+                                                                   {MoeLoadBalancing::global_aux_loss, "global_aux_loss"},
+                                                                   {MoeLoadBalancing::sinkhorn, "sinkhorn"},
+                                                                   {MoeLoadBalancing::none, "none"}};
+const std::pair<MoeDropPolicy, const char*> kDropPolicies[] = {{MoeDropPolicy::probs, "probs"},
+                                                               {MoeDropPolicy::position, "position"}};
+const std::pair<MoeDispatcher, const char*> kDispatchers[] = {
+    {MoeDispatcher::allgather, "allgather"}, {MoeDispatcher::alltoall, "alltoall"}, {MoeDispatcher::flex, "flex"}};
 
 // Every field once, with Megatron's argument name (core/json_fields.h).
 template <typename Visit, typename Config>
@@ -345,6 +472,22 @@ void visit_fields(Visit& visit, Config& c) {
   visit("moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size);
   visit("moe_layer_freq", c.moe_layer_freq);
   visit("moe_layer_pattern", c.moe_layer_pattern);
+  visit("moe_router_score_function", c.moe_router_score_function, kScoreFunctions);
+  visit("moe_router_pre_softmax", c.moe_router_pre_softmax);
+  visit("moe_router_num_groups", c.moe_router_num_groups);
+  visit("moe_router_group_topk", c.moe_router_group_topk);
+  visit("moe_router_topk_scaling_factor", c.moe_router_topk_scaling_factor);
+  visit("moe_router_enable_expert_bias", c.moe_router_enable_expert_bias);
+  visit("moe_router_bias_update_rate", c.moe_router_bias_update_rate);
+  visit("moe_router_dtype", c.moe_router_dtype, kRouterDtypes);
+  visit("moe_router_load_balancing_type", c.moe_router_load_balancing_type, kLoadBalancing);
+  visit("moe_aux_loss_coeff", c.moe_aux_loss_coeff);
+  visit("moe_z_loss_coeff", c.moe_z_loss_coeff);
+  visit("moe_expert_capacity_factor", c.moe_expert_capacity_factor);
+  visit("moe_token_drop_policy", c.moe_token_drop_policy, kDropPolicies);
+  visit("moe_pad_expert_input_to_capacity", c.moe_pad_expert_input_to_capacity);
+  visit("moe_grouped_gemm", c.moe_grouped_gemm);
+  visit("moe_token_dispatcher_type", c.moe_token_dispatcher_type, kDispatchers);
   visit("multi_latent_attention", c.multi_latent_attention);
   visit("q_lora_rank", c.q_lora_rank);
   visit("kv_lora_rank", c.kv_lora_rank);

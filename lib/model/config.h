@@ -1,5 +1,5 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
-// and for accounting only Mixtral/DeepSeek-style mixture-of-experts, multi-latent attention and
+// Mixtral/DeepSeek-style mixture-of-experts, and for accounting only multi-latent attention and
 // multi-token prediction), the named presets, validation, parameter counts of the dense models
 // mt-train runs (lib/perf/parameters.h counts every architecture), and JSON (the run record and
 // checkpoints carry it). Tested in tests/unit/model/test_config.cpp and
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,22 @@ namespace mt::model {
 
 enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbedding { learned_absolute, rope };
+
+// --moe-router-load-balancing-type (Megatron's names). sinkhorn parses and is refused by validate().
+enum class MoeLoadBalancing { aux_loss, seq_aux_loss, global_aux_loss, sinkhorn, none };
+// --moe-router-score-function.
+enum class MoeScoreFunction { softmax, sigmoid };
+// --moe-router-dtype: the router GEMM and everything after it run in fp32 always; Megatron's default
+// (None: the params dtype) is not offered, fp64 parses and is refused by validate().
+enum class MoeRouterDtype { fp32, fp64 };
+// --moe-token-dispatcher-type. allgather (Megatron's default, what a script without the flag asks
+// for) runs through the all-to-all dispatcher: the numbers are identical by construction (both
+// compute sum_k p * expert(x) on the same rows); the run record keeps the name asked for.
+// flex (DeepEP/HybridEP) parses and is refused by validate().
+enum class MoeDispatcher { allgather, alltoall, flex };
+// --moe-token-drop-policy: which tokens an over-capacity expert keeps: the highest routing
+// probabilities, or the earliest tokens by token index (row of the router call).
+enum class MoeDropPolicy { probs, position };
 
 struct ModelConfig {
   std::string name = "custom";
@@ -40,14 +57,36 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
 
-  // Mixture of experts, with Megatron's flags. mt-mfu and mt-memreport account for these;
-  // mt-train cannot run them yet (train/supported.h).
+  // Mixture of experts, with Megatron's flags, names and defaults (the facts note's sec. 1; the
+  // JSON keys are these field names). Every expert is a bias-free SwiGLU MLP (MoE needs --swiglu
+  // and refuses --add-bias-linear). The parallel sizes (--expert-model-parallel-size,
+  // --expert-tensor-parallel-size) live in parallel::ParallelConfig.
   int num_experts = 0;                          // --num-experts; 0: every MLP is dense
   int moe_router_topk = 2;                      // --moe-router-topk
   int moe_ffn_hidden_size = 0;                  // --moe-ffn-hidden-size; 0: --ffn-hidden-size
   int moe_shared_expert_intermediate_size = 0;  // --moe-shared-expert-intermediate-size; 0: none
   int moe_layer_freq = 1;                       // --moe-layer-freq N: layer i is MoE iff i % N == 0
   std::vector<int> moe_layer_pattern;           // --moe-layer-freq "([0]*3+[1]*58)": a 0/1 per layer, overrides N
+  // Router.
+  MoeScoreFunction moe_router_score_function = MoeScoreFunction::softmax;  // --moe-router-score-function
+  bool moe_router_pre_softmax = false;              // --moe-router-pre-softmax (softmax over all E before top-k)
+  std::optional<int> moe_router_num_groups;         // --moe-router-num-groups G (None: no group-limited routing)
+  std::optional<int> moe_router_group_topk;         // --moe-router-group-topk g (groups kept; needs G)
+  std::optional<float> moe_router_topk_scaling_factor;  // --moe-router-topk-scaling-factor (None: 1)
+  bool moe_router_enable_expert_bias = false;       // --moe-router-enable-expert-bias (sigmoid only)
+  float moe_router_bias_update_rate = 1e-3f;        // --moe-router-bias-update-rate
+  MoeRouterDtype moe_router_dtype = MoeRouterDtype::fp32;  // --moe-router-dtype
+  // Auxiliary losses.
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;  // --moe-router-load-balancing-type
+  float moe_aux_loss_coeff = 0.0f;                  // --moe-aux-loss-coeff
+  std::optional<float> moe_z_loss_coeff;            // --moe-z-loss-coeff (None: no z-loss)
+  // Capacity (token dropping); None: dropless.
+  std::optional<float> moe_expert_capacity_factor;  // --moe-expert-capacity-factor
+  MoeDropPolicy moe_token_drop_policy = MoeDropPolicy::probs;  // --moe-token-drop-policy
+  bool moe_pad_expert_input_to_capacity = false;    // --moe-pad-expert-input-to-capacity
+  // Experts and dispatch.
+  bool moe_grouped_gemm = false;  // --moe-grouped-gemm: one grouped GEMM over the local experts, else the loop
+  MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::allgather;  // --moe-token-dispatcher-type
   // Multi-latent attention (--multi-latent-attention), DeepSeek-V2/V3 style.
   bool multi_latent_attention = false;
   int q_lora_rank = 0;          // --q-lora-rank; 0: queries not compressed (Megatron's None)
@@ -64,15 +103,27 @@ struct ModelConfig {
   // Padded to a multiple of make_vocab_size_divisible_by, independent of the parallel layout.
   int64_t padded_vocab_size() const;
   int moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn_hidden_size; }
+  float moe_topk_scaling() const { return moe_router_topk_scaling_factor.value_or(1.0f); }
+  float moe_z_loss() const { return moe_z_loss_coeff.value_or(0.0f); }
+  // Whether the router computes an auxiliary load-balancing loss (a balancing type with a loss and
+  // a non-zero coefficient).
+  bool moe_has_aux_loss() const;
   // Whether decoder layer `layer` has a MoE MLP; MTP layers (layer >= num_layers) follow the last.
   bool is_moe_layer(int layer) const;
   int moe_layer_count() const;  // among the num_layers decoder layers
-  // Throws mt::UsageError naming the offending flag(s).
+  // Throws mt::UsageError naming the offending flag(s). For MoE: E % groups, group_topk <= groups,
+  // the expert bias only with sigmoid, capacity only with a dropping-capable balancing type,
+  // padding only with capacity; fp64 router, flex dispatcher and sinkhorn refused by name.
   void validate() const;
   // The layout's and parameter_count's assertion: mt::UsageError when the model has layers
-  // lib/model does not build (MoE, MLA, MTP). Users are refused earlier, by flag, by the one list
+  // lib/model does not build (MLA, MTP). Users are refused earlier, by flag, by the one list
   // of what mt-train does not run yet (train/supported.h).
   void check_trainable() const;
+
+ private:
+  void validate_moe() const;
+  void validate_moe_router() const;
+  void validate_moe_losses_and_capacity() const;
 };
 
 // Megatron's --moe-layer-freq value: an integer N, a list "[1,0,1]" or an expression of
@@ -84,7 +135,8 @@ const std::vector<std::string>& preset_names();
 // The preset's config; throws mt::UsageError for an unknown name.
 ModelConfig preset(const std::string& name);
 
-// Parameters of a model mt-train runs (check_trainable() must pass), counted on the real
+// Parameters of a model mt-train runs (check_trainable() must pass; every expert counted, the
+// router weight too, the expert bias not: it is a buffer), counted on the real
 // (unpadded) vocabulary unless padded; saturated at INT64_MAX (mt-train refuses such a model
 // before anything uses the count).
 int64_t parameter_count(const ModelConfig& config, bool padded_vocabulary = false);

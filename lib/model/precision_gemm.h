@@ -48,6 +48,8 @@ DType precision_dtype(Precision precision);
 class PrecisionGemm {
  public:
   PrecisionGemm(const backend::Ops& ops, const GemmWeights& weights) : ops_(ops), weights_(weights) {}
+  // The weight copy it multiplies with (the MoE experts' grouped GEMMs read it too).
+  const GemmWeights& weights() const { return weights_; }
 
   void bind(const float* params, float* grads) {
     params_ = params;

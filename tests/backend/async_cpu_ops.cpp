@@ -516,6 +516,27 @@ const Ops& table() {
       .dropout_forward = MT_QUEUED(dropout_forward),
       .dropout_backward = MT_QUEUED(dropout_backward),
       .adamw_update = MT_QUEUED(adamw_update),
+      .moe_router_topk = MT_QUEUED(moe_router_topk),
+      .moe_router_topk_backward = MT_QUEUED(moe_router_topk_backward),
+      .moe_router_aux_sums = MT_QUEUED(moe_router_aux_sums),
+      .moe_router_aux_backward = MT_QUEUED(moe_router_aux_backward),
+      .moe_router_z_loss_sum = MT_QUEUED(moe_router_z_loss_sum),
+      .moe_router_z_loss_backward = MT_QUEUED(moe_router_z_loss_backward),
+      .moe_router_capacity_drop = MT_QUEUED(moe_router_capacity_drop),
+      .moe_router_tokens_per_expert = MT_QUEUED(moe_router_tokens_per_expert),
+      .moe_router_expert_bias_update = MT_QUEUED(moe_router_expert_bias_update),
+      // MoE token dispatcher
+      .moe_expert_counts = MT_QUEUED(moe_expert_counts),
+      .moe_route_index = MT_QUEUED(moe_route_index),
+      .moe_permute_rows = MT_QUEUED(moe_permute_rows),
+      .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
+      .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
+      .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
+      // MoE experts: not queued here (their counts are host memory, which the pointer checks refuse).
+      .grouped_gemm = nullptr,
+      .grouped_gemm_ragged_k = nullptr,
+      .moe_scale_rows = nullptr,
+      .moe_scale_rows_backward = nullptr,
   };
   return ops;
 }

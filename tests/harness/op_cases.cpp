@@ -17,6 +17,9 @@ const std::vector<OpCase>& op_cases() {
     add_elementwise_cases(list);
     add_dropout_cases(list);
     add_optimizer_cases(list);
+    add_moe_router_cases(list);
+    add_moe_permute_cases(list);
+    add_moe_expert_cases(list);
     return list;
   }();
   return cases;
@@ -71,6 +74,25 @@ const char* op_family(OpId op) {
     case OpId::dropout_forward:
     case OpId::dropout_backward: return "dropout";
     case OpId::adamw_update: return "optimizer";
+    case OpId::moe_router_topk:
+    case OpId::moe_router_topk_backward:
+    case OpId::moe_router_aux_sums:
+    case OpId::moe_router_aux_backward:
+    case OpId::moe_router_z_loss_sum:
+    case OpId::moe_router_z_loss_backward:
+    case OpId::moe_router_capacity_drop:
+    case OpId::moe_router_tokens_per_expert:
+    case OpId::moe_router_expert_bias_update: return "moe_router";
+    case OpId::moe_expert_counts:
+    case OpId::moe_route_index:
+    case OpId::moe_permute_rows:
+    case OpId::moe_unpermute_rows:
+    case OpId::moe_unroute_probs:
+    case OpId::moe_sort_chunks: return "moe_permute";
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k:
+    case OpId::moe_scale_rows:
+    case OpId::moe_scale_rows_backward: return "moe_experts";
   }
   return "?";
 }

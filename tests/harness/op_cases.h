@@ -27,5 +27,8 @@ void add_cross_entropy_cases(std::vector<OpCase>& cases);  // cases_loss.cpp: xe
 void add_elementwise_cases(std::vector<OpCase>& cases);  // cases_update.cpp: add, scale, bias, sum_squares, all_finite
 void add_dropout_cases(std::vector<OpCase>& cases);      // cases_update.cpp
 void add_optimizer_cases(std::vector<OpCase>& cases);    // cases_update.cpp: adamw_update
+void add_moe_router_cases(std::vector<OpCase>& cases);   // cases_moe_router.cpp: moe_router_*
+void add_moe_permute_cases(std::vector<OpCase>& cases);  // cases_moe_permute.cpp: the dispatcher's moe_* entries
+void add_moe_expert_cases(std::vector<OpCase>& cases);   // cases_grouped_gemm.cpp: grouped GEMMs, moe_scale_rows*
 
 }  // namespace mt::harness

@@ -1,10 +1,11 @@
 // Ranks as threads of one process, for unit suites that test collectives without MPI: a
-// ThreadGroup is the group, each thread holds a ThreadCommunicator for its rank. fp32 only:
-// all-reduce (sum or max), reduce-scatter (sum) and all-gather, in place as the distributed
-// optimizer calls them, combined in rank order. Non-blocking forms run the collective when the request is waited (or
-// destroyed), so a suite can see what a rank holds before it waits; every rank must then wait its
-// requests in the same order. Used by tests/unit/optim/test_distributed_optimizer.cpp and
-// tests/unit/model/test_stage.cpp (tensor parallelism over threads).
+// ThreadGroup is the group, each thread holds a ThreadCommunicator for its rank. fp32 all-reduce
+// (sum or max) and reduce-scatter (sum), all-gather of any dtype, in place as the distributed
+// optimizer calls them, combined in rank order, and all_to_allv of any dtype. Non-blocking forms
+// run the collective when the request is waited (or destroyed), so a suite can see what a rank
+// holds before it waits; every rank must then wait its requests in the same order. Used by
+// tests/unit/optim/test_distributed_optimizer.cpp, tests/unit/model/test_stage.cpp (tensor
+// parallelism over threads) and tests/unit/model/test_token_dispatcher.cpp (the MoE dispatcher).
 #pragma once
 
 #include <algorithm>
@@ -21,9 +22,11 @@
 namespace mt::testing {
 
 struct ThreadGroup {
-  explicit ThreadGroup(int size) : sync(size), buffers(static_cast<size_t>(size)) {}
+  explicit ThreadGroup(int size)
+      : sync(size), buffers(static_cast<size_t>(size)), counts(buffers.size()), offsets(buffers.size()) {}
   std::barrier<> sync;
   std::vector<const float*> buffers;
+  std::vector<const int64_t*> counts, offsets;  // all_to_allv's send counts and offsets per rank
 };
 
 class ThreadCommunicator : public comm::Communicator {
@@ -63,16 +66,35 @@ class ThreadCommunicator : public comm::Communicator {
     ++collectives_;
   }
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    check(dtype, comm::ReduceOp::sum);
     publish(static_cast<const float*>(send));
-    auto* out = static_cast<float*>(recv);
+    const auto bytes = static_cast<int64_t>(dtype_size(dtype)) * send_count;
+    auto* out = static_cast<char*>(recv);
     for (int r = 0; r < size(); ++r) {
-      const float* block = group_.buffers[static_cast<size_t>(r)];
-      float* to = out + r * send_count;
-      if (block != to) std::memcpy(to, block, static_cast<size_t>(send_count) * sizeof(float));
+      const auto* block = reinterpret_cast<const char*>(group_.buffers[static_cast<size_t>(r)]);
+      char* to = out + r * bytes;
+      if (block != to && bytes > 0) std::memcpy(to, block, static_cast<size_t>(bytes));
     }
     group_.sync.arrive_and_wait();
     ++collectives_;
+  }
+  void all_to_allv(const void* send, const int64_t* send_counts, const int64_t* send_offsets, void* recv,
+                   const int64_t* recv_counts, const int64_t* recv_offsets, DType dtype) override {
+    group_.counts[static_cast<size_t>(rank_)] = send_counts;
+    group_.offsets[static_cast<size_t>(rank_)] = send_offsets;
+    publish(static_cast<const float*>(send));
+    const auto element = static_cast<int64_t>(dtype_size(dtype));
+    bool agree = true;
+    for (int r = 0; r < size(); ++r) {
+      const int64_t count = group_.counts[static_cast<size_t>(r)][rank_];
+      agree = agree && count == recv_counts[r];
+      if (count <= 0 || count != recv_counts[r]) continue;
+      const auto* from = reinterpret_cast<const char*>(group_.buffers[static_cast<size_t>(r)]) +
+                         group_.offsets[static_cast<size_t>(r)][rank_] * element;
+      std::memcpy(static_cast<char*>(recv) + recv_offsets[r] * element, from, static_cast<size_t>(count * element));
+    }
+    group_.sync.arrive_and_wait();
+    ++collectives_;
+    if (!agree) throw std::logic_error("all_to_allv: a rank's send count differs from this rank's receive count");
   }
   void barrier() override { group_.sync.arrive_and_wait(); }
   double wait_seconds() const override { return 0; }
@@ -91,9 +113,6 @@ class ThreadCommunicator : public comm::Communicator {
 
   [[noreturn]] void unused() const { throw std::logic_error("not a collective the suite runs"); }
   void all_to_all(const void*, void*, int64_t, DType) override { unused(); }
-  void all_to_allv(const void*, const int64_t*, const int64_t*, void*, const int64_t*, const int64_t*, DType) override {
-    unused();
-  }
   void broadcast(void*, int64_t, DType, int) override { unused(); }
   void send(const void*, int64_t, DType, int, int) override { unused(); }
   void recv(void*, int64_t, DType, int, int) override { unused(); }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "core/error.h"
@@ -91,6 +92,32 @@ TEST(ModelConfig, MixtureOfExpertsAndLatentAttentionPresets) {
   EXPECT_EQ(v3.moe_ffn(), 2048);
   EXPECT_TRUE(v3.multi_latent_attention);
   EXPECT_NO_THROW(v3.validate());
+  // Megatron's recipes: Mixtral with aux_loss 1e-2 at seq 4096, DeepSeek-V3's grouped sigmoid routing.
+  EXPECT_EQ(mixtral.moe_router_load_balancing_type, MoeLoadBalancing::aux_loss);
+  EXPECT_FLOAT_EQ(mixtral.moe_aux_loss_coeff, 1e-2f);
+  EXPECT_EQ(preset("mixtral-8x22b").seq_length, 4096);
+  EXPECT_EQ(v3.moe_router_score_function, MoeScoreFunction::sigmoid);
+  EXPECT_TRUE(v3.moe_router_enable_expert_bias);
+  EXPECT_EQ(v3.moe_router_num_groups, 8);
+  EXPECT_EQ(v3.moe_router_group_topk, 4);
+  EXPECT_FLOAT_EQ(v3.moe_topk_scaling(), 2.5f);
+  EXPECT_EQ(v3.moe_router_load_balancing_type, MoeLoadBalancing::seq_aux_loss);
+  EXPECT_FLOAT_EQ(v3.moe_aux_loss_coeff, 1e-4f);
+  EXPECT_FLOAT_EQ(v3.moe_router_bias_update_rate, 1e-3f);
+  const ModelConfig tiny = preset("tiny-mixtral");
+  EXPECT_EQ(tiny.num_experts, 8);
+  EXPECT_EQ(tiny.moe_router_topk, 2);
+  EXPECT_EQ(tiny.moe_layer_count(), tiny.num_layers);
+  EXPECT_TRUE(tiny.moe_has_aux_loss());
+  EXPECT_NO_THROW(tiny.check_trainable());
+  // Megatron's defaults for a model that only sets --num-experts.
+  ModelConfig defaults;
+  EXPECT_EQ(defaults.moe_router_load_balancing_type, MoeLoadBalancing::aux_loss);
+  EXPECT_EQ(defaults.moe_aux_loss_coeff, 0.0f);
+  EXPECT_EQ(defaults.moe_token_dispatcher_type, MoeDispatcher::allgather);
+  EXPECT_EQ(defaults.moe_token_drop_policy, MoeDropPolicy::probs);
+  EXPECT_FALSE(defaults.moe_expert_capacity_factor.has_value());
+  EXPECT_FLOAT_EQ(defaults.moe_topk_scaling(), 1.0f);
   ModelConfig every_other = mixtral;
   every_other.moe_layer_freq = 2;
   EXPECT_EQ(every_other.moe_layer_count(), 16);
@@ -98,7 +125,7 @@ TEST(ModelConfig, MixtureOfExpertsAndLatentAttentionPresets) {
 }
 
 TEST(ModelConfig, TrainingRefusesWhatOnlyTheAccountingKnowsByName) {
-  for (const char* name : {"mixtral-8x7b", "deepseek-v3"}) {
+  for (const char* name : {"deepseek-v3"}) {
     const ModelConfig c = preset(name);
     try {
       c.check_trainable();
@@ -112,12 +139,71 @@ TEST(ModelConfig, TrainingRefusesWhatOnlyTheAccountingKnowsByName) {
   mtp.mtp_num_layers = 1;
   EXPECT_THROW(mtp.check_trainable(), mt::UsageError);
   EXPECT_NO_THROW(preset("tiny-llama").check_trainable());
+  // Mixture of experts trains: every expert and the router counted (Mistral's 46.7B).
+  EXPECT_NO_THROW(preset("mixtral-8x7b").check_trainable());
+  EXPECT_EQ(parameter_count(preset("mixtral-8x7b")), 46702792704);
+  ModelConfig half_moe = preset("tiny-mixtral");
+  half_moe.moe_layer_freq = 2;  // layer 0 MoE, layer 1 dense (ffn 176)
+  const int64_t h = 64, router = 8 * h, experts = 8 * 3 * 32 * h, dense = 3 * 176 * h;
+  EXPECT_EQ(parameter_count(half_moe) - parameter_count(preset("tiny-llama")), router + experts - dense);
   ModelConfig bad = preset("mixtral-8x7b");
   bad.moe_router_topk = 9;
   EXPECT_THROW(bad.validate(), mt::UsageError);
   bad = preset("deepseek-v3");
   bad.num_query_groups = 8;
   EXPECT_THROW(bad.validate(), mt::UsageError);
+}
+
+// Each invalid MoE setting is refused by validate() with a message naming `flag`.
+static void expect_moe_refused(const std::function<void(ModelConfig&)>& change, const std::string& flag) {
+  ModelConfig c = preset("tiny-mixtral");
+  change(c);
+  try {
+    c.validate();
+    ADD_FAILURE() << "accepted; expected a refusal naming " << flag;
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, MixtureOfExpertsValidationNamesTheFlag) {
+  EXPECT_NO_THROW(preset("tiny-mixtral").validate());
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_dtype = MoeRouterDtype::fp64; }, "--moe-router-dtype fp64");
+  expect_moe_refused([](ModelConfig& c) { c.moe_token_dispatcher_type = MoeDispatcher::flex; },
+                     "--moe-token-dispatcher-type flex");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_load_balancing_type = MoeLoadBalancing::sinkhorn; },
+                     "--moe-router-load-balancing-type sinkhorn");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_num_groups = 3; c.moe_router_group_topk = 1; },
+                     "--moe-router-num-groups 3");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_num_groups = 4; c.moe_router_group_topk = 5; },
+                     "--moe-router-group-topk 5");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_num_groups = 4; }, "--moe-router-group-topk");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_group_topk = 2; }, "--moe-router-num-groups");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_num_groups = 4; c.moe_router_group_topk = 1; c.moe_router_topk = 3; },
+                     "--moe-router-topk 3");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_enable_expert_bias = true; }, "--moe-router-score-function sigmoid");
+  expect_moe_refused([](ModelConfig& c) { c.moe_router_topk_scaling_factor = 0.0f; }, "--moe-router-topk-scaling-factor");
+  expect_moe_refused([](ModelConfig& c) { c.moe_aux_loss_coeff = -1.0f; }, "--moe-aux-loss-coeff");
+  expect_moe_refused([](ModelConfig& c) { c.moe_z_loss_coeff = -1.0f; }, "--moe-z-loss-coeff");
+  expect_moe_refused([](ModelConfig& c) { c.moe_expert_capacity_factor = 0.0f; }, "--moe-expert-capacity-factor");
+  expect_moe_refused([](ModelConfig& c) { c.moe_pad_expert_input_to_capacity = true; },
+                     "--moe-pad-expert-input-to-capacity");
+  expect_moe_refused([](ModelConfig& c) { c.add_bias_linear = true; }, "--add-bias-linear");
+  expect_moe_refused([](ModelConfig& c) { c.swiglu = false; }, "--swiglu");
+  // Accepted: grouped sigmoid routing with the bias, capacity with padding, allgather.
+  ModelConfig good = preset("tiny-mixtral");
+  good.moe_router_score_function = MoeScoreFunction::sigmoid;
+  good.moe_router_enable_expert_bias = true;
+  good.moe_router_num_groups = 4;
+  good.moe_router_group_topk = 2;
+  good.moe_expert_capacity_factor = 1.0f;
+  good.moe_pad_expert_input_to_capacity = true;
+  good.moe_token_dispatcher_type = MoeDispatcher::allgather;
+  EXPECT_NO_THROW(good.validate());
+  EXPECT_EQ(to_json(config_from_json(to_json(good))), to_json(good));
+  EXPECT_EQ(to_json(good)["moe_router_num_groups"], 4);
+  EXPECT_EQ(to_json(good)["moe_token_dispatcher_type"], "allgather");
+  EXPECT_TRUE(to_json(preset("tiny-mixtral"))["moe_expert_capacity_factor"].is_null());  // Megatron's None
 }
 
 TEST(ModelConfig, JsonRoundTripOfEveryPresetAndACustomModel) {

@@ -24,8 +24,8 @@ TEST(Layout, CoversEveryParameterOnce) {
     EXPECT_LE(end, layout.total_elements);
     EXPECT_EQ(layout.total_elements % 16, 0);
   }
-  // A dense layout of a MoE model would be silently wrong: refused by name.
-  EXPECT_THROW(build_layout(preset("mixtral-8x7b")), mt::UsageError);
+  // A layout of a model with layers lib/model does not build (MLA) is refused by name.
+  EXPECT_THROW(build_layout(preset("deepseek-v3")), mt::UsageError);
 }
 
 TEST(Layout, FusedGroupsAreContiguousAndGroupsAligned) {

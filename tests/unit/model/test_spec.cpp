@@ -158,7 +158,7 @@ TEST(Spec, RefusesAConfigItHasNoVariantFor) {
   EXPECT_EQ(layer_spec(moe, 0).mlp.kind, MlpKind::dense);
   EXPECT_THROW(layer_spec(moe, 1), Error);
   // The user still meets check_trainable's usage error first.
-  EXPECT_THROW(build_layout(moe), UsageError);
+  EXPECT_THROW(build_layout(mla), UsageError);
 }
 
 TEST(Spec, RefusesBlocksThatDoNotMatchTheirChunk) {
