@@ -26,7 +26,12 @@ class Collector : public ParamDeclarations {
     const std::vector<int64_t>& shape = declaration.shape;
     const TensorSplit split = declaration.split;
     if (declaration.init.kind == Init::Kind::unset) throw Error("parameter " + name, "declared without an init");
-    const int tp = parallel_.tensor_model_parallel_size;
+    const bool expert = declaration.expert >= 0;
+    if (expert && !held_by_this_expert_rank(declaration)) return;
+    // Expert tensors are split over expert-TP, the rest over TP.
+    const int tp = expert ? parallel_.expert_tensor_parallel() : parallel_.tensor_model_parallel_size;
+    const int tp_rank = expert ? rank_.expert_tp : rank_.tp;
+    const char* tp_flag = expert ? "--expert-tensor-parallel-size " : "--tensor-model-parallel-size ";
     ParamEntry entry;
     entry.name = name;
     entry.global_shape = shape;
@@ -42,12 +47,12 @@ class Collector : public ParamDeclarations {
       if (static_cast<int>(shape.size()) <= dim || shape[dim] % (tp * unit) != 0) {
         const std::string what = declaration.unit_flag.empty() ? "dimension " + std::to_string(dim) + " of " + name
                                                                : declaration.unit_flag;
-        throw UsageError("--tensor-model-parallel-size " + std::to_string(tp),
+        throw UsageError(tp_flag + std::to_string(tp),
                          "does not divide " + what + (unit > 1 ? " (TP splits by whole heads)" : ""));
       }
       entry.shard_dim = dim;
       entry.shard_extent = shape[dim] / tp;
-      entry.shard_offset = entry.shard_extent * rank_.tp;
+      entry.shard_offset = entry.shard_extent * tp_rank;
       entry.local_shape[dim] = entry.shard_extent;
     } else {
       entry.shard_extent = shape.empty() ? 1 : shape[0];
@@ -62,10 +67,20 @@ class Collector : public ParamDeclarations {
     const bool sequence_parallel = parallel_.sequence_parallel && tp > 1;
     entry.reduce_over_tensor_parallel = sequence_parallel && replicated && !declaration.full_rows;
     entry.reduce_over_embedding_group = declaration.tied_embedding && parallel_.pipeline_model_parallel_size > 1;
+    if (expert) entry.data_parallel_group = DataParallelGroup::expert;
     declared_.push_back(DeclaredParam{std::move(entry), group_});
   }
 
  private:
+  bool held_by_this_expert_rank(const ParamDeclaration& declaration) const {
+    const int ep = parallel_.expert_model_parallel_size;
+    if (declaration.num_experts <= 0 || declaration.num_experts % ep != 0 || declaration.expert >= declaration.num_experts) {
+      throw UsageError("--expert-model-parallel-size " + std::to_string(ep),
+                       "does not divide --num-experts " + std::to_string(declaration.num_experts));
+    }
+    return declaration.expert / (declaration.num_experts / ep) == rank_.ep;
+  }
+
   const parallel::ParallelConfig& parallel_;
   const parallel::RankCoordinates& rank_;
   std::vector<DeclaredParam>& declared_;

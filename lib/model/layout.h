@@ -47,7 +47,7 @@ enum class TensorSplit {
 };
 
 // The data-parallel group that sums a tensor's grads (its reduction group): dense tensors over
-// DP x CP; MoE expert tensors (none declared yet) over the expert-DP group of the expert grid.
+// DP x CP; MoE expert tensors (ParamDeclaration::expert) over the expert-DP group of the expert grid.
 enum class DataParallelGroup { dense, expert };
 inline constexpr int kDataParallelGroups = 2;
 
@@ -162,6 +162,12 @@ struct ParamDeclaration {
   bool tied_copy = false;       // the head's own copy of it (the embedding is on another stage)
   bool full_rows = false;       // read on every row of the micro-batch even under SP (the position
                                 // table): TP ranks get the same grads, not 1/TP shares to sum
+  // A MoE expert tensor of global expert `expert` of `num_experts` (-1: not one). Only the EP rank
+  // holding the expert ([ep E/EP, (ep+1) E/EP)) gets it (the layout skips it elsewhere); its split
+  // is over the expert-TP group (--expert-tensor-parallel-size, not TP) and its grads are reduced
+  // over expert-DP (DataParallelGroup::expert).
+  int expert = -1;
+  int num_experts = 0;
 };
 
 // Receives the blocks' parameter declarations (model/spec.h declare_parameters), in forward order.

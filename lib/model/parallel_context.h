@@ -28,6 +28,19 @@
 
 namespace mt::model {
 
+// The expert grid's groups and this rank's place in it, for MoE layers (parallel/rank_grid.h):
+// null communicators (or size 1) are no parallelism on that dimension.
+struct ExpertGroups {
+  int expert_parallel = 1;         // EP
+  int expert_tensor_parallel = 1;  // ETP
+  int ep_rank = 0, etp_rank = 0;
+  comm::Communicator* ep = nullptr;            // the token dispatcher's all-to-alls
+  comm::Communicator* expert_tp = nullptr;     // its ETP all-gather / reduce-scatter
+  comm::Communicator* expert_tp_ep = nullptr;  // its count all-gather (rank etp + ETP ep)
+  comm::Communicator* tp_cp = nullptr;         // aux_loss, seq_aux_loss and z-loss reductions
+  comm::Communicator* tp_dp_cp = nullptr;      // global_aux_loss (and the trainer's expert-bias counts)
+};
+
 class ParallelContext {
  public:
   // Degree 1: every region is an identity.
@@ -38,6 +51,10 @@ class ParallelContext {
   // `context_group`: this rank's CP group (nullable or size 1: no context parallelism).
   ParallelContext(comm::Communicator* tensor_group, bool sequence_parallel,
                   comm::Communicator* context_group = nullptr);
+
+  // MoE: the expert grid's groups (default: one rank, no expert parallelism).
+  void set_expert_groups(const ExpertGroups& groups) { expert_groups_ = groups; }
+  const ExpertGroups& expert_groups() const { return expert_groups_; }
 
   int tensor_parallel_size() const { return tp_size_; }
   int tensor_parallel_rank() const { return tp_rank_; }
@@ -89,6 +106,7 @@ class ParallelContext {
   int tp_rank_ = 0;
   bool sequence_parallel_ = false;
   comm::Communicator* context_group_ = nullptr;
+  ExpertGroups expert_groups_;
 };
 
 }  // namespace mt::model

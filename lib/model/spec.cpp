@@ -5,6 +5,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/embedding.h"
 #include "model/layers/mlp.h"
+#include "model/layers/moe_mlp.h"
 #include "model/layers/output_head.h"
 #include "model/layers/pre_norm_layer.h"
 #include "model/layout.h"
@@ -24,32 +25,37 @@ std::unique_ptr<AttentionVariant> make_attention(const AttentionSpec& spec, cons
   throw Error("decoder layer " + std::to_string(layer), "has an attention kind the spec does not know");
 }
 
+}  // namespace
+
 std::unique_ptr<MlpVariant> make_mlp(const MlpSpec& spec, const ModelConfig& config, int layer) {
   switch (spec.kind) {
     case MlpKind::dense:
       return std::make_unique<Mlp>(config, spec, layer);
+    case MlpKind::moe:
+      return std::make_unique<MoeMlp>(config, spec, layer);
   }
   throw Error("decoder layer " + std::to_string(layer), "has an MLP kind the spec does not know");
 }
-
-}  // namespace
 
 LayerSpec layer_spec(const ModelConfig& config, int layer) {
   const std::string what = "decoder layer " + std::to_string(layer);
   if (config.multi_latent_attention) {
     throw Error(what, "the model spec has no multi-latent attention variant (--multi-latent-attention)");
   }
-  if (config.is_moe_layer(layer)) {
-    throw Error(what, "the model spec has no mixture-of-experts MLP variant (--num-experts " +
-                          std::to_string(config.num_experts) + ")");
-  }
   LayerSpec spec;
   spec.layer = layer;
   spec.norm = NormPlacement::pre_norm;
   spec.attention.kind = AttentionKind::self_attention;
-  spec.mlp.kind = MlpKind::dense;
   spec.mlp.activation = config.swiglu ? MlpActivation::swiglu : MlpActivation::gelu;
-  spec.mlp.ffn_hidden_size = config.ffn_hidden_size;
+  if (config.is_moe_layer(layer)) {
+    if (!config.swiglu) throw Error(what, "has MoE experts, which are SwiGLU MLPs (--swiglu)");
+    spec.mlp.kind = MlpKind::moe;
+    spec.mlp.ffn_hidden_size = config.moe_ffn();
+    spec.mlp.shared_expert_ffn_hidden_size = config.moe_shared_expert_intermediate_size;
+  } else {
+    spec.mlp.kind = MlpKind::dense;
+    spec.mlp.ffn_hidden_size = config.ffn_hidden_size;
+  }
   return spec;
 }
 
@@ -133,10 +139,15 @@ std::unique_ptr<Embedding> make_embedding(const EmbeddingSpec& spec, const Model
 }
 
 std::unique_ptr<DecoderLayer> make_decoder_layer(const LayerSpec& spec, const ModelConfig& config) {
+  return make_decoder_layer(spec, config, make_mlp(spec.mlp, config, spec.layer));
+}
+
+std::unique_ptr<DecoderLayer> make_decoder_layer(const LayerSpec& spec, const ModelConfig& config,
+                                                 std::unique_ptr<MlpVariant> mlp) {
   switch (spec.norm) {
     case NormPlacement::pre_norm:
       return std::make_unique<PreNormLayer>(config, spec.layer, make_attention(spec.attention, config, spec.layer),
-                                            make_mlp(spec.mlp, config, spec.layer));
+                                            std::move(mlp));
   }
   throw Error("decoder layer " + std::to_string(spec.layer), "has a norm placement the spec does not know");
 }
@@ -152,7 +163,11 @@ std::unique_ptr<OutputHead> make_head(const HeadSpec& spec, const ModelConfig& c
 ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config) {
   ChunkModules modules;
   if (chunk.embedding) modules.embedding = make_embedding(*chunk.embedding, config);
-  for (const LayerSpec& layer : chunk.layers) modules.layers.push_back(make_decoder_layer(layer, config));
+  for (const LayerSpec& layer : chunk.layers) {
+    std::unique_ptr<MlpVariant> mlp = make_mlp(layer.mlp, config, layer.layer);
+    if (layer.mlp.kind == MlpKind::moe) modules.moe_layers.push_back(static_cast<MoeMlp*>(mlp.get()));
+    modules.layers.push_back(make_decoder_layer(layer, config, std::move(mlp)));
+  }
   if (chunk.head) modules.head = make_head(*chunk.head, config);
   return modules;
 }

@@ -5,10 +5,10 @@
 // its attention variant, its MLP variant with its own ffn width and activation, its norm
 // placement), and the head kind (last chunk). Layers of one chunk may differ in kind and width.
 //
-// layer_spec() is the one place that maps the config to a layer's kinds (where --moe-layer-freq
-// patterns and dense first layers will choose per layer); today it has the two variants mt runs
-// (self-attention; a dense GELU or SwiGLU MLP; pre-norm) and throws mt::Error for a config it has
-// no variant for. The factories below build the block objects (model/layers/) from a spec: a new
+// layer_spec() is the one place that maps the config to a layer's kinds (--moe-layer-freq
+// patterns choose per layer between the dense MLP and the mixture of experts); its variants are
+// self-attention, a dense GELU or SwiGLU MLP or a MoE MLP (model/layers/moe_mlp.h), pre-norm, and
+// it throws mt::Error for a config it has no variant for (multi-latent attention). The factories below build the block objects (model/layers/) from a spec: a new
 // variant is a new enum value, one case in a factory of spec.cpp and the new block's own files.
 // Tested in tests/unit/model/test_spec.cpp.
 #pragma once
@@ -27,6 +27,8 @@ struct ParamLayout;
 class Embedding;
 class DecoderLayer;
 class OutputHead;
+class MlpVariant;
+class MoeMlp;
 
 // A model chunk: decoder layers [first_layer, last_layer) and whether it holds the model's ends.
 struct ChunkSpec {
@@ -56,6 +58,7 @@ struct AttentionSpec {
 
 enum class MlpKind {
   dense,  // fc1, activation, fc2
+  moe,    // router, token dispatcher, local SwiGLU experts, optional shared experts
 };
 
 enum class MlpActivation { gelu, swiglu };
@@ -63,7 +66,8 @@ enum class MlpActivation { gelu, swiglu };
 struct MlpSpec {
   MlpKind kind = MlpKind::dense;
   MlpActivation activation = MlpActivation::gelu;
-  int64_t ffn_hidden_size = 0;  // global width of the MLP's hidden layer
+  int64_t ffn_hidden_size = 0;  // global width of the MLP's hidden layer (moe: of each expert)
+  int64_t shared_expert_ffn_hidden_size = 0;  // moe: the shared experts' width (0: none)
 };
 
 // Where a decoder layer's norms sit: the decoder-layer implementation the factory builds.
@@ -121,6 +125,7 @@ struct ChunkModules {
   std::unique_ptr<Embedding> embedding;  // when the chunk embeds
   std::vector<std::unique_ptr<DecoderLayer>> layers;
   std::unique_ptr<OutputHead> head;      // when the chunk ends the model
+  std::vector<MoeMlp*> moe_layers;       // the MoE MLPs of `layers`, in layer order (owned there)
 
   ChunkModules();
   ~ChunkModules();
@@ -131,6 +136,10 @@ struct ChunkModules {
 // The factories: each switch over a kind builds its variant's block.
 std::unique_ptr<Embedding> make_embedding(const EmbeddingSpec& spec, const ModelConfig& config);
 std::unique_ptr<DecoderLayer> make_decoder_layer(const LayerSpec& spec, const ModelConfig& config);
+std::unique_ptr<MlpVariant> make_mlp(const MlpSpec& spec, const ModelConfig& config, int layer);
+// The layer around an MLP made by make_mlp.
+std::unique_ptr<DecoderLayer> make_decoder_layer(const LayerSpec& spec, const ModelConfig& config,
+                                                 std::unique_ptr<MlpVariant> mlp);
 std::unique_ptr<OutputHead> make_head(const HeadSpec& spec, const ModelConfig& config);
 
 // A chunk's blocks, unbound.

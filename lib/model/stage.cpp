@@ -1,6 +1,8 @@
 // A model chunk's forward and backward over activation slots (see stage.h).
 #include "model/stage.h"
 
+#include "model/layers/moe_mlp.h"
+
 #include <optional>
 
 #include "core/error.h"
@@ -108,6 +110,7 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   }
   capacity_rows_ = static_cast<int64_t>(options_.micro_batch_size) * options_.sequence_length;
   blocks_ = make_chunk(spec, config_, layout);
+  for (MoeMlp* moe : blocks_.moe_layers) moe->prepare(ops_, parallel_);
   recompute_ = plan_recompute(options_.recompute, last_layer_ - first_layer_);
   const ActivationShape shape = chunk_shape(config_, spec, blocks_, capacity_rows_,
                                             parallel_.sequence_rows(capacity_rows_), parallel_.sequence_parallel(),
@@ -155,7 +158,8 @@ LayerContext Stage::context() const {
 LayerPass Stage::layer_pass(const SlotState& state, int64_t rows) const {
   const int64_t sequence_rows = parallel_.sequence_rows(rows);
   const int64_t* row_ids = state.batch.row_ids ? state.batch.row_ids + parallel_.sequence_row_offset(rows) : nullptr;
-  return LayerPass{state.batch, rows, sequence_rows, row_ids, state.pass.iteration, state.pass.training};
+  return LayerPass{state.batch,           rows,  sequence_rows, row_ids, state.pass.iteration, state.pass.training,
+                   /*recompute=*/false, aux_loss_grad_factor_};
 }
 
 SlotActivations& Stage::slot_activations(int slot) {
@@ -279,9 +283,11 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
       return j == start ? acts.layer_inputs[static_cast<size_t>(start)]
                         : w.recompute_inputs[static_cast<size_t>(j - start)];
     };
+    LayerPass rerun = pass;
+    rerun.recompute = true;
     for (int j = start; j <= i; ++j) {
       float* out = j < i ? input_of(j + 1) : w.pingpong[0];  // the last output is not needed
-      blocks_.layers[static_cast<size_t>(j)]->forward(ctx, pass, input_of(j), out,
+      blocks_.layers[static_cast<size_t>(j)]->forward(ctx, rerun, input_of(j), out,
                                                       *w.recompute_saved[static_cast<size_t>(j)],
                                                       *w.layers[static_cast<size_t>(j)], w.temporaries);
     }
@@ -296,6 +302,15 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     return nullptr;
   }
   return d_input;
+}
+
+int Stage::moe_layer_count() const { return static_cast<int>(blocks_.moe_layers.size()); }
+
+MoeLayerState& Stage::moe_layer(int index) {
+  if (index < 0 || index >= moe_layer_count()) {
+    throw Error("MoE layer index " + std::to_string(index), "outside the stage's " + std::to_string(moe_layer_count()));
+  }
+  return blocks_.moe_layers[static_cast<size_t>(index)]->state();
 }
 
 const float* Stage::logits(int slot) const {

@@ -73,6 +73,8 @@ struct StageOutput {
   const float* activation = nullptr;  // (sequence rows, hidden), a chunk without the head
 };
 
+struct MoeLayerState;
+
 class Stage {
  public:
   // Chunk `chunk` of `layout`. `weights` (the rank's GEMM weight copy), `parallel` and `ops`
@@ -112,6 +114,19 @@ class Stage {
   int64_t vocab_start() const;
   int64_t valid_logits() const;
 
+  // Mixture of experts: the chunk's MoE layers in layer order (none for a dense chunk), each with
+  // its state (model/layers/moe_mlp.h MoeLayerState): the router's logged aux / z values of each
+  // training forward since their clear_losses(), the tokens per expert after dropping counted by
+  // forwards that build grads (not recompute, not evaluation) until the trainer zeroes them, and
+  // the expert bias the trainer updates once per global batch and checkpoints.
+  int moe_layer_count() const;
+  MoeLayerState& moe_layer(int index);
+  // d(objective) / d(aux loss value) that the following backward passes give the MoE routers'
+  // aux and z-losses (Megatron's main_loss_backward_scale; with --calculate-per-token-loss the
+  // caller includes the router's factor, model/moe/router.h). The trainer sets it before each
+  // micro-batch's backward; 0 (the default) gives the losses no grads.
+  void set_aux_loss_grad_factor(float factor) { aux_loss_grad_factor_ = factor; }
+
   // Bytes of activation buffers the stage allocated (measured by the allocator; not the
   // caller's slot blocks) and their high-water mark.
   int64_t activation_bytes() const { return ledger_.peak(backend::MemoryCategory::activations); }
@@ -140,6 +155,7 @@ class Stage {
   float* grads_ = nullptr;
   std::function<void(int)> grads_ready_;
   std::function<void(int)> before_forward_;
+  float aux_loss_grad_factor_ = 0.0f;
 };
 
 // The activation buffers' shape of chunk `chunk` of `layout` for micro-batches of `rows` tokens.

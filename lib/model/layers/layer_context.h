@@ -37,6 +37,8 @@ struct LayerPass {
   const int64_t* sequence_row_ids = nullptr;  // their global token ids (dropout keys)
   uint64_t iteration = 0;
   bool training = false;
+  bool recompute = false;            // a forward rerun before backward (MoE: counts and logs nothing)
+  float aux_loss_grad_factor = 0.0f;  // MoE: d(objective) / d(aux loss value) for this micro-batch's backward
 };
 
 // Dropout streams: one per (site, global layer), independent of the parallel layout.

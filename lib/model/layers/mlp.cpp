@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace mt::model {
 
@@ -16,14 +17,11 @@ struct Mlp::Workspace : BlockBuffers {
   float* d_act = nullptr;  // (rows, ffn)
 };
 
-namespace {
+std::string Mlp::name(const char* tensor) const { return layer_prefix(layer_) + prefix_ + tensor; }
 
-std::string name(int layer, const char* tensor) { return layer_prefix(layer) + "mlp." + tensor; }
-
-}  // namespace
-
-Mlp::Mlp(const ModelConfig& config, const MlpSpec& spec, int layer)
+Mlp::Mlp(const ModelConfig& config, const MlpSpec& spec, int layer, std::string prefix)
     : layer_(layer),
+      prefix_(std::move(prefix)),
       hidden_(config.hidden_size),
       ffn_hidden_size_(spec.ffn_hidden_size),
       swiglu_(spec.activation == MlpActivation::swiglu),
@@ -40,41 +38,41 @@ void Mlp::declare(ParamDeclarations& declarations) const {
   using S = TensorSplit;
   if (swiglu_) {
     declarations.begin_group();
-    declarations.add({name(layer_, "linear_fc1_gate.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+    declarations.add({name("linear_fc1_gate.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
                       ffn_flag});
-    declarations.add({name(layer_, "linear_fc1_up.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+    declarations.add({name("linear_fc1_up.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
                       ffn_flag});
     if (bias_) {
       declarations.begin_group();
-      declarations.add({name(layer_, "linear_fc1_gate.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
-      declarations.add({name(layer_, "linear_fc1_up.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
+      declarations.add({name("linear_fc1_gate.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
+      declarations.add({name("linear_fc1_up.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
     }
   } else {
-    declarations.add_single({name(layer_, "linear_fc1.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
+    declarations.add_single({name("linear_fc1.weight"), {ffn, hidden}, S::column_parallel, layer_, weight, 1,
                              ffn_flag});
     if (bias_) {
-      declarations.add_single({name(layer_, "linear_fc1.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
+      declarations.add_single({name("linear_fc1.bias"), {ffn}, S::column_parallel, layer_, zero, 1, ffn_flag});
     }
   }
-  declarations.add_single({name(layer_, "linear_fc2.weight"), {hidden, ffn}, S::row_parallel, layer_, output, 1,
+  declarations.add_single({name("linear_fc2.weight"), {hidden, ffn}, S::row_parallel, layer_, output, 1,
                            ffn_flag});
-  if (bias_) declarations.add_single({name(layer_, "linear_fc2.bias"), {hidden}, S::replicated, layer_, zero});
+  if (bias_) declarations.add_single({name("linear_fc2.bias"), {hidden}, S::replicated, layer_, zero});
 }
 
 void Mlp::bind(const ParamLayout& layout) {
   if (swiglu_) {
-    const ParamEntry& gate = layout.find(name(layer_, "linear_fc1_gate.weight"));
-    const ParamEntry& up = layout.find(name(layer_, "linear_fc1_up.weight"));
+    const ParamEntry& gate = layout.find(name("linear_fc1_gate.weight"));
+    const ParamEntry& up = layout.find(name("linear_fc1_up.weight"));
     fc1_ = ColumnParallelLinear(LinearParams{gate.offset,
-                                             optional_param_offset(layout, name(layer_, "linear_fc1_gate.bias")),
+                                             optional_param_offset(layout, name("linear_fc1_gate.bias")),
                                              hidden_, gate.local_shape[0] + up.local_shape[0]});
   } else {
-    const ParamEntry& fc1 = layout.find(name(layer_, "linear_fc1.weight"));
-    fc1_ = ColumnParallelLinear(LinearParams{fc1.offset, optional_param_offset(layout, name(layer_, "linear_fc1.bias")),
+    const ParamEntry& fc1 = layout.find(name("linear_fc1.weight"));
+    fc1_ = ColumnParallelLinear(LinearParams{fc1.offset, optional_param_offset(layout, name("linear_fc1.bias")),
                                              hidden_, fc1.local_shape[0]});
   }
-  const ParamEntry& fc2 = layout.find(name(layer_, "linear_fc2.weight"));
-  fc2_ = RowParallelLinear(LinearParams{fc2.offset, optional_param_offset(layout, name(layer_, "linear_fc2.bias")),
+  const ParamEntry& fc2 = layout.find(name("linear_fc2.weight"));
+  fc2_ = RowParallelLinear(LinearParams{fc2.offset, optional_param_offset(layout, name("linear_fc2.bias")),
                                         fc2.local_shape[1], hidden_});
 }
 

@@ -7,6 +7,8 @@
 // chunk of tests/unit/model/test_spec.cpp.
 #pragma once
 
+#include <string>
+
 #include "model/layers/decoder_layer.h"
 #include "model/spec.h"
 
@@ -14,7 +16,9 @@ namespace mt::model {
 
 class Mlp : public MlpVariant {
  public:
-  Mlp(const ModelConfig& config, const MlpSpec& spec, int layer);
+  // `prefix`: its tensors' names after "decoder.layers.<i>." (a MoE layer's shared experts are
+  // "mlp.shared_experts.").
+  Mlp(const ModelConfig& config, const MlpSpec& spec, int layer, std::string prefix = "mlp.");
 
   void declare(ParamDeclarations& declarations) const override;
   void bind(const ParamLayout& layout) override;
@@ -37,7 +41,10 @@ class Mlp : public MlpVariant {
   struct Saved;
   struct Workspace;
 
+  std::string name(const char* tensor) const;
+
   int layer_;
+  std::string prefix_;
   int64_t hidden_, ffn_hidden_size_;  // global widths
   bool swiglu_, bias_;
   double init_std_;

@@ -503,3 +503,109 @@ TEST(Init, ThreeDimensionalShardsAreSlicesOfTheWholeTensor) {
       for (int k = 0; k < 5; ++k) ASSERT_EQ(shard[(a * 4 + b) * 5 + k], whole[(a * 8 + b + 4) * 5 + k]) << a << b << k;
   EXPECT_NE(whole[0], whole[1]);
 }
+
+// Mixture of experts: each EP rank holds only its experts, split over expert-TP (not TP), reduced
+// over expert-DP, its local experts' fc1 and fc2 each one fused group in expert order; the router
+// is replicated and summed over TP under SP; the shared experts are a dense MLP over TP.
+TEST(LayoutV2, ExpertTensorsLiveOnTheirExpertParallelRankSplitOverExpertTensorParallel) {
+  ModelConfig c = preset("tiny-mixtral");  // 8 experts of width 32, hidden 64, 2 layers
+  c.moe_shared_expert_intermediate_size = 48;
+  const auto expert = [](int layer, int e, const char* tensor) {
+    return "decoder.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + "." + tensor;
+  };
+  for (int ep : {1, 2, 4}) {
+    mt::parallel::ParallelConfig p = parallel_config(1);
+    p.expert_model_parallel_size = ep;
+    for (int r = 0; r < ep; ++r) {
+      mt::parallel::RankCoordinates rank;
+      rank.ep = r;
+      const ParamLayout layout = build_layout(c, p, rank, 0, c.num_layers);
+      const int local = 8 / ep;
+      for (int e = 0; e < 8; ++e) {
+        const bool here = e / local == r;
+        EXPECT_EQ(layout.try_find(expert(1, e, "linear_fc2.weight")) != nullptr, here) << "EP " << ep << " rank " << r;
+      }
+      const ParamEntry& gate0 = layout.find(expert(0, r * local, "linear_fc1_gate.weight"));
+      EXPECT_EQ(gate0.data_parallel_group, DataParallelGroup::expert);
+      EXPECT_EQ(gate0.local_shape, (std::vector<int64_t>{32, 64}));
+      for (int j = 0; j < local; ++j) {  // the grouped GEMM's base + stride
+        EXPECT_EQ(layout.find(expert(0, r * local + j, "linear_fc1_gate.weight")).offset, gate0.offset + j * 2 * 32 * 64);
+        EXPECT_EQ(layout.find(expert(0, r * local + j, "linear_fc1_up.weight")).offset,
+                  gate0.offset + j * 2 * 32 * 64 + 32 * 64);
+        EXPECT_EQ(layout.find(expert(0, r * local + j, "linear_fc2.weight")).offset,
+                  layout.find(expert(0, r * local, "linear_fc2.weight")).offset + j * 64 * 32);
+      }
+      const ParamEntry& router = layout.find("decoder.layers.0.mlp.router.weight");
+      EXPECT_EQ(router.global_shape, (std::vector<int64_t>{8, 64}));
+      EXPECT_EQ(router.data_parallel_group, DataParallelGroup::dense);
+      EXPECT_TRUE(layout.try_find("decoder.layers.0.mlp.router.expert_bias") == nullptr);  // a buffer, not a parameter
+      EXPECT_EQ(layout.find("decoder.layers.0.mlp.shared_experts.linear_fc2.weight").global_shape,
+                (std::vector<int64_t>{64, 48}));
+      // Every bucket holds one reduction group.
+      for (const ParamEntry& entry : layout.entries) {
+        EXPECT_EQ(layout.buckets[static_cast<size_t>(entry.bucket)].group, entry.data_parallel_group) << entry.name;
+      }
+    }
+  }
+  // The one-rank layout counts every parameter once.
+  EXPECT_EQ(build_layout(c).parameter_elements(), parameter_count(c, true));
+
+  // TP 2 with SP and expert-TP 2: experts split over etp by their own ffn, the router replicated
+  // over TP and summed over it, the shared experts split over TP.
+  mt::parallel::ParallelConfig p = parallel_config(2, 1, 1, true);
+  p.expert_model_parallel_size = 2;
+  p.expert_tensor_parallel_size = 2;
+  for (int etp = 0; etp < 2; ++etp) {
+    mt::parallel::RankCoordinates rank = coordinates(1 - etp);  // dense tp differs from etp: the split follows etp
+    rank.expert_tp = etp;
+    rank.ep = 1;
+    const ParamLayout layout = build_layout(c, p, rank, 0, c.num_layers);
+    const ParamEntry& gate = layout.find(expert(0, 4, "linear_fc1_gate.weight"));
+    EXPECT_EQ(gate.shard_offset, 16 * etp);
+    EXPECT_EQ(gate.local_shape, (std::vector<int64_t>{16, 64}));
+    const ParamEntry& fc2 = layout.find(expert(0, 7, "linear_fc2.weight"));
+    EXPECT_EQ(fc2.shard_dim, 1);
+    EXPECT_EQ(fc2.shard_offset, 16 * etp);
+    EXPECT_FALSE(gate.reduce_over_tensor_parallel);
+    EXPECT_TRUE(gate.primary());
+    EXPECT_EQ(layout.try_find(expert(0, 3, "linear_fc2.weight")), nullptr);
+    const ParamEntry& router = layout.find("decoder.layers.1.mlp.router.weight");
+    EXPECT_TRUE(router.reduce_over_tensor_parallel);
+    EXPECT_EQ(router.replica, 1 - etp);
+    EXPECT_EQ(layout.find("decoder.layers.0.mlp.shared_experts.linear_fc1_up.weight").shard_offset, 24 * (1 - etp));
+  }
+  // Expert-TP must split the expert width: refused by its flag.
+  p.expert_tensor_parallel_size = 3;
+  try {
+    build_layout(c, p, coordinates(0), 0, c.num_layers);
+    ADD_FAILURE() << "expert-TP 3 accepted for --moe-ffn-hidden-size 32";
+  } catch (const mt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--expert-tensor-parallel-size 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayoutV2, PipelineStagesHoldTheirLayersExpertsAndADenseStageHasNone) {
+  ModelConfig c = preset("tiny-mixtral");
+  c.num_layers = 4;
+  c.moe_layer_pattern = {1, 1, 0, 0};  // the second stage is dense
+  mt::parallel::ParallelConfig p = parallel_config(1, 2);
+  p.expert_model_parallel_size = 2;
+  for (int ep = 0; ep < 2; ++ep) {
+    mt::parallel::RankCoordinates first = coordinates(0, 0), second = coordinates(0, 1);
+    first.ep = second.ep = ep;
+    const ParamLayout moe = build_layout(c, p, first, pipeline_chunks(c, p, 0));
+    const ParamLayout dense = build_layout(c, p, second, pipeline_chunks(c, p, 1));
+    int experts = 0;
+    for (const ParamEntry& entry : moe.entries) {
+      if (entry.data_parallel_group == DataParallelGroup::expert) {
+        ++experts;
+        EXPECT_LT(entry.layer, 2) << entry.name;
+      }
+    }
+    EXPECT_EQ(experts, 2 * 4 * 3);  // 2 layers x 4 local experts x (gate, up, fc2)
+    for (const ParamEntry& entry : dense.entries) {
+      EXPECT_EQ(entry.data_parallel_group, DataParallelGroup::dense) << entry.name;
+    }
+    EXPECT_NE(dense.try_find("decoder.layers.3.mlp.linear_fc2.weight"), nullptr);
+  }
+}

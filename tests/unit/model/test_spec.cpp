@@ -144,19 +144,24 @@ TEST(Spec, RefusesAConfigItHasNoVariantFor) {
       EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
     }
   };
-  ModelConfig moe = preset("tiny-llama");
-  moe.num_experts = 4;
-  expect_refused(moe, "--num-experts 4");
   ModelConfig mla = preset("tiny-llama");
   mla.multi_latent_attention = true;
   expect_refused(mla, "--multi-latent-attention");
   ModelConfig mtp = preset("tiny-llama");
   mtp.mtp_num_layers = 1;
   expect_refused(mtp, "--mtp-num-layers 1");
-  // A --moe-layer-freq pattern: the dense layers have a variant, the MoE layer has none.
+  // A --moe-layer-freq pattern chooses per layer: a dense MLP, or experts of --moe-ffn-hidden-size
+  // with the shared experts' width.
+  ModelConfig moe = preset("tiny-mixtral");
   moe.moe_layer_pattern = {0, 1};
+  moe.moe_shared_expert_intermediate_size = 48;
   EXPECT_EQ(layer_spec(moe, 0).mlp.kind, MlpKind::dense);
-  EXPECT_THROW(layer_spec(moe, 1), Error);
+  EXPECT_EQ(layer_spec(moe, 0).mlp.ffn_hidden_size, 176);
+  const MlpSpec experts = layer_spec(moe, 1).mlp;
+  EXPECT_EQ(experts.kind, MlpKind::moe);
+  EXPECT_EQ(experts.ffn_hidden_size, 32);
+  EXPECT_EQ(experts.shared_expert_ffn_hidden_size, 48);
+  EXPECT_EQ(make_chunk(model_spec(moe).chunks[0], moe).moe_layers.size(), 1u);
   // The user still meets check_trainable's usage error first.
   EXPECT_THROW(build_layout(mla), UsageError);
 }
