@@ -151,8 +151,8 @@ struct TrainConfig {
   bool barrier_with_level1_timing = true;
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
-  // --moe-per-layer-logging: each MoE layer's aux and z-loss values in the step record, the log
-  // line and TensorBoard (moe/<name>_layer_<i>), besides their mean over the layers.
+  // --moe-per-layer-logging: each MoE layer's aux and z-loss values in the step record and
+  // TensorBoard (moe/<name>_layer_<i>), besides their mean over the layers.
   bool moe_per_layer_logging = false;
 };
 
@@ -207,12 +207,15 @@ struct MoeLayerStats {
 // load_balancing_loss averaged over the MoE layers (of every pipeline stage), `z_loss` likewise
 // (absent without --moe-z-loss-coeff). `layers`: every MoE layer of the model in layer order,
 // gathered on every rank. The step record carries all of it (per-layer losses only with
-// --moe-per-layer-logging, the token figures always); the Megatron log line carries
-// " <balancing_name>: %.6E |" and " z_loss: %.6E |" after lm loss, as Megatron's loss loop.
+// --moe-per-layer-logging, `per_layer_losses`; the token figures always); the Megatron log line
+// carries " <balancing_name>: %.6E |" and " z_loss: %.6E |" after lm loss, as Megatron's loss
+// loop; TensorBoard `<balancing_name>` and `z_loss` (and `moe/<name>_layer_<i>` per layer with
+// --moe-per-layer-logging), as Megatron's track_moe_metrics.
 struct MoeStepStats {
   std::string balancing_name;
   double balancing_loss = 0;
   std::optional<double> z_loss;
+  bool per_layer_losses = false;
   std::vector<MoeLayerStats> layers;
 };
 
@@ -329,6 +332,17 @@ class Trainer {
   TrainerState checkpoint_state() const;
   void restore(const TrainerState& state);
   optim::DistributedOptimizer& optimizer() { return *optimizer_; }
+  // With --moe-router-enable-expert-bias: the expert bias (E floats, device memory of ops()) of
+  // every MoE layer this rank's stages hold, in layer order (empty otherwise). Checkpoints save
+  // and load them as model/decoder.layers.<i>.mlp.router.expert_bias; the same on every rank of a
+  // stage, so the stage's rank with TP, DP and CP coordinates 0 writes them
+  // (writes_expert_biases) and every holder reads them.
+  struct ExpertBias {
+    int layer = 0;
+    float* data = nullptr;
+  };
+  std::vector<ExpertBias> expert_biases() const;
+  bool writes_expert_biases() const { return writes_expert_biases_; }
   comm::Communicator& world() const { return *world_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
@@ -371,6 +385,8 @@ class Trainer {
   std::vector<std::vector<float*>> lay_out_activation_slots(const model::StageOptions& stage_options,
                                                             std::vector<int>& slot_pool_of_chunk);
   void build_optimizer(const parallel::ProcessGroups* groups);
+  // The expert grid's groups for the MoE layers (ParallelContext::set_expert_groups).
+  void connect_expert_groups(const parallel::ProcessGroups& groups);
   void build_loss_scaler();
   void build_lr_schedule();
   void check_data_covers_run() const;
@@ -381,6 +397,10 @@ class Trainer {
   // fp16's loss scaler handles it or the check is off); the timing and memory figures.
   StepTokens stage_training_samples();
   void run_training_pipeline(const StepTokens& tokens);
+  // MoE: the aux-loss grad factor of the step's backward passes, given to every stage; after the
+  // grad sync, the once-per-global-batch work (train/moe_step.h: counts, expert bias, figures).
+  void set_aux_loss_grad_factor(const StepTokens& tokens);
+  MoeStepStats finish_moe_layers(int micro_batches);
   // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
   // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
   // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
@@ -463,6 +483,7 @@ class Trainer {
   comm::Communicator* pipeline_group_ = nullptr;    // data: activations and their grads
   comm::Communicator* pipeline_control_ = nullptr;  // control: the loss from the last stage
   comm::Communicator* embedding_group_ = nullptr;   // data, first and last pipeline stage; null elsewhere
+  model::ExpertGroups expert_groups_;               // data: the MoE layers' groups (none: one rank)
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
@@ -525,6 +546,7 @@ class Trainer {
   double step_sums_host_[3] = {0, 0, 0};
   double local_tokens_host_ = 0;
   std::vector<double> eval_sums_host_;
+  bool writes_expert_biases_ = false;  // TP, DP and CP coordinates 0: this stage's copy of the biases
 };
 
 }  // namespace mt::train
