@@ -9,7 +9,7 @@
 # SIGINT to mpirun save given OpenMPI's window, a signal to a rank ends with mt's last line: issue 28);
 # --overlap-param-gather trains, saves and resumes as the blocking gather does. CP=2 runs on
 # token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
-# in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
+# in miniature on 32 ranks; tiny-mixtral under EP, expert TP, TP + SP and PP with EP (issue 22). The full matrix of layouts, models and recompute modes is
 # tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
 
 setup() {
@@ -457,4 +457,27 @@ rank_pid() {
       || fail "rank $rank: $(tail -n 5 "$TMP/run.err")"
     ! grep -q -e "job has been aborted" -e "mpirun detected" "$TMP/run.err" || fail "rank $rank: $(cat "$TMP/run.err")"
   done
+}
+
+MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+         --train-iters 6 --lr 3e-3 --lr-warmup-iters 2 --eval-interval 3 --eval-iters 1 --moe-z-loss-coeff 1e-3
+         --peak-tflops 1)
+
+@test "issue22: tiny-mixtral under EP=2 (x DP=2), EP=4, EP=2 x ETP=2, TP=2 + SP with EP=2, PP=2 with EP=2 and TP=2 + SP x PP=2 x EP=2 on 8 ranks trains one rank's numbers (loss, grad norm, aux and z-loss, tokens per expert)" {
+  mt-train "${MIXTRAL[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 2 mt-train "${MIXTRAL[@]}" --expert-model-parallel-size 2 >"$TMP/two.jsonl" 2>"$TMP/two.err" \
+    || fail "EP=2: $(cat "$TMP/two.err")"
+  same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl" 6 2
+  local -a layouts=("--expert-model-parallel-size 2" "--expert-model-parallel-size 4"
+                    "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2"
+                    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2"
+                    "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2")
+  for layout in "${layouts[@]}"; do
+    # shellcheck disable=SC2086
+    mpirun_n 4 mt-train "${MIXTRAL[@]}" $layout >"$TMP/four.jsonl" 2>"$TMP/four.err" || fail "'$layout': $(cat "$TMP/four.err")"
+    same_numbers "$TMP/four.jsonl" "$TMP/one.jsonl" 6 2
+  done
+  mpirun_n 8 mt-train "${MIXTRAL[@]}" --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 \
+    --expert-model-parallel-size 2 >"$TMP/eight.jsonl" 2>"$TMP/eight.err" || fail "$(cat "$TMP/eight.err")"
+  same_numbers "$TMP/eight.jsonl" "$TMP/one.jsonl" 6 2
 }
