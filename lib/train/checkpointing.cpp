@@ -218,10 +218,6 @@ struct TensorShare {
   std::vector<io::TensorSlice> slices;
 };
 
-// The name of MoE layer `layer`'s expert bias in a checkpoint (a persistent buffer, saved with
-// the parameters as Megatron's state dict holds it).
-std::string expert_bias_name(int layer) { return "model/" + model::layer_prefix(layer) + "mlp.router.expert_bias"; }
-
 // With --moe-router-enable-expert-bias, every MoE layer's bias (E), in layer order on every rank:
 // written whole by the one rank of its pipeline stage that Trainer::writes_expert_biases names.
 void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) {
@@ -231,7 +227,7 @@ void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) 
   const bool writes = trainer.writes_expert_biases();
   for (int layer = 0; layer < model.num_layers; ++layer) {
     if (!model.is_moe_layer(layer)) continue;
-    TensorShare share{expert_bias_name(layer), {model.num_experts}, {}};
+    TensorShare share{expert_bias_tensor_name(layer), {model.num_experts}, {}};
     for (const Trainer::ExpertBias& bias : biases) {
       if (bias.layer == layer && writes) share.slices.push_back(io::TensorSlice{io::Box{{0}, {model.num_experts}}, bias.data});
     }
@@ -441,6 +437,17 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
 
 }  // namespace
 
+std::string expert_bias_tensor_name(int layer) { return "model/" + model::layer_prefix(layer) + "mlp.router.expert_bias"; }
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_buffers(const model::ModelConfig& model) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;
+  if (model.num_experts == 0 || !model.moe_router_enable_expert_bias) return buffers;
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    if (model.is_moe_layer(layer)) buffers.emplace_back(expert_bias_tensor_name(layer), std::vector<int64_t>{model.num_experts});
+  }
+  return buffers;
+}
+
 std::string save_lock_path(const std::string& directory) { return (std::filesystem::path(directory) / kLockName).string(); }
 
 SaveDirectoryLock::SaveDirectoryLock(std::string directory) : path_(save_lock_path(directory)) {
@@ -527,7 +534,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   }
   for (const Trainer::ExpertBias& bias : trainer.expert_biases()) {
     const int experts = trainer.model_config().num_experts;
-    staging.read_to_device(checkpoint, expert_bias_name(bias.layer), {experts}, io::Box{{0}, {experts}}, bias.data);
+    staging.read_to_device(checkpoint, expert_bias_tensor_name(bias.layer), {experts}, io::Box{{0}, {experts}}, bias.data);
   }
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   if (optimizer_state) {

@@ -481,3 +481,24 @@ MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micr
     --expert-model-parallel-size 2 >"$TMP/eight.jsonl" 2>"$TMP/eight.err" || fail "$(cat "$TMP/eight.err")"
   same_numbers "$TMP/eight.jsonl" "$TMP/one.jsonl" 6 2
 }
+
+# tiny-mixtral with sigmoid routing and the expert bias (which moves the routing every step), 8 iterations.
+MIXTRAL_BIAS=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+              --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 8 --eval-interval 4 --eval-iters 1 --peak-tflops 1
+              --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05)
+
+@test "issue22: tiny-mixtral with the expert bias resumes bit for bit on one rank and under EP=2; saved under EP=2 it loads on one rank and under EP=2 x ETP=2 within the fp32 bound" {
+  resumes_exactly "1" 4 8 "${MIXTRAL_BIAS[@]}"
+  resumes_exactly "2 --expert-model-parallel-size 2" 4 8 "${MIXTRAL_BIAS[@]}"
+  h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5" | grep -q "decoder.layers.1.mlp.router.expert_bias" \
+    || fail "no expert bias in the checkpoint: $(h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5")"
+  h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5" | grep -q "decoder.layers.0.mlp.experts.7.linear_fc2.weight" \
+    || fail "no global expert 7 in the checkpoint"
+  mt-train "${MIXTRAL_BIAS[@]}" --train-iters 8 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  for load in "1" "4 --expert-model-parallel-size 2 --expert-tensor-parallel-size 2"; do
+    # shellcheck disable=SC2086
+    launch $load "${MIXTRAL_BIAS[@]}" --train-iters 8 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+      || fail "'$load': $(cat "$TMP/load.err")"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 4 4 1
+  done
+}
