@@ -288,8 +288,8 @@ const FlagSpec& flag_spec(std::string_view name) {
       integer_flag("--log-interval", "Iterations between log lines on stderr", at_least(1)),
       toggle_flag("--log-throughput", "Add Megatron's 'throughput per GPU (TFLOP/s/GPU)' to the log line"),
       toggle_flag("--moe-per-layer-logging",
-                  "Each MoE layer's aux and z-loss values in the step record, the log line and TensorBoard, besides "
-                  "their mean over the layers"),
+                  "Each MoE layer's aux and z-loss values in the step record and TensorBoard (moe/<name>_layer_<i>), "
+                  "besides their mean over the layers"),
       integer_flag("--eval-interval", "Iterations between evaluations", at_least(1)),
       integer_flag("--eval-iters", "Global batches per evaluation (0: none)", at_least(0)),
       real_flag("--peak-tflops",
