@@ -502,3 +502,16 @@ MIXTRAL_BIAS=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 -
     same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 4 4 1
   done
 }
+
+@test "issue22: tiny-mixtral with --calculate-per-token-loss under TP=2 + SP x EP=2 trains one rank's numbers; full recompute counts tokens and logs losses once (bit for bit the run without it)" {
+  mt-train "${MIXTRAL[@]}" --calculate-per-token-loss >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 4 mt-train "${MIXTRAL[@]}" --calculate-per-token-loss --tensor-model-parallel-size 2 --sequence-parallel \
+    --expert-model-parallel-size 2 >"$TMP/four.jsonl" 2>"$TMP/four.err" || fail "$(cat "$TMP/four.err")"
+  same_numbers "$TMP/four.jsonl" "$TMP/one.jsonl" 6 2
+  mt-train "${MIXTRAL[@]}" >"$TMP/plain.jsonl" 2>"$TMP/plain.err" || fail "$(cat "$TMP/plain.err")"
+  mt-train "${MIXTRAL[@]}" --recompute-granularity full --recompute-num-layers 1 >"$TMP/recompute.jsonl" \
+    2>"$TMP/recompute.err" || fail "$(cat "$TMP/recompute.err")"
+  moe_trace() { jq -c 'select(.record=="step") | [.lm_loss, .grad_norm, .load_balancing_loss, .z_loss, .moe_layers]' "$1"; }
+  [[ "$(moe_trace "$TMP/recompute.jsonl")" == "$(moe_trace "$TMP/plain.jsonl")" ]] \
+    || fail "$(diff <(moe_trace "$TMP/recompute.jsonl") <(moe_trace "$TMP/plain.jsonl"))"
+}
