@@ -4,8 +4,8 @@
 //
 //   1. Each MoE layer's tokens per expert after dropping, accumulated on the device by the step's
 //      training forwards (not by recompute, not by evaluation), are summed over TP x DP x CP (one
-//      all-reduce of all the rank's layers' counts together over the tp_dp_cp data group), so
-//      every rank of a pipeline stage holds the global batch's counts.
+//      all-reduce per layer over the tp_dp_cp data group, in layer order: every rank of the group
+//      holds the same layers), so every rank of a pipeline stage holds the global batch's counts.
 //   2. With --moe-router-enable-expert-bias every layer's bias moves by rate * sign(mean - count)
 //      (the same on every rank: the counts are equal there), then the counts are zeroed.
 //   3. The step's figures (train/trainer.h, MoeStepStats): per layer the logged aux and z-loss
