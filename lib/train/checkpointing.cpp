@@ -218,6 +218,23 @@ struct TensorShare {
   std::vector<io::TensorSlice> slices;
 };
 
+// With --moe-router-enable-expert-bias, every MoE layer's bias (E), in layer order on every rank:
+// written whole by the one rank of its pipeline stage that Trainer::writes_expert_biases names.
+void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) {
+  const model::ModelConfig& model = trainer.model_config();
+  if (model.num_experts == 0 || !model.moe_router_enable_expert_bias) return;
+  const std::vector<Trainer::ExpertBias> biases = trainer.expert_biases();
+  const bool writes = trainer.writes_expert_biases();
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    if (!model.is_moe_layer(layer)) continue;
+    TensorShare share{expert_bias_tensor_name(layer), {model.num_experts}, {}};
+    for (const Trainer::ExpertBias& bias : biases) {
+      if (bias.layer == layer && writes) share.slices.push_back(io::TensorSlice{io::Box{{0}, {model.num_experts}}, bias.data});
+    }
+    shares.push_back(std::move(share));
+  }
+}
+
 // Every tensor of the checkpoint, in the same order on every rank (the whole model's layout
 // order, whichever pipeline stage holds it), with this rank's slices: the runs of parameters and
 // moments the optimizer says this rank writes (optim::DistributedOptimizer::checkpoint_runs:
@@ -240,6 +257,7 @@ std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& op
   auto share_of = [&](int group, const model::ParamEntry& entry) -> std::vector<io::TensorSlice>& {
     return shares[static_cast<size_t>(group) * tensors + index.at(entry.name)].slices;
   };
+  add_expert_bias_shares(trainer, shares);
   const float* params = trainer.parameters();
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
@@ -419,6 +437,17 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
 
 }  // namespace
 
+std::string expert_bias_tensor_name(int layer) { return "model/" + model::layer_prefix(layer) + "mlp.router.expert_bias"; }
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_buffers(const model::ModelConfig& model) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;
+  if (model.num_experts == 0 || !model.moe_router_enable_expert_bias) return buffers;
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    if (model.is_moe_layer(layer)) buffers.emplace_back(expert_bias_tensor_name(layer), std::vector<int64_t>{model.num_experts});
+  }
+  return buffers;
+}
+
 std::string save_lock_path(const std::string& directory) { return (std::filesystem::path(directory) / kLockName).string(); }
 
 SaveDirectoryLock::SaveDirectoryLock(std::string directory) : path_(save_lock_path(directory)) {
@@ -502,6 +531,10 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   for (const model::ParamEntry& entry : layout.entries) {
     staging.read_to_device(checkpoint, "model/" + entry.name, entry.global_shape, shard_box(entry),
                            params + entry.offset);
+  }
+  for (const Trainer::ExpertBias& bias : trainer.expert_biases()) {
+    const int experts = trainer.model_config().num_experts;
+    staging.read_to_device(checkpoint, expert_bias_tensor_name(bias.layer), {experts}, io::Box{{0}, {experts}}, bias.data);
   }
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   if (optimizer_state) {

@@ -27,11 +27,20 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/checkpoint.h"
 #include "train/trainer.h"
 
 namespace mt::train {
+
+// The name in a checkpoint of MoE layer `layer`'s expert bias, "model/decoder.layers.<i>.mlp.router.expert_bias":
+// a persistent buffer (not a parameter), saved with the parameters as Megatron's state dict holds it.
+std::string expert_bias_tensor_name(int layer);
+// The buffers a checkpoint of `model` holds besides its parameters, as (name, global shape): with
+// --moe-router-enable-expert-bias each MoE layer's expert bias (E), in layer order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_buffers(const model::ModelConfig& model);
 
 struct SaveOptions {
   bool optimizer = true;   // write Adam's moments and step (false: --no-save-optim)

@@ -18,16 +18,25 @@ struct Unsupported {
 
 }  // namespace
 
-void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel) {
-  const std::string experts = "mt-train runs 1: MoE expert parallelism is not built yet";
+void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
+                     backend::Device device) {
+  (void)parallel;  // every parallel layout parallel::validate accepts runs (expert parallelism included)
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  const int expert_tp = parallel.expert_tensor_parallel_size.value_or(1);
+  const bool moe = model.num_experts > 0;
   const Unsupported list[] = {
-      {parallel.expert_model_parallel_size != 1,
-       "--expert-model-parallel-size " + std::to_string(parallel.expert_model_parallel_size), experts},
-      {expert_tp != 1, "--expert-tensor-parallel-size " + std::to_string(expert_tp), experts},
-      {model.num_experts > 0, "--num-experts " + std::to_string(model.num_experts),
-       "mt-train builds dense MLPs only" + accounted},
+      {moe && device == backend::Device::cuda,
+       "--num-experts " + std::to_string(model.num_experts) + " with --device cuda",
+       "mt-train runs mixture-of-experts models on the CPU; the CUDA table has no MoE ops yet"},
+      {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
+       "mt-train routes in fp32"},
+      {moe && model.moe_token_dispatcher_type == model::MoeDispatcher::flex, "--moe-token-dispatcher-type flex",
+       "mt-train runs the all-to-all dispatcher"},
+      {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
+       "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss or none"},
+      {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::global_aux_loss,
+       "--moe-router-load-balancing-type global_aux_loss",
+       "mt-train runs aux_loss, seq_aux_loss or none: the routers' running counts do not restart per global batch "
+       "yet"},
       {model.multi_latent_attention, "--multi-latent-attention",
        "mt-train builds grouped-query attention only" + accounted},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),

@@ -1,19 +1,24 @@
-// What mt-train does not run yet, in one list: the model features (mixture of experts,
-// multi-latent attention, multi-token prediction) and the parallel setting (expert parallelism)
-// that mt-train's flag handling and the Trainer refuse by flag, before anything is built. mt-mfu and mt-memreport account for all of them and never call
-// it. Megatron flags mt does not know at all are refused by name before parsing
+// What mt-train does not run yet, in one list: the model features (multi-latent attention,
+// multi-token prediction) and the mixture-of-experts settings (a MoE model on --device cuda, the
+// fp64 router, the flex dispatcher, sinkhorn and global_aux_loss balancing) that mt-train's flag
+// handling and the Trainer refuse by flag, before anything is built. Mixture of experts with
+// expert parallelism runs on the CPU. mt-mfu and mt-memreport account for all of them and never
+// call it. Megatron flags mt does not know at all are refused by name before parsing
 // (tools/common/flags.h, refuse_unimplemented_megatron_flags). Tested in
 // tests/unit/train/test_supported.cpp.
 #pragma once
 
+#include "backend/ops.h"
 #include "model/config.h"
 #include "parallel/parallel_config.h"
 
 namespace mt::train {
 
 // Throws mt::UsageError naming the flag (and value) of the first setting mt-train cannot run yet,
-// "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--expert-model-parallel-size
-// 8: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)".
-void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel);
+// "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--mtp-num-layers 1: not
+// supported yet (mt-train has no multi-token prediction; ...)". `device`: the backend the run
+// uses (a MoE model is refused on cuda).
+void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
+                     backend::Device device = backend::Device::cpu);
 
 }  // namespace mt::train

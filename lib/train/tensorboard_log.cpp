@@ -89,6 +89,7 @@ void TensorBoardLog::write_step_scalars(const StepStats& s) {
   scalar_and_samples("learning-rate", s.lr, s);
   scalar_and_samples("batch-size", s.global_batch_size, s);
   scalar_and_samples("lm loss", s.lm_loss, s);
+  if (s.moe) write_moe_scalars(*s.moe, s.iteration);
   if (options_.log_loss_scale) scalar_and_samples("loss-scale", s.loss_scale, s);
   if (!s.skipped) scalar_and_samples("grad-norm", s.grad_norm, s);  // Megatron's optimizer returns none then
   if (s.num_zeros) scalar_and_samples("num-zeros", static_cast<double>(*s.num_zeros), s);
@@ -100,6 +101,21 @@ void TensorBoardLog::write_step_scalars(const StepStats& s) {
     scalar("mem-max-allocated-bytes", static_cast<double>(m.max_allocated_bytes), s.iteration);
     scalar("mem-allocated-count", static_cast<double>(m.allocated_count), s.iteration);
   }
+}
+
+// track_moe_metrics()'s scalars: each loss's mean over the MoE layers, and with
+// --moe-per-layer-logging every MoE layer's as moe/<name>_layer_<i> (i: the decoder layer, from 0,
+// as Megatron's tracker indexes it).
+void TensorBoardLog::write_moe_scalars(const MoeStepStats& moe, int64_t iteration) {
+  const auto write = [&](const std::string& name, double mean, double MoeLayerStats::*per_layer) {
+    scalar(name, mean, iteration);
+    if (!moe.per_layer_losses) return;
+    for (const MoeLayerStats& layer : moe.layers) {
+      scalar("moe/" + name + "_layer_" + std::to_string(layer.layer), layer.*per_layer, iteration);
+    }
+  };
+  if (!moe.balancing_name.empty()) write(moe.balancing_name, moe.balancing_loss, &MoeLayerStats::load_balancing_loss);
+  if (moe.z_loss) write("z_loss", *moe.z_loss, &MoeLayerStats::z_loss);
 }
 
 void TensorBoardLog::add_timing(const StepStats& s) {

@@ -6,7 +6,9 @@
 // Every --tensorboard-log-interval iterations: `learning-rate`, `batch-size`, `lm loss`,
 // `loss-scale` (unless --no-log-loss-scale-to-tensorboard), `grad-norm` (not on a skipped step),
 // `num-zeros` and `params-norm` (when the step carries them), each also as `<name> vs samples`
-// (stepped by consumed samples); with --log-memory-to-tensorboard the writer rank's allocator
+// (stepped by consumed samples); for a MoE model Megatron's track_moe_metrics scalars after `lm
+// loss`: `load_balancing_loss` (or `seq_`/`global_load_balancing_loss`), `z_loss` and with
+// --moe-per-layer-logging `moe/<name>_layer_<i>` per MoE layer i (iteration steps only); with --log-memory-to-tensorboard the writer rank's allocator
 // figures `mem-reserved-bytes`, `mem-allocated-bytes`, `mem-max-allocated-bytes`,
 // `mem-allocated-count`. Every --log-interval iterations and at the run's first (Megatron's log
 // block), with --log-timers-to-tensorboard: `iteration-time` (seconds, the mean since the last
@@ -79,6 +81,7 @@ class TensorBoardLog {
 
  private:
   void write_step_scalars(const StepStats& s);
+  void write_moe_scalars(const MoeStepStats& moe, int64_t iteration);
   void add_timing(const StepStats& s);
   void write_timing(const StepStats& s);
   void scalar(const std::string& tag, double value, int64_t step);

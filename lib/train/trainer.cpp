@@ -17,8 +17,10 @@
 #include "core/threads.h"
 #include "data/gpt_dataset.h"
 #include "model/init.h"
+#include "model/layers/moe_mlp.h"
 #include "parallel/context_parallel.h"
 #include "perf/memory.h"
+#include "train/moe_step.h"
 #include "train/supported.h"
 
 namespace mt::train {
@@ -84,7 +86,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   model_config_.validate();
   validate_train_config(config_);
   const parallel::RankCoordinates coordinates = connect_groups(groups);
-  check_supported(model_config_, parallel_config_);
+  check_supported(model_config_, parallel_config_, ops_.device);
   check_batch_shape();
   check_memory(groups ? local_rank_count() : 1);  // before anything large exists
   build_layout_and_schedules(coordinates);
@@ -120,10 +122,25 @@ parallel::RankCoordinates Trainer::connect_groups(const parallel::ProcessGroups*
     pipeline_group_ = &groups->data(parallel::GroupKind::pp);
     pipeline_control_ = &groups->control(parallel::GroupKind::pp);
     if (groups->has(parallel::GroupKind::embedding)) embedding_group_ = &groups->data(parallel::GroupKind::embedding);
+    connect_expert_groups(*groups);
   }
+  writes_expert_biases_ = coordinates.tp == 0 && coordinates.dp == 0 && coordinates.cp == 0;
   data_parallel_coordinate_ = coordinates.dp;
   data_parallel_size_ = parallel_config_.data_parallel_size;
   return coordinates;
+}
+
+void Trainer::connect_expert_groups(const parallel::ProcessGroups& groups) {
+  const parallel::RankCoordinates& coordinates = groups.coordinates();
+  expert_groups_.expert_parallel = parallel_config_.expert_model_parallel_size;
+  expert_groups_.expert_tensor_parallel = parallel_config_.expert_tensor_parallel();
+  expert_groups_.ep_rank = coordinates.ep;
+  expert_groups_.etp_rank = coordinates.expert_tp;
+  expert_groups_.ep = &groups.data(parallel::GroupKind::ep);
+  expert_groups_.expert_tp = &groups.data(parallel::GroupKind::expert_tp);
+  expert_groups_.expert_tp_ep = &groups.data(parallel::GroupKind::expert_tp_ep);
+  expert_groups_.tp_cp = &groups.data(parallel::GroupKind::tp_cp);
+  expert_groups_.tp_dp_cp = &groups.data(parallel::GroupKind::tp_dp_cp);
 }
 
 void Trainer::check_batch_shape() {
@@ -174,6 +191,7 @@ void Trainer::build_layout_and_schedules(const parallel::RankCoordinates& coordi
   eval_actions_ = parallel::pipeline_actions(
       parallel::pipeline_shape(parallel_config_, model_config_.num_layers, num_micro, true), coordinates.pp);
   parallel_ = model::ParallelContext(tensor_group_, parallel_config_.sequence_parallel, context_group_);
+  parallel_.set_expert_groups(expert_groups_);
 }
 
 void Trainer::build_parameters() {
@@ -361,6 +379,17 @@ float* Trainer::parameters() {
   return params_.data();
 }
 
+std::vector<Trainer::ExpertBias> Trainer::expert_biases() const {
+  std::vector<ExpertBias> biases;
+  for (const auto& stage : stages_) {
+    for (int i = 0; i < stage->moe_layer_count(); ++i) {
+      model::MoeLayerState& state = stage->moe_layer(i);
+      if (!state.expert_bias.empty()) biases.push_back(ExpertBias{state.layer, state.expert_bias.data()});
+    }
+  }
+  return biases;
+}
+
 void Trainer::parameters_changed() {
   optimizer_->finish_parameter_gather();
   gemm_weights_->refresh(params_.data());
@@ -470,6 +499,7 @@ StepStats Trainer::train_step() {
   optimizer_->begin_grad_sync();
   const StepTokens tokens = run_forward_backward();
   finalize_grads();
+  if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);
   scaler_.update(stats.skipped);
   if (config_.log_params_norm) queue_params_sum_squares();
@@ -584,12 +614,47 @@ void Trainer::run_training_pipeline(const StepTokens& tokens) {
     // A micro-batch (or step) whose tokens are all masked contributes nothing.
     return denominator > 0 ? static_cast<float>(scaler_.scale() / denominator) : 0.0f;
   };
+  set_aux_loss_grad_factor(tokens);
   // Earlier micro-batches only accumulate; each chunk's last backward reduces its buckets.
   callbacks.before_last_backward = [&](int chunk) { optimizer_->arm_grad_sync(chunk); };
   callbacks.timers = timers_.get();
   // The micro-batches run through the pipeline schedule (plain forward-backward on one stage);
   // the loss sums on the last pipeline stage.
   pipeline_->run(train_actions_, model::ForwardPass{static_cast<uint64_t>(iteration_), true}, callbacks);
+}
+
+void Trainer::set_aux_loss_grad_factor(const StepTokens& tokens) {
+  if (model_config_.num_experts == 0) return;
+  // Megatron's main_loss_backward_scale in mt's normalisation (DP folded into the scale, grads
+  // summed): the loss scale over micro-batches x DP, so the aux losses are averaged as the LM
+  // loss; with --calculate-per-token-loss the loss scale over the step's tokens, times the tokens
+  // of one micro-batch's router calls over TP x CP (S x |tp_cp|, Megatron's pre-multiplied aux).
+  const double micro_batches = static_cast<double>(tokens.micro.size()) * data_parallel_size_;
+  const double micro_tokens = static_cast<double>(config_.micro_batch_size) * model_config_.seq_length;
+  const double factor = config_.calculate_per_token_loss
+                            ? (tokens.step > 0 ? scaler_.scale() * micro_tokens / tokens.step : 0.0)
+                            : scaler_.scale() / micro_batches;
+  for (const auto& stage : stages_) stage->set_aux_loss_grad_factor(static_cast<float>(factor));
+}
+
+MoeStepStats Trainer::finish_moe_layers(int micro_batches) {
+  std::vector<MoeLayerStep> layers;
+  for (const auto& stage : stages_) {
+    for (int i = 0; i < stage->moe_layer_count(); ++i) {
+      model::MoeLayerState& state = stage->moe_layer(i);
+      MoeLayerStep layer;
+      layer.layer = state.layer;
+      layer.tokens_per_expert = state.tokens_per_expert.data();
+      layer.expert_bias = !state.expert_bias.empty() ? state.expert_bias.data() : nullptr;
+      for (double value : state.load_balancing) layer.load_balancing_sum += value;
+      for (double value : state.z_loss) layer.z_loss_sum += value;
+      state.clear_losses();
+      layers.push_back(layer);
+    }
+  }
+  const MoeStepGroups groups{expert_groups_.tp_dp_cp, data_parallel_control_, pipeline_control_};
+  return finish_moe_step(model_config_, ops_, ops_.default_stream(), groups, layers, micro_batches,
+                         config_.moe_per_layer_logging);
 }
 
 Trainer::StepSums Trainer::reduce_step_sums(double local_tokens) {
@@ -918,14 +983,23 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
   int at = 0;
   if (s.num_zeros) at += std::snprintf(norms, sizeof norms, " num zeros: %.1f |", static_cast<double>(*s.num_zeros));
   if (s.params_norm) std::snprintf(norms + at, sizeof norms - static_cast<size_t>(at), " params norm: %.3f |", *s.params_norm);
-  char line[768];
+  // Megatron's MoE losses after lm loss, in its order (the balancing loss, then z_loss).
+  char moe[160] = "";
+  if (s.moe) {
+    int used = 0;
+    if (!s.moe->balancing_name.empty()) {
+      used += std::snprintf(moe, sizeof moe, " %s: %.6E |", s.moe->balancing_name.c_str(), s.moe->balancing_loss);
+    }
+    if (s.moe->z_loss) std::snprintf(moe + used, sizeof moe - static_cast<size_t>(used), " z_loss: %.6E |", *s.moe->z_loss);
+  }
+  char line[1024];
   std::snprintf(line, sizeof line,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s "
-                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |%s"
+                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: %.1f | grad norm: %.3f |%s"
                 " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
                 static_cast<long long>(s.consumed_samples), s.step_ms, throughput, s.lr, s.global_batch_size,
-                s.lm_loss, s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
+                s.lm_loss, moe, s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
                 static_cast<long long>(s.nan_iters));
   return line;
 }

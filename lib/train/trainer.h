@@ -31,8 +31,20 @@
 // stages run ring attention over the CP group. Each micro-batch's loss is normalised by the whole
 // sequence's unmasked tokens (the CP ranks sum their counts; Megatron divides by each CP rank's
 // own count), grads are reduced over DP x CP, and the grad norm counts each tensor once over the
-// DP x CP replicas. What mt-train does not run yet (expert parallelism, MoE, ...) is refused by
-// name first (train/supported.h).
+// DP x CP replicas. What mt-train does not run yet (multi-latent attention, multi-token
+// prediction, ...) is refused by name first (train/supported.h).
+// Mixture of experts (issue 22): the ParallelContext the stages share carries the rank grid's
+// expert groups (ep, expert_tp, expert_tp_ep for the token dispatcher; tp_cp and tp_dp_cp for the
+// router's aux-loss reductions); expert grads are reduced over expert-DP by the optimizer's
+// reduction groups. Each micro-batch's MoE layers get the aux-loss grad factor d(objective) /
+// d(aux value) equal to the scale the LM loss's backward gets (Megatron's
+// main_loss_backward_scale: loss scale / (micro-batches x DP), or loss scale / step tokens with
+// --calculate-per-token-loss), so the aux losses are averaged as the LM loss is. With
+// --moe-router-enable-expert-bias the tokens per expert after dropping are counted by forward
+// passes that build grads (not by recompute, not by evaluation), summed over TP x DP x CP once per
+// global batch after the pipeline and before the optimizer's step, and every MoE layer's bias
+// moves by rate * sign(mean - count) (the same on every rank); the bias is saved in checkpoints.
+// The step's aux/z values and the tokens per expert come back in StepStats::moe.
 // Every op runs on the op table it is given (backend/registry.h; a device's memory is never read
 // on the host): the step's samples are read and split on the host, then copied into device rows
 // the micro-batches point at; parameters are initialised on the host tensor by tensor and copied;
@@ -139,6 +151,9 @@ struct TrainConfig {
   bool barrier_with_level1_timing = true;
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
+  // --moe-per-layer-logging: each MoE layer's aux and z-loss values in the step record and
+  // TensorBoard (moe/<name>_layer_<i>), besides their mean over the layers.
+  bool moe_per_layer_logging = false;
 };
 
 // TrainConfig as JSON with Megatron's argument names, and back (strict: unknown keys, wrong types
@@ -164,6 +179,44 @@ struct TimerReading {
   double min_ms = 0;
   double max_ms = 0;
   std::vector<double> rank_ms;
+};
+
+// Mixture of experts (issue 22): one MoE layer's figures over a training step.
+struct MoeLayerStats {
+  int layer = 0;  // global decoder layer index, 0-based (Megatron's per-layer names count from 0 too)
+  // Megatron's logged values of this layer's losses: the aux loss over its coefficient (aux /
+  // --moe-aux-loss-coeff, about 1.0 when the routing is balanced) and the z-loss over its
+  // coefficient (z / --moe-z-loss-coeff), each summed over the reduce group Megatron sums it over,
+  // averaged over the step's micro-batches and over DP (not for global_aux_loss, whose value is
+  // already the global batch's), as moe_logging.py does. 0 when the loss is off.
+  double load_balancing_loss = 0;
+  double z_loss = 0;
+  // Tokens routed to each of the layer's E experts after capacity dropping, over the whole global
+  // batch (summed over micro-batches and over TP x DP x CP, the expert-bias update's counts, so
+  // every layout gives the same figures): the smallest, the largest and the coefficient of
+  // variation (population standard deviation over the mean; 0 when no token was routed).
+  int64_t tokens_min = 0;
+  int64_t tokens_max = 0;
+  double tokens_cv = 0;
+};
+
+// The MoE figures of a training step (StepStats::moe; absent for a dense model). Names are
+// Megatron's: `balancing_name` is the log name of --moe-router-load-balancing-type
+// ("load_balancing_loss" for aux_loss, "seq_load_balancing_loss" for seq_aux_loss,
+// "global_load_balancing_loss" for global_aux_loss; "" for none), `balancing_loss` the layers'
+// load_balancing_loss averaged over the MoE layers (of every pipeline stage), `z_loss` likewise
+// (absent without --moe-z-loss-coeff). `layers`: every MoE layer of the model in layer order,
+// gathered on every rank. The step record carries all of it (per-layer losses only with
+// --moe-per-layer-logging, `per_layer_losses`; the token figures always); the Megatron log line
+// carries " <balancing_name>: %.6E |" and " z_loss: %.6E |" after lm loss, as Megatron's loss
+// loop; TensorBoard `<balancing_name>` and `z_loss` (and `moe/<name>_layer_<i>` per layer with
+// --moe-per-layer-logging), as Megatron's track_moe_metrics.
+struct MoeStepStats {
+  std::string balancing_name;
+  double balancing_loss = 0;
+  std::optional<double> z_loss;
+  bool per_layer_losses = false;
+  std::vector<MoeLayerStats> layers;
 };
 
 struct StepStats {
@@ -202,6 +255,8 @@ struct StepStats {
   // --log-params-norm and --log-num-zeros-in-grad: absent unless asked for.
   std::optional<double> params_norm;
   std::optional<int64_t> num_zeros;
+  // Mixture-of-experts models only (see MoeStepStats).
+  std::optional<MoeStepStats> moe;
 };
 
 struct EvalStats {
@@ -277,6 +332,17 @@ class Trainer {
   TrainerState checkpoint_state() const;
   void restore(const TrainerState& state);
   optim::DistributedOptimizer& optimizer() { return *optimizer_; }
+  // With --moe-router-enable-expert-bias: the expert bias (E floats, device memory of ops()) of
+  // every MoE layer this rank's stages hold, in layer order (empty otherwise). Checkpoints save
+  // and load them as model/decoder.layers.<i>.mlp.router.expert_bias; the same on every rank of a
+  // stage, so the stage's rank with TP, DP and CP coordinates 0 writes them
+  // (writes_expert_biases) and every holder reads them.
+  struct ExpertBias {
+    int layer = 0;
+    float* data = nullptr;
+  };
+  std::vector<ExpertBias> expert_biases() const;
+  bool writes_expert_biases() const { return writes_expert_biases_; }
   comm::Communicator& world() const { return *world_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
@@ -319,6 +385,8 @@ class Trainer {
   std::vector<std::vector<float*>> lay_out_activation_slots(const model::StageOptions& stage_options,
                                                             std::vector<int>& slot_pool_of_chunk);
   void build_optimizer(const parallel::ProcessGroups* groups);
+  // The expert grid's groups for the MoE layers (ParallelContext::set_expert_groups).
+  void connect_expert_groups(const parallel::ProcessGroups& groups);
   void build_loss_scaler();
   void build_lr_schedule();
   void check_data_covers_run() const;
@@ -329,6 +397,10 @@ class Trainer {
   // fp16's loss scaler handles it or the check is off); the timing and memory figures.
   StepTokens stage_training_samples();
   void run_training_pipeline(const StepTokens& tokens);
+  // MoE: the aux-loss grad factor of the step's backward passes, given to every stage; after the
+  // grad sync, the once-per-global-batch work (train/moe_step.h: counts, expert bias, figures).
+  void set_aux_loss_grad_factor(const StepTokens& tokens);
+  MoeStepStats finish_moe_layers(int micro_batches);
   // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
   // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
   // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
@@ -411,6 +483,7 @@ class Trainer {
   comm::Communicator* pipeline_group_ = nullptr;    // data: activations and their grads
   comm::Communicator* pipeline_control_ = nullptr;  // control: the loss from the last stage
   comm::Communicator* embedding_group_ = nullptr;   // data, first and last pipeline stage; null elsewhere
+  model::ExpertGroups expert_groups_;               // data: the MoE layers' groups (none: one rank)
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
@@ -473,6 +546,7 @@ class Trainer {
   double step_sums_host_[3] = {0, 0, 0};
   double local_tokens_host_ = 0;
   std::vector<double> eval_sums_host_;
+  bool writes_expert_biases_ = false;  // TP, DP and CP coordinates 0: this stage's copy of the biases
 };
 
 }  // namespace mt::train

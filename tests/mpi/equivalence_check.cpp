@@ -1,7 +1,9 @@
 // mt_equivalence_check RUN.jsonl REFERENCE.jsonl [--steps N] [--evals M] [--after K]: whether
 // mt-train's step and eval records in RUN equal those of REFERENCE (a one-rank run of the same
 // training) within the fp32 equivalence bound of tests/mpi/training_equivalence.h, iteration by
-// iteration. The bound at iteration t uses REFERENCE's learning rates of the steps before t (and
+// iteration: the loss and grad norm, and for a MoE model the logged aux and z-loss values
+// (Megatron's names) within the same bound and each MoE layer's tokens per expert (min, max)
+// exactly. The bound at iteration t uses REFERENCE's learning rates of the steps before t (and
 // --adam-eps from its run record), so a run resumed from a checkpoint compares from where it
 // starts. --after K compares only iterations after K; --steps and --evals say how many must be
 // compared. Exit 0 when equal (the largest difference as a share of its bound on stdout), 1 with
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +25,28 @@ namespace {
 
 struct Step {
   double loss = 0, grad_norm = 0, lr = 0;
+  // A MoE model's logged losses under Megatron's names (load_balancing_loss, z_loss, ...), and each
+  // MoE layer's tokens per expert after dropping [min, max] (equal across layouts in a dropless run).
+  std::map<std::string, double> moe_losses;
+  std::vector<int64_t> moe_tokens;
 };
+
+const char* const kMoeLosses[] = {"load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss",
+                                  "z_loss"};
+
+Step read_step(const nlohmann::json& record) {
+  Step step{record.at("lm_loss").get<double>(), record.at("grad_norm").get<double>(), record.at("lr").get<double>(), {}, {}};
+  for (const char* name : kMoeLosses) {
+    if (record.contains(name)) step.moe_losses[name] = record.at(name).get<double>();
+  }
+  if (record.contains("moe_layers")) {
+    for (const nlohmann::json& layer : record.at("moe_layers")) {
+      step.moe_tokens.push_back(layer.at("tokens_min").get<int64_t>());
+      step.moe_tokens.push_back(layer.at("tokens_max").get<int64_t>());
+    }
+  }
+  return step;
+}
 
 struct Records {
   std::map<int64_t, Step> steps;
@@ -42,8 +66,7 @@ Records read_records(const std::string& path) {
     if (kind == "run") {
       records.adam_eps = record.at("train").at("adam_eps").get<double>();
     } else if (kind == "step") {
-      records.steps[record.at("iteration").get<int64_t>()] =
-          Step{record.at("lm_loss").get<double>(), record.at("grad_norm").get<double>(), record.at("lr").get<double>()};
+      records.steps[record.at("iteration").get<int64_t>()] = read_step(record);
     } else if (kind == "eval") {
       records.evals[record.at("iteration").get<int64_t>()] = record.at("lm_loss").get<double>();
     }
@@ -99,6 +122,19 @@ int main(int argc, char** argv) {
       const double lr_sum = lr_sum_before(iteration);
       if (!check("lm loss", iteration, step.loss, want->second.loss, lr_sum)) return 1;
       if (!check("grad norm", iteration, step.grad_norm, want->second.grad_norm, lr_sum)) return 1;
+      for (const auto& [name, value] : want->second.moe_losses) {
+        const auto mine = step.moe_losses.find(name);
+        if (mine == step.moe_losses.end()) {
+          std::fprintf(stderr, "iteration %lld: no %s in %s\n", static_cast<long long>(iteration), name.c_str(), argv[1]);
+          return 1;
+        }
+        if (!check(name.c_str(), iteration, mine->second, value, lr_sum)) return 1;
+      }
+      if (step.moe_tokens != want->second.moe_tokens) {
+        std::fprintf(stderr, "iteration %lld: the MoE layers' tokens per expert (min, max) differ\n",
+                     static_cast<long long>(iteration));
+        return 1;
+      }
       ++compared_steps;
     }
     for (const auto& [iteration, loss] : run.evals) {

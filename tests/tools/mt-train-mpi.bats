@@ -9,7 +9,7 @@
 # SIGINT to mpirun save given OpenMPI's window, a signal to a rank ends with mt's last line: issue 28);
 # --overlap-param-gather trains, saves and resumes as the blocking gather does. CP=2 runs on
 # token data with document masks (and its memory is predicted to the byte), and LLaMA-3 70B's layout
-# in miniature on 32 ranks. The full matrix of layouts, models and recompute modes is
+# in miniature on 32 ranks; tiny-mixtral under EP, expert TP, TP + SP and PP with EP (issue 22). The full matrix of layouts, models and recompute modes is
 # tests/mpi/test_data_parallel.cpp and tests/mpi/test_context_parallel_training.cpp.
 
 setup() {
@@ -457,4 +457,61 @@ rank_pid() {
       || fail "rank $rank: $(tail -n 5 "$TMP/run.err")"
     ! grep -q -e "job has been aborted" -e "mpirun detected" "$TMP/run.err" || fail "rank $rank: $(cat "$TMP/run.err")"
   done
+}
+
+MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+         --train-iters 6 --lr 3e-3 --lr-warmup-iters 2 --eval-interval 3 --eval-iters 1 --moe-z-loss-coeff 1e-3
+         --peak-tflops 1)
+
+@test "issue22: tiny-mixtral under EP=2 (x DP=2), EP=4, EP=2 x ETP=2, TP=2 + SP with EP=2, PP=2 with EP=2 and TP=2 + SP x PP=2 x EP=2 on 8 ranks trains one rank's numbers (loss, grad norm, aux and z-loss, tokens per expert)" {
+  mt-train "${MIXTRAL[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 2 mt-train "${MIXTRAL[@]}" --expert-model-parallel-size 2 >"$TMP/two.jsonl" 2>"$TMP/two.err" \
+    || fail "EP=2: $(cat "$TMP/two.err")"
+  same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl" 6 2
+  local -a layouts=("--expert-model-parallel-size 2" "--expert-model-parallel-size 4"
+                    "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2"
+                    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2"
+                    "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2")
+  for layout in "${layouts[@]}"; do
+    # shellcheck disable=SC2086
+    mpirun_n 4 mt-train "${MIXTRAL[@]}" $layout >"$TMP/four.jsonl" 2>"$TMP/four.err" || fail "'$layout': $(cat "$TMP/four.err")"
+    same_numbers "$TMP/four.jsonl" "$TMP/one.jsonl" 6 2
+  done
+  mpirun_n 8 mt-train "${MIXTRAL[@]}" --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 \
+    --expert-model-parallel-size 2 >"$TMP/eight.jsonl" 2>"$TMP/eight.err" || fail "$(cat "$TMP/eight.err")"
+  same_numbers "$TMP/eight.jsonl" "$TMP/one.jsonl" 6 2
+}
+
+# tiny-mixtral with sigmoid routing and the expert bias (which moves the routing every step), 8 iterations.
+MIXTRAL_BIAS=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+              --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 8 --eval-interval 4 --eval-iters 1 --peak-tflops 1
+              --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05)
+
+@test "issue22: tiny-mixtral with the expert bias resumes bit for bit on one rank and under EP=2; saved under EP=2 it loads on one rank and under EP=2 x ETP=2 within the fp32 bound" {
+  resumes_exactly "1" 4 8 "${MIXTRAL_BIAS[@]}"
+  resumes_exactly "2 --expert-model-parallel-size 2" 4 8 "${MIXTRAL_BIAS[@]}"
+  h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5" | grep -q "decoder.layers.1.mlp.router.expert_bias" \
+    || fail "no expert bias in the checkpoint: $(h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5")"
+  h5ls -r "$TMP/ck/iter_0000004/checkpoint.h5" | grep -q "decoder.layers.0.mlp.experts.7.linear_fc2.weight" \
+    || fail "no global expert 7 in the checkpoint"
+  mt-train "${MIXTRAL_BIAS[@]}" --train-iters 8 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  for load in "1" "4 --expert-model-parallel-size 2 --expert-tensor-parallel-size 2"; do
+    # shellcheck disable=SC2086
+    launch $load "${MIXTRAL_BIAS[@]}" --train-iters 8 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+      || fail "'$load': $(cat "$TMP/load.err")"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 4 4 1
+  done
+}
+
+@test "issue22: tiny-mixtral with --calculate-per-token-loss under TP=2 + SP x EP=2 trains one rank's numbers; full recompute counts tokens and logs losses once (bit for bit the run without it)" {
+  mt-train "${MIXTRAL[@]}" --calculate-per-token-loss >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 4 mt-train "${MIXTRAL[@]}" --calculate-per-token-loss --tensor-model-parallel-size 2 --sequence-parallel \
+    --expert-model-parallel-size 2 >"$TMP/four.jsonl" 2>"$TMP/four.err" || fail "$(cat "$TMP/four.err")"
+  same_numbers "$TMP/four.jsonl" "$TMP/one.jsonl" 6 2
+  mt-train "${MIXTRAL[@]}" >"$TMP/plain.jsonl" 2>"$TMP/plain.err" || fail "$(cat "$TMP/plain.err")"
+  mt-train "${MIXTRAL[@]}" --recompute-granularity full --recompute-num-layers 1 >"$TMP/recompute.jsonl" \
+    2>"$TMP/recompute.err" || fail "$(cat "$TMP/recompute.err")"
+  moe_trace() { jq -c 'select(.record=="step") | [.lm_loss, .grad_norm, .load_balancing_loss, .z_loss, .moe_layers]' "$1"; }
+  [[ "$(moe_trace "$TMP/recompute.jsonl")" == "$(moe_trace "$TMP/plain.jsonl")" ]] \
+    || fail "$(diff <(moe_trace "$TMP/recompute.jsonl") <(moe_trace "$TMP/plain.jsonl"))"
 }

@@ -686,3 +686,38 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   grep -q "cannot write: directory $TMP/file/ck does not exist ($TMP/file is not a directory)" "$TMP/err.log" ||
     fail "$(cat "$TMP/err.log")"
 }
+@test "issue22: tiny-mixtral (8 experts, top-2) trains on one rank; the step record and Megatron's log line carry load_balancing_loss, z_loss and each MoE layer's tokens per expert" {
+  head -c 100000 "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/text.txt"
+  run_split mt-train --model tiny-mixtral --byte-data "$TMP/text.txt" --micro-batch-size 4 --global-batch-size 8 \
+    --train-iters 20 --lr 3e-3 --lr-warmup-iters 3 --eval-iters 0 --log-interval 10 --moe-z-loss-coeff 1e-3 \
+    --moe-per-layer-logging --peak-tflops 1
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" >"$TMP/out.jsonl"
+  check '.[0].model.num_experts == 8 and .[0].model.moe_router_topk == 2'
+  check '[.[] | select(.record=="step")] | length == 20'
+  check '[.[] | select(.record=="step")] | (.[0].lm_loss - .[-1].lm_loss) > 1.0'
+  # aux / coeff averaged over layers and micro-batches: 1.0 for balanced routing, above it otherwise.
+  check '[.[] | select(.record=="step") | .load_balancing_loss] | all(. >= 0.99 and . < 8)'
+  check '[.[] | select(.record=="step") | .z_loss] | all(. > 0)'
+  check '[.[] | select(.record=="step")][0].moe_layers | map(.layer) == [0, 1]'
+  check '[.[] | select(.record=="step") | .moe_layers[] | (.tokens_min <= .tokens_max and .tokens_cv >= 0 and has("load_balancing_loss") and has("z_loss"))] | all'
+  # Every token goes to k = 2 experts: 8 x 64 x 2 = 1024 routed copies per layer, 128 per expert on average.
+  check '[.[] | select(.record=="step") | .moe_layers[] | .tokens_max >= 128 and .tokens_min <= 128] | all'
+  [[ "$err" == *"| lm loss: "*" | load_balancing_loss: "*" | z_loss: "*" | loss scale: "* ]] || fail "no MoE values in the log line: $err"
+}
+
+@test "issue22: a MoE model is refused by name on --device cuda, and the values mt-train does not run while parsing" {
+  mixtral() {
+    mt-train --model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --train-iters 1 --eval-iters 0 "$@" \
+      >"$TMP/out.jsonl" 2>"$TMP/err.log"
+  }
+  run mixtral --device cuda
+  [[ $status -eq 2 ]] || fail "status $status: $(cat "$TMP/err.log")"
+  grep -q -- "--num-experts 8 with --device cuda: not supported yet" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for args in "--moe-token-dispatcher-type flex" "--moe-router-dtype fp64" "--moe-router-force-load-balancing"; do
+    # shellcheck disable=SC2086
+    run mixtral $args
+    [[ $status -eq 2 ]] || fail "$args: status $status"
+    grep -q -- "${args%% *}.*not supported yet" "$TMP/err.log" || fail "$args: $(cat "$TMP/err.log")"
+  done
+}

@@ -1,5 +1,6 @@
 // The groups of Megatron flags and their lib configs (see flags.h).
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "model/layout.h"
@@ -17,8 +18,9 @@ class GroupAdder {
   template <typename T>
   CLI::Option* operator()(std::string_view name, T& target) const {
     CLI::Option* option = add_flag(app_, name, target);
-    return group_.empty() ? option : option->group(group_);
+    return group(option);
   }
+  CLI::Option* group(CLI::Option* option) const { return group_.empty() ? option : option->group(group_); }
 
  private:
   CLI::App& app_;
@@ -33,6 +35,110 @@ void apply(const std::optional<T>& value, T& target) {
 }  // namespace
 
 // ---- model ----
+
+namespace {
+
+// Megatron's list-valued flags (nargs='+') taken as a list, so a list is refused by name rather
+// than as an unexpected argument; each value is checked against the table's spec.
+void add_list_valued(CLI::App& app, const GroupAdder& grouped, std::string_view name, std::vector<std::string>& target) {
+  const FlagSpec& spec = flag_spec(name);
+  CLI::Option* option = app.add_option(spec.name, target, spec.help)
+                            ->expected(1, CLI::detail::expected_max_vector_size)
+                            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                            ->check(detail::value_check(spec, std::numeric_limits<long double>::lowest(),
+                                                        std::numeric_limits<long double>::max()));
+  grouped.group(option);
+}
+
+void add_moe_flags(CLI::App& app, ModelFlags& f, const GroupAdder& add) {
+  add("--num-experts", f.num_experts);
+  add("--moe-router-topk", f.moe_router_topk);
+  add("--moe-ffn-hidden-size", f.moe_ffn_hidden_size);
+  add("--moe-shared-expert-intermediate-size", f.moe_shared_expert_intermediate_size);
+  add("--moe-layer-freq", f.moe_layer_freq);
+  add("--moe-router-score-function", f.moe_router_score_function);
+  add("--moe-router-pre-softmax", f.moe_router_pre_softmax);
+  add("--moe-router-num-groups", f.moe_router_num_groups);
+  add("--moe-router-group-topk", f.moe_router_group_topk);
+  add("--moe-router-topk-scaling-factor", f.moe_router_topk_scaling_factor);
+  add("--moe-router-enable-expert-bias", f.moe_router_enable_expert_bias);
+  add("--moe-router-bias-update-rate", f.moe_router_bias_update_rate);
+  add("--moe-router-dtype", f.moe_router_dtype);
+  add_list_valued(app, add, "--moe-router-load-balancing-type", f.moe_router_load_balancing_type);
+  add_list_valued(app, add, "--moe-aux-loss-coeff", f.moe_aux_loss_coeff);
+  add("--moe-z-loss-coeff", f.moe_z_loss_coeff);
+  add("--moe-expert-capacity-factor", f.moe_expert_capacity_factor);
+  add("--moe-token-drop-policy", f.moe_token_drop_policy);
+  add("--moe-pad-expert-input-to-capacity", f.moe_pad_expert_input_to_capacity);
+  add("--moe-grouped-gemm", f.moe_grouped_gemm);
+  add("--moe-token-dispatcher-type", f.moe_token_dispatcher_type);
+}
+
+// The one value of a list-valued Megatron flag, or nullopt when not given; a list is refused.
+std::optional<std::string> single_value(const std::vector<std::string>& values, const char* flag) {
+  if (values.empty()) return std::nullopt;
+  if (values.size() > 1) {
+    std::string list;
+    for (const std::string& v : values) list += " " + v;
+    throw UsageError(flag + list, "a list (one per loss) is not supported yet; give one value");
+  }
+  return values.front();
+}
+
+// The MoE flags over the preset's values.
+void apply_moe_flags(const ModelFlags& f, model::ModelConfig& c) {
+  apply(f.num_experts, c.num_experts);
+  apply(f.moe_router_topk, c.moe_router_topk);
+  apply(f.moe_ffn_hidden_size, c.moe_ffn_hidden_size);
+  apply(f.moe_shared_expert_intermediate_size, c.moe_shared_expert_intermediate_size);
+  if (f.moe_layer_freq) {
+    const std::vector<int> pattern = model::parse_moe_layer_freq(*f.moe_layer_freq, c.num_layers);
+    if (f.moe_layer_freq->find('[') == std::string::npos) {
+      c.moe_layer_freq = std::stoi(*f.moe_layer_freq);  // parsed above: a positive integer
+      c.moe_layer_pattern.clear();
+    } else {
+      c.moe_layer_pattern = pattern;
+    }
+  }
+  if (f.moe_router_score_function) {
+    c.moe_router_score_function =
+        *f.moe_router_score_function == "sigmoid" ? model::MoeScoreFunction::sigmoid : model::MoeScoreFunction::softmax;
+  }
+  if (f.moe_router_pre_softmax) c.moe_router_pre_softmax = true;
+  if (f.moe_router_num_groups) c.moe_router_num_groups = f.moe_router_num_groups;
+  if (f.moe_router_group_topk) c.moe_router_group_topk = f.moe_router_group_topk;
+  if (f.moe_router_topk_scaling_factor) c.moe_router_topk_scaling_factor = f.moe_router_topk_scaling_factor;
+  if (f.moe_router_enable_expert_bias) c.moe_router_enable_expert_bias = true;
+  apply(f.moe_router_bias_update_rate, c.moe_router_bias_update_rate);
+  if (f.moe_router_dtype) {
+    c.moe_router_dtype = *f.moe_router_dtype == "fp64" ? model::MoeRouterDtype::fp64 : model::MoeRouterDtype::fp32;
+  }
+  if (const auto type = single_value(f.moe_router_load_balancing_type, "--moe-router-load-balancing-type")) {
+    c.moe_router_load_balancing_type = *type == "aux_loss"          ? model::MoeLoadBalancing::aux_loss
+                                       : *type == "seq_aux_loss"    ? model::MoeLoadBalancing::seq_aux_loss
+                                       : *type == "global_aux_loss" ? model::MoeLoadBalancing::global_aux_loss
+                                       : *type == "sinkhorn"        ? model::MoeLoadBalancing::sinkhorn
+                                                                    : model::MoeLoadBalancing::none;
+  }
+  if (const auto coeff = single_value(f.moe_aux_loss_coeff, "--moe-aux-loss-coeff")) {
+    c.moe_aux_loss_coeff = std::stof(*coeff);  // checked while parsing: a finite number >= 0
+  }
+  if (f.moe_z_loss_coeff) c.moe_z_loss_coeff = f.moe_z_loss_coeff;
+  if (f.moe_expert_capacity_factor) c.moe_expert_capacity_factor = f.moe_expert_capacity_factor;
+  if (f.moe_token_drop_policy) {
+    c.moe_token_drop_policy =
+        *f.moe_token_drop_policy == "position" ? model::MoeDropPolicy::position : model::MoeDropPolicy::probs;
+  }
+  if (f.moe_pad_expert_input_to_capacity) c.moe_pad_expert_input_to_capacity = true;
+  if (f.moe_grouped_gemm) c.moe_grouped_gemm = true;
+  if (f.moe_token_dispatcher_type) {
+    c.moe_token_dispatcher_type = *f.moe_token_dispatcher_type == "alltoall" ? model::MoeDispatcher::alltoall
+                                  : *f.moe_token_dispatcher_type == "flex"   ? model::MoeDispatcher::flex
+                                                                             : model::MoeDispatcher::allgather;
+  }
+}
+
+}  // namespace
 
 void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
   const GroupAdder add(app, group);
@@ -58,6 +164,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
   add("--init-method-std", f.init_method_std);
   add("--hidden-dropout", f.hidden_dropout);
   add("--attention-dropout", f.attention_dropout);
+  add_moe_flags(app, f, add);
 }
 
 model::ModelConfig model_config(const ModelFlags& f) {
@@ -91,6 +198,7 @@ model::ModelConfig model_config(const ModelFlags& f) {
   if (f.normalization) {
     c.normalization = *f.normalization == "RMSNorm" ? model::Normalization::rmsnorm : model::Normalization::layernorm;
   }
+  apply_moe_flags(f, c);
   if (f.position_embedding_type) {
     c.position_embedding = *f.position_embedding_type == "rope" ? model::PositionEmbedding::rope
                                                                 : model::PositionEmbedding::learned_absolute;
@@ -173,6 +281,7 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--seed", c.seed)->capture_default_str();
   add("--log-interval", c.log_interval)->capture_default_str();
   add("--log-throughput", c.log_throughput);
+  add("--moe-per-layer-logging", f.moe_per_layer_logging);
   add("--eval-interval", c.eval_interval)->capture_default_str();
   add("--eval-iters", c.eval_iters)->capture_default_str();
   add("--peak-tflops", f.peak_tflops);
@@ -187,6 +296,7 @@ train::TrainConfig training_config(const TrainingFlags& f) {
   train::TrainConfig c = f.config;
   c.precision = f.bf16 ? Precision::bf16 : f.fp16 ? Precision::fp16 : Precision::fp32;
   c.check_for_nan_in_loss_and_grad = !f.no_check_for_nan_in_loss_and_grad;
+  c.moe_per_layer_logging = f.moe_per_layer_logging;
   c.lr_decay_style = optim::parse_decay_style(f.lr_decay_style);
   if (f.recompute_granularity == "full") c.recompute.granularity = model::RecomputeGranularity::full;
   if (f.recompute_granularity == "selective") c.recompute.granularity = model::RecomputeGranularity::selective;

@@ -175,6 +175,52 @@ const FlagSpec& flag_spec(std::string_view name) {
       real_flag("--hidden-dropout", "Dropout after attention, MLP and embedding", between(0, 1, true)),
       real_flag("--attention-dropout", "Dropout on the attention probabilities, inside the fused kernel",
                 between(0, 1, true)),
+      // mixture of experts (Megatron's names and defaults; model/config.h holds the values)
+      integer_flag("--num-experts", "Experts per MoE layer (default: none, every MLP dense)", at_least(1)),
+      integer_flag("--moe-router-topk", "Experts each token is routed to (default 2)", at_least(1)),
+      integer_flag("--moe-ffn-hidden-size", "Hidden size of each expert's SwiGLU MLP (default --ffn-hidden-size)",
+                   at_least(1)),
+      integer_flag("--moe-shared-expert-intermediate-size",
+                   "Hidden size of the shared experts' MLP, run on every token (default: none)", at_least(1)),
+      text_flag("--moe-layer-freq", "Which layers are MoE: N (layer i when i % N == 0; default 1), a list [1,0,1,...] "
+                                    "or Python's ([0]*3+[1]*58)"),
+      text_flag("--moe-router-score-function", "Router scores: softmax (Mixtral) or sigmoid (DeepSeek-V3)",
+                {"softmax", "sigmoid"}),
+      toggle_flag("--moe-router-pre-softmax",
+                  "Softmax over all experts before the top-k, not renormalised (default: top-k on the logits, then "
+                  "softmax over the k); no effect with sigmoid"),
+      integer_flag("--moe-router-num-groups", "Group-limited routing: contiguous expert groups (default: none)",
+                   at_least(1)),
+      integer_flag("--moe-router-group-topk", "Group-limited routing: groups each token may use", at_least(1)),
+      real_flag("--moe-router-topk-scaling-factor", "Multiplies the routing probabilities (default 1)", positive()),
+      toggle_flag("--moe-router-enable-expert-bias",
+                  "Aux-loss-free balancing: a per-expert bias added to the sigmoid scores for choosing only, moved "
+                  "once per global batch towards the mean load"),
+      real_flag("--moe-router-bias-update-rate", "Step of the expert bias update (default 1e-3)", at_least(0)),
+      text_flag("--moe-router-dtype", "Precision of the router's logits and everything after them",
+                {"fp32", "fp64"}, {"fp32"}),
+      text_flag("--moe-router-load-balancing-type",
+                "Auxiliary load-balancing loss: per micro-batch (aux_loss, the default), per sequence "
+                "(seq_aux_loss), over the global batch (global_aux_loss, layout-dependent by design) or none",
+                {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"},
+                {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"}),
+      real_flag("--moe-aux-loss-coeff", "Weight of the load-balancing loss (default 0)", at_least(0)),
+      real_flag("--moe-z-loss-coeff", "Weight of the router z-loss (default: none)", at_least(0)),
+      real_flag("--moe-expert-capacity-factor",
+                "Capacity per expert as a multiple of the mean load; tokens over it are dropped (default: dropless)",
+                positive()),
+      text_flag("--moe-token-drop-policy",
+                "Which tokens an over-capacity expert keeps: the highest probabilities (probs) or the earliest "
+                "tokens (position)",
+                {"probs", "position"}),
+      toggle_flag("--moe-pad-expert-input-to-capacity", "Pad each expert's input to its capacity (needs a capacity "
+                                                         "factor)"),
+      toggle_flag("--moe-grouped-gemm", "One grouped GEMM over the local experts (default: a loop over them, "
+                                        "Megatron's SequentialMLP; the same numbers)"),
+      text_flag("--moe-token-dispatcher-type",
+                "Token dispatcher: alltoall; allgather (Megatron's default) runs through the all-to-all dispatcher "
+                "with identical numbers (the run record names the one asked for)",
+                {"allgather", "alltoall", "flex"}, {"allgather", "alltoall"}),
       // parallel
       integer_flag("--tensor-model-parallel-size", "Tensor-parallel degree (TP)", at_least(1)),
       integer_flag("--pipeline-model-parallel-size", "Pipeline stages (PP)", at_least(1)),
@@ -241,6 +287,9 @@ const FlagSpec& flag_spec(std::string_view name) {
                    between(0, 4294967295.0L)),
       integer_flag("--log-interval", "Iterations between log lines on stderr", at_least(1)),
       toggle_flag("--log-throughput", "Add Megatron's 'throughput per GPU (TFLOP/s/GPU)' to the log line"),
+      toggle_flag("--moe-per-layer-logging",
+                  "Each MoE layer's aux and z-loss values in the step record and TensorBoard (moe/<name>_layer_<i>), "
+                  "besides their mean over the layers"),
       integer_flag("--eval-interval", "Iterations between evaluations", at_least(1)),
       integer_flag("--eval-iters", "Global batches per evaluation (0: none)", at_least(0)),
       real_flag("--peak-tflops",
@@ -352,7 +401,9 @@ const FlagSpec& flag_spec(std::string_view name) {
 // what mt-train does not run yet (train/supported.h), so degree 1 works today.
 void refuse_unimplemented_megatron_flags(int argc, char** argv) {
   static const std::set<std::string> flags{
-      "--virtual-pipeline-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-aux-loss-coeff",
+      "--virtual-pipeline-model-parallel-size", "--moe-router-force-load-balancing", "--moe-input-jitter-eps",
+      "--moe-shared-expert-overlap", "--moe-shared-expert-gate", "--moe-permute-fusion", "--moe-router-fusion",
+      "--moe-use-legacy-grouped-gemm", "--moe-extended-tp", "--moe-use-upcycling", "--moe-layer-recompute",
       "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file",
       "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",

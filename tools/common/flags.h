@@ -127,6 +127,18 @@ struct ModelFlags {
        disable_bias_linear = false;
   std::optional<std::string> normalization, position_embedding_type;
   std::optional<float> norm_epsilon, rotary_base, init_method_std, hidden_dropout, attention_dropout;
+  // Mixture of experts (Megatron's flags; model/config.h's fields).
+  std::optional<int> num_experts, moe_router_topk, moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
+      moe_router_num_groups, moe_router_group_topk;
+  std::optional<std::string> moe_layer_freq, moe_router_score_function, moe_router_dtype, moe_token_drop_policy,
+      moe_token_dispatcher_type;
+  // Megatron takes lists here (one type and coefficient per loss); mt takes one value and refuses
+  // a list by name.
+  std::vector<std::string> moe_router_load_balancing_type, moe_aux_loss_coeff;
+  std::optional<float> moe_router_topk_scaling_factor, moe_router_bias_update_rate, moe_z_loss_coeff,
+      moe_expert_capacity_factor;
+  bool moe_router_pre_softmax = false, moe_router_enable_expert_bias = false,
+       moe_pad_expert_input_to_capacity = false, moe_grouped_gemm = false;
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& group = "Model");
@@ -153,6 +165,7 @@ struct TrainingFlags {
   std::string recompute_granularity, recompute_method = "uniform";
   bool bf16 = false, fp16 = false;
   bool check_for_nan_in_loss_and_grad = false, no_check_for_nan_in_loss_and_grad = false;
+  bool moe_per_layer_logging = false;
   std::optional<double> peak_tflops;
   std::string flops_convention = "megatron";
 };

@@ -13,7 +13,8 @@ namespace mt::tools {
 namespace {
 
 // Flags that cannot change any report: how data is loaded, saved and logged, the optimizer's
-// and the schedule's values, initialisation and dropout.
+// and the schedule's values, initialisation and dropout, the MoE losses' weights and the expert
+// bias's rate.
 const std::vector<std::string> kNeverEffective = {
     "--split", "--data-cache-path", "--mock-data", "--eod-mask-loss", "--reset-position-ids",
     "--reset-attention-mask", "--save-init", "--save-final", "--train-iters", "--train-samples", "--lr", "--min-lr",
@@ -22,7 +23,8 @@ const std::vector<std::string> kNeverEffective = {
     "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--calculate-per-token-loss",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--max-consecutive-skipped-iters", "--seed", "--log-interval",
     "--log-throughput", "--eval-interval", "--eval-iters", "--norm-epsilon", "--rotary-base", "--init-method-std",
-    "--hidden-dropout", "--attention-dropout"};
+    "--hidden-dropout", "--attention-dropout", "--moe-per-layer-logging", "--moe-router-bias-update-rate",
+    "--moe-aux-loss-coeff", "--moe-z-loss-coeff"};
 
 // Options that describe the output or the tool's mode rather than the run.
 const std::set<std::string> kNotSweepable = {"--sweep", "--from-log", "--format", "--json", "--help", "--version",

@@ -31,6 +31,7 @@
 #include "io/output_policy.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "train/checkpointing.h"
 #include "tools/common/tool_main.h"
 
 namespace {
@@ -133,6 +134,7 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const mt::io::Check
       expected["optimizer/exp_avg_sq/" + entry.name] = entry.global_shape;
     }
   }
+  for (const auto& [name, shape] : mt::train::checkpoint_buffers(model)) expected[name] = shape;
   return expected;
 }
 

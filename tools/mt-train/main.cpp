@@ -344,8 +344,14 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "counts; Megatron divides by each CP rank's own count). --global-batch-size must be a multiple of\n"
       "micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout; its step\n"
       "records carry compute_ms (the busiest rank's forward/backward compute) and pipeline_ms (the longest\n"
-      "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble. EP is refused\n"
-      "(not built yet).\n"
+      "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble.\n"
+      "Mixture of experts (CPU only; --device cuda refuses it): --num-experts E and Megatron's --moe-* flags\n"
+      "(Model group). --expert-model-parallel-size EP and --expert-tensor-parallel-size ETP (default TP) fold\n"
+      "into each pipeline stage's ranks (ETP x EP divides TP x CP x DP; TP > 1 needs --sequence-parallel);\n"
+      "--moe-token-dispatcher-type allgather (Megatron's default) runs through the all-to-all dispatcher with\n"
+      "identical numbers, flex is refused. Step records add load_balancing_loss (or seq_load_balancing_loss),\n"
+      "z_loss (aux / coeff averaged over MoE layers, micro-batches and DP) and moe_layers (per MoE layer the\n"
+      "tokens per expert after dropping: tokens_min, tokens_max, tokens_cv); the log line prints the losses.\n"
       "Dry run: --dry-run --world-size N [flags] checks the run in one process, without MPI (no mpirun, no Slurm\n"
       "allocation): every flag, the layout at N ranks (parallel::validate, as a run), the memory each rank needs\n"
       "(the check a run makes before it allocates) against --peak-device NAME's memory per GPU, or without it\n"
@@ -363,7 +369,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "exit code is 75 (resumable: mt-launch requeues, --load resumes); without --save the exit code is 0 (as\n"
       "Megatron's). The summary's stopped_by names the flag.");
   mt::tools::add_model_flags(app, o.model, "Model");
-  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP; EP refused: not built yet)");
+  mt::tools::add_parallel_flags(app, o.parallel, "Parallelism (TP, SP, CP, DP, PP, EP, expert TP)");
   mt::tools::add_training_flags(app, o.training, "Training");
   mt::tools::add_device_flag(app, o.device, "Device",
                              "The backend the run's ops run on: cpu, or cuda (one GPU per rank: the rank's index on its "
@@ -495,7 +501,7 @@ RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size) {
   }
   if (!o.byte_data.empty() && !o.model.vocab_size && o.model.preset.empty()) o.model.vocab_size = 256;
   plan.model = mt::tools::model_config(o.model);
-  mt::train::check_supported(plan.model, o.parallel);  // before validation: what mt-train cannot run is named first
+  mt::train::check_supported(plan.model, o.parallel, mt::tools::backend_device(o.device));  // before validation: what mt-train cannot run is named first
   if (o.mock_data && !o.model.vocab_size && plan.model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
   }
@@ -762,6 +768,7 @@ class StepRecords {
                          {"compute_ms", s.compute_ms},
                          {"pipeline_ms", s.pipeline_ms}};
     add_watched(record, s);
+    if (s.moe) add_moe(record, *s.moe);
     writer_.write(record);
     if (first_step) write_memory(s);
   }
@@ -780,6 +787,24 @@ class StepRecords {
       timers[t.name] = Record{{"min_ms", t.min_ms}, {"max_ms", t.max_ms}, {"rank_ms", t.rank_ms}};
     }
     record["timers"] = std::move(timers);
+  }
+  // A MoE model's figures under Megatron's names: the balancing loss ("load_balancing_loss",
+  // "seq_load_balancing_loss" or "global_load_balancing_loss": aux / coeff, the mean over MoE
+  // layers) and "z_loss" when on, and "moe_layers": per MoE layer {"layer", "tokens_min",
+  // "tokens_max", "tokens_cv"} (tokens per expert after dropping over the global batch), with its
+  // losses under the same names with --moe-per-layer-logging.
+  static void add_moe(Record& record, const mt::train::MoeStepStats& moe) {
+    if (!moe.balancing_name.empty()) record[moe.balancing_name] = moe.balancing_loss;
+    if (moe.z_loss) record["z_loss"] = *moe.z_loss;
+    Record layers = Record::array();
+    for (const mt::train::MoeLayerStats& l : moe.layers) {
+      Record layer{{"layer", l.layer}, {"tokens_min", l.tokens_min}, {"tokens_max", l.tokens_max},
+                   {"tokens_cv", l.tokens_cv}};
+      if (moe.per_layer_losses && !moe.balancing_name.empty()) layer[moe.balancing_name] = l.load_balancing_loss;
+      if (moe.per_layer_losses && moe.z_loss) layer["z_loss"] = l.z_loss;
+      layers.push_back(std::move(layer));
+    }
+    record["moe_layers"] = std::move(layers);
   }
   // The run's high-water marks per stage, before the saves at the end.
   void at_run_end() { write_memory(last_); }

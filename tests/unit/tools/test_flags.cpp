@@ -1,7 +1,8 @@
 // Flags defined once (tools/common/flags.h): every group defines against the table, values outside
 // a range are refused while parsing with one short line that says the range (issue 11 cases 6, 7,
-// 13, 14), the groups' configs follow Megatron's defaults, parallel values mt-train does not
-// implement are refused by name (case 18), and --device names the backend, never a GPU model.
+// 13, 14), the groups' configs follow Megatron's defaults (the MoE flags included), values mt-train
+// does not implement are refused by name (case 18), and --device names the backend, never a GPU
+// model.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -164,27 +165,19 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
                                               "--decoder-first-pipeline-num-layers", "1",
                                               "--decoder-last-pipeline-num-layers", "1"},
                                              {"--ddp-bucket-size", "1000", "--expert-tensor-parallel-size", "1"},
+                                             {"--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "2"},
                                              {"--context-parallel-size", "2", "--sequence-parallel"}}) {
     AllFlags g;
     ASSERT_EQ(parse_error(args, &g), "");
     EXPECT_NO_THROW(check_supported_dense(g.parallel)) << args[0];
   }
-  const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
-      {{"--expert-model-parallel-size", "8"},
-       "--expert-model-parallel-size 8: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
-      {{"--expert-tensor-parallel-size", "2"},
-       "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)"},
-  };
-  for (const auto& [args, expected] : refused) {
-    AllFlags g;
-    ASSERT_EQ(parse_error(args, &g), "");
-    try {
-      check_supported_dense(g.parallel);
-      ADD_FAILURE() << args[0] << " accepted";
-    } catch (const mt::UsageError& e) {
-      EXPECT_EQ(std::string(e.what()), expected);
-    }
-  }
+  // Mixture-of-experts values mt does not run are refused by name while parsing.
+  EXPECT_EQ(parse_error({"--moe-router-dtype", "fp64"}), "--moe-router-dtype: fp64 is not supported yet (mt implements fp32)");
+  EXPECT_EQ(parse_error({"--moe-token-dispatcher-type", "flex"}),
+            "--moe-token-dispatcher-type: flex is not supported yet (mt implements allgather, alltoall)");
+  EXPECT_EQ(parse_error({"--moe-router-load-balancing-type", "sinkhorn"}),
+            "--moe-router-load-balancing-type: sinkhorn is not supported yet (mt implements aux_loss, seq_aux_loss, "
+            "global_aux_loss, none)");
   char arg0[] = "mt-train", fp8[] = "--fp8-format=hybrid";
   char* argv[] = {arg0, fp8};
   try {
@@ -215,6 +208,72 @@ TEST(Flags, ModelFlagsOverrideThePresetWithMegatronDefaults) {
   AllFlags h;
   ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--num-query-groups", "2"}, &h), "");
   EXPECT_THROW(model_config(h.model), mt::UsageError);  // needs --group-query-attention
+}
+
+TEST(Flags, MoeFlagsSetTheModelConfigWithMegatronNames) {
+  AllFlags f;
+  ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--swiglu", "--num-experts", "8", "--moe-router-topk", "4",
+                         "--moe-ffn-hidden-size", "48", "--moe-shared-expert-intermediate-size", "32",
+                         "--moe-layer-freq", "([0]*1+[1]*1)", "--moe-router-score-function", "sigmoid",
+                         "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+                         "--moe-router-topk-scaling-factor", "2.5", "--moe-router-enable-expert-bias",
+                         "--moe-router-bias-update-rate", "0.01", "--moe-router-dtype", "fp32",
+                         "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-4",
+                         "--moe-z-loss-coeff", "1e-3", "--moe-expert-capacity-factor", "1.5",
+                         "--moe-token-drop-policy", "position", "--moe-pad-expert-input-to-capacity",
+                         "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall", "--moe-per-layer-logging"},
+                        &f),
+            "");
+  const mt::model::ModelConfig c = model_config(f.model);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.moe_router_topk, 4);
+  EXPECT_EQ(c.moe_ffn_hidden_size, 48);
+  EXPECT_EQ(c.moe_shared_expert_intermediate_size, 32);
+  EXPECT_EQ(c.moe_layer_pattern, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_EQ(c.moe_router_score_function, mt::model::MoeScoreFunction::sigmoid);
+  EXPECT_EQ(c.moe_router_num_groups, 4);
+  EXPECT_EQ(c.moe_router_group_topk, 2);
+  EXPECT_EQ(c.moe_router_topk_scaling_factor, 2.5f);
+  EXPECT_TRUE(c.moe_router_enable_expert_bias);
+  EXPECT_EQ(c.moe_router_bias_update_rate, 0.01f);
+  EXPECT_EQ(c.moe_router_load_balancing_type, mt::model::MoeLoadBalancing::seq_aux_loss);
+  EXPECT_EQ(c.moe_aux_loss_coeff, 1e-4f);
+  EXPECT_EQ(c.moe_z_loss_coeff, 1e-3f);
+  EXPECT_EQ(c.moe_expert_capacity_factor, 1.5f);
+  EXPECT_EQ(c.moe_token_drop_policy, mt::model::MoeDropPolicy::position);
+  EXPECT_TRUE(c.moe_pad_expert_input_to_capacity);
+  EXPECT_TRUE(c.moe_grouped_gemm);
+  EXPECT_EQ(c.moe_token_dispatcher_type, mt::model::MoeDispatcher::alltoall);
+  EXPECT_TRUE(training_config(f.training).moe_per_layer_logging);
+  // Megatron's defaults where nothing is given; an integer --moe-layer-freq is N.
+  AllFlags g;
+  ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--num-experts", "4", "--moe-layer-freq", "2"}, &g), "");
+  const mt::model::ModelConfig d = model_config(g.model);
+  EXPECT_EQ(d.moe_router_topk, 2);
+  EXPECT_EQ(d.moe_layer_freq, 2);
+  EXPECT_TRUE(d.moe_layer_pattern.empty());
+  EXPECT_EQ(d.moe_router_load_balancing_type, mt::model::MoeLoadBalancing::aux_loss);
+  EXPECT_EQ(d.moe_aux_loss_coeff, 0.0f);
+  EXPECT_FALSE(d.moe_z_loss_coeff.has_value());
+  EXPECT_FALSE(d.moe_expert_capacity_factor.has_value());
+  EXPECT_EQ(d.moe_token_dispatcher_type, mt::model::MoeDispatcher::allgather);
+  // Megatron's list forms are refused by name; bad values while parsing.
+  AllFlags h;
+  ASSERT_EQ(parse_error({"--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss"}, &h), "");
+  try {
+    model_config(h.model);
+    ADD_FAILURE() << "a list of balancing types accepted";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--moe-router-load-balancing-type aux_loss seq_aux_loss: a list (one per loss) "
+                                     "is not supported yet; give one value");
+  }
+  EXPECT_EQ(parse_error({"--moe-aux-loss-coeff", "-1"}), "--moe-aux-loss-coeff: must be at least 0 (got -1)");
+  EXPECT_EQ(parse_error({"--num-experts", "0"}), "--num-experts: must be at least 1 (got 0)");
+  AllFlags k;
+  ASSERT_EQ(parse_error({"--model", "tiny-gpt", "--moe-layer-freq", "[1,2]"}, &k), "");
+  EXPECT_THROW(model_config(k.model), mt::UsageError);
 }
 
 TEST(Flags, TrainingFlagsNamesAndCombinations) {

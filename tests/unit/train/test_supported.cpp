@@ -47,7 +47,7 @@ TEST(Supported, EverythingTheEngineRunsIsAccepted) {
   layouts[5].pipeline_model_parallel_size = 2;
   layouts[5].num_layers_per_virtual_pipeline_stage = 1;
   layouts[6].expert_tensor_parallel_size = 1;  // Megatron's spelling of the default
-  for (const char* preset : {"tiny-gpt", "tiny-llama", "gpt2-124m", "llama3-8b"}) {
+  for (const char* preset : {"tiny-gpt", "tiny-llama", "gpt2-124m", "llama3-8b", "mixtral-8x7b"}) {
     for (const ParallelConfig& parallel : layouts) {
       EXPECT_EQ(refusal(mt::model::preset(preset), parallel), "") << preset;
     }
@@ -56,19 +56,40 @@ TEST(Supported, EverythingTheEngineRunsIsAccepted) {
 
 TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   const ModelConfig dense = mt::model::preset("tiny-llama");
-  std::vector<std::pair<ParallelConfig, std::string>> parallel_cases(2);
-  parallel_cases[0].first.expert_model_parallel_size = 8;
-  parallel_cases[0].second =
-      "--expert-model-parallel-size 8: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)";
-  parallel_cases[1].first.expert_tensor_parallel_size = 2;
-  parallel_cases[1].second =
-      "--expert-tensor-parallel-size 2: not supported yet (mt-train runs 1: MoE expert parallelism is not built yet)";
-  for (const auto& [parallel, expected] : parallel_cases) EXPECT_EQ(refusal(dense, parallel), expected);
-
   const ParallelConfig one_rank;
-  EXPECT_EQ(refusal(mt::model::preset("mixtral-8x7b"), one_rank),
-            "--num-experts 8: not supported yet (mt-train builds dense MLPs only; mt-mfu and mt-memreport account "
-            "for it)");
+  // Mixture of experts runs on the CPU, with expert parallelism; on cuda it is refused.
+  const ModelConfig mixtral = mt::model::preset("mixtral-8x7b");
+  EXPECT_EQ(refusal(mixtral, one_rank), "");
+  ParallelConfig experts;
+  experts.expert_model_parallel_size = 8;
+  experts.expert_tensor_parallel_size = 2;
+  EXPECT_EQ(refusal(mixtral, experts), "");
+  EXPECT_EQ(refusal(dense, experts), "");  // parallel::validate's to refuse (EP needs experts)
+  try {
+    check_supported(mixtral, one_rank, mt::backend::Device::cuda);
+    ADD_FAILURE() << "a MoE model accepted on cuda";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--num-experts 8 with --device cuda: not supported yet (mt-train runs mixture-of-experts models on the "
+              "CPU; the CUDA table has no MoE ops yet)");
+  }
+  EXPECT_NO_THROW(check_supported(dense, one_rank, mt::backend::Device::cuda));
+  // Values a preset or a JSON config may hold that the flags refuse while parsing.
+  ModelConfig fp64 = mixtral;
+  fp64.moe_router_dtype = mt::model::MoeRouterDtype::fp64;
+  EXPECT_EQ(refusal(fp64, one_rank), "--moe-router-dtype fp64: not supported yet (mt-train routes in fp32)");
+  ModelConfig flex = mixtral;
+  flex.moe_token_dispatcher_type = mt::model::MoeDispatcher::flex;
+  EXPECT_EQ(refusal(flex, one_rank),
+            "--moe-token-dispatcher-type flex: not supported yet (mt-train runs the all-to-all dispatcher)");
+  ModelConfig sinkhorn = mixtral;
+  sinkhorn.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::sinkhorn;
+  EXPECT_EQ(refusal(sinkhorn, one_rank),
+            "--moe-router-load-balancing-type sinkhorn: not supported yet (mt-train runs aux_loss, seq_aux_loss or "
+            "none)");
+  ModelConfig global = mixtral;
+  global.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::global_aux_loss;
+  EXPECT_EQ(refusal(global, one_rank).rfind("--moe-router-load-balancing-type global_aux_loss: not supported yet", 0), 0u);
   ModelConfig latent = dense;
   latent.multi_latent_attention = true;
   EXPECT_EQ(refusal(latent, one_rank),
@@ -79,8 +100,9 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   EXPECT_EQ(refusal(mtp, one_rank),
             "--mtp-num-layers 1: not supported yet (mt-train has no multi-token prediction; mt-mfu and mt-memreport "
             "account for it)");
-  // DeepSeek-V3 asks for all three model features: the list names the first.
-  EXPECT_EQ(refusal(mt::model::preset("deepseek-v3"), one_rank).rfind("--num-experts 256: not supported yet", 0), 0u);
+  // DeepSeek-V3 asks for multi-latent attention and multi-token prediction: the list names the first.
+  EXPECT_EQ(refusal(mt::model::preset("deepseek-v3"), one_rank).rfind("--multi-latent-attention: not supported yet", 0),
+            0u);
 }
 
 TEST(Supported, TheTrainerRefusesThroughTheList) {
