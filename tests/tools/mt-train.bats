@@ -686,6 +686,7 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   grep -q "cannot write: directory $TMP/file/ck does not exist ($TMP/file is not a directory)" "$TMP/err.log" ||
     fail "$(cat "$TMP/err.log")"
 }
+
 @test "issue22: tiny-mixtral (8 experts, top-2) trains on one rank; the step record and Megatron's log line carry load_balancing_loss, z_loss and each MoE layer's tokens per expert" {
   head -c 100000 "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/text.txt"
   run_split mt-train --model tiny-mixtral --byte-data "$TMP/text.txt" --micro-batch-size 4 --global-batch-size 8 \
