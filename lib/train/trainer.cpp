@@ -141,6 +141,7 @@ void Trainer::connect_expert_groups(const parallel::ProcessGroups& groups) {
   expert_groups_.expert_tp_ep = &groups.data(parallel::GroupKind::expert_tp_ep);
   expert_groups_.tp_cp = &groups.data(parallel::GroupKind::tp_cp);
   expert_groups_.tp_dp_cp = &groups.data(parallel::GroupKind::tp_dp_cp);
+  expert_data_parallel_group_ = &groups.data(parallel::GroupKind::expert_dp);
 }
 
 void Trainer::check_batch_shape() {
@@ -961,9 +962,12 @@ void Trainer::sum_tied_embedding_grads() {
 
 double Trainer::communicator_wait_seconds() const {
   // Each communicator once: on one rank (and for groups of one kind that coincide) the pointers alias.
+  // The MoE groups too: the token dispatcher's all-to-alls, the router's reductions, expert grads.
   const comm::Communicator* const groups[] = {
       world_,           tensor_group_,   data_parallel_group_, data_parallel_control_, context_group_,
-      context_control_, pipeline_group_, pipeline_control_,    embedding_group_};
+      context_control_, pipeline_group_, pipeline_control_,    embedding_group_,
+      expert_groups_.ep, expert_groups_.expert_tp, expert_groups_.expert_tp_ep, expert_groups_.tp_cp,
+      expert_groups_.tp_dp_cp, expert_data_parallel_group_};
   double seconds = 0;
   for (size_t i = 0; i < std::size(groups); ++i) {
     if (groups[i] && std::find(groups, groups + i, groups[i]) == groups + i) seconds += groups[i]->wait_seconds();

@@ -484,6 +484,7 @@ class Trainer {
   comm::Communicator* pipeline_control_ = nullptr;  // control: the loss from the last stage
   comm::Communicator* embedding_group_ = nullptr;   // data, first and last pipeline stage; null elsewhere
   model::ExpertGroups expert_groups_;               // data: the MoE layers' groups (none: one rank)
+  comm::Communicator* expert_data_parallel_group_ = nullptr;  // data: expert grads (MoE models)
   const data::SampleSource& data_;
   const backend::Ops& ops_;
   backend::MemoryLedger memory_;
