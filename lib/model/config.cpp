@@ -282,6 +282,16 @@ ModelConfig llama3(const std::string& name, int layers, int hidden, int ffn, int
   return c;
 }
 
+// Mixtral's experts and Megatron's recipe routing for it (facts note sec. 6 rows 7-8): 8 experts,
+// top-2, aux_loss 1e-2, the all-to-all dispatcher.
+void add_mixtral_routing(ModelConfig& c) {
+  c.num_experts = 8;
+  c.moe_router_topk = 2;
+  c.moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;
+  c.moe_aux_loss_coeff = 1e-2f;
+  c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
+}
+
 }  // namespace
 
 const std::vector<std::string>& preset_names() {
@@ -313,11 +323,7 @@ ModelConfig preset(const std::string& name) {
     c.seq_length = 4096;
     c.max_position_embeddings = small ? 32768 : 65536;
     c.rotary_base = 1000000.0f;
-    c.num_experts = 8;
-    c.moe_router_topk = 2;
-    c.moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;
-    c.moe_aux_loss_coeff = 1e-2f;
-    c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
+    add_mixtral_routing(c);
     return c;
   }
   if (name == "deepseek-v3") {
@@ -379,12 +385,8 @@ ModelConfig preset(const std::string& name) {
     // Mixtral-shaped for tests: every layer MoE, 8 experts of width 32, top-2, aux_loss 1e-2.
     ModelConfig c = preset("tiny-llama");
     c.name = name;
-    c.num_experts = 8;
-    c.moe_router_topk = 2;
+    add_mixtral_routing(c);
     c.moe_ffn_hidden_size = 32;
-    c.moe_router_load_balancing_type = MoeLoadBalancing::aux_loss;
-    c.moe_aux_loss_coeff = 1e-2f;
-    c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
     return c;
   }
   std::string known;

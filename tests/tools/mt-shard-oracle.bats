@@ -311,10 +311,10 @@ shard_and_check() {
   [[ ! -e "$dir/x.h5" ]]
 }
 
-@test "mt-shard build: blend weights summing to zero are a usage error" {
+@test "mt-shard build: zero blend weights are a usage error naming the weight (BlendedDataset asserts every weight > 0)" {
   local dir="$BATS_TEST_TMPDIR"
   /usr/bin/python3 "$HELPER" write "$dir/a" 1 100000
   run_split mt-shard build --data-path 0 "$dir/a" 0 "$dir/a" --seq-length 4 --train-samples 10 --output "$dir/x.h5"
   assert_equal "$status" 2
-  [[ "$err" == *"zero"* ]]
+  [[ "$err" == *"--data-path: every blend weight must be positive and finite (got 0)"* ]] || fail "$err"
 }
