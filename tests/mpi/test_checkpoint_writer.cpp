@@ -18,20 +18,15 @@
 #include "../unit/error_text.h"
 #include "../unit/temp_dir.h"
 #include "comm/communicator.h"
+#include "tests/mpi/world.h"
 #include "io/checkpoint.h"
 
 using namespace mt;
 
 namespace {
 
-std::unique_ptr<comm::Communicator> g_world;
-
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { g_world = comm::make_world_communicator(); }
-  void TearDown() override { g_world.reset(); }
-};
-const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+auto& g_world = mt::mpi_test::world_holder();
+const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new mt::mpi_test::WorldEnvironment);
 
 const std::vector<int64_t> kMatrix{9, 10};  // rows split over the ranks, as a TP shard is
 const std::vector<int64_t> kVector{23};     // flat runs, as a distributed-optimizer shard is

@@ -13,6 +13,7 @@
 #include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "tests/mpi/world.h"
 #include "core/error.h"
 #include "parallel/process_groups.h"
 #include "parallel/rank_grid.h"
@@ -27,14 +28,8 @@ using mt::parallel::ParallelConfig;
 using mt::parallel::ProcessGroups;
 using mt::parallel::RankGrid;
 
-std::unique_ptr<Communicator> g_world;
-
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { g_world = mt::comm::make_world_communicator(); }
-  void TearDown() override { g_world.reset(); }
-};
-[[maybe_unused]] auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+auto& g_world = mt::mpi_test::world_holder();
+[[maybe_unused]] auto* const g_environment = ::testing::AddGlobalTestEnvironment(new mt::mpi_test::WorldEnvironment);
 
 struct Layout {
   int tp, cp, pp, ep, expert_tp;

@@ -10,32 +10,19 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "tests/mpi/world.h"
 #include "comm/stream_communicator.h"
-#include "tests/backend/async_cpu_ops.h"
+#include "tests/mpi/on_each_table.h"
 #include "../unit/parallel/ring_attention_check.h"
 
 namespace {
 
-std::unique_ptr<mt::comm::Communicator> g_world;
+auto& g_world = mt::mpi_test::world_holder();
+const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new mt::mpi_test::WorldEnvironment);
 
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { g_world = mt::comm::make_world_communicator(); }
-  void TearDown() override { g_world.reset(); }
-};
-const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
-
-class RingAttentionOn : public ::testing::TestWithParam<bool> {
+class RingAttentionOn : public mt::mpi_test::OnEachTable {
  protected:
-  const mt::backend::Ops& ops() const {
-    return GetParam() ? mt::test_backend::async_cpu_ops() : mt::backend::cpu_ops();
-  }
-  void SetUp() override {
-    // The asynchronous table's worker starts queued work late unless the host waits for it: a
-    // result read without the stream's synchronize is stale every time, not by chance.
-    if (GetParam()) mt::test_backend::set_async_start_delay(std::chrono::milliseconds(50));
-  }
-  void TearDown() override { mt::test_backend::set_async_start_delay(std::chrono::microseconds(0)); }
+  RingAttentionOn() : OnEachTable(std::chrono::milliseconds(50)) {}
 
   void expect_equal_to_full(const ring_check::RingCase& c, uint32_t seed) {
     ASSERT_GT(g_world->size(), 1) << "run under mpirun";
@@ -67,9 +54,6 @@ TEST_P(RingAttentionOn, MultiHeadAttentionAndLongerChunks) {
   expect_equal_to_full(c, 13);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, RingAttentionOn, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "AsyncCpu" : "Cpu";
-                         });
+MT_INSTANTIATE_ON_EACH_TABLE(RingAttentionOn);
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "tests/mpi/world.h"
 #include "comm/stream_communicator.h"
 #include "core/error.h"
 #include "tests/backend/async_cpu_ops.h"
@@ -30,14 +31,8 @@ using mt::backend::Ops;
 using mt::comm::Communicator;
 using mt::comm::ReduceOp;
 
-std::unique_ptr<Communicator> g_world;
-
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { g_world = mt::comm::make_world_communicator(); }
-  void TearDown() override { g_world.reset(); }
-};
-[[maybe_unused]] auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
+auto& g_world = mt::mpi_test::world_holder();
+[[maybe_unused]] auto* const g_environment = ::testing::AddGlobalTestEnvironment(new mt::mpi_test::WorldEnvironment);
 
 // Device buffers of one table and what comes back from them; host results are read after finish().
 class Device {

@@ -15,32 +15,19 @@
 #include "../unit/moe_dispatch_problem.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "tests/mpi/world.h"
 #include "comm/stream_communicator.h"
 #include "model/moe/token_dispatcher.h"
-#include "tests/backend/async_cpu_ops.h"
+#include "tests/mpi/on_each_table.h"
 
 namespace {
 
-std::unique_ptr<mt::comm::Communicator> g_world;
+auto& g_world = mt::mpi_test::world_holder();
+const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new mt::mpi_test::WorldEnvironment);
 
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { g_world = mt::comm::make_world_communicator(); }
-  void TearDown() override { g_world.reset(); }
-};
-const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new WorldEnvironment);
-
-class TokenDispatcherMpi : public ::testing::TestWithParam<bool> {
+class TokenDispatcherMpi : public mt::mpi_test::OnEachTable {
  protected:
-  const mt::backend::Ops& ops() const {
-    return GetParam() ? mt::test_backend::async_cpu_ops() : mt::backend::cpu_ops();
-  }
-  void SetUp() override {
-    // A queued op starts late unless the host waits for it: a missing synchronize reads stale
-    // values every time.
-    if (GetParam()) mt::test_backend::set_async_start_delay(std::chrono::milliseconds(5));
-  }
-  void TearDown() override { mt::test_backend::set_async_start_delay(std::chrono::microseconds(0)); }
+  TokenDispatcherMpi() : OnEachTable(std::chrono::milliseconds(5)) {}
 
   // The world as EP x ETP (rank = etp + ETP ep): this rank's results against the reference.
   void check_layout(int etp_size, const std::set<int>& never_chosen, int silent_source, uint32_t seed) {
@@ -89,9 +76,6 @@ TEST_P(TokenDispatcherMpi, ExpertParallelTimesExpertTensorParallel) {
   check_layout(2, {3}, 1, 43);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, TokenDispatcherMpi, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "async_cpu" : "cpu");
-                         });
+MT_INSTANTIATE_ON_EACH_TABLE(TokenDispatcherMpi);
 
 }  // namespace

@@ -25,21 +25,14 @@
 #include "data/sample_source.h"
 #include "parallel/process_groups.h"
 #include "train/trainer.h"
+#include "tests/mpi/world.h"
 
 namespace mt::equivalence {
 
-// The world communicator of the suite, alive between the environment's SetUp and TearDown.
-inline std::unique_ptr<comm::Communicator>& world_holder() {
-  static std::unique_ptr<comm::Communicator> world;
-  return world;
-}
-inline comm::Communicator& world() { return *world_holder(); }
-
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { world_holder() = comm::make_world_communicator(); }
-  void TearDown() override { world_holder().reset(); }
-};
+// The world communicator of the suite (tests/mpi/world.h).
+using mpi_test::world;
+using mpi_test::world_holder;
+using mpi_test::WorldEnvironment;
 
 // Mock tokens where every token divisible by `eod_every` becomes the end of document (id 0), so
 // samples hold several documents crossing any chunk border; Megatron's loader masks and
