@@ -5,7 +5,8 @@
 // time at its end) and once per
 // evaluation step (its staging rows reused; the last one also reads the evaluation's sums), and
 // its checkpoints pass through host staging (HDF5 never sees device memory): a run saved and
-// resumed there equals the CPU table's straight run bit for bit.
+// resumed there equals the CPU table's straight run bit for bit. Mixture-of-experts models too
+// (both routers, both expert paths).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -87,6 +88,24 @@ TEST_P(TrainerOnAsyncTable, GivesTheCpuTablesNumbersBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Precisions, TrainerOnAsyncTable,
                          ::testing::Values(Precision::fp32, Precision::bf16, Precision::fp16));
+
+// Mixture of experts (issue 22): the router, the dispatcher and the experts read device memory
+// on the host only through copies and a synchronize (what --device cuda needs), both routers and
+// both expert paths (trainer_moe_model), and the host counts of the grouped GEMM.
+TEST(TrainerOnAsyncTable, MixtureOfExpertsGivesTheCpuTablesNumbersBitForBit) {
+  test_backend::set_async_start_delay(std::chrono::microseconds(200));
+  for (bool deepseek_router : {false, true}) {
+    const model::ModelConfig model = mt::testing::trainer_moe_model(deepseek_router);
+    const Numbers cpu = train_on(backend::cpu_ops(), model, config(Precision::fp32));
+    const Numbers async = train_on(test_backend::async_cpu_ops(), model, config(Precision::fp32));
+    ASSERT_EQ(cpu.loss.size(), 4u);
+    EXPECT_EQ(bits(async.loss), bits(cpu.loss)) << "deepseek_router " << deepseek_router;
+    EXPECT_EQ(bits(async.grad_norm), bits(cpu.grad_norm)) << "deepseek_router " << deepseek_router;
+    EXPECT_EQ(bits(async.eval_loss), bits(cpu.eval_loss)) << "deepseek_router " << deepseek_router;
+    for (double norm : cpu.grad_norm) EXPECT_TRUE(std::isfinite(norm));
+  }
+  test_backend::set_async_start_delay(std::chrono::microseconds(0));
+}
 
 // A step waits twice: once to read its loss, token count and grad sum of squares together (the
 // optimizer's step needs the clip factor on the host), and once at its end, for the step's time
