@@ -4,8 +4,9 @@
 // documents, run in this process by two Trainers, one per table (no mt-train binary, no files).
 // Every step's loss and grad norm must be within 1e-5 relative of the CPU's, and within the fp32
 // equivalence bound the layout tests use (tests/mpi/training_equivalence.h), which stays below
-// 1e-5 at these learning rates. Skipped, never passed, when no CUDA device is usable or the CUDA
-// table is not built.
+// 1e-5 at these learning rates. The mixture-of-experts block at the end does the same for two
+// tiny-mixtral variants (moe::CudaMoeTraining). Skipped, never passed, when no CUDA device is
+// usable or the CUDA table is not built.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,3 +99,45 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaTraining, ::testing::Values(false, true
                          });
 
 }  // namespace
+
+// --- mixture of experts (issue 22): the trainer model with tiny-mixtral's routing, CUDA table
+// against the CPU table, 10 fp32 steps, the same 1e-5 relative bound. Two variants
+// (mt::testing::trainer_moe_model): Mixtral's router (softmax top-2, aux_loss, z-loss) on the loop
+// over experts, and DeepSeek-V3's (sigmoid, expert bias, group-limited, scaling, seq_aux_loss,
+// z-loss) on the grouped GEMM. A routing decision that flips on a rounding difference would show
+// as a loss jump at that step.
+namespace moe {
+
+struct Variant {
+  const char* name;
+  bool deepseek_router;
+};
+
+class CudaMoeTraining : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaMoeTraining, TenFp32StepsMatchTheCpu) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  const model::ModelConfig model = mt::testing::trainer_moe_model(GetParam().deepseek_router);
+  const equivalence::RunNumbers cpu = train_on(backend::cpu_ops(), model);
+  const equivalence::RunNumbers gpu = train_on(*cuda, model);
+  ASSERT_EQ(cpu.loss.size(), 10u);
+  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
+  for (size_t i = 0; i < cpu.loss.size(); ++i) {
+    std::printf("%s step %2zu  loss cpu %.9g cuda %.9g  grad norm cpu %.9g cuda %.9g\n", GetParam().name, i + 1,
+                cpu.loss[i], gpu.loss[i], cpu.grad_norm[i], gpu.grad_norm[i]);
+    EXPECT_LE(std::fabs(gpu.loss[i] - cpu.loss[i]), kRelative * std::fabs(cpu.loss[i]))
+        << "lm loss at step " << i + 1 << ": cuda " << gpu.loss[i] << ", cpu " << cpu.loss[i];
+    EXPECT_LE(std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]), kRelative * std::fabs(cpu.grad_norm[i]))
+        << "grad norm at step " << i + 1 << ": cuda " << gpu.grad_norm[i] << ", cpu " << cpu.grad_norm[i];
+  }
+  const auto difference = equivalence::first_difference(gpu, cpu, fp32_config().adam.eps);
+  EXPECT_FALSE(difference.has_value()) << *difference;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMixtral, CudaMoeTraining,
+                         ::testing::Values(Variant{"mixtral", false}, Variant{"deepseek_router_grouped_gemm", true}),
+                         [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
+
+}  // namespace moe
