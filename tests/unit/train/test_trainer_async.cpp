@@ -30,6 +30,8 @@ namespace {
 
 struct Numbers {
   std::vector<double> loss, grad_norm, eval_loss;
+  // MoE models: per step the balancing and z-loss values, then per layer the tokens' min, max, CV.
+  std::vector<double> moe;
 };
 
 train::TrainConfig config(Precision precision) {
@@ -54,6 +56,13 @@ Numbers train_on(const backend::Ops& ops, const model::ModelConfig& model, const
   observers.on_step = [&](const train::StepStats& s) {
     numbers.loss.push_back(s.lm_loss);
     numbers.grad_norm.push_back(s.grad_norm);
+    if (!s.moe) return;
+    numbers.moe.push_back(s.moe->balancing_loss);
+    numbers.moe.push_back(s.moe->z_loss.value_or(-1.0));
+    for (const train::MoeLayerStats& layer : s.moe->layers) {
+      numbers.moe.insert(numbers.moe.end(), {static_cast<double>(layer.tokens_min),
+                                             static_cast<double>(layer.tokens_max), layer.tokens_cv});
+    }
   };
   observers.on_eval = [&](const train::EvalStats& e) { numbers.eval_loss.push_back(e.lm_loss); };
   trainer.run(observers);
@@ -102,6 +111,8 @@ TEST(TrainerOnAsyncTable, MixtureOfExpertsGivesTheCpuTablesNumbersBitForBit) {
     EXPECT_EQ(bits(async.loss), bits(cpu.loss)) << "deepseek_router " << deepseek_router;
     EXPECT_EQ(bits(async.grad_norm), bits(cpu.grad_norm)) << "deepseek_router " << deepseek_router;
     EXPECT_EQ(bits(async.eval_loss), bits(cpu.eval_loss)) << "deepseek_router " << deepseek_router;
+    ASSERT_EQ(cpu.moe.size(), 4u * (2 + 3 * 2));  // 4 steps: 2 losses, 3 token figures of 2 layers
+    EXPECT_EQ(bits(async.moe), bits(cpu.moe)) << "deepseek_router " << deepseek_router;
     for (double norm : cpu.grad_norm) EXPECT_TRUE(std::isfinite(norm));
   }
   test_backend::set_async_start_delay(std::chrono::microseconds(0));
