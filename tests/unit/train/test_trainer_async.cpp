@@ -105,13 +105,16 @@ TEST(TrainerOnAsyncTable, MixtureOfExpertsGivesTheCpuTablesNumbersBitForBit) {
   test_backend::set_async_start_delay(std::chrono::microseconds(200));
   for (bool deepseek_router : {false, true}) {
     const model::ModelConfig model = mt::testing::trainer_moe_model(deepseek_router);
-    const Numbers cpu = train_on(backend::cpu_ops(), model, config(Precision::fp32));
-    const Numbers async = train_on(test_backend::async_cpu_ops(), model, config(Precision::fp32));
-    ASSERT_EQ(cpu.loss.size(), 4u);
+    train::TrainConfig t = config(Precision::fp32);
+    t.train_iters = 2;  // the expert bias moves after step 1; MoE's many small ops make steps slow here
+    t.eval_iters = 1;
+    const Numbers cpu = train_on(backend::cpu_ops(), model, t);
+    const Numbers async = train_on(test_backend::async_cpu_ops(), model, t);
+    ASSERT_EQ(cpu.loss.size(), 2u);
     EXPECT_EQ(bits(async.loss), bits(cpu.loss)) << "deepseek_router " << deepseek_router;
     EXPECT_EQ(bits(async.grad_norm), bits(cpu.grad_norm)) << "deepseek_router " << deepseek_router;
     EXPECT_EQ(bits(async.eval_loss), bits(cpu.eval_loss)) << "deepseek_router " << deepseek_router;
-    ASSERT_EQ(cpu.moe.size(), 4u * (2 + 3 * 2));  // 4 steps: 2 losses, 3 token figures of 2 layers
+    ASSERT_EQ(cpu.moe.size(), 2u * (2 + 3 * 2));  // 2 steps: 2 losses, 3 token figures of 2 layers
     EXPECT_EQ(bits(async.moe), bits(cpu.moe)) << "deepseek_router " << deepseek_router;
     for (double norm : cpu.grad_norm) EXPECT_TRUE(std::isfinite(norm));
   }
