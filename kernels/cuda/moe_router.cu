@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
 
 namespace mt::kernels::cuda {
 namespace {
@@ -571,6 +572,7 @@ void moe_router_aux_backward(const float* logits, int64_t rows, int experts, Moe
 
 void moe_router_take_deferred_error() {
   if (!g_row_error_possible.exchange(false)) return;
+  bind_selected_device();  // the symbol lives on the selected device
   DeferredRowError error{};
   const cudaError_t read = cudaMemcpyFromSymbol(&error, g_row_error, sizeof error);
   if (read != cudaSuccess) {
