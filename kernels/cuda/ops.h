@@ -7,12 +7,14 @@
 // the host and never synchronises (the op harness checks it on the GPU); a launch error throws
 // std::runtime_error naming the entry. Implementations: gemm.cu and elementwise.cu (GEMM,
 // activations, RoPE, dropout, AdamW), norms.cu and loss.cu (norms, embedding, cross-entropy,
-// reductions), attention.cu. Tested on a GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp,
-// CTest label gpu) against the double-precision references every backend is held to.
+// reductions), attention.cu, and moe_router.cu, moe_experts.cu, moe_permute.cu (MoE). Tested on a
+// GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp, CTest label gpu) against the
+// double-precision references every backend is held to.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/common/moe_router_params.h"
 #include "kernels/common/op_params.h"
 
 namespace mt::kernels::cuda {
@@ -79,5 +81,53 @@ void attention_backward(const AttentionShape& shape, const float* q, const float
                         float* dk, float* dv, void* stream);
 void attention_merge(const AttentionShape& shape, float* out, float* lse, const float* part_out,
                      const float* part_lse, void* stream);
+
+// --- MoE (issue 22): router (moe_router.cu), experts (moe_experts.cu), dispatcher (moe_permute.cu) --
+// The contracts are kernels/cpu/moe_router.h, grouped_gemm.h, moe_expert_ops.h and moe_permute.h;
+// the signatures those functions' plus the stream. The grouped GEMMs' counts (group_rows,
+// group_depths) are host memory, read while the work is queued; every other pointer is device
+// memory. The aux entries skip rows whose id lies outside the groups and record the first such
+// id; moe_router_take_deferred_error, called after the stream has drained (the backend's
+// synchronize), throws it as the CPU's std::invalid_argument and clears it.
+void moe_router_topk(const float* logits, const float* expert_bias, int64_t rows, const MoeTopkParams& params,
+                     int32_t* topk_indices, float* probs, uint8_t* routing_map, void* stream);
+void moe_router_topk_backward(const float* logits, const int32_t* topk_indices, const float* dprobs,
+                              const uint8_t* routing_map, int64_t rows, const MoeTopkParams& params, float* dlogits,
+                              void* stream);
+void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int topk, MoeScoreFunction score_function,
+                         const int64_t* row_ids, int64_t sequence_length, int64_t groups, float* counts,
+                         float* prob_sums, void* stream);
+void moe_router_aux_backward(const float* logits, int64_t rows, int experts, MoeScoreFunction score_function,
+                             const int64_t* row_ids, int64_t sequence_length, int64_t groups, const float* weights,
+                             float scale, float* dlogits, void* stream);
+void moe_router_take_deferred_error();
+// *sum = the sum over rows of logsumexp^2 (written, in row order in double).
+void moe_router_z_loss_sum(const float* logits, int64_t rows, int experts, double* sum, void* stream);
+void moe_router_z_loss_backward(const float* logits, int64_t rows, int experts, float scale, float* dlogits,
+                                void* stream);
+void moe_router_capacity_drop(float* probs, uint8_t* routing_map, int64_t rows, int experts, int64_t capacity,
+                              MoeDropPolicy policy, bool pad_to_capacity, void* stream);
+void moe_router_tokens_per_expert(const uint8_t* routing_map, int64_t rows, int experts, float* counts, void* stream);
+void moe_router_expert_bias_update(float* bias, const float* counts, int experts, float rate, void* stream);
+void grouped_gemm(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta, float* c,
+                  int64_t ldc, GemmOperand operand, void* stream);
+void grouped_gemm_ragged_k(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                           int64_t c_group_stride, GemmOperand operand, void* stream);
+void moe_scale_rows(const float* x, const float* scale, float* y, int64_t rows, int cols, void* stream);
+void moe_scale_rows_backward(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                             int64_t rows, int cols, void* stream);
+void moe_expert_counts(const uint8_t* routing_map, int64_t tokens, int experts, int64_t* counts, void* stream);
+void moe_route_index(const uint8_t* routing_map, const float* probs, int64_t tokens, int experts, int32_t* row_token,
+                     float* row_probs, void* stream);
+void moe_permute_rows(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out, void* stream);
+void moe_unpermute_rows(const float* in, const int32_t* row_index, int64_t rows, int64_t cols, float* out,
+                        int64_t out_rows, void* stream);
+void moe_unroute_probs(const float* row_grads, const int32_t* row_token, const int64_t* expert_rows, int64_t tokens,
+                       int experts, float* dprobs, void* stream);
+void moe_sort_chunks(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
+                     float* out, void* stream);
+// --- end of MoE
 
 }  // namespace mt::kernels::cuda

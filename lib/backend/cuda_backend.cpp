@@ -11,6 +11,8 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "kernels/cpu/moe_permute.h"
+#include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -58,7 +60,10 @@ void release(void* data, int64_t, MemoryCategory) { cuda::release(data); }
 
 // ---- streams and stream order ----
 Stream default_stream() { return Stream{cuda::default_stream()}; }
-void synchronize(Stream stream) { cuda::synchronize(stream.handle); }
+void synchronize(Stream stream) {
+  cuda::synchronize(stream.handle);
+  cuda::moe_router_take_deferred_error();  // a row id the MoE aux kernels refused (ops.h's contract)
+}
 void launch_host_function(Stream stream, HostFunction function, void* argument) {
   cuda::launch_host_function(stream.handle, function, argument);
 }
@@ -139,6 +144,52 @@ void all_finite(const float* x, int64_t n, int32_t* finite, Stream stream) {
   cuda::all_finite(x, n, finite, stream.handle);
 }
 
+// ---- MoE (issue 22): router, experts and dispatcher kernels of kernels/cuda (moe_*.cu) --------
+// The CUDA twin of an entry served by a plain kernels/cpu function: kernels/cuda's function of the
+// same name with that function's arguments and the stream.
+#define MT_CUDA_FUNCTION(function) &OnCudaStream<&cuda::function, decltype(&kernels::cpu::function)>::run
+
+void moe_router_z_loss_sum(const float* logits, int64_t rows, int experts, double* sum, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::moe_router_z_loss_sum(logits, rows, experts, sum, stream.handle);
+}
+
+cuda::GemmOperand grouped_gemm_operand(DType type) {
+  if (type != DType::f32 && type != DType::bf16)
+    throw std::invalid_argument(std::string("cuda backend: no grouped GEMM on ") + dtype_name(type) + " operands");
+  return gemm_operand(type);
+}
+
+void grouped_gemm(bool trans_b, int64_t groups, const int64_t* group_rows, int64_t n, int64_t k, float alpha,
+                  const void* a, int64_t lda, const void* b, int64_t ldb, int64_t b_group_stride, float beta, float* c,
+                  int64_t ldc, DType operand_type, Stream stream) {
+  const cuda::GemmOperand operand = grouped_gemm_operand(operand_type);
+  cuda::bind_selected_device();
+  cuda::grouped_gemm(trans_b, groups, group_rows, n, k, alpha, a, lda, b, ldb, b_group_stride, beta, c, ldc, operand,
+                     stream.handle);
+}
+
+void grouped_gemm_ragged_k(int64_t groups, const int64_t* group_depths, int64_t m, int64_t n, float alpha,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                           int64_t c_group_stride, DType operand_type, Stream stream) {
+  const cuda::GemmOperand operand = grouped_gemm_operand(operand_type);
+  cuda::bind_selected_device();
+  cuda::grouped_gemm_ragged_k(groups, group_depths, m, n, alpha, a, lda, b, ldb, beta, c, ldc, c_group_stride, operand,
+                              stream.handle);
+}
+
+void moe_scale_rows(const float* x, const float* scale, float* y, int64_t rows, int cols, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::moe_scale_rows(x, scale, y, rows, cols, stream.handle);
+}
+
+void moe_scale_rows_backward(const float* dy, const float* x, const float* scale, float* dx, float* d_scale,
+                             int64_t rows, int cols, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::moe_scale_rows_backward(dy, x, scale, dx, d_scale, rows, cols, stream.handle);
+}
+// ---- end of MoE
+
 // What CUDA runs (see Ops::supports): GEMMs on f32, bf16 and f16 operands; conversions between f32
 // and bf16/f16; fill and the fused kernels on f32.
 bool supports(OpId op, DType dtype) {
@@ -158,6 +209,8 @@ bool supports(OpId op, DType dtype) {
     case OpId::zero:
     case OpId::gemm_operand_type: return true;
     case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+    case OpId::grouped_gemm:
+    case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;  // as the CPU's
     case OpId::convert:
     case OpId::round_through: return dtype == DType::bf16 || dtype == DType::f16;
     default: return dtype == DType::f32;  // fill and the fused kernels
@@ -219,28 +272,26 @@ const Ops& cuda_ops() {
       .dropout_forward = MT_CUDA_KERNEL(dropout_forward),
       .dropout_backward = MT_CUDA_KERNEL(dropout_backward),
       .adamw_update = MT_CUDA_KERNEL(adamw_update),
-      // MoE router (issue 22): no CUDA kernels yet; the MoE layer refuses --device cuda by name.
-      .moe_router_topk = nullptr,
-      .moe_router_topk_backward = nullptr,
-      .moe_router_aux_sums = nullptr,
-      .moe_router_aux_backward = nullptr,
-      .moe_router_z_loss_sum = nullptr,
-      .moe_router_z_loss_backward = nullptr,
-      .moe_router_capacity_drop = nullptr,
-      .moe_router_tokens_per_expert = nullptr,
-      .moe_router_expert_bias_update = nullptr,
-      // MoE experts: no CUDA twins in this version (model/moe/experts.h refuses by name).
-      .grouped_gemm = nullptr,
-      .grouped_gemm_ragged_k = nullptr,
-      .moe_scale_rows = nullptr,
-      .moe_scale_rows_backward = nullptr,
-      // MoE token dispatcher: no CUDA kernels yet (model/moe/token_dispatcher.h refuses this table by name)
-      .moe_expert_counts = nullptr,
-      .moe_route_index = nullptr,
-      .moe_permute_rows = nullptr,
-      .moe_unpermute_rows = nullptr,
-      .moe_unroute_probs = nullptr,
-      .moe_sort_chunks = nullptr,
+      // MoE router, experts and token dispatcher (issue 22: kernels/cuda/moe_*.cu)
+      .moe_router_topk = MT_CUDA_FUNCTION(moe_router_topk),
+      .moe_router_topk_backward = MT_CUDA_FUNCTION(moe_router_topk_backward),
+      .moe_router_aux_sums = MT_CUDA_FUNCTION(moe_router_aux_sums),
+      .moe_router_aux_backward = MT_CUDA_FUNCTION(moe_router_aux_backward),
+      .moe_router_z_loss_sum = moe_router_z_loss_sum,
+      .moe_router_z_loss_backward = MT_CUDA_FUNCTION(moe_router_z_loss_backward),
+      .moe_router_capacity_drop = MT_CUDA_FUNCTION(moe_router_capacity_drop),
+      .moe_router_tokens_per_expert = MT_CUDA_FUNCTION(moe_router_tokens_per_expert),
+      .moe_router_expert_bias_update = MT_CUDA_FUNCTION(moe_router_expert_bias_update),
+      .grouped_gemm = grouped_gemm,
+      .grouped_gemm_ragged_k = grouped_gemm_ragged_k,
+      .moe_scale_rows = moe_scale_rows,
+      .moe_scale_rows_backward = moe_scale_rows_backward,
+      .moe_expert_counts = MT_CUDA_FUNCTION(moe_expert_counts),
+      .moe_route_index = MT_CUDA_FUNCTION(moe_route_index),
+      .moe_permute_rows = MT_CUDA_FUNCTION(moe_permute_rows),
+      .moe_unpermute_rows = MT_CUDA_FUNCTION(moe_unpermute_rows),
+      .moe_unroute_probs = MT_CUDA_FUNCTION(moe_unroute_probs),
+      .moe_sort_chunks = MT_CUDA_FUNCTION(moe_sort_chunks),
   };
   return table;
 }

@@ -322,29 +322,19 @@ TEST_P(CudaTableFamily, EntriesOnlyQueueStreamWork) {
 INSTANTIATE_TEST_SUITE_P(EveryFamily, CudaTableFamily, testing::ValuesIn(families()),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
-// Every entry filled, and every case run except those on dtypes the table says it lacks.
-// The mixture-of-experts entries (router, experts, dispatcher) have no CUDA twins yet (their own
-// issue): the CUDA table leaves exactly them null, and the MoE layer refuses --device cuda by name.
-bool moe_entry(OpId op) {
-  const std::string family = mt::harness::op_family(op);
-  return family == "moe_router" || family == "moe_experts" || family == "moe_permute";
-}
-
-TEST(CudaTable, FillsEveryEntryButTheMoeOnes) {
+// Every entry filled (the mixture-of-experts ones included: kernels/cuda/moe_*.cu), and every case
+// run except those on dtypes the table says it lacks.
+TEST(CudaTable, FillsEveryEntry) {
   MT_REQUIRE_CUDA_TABLE();
   const Ops& ops = *cuda_table().ops;
   EXPECT_EQ(ops.device, mt::backend::Device::cuda);
   EXPECT_FALSE(ops.synchronous);
   for (int i = 0; i < mt::backend::kOpCount; ++i) {
     const auto op = static_cast<OpId>(i);
-    if (moe_entry(op)) {
-      EXPECT_EQ(mt::backend::op_entry(ops, op), nullptr) << mt::backend::op_name(op) << " is filled: drop it from moe_entry";
-    } else {
-      EXPECT_NE(mt::backend::op_entry(ops, op), nullptr) << mt::backend::op_name(op) << " is not filled";
-    }
+    EXPECT_NE(mt::backend::op_entry(ops, op), nullptr) << mt::backend::op_name(op) << " is not filled";
   }
   for (const OpCase& op_case : mt::harness::op_cases()) {
-    if (op_case.mode == mt::harness::CaseMode::refusal || op_case.measures_host_memory || moe_entry(op_case.op)) continue;
+    if (op_case.mode == mt::harness::CaseMode::refusal || op_case.measures_host_memory) continue;
     if (ops.supports(op_case.op, op_case.dtype) || op_case.dtype != mt::DType::f32) continue;
     ADD_FAILURE() << describe(op_case) << ": the CUDA table does not support f32 for this entry";
   }

@@ -4,8 +4,9 @@
 // documents, run in this process by two Trainers, one per table (no mt-train binary, no files).
 // Every step's loss and grad norm must be within 1e-5 relative of the CPU's, and within the fp32
 // equivalence bound the layout tests use (tests/mpi/training_equivalence.h), which stays below
-// 1e-5 at these learning rates. Skipped, never passed, when no CUDA device is usable or the CUDA
-// table is not built.
+// 1e-5 at these learning rates. The mixture-of-experts block at the end does the same for two
+// tiny-mixtral variants (moe::CudaMoeTraining). Skipped, never passed, when no CUDA device is
+// usable or the CUDA table is not built.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,3 +99,90 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaTraining, ::testing::Values(false, true
                          });
 
 }  // namespace
+
+// --- mixture of experts (issue 22): the trainer model with tiny-mixtral's routing, CUDA table
+// against the CPU table, 10 fp32 steps, the same 1e-5 relative bound. Two variants
+// (mt::testing::trainer_moe_model): Mixtral's router (softmax top-2, aux_loss, z-loss) on the loop
+// over experts, and DeepSeek-V3's (sigmoid, expert bias, group-limited, scaling, seq_aux_loss,
+// z-loss) on the grouped GEMM. The balancing and z-loss values are held to the same bound and the
+// tokens per expert (min, max) must be equal: a routing decision that flips on a rounding
+// difference shows there first.
+namespace moe {
+
+struct Variant {
+  const char* name;
+  bool deepseek_router;
+};
+
+// One run's numbers and, per step, its MoE figures: the balancing and z-loss values and each
+// layer's tokens per expert (min, max).
+struct MoeRun {
+  equivalence::RunNumbers numbers;
+  std::vector<train::MoeStepStats> moe;
+};
+
+MoeRun train_moe_on(const backend::Ops& ops, const model::ModelConfig& model) {
+  data::LoaderOptions options;
+  options.reset_position_ids = true;
+  options.reset_attention_mask = true;
+  options.eod_mask_loss = true;
+  const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, options);
+  train::Trainer trainer(model, fp32_config(), data, ops);
+  MoeRun run;
+  train::TrainObservers observers;
+  observers.on_step = [&](const train::StepStats& s) {
+    run.numbers.loss.push_back(s.lm_loss);
+    run.numbers.grad_norm.push_back(s.grad_norm);
+    run.numbers.lr.push_back(s.lr);
+    run.moe.push_back(s.moe.value_or(train::MoeStepStats{}));
+  };
+  observers.on_eval = [&](const train::EvalStats& e) {
+    run.numbers.eval_loss.push_back(e.lm_loss);
+    run.numbers.eval_iteration.push_back(e.iteration);
+  };
+  trainer.run(observers);
+  return run;
+}
+
+bool within(double value, double reference) { return std::fabs(value - reference) <= kRelative * std::fabs(reference); }
+
+class CudaMoeTraining : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaMoeTraining, TenFp32StepsMatchTheCpu) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  const model::ModelConfig model = mt::testing::trainer_moe_model(GetParam().deepseek_router);
+  const MoeRun cpu = train_moe_on(backend::cpu_ops(), model);
+  const MoeRun gpu = train_moe_on(*cuda, model);
+  ASSERT_EQ(cpu.numbers.loss.size(), 10u);
+  ASSERT_EQ(gpu.numbers.loss.size(), cpu.numbers.loss.size());
+  for (size_t i = 0; i < cpu.numbers.loss.size(); ++i) {
+    const train::MoeStepStats &c = cpu.moe[i], &g = gpu.moe[i];
+    std::printf("%s step %2zu  loss cpu %.9g cuda %.9g  grad norm cpu %.9g cuda %.9g  balancing cpu %.9g cuda %.9g  "
+                "z cpu %.9g cuda %.9g\n",
+                GetParam().name, i + 1, cpu.numbers.loss[i], gpu.numbers.loss[i], cpu.numbers.grad_norm[i],
+                gpu.numbers.grad_norm[i], c.balancing_loss, g.balancing_loss, c.z_loss.value_or(-1),
+                g.z_loss.value_or(-1));
+    EXPECT_TRUE(within(gpu.numbers.loss[i], cpu.numbers.loss[i])) << "lm loss at step " << i + 1;
+    EXPECT_TRUE(within(gpu.numbers.grad_norm[i], cpu.numbers.grad_norm[i])) << "grad norm at step " << i + 1;
+    EXPECT_TRUE(within(g.balancing_loss, c.balancing_loss)) << c.balancing_name << " at step " << i + 1;
+    EXPECT_TRUE(within(g.z_loss.value_or(-1), c.z_loss.value_or(-1))) << "z_loss at step " << i + 1;
+    ASSERT_EQ(g.layers.size(), c.layers.size());
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      std::printf("    layer %d tokens per expert min/max cpu %lld/%lld cuda %lld/%lld\n", c.layers[l].layer,
+                  static_cast<long long>(c.layers[l].tokens_min), static_cast<long long>(c.layers[l].tokens_max),
+                  static_cast<long long>(g.layers[l].tokens_min), static_cast<long long>(g.layers[l].tokens_max));
+      EXPECT_EQ(g.layers[l].tokens_min, c.layers[l].tokens_min) << "layer " << l << " step " << i + 1;
+      EXPECT_EQ(g.layers[l].tokens_max, c.layers[l].tokens_max) << "layer " << l << " step " << i + 1;
+    }
+  }
+  const auto difference = equivalence::first_difference(gpu.numbers, cpu.numbers, fp32_config().adam.eps);
+  EXPECT_FALSE(difference.has_value()) << *difference;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMixtral, CudaMoeTraining,
+                         ::testing::Values(Variant{"mixtral", false}, Variant{"deepseek_router_grouped_gemm", true}),
+                         [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
+
+}  // namespace moe

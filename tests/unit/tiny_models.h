@@ -26,6 +26,33 @@ inline model::ModelConfig trainer_model(bool llama, float hidden_dropout = 0.0f)
 
 inline model::ModelConfig tiny_llama() { return trainer_model(true); }
 
+// The LLaMA-shaped trainer model with tiny-mixtral's routing (8 experts of width 32, top-2,
+// aux_loss 1e-2, the all-to-all dispatcher) and a z-loss of 1e-3; deepseek_router swaps in
+// DeepSeek-V3's router on the grouped GEMM: sigmoid scores with the expert bias (moved every global
+// batch), 4 groups of which 2 are kept, scaling 2.5, seq_aux_loss. Used by
+// tests/unit/train/test_trainer_async.cpp and tests/gpu/test_cuda_training.cpp.
+inline model::ModelConfig trainer_moe_model(bool deepseek_router) {
+  model::ModelConfig c = trainer_model(true);
+  const model::ModelConfig mixtral = model::preset("tiny-mixtral");
+  c.num_experts = mixtral.num_experts;
+  c.moe_router_topk = mixtral.moe_router_topk;
+  c.moe_router_load_balancing_type = mixtral.moe_router_load_balancing_type;
+  c.moe_aux_loss_coeff = mixtral.moe_aux_loss_coeff;
+  c.moe_token_dispatcher_type = mixtral.moe_token_dispatcher_type;
+  c.moe_ffn_hidden_size = mixtral.moe_ffn_hidden_size;
+  c.moe_z_loss_coeff = 1e-3f;
+  if (deepseek_router) {
+    c.moe_grouped_gemm = true;
+    c.moe_router_score_function = model::MoeScoreFunction::sigmoid;
+    c.moe_router_enable_expert_bias = true;
+    c.moe_router_num_groups = 4;
+    c.moe_router_group_topk = 2;
+    c.moe_router_topk_scaling_factor = 2.5f;
+    c.moe_router_load_balancing_type = model::MoeLoadBalancing::seq_aux_loss;
+  }
+  return c;
+}
+
 // Hidden 16, vocabulary 37 padded to 40, sequences of 9, for gradient and layout checks; the
 // initialisation is wide enough that every path carries gradient.
 inline model::ModelConfig gradient_model(bool llama, int layers, float hidden_dropout) {

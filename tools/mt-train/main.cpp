@@ -345,7 +345,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "micro-batch x DP. Every layout trains one rank's loss and grad norm. Only rank 0 writes stdout; its step\n"
       "records carry compute_ms (the busiest rank's forward/backward compute) and pipeline_ms (the longest\n"
       "rank's schedule run): (pipeline_ms - compute_ms) / compute_ms is the pipeline bubble.\n"
-      "Mixture of experts (CPU only; --device cuda refuses it): --num-experts E and Megatron's --moe-* flags\n"
+      "Mixture of experts (on the CPU and on --device cuda): --num-experts E and Megatron's --moe-* flags\n"
       "(Model group). --expert-model-parallel-size EP and --expert-tensor-parallel-size ETP (default TP) fold\n"
       "into each pipeline stage's ranks (ETP x EP divides TP x CP x DP; TP > 1 needs --sequence-parallel);\n"
       "--moe-token-dispatcher-type allgather (Megatron's default) runs through the all-to-all dispatcher with\n"

@@ -36,9 +36,9 @@
 // saved_floats(cap) = 3 F_local cap and workspace_floats(cap, precision) give the floats (each
 // piece rounded up to 64 bytes by BufferSource). Backward writes d_x (R, C) and d_probs (R) (this
 // rank's F_local columns only: a partial sum over ETP, as out) and accumulates the weight grads;
-// an expert with no rows leaves its grads as they were. Backends: the CPU table fills the entries
-// this uses; on a table without them (CUDA in this version) forward/backward throw mt::Error
-// naming the entry. Tested in tests/unit/model/test_experts.cpp (against a double loop, finite
+// an expert with no rows leaves its grads as they were. Backends: the CPU and CUDA tables fill
+// the entries this uses; on a table without them forward/backward throw mt::Error naming the
+// entry. Tested in tests/unit/model/test_experts.cpp (against a double loop, finite
 // differences, loop against grouped, empty experts).
 #pragma once
 

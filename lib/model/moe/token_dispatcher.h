@@ -69,8 +69,8 @@
 // communicators, an expert_tp_ep rank that is not etp + ETP ep, a state used before its dispatch.
 // The backend must fill the dispatcher's entries of its op table (backend/ops.h, block "MoE token
 // dispatcher": moe_expert_counts, moe_route_index, moe_permute_rows, moe_unpermute_rows,
-// moe_unroute_probs, moe_sort_chunks); the CPU does, CUDA does not this wave, and the constructor
-// refuses a table without them by name.
+// moe_unroute_probs, moe_sort_chunks); the CPU and CUDA tables do, and the constructor refuses a
+// table without them by name.
 #pragma once
 
 #include <cstdint>
