@@ -8,6 +8,9 @@
 #   training   mt_gpu_training_tests: 10 fp32 steps (TF32 off), CUDA table against the CPU table
 #   bench      mt-train --device cuda and mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp),
 #              then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
+#   sanitize   (only when named) compute-sanitizer memcheck over the op-harness families matching
+#              MT_GPU_SANITIZE_FILTER (a gtest filter; default the MoE and FP8 families), then
+#              racecheck over the same: a memory error or hazard fails the part (sanitize.log)
 # Each part writes its files into $OUT (default .gpu/out) as it ends, at most 8 files in all:
 # summary.txt (versions, then one line per part), selftest.log, selftest.xml, training.log,
 # training.xml, bench.log, bench.jsonl. Without a GPU every part says skipped and the script
@@ -28,9 +31,9 @@ while (($#)); do
   case "$1" in
     --archive) ARCHIVE="$2"; shift 2 ;;
     --unpacked) UNPACKED="$2"; shift 2 ;;
-    selftest | training | bench) PARTS+=("$1"); shift ;;
+    selftest | training | bench | sanitize) PARTS+=("$1"); shift ;;
     -h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "run_on_gpu.sh: unknown argument '$1' (parts: selftest training bench)" >&2; exit 2 ;;
+    *) echo "run_on_gpu.sh: unknown argument '$1' (parts: selftest training bench sanitize)" >&2; exit 2 ;;
   esac
 done
 ((${#PARTS[@]})) || PARTS=(selftest training bench)
@@ -300,6 +303,34 @@ part_bench() {
   if ((failures)); then
     STATUS=1
     note "bench: $failures of 8 runs FAILED (bench.log says how)"
+  fi
+}
+
+part_sanitize() {
+  if ((!HAVE_GPU)); then
+    note "sanitize: skipped (no GPU)"
+    return
+  fi
+  local sanitizer log="$OUT/sanitize.log" filter="${MT_GPU_SANITIZE_FILTER:-*/moe_*:*/fp8*}" failed=()
+  sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+  [[ -n $sanitizer ]] || { STATUS=1; note "sanitize: FAILED: no compute-sanitizer on this machine"; return; }
+  : >"$log"
+  for tool in memcheck racecheck; do
+    local limit
+    limit="$(limit_within_budget 90)"
+    ((limit == 0)) && { failed+=("$tool (not run: the budget is spent)"); continue; }
+    echo "=== $tool --gtest_filter=$filter" >>"$log"
+    run_mt timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      "$PACK/tests/mt_gpu_op_harness_tests" --gtest_filter="$filter" >>"$log" 2>&1
+    local rc=$?
+    echo "=== $tool exit $rc" >>"$log"
+    ((rc == 0)) || failed+=("$tool (exit $rc)")
+  done
+  if ((${#failed[@]})); then
+    STATUS=1
+    note "sanitize: FAILED: ${failed[*]}; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
+  else
+    note "sanitize: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
   fi
 }
 
