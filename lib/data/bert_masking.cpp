@@ -59,7 +59,9 @@ int64_t token_mask(int64_t token, NumpyRandomState& random, const BertVocabulary
   return token;
 }
 
-void check_config(const BertVocabulary& vocabulary, const BertMaskingConfig& config) {
+}  // namespace
+
+void check_bert_masking_config(const BertVocabulary& vocabulary, const BertMaskingConfig& config) {
   if (!(config.mask_prob > 0 && config.mask_prob < 1))
     throw UsageError("--mask-prob", "must be in (0, 1), got " + std::to_string(config.mask_prob));
   if (config.max_ngram < 1) throw UsageError("BERT masking", "max_ngram must be >= 1");
@@ -70,8 +72,6 @@ void check_config(const BertVocabulary& vocabulary, const BertMaskingConfig& con
       throw UsageError("BERT vocabulary", std::string(name) + " id " + num(id) + " is outside the vocabulary of " +
                                               num(size) + " ids");
 }
-
-}  // namespace
 
 std::vector<double> bert_ngram_cdf(int32_t max_ngram) {
   if (max_ngram < 1) throw UsageError("BERT masking", "max_ngram must be >= 1");
@@ -93,7 +93,7 @@ std::vector<double> bert_ngram_cdf(int32_t max_ngram) {
 
 BertMaskedPositions mask_bert_tokens(std::vector<int64_t>& tokens, int64_t target_length, NumpyRandomState& random,
                                      const BertVocabulary& vocabulary, const BertMaskingConfig& config) {
-  check_config(vocabulary, config);
+  check_bert_masking_config(vocabulary, config);
   const std::vector<int64_t> original = tokens;
   const auto candidates = masking_candidates(original, vocabulary, config.whole_word);
   const double budget =
@@ -189,7 +189,7 @@ Segments split_and_truncate(const std::function<std::span<const int32_t>(int64_t
 
 BertSample make_bert_sample(const std::function<std::span<const int32_t>(int64_t)>& sentence, BertSampleRange range,
                             int64_t sample_index, const BertVocabulary& vocabulary, const BertMaskingConfig& config) {
-  check_config(vocabulary, config);
+  check_bert_masking_config(vocabulary, config);
   if (config.seq_length < 1) throw UsageError("--seq-length", "must be positive, got " + num(config.seq_length));
   if (range.target_length > config.seq_length)
     throw Error("BERT sample", "target length " + num(range.target_length) + " is over the sequence length " +

@@ -73,6 +73,9 @@ struct BertSample {
   bool truncated = false;             // A + B was cut to the target length
 };
 
+// mt::UsageError for mask_prob outside (0, 1), max_ngram < 1, or a special id outside the vocabulary.
+void check_bert_masking_config(const BertVocabulary& vocabulary, const BertMaskingConfig& config);
+
 // The n-gram distribution numpy's choice samples with: cumsum(p) / its last value, p = 1/n over
 // n = 1..max_ngram normalised by numpy.sum twice, as masked_dataset.py computes it (for every
 // candidate: n_ngrams is always max_ngram). Bit for bit numpy's values (tested).

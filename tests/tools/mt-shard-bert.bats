@@ -143,7 +143,7 @@ setup() {
   [ "$(line_count "$err")" -eq 1 ]
   run_split mt-shard "${common[@]}" --num-samples 4 --split 1,0,0 --show-split valid
   [ "$status" -ne 0 ]
-  [[ "$err" == *"--show-split valid"* ]]
+  [[ "$err" == *"--split 1,0,0"*"valid split weight 0"* ]]
   run_split mt-shard "${common[@]}" --num-samples 4 --mask-prob 1
   [ "$status" -ne 0 ]
   [[ "$err" == *"--mask-prob"* ]]

@@ -13,8 +13,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/bert_masking.h"
-#include "data/bert_samples.h"
+#include "data/bert_dataset.h"
 #include "data/gpt_dataset.h"
 #include "text/tokenizer.h"
 #include "tools/common/flags.h"
@@ -301,39 +300,27 @@ int run_bert_samples(mt::tools::ToolCli& cli, const BertOptions& o) {
   const mt::data::Split split = o.show_split == "train"   ? mt::data::Split::train
                                 : o.show_split == "valid" ? mt::data::Split::valid
                                                           : mt::data::Split::test;
-  const auto range = mt::data::split_ranges(o.split, dataset.document_count())[static_cast<size_t>(split)];
-  if (!range) throw mt::UsageError("--show-split " + o.show_split, "has weight 0 in --split " + o.split);
-  mt::data::BertSampleIndexConfig index_config;
-  index_config.seq_length = o.seq_length;
-  index_config.seed = o.seed;
-  index_config.short_seq_prob = o.short_seq_prob;
-  index_config.binary_head = !o.no_binary_head;
-  index_config.num_samples = o.num_samples;
-  const auto index =
-      mt::data::build_bert_sample_index(dataset.document_indices(), dataset.sequence_lengths(), *range, index_config);
-  mt::data::BertMaskingConfig masking;
-  masking.seq_length = o.seq_length;
-  masking.seed = o.seed;
-  masking.binary_head = index_config.binary_head;
-  masking.mask_prob = o.mask_prob;
+  mt::data::BertDatasetConfig config;
+  config.index.seq_length = o.seq_length;
+  config.index.seed = o.seed;
+  config.index.short_seq_prob = o.short_seq_prob;
+  config.index.binary_head = !o.no_binary_head;
+  config.index.num_samples = o.num_samples;
+  config.mask_prob = o.mask_prob;
+  const mt::data::BertDataset bert(dataset, o.split, split, vocabulary, config);
 
   mt::tools::RecordWriter writer(cli.output_format(), stdout, mt::comm::MpiRuntime::rank() == 0);
   writer.write_run(mt::tools::run_record(cli));
   writer.write(Record{{"record", "bert_index"},
                       {"split", o.show_split},
-                      {"document_begin", range->begin},
-                      {"document_end", range->end},
-                      {"samples", static_cast<int64_t>(index.size())},
+                      {"document_begin", bert.documents().begin},
+                      {"document_end", bert.documents().end},
+                      {"samples", bert.size()},
                       {"vocab_size", vocabulary.vocab_size()}});
-  std::vector<int32_t> buffer;
-  const auto sentence = [&](int64_t i) -> std::span<const int32_t> {
-    buffer = dataset.get(i);
-    return buffer;
-  };
-  const int64_t end = std::min<int64_t>(static_cast<int64_t>(index.size()), o.first_sample + o.show_samples);
+  const int64_t end = std::min(bert.size(), o.first_sample + o.show_samples);
   for (int64_t i = o.first_sample; i < end; ++i) {
-    const auto& row = index[static_cast<size_t>(i)];
-    const mt::data::BertSample sample = mt::data::make_bert_sample(sentence, row, i, vocabulary, masking);
+    const auto& row = bert.index()[static_cast<size_t>(i)];
+    const mt::data::BertSample sample = bert.sample(i);
     writer.write(Record{{"record", "bert_sample"},
                         {"split", o.show_split},
                         {"sample", i},

@@ -1,4 +1,4 @@
-// Tests for lib/data/bert_samples.{h,cpp} and lib/data/bert_masking.{h,cpp}: Megatron's BERT
+// Tests for lib/data/bert_samples.{h,cpp}, lib/data/bert_masking.{h,cpp} and lib/data/bert_dataset.{h,cpp}: Megatron's BERT
 // sample index and masked samples. Expected values come from tests/data/megatron_bert_cases.h5,
 // written by tests/data/make_bert_cases.py with the numpy oracle tests/data/megatron_bert_oracle.py
 // (/cases) and copied from Megatron-Core's own BERTMaskedWordPieceDataset
@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "core/error.h"
+#include "data/bert_dataset.h"
 #include "data/bert_masking.h"
 #include "data/bert_samples.h"
 #include "io/hdf5_attributes.h"
@@ -201,6 +203,41 @@ TEST_F(BertFixture, NgramDistributionEqualsNumpyBitForBit) {
         read_array<double>(group.id(), "max_" + std::to_string(max_ngram), H5T_NATIVE_DOUBLE);
     EXPECT_EQ(bert_ngram_cdf(max_ngram), expected) << "max_ngram " << max_ngram;
   }
+}
+
+// The fixture's sentences written as an mt token dataset (one sequence per sentence) and read back
+// through BertDataset give case 0's samples: the path a trainer takes.
+TEST_F(BertFixture, BertDatasetOverATokenDatasetGivesTheOracleSamples) {
+  mt::testing::TempDir directory("mt_test_bert");
+  const std::string prefix = (directory.path() / "sentences").string();
+  auto writer = TokenDatasetWriter::create(prefix, TokenDatasetFormat::hdf5, data_.vocabulary.vocab_size());
+  for (size_t d = 0; d + 1 < data_.document_indices.size(); ++d) {
+    for (int64_t s = data_.document_indices[d]; s < data_.document_indices[d + 1]; ++s)
+      writer.add_sequence(data_.sentence(s));
+    writer.end_document();
+  }
+  writer.finish();
+  const TokenDataset dataset = TokenDataset::open(prefix);
+  H5Object group(H5Gopen2(file_, "cases/case_000", H5P_DEFAULT), H5Gclose);
+  BertDatasetConfig config;
+  config.index.seq_length = attr_i64(group.id(), "seq_length");
+  config.index.seed = attr_i64(group.id(), "seed");
+  config.index.short_seq_prob = attr_f64(group.id(), "short_seq_prob");
+  config.index.num_samples = attr_i64(group.id(), "num_samples");
+  config.mask_prob = attr_f64(group.id(), "mask_prob");
+  BertVocabulary vocabulary = data_.vocabulary;
+  vocabulary.pad = attr_i64(group.id(), "pad_id");
+  const BertDataset bert(dataset, "80,15,5", Split::train, vocabulary, config);
+  EXPECT_EQ(bert.size() * 3, static_cast<int64_t>(read_i64(group.id(), "sample_index").size()));
+  const auto text = read_i64(group.id(), "text"), labels = read_i64(group.id(), "labels");
+  const auto seq = static_cast<size_t>(config.index.seq_length);
+  for (size_t i = 0; i < 30; ++i) {
+    const BertSample sample = bert.sample(static_cast<int64_t>(i));
+    EXPECT_EQ(sample.tokens, std::vector<int64_t>(text.begin() + i * seq, text.begin() + (i + 1) * seq)) << i;
+    EXPECT_EQ(sample.labels, std::vector<int64_t>(labels.begin() + i * seq, labels.begin() + (i + 1) * seq)) << i;
+  }
+  EXPECT_THROW(bert.sample(bert.size()), Error);
+  EXPECT_THROW(BertDataset(dataset, "1,0,0", Split::valid, vocabulary, config), UsageError);
 }
 
 // The fixture exercises what the header promises: skipped documents, short targets, swaps,
