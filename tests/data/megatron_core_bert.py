@@ -1,4 +1,4 @@
-#!/work/venv-megatron/bin/python
+#!/usr/bin/env python3
 """Runs Megatron-Core's own BERTMaskedWordPieceDataset on the fixture dataset of
 tests/data/make_bert_cases.py and writes its outputs to tests/data/megatron_core_bert.npz.
 

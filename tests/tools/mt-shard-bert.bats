@@ -153,3 +153,37 @@ setup() {
   run_split mt-shard bert-samples --data-path "$prefix" --num-samples 4
   [ "$status" -eq 2 ]
 }
+
+@test "the oracle's std::mt19937 and std::mt19937_64 give the C++ standard's check values" {
+  run_split /usr/bin/python3 "$MT_ROOT/tests/data/megatron_bert_oracle.py"
+  echo "$out$err"
+  [ "$status" -eq 0 ]
+}
+
+@test "the committed BERT fixture is what the oracle writes today, and Megatron-Core's outputs equal the oracle" {
+  run_split /usr/bin/python3 "$MT_ROOT/tests/data/make_bert_cases.py" "$BATS_TEST_TMPDIR/cases.h5"
+  echo "$out$err"
+  [ "$status" -eq 0 ]
+  [[ "$out" == *"megatron-core outputs equal the oracle in 8 cases"* ]]
+  run_split /usr/bin/python3 - "$BATS_TEST_TMPDIR/cases.h5" "$MT_ROOT/tests/data/megatron_bert_cases.h5" <<'PYTHON'
+import sys
+
+import h5py
+import numpy
+
+fresh, committed = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+fresh.visit(names.append)
+committed_names = []
+committed.visit(committed_names.append)
+assert sorted(names) == sorted(committed_names), "different layouts"
+for name in names:
+    a, b = fresh[name], committed[name]
+    assert dict(a.attrs) == dict(b.attrs) or all(numpy.array_equal(a.attrs[k], b.attrs[k]) for k in a.attrs), name
+    if isinstance(a, h5py.Dataset):
+        assert a.dtype == b.dtype and numpy.array_equal(a[()], b[()]), name
+print("equal:", len(names), "objects")
+PYTHON
+  echo "$out$err"
+  [ "$status" -eq 0 ]
+}
