@@ -33,6 +33,10 @@ void check_mapping_arguments(std::span<const int64_t> document_bounds, std::span
                                               num(max_seq_length));
   if (!(short_seq_prob >= 0.0 && short_seq_prob <= 1.0))
     throw UsageError("--short-seq-prob", "must be in [0, 1], got " + std::to_string(short_seq_prob));
+  if (short_seq_prob > 0 && std::round(1.0 / short_seq_prob) > std::numeric_limits<int32_t>::max())
+    throw UsageError("--short-seq-prob",
+                     "must be 0 or at least 1 / (2^31 - 1) (helpers.cpp keeps 1 / p in int32), got " +
+                         std::to_string(short_seq_prob));
   if (seed <= 0 || seed >= std::numeric_limits<int32_t>::max())
     throw UsageError("--seed", "the BERT sample index needs a seed in [1, 2^31 - 2] (Megatron's helpers.cpp "
                                "asserts seed > 0 and adds 1 in int32), got " + num(seed));

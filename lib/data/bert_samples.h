@@ -52,9 +52,10 @@ struct BertSampleRange {
 // helpers.cpp build_mapping: `document_bounds` are the sentence bounds of the documents taken
 // (Megatron's document_indices[indices] with the end appended: D + 1 non-decreasing values),
 // `sentence_lengths` all sentences of the dataset. Throws mt::UsageError for num_epochs < 1,
-// max_seq_length < 2, short_seq_prob outside [0, 1], a bad seed or min_sentences < 1, and
-// mt::Error for bounds outside the sentences or not non-decreasing, a negative sentence length,
-// or an epoch without a sample when more epochs are needed.
+// max_seq_length < 2, short_seq_prob outside [0, 1] or in (0, 1 / (2^31 - 1)) (1 / p must fit
+// int32), a bad seed or min_sentences < 1, and mt::Error for bounds outside the sentences or
+// not non-decreasing, a negative sentence length, or an epoch without a sample when more epochs
+// are needed.
 std::vector<BertSampleRange> build_bert_mapping(std::span<const int64_t> document_bounds,
                                                 std::span<const int32_t> sentence_lengths, int64_t num_epochs,
                                                 uint64_t max_num_samples, int32_t max_seq_length,

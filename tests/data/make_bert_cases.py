@@ -36,7 +36,7 @@ sys.path.insert(0, HERE)
 import megatron_bert_oracle as bo  # noqa: E402
 import megatron_oracle as mo  # noqa: E402
 
-VOCAB_SIZE = 300
+VOCAB_SIZE = 257  # randint(0, 257) draws below a 9-bit mask: an off-by-one vocabulary changes every draw
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 # (split, split_id, seq_length, seed, binary_head, short_seq_prob, mask_prob, num_samples, pad_id)
 CASES = [

@@ -1,8 +1,9 @@
-// Tests for lib/data/bert_samples.{h,cpp}, lib/data/bert_masking.{h,cpp} and lib/data/bert_dataset.{h,cpp}: Megatron's BERT
-// sample index and masked samples. Expected values come from tests/data/megatron_bert_cases.h5,
-// written by tests/data/make_bert_cases.py with the numpy oracle tests/data/megatron_bert_oracle.py
-// (/cases) and copied from Megatron-Core's own BERTMaskedWordPieceDataset
-// (tests/data/megatron_core_bert.py, /megatron_core); plus cases worked out by hand and bad input.
+// Tests for lib/data/bert_samples.{h,cpp}, lib/data/bert_masking.{h,cpp} and
+// lib/data/bert_dataset.{h,cpp}: Megatron's BERT sample index and masked samples. Expected values
+// come from tests/data/megatron_bert_cases.h5, written by tests/data/make_bert_cases.py with the
+// numpy oracle tests/data/megatron_bert_oracle.py (/cases) and copied from Megatron-Core's own
+// BERTMaskedWordPieceDataset (tests/data/megatron_core_bert.py, /megatron_core); plus cases worked
+// out by hand and bad input.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -143,7 +144,8 @@ int BertFixture::check_cases(const std::string& group_name) {
     const auto index = build_bert_sample_index(data_.document_indices, data_.sentence_lengths, documents, index_config);
     const auto expected_index = read_i64(g, "sample_index");
     std::vector<int64_t> actual_index;
-    for (const auto& row : index) actual_index.insert(actual_index.end(), {row.first_sentence, row.end_sentence, row.target_length});
+    for (const auto& row : index)
+      actual_index.insert(actual_index.end(), {row.first_sentence, row.end_sentence, row.target_length});
     EXPECT_EQ(first_difference(actual_index, expected_index), "") << "sample index";
     if (actual_index != expected_index) continue;
 
@@ -311,6 +313,7 @@ TEST(BertMapping, BadInputIsRefused) {
   EXPECT_THROW(build_bert_mapping(bounds, lengths, 1, 1, 8, 0.1, 0, 2), UsageError);           // seed 0
   EXPECT_THROW(build_bert_mapping(bounds, lengths, 1, 1, 8, 0.1, 2147483647, 2), UsageError);  // seed + 1
   EXPECT_THROW(build_bert_mapping(bounds, lengths, 1, 1, 8, 1.5, 1, 2), UsageError);
+  EXPECT_THROW(build_bert_mapping(bounds, lengths, 1, 1, 8, 1e-12, 1, 2), UsageError);  // 1 / p beyond int32
   EXPECT_THROW(build_bert_mapping(bounds, lengths, 1, 1, 1, 0.1, 1, 2), UsageError);
   EXPECT_THROW(build_bert_mapping(std::vector<int64_t>{0, 3}, lengths, 1, 1, 8, 0.1, 1, 2), Error);
   EXPECT_THROW(build_bert_mapping(std::vector<int64_t>{0, 2, 1}, lengths, 1, 1, 8, 0.1, 1, 2), Error);
