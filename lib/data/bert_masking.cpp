@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "core/error.h"
 
@@ -50,6 +51,13 @@ std::vector<std::vector<int64_t>> masking_candidates(const std::vector<int64_t>&
       candidates.push_back({static_cast<int64_t>(i)});
   }
   return candidates;
+}
+
+// n_maskings = min(p * target, max(1, int(round(tokens * p)))): a float, Python's round half to
+// even (nearbyint in the default rounding mode).
+double masking_budget(size_t tokens, int64_t target_length, double mask_prob) {
+  const auto rounded = static_cast<int64_t>(std::nearbyint(static_cast<double>(tokens) * mask_prob));
+  return std::min(mask_prob * static_cast<double>(target_length), static_cast<double>(std::max<int64_t>(1, rounded)));
 }
 
 // _get_token_mask: the replacement of one masked token, or the token itself (kept).
@@ -96,10 +104,7 @@ BertMaskedPositions mask_bert_tokens(std::vector<int64_t>& tokens, int64_t targe
   check_bert_masking_config(vocabulary, config);
   const std::vector<int64_t> original = tokens;
   const auto candidates = masking_candidates(original, vocabulary, config.whole_word);
-  const double budget =
-      std::min(config.mask_prob * static_cast<double>(target_length),
-               static_cast<double>(std::max<int64_t>(
-                   1, static_cast<int64_t>(std::nearbyint(static_cast<double>(original.size()) * config.mask_prob)))));
+  const double budget = masking_budget(original.size(), target_length, config.mask_prob);
   // candidate_ngrams: entry c holds the n-grams candidates[c : c + n], n = 1..max_ngram.
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
