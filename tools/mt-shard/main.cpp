@@ -1,7 +1,8 @@
 // mt-shard: build Megatron-exact sample indices (train/valid/test splits, weighted blends, epochs,
 // seeded shuffles) over token datasets into one HDF5 file, and inspect them (datasets, splits,
-// blend shares, length histogram, the samples a data-parallel rank reads).
-// Tested by tests/tools/mt-shard.bats and tests/tools/conventions.bats.
+// blend shares, length histogram, the samples a data-parallel rank reads); print Megatron's BERT
+// samples and masks of a pre-split sentence dataset (bert-samples, for debugging BERT data).
+// Tested by tests/tools/mt-shard.bats, tests/tools/mt-shard-bert.bats and tests/tools/conventions.bats.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/bert_dataset.h"
 #include "data/gpt_dataset.h"
 #include "text/tokenizer.h"
 #include "tools/common/flags.h"
@@ -38,11 +40,28 @@ struct InspectOptions {
   mt::text::TokenizerOptions tokenizer;  // decodes the shown samples when a type is given
 };
 
+struct BertOptions {
+  std::string data_path;
+  std::string split = "969, 30, 1";
+  std::string show_split = "train";
+  int64_t seq_length = 512;
+  int64_t seed = 1234;
+  int64_t num_samples = 0;
+  double short_seq_prob = 0.1;
+  double mask_prob = 0.15;
+  bool no_binary_head = false;
+  int64_t show_samples = 4;
+  int64_t first_sample = 0;
+  mt::text::TokenizerOptions tokenizer;
+};
+
 struct Options {
   BuildOptions build;
   InspectOptions inspect;
+  BertOptions bert;
   CLI::App* build_command = nullptr;
   CLI::App* inspect_command = nullptr;
+  CLI::App* bert_command = nullptr;
 };
 
 mt::data::DataConfig data_config(const BuildOptions& o) {
@@ -252,6 +271,74 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
   return 0;
 }
 
+// What Megatron's BERT dataset reads from the tokenizer: every id's "##" flag, [CLS] [SEP] [MASK]
+// [PAD] (Megatron-Core's BERT tokenizers have all four; pad is [PAD], which no other special
+// token shares).
+mt::data::BertVocabulary bert_vocabulary(const mt::text::Tokenizer& tokenizer) {
+  mt::data::BertVocabulary vocabulary;
+  vocabulary.is_subword.resize(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
+    vocabulary.is_subword[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id)).starts_with("##");
+  const auto special = [&](const char* name) -> int64_t {
+    const auto id = tokenizer.special_token_id(name);
+    if (!id) throw mt::UsageError("--tokenizer-type " + tokenizer.name(), std::string("has no ") + name + " token");
+    return *id;
+  };
+  vocabulary.cls = special("[CLS]");
+  vocabulary.sep = special("[SEP]");
+  vocabulary.mask = special("[MASK]");
+  vocabulary.pad = special("[PAD]");
+  return vocabulary;
+}
+
+// mt-shard bert-samples: the split's BERT sample index, then samples first..first+N-1 as JSONL.
+int run_bert_samples(mt::tools::ToolCli& cli, const BertOptions& o) {
+  if (o.num_samples < 1) throw mt::UsageError("--num-samples", "must be >= 1 (the split's sample count)");
+  const auto tokenizer = mt::text::Tokenizer::load(o.tokenizer);
+  const mt::data::BertVocabulary vocabulary = bert_vocabulary(*tokenizer);
+  const mt::data::TokenDataset dataset = mt::data::TokenDataset::open(o.data_path);
+  const mt::data::Split split = o.show_split == "train"   ? mt::data::Split::train
+                                : o.show_split == "valid" ? mt::data::Split::valid
+                                                          : mt::data::Split::test;
+  mt::data::BertDatasetConfig config;
+  config.index.seq_length = o.seq_length;
+  config.index.seed = o.seed;
+  config.index.short_seq_prob = o.short_seq_prob;
+  config.index.binary_head = !o.no_binary_head;
+  config.index.num_samples = o.num_samples;
+  config.mask_prob = o.mask_prob;
+  const mt::data::BertDataset bert(dataset, o.split, split, vocabulary, config);
+
+  mt::tools::RecordWriter writer(cli.output_format(), stdout, mt::comm::MpiRuntime::rank() == 0);
+  writer.write_run(mt::tools::run_record(cli));
+  writer.write(Record{{"record", "bert_index"},
+                      {"split", o.show_split},
+                      {"document_begin", bert.documents().begin},
+                      {"document_end", bert.documents().end},
+                      {"samples", bert.size()},
+                      {"vocab_size", vocabulary.vocab_size()}});
+  const int64_t end = std::min(bert.size(), o.first_sample + o.show_samples);
+  for (int64_t i = o.first_sample; i < end; ++i) {
+    const auto& row = bert.index()[static_cast<size_t>(i)];
+    const mt::data::BertSample sample = bert.sample(i);
+    writer.write(Record{{"record", "bert_sample"},
+                        {"split", o.show_split},
+                        {"sample", i},
+                        {"first_sentence", row.first_sentence},
+                        {"end_sentence", row.end_sentence},
+                        {"target_length", row.target_length},
+                        {"is_random", sample.is_random},
+                        {"truncated", sample.truncated},
+                        {"tokens", sample.tokens},
+                        {"types", sample.types},
+                        {"labels", sample.labels},
+                        {"loss_mask", sample.loss_mask},
+                        {"padding_mask", sample.padding_mask}});
+  }
+  writer.finish();
+  return 0;
+}
+
 // `mt-shard --help` shows every command's flags, not only the command names.
 class ExpandedHelp : public CLI::Formatter {
  public:
@@ -260,6 +347,49 @@ class ExpandedHelp : public CLI::Formatter {
     return CLI::Formatter::make_help(app, std::move(name), mode);
   }
 };
+
+void define_bert_samples(mt::tools::ToolCli& cli, Options& o) {
+  BertOptions& b = o.bert;
+  CLI::App* bert = cli.app().add_subcommand(
+      "bert-samples",
+      "Print Megatron-Core's BERT samples of a pre-split sentence dataset (one sequence per sentence): the sample\n"
+      "index (sentence runs, short targets, documents split), then each sample's masked tokens, types, labels,\n"
+      "loss and padding masks and sentence-order label, as BERTMaskedWordPieceDataset gives them");
+  o.bert_command = bert;
+  using mt::tools::FlagSpec;
+  static const FlagSpec data_path =
+      mt::tools::text_flag("--data-path", "Sentence token dataset prefix (one; .h5 or .bin/.idx)");
+  mt::tools::add_flag(*bert, data_path, b.data_path)->required();
+  mt::tools::add_flag(*bert, "--split", b.split, "Train/valid/test proportions, split over documents (BERT)")
+      ->capture_default_str();
+  static const FlagSpec show_split =
+      mt::tools::text_flag("--show-split", "Split whose samples are shown", {"train", "valid", "test"});
+  mt::tools::add_flag(*bert, show_split, b.show_split)->capture_default_str();
+  mt::tools::add_flag(*bert, "--seq-length", b.seq_length, "Tokens per sample, [CLS] and [SEP]s included")
+      ->capture_default_str();
+  mt::tools::add_flag(*bert, "--seed", b.seed, "Megatron's --seed (sample index and masks)")->capture_default_str();
+  static const FlagSpec num_samples = mt::tools::integer_flag(
+      "--num-samples", "The split's sample count (Megatron's train/valid/test samples): whole epochs up to it",
+      mt::tools::at_least(1));
+  mt::tools::add_flag(*bert, num_samples, b.num_samples)->required();
+  static const FlagSpec short_seq_prob = mt::tools::real_flag(
+      "--short-seq-prob", "Probability of a shorter target length", mt::tools::between(0, 1));
+  static const FlagSpec mask_prob =
+      mt::tools::real_flag("--mask-prob", "Share of tokens masked", mt::tools::between(0, 1, true));
+  mt::tools::add_flag(*bert, short_seq_prob, b.short_seq_prob)->capture_default_str();
+  mt::tools::add_flag(*bert, mask_prob, b.mask_prob)->capture_default_str();
+  static const FlagSpec no_binary_head = mt::tools::toggle_flag(
+      "--bert-no-binary-head", "No sentence-order head: one segment per sample, one sentence suffices");
+  mt::tools::add_flag(*bert, no_binary_head, b.no_binary_head);
+  static const FlagSpec show_samples =
+      mt::tools::integer_flag("--show-samples", "Samples printed", mt::tools::at_least(0));
+  static const FlagSpec first_sample =
+      mt::tools::integer_flag("--first-sample", "Index of the first printed sample", mt::tools::at_least(0));
+  mt::tools::add_flag(*bert, show_samples, b.show_samples)->capture_default_str();
+  mt::tools::add_flag(*bert, first_sample, b.first_sample)->capture_default_str();
+  mt::tools::add_tokenizer_flags(*bert, b.tokenizer, true, "The WordPiece vocabulary (## pieces, special ids)");
+  cli.add_output_format(*bert);
+}
 
 void define(mt::tools::ToolCli& cli, Options& o) {
   CLI::App& app = cli.app();
@@ -325,11 +455,14 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   mt::tools::add_flag(*inspect, dp_rank, i.data_parallel_rank)->capture_default_str();
   mt::tools::add_tokenizer_flags(*inspect, i.tokenizer, false, "Decoding the shown samples");
   cli.add_output_format(*inspect);
+  define_bert_samples(cli, o);
 }
 
 int run(mt::tools::ToolCli& cli, Options& o) {
   if (o.build_command->parsed()) return run_build(cli, o.build);
-  if (!o.inspect_command->parsed()) throw mt::UsageError("subcommand", "build or inspect is required (see mt-shard --help)");
+  if (o.bert_command->parsed()) return run_bert_samples(cli, o.bert);
+  if (!o.inspect_command->parsed())
+    throw mt::UsageError("subcommand", "build, inspect or bert-samples is required (see mt-shard --help)");
   const InspectOptions& i = o.inspect;
   if (i.data_parallel_rank >= i.data_parallel_size) {
     throw mt::UsageError("--data-parallel-rank " + std::to_string(i.data_parallel_rank),
