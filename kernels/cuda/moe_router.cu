@@ -564,6 +564,7 @@ void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int top
                          const int64_t* row_ids, int64_t sequence_length, int64_t groups, float* counts,
                          float* prob_sums, void* stream) {
   if (topk < 1 || topk > experts) throw std::invalid_argument("moe_router_aux_sums: topk outside [1, experts]");
+  if (groups == 0 && rows <= 0) return;  // no rows and no outputs: nothing to do, as on the CPU
   if (groups < 1 || groups > kMaxAuxGroups) {
     throw std::invalid_argument("cuda moe_router_aux_sums: " + std::to_string(groups) + " groups outside [1, " +
                                 std::to_string(kMaxAuxGroups) + "]");
