@@ -12,7 +12,9 @@
 // m, n, k, lds, operand type, pointer alignments, workspace or not). GEMMs on different streams
 // may overlap, so no two streams share a workspace: streams take the slots in the order they
 // first call gemm, and streams past the last slot run the workspace-free algorithms. Later calls
-// never allocate, copy to or from the host or synchronise, so they may run under stream capture.
+// never allocate, copy to or from the host or synchronise, so they may run under stream capture;
+// a shape first met under capture runs the cublasGemmEx fallback (cuBLASLt's heuristic may fail
+// while a stream captures) and gets its plan at its first uncaptured call.
 // Where the heuristic offers no algorithm (e.g. odd leading dimensions of 16-bit operands) the
 // call falls back to cublasGemmEx with the same compute type and the stream's workspace. k = 0
 // scales C by beta as BLAS does (beta = 0 writes zeros); m = 0 or n = 0 does nothing, as
@@ -219,6 +221,17 @@ void scale_c(float* c, int64_t m, int64_t n, int64_t ldc, float beta, void* stre
   check(cudaGetLastError(), "scale_c_kernel launch (k = 0)");
 }
 
+// Whether `stream` is capturing work into a graph (a failed query counts as capturing: the legacy
+// stream answers an error while another stream captures).
+bool capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(as_stream(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void check_shape(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                  int64_t ldc) {
   const auto fail = [&](const std::string& what) {
@@ -250,6 +263,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   const PlanKey key{trans_a, trans_b, m,       n,       k,       lda, ldb, ldc, static_cast<int>(operand),
                     align_a, align_b, align_c, workspace != nullptr};
   std::unique_ptr<Plan>& plan = state.plans[key];
+  if (!plan && capturing(stream)) {
+    // cuBLASLt's heuristic may fail while a stream captures (CUDA 13): a shape first met under
+    // capture takes the fallback, and its plan is made by its first uncaptured call.
+    state.plans.erase(key);
+    gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
+    return;
+  }
   if (!plan) plan = make_plan(state.lt, problem, operand, align_a, align_b, align_c, workspace_bytes(workspace));
   if (!plan->has_algorithm) {
     gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);

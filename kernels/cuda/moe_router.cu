@@ -8,15 +8,17 @@
 // (__fmul_rn / __dmul_rn) so nvcc does not contract them into FMAs the CPU build does not use.
 //
 // Row ids outside the aux sums' groups cannot throw from a kernel: the kernel skips the row and
-// records the first offender in a device word; moe_router_take_deferred_error() (called by the
-// backend's synchronize after the stream has drained) turns it into the std::invalid_argument
-// the CPU throws, naming the row id. No entry allocates, copies to or from the host or
-// synchronises. Tested on a GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp, the
-// moe_router cases of tests/harness/cases_moe_router.cpp).
+// records the first offender in a device word, tagged with the stream the kernel was queued on;
+// moe_router_take_deferred_error(stream) (called by the backend's synchronize after the stream
+// has drained) turns that stream's record into the std::invalid_argument the CPU throws, naming
+// the row id, and leaves another stream's record for that stream's synchronize. No entry
+// allocates, copies to or from the host or synchronises. Tested on a GPU by the op harness
+// (tests/gpu/test_cuda_op_harness.cpp, the moe_router cases of tests/harness/cases_moe_router.cpp).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -246,23 +248,36 @@ __global__ void topk_backward_kernel(const float* logits, const int32_t* topk_in
 
 // ---- aux sums and their backward --------------------------------------------------------------
 
-// The first out-of-range row id an aux kernel met (claimed once; read by the host after a sync).
+// The first out-of-range row id an aux kernel met. `owner` (0: none) is the queuing stream's tag
+// and the claim in one atomic word, so a synchronize of another stream never takes (or clears)
+// it; the other fields are written after the claim and read only by the owner's synchronize,
+// after that stream has drained.
 struct DeferredRowError {
-  int claimed;
+  unsigned long long owner;
   int entry;  // 0: moe_router_aux_sums, 1: moe_router_aux_backward
   long long row_id;
   long long groups;
   long long sequence_length;
 };
 __device__ DeferredRowError g_row_error = {0, 0, 0, 0, 0};
-std::atomic<bool> g_row_error_possible{false};  // an aux kernel with row ids was queued since the last check
+// Set for good by the first aux kernel queued with row ids: a captured graph replays its kernels
+// without queuing them again, so no host-side "since the last check" flag can be trusted.
+std::atomic<bool> g_row_ids_queued{false};
+std::mutex g_row_error_mutex;  // one host thread at a time reads and clears the word
 
-// Row t's group as the CPU's row_group, or -1 (the row is skipped and the error recorded).
-__device__ int64_t row_group(const int64_t* row_ids, int64_t sequence_length, int64_t groups, int64_t t, int entry) {
+// A stream's tag in g_row_error.owner: never 0 (the legacy stream's null handle included).
+unsigned long long stream_tag(void* stream) {
+  return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(stream)) + 1;
+}
+
+// Row t's group as the CPU's row_group, or -1 (the row is skipped and the error recorded for the
+// stream tagged `stream`).
+__device__ int64_t row_group(const int64_t* row_ids, int64_t sequence_length, int64_t groups, int64_t t, int entry,
+                             unsigned long long stream) {
   if (!row_ids) return 0;
   const int64_t group = sequence_length > 0 ? row_ids[t] / sequence_length : -1;
   if (group >= 0 && group < groups) return group;
-  if (atomicCAS(&g_row_error.claimed, 0, 1) == 0) {
+  if (atomicCAS(&g_row_error.owner, 0ull, stream) == 0ull) {
     g_row_error.entry = entry;
     g_row_error.row_id = row_ids[t];
     g_row_error.groups = groups;
@@ -297,7 +312,7 @@ __device__ void aux_row_terms(const float* row_logits, int experts, MoeScoreFunc
 // adds them to the group's totals in row order (double sums, int64 counts in shared memory).
 __global__ void aux_sums_kernel(const float* logits, int64_t rows, int experts, int topk, MoeScoreFunction function,
                                 const int64_t* row_ids, int64_t sequence_length, int64_t groups, float* counts,
-                                float* prob_sums) {
+                                float* prob_sums, unsigned long long stream) {
   extern __shared__ double aux_shared[];
   double* prob_total = aux_shared;                                             // (groups)
   auto* count_total = reinterpret_cast<long long*>(prob_total + groups);       // (groups)
@@ -314,7 +329,7 @@ __global__ void aux_sums_kernel(const float* logits, int64_t rows, int experts, 
       __syncthreads();  // the previous tile has been added (and the totals zeroed)
       if (t < rows) {
         const float* row_logits = logits + t * experts;  // (E)
-        tile_group[threadIdx.x] = row_group(row_ids, sequence_length, groups, t, 0);
+        tile_group[threadIdx.x] = row_group(row_ids, sequence_length, groups, t, 0, stream);
         float max_value = 0.0f, sum = 0.0f;
         aux_row_terms(row_logits, experts, function, &max_value, &sum);
         const float p = aux_score(row_logits, e, function, max_value, sum);
@@ -349,14 +364,14 @@ __global__ void aux_sums_kernel(const float* logits, int64_t rows, int experts, 
 // every thread adds the gradient of its experts.
 __global__ void aux_backward_kernel(const float* logits, int64_t rows, int experts, MoeScoreFunction function,
                                     const int64_t* row_ids, int64_t sequence_length, int64_t groups,
-                                    const float* weights, float scale, float* dlogits) {
+                                    const float* weights, float scale, float* dlogits, unsigned long long stream) {
   __shared__ float shared_max, shared_sum;
   __shared__ double shared_mean, shared_denominator;
   __shared__ int64_t shared_group;
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     const float* row_logits = logits + t * experts;  // (E)
     if (threadIdx.x == 0) {
-      shared_group = row_group(row_ids, sequence_length, groups, t, 1);
+      shared_group = row_group(row_ids, sequence_length, groups, t, 1, stream);
       if (shared_group >= 0) {
         const float* w = weights + shared_group * experts;  // (E)
         float max_value = 0.0f, sum = 0.0f;
@@ -549,14 +564,16 @@ void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int top
                          const int64_t* row_ids, int64_t sequence_length, int64_t groups, float* counts,
                          float* prob_sums, void* stream) {
   if (topk < 1 || topk > experts) throw std::invalid_argument("moe_router_aux_sums: topk outside [1, experts]");
+  if (groups == 0 && rows <= 0) return;  // no rows and no outputs: nothing to do, as on the CPU
   if (groups < 1 || groups > kMaxAuxGroups) {
     throw std::invalid_argument("cuda moe_router_aux_sums: " + std::to_string(groups) + " groups outside [1, " +
                                 std::to_string(kMaxAuxGroups) + "]");
   }
-  if (row_ids) g_row_error_possible.store(true);
+  if (row_ids) g_row_ids_queued.store(true);
   const size_t shared = 2 * static_cast<size_t>(groups) * sizeof(double);
   aux_sums_kernel<<<grid_for(experts, 1), kTileThreads, shared, as_stream(stream)>>>(
-      logits, rows, experts, topk, score_function, row_ids, sequence_length, groups, counts, prob_sums);
+      logits, rows, experts, topk, score_function, row_ids, sequence_length, groups, counts, prob_sums,
+      stream_tag(stream));
   check_launch("moe_router_aux_sums");
 }
 
@@ -564,23 +581,25 @@ void moe_router_aux_backward(const float* logits, int64_t rows, int experts, Moe
                              const int64_t* row_ids, int64_t sequence_length, int64_t groups, const float* weights,
                              float scale, float* dlogits, void* stream) {
   if (rows <= 0 || experts <= 0) return;
-  if (row_ids) g_row_error_possible.store(true);
+  if (row_ids) g_row_ids_queued.store(true);
   aux_backward_kernel<<<grid_for(rows, 1), kRowThreads, 0, as_stream(stream)>>>(
-      logits, rows, experts, score_function, row_ids, sequence_length, groups, weights, scale, dlogits);
+      logits, rows, experts, score_function, row_ids, sequence_length, groups, weights, scale, dlogits,
+      stream_tag(stream));
   check_launch("moe_router_aux_backward");
 }
 
-void moe_router_take_deferred_error() {
-  if (!g_row_error_possible.exchange(false)) return;
+void moe_router_take_deferred_error(void* stream) {
+  if (!g_row_ids_queued.load()) return;
+  const std::lock_guard<std::mutex> lock(g_row_error_mutex);
   bind_selected_device();  // the symbol lives on the selected device
   DeferredRowError error{};
   const cudaError_t read = cudaMemcpyFromSymbol(&error, g_row_error, sizeof error);
   if (read != cudaSuccess) {
     throw std::runtime_error(std::string("CUDA moe_router: reading the row-id check: ") + cudaGetErrorString(read));
   }
-  if (!error.claimed) return;
-  const DeferredRowError cleared{};
-  const cudaError_t reset = cudaMemcpyToSymbol(g_row_error, &cleared, sizeof cleared);
+  if (error.owner != stream_tag(stream)) return;  // none, or another stream's (its synchronize throws it)
+  const unsigned long long released = 0;  // the claim alone: the other fields are rewritten by the next claim
+  const cudaError_t reset = cudaMemcpyToSymbol(g_row_error, &released, sizeof released);
   if (reset != cudaSuccess) {
     throw std::runtime_error(std::string("CUDA moe_router: resetting the row-id check: ") + cudaGetErrorString(reset));
   }

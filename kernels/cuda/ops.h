@@ -87,8 +87,9 @@ void attention_merge(const AttentionShape& shape, float* out, float* lse, const 
 // the signatures those functions' plus the stream. The grouped GEMMs' counts (group_rows,
 // group_depths) are host memory, read while the work is queued; every other pointer is device
 // memory. The aux entries skip rows whose id lies outside the groups and record the first such
-// id; moe_router_take_deferred_error, called after the stream has drained (the backend's
-// synchronize), throws it as the CPU's std::invalid_argument and clears it.
+// id with the stream they were queued on; moe_router_take_deferred_error(stream), called after
+// `stream` has drained (the backend's synchronize), throws that stream's record as the CPU's
+// std::invalid_argument and clears it (another stream's record stays for its own synchronize).
 void moe_router_topk(const float* logits, const float* expert_bias, int64_t rows, const MoeTopkParams& params,
                      int32_t* topk_indices, float* probs, uint8_t* routing_map, void* stream);
 void moe_router_topk_backward(const float* logits, const int32_t* topk_indices, const float* dprobs,
@@ -100,7 +101,7 @@ void moe_router_aux_sums(const float* logits, int64_t rows, int experts, int top
 void moe_router_aux_backward(const float* logits, int64_t rows, int experts, MoeScoreFunction score_function,
                              const int64_t* row_ids, int64_t sequence_length, int64_t groups, const float* weights,
                              float scale, float* dlogits, void* stream);
-void moe_router_take_deferred_error();
+void moe_router_take_deferred_error(void* stream);
 // *sum = the sum over rows of logsumexp^2 (written, in row order in double).
 void moe_router_z_loss_sum(const float* logits, int64_t rows, int experts, double* sum, void* stream);
 void moe_router_z_loss_backward(const float* logits, int64_t rows, int experts, float scale, float* dlogits,

@@ -62,7 +62,7 @@ void release(void* data, int64_t, MemoryCategory) { cuda::release(data); }
 Stream default_stream() { return Stream{cuda::default_stream()}; }
 void synchronize(Stream stream) {
   cuda::synchronize(stream.handle);
-  cuda::moe_router_take_deferred_error();  // a row id the MoE aux kernels refused (ops.h's contract)
+  cuda::moe_router_take_deferred_error(stream.handle);  // a row id this stream's MoE aux kernels refused
 }
 void launch_host_function(Stream stream, HostFunction function, void* argument) {
   cuda::launch_host_function(stream.handle, function, argument);

@@ -10,8 +10,10 @@
 // leaves a node in the graph that is refused; the failure names the entry and the case. The
 // entries that make the host wait by contract (backend::op_waits_for_stream) and the copies are
 // not captured; the coverage table, printed when the binary ends, marks them ("waits"). The
-// capture check is itself checked on entries broken on purpose (CaptureCheck.*). Every test is
-// skipped, never passed, when no CUDA device is usable or the CUDA table is not built.
+// capture check is itself checked on entries broken on purpose (CaptureCheck.*). The MoE aux
+// kernels' deferred row-id error is checked to reach only its own stream's synchronize
+// (CudaTable.AuxRowIdErrorBelongsToItsStream). Every test is skipped, never passed, when no CUDA
+// device is usable or the CUDA table is not built.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -338,6 +340,46 @@ TEST(CudaTable, FillsEveryEntry) {
     if (ops.supports(op_case.op, op_case.dtype) || op_case.dtype != mt::DType::f32) continue;
     ADD_FAILURE() << describe(op_case) << ": the CUDA table does not support f32 for this entry";
   }
+}
+
+// --- the MoE aux kernels' deferred row-id error ------------------------------------------------
+
+// A row id outside the aux sums' groups is thrown by the synchronize of the stream the kernel ran
+// on, once; a synchronize of another stream neither throws it nor clears it.
+TEST(CudaTable, AuxRowIdErrorBelongsToItsStream) {
+  MT_REQUIRE_CUDA_TABLE();
+  const Ops& ops = *cuda_table().ops;
+  const Stream other = ops.default_stream();
+  cudaStream_t created = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const Stream owner{created};
+  const std::vector<int64_t> ids{0, 40};  // row 1 is in sequence 2 of the 2 (length 16)
+  const std::vector<float> logits{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};  // (2, 4)
+  const int64_t ids_bytes = int64_t(ids.size() * sizeof(int64_t));
+  const int64_t logits_bytes = int64_t(logits.size() * sizeof(float));
+  const int64_t sums_bytes = 16 * int64_t{sizeof(float)};  // counts (2, 4), then prob sums (2, 4)
+  const auto category = mt::backend::MemoryCategory::activations;
+  auto* device_ids = static_cast<int64_t*>(ops.allocate(ids_bytes, category));
+  auto* device_logits = static_cast<float*>(ops.allocate(logits_bytes, category));
+  auto* sums = static_cast<float*>(ops.allocate(sums_bytes, category));
+  ops.copy(device_ids, ids.data(), ids_bytes, mt::backend::CopyKind::host_to_device, other);
+  ops.copy(device_logits, logits.data(), logits_bytes, mt::backend::CopyKind::host_to_device, other);
+  ops.synchronize(other);
+  ops.moe_router_aux_sums(device_logits, 2, 4, 1, mt::kernels::MoeScoreFunction::softmax, device_ids, 16, 2, sums,
+                          sums + 8, owner);
+  check_cuda(cudaStreamSynchronize(created), "cudaStreamSynchronize");  // drained, the error not yet taken
+  EXPECT_NO_THROW(ops.synchronize(other)) << "another stream's synchronize took the owner's row-id error";
+  try {
+    ops.synchronize(owner);
+    ADD_FAILURE() << "the owner's synchronize did not throw the row-id error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("row id 40"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(ops.synchronize(owner)) << "the row-id error was not cleared when thrown";
+  ops.release(sums, sums_bytes, category);
+  ops.release(device_logits, logits_bytes, category);
+  ops.release(device_ids, ids_bytes, category);
+  check_cuda(cudaStreamDestroy(created), "cudaStreamDestroy");
 }
 
 // --- the capture check on entries broken on purpose ----------------------------------------------
