@@ -325,11 +325,9 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, CudaTableFamily, testing::ValuesIn(familie
 // Every entry filled, and every case run except those on dtypes the table says it lacks.
 // The mixture-of-experts entries (router, experts, dispatcher) have no CUDA twins yet (their own
 // issue): the CUDA table leaves exactly them null, and the MoE layer refuses --device cuda by name.
-// The FP8 entries likewise until their CUDA twins (kernels/cuda/fp8.cu) fill them: mt-train refuses
-// FP8 on --device cuda by name while they are null; the branch that fills them drops "fp8" here.
 bool moe_entry(OpId op) {
   const std::string family = mt::harness::op_family(op);
-  return family == "moe_router" || family == "moe_experts" || family == "moe_permute" || family == "fp8";
+  return family == "moe_router" || family == "moe_experts" || family == "moe_permute";
 }
 
 TEST(CudaTable, FillsEveryEntryButTheMoeOnes) {
