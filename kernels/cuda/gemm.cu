@@ -15,6 +15,7 @@
 // never allocate, copy to or from the host or synchronise, so they may run under stream capture;
 // a shape first met under capture runs the cublasGemmEx fallback (cuBLASLt's heuristic may fail
 // while a stream captures) and gets its plan at its first uncaptured call.
+// The FP8 GEMM (fp8.cu) takes the same handle and per-stream workspaces (lt_context.h).
 // Where the heuristic offers no algorithm (e.g. odd leading dimensions of 16-bit operands) the
 // call falls back to cublasGemmEx with the same compute type and the stream's workspace. k = 0
 // scales C by beta as BLAS does (beta = 0 writes zeros); m = 0 or n = 0 does nothing, as
@@ -38,6 +39,7 @@
 #include <tuple>
 
 #include "kernels/cuda/gemm_layout.h"
+#include "kernels/cuda/lt_context.h"
 #include "kernels/cuda/ops.h"
 
 namespace mt::kernels::cuda {
@@ -246,6 +248,13 @@ void check_shape(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, in
 }
 
 }  // namespace
+
+LtStreamContext lt_stream_context(void* stream) {
+  DeviceState& state = device_state();
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  void* workspace = stream_workspace(state, stream);
+  return LtStreamContext{state.lt, workspace, workspace_bytes(workspace)};
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmOperand operand, void* stream) {

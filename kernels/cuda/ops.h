@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/common/moe_router_params.h"
+#include "kernels/common/fp8.h"
 #include "kernels/common/op_params.h"
 
 namespace mt::kernels::cuda {
@@ -130,5 +131,19 @@ void moe_unroute_probs(const float* row_grads, const int32_t* row_token, const i
 void moe_sort_chunks(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
                      float* out, void* stream);
 // --- end of MoE
+// --- FP8 (fp8.cu): quantise with amax, byte transpose, cuBLASLt FP8 GEMM, delayed scaling ------
+// Contracts: lib/backend/ops.h (family "fp8"); tested in tests/gpu/test_cuda_fp8.cpp. The GEMM needs compute capability 8.9 or newer and
+// throws std::runtime_error naming the device below it; its argument refusals are
+// std::invalid_argument, as the CPU entry's.
+void fp8_quantize(const float* x, int64_t n, const float* scale, Fp8Type type, uint8_t* out, float* amax,
+                  void* stream);
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, void* stream);
+void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
+              const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type, const float* b_scale_inv,
+              int64_t ldb, float beta, float* c, int64_t ldc, void* stream);
+void fp8_update_scales(float* amax, float* amax_history, float* scale, float* scale_inv, int64_t tensors,
+                       const Fp8ScalingParams& params, void* stream);
+// How many gemm_fp8 calls so far took the plain kernel because cuBLASLt turned their shape down.
+int64_t gemm_fp8_fallback_calls();
 
 }  // namespace mt::kernels::cuda

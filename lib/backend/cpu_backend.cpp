@@ -11,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/moe_router.h"
 #include "kernels/cpu/grouped_gemm.h"
@@ -218,6 +219,7 @@ bool supports(OpId op, DType dtype) {
     case OpId::copy:
     case OpId::copy_2d:
     case OpId::zero:
+    case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
     case OpId::gemm:
     case OpId::grouped_gemm:
@@ -335,6 +337,11 @@ const Ops& cpu_ops() {
       .moe_unpermute_rows = MT_CPU_FUNCTION(moe_unpermute_rows),
       .moe_unroute_probs = MT_CPU_FUNCTION(moe_unroute_probs),
       .moe_sort_chunks = MT_CPU_FUNCTION(moe_sort_chunks),
+      // FP8 (issue 23): emulated with the arithmetic of kernels/common/fp8.h
+      .fp8_quantize = MT_CPU_FUNCTION(fp8_quantize),
+      .fp8_transpose = MT_CPU_FUNCTION(fp8_transpose),
+      .gemm_fp8 = MT_CPU_FUNCTION(gemm_fp8),
+      .fp8_update_scales = MT_CPU_FUNCTION(fp8_update_scales),
   };
   return table;
 }

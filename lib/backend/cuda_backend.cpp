@@ -190,8 +190,34 @@ void moe_scale_rows_backward(const float* dy, const float* x, const float* scale
 }
 // ---- end of MoE
 
+// ---- FP8 (issue 23): kernels/cuda/fp8.cu, the contracts in ops.h ----
+void fp8_quantize(const float* x, int64_t n, const float* scale, kernels::Fp8Type type, uint8_t* out, float* amax,
+                  Stream stream) {
+  cuda::bind_selected_device();
+  cuda::fp8_quantize(x, n, scale, type, out, amax, stream.handle);
+}
+
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::fp8_transpose(in, rows, cols, out, stream.handle);
+}
+
+void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, kernels::Fp8Type a_type,
+              const float* a_scale_inv, int64_t lda, const uint8_t* b, kernels::Fp8Type b_type,
+              const float* b_scale_inv, int64_t ldb, float beta, float* c, int64_t ldc, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::gemm_fp8(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc,
+                 stream.handle);
+}
+
+void fp8_update_scales(float* amax, float* amax_history, float* scale, float* scale_inv, int64_t tensors,
+                       const kernels::Fp8ScalingParams& params, Stream stream) {
+  cuda::bind_selected_device();
+  cuda::fp8_update_scales(amax, amax_history, scale, scale_inv, tensors, params, stream.handle);
+}
+
 // What CUDA runs (see Ops::supports): GEMMs on f32, bf16 and f16 operands; conversions between f32
-// and bf16/f16; fill and the fused kernels on f32.
+// and bf16/f16; fill and the fused kernels on f32; the FP8 byte transpose on any type, as the CPU.
 bool supports(OpId op, DType dtype) {
   switch (op) {
     case OpId::allocate:
@@ -207,6 +233,7 @@ bool supports(OpId op, DType dtype) {
     case OpId::copy:
     case OpId::copy_2d:
     case OpId::zero:
+    case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
     case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
     case OpId::grouped_gemm:
@@ -292,6 +319,11 @@ const Ops& cuda_ops() {
       .moe_unpermute_rows = MT_CUDA_FUNCTION(moe_unpermute_rows),
       .moe_unroute_probs = MT_CUDA_FUNCTION(moe_unroute_probs),
       .moe_sort_chunks = MT_CUDA_FUNCTION(moe_sort_chunks),
+      // FP8 (issue 23): kernels/cuda/fp8.cu; gemm_fp8 refuses devices below compute capability 8.9.
+      .fp8_quantize = fp8_quantize,
+      .fp8_transpose = fp8_transpose,
+      .gemm_fp8 = gemm_fp8,
+      .fp8_update_scales = fp8_update_scales,
   };
   return table;
 }

@@ -76,7 +76,12 @@
   X(moe_permute_rows)              \
   X(moe_unpermute_rows)            \
   X(moe_unroute_probs)             \
-  X(moe_sort_chunks)
+  X(moe_sort_chunks)               \
+  /* FP8 (issue 23) */             \
+  X(fp8_quantize)                  \
+  X(fp8_transpose)                 \
+  X(gemm_fp8)                      \
+  X(fp8_update_scales)
 
 namespace mt::backend {
 

@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "backend/op_list.h"
+#include "kernels/common/fp8.h"
 #include "kernels/common/moe_router_params.h"
 #include "kernels/common/op_params.h"
 
@@ -259,6 +260,34 @@ struct Ops {
                             int64_t tokens, int experts, float* dprobs, Stream stream);
   void (*moe_sort_chunks)(const float* in, int64_t cols, const int64_t* chunk_rows, const int32_t* order, int chunks,
                           float* out, Stream stream);
+  // --- FP8 (issue 23; arithmetic: kernels/common/fp8.h, the CPU twin kernels/cpu/fp8.h) --------
+  // Delayed scaling as Transformer Engine: each FP8 tensor has an fp32 scale, scale_inv = 1/scale
+  // and an amax; values are stored as fp32_to_fp8(x * scale) and mean code * scale_inv. Every
+  // pointer is device memory (scales and amaxes too), so no entry makes the host wait.
+  // out[i] = fp32_to_fp8(x[i] * *scale, type) (the fp32 product, then the conversion);
+  // *amax = max(*amax, max_i |x[i]|) over the unscaled x (accumulated, so micro-batches and the
+  // pieces of a tensor add up by calling it again; a NaN in x makes *amax NaN). n may be 0.
+  void (*fp8_quantize)(const float* x, int64_t n, const float* scale, kernels::Fp8Type type, uint8_t* out,
+                       float* amax, Stream stream);
+  // out (cols, rows) = in (rows, cols)^T, bytes; out must not overlap in.
+  void (*fp8_transpose)(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, Stream stream);
+  // C (m, n) = alpha * (*a_scale_inv) * (*b_scale_inv) * A (m, k) . B (n, k)^T + beta C, row-major:
+  // A and B are fp8 codes of a_type / b_type, both k-contiguous (row r of A at a + r lda, of B at
+  // b + r ldb: the only FP8 layout cuBLASLt takes on sm_90, so callers transpose with
+  // fp8_transpose), C fp32 (ldc), fp32 accumulation (cuBLASLt: fast accumulation off); beta = 0
+  // ignores C's old values. k, lda and ldb not multiples of 16, and e5m2 x e5m2, throw
+  // std::invalid_argument naming them (as cuBLASLt refuses them); m, n may be any >= 1.
+  void (*gemm_fp8)(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, kernels::Fp8Type a_type,
+                   const float* a_scale_inv, int64_t lda, const uint8_t* b, kernels::Fp8Type b_type,
+                   const float* b_scale_inv, int64_t ldb, float beta, float* c, int64_t ldc, Stream stream);
+  // Delayed-scaling update of `tensors` tensors of one recipe group (one FP8 type): for each t,
+  // kernels::fp8_update_scale(amax + t, amax_history + t * params.history_len, scale + t,
+  // scale_inv + t, params): amax[t] is this step's amax, already reduced over micro-batches and
+  // ranks; the history row (history_len floats, newest first) takes it; scale and scale_inv are
+  // rewritten from the row; amax[t] is zeroed for the next step. tensors may be 0.
+  void (*fp8_update_scales)(float* amax, float* amax_history, float* scale, float* scale_inv, int64_t tensors,
+                            const kernels::Fp8ScalingParams& params, Stream stream);
+  // --- end of FP8
 };
 
 // The entry `op` of `ops` as an untyped pointer: null when the backend left it unfilled.

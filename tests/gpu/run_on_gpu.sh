@@ -4,7 +4,9 @@
 # the archive, finds the CUDA libraries there (the CUDA toolkit, else PyTorch's nvidia/* wheels;
 # none are packed), prints the GPU, driver and library versions, then runs its parts in order:
 #   selftest   every GPU test binary but the training one (mt_gpu_tests, mt_gpu_op_harness_tests,
-#              the NCCL ones, ...), run directly (CTest files hold this machine's build paths)
+#              mt_gpu_fp8_tests, the NCCL ones, ...: every packed mt_gpu_*), run directly (CTest files
+#              hold this machine's build paths); mt_gpu_fp8_tests prints the FP8-vs-bf16 GEMM
+#              TFLOP/s at 8192^3 ("[fp8] speed"), copied into summary.txt
 #   training   mt_gpu_training_tests: 10 fp32 steps (TF32 off), CUDA table against the CPU table
 #   bench      mt-train --device cuda and mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp),
 #              then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
@@ -172,6 +174,7 @@ part_selftest() {
   local binaries=()
   for b in "$PACK"/tests/mt_gpu_*; do [[ $(basename "$b") == mt_gpu_training_tests ]] || binaries+=("$b"); done
   run_gtests selftest "$OUT/selftest.log" 150 "$OUT/selftest.xml" "${binaries[@]}"
+  grep -h '^\[fp8\] speed' "$OUT/selftest.log" 2>/dev/null | tee -a "$SUMMARY" || true
 }
 
 part_training() {

@@ -20,6 +20,7 @@ const std::vector<OpCase>& op_cases() {
     add_moe_router_cases(list);
     add_moe_expert_cases(list);
     add_moe_permute_cases(list);
+    add_fp8_cases(list);
     return list;
   }();
   return cases;
@@ -93,6 +94,10 @@ const char* op_family(OpId op) {
     case OpId::moe_unpermute_rows:
     case OpId::moe_unroute_probs:
     case OpId::moe_sort_chunks: return "moe_permute";
+    case OpId::fp8_quantize:
+    case OpId::fp8_transpose:
+    case OpId::gemm_fp8:
+    case OpId::fp8_update_scales: return "fp8";
   }
   return "?";
 }

@@ -30,5 +30,6 @@ void add_optimizer_cases(std::vector<OpCase>& cases);    // cases_update.cpp: ad
 void add_moe_router_cases(std::vector<OpCase>& cases);   // cases_moe_router.cpp: moe_router_*
 void add_moe_expert_cases(std::vector<OpCase>& cases);   // cases_grouped_gemm.cpp: grouped GEMMs, moe_scale_rows*
 void add_moe_permute_cases(std::vector<OpCase>& cases);  // cases_moe_permute.cpp: the dispatcher's moe_* entries
+void add_fp8_cases(std::vector<OpCase>& cases);          // cases_fp8.cpp: fp8_quantize, fp8_transpose, gemm_fp8, fp8_update_scales
 
 }  // namespace mt::harness
