@@ -287,7 +287,8 @@ __global__ void scale_c_kernel(float* c, int64_t m, int64_t n, int64_t ldc, floa
 // offered reports not supported; e.g. small m or n that are not multiples of 8 or 16): one thread
 // per element of C, the k exact products added in order in fp32, scaled as the CPU entry scales
 // (alpha * a_scale_inv * b_scale_inv, then times the sum). Slow, and meant only for such shapes;
-// gemm_fp8_fallback_calls() counts its uses so the GPU test can see which path a shape took.
+// gemm_fp8_fallback_calls() counts gemm_fp8's uses of it so the GPU test can see which path a
+// shape took, and gemm_fp8_plain runs it directly (the GPU test checks it on its own).
 __global__ void gemm_fallback_kernel(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
                                      const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type,
                                      const float* b_scale_inv, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -305,18 +306,18 @@ __global__ void gemm_fallback_kernel(int64_t m, int64_t n, int64_t k, float alph
 
 std::atomic<int64_t> g_fallback_calls{0};
 
-void gemm_fallback(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
-                   const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type, const float* b_scale_inv,
-                   int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
-  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
-  gemm_fallback_kernel<<<blocks_for(m * n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc);
-  check_launch("gemm_fp8 (fallback kernel)");
-}
-
 }  // namespace
 
 int64_t gemm_fp8_fallback_calls() { return g_fallback_calls.load(std::memory_order_relaxed); }
+
+void gemm_fp8_plain(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
+                    const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type, const float* b_scale_inv,
+                    int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
+  if (m <= 0 || n <= 0) return;
+  gemm_fallback_kernel<<<blocks_for(m * n, kThreads), kThreads, 0, as_stream(stream)>>>(
+      m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc);
+  check_launch("gemm_fp8 (the plain kernel)");
+}
 
 void fp8_quantize(const float* x, int64_t n, const float* scale, Fp8Type type, uint8_t* out, float* amax,
                   void* stream) {
@@ -371,7 +372,8 @@ void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp
     plan->has_algorithm = false;
   }
   lock.unlock();
-  gemm_fallback(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc, stream);
+  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  gemm_fp8_plain(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc, stream);
 }
 
 void fp8_update_scales(float* amax, float* amax_history, float* scale, float* scale_inv, int64_t tensors,

@@ -145,5 +145,10 @@ void fp8_update_scales(float* amax, float* amax_history, float* scale, float* sc
                        const Fp8ScalingParams& params, void* stream);
 // How many gemm_fp8 calls so far took the plain kernel because cuBLASLt turned their shape down.
 int64_t gemm_fp8_fallback_calls();
+// That plain kernel on its own (gemm_fp8's arguments, unchecked; any device, slow): one thread per
+// element of C, the exact products added in order in fp32.
+void gemm_fp8_plain(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
+                    const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type, const float* b_scale_inv,
+                    int64_t ldb, float beta, float* c, int64_t ldc, void* stream);
 
 }  // namespace mt::kernels::cuda

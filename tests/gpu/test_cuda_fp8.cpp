@@ -5,9 +5,10 @@
 // __nv_cvt_fp8_to_halfraw widened; fp8_quantize, fp8_transpose and fp8_update_scales equal to the
 // CPU table's bit for bit; gemm_fp8 against the CPU table's gemm_fp8 on the same bytes (a bound
 // below, and exactly where every partial sum is an integer) at tiny-model shapes and 1024^3, e4m3 x
-// e4m3 and e4m3 x e5m2 both ways, with its refusals; and a reported (not asserted) timing of the
-// FP8 GEMM against the bf16 GEMM at 8192^3. Failures print the inputs that differ, so one run's log
-// is enough to diagnose them. The NVIDIA reference kernels: tests/gpu/cuda_fp8_reference.cu.
+// e4m3 and e4m3 x e5m2 both ways, with its refusals and its plain fallback kernel; and a reported
+// (not asserted) timing of the FP8 GEMM against the bf16 GEMM at 8192^3. Failures print the inputs
+// that differ, so one run's log is enough to diagnose them. The NVIDIA reference kernels:
+// tests/gpu/cuda_fp8_reference.cu.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -349,7 +350,9 @@ std::vector<uint8_t> random_fp8(int64_t rows, int64_t cols, int64_t ld, Fp8Type 
 // (2^-4.3 at k = 1024). The largest ratio seen is printed for later tightening. With integer inputs in [-4, 4]
 // and k <= 128 every partial sum is an integer below 2^11, exact at 14 bits and in fp32: the
 // results must be equal bit for bit.
-void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng) {
+// `plain`: run gemm_fp8's plain fallback kernel directly instead (fp32 adds in order on both sides:
+// within 2 k 2^-24 <= 2^-12 of sum |a_i b_i| for k <= 1024).
+void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng, bool plain = false) {
   const int64_t lda = g.k + g.lda_pad, ldb = g.k + g.ldb_pad, ldc = g.n + g.ldc_pad;
   const std::vector<uint8_t> a = random_fp8(g.m, g.k, lda, g.a_type, integers, rng);
   const std::vector<uint8_t> b = random_fp8(g.n, g.k, ldb, g.b_type, integers, rng);
@@ -364,12 +367,18 @@ void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng
   DeviceArray<uint8_t> d_a(a), d_b(b);
   DeviceArray<float> d_c(c), d_a_scale(std::vector<float>{a_scale_inv}), d_b_scale(std::vector<float>{b_scale_inv});
   const int64_t fallbacks_before = kernels::cuda::gemm_fp8_fallback_calls();
-  cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, d_a.get(), g.a_type, d_a_scale.get(), lda, d_b.get(), g.b_type,
-                  d_b_scale.get(), ldb, g.beta, d_c.get(), ldc, cuda().default_stream());
+  if (plain) {
+    kernels::cuda::gemm_fp8_plain(g.m, g.n, g.k, g.alpha, d_a.get(), g.a_type, d_a_scale.get(), lda, d_b.get(),
+                                  g.b_type, d_b_scale.get(), ldb, g.beta, d_c.get(), ldc,
+                                  cuda().default_stream().handle);
+  } else {
+    cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, d_a.get(), g.a_type, d_a_scale.get(), lda, d_b.get(), g.b_type,
+                    d_b_scale.get(), ldb, g.beta, d_c.get(), ldc, cuda().default_stream());
+  }
   const std::vector<float> cuda_c = d_c.download(g.m * ldc);
-  const bool on_cublaslt = kernels::cuda::gemm_fp8_fallback_calls() == fallbacks_before;
+  const bool on_cublaslt = !plain && kernels::cuda::gemm_fp8_fallback_calls() == fallbacks_before;
   // Shapes of multiples of 16 are what training runs: they must reach the FP8 tensor cores.
-  if (g.m % 16 == 0 && g.n % 16 == 0) {
+  if (!plain && g.m % 16 == 0 && g.n % 16 == 0) {
     EXPECT_TRUE(on_cublaslt) << describe(g) << ": cuBLASLt turned the shape down (the plain kernel ran)";
   }
 
@@ -390,7 +399,8 @@ void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng
       for (int64_t p = 0; p < g.k; ++p) magnitude += std::fabs(a_values[i * lda + p] * b_values[j * ldb + p]);
       magnitude *= std::fabs(double(g.alpha) * a_scale_inv * b_scale_inv);
       const double error = std::fabs(double(cuda_c[at]) - cpu_c[at]);
-      const double bound = integers ? 0.0 : std::ldexp(magnitude, -8) + std::ldexp(std::fabs(g.beta * c[at]), -22);
+      const double bound =
+          integers ? 0.0 : std::ldexp(magnitude, plain ? -12 : -8) + std::ldexp(std::fabs(g.beta * c[at]), -22);
       if (magnitude > 0) worst_ratio = std::max(worst_ratio, error / magnitude);
       if (!(error <= bound) && ++failures <= 10)
         ADD_FAILURE() << describe(g) << (integers ? " (integers)" : "") << ": C(" << i << ", " << j << ") cuda "
@@ -401,7 +411,7 @@ void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng
   EXPECT_EQ(failures, 0) << describe(g) << ": elements outside the bound";
   std::printf("[fp8] gemm_fp8 %s%s on %s: max |cuda - cpu| / sum|ab| = %.3g (bound %s)\n", describe(g).c_str(),
               integers ? " (integers)" : "", on_cublaslt ? "cuBLASLt" : "the plain fallback kernel", worst_ratio,
-              integers ? "0" : "2^-8 = 3.9e-3");
+              integers ? "0" : plain ? "2^-12 = 2.4e-4" : "2^-8 = 3.9e-3");
 }
 
 TEST(CudaFp8, GemmEqualsTheCpuTable) {
@@ -423,6 +433,18 @@ TEST(CudaFp8, GemmEqualsTheCpuTable) {
   for (const GemmCase& g : cases) expect_gemm_matches_cpu(g, false, rng);
   for (const GemmCase& g : {GemmCase{64, 192, 64, e4m3, e4m3, 1.0f, 1.0f}, GemmCase{32, 48, 128, e5m2, e4m3, 1.0f, 0.0f}})
     expect_gemm_matches_cpu(g, true, rng);
+}
+
+// The kernel gemm_fp8 falls back to for shapes cuBLASLt turns down, run directly (cuBLASLt may take
+// every shape GemmEqualsTheCpuTable has), on odd shapes and the contract's layouts.
+TEST(CudaFp8, PlainFallbackKernelEqualsTheCpuTable) {
+  MT_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(13);
+  const Fp8Type e4m3 = Fp8Type::e4m3, e5m2 = Fp8Type::e5m2;
+  for (const GemmCase& g : {GemmCase{7, 5, 16, e4m3, e4m3, 1.0f, 0.0f}, GemmCase{3, 33, 48, e4m3, e5m2, 0.5f, 2.0f},
+                            GemmCase{65, 17, 512, e5m2, e4m3, 1.0f, 1.0f, 16, 0, 5}})
+    expect_gemm_matches_cpu(g, false, rng, true);
+  expect_gemm_matches_cpu(GemmCase{9, 11, 64, e4m3, e4m3, 1.0f, 1.0f}, true, rng, true);
 }
 
 // Expects `call` to throw std::invalid_argument whose message holds `needle`.
