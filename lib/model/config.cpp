@@ -55,17 +55,7 @@ void ModelConfig::validate() const {
   if (!(rotary_base > 0) || std::isinf(rotary_base)) throw UsageError("--rotary-base", "must be positive");
   if (num_experts < 0) throw UsageError("--num-experts", "must be >= 0");
   if (num_experts > 0) validate_moe();
-  if (multi_latent_attention) {
-    positive(kv_lora_rank, "--kv-lora-rank");
-    positive(qk_head_dim, "--qk-head-dim");
-    positive(qk_pos_emb_head_dim, "--qk-pos-emb-head-dim");
-    positive(v_head_dim, "--v-head-dim");
-    if (q_lora_rank < 0) throw UsageError("--q-lora-rank", "must be >= 0");
-    if (qk_pos_emb_head_dim % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
-    if (query_groups() != num_attention_heads) {
-      throw UsageError("--multi-latent-attention", "excludes --num-query-groups (as in Megatron)");
-    }
-  }
+  validate_mla();
   if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
 }
 
@@ -164,9 +154,35 @@ bool ModelConfig::moe_has_aux_loss() const {
 }
 
 void ModelConfig::check_trainable() const {
-  if (multi_latent_attention || mtp_num_layers > 0) {
-    throw UsageError("model " + name, "multi-latent attention and multi-token prediction are not "
-                                      "supported yet by lib/model (train/supported.h refuses their flags first)");
+  if (mtp_num_layers > 0) {
+    throw UsageError("model " + name, "multi-token prediction is not supported yet by lib/model "
+                                      "(train/supported.h refuses its flags first)");
+  }
+}
+
+// Multi-latent attention (issue 22): Megatron's MLA flags and what MLA excludes.
+void ModelConfig::validate_mla() const {
+  if (!multi_latent_attention) {
+    if (qk_layernorm) throw UsageError("--qk-layernorm", "is supported with --multi-latent-attention only");
+    return;
+  }
+  auto positive = [](int value, const char* flag) {
+    if (value <= 0) throw UsageError(flag, "must be positive");
+  };
+  positive(kv_lora_rank, "--kv-lora-rank");
+  positive(qk_head_dim, "--qk-head-dim");
+  positive(qk_pos_emb_head_dim, "--qk-pos-emb-head-dim");
+  positive(v_head_dim, "--v-head-dim");
+  if (q_lora_rank < 0) throw UsageError("--q-lora-rank", "must be >= 0");
+  if (qk_pos_emb_head_dim % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
+  if (query_groups() != num_attention_heads) {
+    throw UsageError("--multi-latent-attention", "excludes --num-query-groups (as in Megatron)");
+  }
+  if (position_embedding != PositionEmbedding::rope) {
+    throw UsageError("--multi-latent-attention", "needs --position-embedding-type rope (its decoupled RoPE key)");
+  }
+  if (qk_layernorm && normalization != Normalization::rmsnorm) {
+    throw UsageError("--qk-layernorm", "with --multi-latent-attention needs --normalization RMSNorm (its latent norms)");
   }
 }
 
@@ -394,6 +410,26 @@ ModelConfig preset(const std::string& name) {
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
 }
 
+namespace {
+
+// The tensors of model/layers/mla_attention.h: q (direct or down, latent norm, up), kv down,
+// latent norm, kv up, output projection (and its bias).
+long double mla_attention_parameters(const ModelConfig& c) {
+  using Wide = long double;
+  const Wide hidden = c.hidden_size, heads = c.num_attention_heads;
+  const Wide q_head = c.qk_head_dim + c.qk_pos_emb_head_dim;
+  const Wide norms = c.qk_layernorm ? 1 : 0;
+  const Wide q = c.q_lora_rank > 0
+                     ? hidden * c.q_lora_rank + norms * c.q_lora_rank + static_cast<Wide>(c.q_lora_rank) * heads * q_head
+                     : hidden * heads * q_head;
+  const Wide kv = hidden * (c.kv_lora_rank + c.qk_pos_emb_head_dim) + norms * c.kv_lora_rank +
+                  static_cast<Wide>(c.kv_lora_rank) * heads * (c.qk_head_dim + c.v_head_dim);
+  const Wide out = heads * c.v_head_dim * hidden + (c.add_bias_linear ? hidden : 0);
+  return q + kv + out;
+}
+
+}  // namespace
+
 long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   c.check_trainable();
   using Wide = long double;
@@ -405,6 +441,7 @@ long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   const Wide bias = c.add_bias_linear ? 1 : 0;
   const Wide norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
   Wide layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
+  if (c.multi_latent_attention) layer = norm + mla_attention_parameters(c);
   const Wide dense_mlp = (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;
   const Wide experts = static_cast<Wide>(c.num_experts) * 3 * c.moe_ffn() * hidden;    // SwiGLU, no biases
   const Wide shared = static_cast<Wide>(3) * c.moe_shared_expert_intermediate_size * hidden;
@@ -496,6 +533,7 @@ void visit_fields(Visit& visit, Config& c) {
   visit("qk_head_dim", c.qk_head_dim);
   visit("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim);
   visit("v_head_dim", c.v_head_dim);
+  visit("qk_layernorm", c.qk_layernorm);
   visit("mtp_num_layers", c.mtp_num_layers);
 }
 

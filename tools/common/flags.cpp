@@ -221,6 +221,16 @@ const FlagSpec& flag_spec(std::string_view name) {
                 "Token dispatcher: alltoall; allgather (Megatron's default) runs through the all-to-all dispatcher "
                 "with identical numbers (the run record names the one asked for)",
                 {"allgather", "alltoall", "flex"}, {"allgather", "alltoall"}),
+      // multi-latent attention (Megatron's names and defaults; model/layers/mla_attention.h)
+      toggle_flag("--multi-latent-attention",
+                  "DeepSeek's multi-latent attention: low-rank q and kv, a RoPE key shared by all heads"),
+      integer_flag("--q-lora-rank", "MLA: rank of the compressed queries (default: none, queries not compressed)",
+                   at_least(1)),
+      integer_flag("--kv-lora-rank", "MLA: rank of the compressed keys and values (default 32)", at_least(1)),
+      integer_flag("--qk-head-dim", "MLA: query/key head size without RoPE (default 128)", at_least(1)),
+      integer_flag("--qk-pos-emb-head-dim", "MLA: query/key head size with RoPE (default 64)", at_least(1)),
+      integer_flag("--v-head-dim", "MLA: value head size (default 128)", at_least(1)),
+      toggle_flag("--qk-layernorm", "MLA: RMSNorm on the q and kv latents (with --multi-latent-attention only)"),
       // parallel
       integer_flag("--tensor-model-parallel-size", "Tensor-parallel degree (TP)", at_least(1)),
       integer_flag("--pipeline-model-parallel-size", "Pipeline stages (PP)", at_least(1)),
@@ -410,7 +420,7 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",
       "--s3-cache-path", "--fp8-format", "--fp8", "--distributed-backend", "--wandb-project", "--no-position-embedding",
       "--use-rotary-position-embeddings", "--apply-query-key-layer-scaling", "--num-workers", "--sgd-momentum",
-      "--use-checkpoint-args", "--qk-layernorm",
+      "--use-checkpoint-args",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
       "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
       "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler", "--tp-comm-overlap",
