@@ -313,9 +313,46 @@ void add_mixtral_routing(ModelConfig& c) {
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names{"gpt2-124m",     "gpt2-345m",   "gpt3-175b",     "llama3-8b",
                                               "llama3-70b",    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
-                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral"};
+                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral",
+                                              "tiny-deepseek"};
   return names;
 }
+
+namespace {
+
+// DeepSeek-V3-shaped for tests (issue 22): tiny LLaMA's size with multi-latent attention and latent
+// norms, the first layer dense and the second MoE with DeepSeek-V3's routing (sigmoid scores with
+// the expert bias, group-limited top-k, scaling, sequence-wise aux loss) and a shared expert. No
+// multi-token prediction and no YaRN (mt has neither yet).
+ModelConfig tiny_deepseek() {
+  ModelConfig c = preset("tiny-llama");
+  c.name = "tiny-deepseek";
+  c.num_query_groups = c.num_attention_heads;  // MLA has no query groups
+  c.multi_latent_attention = true;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_head_dim = 16;
+  c.qk_pos_emb_head_dim = 8;
+  c.v_head_dim = 16;
+  c.qk_layernorm = true;
+  c.num_experts = 8;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 32;
+  c.moe_shared_expert_intermediate_size = 32;
+  c.moe_layer_pattern = parse_moe_layer_freq("([0]*1+[1]*1)", c.num_layers);  // the first layer dense
+  c.moe_router_score_function = MoeScoreFunction::sigmoid;
+  c.moe_router_enable_expert_bias = true;
+  c.moe_router_bias_update_rate = 1e-3f;
+  c.moe_router_num_groups = 4;
+  c.moe_router_group_topk = 2;
+  c.moe_router_topk_scaling_factor = 2.5f;
+  c.moe_router_load_balancing_type = MoeLoadBalancing::seq_aux_loss;
+  c.moe_aux_loss_coeff = 1e-4f;
+  c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
+  return c;
+}
+
+}  // namespace
 
 ModelConfig preset(const std::string& name) {
   if (name == "gpt2-124m") return gpt2(name, 12, 768, 12);
@@ -375,6 +412,7 @@ ModelConfig preset(const std::string& name) {
     c.qk_head_dim = 128;
     c.qk_pos_emb_head_dim = 64;
     c.v_head_dim = 128;
+    c.qk_layernorm = true;  // the latent norms (q_a_layernorm, kv_a_layernorm in HF's DeepSeek-V3)
     c.mtp_num_layers = 1;
     return c;
   }
@@ -405,6 +443,7 @@ ModelConfig preset(const std::string& name) {
     c.moe_ffn_hidden_size = 32;
     return c;
   }
+  if (name == "tiny-deepseek") return tiny_deepseek();
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("--model " + name, "unknown preset (" + known + ")");

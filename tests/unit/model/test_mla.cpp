@@ -3,7 +3,7 @@
 // value head wider than the query/key head, which pads q and k), selective and full recompute
 // giving the same grads as none, and tensor parallelism of degree 2 over thread ranks, with and
 // without sequence parallelism, equal to one rank (replicated down projections and norms summed
-// over TP under SP, as the layout says).
+// over TP under SP, as the layout says); the config refusals MLA brings, and the tiny-deepseek preset.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "model/init.h"
 #include "model/layers/mla_attention.h"
 #include "model/stage.h"
@@ -292,4 +293,50 @@ TEST(MlaAttention, TensorParallelOverTwoRanksMatchesOneRank) {
       }
     }
   }
+}
+
+TEST(MlaAttention, ConfigRefusesWhatMlaExcludesByFlag) {
+  const auto refusal = [](const ModelConfig& c) {
+    try {
+      c.validate();
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ModelConfig norms_without_mla = preset("tiny-llama");
+  norms_without_mla.qk_layernorm = true;
+  EXPECT_EQ(refusal(norms_without_mla).rfind("--qk-layernorm", 0), 0u) << refusal(norms_without_mla);
+  ModelConfig learned = mla_model(false);
+  learned.position_embedding = PositionEmbedding::learned_absolute;
+  EXPECT_NE(refusal(learned).find("--position-embedding-type rope"), std::string::npos) << refusal(learned);
+  ModelConfig grouped = mla_model(false);
+  grouped.num_query_groups = 2;
+  EXPECT_NE(refusal(grouped).find("--num-query-groups"), std::string::npos) << refusal(grouped);
+  ModelConfig layernorm = mla_model(false);
+  layernorm.normalization = Normalization::layernorm;
+  EXPECT_EQ(refusal(layernorm).rfind("--qk-layernorm", 0), 0u) << refusal(layernorm);
+  ModelConfig odd = mla_model(false);
+  odd.qk_pos_emb_head_dim = 3;
+  EXPECT_EQ(refusal(odd).rfind("--qk-pos-emb-head-dim", 0), 0u) << refusal(odd);
+}
+
+TEST(MlaAttention, TinyDeepseekIsDeepseekV3Shaped) {
+  const ModelConfig c = preset("tiny-deepseek");
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_TRUE(c.multi_latent_attention && c.qk_layernorm);
+  EXPECT_FALSE(c.is_moe_layer(0));  // the first layer dense, as DeepSeek-V3's first three
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_EQ(c.moe_router_score_function, MoeScoreFunction::sigmoid);
+  EXPECT_TRUE(c.moe_router_enable_expert_bias);
+  EXPECT_EQ(c.moe_router_num_groups, 4);
+  EXPECT_EQ(c.moe_router_group_topk, 2);
+  EXPECT_GT(c.moe_shared_expert_intermediate_size, 0);
+  EXPECT_EQ(c.mtp_num_layers, 0);
+  const ParamLayout layout = layout_of(c);
+  EXPECT_NE(layout.try_find("decoder.layers.0.self_attention.linear_kv_down_proj.weight"), nullptr);
+  EXPECT_NE(layout.try_find("decoder.layers.1.mlp.router.weight"), nullptr);
+  EXPECT_EQ(layout.try_find("decoder.layers.0.mlp.router.weight"), nullptr);
+  // DeepSeek-V3's preset: Megatron's recipe sets --qk-layernorm.
+  EXPECT_TRUE(preset("deepseek-v3").qk_layernorm);
 }
