@@ -48,3 +48,17 @@ check() {
   [[ $status -eq 2 ]] || fail "status $status: $output"
   [[ "$output" == *"--qk-pos-emb-head-dim"*"even"* ]] || fail "$output"
 }
+
+@test "issue22: YaRN is refused by name (--rope-type yarn and its scaling flags); --rope-type rope is what mt runs" {
+  base=(mt-train --model tiny-deepseek --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 2
+    --train-iters 1 --eval-iters 0 --peak-tflops 1)
+  run "${base[@]}" --rope-type yarn
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--rope-type"*"yarn is not supported yet"* ]] || fail "$output"
+  for flag in --rotary-scaling-factor --mscale --mscale-all-dim; do
+    run "${base[@]}" "$flag" 40
+    [[ $status -eq 2 ]] || fail "$flag: status $status"
+    [[ "$output" == *"$flag: Megatron flag not supported yet"* ]] || fail "$flag: $output"
+  done
+  "${base[@]}" --rope-type rope >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+}

@@ -82,6 +82,7 @@ void add_mla_flags(ModelFlags& f, const GroupAdder& add) {
   add("--qk-pos-emb-head-dim", f.qk_pos_emb_head_dim);
   add("--v-head-dim", f.v_head_dim);
   add("--qk-layernorm", f.qk_layernorm);
+  add("--rope-type", f.rope_type);
 }
 
 // The MLA flags over the preset's values, then Megatron's defaults for the sizes not given

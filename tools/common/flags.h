@@ -142,6 +142,7 @@ struct ModelFlags {
   // Multi-latent attention (Megatron's flags; model/config.h's fields).
   bool multi_latent_attention = false, qk_layernorm = false;
   std::optional<int> q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim;
+  std::optional<std::string> rope_type;  // rope only (yarn refused while parsing): plain RoPE, mt's one kind
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& group = "Model");
