@@ -55,17 +55,7 @@ void ModelConfig::validate() const {
   if (!(rotary_base > 0) || std::isinf(rotary_base)) throw UsageError("--rotary-base", "must be positive");
   if (num_experts < 0) throw UsageError("--num-experts", "must be >= 0");
   if (num_experts > 0) validate_moe();
-  if (multi_latent_attention) {
-    positive(kv_lora_rank, "--kv-lora-rank");
-    positive(qk_head_dim, "--qk-head-dim");
-    positive(qk_pos_emb_head_dim, "--qk-pos-emb-head-dim");
-    positive(v_head_dim, "--v-head-dim");
-    if (q_lora_rank < 0) throw UsageError("--q-lora-rank", "must be >= 0");
-    if (qk_pos_emb_head_dim % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
-    if (query_groups() != num_attention_heads) {
-      throw UsageError("--multi-latent-attention", "excludes --num-query-groups (as in Megatron)");
-    }
-  }
+  validate_mla();
   if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
 }
 
@@ -164,9 +154,35 @@ bool ModelConfig::moe_has_aux_loss() const {
 }
 
 void ModelConfig::check_trainable() const {
-  if (multi_latent_attention || mtp_num_layers > 0) {
-    throw UsageError("model " + name, "multi-latent attention and multi-token prediction are not "
-                                      "supported yet by lib/model (train/supported.h refuses their flags first)");
+  if (mtp_num_layers > 0) {
+    throw UsageError("model " + name, "multi-token prediction is not supported yet by lib/model "
+                                      "(train/supported.h refuses its flags first)");
+  }
+}
+
+// Multi-latent attention (issue 22): Megatron's MLA flags and what MLA excludes.
+void ModelConfig::validate_mla() const {
+  if (!multi_latent_attention) {
+    if (qk_layernorm) throw UsageError("--qk-layernorm", "is supported with --multi-latent-attention only");
+    return;
+  }
+  auto positive = [](int value, const char* flag) {
+    if (value <= 0) throw UsageError(flag, "must be positive");
+  };
+  positive(kv_lora_rank, "--kv-lora-rank");
+  positive(qk_head_dim, "--qk-head-dim");
+  positive(qk_pos_emb_head_dim, "--qk-pos-emb-head-dim");
+  positive(v_head_dim, "--v-head-dim");
+  if (q_lora_rank < 0) throw UsageError("--q-lora-rank", "must be >= 0");
+  if (qk_pos_emb_head_dim % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
+  if (query_groups() != num_attention_heads) {
+    throw UsageError("--multi-latent-attention", "excludes --num-query-groups (as in Megatron)");
+  }
+  if (position_embedding != PositionEmbedding::rope) {
+    throw UsageError("--multi-latent-attention", "needs --position-embedding-type rope (its decoupled RoPE key)");
+  }
+  if (qk_layernorm && normalization != Normalization::rmsnorm) {
+    throw UsageError("--qk-layernorm", "with --multi-latent-attention needs --normalization RMSNorm (its latent norms)");
   }
 }
 
@@ -297,9 +313,46 @@ void add_mixtral_routing(ModelConfig& c) {
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names{"gpt2-124m",     "gpt2-345m",   "gpt3-175b",     "llama3-8b",
                                               "llama3-70b",    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
-                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral"};
+                                              "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral",
+                                              "tiny-deepseek"};
   return names;
 }
+
+namespace {
+
+// DeepSeek-V3-shaped for tests (issue 22): tiny LLaMA's size with multi-latent attention and latent
+// norms, the first layer dense and the second MoE with DeepSeek-V3's routing (sigmoid scores with
+// the expert bias, group-limited top-k, scaling, sequence-wise aux loss) and a shared expert. No
+// multi-token prediction and no YaRN (mt has neither yet).
+ModelConfig tiny_deepseek() {
+  ModelConfig c = preset("tiny-llama");
+  c.name = "tiny-deepseek";
+  c.num_query_groups = c.num_attention_heads;  // MLA has no query groups
+  c.multi_latent_attention = true;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_head_dim = 16;
+  c.qk_pos_emb_head_dim = 8;
+  c.v_head_dim = 16;
+  c.qk_layernorm = true;
+  c.num_experts = 8;
+  c.moe_router_topk = 2;
+  c.moe_ffn_hidden_size = 32;
+  c.moe_shared_expert_intermediate_size = 32;
+  c.moe_layer_pattern = parse_moe_layer_freq("([0]*1+[1]*1)", c.num_layers);  // the first layer dense
+  c.moe_router_score_function = MoeScoreFunction::sigmoid;
+  c.moe_router_enable_expert_bias = true;
+  c.moe_router_bias_update_rate = 1e-3f;
+  c.moe_router_num_groups = 4;
+  c.moe_router_group_topk = 2;
+  c.moe_router_topk_scaling_factor = 2.5f;
+  c.moe_router_load_balancing_type = MoeLoadBalancing::seq_aux_loss;
+  c.moe_aux_loss_coeff = 1e-4f;
+  c.moe_token_dispatcher_type = MoeDispatcher::alltoall;
+  return c;
+}
+
+}  // namespace
 
 ModelConfig preset(const std::string& name) {
   if (name == "gpt2-124m") return gpt2(name, 12, 768, 12);
@@ -359,6 +412,7 @@ ModelConfig preset(const std::string& name) {
     c.qk_head_dim = 128;
     c.qk_pos_emb_head_dim = 64;
     c.v_head_dim = 128;
+    c.qk_layernorm = true;  // the latent norms (q_a_layernorm, kv_a_layernorm in HF's DeepSeek-V3)
     c.mtp_num_layers = 1;
     return c;
   }
@@ -389,10 +443,31 @@ ModelConfig preset(const std::string& name) {
     c.moe_ffn_hidden_size = 32;
     return c;
   }
+  if (name == "tiny-deepseek") return tiny_deepseek();
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
 }
+
+namespace {
+
+// The tensors of model/layers/mla_attention.h: q (direct or down, latent norm, up), kv down,
+// latent norm, kv up, output projection (and its bias).
+long double mla_attention_parameters(const ModelConfig& c) {
+  using Wide = long double;
+  const Wide hidden = c.hidden_size, heads = c.num_attention_heads;
+  const Wide q_head = c.qk_head_dim + c.qk_pos_emb_head_dim;
+  const Wide norms = c.qk_layernorm ? 1 : 0;
+  const Wide q = c.q_lora_rank > 0
+                     ? hidden * c.q_lora_rank + norms * c.q_lora_rank + static_cast<Wide>(c.q_lora_rank) * heads * q_head
+                     : hidden * heads * q_head;
+  const Wide kv = hidden * (c.kv_lora_rank + c.qk_pos_emb_head_dim) + norms * c.kv_lora_rank +
+                  static_cast<Wide>(c.kv_lora_rank) * heads * (c.qk_head_dim + c.v_head_dim);
+  const Wide out = heads * c.v_head_dim * hidden + (c.add_bias_linear ? hidden : 0);
+  return q + kv + out;
+}
+
+}  // namespace
 
 long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   c.check_trainable();
@@ -405,6 +480,7 @@ long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   const Wide bias = c.add_bias_linear ? 1 : 0;
   const Wide norm = c.normalization == Normalization::layernorm ? 2 * hidden : hidden;
   Wide layer = norm + hidden * (q + 2 * kv) + bias * (q + 2 * kv) + q * hidden + bias * hidden;  // attention
+  if (c.multi_latent_attention) layer = norm + mla_attention_parameters(c);
   const Wide dense_mlp = (c.swiglu ? 2 : 1) * ffn * hidden + bias * ffn + ffn * hidden + bias * hidden;
   const Wide experts = static_cast<Wide>(c.num_experts) * 3 * c.moe_ffn() * hidden;    // SwiGLU, no biases
   const Wide shared = static_cast<Wide>(3) * c.moe_shared_expert_intermediate_size * hidden;
@@ -496,6 +572,7 @@ void visit_fields(Visit& visit, Config& c) {
   visit("qk_head_dim", c.qk_head_dim);
   visit("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim);
   visit("v_head_dim", c.v_head_dim);
+  visit("qk_layernorm", c.qk_layernorm);
   visit("mtp_num_layers", c.mtp_num_layers);
 }
 

@@ -1,6 +1,6 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
-// Mixtral/DeepSeek-style mixture-of-experts, and for accounting only multi-latent attention and
-// multi-token prediction), the named presets, validation, parameter counts of the dense models
+// Mixtral/DeepSeek-style mixture-of-experts, DeepSeek's multi-latent attention, and for accounting
+// only multi-token prediction), the named presets, validation, parameter counts of the dense models
 // mt-train runs (lib/perf/parameters.h counts every architecture), and JSON (the run record and
 // checkpoints carry it). Tested in tests/unit/model/test_config.cpp and
 // tests/unit/perf/test_parameters.cpp.
@@ -94,6 +94,7 @@ struct ModelConfig {
   int qk_head_dim = 0;          // --qk-head-dim: the part of a query/key head without RoPE
   int qk_pos_emb_head_dim = 0;  // --qk-pos-emb-head-dim: the RoPE part
   int v_head_dim = 0;           // --v-head-dim
+  bool qk_layernorm = false;    // --qk-layernorm: MLA's latent RMSNorms (q_layernorm, kv_layernorm); MLA only
   // Multi-token prediction (--mtp-num-layers): extra layers after the decoder, each MoE or dense
   // like the last decoder layer, sharing the embedding and output layer.
   int mtp_num_layers = 0;
@@ -116,7 +117,7 @@ struct ModelConfig {
   // padding only with capacity; fp64 router, flex dispatcher and sinkhorn refused by name.
   void validate() const;
   // The layout's and parameter_count's assertion: mt::UsageError when the model has layers
-  // lib/model does not build (MLA, MTP). Users are refused earlier, by flag, by the one list
+  // lib/model does not build (MTP). Users are refused earlier, by flag, by the one list
   // of what mt-train does not run yet (train/supported.h).
   void check_trainable() const;
 
@@ -124,6 +125,7 @@ struct ModelConfig {
   void validate_moe() const;
   void validate_moe_router() const;
   void validate_moe_losses_and_capacity() const;
+  void validate_mla() const;
 };
 
 // Megatron's --moe-layer-freq value: an integer N, a list "[1,0,1]" or an expression of

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "model/layers/attention.h"
 #include "model/layers/embedding.h"
+#include "model/layers/mla_attention.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe_mlp.h"
 #include "model/layers/output_head.h"
@@ -21,6 +22,8 @@ std::unique_ptr<AttentionVariant> make_attention(const AttentionSpec& spec, cons
   switch (spec.kind) {
     case AttentionKind::self_attention:
       return std::make_unique<SelfAttention>(config, layer);
+    case AttentionKind::multi_latent:
+      return std::make_unique<MlaAttention>(config, layer);
   }
   throw Error("decoder layer " + std::to_string(layer), "has an attention kind the spec does not know");
 }
@@ -39,13 +42,10 @@ std::unique_ptr<MlpVariant> make_mlp(const MlpSpec& spec, const ModelConfig& con
 
 LayerSpec layer_spec(const ModelConfig& config, int layer) {
   const std::string what = "decoder layer " + std::to_string(layer);
-  if (config.multi_latent_attention) {
-    throw Error(what, "the model spec has no multi-latent attention variant (--multi-latent-attention)");
-  }
   LayerSpec spec;
   spec.layer = layer;
   spec.norm = NormPlacement::pre_norm;
-  spec.attention.kind = AttentionKind::self_attention;
+  spec.attention.kind = config.multi_latent_attention ? AttentionKind::multi_latent : AttentionKind::self_attention;
   spec.mlp.activation = config.swiglu ? MlpActivation::swiglu : MlpActivation::gelu;
   if (config.is_moe_layer(layer)) {
     if (!config.swiglu) throw Error(what, "has MoE experts, which are SwiGLU MLPs (--swiglu)");

@@ -50,6 +50,7 @@ struct EmbeddingSpec {
 
 enum class AttentionKind {
   self_attention,  // q/k/v projections, RoPE from the config, causal GQA core, output projection
+  multi_latent,    // DeepSeek's MLA (--multi-latent-attention): low-rank q and kv, decoupled RoPE key
 };
 
 struct AttentionSpec {

@@ -30,7 +30,6 @@ void add_layer(const ModelConfig& m, int layer, std::vector<ParamBlock>& blocks)
   const int64_t h = m.hidden_size, n = m.num_attention_heads, d = m.head_dim(), g = m.query_groups();
   const int64_t bias = m.add_bias_linear ? 1 : 0;
   const int64_t norm = m.normalization == model::Normalization::layernorm ? 2 * h : h;
-  const int64_t norm_weights = m.normalization == model::Normalization::layernorm ? 2 : 1;  // per feature
   auto add = [&](ParamGroup group, ParamSplit split, int64_t elements) {
     if (elements > 0) blocks.push_back(ParamBlock{group, split, layer, elements});
   };
@@ -41,15 +40,18 @@ void add_layer(const ModelConfig& m, int layer, std::vector<ParamBlock>& blocks)
   if (m.multi_latent_attention) {
     // TE's placement: down projections and their norms duplicated on every TP rank, up and
     // output projections split.
+    // The latent norms exist with --qk-layernorm only (RMSNorm: one weight per feature).
     const int64_t q_head = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    const int64_t latent_norms = m.qk_layernorm ? 1 : 0;
     if (m.q_lora_rank > 0) {
-      add(G::attention, S::replicated, h * m.q_lora_rank + norm_weights * m.q_lora_rank);
+      add(G::attention, S::replicated, h * m.q_lora_rank + latent_norms * m.q_lora_rank);
       add(G::attention, S::tensor_parallel, m.q_lora_rank * n * q_head);
     } else {
       add(G::attention, S::tensor_parallel, h * n * q_head);
     }
-    add(G::attention, S::replicated, h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + norm_weights * m.kv_lora_rank);
+    add(G::attention, S::replicated, h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + latent_norms * m.kv_lora_rank);
     add(G::attention, S::tensor_parallel, m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h);
+    add(G::attention, S::replicated, bias * h);  // linear_proj's bias
   } else {
     const int64_t q = n * d, kv = g * d;
     add(G::attention, S::tensor_parallel, h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h);  // qkv (+bias), proj

@@ -78,6 +78,33 @@ LayerWidths layer_widths(const ModelConfig& m, const TrainingShape& shape, bool 
   return lw;
 }
 
+// MLA's local heads and core head size (model/layers/mla_attention.h).
+struct Mla {
+  int64_t heads = 0, core_dim = 0;
+};
+
+Mla mla_widths(const ModelConfig& m, const TrainingShape& shape) {
+  return Mla{m.num_attention_heads / shape.parallel.tensor_model_parallel_size,
+             std::max<int64_t>(m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim)};
+}
+
+// MLA's workspace (model/layers/mla_attention.cpp lay_out_workspace, without the rebuilt core):
+// the up projections' outputs and grads, k_pe's copies, the SP latent buffers, the core's grads.
+int64_t mla_workspace_bytes(const ModelConfig& m, const TrainingShape& shape, int64_t N, int64_t R, int64_t h) {
+  const Mla mla = mla_widths(m, shape);
+  const int64_t hl = mla.heads, a = mla.core_dim, dr = m.qk_pos_emb_head_dim;
+  const int64_t q_dim = m.qk_head_dim + dr, kv_dim = m.qk_head_dim + m.v_head_dim;
+  const int64_t latent = std::max(m.q_lora_rank, m.kv_lora_rank);
+  BufferSum work;
+  for (int64_t count : {N * hl * q_dim, N * hl * kv_dim, R * (m.kv_lora_rank + dr), R * dr, N * dr, N * dr,
+                        N * hl * dr, N * latent, N * latent, N * hl * m.v_head_dim, N * hl * a, N * hl * a,
+                        N * hl * a, N * hl * a, N * hl * q_dim, N * hl * kv_dim, N * dr, N * dr, R * dr,
+                        R * latent, R * latent, R * (m.kv_lora_rank + dr), R * h}) {
+    work.add(count);
+  }
+  return work.bytes;
+}
+
 // The buffers a layer keeps, in the order activations.cpp's layer_set takes them.
 struct LayerSet {
   BufferSum residual, norm_stats, attention, core, mlp;
@@ -93,23 +120,34 @@ LayerSet layer_set(const ModelConfig& m, const TrainingShape& shape, int layer, 
   if (w.layernorm) set.norm_stats.add(R);
   set.norm_stats.add(R);
   if (m.multi_latent_attention) {
-    // Down-projection outputs and their normalised copies (replicated over TP), the up-projected
-    // q and kv, RoPE'd key part.
+    // model/layers/mla_attention.h's saved set: the latents of the SP rows (normed copies and
+    // their statistics with --qk-layernorm), the core's q, k and v of every row at its head size
+    // A = max(d_n + d_r, d_v), and (kept core) its output, log-sum-exp and the output sliced to d_v.
+    const Mla mla = mla_widths(m, shape);
     if (m.q_lora_rank > 0) {
-      set.attention.add(N * m.q_lora_rank);
-      set.attention.add(N * m.q_lora_rank);
-      set.norm_stats.add(N);
+      set.attention.add(R * m.q_lora_rank);
+      if (m.qk_layernorm) {
+        set.attention.add(R * m.q_lora_rank);
+        set.norm_stats.add(R);
+      }
     }
-    set.attention.add(N * (m.kv_lora_rank + m.qk_pos_emb_head_dim));
-    set.attention.add(N * m.kv_lora_rank);
-    set.norm_stats.add(N);
-    set.attention.add(N * layer_widths(m, shape, false).qkv);
+    set.attention.add(R * m.kv_lora_rank);
+    if (m.qk_layernorm) {
+      set.attention.add(R * m.kv_lora_rank);
+      set.norm_stats.add(R);
+    }
+    for (int i = 0; i < 3; ++i) set.attention.add(N * mla.heads * mla.core_dim);
+    if (with_core) {
+      set.core.add(N * mla.heads * mla.core_dim);
+      set.core.add(N * mla.heads);
+      set.core.add(N * mla.heads * m.v_head_dim);
+    }
   } else {
     set.attention.add(N * layer_widths(m, shape, false).qkv);
   }
   const bool moe = m.is_moe_layer(layer);
   const LayerWidths lw = layer_widths(m, shape, moe);
-  if (with_core) {
+  if (with_core && !m.multi_latent_attention) {
     set.core.add(N * lw.core);
     set.core.add(N * lw.lse);
   }
@@ -292,7 +330,13 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
         r.activations_recompute += layer_set(m, shape, layers[static_cast<size_t>(i)], i > 0, true).bytes();
       }
     }
-    if (selective) r.activations_recompute += rounded_bytes(N * widest.core) + rounded_bytes(N * widest.lse);
+    if (selective && m.multi_latent_attention) {
+      const Mla mla = mla_widths(m, shape);  // the rebuilt core: output, log-sum-exp, sliced output
+      r.activations_recompute += rounded_bytes(N * mla.heads * mla.core_dim) + rounded_bytes(N * mla.heads) +
+                                 rounded_bytes(N * mla.heads * m.v_head_dim);
+    } else if (selective) {
+      r.activations_recompute += rounded_bytes(N * widest.core) + rounded_bytes(N * widest.lse);
+    }
 
     // Workspace: outputs not kept and the grads of backward.
     BufferSum work;
@@ -302,12 +346,23 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
     if (shape.parallel.sequence_parallel && t > 1) {
       for (int i = 0; i < 3; ++i) work.add(N * h);  // SP's full rows: gathered, partial sums, input grads
     }
-    work.add(N * widest.core);
-    work.add(N * widest.qkv);
+    if (m.multi_latent_attention) {
+      work.bytes += mla_workspace_bytes(m, shape, N, R, h);
+    } else {
+      work.add(N * widest.core);
+      work.add(N * widest.qkv);
+    }
     work.add(N * widest.fc1);
     work.add(N * widest.act);
     if (shape.precision != Precision::fp32) {
-      const int64_t operand = N * std::max({h, widest.qkv, widest.fc1, with_head ? vocab_local : int64_t{0}});
+      // MLA's widest GEMM operand: its latents, the up projections' outputs, linear_proj's input.
+      const int64_t attention_operand =
+          m.multi_latent_attention
+              ? std::max({int64_t{m.q_lora_rank}, int64_t{m.kv_lora_rank} + m.qk_pos_emb_head_dim,
+                          mla_widths(m, shape).heads *
+                              std::max(m.qk_head_dim + m.qk_pos_emb_head_dim, m.qk_head_dim + m.v_head_dim)})
+              : widest.qkv;
+      const int64_t operand = N * std::max({h, attention_operand, widest.fc1, with_head ? vocab_local : int64_t{0}});
       work.add(operand);
       work.add(operand);
     }

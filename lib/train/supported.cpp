@@ -20,7 +20,8 @@ struct Unsupported {
 
 void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
                      backend::Device device) {
-  (void)parallel;  // every parallel layout parallel::validate accepts runs (expert parallelism included)
+  // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
+  // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
   (void)device;  // every setting below is refused on every backend (MoE runs on the CPU and CUDA tables)
   const bool moe = model.num_experts > 0;
@@ -35,8 +36,9 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "--moe-router-load-balancing-type global_aux_loss",
        "mt-train runs aux_loss, seq_aux_loss or none: the routers' running counts do not restart per global batch "
        "yet"},
-      {model.multi_latent_attention, "--multi-latent-attention",
-       "mt-train builds grouped-query attention only" + accounted},
+      {model.multi_latent_attention && parallel.context_parallel_size > 1,
+       "--multi-latent-attention with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
+       "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),
        "mt-train has no multi-token prediction" + accounted},
   };

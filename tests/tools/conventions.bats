@@ -111,7 +111,7 @@ json_invocation() {
   [[ "$intro" == *"one rank"* && "$intro" == *"tensor, sequence, context (ring attention) and data parallelism"* \
      && "$intro" == *"pipeline parallelism"* ]] \
     || fail "the introduction does not say mt-train runs on one rank or with TP, SP, CP, DP and PP today"
-  [[ "$intro" == *"mixture-of-experts models with expert parallelism"* && "$intro" == *"MLA"*"are not there yet"* ]] \
+  [[ "$intro" == *"mixture-of-experts models with expert parallelism"* && "$intro" == *"multi-token prediction"*"are not there yet"* ]] \
     || fail "the introduction does not say which parallelism is missing"
 }
 

@@ -74,6 +74,35 @@ void add_moe_flags(CLI::App& app, ModelFlags& f, const GroupAdder& add) {
   add("--moe-token-dispatcher-type", f.moe_token_dispatcher_type);
 }
 
+void add_mla_flags(ModelFlags& f, const GroupAdder& add) {
+  add("--multi-latent-attention", f.multi_latent_attention);
+  add("--q-lora-rank", f.q_lora_rank);
+  add("--kv-lora-rank", f.kv_lora_rank);
+  add("--qk-head-dim", f.qk_head_dim);
+  add("--qk-pos-emb-head-dim", f.qk_pos_emb_head_dim);
+  add("--v-head-dim", f.v_head_dim);
+  add("--qk-layernorm", f.qk_layernorm);
+  add("--rope-type", f.rope_type);
+}
+
+// The MLA flags over the preset's values, then Megatron's defaults for the sizes not given
+// (arguments.py: --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128,
+// --q-lora-rank None).
+void apply_mla_flags(const ModelFlags& f, model::ModelConfig& c) {
+  if (f.multi_latent_attention) c.multi_latent_attention = true;
+  if (f.qk_layernorm) c.qk_layernorm = true;
+  apply(f.q_lora_rank, c.q_lora_rank);
+  apply(f.kv_lora_rank, c.kv_lora_rank);
+  apply(f.qk_head_dim, c.qk_head_dim);
+  apply(f.qk_pos_emb_head_dim, c.qk_pos_emb_head_dim);
+  apply(f.v_head_dim, c.v_head_dim);
+  if (!c.multi_latent_attention) return;
+  if (c.kv_lora_rank == 0) c.kv_lora_rank = 32;
+  if (c.qk_head_dim == 0) c.qk_head_dim = 128;
+  if (c.qk_pos_emb_head_dim == 0) c.qk_pos_emb_head_dim = 64;
+  if (c.v_head_dim == 0) c.v_head_dim = 128;
+}
+
 // The one value of a list-valued Megatron flag, or nullopt when not given; a list is refused.
 std::optional<std::string> single_value(const std::vector<std::string>& values, const char* flag) {
   if (values.empty()) return std::nullopt;
@@ -165,6 +194,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
   add("--hidden-dropout", f.hidden_dropout);
   add("--attention-dropout", f.attention_dropout);
   add_moe_flags(app, f, add);
+  add_mla_flags(f, add);
 }
 
 model::ModelConfig model_config(const ModelFlags& f) {
@@ -199,6 +229,7 @@ model::ModelConfig model_config(const ModelFlags& f) {
     c.normalization = *f.normalization == "RMSNorm" ? model::Normalization::rmsnorm : model::Normalization::layernorm;
   }
   apply_moe_flags(f, c);
+  apply_mla_flags(f, c);
   if (f.position_embedding_type) {
     c.position_embedding = *f.position_embedding_type == "rope" ? model::PositionEmbedding::rope
                                                                 : model::PositionEmbedding::learned_absolute;

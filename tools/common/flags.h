@@ -139,6 +139,10 @@ struct ModelFlags {
       moe_expert_capacity_factor;
   bool moe_router_pre_softmax = false, moe_router_enable_expert_bias = false,
        moe_pad_expert_input_to_capacity = false, moe_grouped_gemm = false;
+  // Multi-latent attention (Megatron's flags; model/config.h's fields).
+  bool multi_latent_attention = false, qk_layernorm = false;
+  std::optional<int> q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim;
+  std::optional<std::string> rope_type;  // rope only (yarn refused while parsing): plain RoPE, mt's one kind
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& group = "Model");

@@ -24,7 +24,7 @@ TEST(Layout, CoversEveryParameterOnce) {
     EXPECT_LE(end, layout.total_elements);
     EXPECT_EQ(layout.total_elements % 16, 0);
   }
-  // A layout of a model with layers lib/model does not build (MLA) is refused by name.
+  // A layout of a model with layers lib/model does not build (DeepSeek-V3: MTP) is refused by name.
   EXPECT_THROW(build_layout(preset("deepseek-v3")), mt::UsageError);
 }
 

@@ -144,9 +144,6 @@ TEST(Spec, RefusesAConfigItHasNoVariantFor) {
       EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
     }
   };
-  ModelConfig mla = preset("tiny-llama");
-  mla.multi_latent_attention = true;
-  expect_refused(mla, "--multi-latent-attention");
   ModelConfig mtp = preset("tiny-llama");
   mtp.mtp_num_layers = 1;
   expect_refused(mtp, "--mtp-num-layers 1");
@@ -162,8 +159,18 @@ TEST(Spec, RefusesAConfigItHasNoVariantFor) {
   EXPECT_EQ(experts.ffn_hidden_size, 32);
   EXPECT_EQ(experts.shared_expert_ffn_hidden_size, 48);
   EXPECT_EQ(make_chunk(model_spec(moe).chunks[0], moe).moe_layers.size(), 1u);
+  // Multi-latent attention is a variant of its own.
+  ModelConfig mla = preset("tiny-llama");
+  mla.multi_latent_attention = true;
+  mla.kv_lora_rank = 8;
+  mla.qk_head_dim = 8;
+  mla.qk_pos_emb_head_dim = 4;
+  mla.v_head_dim = 8;
+  mla.num_query_groups = mla.num_attention_heads;
+  EXPECT_EQ(layer_spec(mla, 0).attention.kind, AttentionKind::multi_latent);
+  EXPECT_EQ(layer_spec(preset("tiny-llama"), 0).attention.kind, AttentionKind::self_attention);
   // The user still meets check_trainable's usage error first.
-  EXPECT_THROW(build_layout(mla), UsageError);
+  EXPECT_THROW(build_layout(mtp), UsageError);
 }
 
 TEST(Spec, RefusesBlocksThatDoNotMatchTheirChunk) {

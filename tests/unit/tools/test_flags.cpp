@@ -276,6 +276,35 @@ TEST(Flags, MoeFlagsSetTheModelConfigWithMegatronNames) {
   EXPECT_THROW(model_config(k.model), mt::UsageError);
 }
 
+// Issue 22: the MLA flags with Megatron's names; --multi-latent-attention alone takes Megatron's
+// defaults (arguments.py); YaRN is refused by value.
+TEST(Flags, MlaFlagsSetTheModelConfigWithMegatronDefaults) {
+  AllFlags f;
+  ASSERT_EQ(parse_error({"--model", "tiny-llama", "--multi-latent-attention"}, &f), "");
+  mt::model::ModelConfig c = model_config(f.model);
+  EXPECT_TRUE(c.multi_latent_attention);
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_EQ(c.kv_lora_rank, 32);
+  EXPECT_EQ(c.qk_head_dim, 128);
+  EXPECT_EQ(c.qk_pos_emb_head_dim, 64);
+  EXPECT_EQ(c.v_head_dim, 128);
+  EXPECT_FALSE(c.qk_layernorm);
+  AllFlags g;
+  ASSERT_EQ(parse_error({"--model", "tiny-llama", "--multi-latent-attention", "--q-lora-rank", "12", "--kv-lora-rank",
+                         "10", "--qk-head-dim", "6", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "8",
+                         "--qk-layernorm", "--rope-type", "rope"},
+                        &g),
+            "");
+  c = model_config(g.model);
+  EXPECT_EQ(c.q_lora_rank, 12);
+  EXPECT_EQ(c.kv_lora_rank, 10);
+  EXPECT_EQ(c.qk_head_dim, 6);
+  EXPECT_EQ(c.qk_pos_emb_head_dim, 4);
+  EXPECT_EQ(c.v_head_dim, 8);
+  EXPECT_TRUE(c.qk_layernorm);
+  EXPECT_EQ(parse_error({"--rope-type", "yarn"}), "--rope-type: yarn is not supported yet (mt implements rope)");
+}
+
 TEST(Flags, TrainingFlagsNamesAndCombinations) {
   AllFlags f;
   ASSERT_EQ(parse_error({"--bf16", "--lr-decay-style", "cosine", "--recompute-granularity", "full",
