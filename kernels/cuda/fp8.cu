@@ -4,10 +4,11 @@
 // functions the CPU entries (kernels/cpu/fp8.cpp) call: fp32_to_fp8 in the quantise kernel (plain
 // integer arithmetic, so it compiles for sm_80 too) and the per-tensor scale update in a kernel of
 // one thread per tensor. Only the GEMM needs FP8 tensor cores: it refuses devices below compute
-// capability 8.9 by name, and shapes cuBLASLt's FP8 kernels turn down take a plain kernel. Every
-// entry only queues work on its stream (no allocation, no copy to or from the host, no
-// synchronisation; the GEMM's one-time cuBLASLt state is gemm.cu's, made by the first GEMM of
-// either kind outside any stream capture). Tested on a GPU by tests/gpu/test_cuda_fp8.cpp
+// capability 8.9 by name, and shapes cuBLASLt's FP8 kernels turn down (and A or B off 16-byte
+// boundaries) take a plain kernel. Every entry only queues work on its stream (no allocation, no
+// copy to or from the host, no synchronisation; the GEMM's one-time cuBLASLt state is gemm.cu's,
+// made by the first GEMM of either kind outside any stream capture; a GEMM shape first met under
+// capture takes the plain kernel without asking cuBLASLt's heuristic, as gemm.cu does). Tested on a GPU by tests/gpu/test_cuda_fp8.cpp
 // (conversion against NVIDIA's, every entry against the CPU table) and the op harness
 // (tests/gpu/test_cuda_op_harness.cpp).
 #include <cublasLt.h>
@@ -122,10 +123,10 @@ __global__ void update_scales_kernel(float* amax, float* amax_history, float* sc
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
-// The contract's refusals (the CPU entry refuses the same), then what cuBLASLt's FP8 kernels need
-// of the pointers: 16-byte aligned A and B.
-void check_fp8_gemm(int64_t m, int64_t n, int64_t k, const void* a, Fp8Type a_type, int64_t lda, const void* b,
-                    Fp8Type b_type, int64_t ldb, int64_t ldc) {
+// The contract's refusals (the CPU entry refuses the same). A and B off 16-byte boundaries, which
+// cuBLASLt's FP8 kernels cannot read, are no refusal (the CPU takes them): they take the plain kernel.
+void check_fp8_gemm(int64_t m, int64_t n, int64_t k, Fp8Type a_type, int64_t lda, Fp8Type b_type, int64_t ldb,
+                    int64_t ldc) {
   if (m < 0 || n < 0 || k < 0) refuse("negative dimension", m, n, k, lda, ldb, ldc);
   if (lda < std::max<int64_t>(1, k)) refuse("lda smaller than a row of A", m, n, k, lda, ldb, ldc);
   if (ldb < std::max<int64_t>(1, k)) refuse("ldb smaller than a row of B", m, n, k, lda, ldb, ldc);
@@ -135,7 +136,17 @@ void check_fp8_gemm(int64_t m, int64_t n, int64_t k, const void* a, Fp8Type a_ty
   if (a_type == Fp8Type::e5m2 && b_type == Fp8Type::e5m2)
     refuse("e5m2 x e5m2 has no FP8 GEMM (cuBLASLt takes e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)", m, n, k, lda, ldb,
            ldc);
-  if (!aligned16(a) || !aligned16(b)) refuse("A and B must start on 16-byte boundaries", m, n, k, lda, ldb, ldc);
+}
+
+// Whether `stream` is capturing work into a graph (a failed query counts as capturing: the legacy
+// stream answers an error while another stream captures), as gemm.cu asks it.
+bool capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(as_stream(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
 }
 
 cudaDataType_t data_type(Fp8Type type) { return type == Fp8Type::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
@@ -284,7 +295,8 @@ __global__ void scale_c_kernel(float* c, int64_t m, int64_t n, int64_t ldc, floa
 }
 
 // The GEMM for shapes cuBLASLt's FP8 kernels turn down (the heuristic offers none, or the one
-// offered reports not supported; e.g. small m or n that are not multiples of 8 or 16): one thread
+// offered reports not supported; e.g. n, cuBLASLt's M, not a multiple of 16), for A or B off
+// 16-byte boundaries and for a shape first met under stream capture: one thread
 // per element of C, the k exact products added in order in fp32, scaled as the CPU entry scales
 // (alpha * a_scale_inv * b_scale_inv, then times the sum). Slow, and meant only for such shapes;
 // gemm_fp8_fallback_calls() counts gemm_fp8's uses of it so the GPU test can see which path a
@@ -340,7 +352,7 @@ void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out, 
 void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp8Type a_type,
               const float* a_scale_inv, int64_t lda, const uint8_t* b, Fp8Type b_type, const float* b_scale_inv,
               int64_t ldb, float beta, float* c, int64_t ldc, void* stream) {
-  check_fp8_gemm(m, n, k, a, a_type, lda, b, b_type, ldb, ldc);
+  check_fp8_gemm(m, n, k, a_type, lda, b_type, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     scale_c_kernel<<<blocks_for(m * n, kThreads), kThreads, 0, as_stream(stream)>>>(c, m, n, ldc, beta);
@@ -349,6 +361,11 @@ void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp
   }
   Fp8DeviceState& state = fp8_device_state();
   require_fp8_tensor_cores(state);
+  const auto plain = [&] {
+    g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
+    gemm_fp8_plain(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc, stream);
+  };
+  if (!aligned16(a) || !aligned16(b)) return plain();
   const LtStreamContext context = lt_stream_context(stream);
   const GemmShape shape{m,      n,      k,
                         lda,    ldb,    ldc,
@@ -357,8 +374,17 @@ void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp
   const Fp8PlanKey key{m, n, k, lda, ldb, ldc, static_cast<int>(a_type), static_cast<int>(b_type),
                        shape.align_a, shape.align_b, shape.align_c, context.workspace != nullptr};
   std::unique_lock<std::mutex> lock(state.mutex);
-  std::unique_ptr<Fp8Plan>& plan = state.plans[key];
-  if (!plan) plan = make_plan(context.lt, shape, context.workspace_bytes);
+  const auto found = state.plans.find(key);
+  Fp8Plan* plan = found != state.plans.end() ? found->second.get() : nullptr;
+  if (!plan) {
+    // cuBLASLt's heuristic may fail while a stream captures (CUDA 13; see gemm.cu): a shape first
+    // met under capture takes the plain kernel, and its plan is made by its first uncaptured call.
+    if (capturing(stream)) {
+      lock.unlock();
+      return plain();
+    }
+    plan = (state.plans[key] = make_plan(context.lt, shape, context.workspace_bytes)).get();
+  }
   if (plan->has_algorithm) {
     set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b_scale_inv, "A_SCALE_POINTER");
     set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale_inv, "B_SCALE_POINTER");
@@ -372,8 +398,7 @@ void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp
     plan->has_algorithm = false;
   }
   lock.unlock();
-  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
-  gemm_fp8_plain(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc, stream);
+  plain();
 }
 
 void fp8_update_scales(float* amax, float* amax_history, float* scale, float* scale_inv, int64_t tensors,

@@ -5,10 +5,12 @@
 // __nv_cvt_fp8_to_halfraw widened; fp8_quantize, fp8_transpose and fp8_update_scales equal to the
 // CPU table's bit for bit; gemm_fp8 against the CPU table's gemm_fp8 on the same bytes (a bound
 // below, and exactly where every partial sum is an integer) at tiny-model shapes and 1024^3, e4m3 x
-// e4m3 and e4m3 x e5m2 both ways, with its refusals and its plain fallback kernel; and a reported
+// e4m3 and e4m3 x e5m2 both ways, with its refusals and its plain fallback kernel (which A off its
+// 16-byte boundary and a shape first met under stream capture take, the latter cuBLASLt later); and a reported
 // (not asserted) timing of the FP8 GEMM against the bf16 GEMM at 8192^3. Failures print the inputs
 // that differ, so one run's log is enough to diagnose them. The NVIDIA reference kernels:
 // tests/gpu/cuda_fp8_reference.cu.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -313,13 +315,15 @@ struct GemmCase {
   Fp8Type a_type, b_type;
   float alpha, beta;
   int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // leading dimensions beyond k, k, n (multiples of 16)
+  int64_t a_offset = 0;  // bytes before A in its device buffer (not a multiple of 16: A off its boundary)
 };
 
 std::string describe(const GemmCase& g) {
   return std::string(type_name(g.a_type)) + " x " + type_name(g.b_type) + " m=" + std::to_string(g.m) +
          " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) + " alpha=" + std::to_string(g.alpha) +
          " beta=" + std::to_string(g.beta) + " lda=" + std::to_string(g.k + g.lda_pad) +
-         " ldb=" + std::to_string(g.k + g.ldb_pad) + " ldc=" + std::to_string(g.n + g.ldc_pad);
+         " ldb=" + std::to_string(g.k + g.ldb_pad) + " ldc=" + std::to_string(g.n + g.ldc_pad) +
+         (g.a_offset ? " A at byte " + std::to_string(g.a_offset) : "");
 }
 
 // Bytes of `type` for a rows x ld matrix: random values quantised by the shared conversion
@@ -364,22 +368,31 @@ void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng
   std::vector<float> cpu_c = c;
   cpu().gemm_fp8(g.m, g.n, g.k, g.alpha, a.data(), g.a_type, &a_scale_inv, lda, b.data(), g.b_type, &b_scale_inv,
                  ldb, g.beta, cpu_c.data(), ldc, cpu().default_stream());
-  DeviceArray<uint8_t> d_a(a), d_b(b);
+  std::vector<uint8_t> a_buffer(static_cast<size_t>(g.a_offset), 0x7f);
+  a_buffer.insert(a_buffer.end(), a.begin(), a.end());
+  DeviceArray<uint8_t> d_a(a_buffer), d_b(b);
+  const uint8_t* a_device = d_a.get() + g.a_offset;
   DeviceArray<float> d_c(c), d_a_scale(std::vector<float>{a_scale_inv}), d_b_scale(std::vector<float>{b_scale_inv});
   const int64_t fallbacks_before = kernels::cuda::gemm_fp8_fallback_calls();
   if (plain) {
-    kernels::cuda::gemm_fp8_plain(g.m, g.n, g.k, g.alpha, d_a.get(), g.a_type, d_a_scale.get(), lda, d_b.get(),
+    kernels::cuda::gemm_fp8_plain(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale.get(), lda, d_b.get(),
                                   g.b_type, d_b_scale.get(), ldb, g.beta, d_c.get(), ldc,
                                   cuda().default_stream().handle);
   } else {
-    cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, d_a.get(), g.a_type, d_a_scale.get(), lda, d_b.get(), g.b_type,
+    cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale.get(), lda, d_b.get(), g.b_type,
                     d_b_scale.get(), ldb, g.beta, d_c.get(), ldc, cuda().default_stream());
   }
   const std::vector<float> cuda_c = d_c.download(g.m * ldc);
   const bool on_cublaslt = !plain && kernels::cuda::gemm_fp8_fallback_calls() == fallbacks_before;
-  // Shapes of multiples of 16 are what training runs: they must reach the FP8 tensor cores.
-  if (!plain && g.m % 16 == 0 && g.n % 16 == 0) {
+  // Shapes of multiples of 16 are what training runs: they must reach the FP8 tensor cores. FP8
+  // cuBLASLt also asks 16-byte aligned leading dimensions (ldc of fp32 C a multiple of 4); a case
+  // padding C to an odd ldc only prints the path it took.
+  if (!plain && g.m % 16 == 0 && g.n % 16 == 0 && ldc % 4 == 0 && g.a_offset % 16 == 0) {
     EXPECT_TRUE(on_cublaslt) << describe(g) << ": cuBLASLt turned the shape down (the plain kernel ran)";
+  }
+  // cuBLASLt's FP8 kernels read A and B in 16-byte pieces: A off its boundary takes the plain kernel.
+  if (g.a_offset % 16 != 0) {
+    EXPECT_FALSE(on_cublaslt) << describe(g) << ": A off 16 bytes reached cuBLASLt";
   }
 
   std::vector<double> a_values(a.size()), b_values(b.size());  // decoded once for the bound's sums
@@ -433,6 +446,79 @@ TEST(CudaFp8, GemmEqualsTheCpuTable) {
   for (const GemmCase& g : cases) expect_gemm_matches_cpu(g, false, rng);
   for (const GemmCase& g : {GemmCase{64, 192, 64, e4m3, e4m3, 1.0f, 1.0f}, GemmCase{32, 48, 128, e5m2, e4m3, 1.0f, 0.0f}})
     expect_gemm_matches_cpu(g, true, rng);
+  // A 1 byte past a 16-byte boundary: no refusal (the CPU takes it), the plain kernel, exact.
+  expect_gemm_matches_cpu(GemmCase{64, 64, 64, e4m3, e4m3, 1.0f, 1.0f, 0, 0, 0, 1}, true, rng);
+}
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// A GEMM shape first met while its stream captures must not ask cuBLASLt's heuristic (it may fail
+// under capture): the captured graph runs the plain kernel; the shape's first uncaptured call
+// makes its plan and runs on cuBLASLt. Integer inputs, so both paths equal the CPU bit for bit.
+TEST(CudaFp8, GemmShapeFirstMetUnderCaptureRunsThePlainKernelThenCublasLt) {
+  MT_REQUIRE_CUDA_DEVICE();
+  if (fp8_reference::compute_capability() < 89) GTEST_SKIP() << "no FP8 tensor cores";
+  const int64_t m = 48, n = 80, k = 96;  // a shape no other test of this binary uses
+  std::mt19937 rng(17);
+  const std::vector<uint8_t> a = random_fp8(m, k, k, Fp8Type::e4m3, true, rng);
+  const std::vector<uint8_t> b = random_fp8(n, k, k, Fp8Type::e4m3, true, rng);
+  const float one_value = 1.0f;
+  std::vector<float> cpu_c(static_cast<size_t>(m * n), 0.0f);
+  cpu().gemm_fp8(m, n, k, 1.0f, a.data(), Fp8Type::e4m3, &one_value, k, b.data(), Fp8Type::e4m3, &one_value, k, 0.0f,
+                 cpu_c.data(), n, cpu().default_stream());
+  DeviceArray<uint8_t> d_a(a), d_b(b), warm_up(16 * 16);
+  DeviceArray<float> d_c(m * n), warm_up_c(16 * 16), one(std::vector<float>{1.0f});
+  cudaStream_t raw_stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const Stream stream{raw_stream};
+  const auto gemm = [&] {
+    cuda().gemm_fp8(m, n, k, 1.0f, d_a.get(), Fp8Type::e4m3, one.get(), k, d_b.get(), Fp8Type::e4m3, one.get(), k, 0.0f,
+                    d_c.get(), n, stream);
+  };
+  const auto expect_cpu_result = [&](const char* what) {
+    check_cuda(cudaStreamSynchronize(raw_stream), what);
+    const std::vector<float> got = d_c.download(m * n);
+    int64_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (float_bits(got[i]) != float_bits(cpu_c[i]) && ++differing <= 5)
+        ADD_FAILURE() << what << ": C[" << i << "] = " << got[i] << ", cpu " << cpu_c[i];
+    EXPECT_EQ(differing, 0) << what << ": elements differing among " << got.size();
+  };
+  // One-time state (gemm.cu's handle and workspaces, this stream's slot) made outside the capture.
+  cuda().gemm_fp8(16, 16, 16, 1.0f, warm_up.get(), Fp8Type::e4m3, one.get(), 16, warm_up.get(), Fp8Type::e4m3,
+                  one.get(), 16, 0.0f, warm_up_c.get(), 16, stream);
+  check_cuda(cudaStreamSynchronize(raw_stream), "the warm-up GEMM");
+
+  const int64_t before_capture = kernels::cuda::gemm_fp8_fallback_calls();
+  check_cuda(cudaStreamBeginCapture(raw_stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  std::string thrown;
+  try {
+    gemm();
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(raw_stream, &graph);
+  EXPECT_EQ(thrown, "") << "gemm_fp8 under capture threw";
+  ASSERT_EQ(ended, cudaSuccess) << "gemm_fp8 broke the capture: " << cudaGetErrorString(ended);
+  EXPECT_EQ(kernels::cuda::gemm_fp8_fallback_calls(), before_capture + 1)
+      << "a shape first met under capture must take the plain kernel";
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  check_cuda(cudaGraphLaunch(exec, raw_stream), "cudaGraphLaunch");
+  expect_cpu_result("the captured GEMM (plain kernel)");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  const int64_t before_plain_call = kernels::cuda::gemm_fp8_fallback_calls();
+  d_c.upload(std::vector<float>(static_cast<size_t>(m * n), 0.0f));
+  gemm();
+  EXPECT_EQ(kernels::cuda::gemm_fp8_fallback_calls(), before_plain_call)
+      << "the shape's first uncaptured call did not reach cuBLASLt";
+  expect_cpu_result("the uncaptured GEMM (cuBLASLt)");
+  check_cuda(cudaStreamDestroy(raw_stream), "cudaStreamDestroy");
 }
 
 // The kernel gemm_fp8 falls back to for shapes cuBLASLt turns down, run directly (cuBLASLt may take
