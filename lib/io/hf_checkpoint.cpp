@@ -374,7 +374,7 @@ void llama_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig
 void mixtral_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig& m) {
   m.num_experts = required<int>(c, "num_local_experts", path);
   m.moe_router_topk = optional_value<int>(c, "num_experts_per_tok", 2, path);
-  m.moe_ffn_hidden_size = m.ffn_hidden_size;
+  m.moe_ffn_hidden_size = 0;  // the experts take --ffn-hidden-size (intermediate_size), as the mixtral presets
   m.moe_router_load_balancing_type = model::MoeLoadBalancing::aux_loss;
   m.moe_aux_loss_coeff = static_cast<float>(optional_value<double>(c, "router_aux_loss_coef", 0.001, path));
   m.moe_token_dispatcher_type = model::MoeDispatcher::alltoall;

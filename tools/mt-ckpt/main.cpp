@@ -460,9 +460,9 @@ std::string train_flags(const mt::model::ModelConfig& m) {
   if (!m.add_bias_linear) flags += " --disable-bias-linear";
   if (m.untie_embeddings_and_output_weights) flags += " --untie-embeddings-and-output-weights";
   if (m.num_experts > 0) {  // Mixtral: every layer MoE, the default softmax router, dropless
-    flags += " --num-experts " + std::to_string(m.num_experts) + " --moe-router-topk " + std::to_string(m.moe_router_topk) +
-             " --moe-ffn-hidden-size " + std::to_string(m.moe_ffn()) +
-             " --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff " + number(m.moe_aux_loss_coeff) +
+    flags += " --num-experts " + std::to_string(m.num_experts) + " --moe-router-topk " + std::to_string(m.moe_router_topk);
+    if (m.moe_ffn_hidden_size > 0) flags += " --moe-ffn-hidden-size " + std::to_string(m.moe_ffn_hidden_size);
+    flags += " --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff " + number(m.moe_aux_loss_coeff) +
              " --moe-token-dispatcher-type alltoall";
   }
   // Training-time settings of the imported config (GPT-2: resid_pdrop, attn_pdrop; LLaMA:

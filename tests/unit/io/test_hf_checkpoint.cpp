@@ -91,7 +91,10 @@ void round_trip(const model::ModelConfig& m) {
     expected.init_method_std = again.init_method_std;
     expected.hidden_dropout = again.hidden_dropout;
     expected.attention_dropout = again.attention_dropout;
-    if (m.num_experts > 0) expected.ffn_hidden_size = m.moe_ffn();  // Mixtral's intermediate_size is the experts'
+    if (m.num_experts > 0) {  // Mixtral's intermediate_size is the experts' width, imported as --ffn-hidden-size
+      expected.ffn_hidden_size = m.moe_ffn();
+      expected.moe_ffn_hidden_size = 0;
+    }
     return model::to_json(expected).dump();
   }());
   int tensors = 0;
@@ -215,6 +218,7 @@ TEST(HfCheckpoint, MixtralImportRefusesWhatMtDoesNotRun) {
   EXPECT_EQ(m.num_experts, 4);
   EXPECT_EQ(m.moe_router_topk, 2);
   EXPECT_EQ(m.moe_ffn(), 24);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 0);  // as the mixtral-8x7b preset: the experts take --ffn-hidden-size
   EXPECT_EQ(m.moe_layer_count(), 2);
   EXPECT_FLOAT_EQ(m.moe_aux_loss_coeff, 0.02f);
   EXPECT_FLOAT_EQ(m.rotary_base, 1e6f);  // MixtralConfig's default rope_theta
@@ -336,4 +340,32 @@ TEST(HfCheckpoint, ImportRefusesAShapeThatDisagreesWithConfig) {
                 .find("tensor model.layers.0.mlp.gate_proj.weight has shape (48, 32), config.json's model needs (64, 32)"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "x.h5"));
+}
+
+// Mistral AI's released Mixtral-8x7B-v0.1 config.json imports as mt's mixtral-8x7b preset (so
+// mt-train --model mixtral-8x7b loads the import), but for what the two rightly disagree on:
+// HF's router_aux_loss_coef 0.02 against Megatron's recipe 1e-2, and the training length.
+TEST(HfCheckpoint, ReleasedMixtral8x7bConfigIsThePreset) {
+  const nlohmann::json released = {
+      {"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"},  {"vocab_size", 32000},
+      {"hidden_size", 4096},                     {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+      {"num_attention_heads", 32},               {"num_key_value_heads", 8},  {"max_position_embeddings", 32768},
+      {"rms_norm_eps", 1e-5},                    {"rope_theta", 1e6},         {"sliding_window", nullptr},
+      {"num_local_experts", 8},                  {"num_experts_per_tok", 2},  {"router_aux_loss_coef", 0.02},
+      {"output_router_logits", false},           {"tie_word_embeddings", false}, {"hidden_act", "silu"},
+      {"attention_dropout", 0.0},                {"initializer_range", 0.02}};
+  model::ModelConfig imported = io::model_config_from_hf(released, "config.json", 128);
+  const model::ModelConfig preset = model::preset("mixtral-8x7b");
+  EXPECT_FLOAT_EQ(imported.moe_aux_loss_coeff, 0.02f);
+  imported.name = preset.name;
+  imported.seq_length = preset.seq_length;
+  imported.moe_aux_loss_coeff = preset.moe_aux_loss_coeff;
+  imported.make_vocab_size_divisible_by = preset.make_vocab_size_divisible_by;
+  EXPECT_EQ(model::to_json(imported).dump(), model::to_json(preset).dump());
+  const nlohmann::ordered_json exported = io::hf_config(preset, DType::bf16);
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "max_position_embeddings", "num_local_experts", "num_experts_per_tok",
+                          "vocab_size", "rope_theta", "rms_norm_eps", "sliding_window", "tie_word_embeddings"}) {
+    EXPECT_EQ(exported.at(key), released.at(key)) << key;
+  }
 }
