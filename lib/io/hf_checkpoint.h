@@ -24,7 +24,8 @@
 // iteration 0, no optimizer state, not resumable (mt-train --load DIR --finetune trains from it).
 // Tested in tests/unit/io/test_hf_checkpoint.cpp, tests/tools/mt-ckpt.bats (the import of an export
 // is bit-identical; tests/tools/safetensors_reader.py reads the export independently) and
-// tests/unit/train/test_golden.cpp (mt's logits against transformers', tests/golden/hf).
+// tests/unit/train/test_golden.cpp and tests/unit/train/test_hf_mixtral_logits.cpp (mt's logits
+// against transformers', tests/golden/hf).
 #pragma once
 
 #include <cstdint>
