@@ -557,7 +557,9 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   o.export_->footer(
       "Writes the parameters with the names and shapes transformers expects: GPT2LMHeadModel for LayerNorm + learned\n"
       "positions + GELU + biases (Conv1D weights transposed, q/k/v fused into attn.c_attn), LlamaForCausalLM for\n"
-      "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted).\n"
+      "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted),\n"
+      "MixtralForCausalLM for such a model whose every layer is MoE under the default softmax router (the router as\n"
+      "block_sparse_moe.gate, expert gate/up/down as w1/w3/w2; other MoE router settings are refused by flag).\n"
       "The vocabulary pad rows are dropped (config.json's vocab_size is the real vocabulary); a tied output layer is\n"
       "tie_word_embeddings: true and no lm_head.weight. Each file is written under a temporary name, fsynced,\n"
       "renamed. The records are printed as JSONL (--format names the checkpoint format here).");
