@@ -153,29 +153,68 @@ T optional_value(const nlohmann::json& config, const char* key, T fallback, cons
 
 }  // namespace
 
+namespace {
+
+// What HF's MixtralForCausalLM computes in every layer: a SwiGLU expert MLP of
+// intermediate_size, softmax over all experts, top-k, the k probabilities renormalised to sum 1,
+// no token dropped. mt's (Megatron's) default softmax router takes the top-k of the logits and
+// softmaxes over those k: the same experts (softmax is monotonic) and the same weights
+// (exp(l_i) / sum_k exp(l_k) = p_i / sum_k p_k). Everything else changes the routing or adds
+// parameters HF's Mixtral has no name for; it is refused naming mt's flag.
+void check_mixtral_routing(const ModelConfig& m, const std::string& what) {
+  auto refuse = [&](bool bad, const std::string& flag, const std::string& why) {
+    if (bad) throw UsageError(what, flag + " has no Hugging Face export: " + why);
+  };
+  refuse(m.moe_router_enable_expert_bias, "--moe-router-enable-expert-bias", "MixtralForCausalLM's router has no bias");
+  refuse(m.moe_router_score_function != model::MoeScoreFunction::softmax, "--moe-router-score-function sigmoid",
+         "MixtralForCausalLM routes with a softmax");
+  refuse(m.moe_router_pre_softmax, "--moe-router-pre-softmax",
+         "Megatron keeps the top-k of the softmax over all experts unnormalised, MixtralForCausalLM renormalises them");
+  refuse(m.moe_router_num_groups.has_value(), "--moe-router-num-groups", "MixtralForCausalLM has no group-limited routing");
+  refuse(m.moe_topk_scaling() != 1.0f, "--moe-router-topk-scaling-factor", "MixtralForCausalLM does not scale the gates");
+  refuse(m.moe_expert_capacity_factor.has_value(), "--moe-expert-capacity-factor",
+         "MixtralForCausalLM drops no tokens");
+  refuse(m.moe_shared_expert_intermediate_size > 0, "--moe-shared-expert-intermediate-size",
+         "MixtralForCausalLM has no shared experts");
+  refuse(m.moe_layer_count() != m.num_layers, "--moe-layer-freq",
+         "MixtralForCausalLM has no dense layers between its MoE layers");
+}
+
+}  // namespace
+
 HfArchitecture hf_architecture(const ModelConfig& m) {
   const std::string what = "model " + m.name;
-  if (m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0) {
-    throw UsageError(what, "mixture-of-experts, multi-latent attention and multi-token prediction have no Hugging Face export");
-  }
+  if (m.multi_latent_attention) throw UsageError(what, "--multi-latent-attention has no Hugging Face export");
+  if (m.mtp_num_layers > 0) throw UsageError(what, "--mtp-num-layers has no Hugging Face export");
   if (m.head_dim() * m.num_attention_heads != m.hidden_size) {
-    throw UsageError(what, "kv_channels x num_attention_heads differs from hidden_size, which GPT2LMHeadModel and "
-                           "LlamaForCausalLM cannot express");
+    throw UsageError(what, "kv_channels x num_attention_heads differs from hidden_size, which GPT2LMHeadModel, "
+                           "LlamaForCausalLM and MixtralForCausalLM cannot express");
+  }
+  const bool llama_shaped = m.normalization == model::Normalization::rmsnorm &&
+                            m.position_embedding == model::PositionEmbedding::rope && m.swiglu && !m.add_bias_linear;
+  if (m.num_experts > 0) {
+    if (!llama_shaped) {
+      throw UsageError(what, "mixture of experts exports as MixtralForCausalLM only (RMSNorm, rope, SwiGLU, no biases)");
+    }
+    check_mixtral_routing(m, what);
+    return HfArchitecture::mixtral;
   }
   if (m.normalization == model::Normalization::layernorm && m.position_embedding == model::PositionEmbedding::learned_absolute &&
       !m.swiglu && m.add_bias_linear && m.query_groups() == m.num_attention_heads) {
     return HfArchitecture::gpt2;
   }
-  if (m.normalization == model::Normalization::rmsnorm && m.position_embedding == model::PositionEmbedding::rope &&
-      m.swiglu && !m.add_bias_linear) {
-    return HfArchitecture::llama;
-  }
+  if (llama_shaped) return HfArchitecture::llama;
   throw UsageError(what, "no Hugging Face architecture matches (GPT2LMHeadModel: LayerNorm, learned positions, GELU, "
                          "biases, no GQA; LlamaForCausalLM: RMSNorm, rope, SwiGLU, no biases)");
 }
 
 const char* hf_architecture_name(HfArchitecture architecture) {
-  return architecture == HfArchitecture::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+  switch (architecture) {
+    case HfArchitecture::gpt2: return "GPT2LMHeadModel";
+    case HfArchitecture::llama: return "LlamaForCausalLM";
+    case HfArchitecture::mixtral: return "MixtralForCausalLM";
+  }
+  return "";
 }
 
 std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
@@ -215,9 +254,21 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
       add(hf + "self_attn.v_proj.weight", {mt + "self_attention.linear_v.weight"});
       add(hf + "self_attn.o_proj.weight", {mt + "self_attention.linear_proj.weight"});
       add(hf + "post_attention_layernorm.weight", {mt + "pre_mlp_layernorm.weight"});
-      add(hf + "mlp.gate_proj.weight", {mt + "mlp.linear_fc1_gate.weight"});
-      add(hf + "mlp.up_proj.weight", {mt + "mlp.linear_fc1_up.weight"});
-      add(hf + "mlp.down_proj.weight", {mt + "mlp.linear_fc2.weight"});
+      if (architecture == HfArchitecture::llama) {
+        add(hf + "mlp.gate_proj.weight", {mt + "mlp.linear_fc1_gate.weight"});
+        add(hf + "mlp.up_proj.weight", {mt + "mlp.linear_fc1_up.weight"});
+        add(hf + "mlp.down_proj.weight", {mt + "mlp.linear_fc2.weight"});
+        continue;
+      }
+      // Mixtral's expert: w2(silu(w1 x) * w3 x), so w1 is the gate, w3 the up projection.
+      add(hf + "block_sparse_moe.gate.weight", {mt + "mlp.router.weight"});
+      for (int e = 0; e < m.num_experts; ++e) {
+        const std::string hf_expert = hf + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const std::string mt_expert = mt + "mlp.experts." + std::to_string(e) + ".";
+        add(hf_expert + "w1.weight", {mt_expert + "linear_fc1_gate.weight"});
+        add(hf_expert + "w2.weight", {mt_expert + "linear_fc2.weight"});
+        add(hf_expert + "w3.weight", {mt_expert + "linear_fc1_up.weight"});
+      }
     }
     add("model.norm.weight", {"decoder.final_layernorm.weight"});
   }
@@ -245,21 +296,33 @@ nlohmann::ordered_json hf_config(const ModelConfig& m, DType dtype) {
     c["scale_attn_weights"] = true;
     c["scale_attn_by_inverse_layer_idx"] = false;
   } else {
-    c["model_type"] = "llama";
+    const bool mixtral = architecture == HfArchitecture::mixtral;
+    c["model_type"] = mixtral ? "mixtral" : "llama";
     c["vocab_size"] = m.vocab_size;
     c["hidden_size"] = m.hidden_size;
-    c["intermediate_size"] = m.ffn_hidden_size;
+    c["intermediate_size"] = mixtral ? m.moe_ffn() : m.ffn_hidden_size;
     c["num_hidden_layers"] = m.num_layers;
     c["num_attention_heads"] = m.num_attention_heads;
     c["num_key_value_heads"] = m.query_groups();
     c["max_position_embeddings"] = m.max_position_embeddings;
     c["rms_norm_eps"] = float_json(m.norm_epsilon);
     c["rope_theta"] = float_json(m.rotary_base);
-    c["rope_scaling"] = nullptr;
     c["hidden_act"] = "silu";
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
     c["attention_dropout"] = float_json(m.attention_dropout);
+    if (mixtral) {
+      c["sliding_window"] = nullptr;
+      c["num_local_experts"] = m.num_experts;
+      c["num_experts_per_tok"] = m.moe_router_topk;
+      // The training-time load-balancing coefficient (transformers adds its aux loss only with
+      // output_router_logits, and reduces it its own way); nothing of it changes the logits.
+      c["router_aux_loss_coef"] = float_json(m.moe_aux_loss_coeff);
+      c["output_router_logits"] = false;
+      c["router_jitter_noise"] = 0.0;
+    } else {
+      c["rope_scaling"] = nullptr;
+      c["attention_bias"] = false;
+      c["mlp_bias"] = false;
+    }
   }
   c["initializer_range"] = float_json(m.init_method_std);
   c["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
@@ -267,6 +330,61 @@ nlohmann::ordered_json hf_config(const ModelConfig& m, DType dtype) {
   c["use_cache"] = true;
   return c;
 }
+
+namespace {
+
+void refuse_field_unless(bool ok, const std::string& path, const std::string& key, const std::string& why) {
+  if (!ok) throw UsageError(path, "config.json: " + key + " " + why);
+}
+
+// The fields LlamaForCausalLM and MixtralForCausalLM share (attention, norms, rope).
+void llama_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig& m) {
+  const bool mixtral = optional_value<std::string>(c, "model_type", "", path) == "mixtral";
+  m.name = mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM";
+  m.num_layers = required<int>(c, "num_hidden_layers", path);
+  m.hidden_size = required<int>(c, "hidden_size", path);
+  m.num_attention_heads = required<int>(c, "num_attention_heads", path);
+  m.num_query_groups = optional_value<int>(c, "num_key_value_heads", m.num_attention_heads, path);
+  m.ffn_hidden_size = required<int>(c, "intermediate_size", path);
+  m.max_position_embeddings = required<int>(c, "max_position_embeddings", path);
+  m.norm_epsilon = static_cast<float>(optional_value<double>(c, "rms_norm_eps", mixtral ? 1e-5 : 1e-6, path));
+  m.rotary_base = static_cast<float>(optional_value<double>(c, "rope_theta", mixtral ? 1e6 : 10000.0, path));
+  m.attention_dropout = static_cast<float>(optional_value<double>(c, "attention_dropout", 0.0, path));
+  m.hidden_dropout = 0.0f;
+  m.normalization = model::Normalization::rmsnorm;
+  m.position_embedding = model::PositionEmbedding::rope;
+  m.swiglu = true;
+  m.add_bias_linear = false;
+  const std::string activation = optional_value<std::string>(c, "hidden_act", "silu", path);
+  refuse_field_unless(activation == "silu", path, "hidden_act", "is " + activation + "; mt's SwiGLU uses silu");
+  refuse_field_unless(!optional_value<bool>(c, "attention_bias", false, path), path, "attention_bias",
+                "is true; mt's LLaMA has no biases");
+  refuse_field_unless(!optional_value<bool>(c, "mlp_bias", false, path), path, "mlp_bias", "is true; mt's LLaMA has no biases");
+  refuse_field_unless(!c.contains("rope_scaling") || c["rope_scaling"].is_null(), path, "rope_scaling",
+                "is set; mt implements plain RoPE only");
+  refuse_field_unless(optional_value<int>(c, "head_dim", m.hidden_size / std::max(1, m.num_attention_heads), path) *
+                        m.num_attention_heads == m.hidden_size,
+                path, "head_dim", "times num_attention_heads differs from hidden_size, which mt's import does not handle");
+  m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", false, path);
+}
+
+// MixtralForCausalLM's experts and router: every layer MoE, intermediate_size per expert, the
+// softmax router mt runs by default (see check_mixtral_routing), dropless; router_aux_loss_coef
+// becomes --moe-aux-loss-coeff with aux_loss balancing, the all-to-all dispatcher as mt's presets.
+void mixtral_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig& m) {
+  m.num_experts = required<int>(c, "num_local_experts", path);
+  m.moe_router_topk = optional_value<int>(c, "num_experts_per_tok", 2, path);
+  m.moe_ffn_hidden_size = 0;  // the experts take --ffn-hidden-size (intermediate_size), as the mixtral presets
+  m.moe_router_load_balancing_type = model::MoeLoadBalancing::aux_loss;
+  m.moe_aux_loss_coeff = static_cast<float>(optional_value<double>(c, "router_aux_loss_coef", 0.001, path));
+  m.moe_token_dispatcher_type = model::MoeDispatcher::alltoall;
+  refuse_field_unless(optional_value<double>(c, "router_jitter_noise", 0.0, path) == 0.0, path, "router_jitter_noise",
+                "is not 0; mt's router adds no noise");
+  refuse_field_unless(!c.contains("sliding_window") || c["sliding_window"].is_null(), path, "sliding_window",
+                "is set; mt's attention is causal over the whole sequence");
+}
+
+}  // namespace
 
 ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& path, int make_vocab_size_divisible_by) {
   const std::string model_type = optional_value<std::string>(c, "model_type", "", path);
@@ -297,33 +415,9 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& pat
     refuse_unless(!optional_value<bool>(c, "scale_attn_by_inverse_layer_idx", false, path),
                   "scale_attn_by_inverse_layer_idx", "is true, which mt does not implement");
     m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", true, path);
-  } else if (model_type == "llama") {
-    m.name = "LlamaForCausalLM";
-    m.num_layers = required<int>(c, "num_hidden_layers", path);
-    m.hidden_size = required<int>(c, "hidden_size", path);
-    m.num_attention_heads = required<int>(c, "num_attention_heads", path);
-    m.num_query_groups = optional_value<int>(c, "num_key_value_heads", m.num_attention_heads, path);
-    m.ffn_hidden_size = required<int>(c, "intermediate_size", path);
-    m.max_position_embeddings = required<int>(c, "max_position_embeddings", path);
-    m.norm_epsilon = static_cast<float>(optional_value<double>(c, "rms_norm_eps", 1e-6, path));
-    m.rotary_base = static_cast<float>(optional_value<double>(c, "rope_theta", 10000.0, path));
-    m.attention_dropout = static_cast<float>(optional_value<double>(c, "attention_dropout", 0.0, path));
-    m.hidden_dropout = 0.0f;
-    m.normalization = model::Normalization::rmsnorm;
-    m.position_embedding = model::PositionEmbedding::rope;
-    m.swiglu = true;
-    m.add_bias_linear = false;
-    const std::string activation = optional_value<std::string>(c, "hidden_act", "silu", path);
-    refuse_unless(activation == "silu", "hidden_act", "is " + activation + "; mt's SwiGLU uses silu");
-    refuse_unless(!optional_value<bool>(c, "attention_bias", false, path), "attention_bias",
-                  "is true; mt's LLaMA has no biases");
-    refuse_unless(!optional_value<bool>(c, "mlp_bias", false, path), "mlp_bias", "is true; mt's LLaMA has no biases");
-    refuse_unless(!c.contains("rope_scaling") || c["rope_scaling"].is_null(), "rope_scaling",
-                  "is set; mt implements plain RoPE only");
-    refuse_unless(optional_value<int>(c, "head_dim", m.hidden_size / std::max(1, m.num_attention_heads), path) *
-                          m.num_attention_heads == m.hidden_size,
-                  "head_dim", "times num_attention_heads differs from hidden_size, which mt's import does not handle");
-    m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", false, path);
+  } else if (model_type == "llama" || model_type == "mixtral") {
+    llama_from_hf(c, path, m);
+    if (model_type == "mixtral") mixtral_from_hf(c, path, m);
   } else {
     throw UsageError(path, "config.json: model_type '" + model_type + "' is not imported (gpt2 or llama)");
   }

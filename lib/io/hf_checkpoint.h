@@ -9,13 +9,23 @@
 //   mt stores them. mt applies RoPE in the rotate-half layout (dimension i of a head pairs with
 //   i + D/2), which is the layout of HF's LlamaForCausalLM (rotate_half); HF's convert script
 //   permutes Meta's interleaved q/k rows into that layout, so from mt no permutation is needed.
+// - MixtralForCausalLM (LLaMA's attention and norms, every MLP a mixture of SwiGLU experts):
+//   `block_sparse_moe.gate` is mt's `mlp.router`, expert e's w1/w3/w2 its
+//   linear_fc1_gate/linear_fc1_up/linear_fc2. Only a routing HF computes the same way exports:
+//   mt's default softmax router (top-k of the logits, softmax over the k) equals HF's softmax,
+//   top-k, renormalise; --moe-router-pre-softmax, sigmoid scores, expert bias, group-limited
+//   top-k, a top-k scaling factor, capacity dropping, shared experts, dense layers between MoE
+//   layers (--moe-layer-freq), multi-latent attention and multi-token prediction are refused by
+//   flag name. Training-only router settings (load-balancing type, z-loss) are not carried:
+//   config.json's router_aux_loss_coef is --moe-aux-loss-coeff, imported as aux_loss.
 // Vocabulary rows: mt pads the embedding and output tables to a multiple of
 // make_vocab_size_divisible_by (DESIGN.md section 3.4); export drops the pad rows, import adds
 // them as zeros (they are outside the softmax and never looked up). An import is parameters only:
 // iteration 0, no optimizer state, not resumable (mt-train --load DIR --finetune trains from it).
 // Tested in tests/unit/io/test_hf_checkpoint.cpp, tests/tools/mt-ckpt.bats (the import of an export
 // is bit-identical; tests/tools/safetensors_reader.py reads the export independently) and
-// tests/unit/train/test_golden.cpp (mt's logits against transformers', tests/golden/hf).
+// tests/unit/train/test_golden.cpp and tests/unit/train/test_hf_mixtral_logits.cpp (mt's logits
+// against transformers', tests/golden/hf).
 #pragma once
 
 #include <cstdint>
@@ -30,11 +40,11 @@
 
 namespace mt::io {
 
-enum class HfArchitecture { gpt2, llama };
+enum class HfArchitecture { gpt2, llama, mixtral };
 
 // The architecture an mt model maps to; throws mt::UsageError naming what no architecture has.
 HfArchitecture hf_architecture(const model::ModelConfig& model);
-const char* hf_architecture_name(HfArchitecture architecture);  // "GPT2LMHeadModel", "LlamaForCausalLM"
+const char* hf_architecture_name(HfArchitecture architecture);  // "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM"
 
 // One Hugging Face tensor: the mt tensors stacked along their first dimension (the vocabulary
 // tables cut to the real vocabulary), transposed when HF stores the transpose (GPT-2's Conv1D).

@@ -124,6 +124,14 @@ def expected_tensors(checkpoint):
             for hf, mt in (("q_proj", "linear_q"), ("k_proj", "linear_k"), ("v_proj", "linear_v"), ("o_proj", "linear_proj")):
                 out[h + "self_attn.%s.weight" % hf] = m("self_attention.%s.weight" % mt)
             out[h + "post_attention_layernorm.weight"] = m("pre_mlp_layernorm.weight")
+            if config.get("num_experts", 0) > 0:  # MixtralForCausalLM: expert(x) = w2(silu(w1 x) * w3 x)
+                out[h + "block_sparse_moe.gate.weight"] = m("mlp.router.weight")
+                for e in range(config["num_experts"]):
+                    x = h + "block_sparse_moe.experts.%d." % e
+                    out[x + "w1.weight"] = m("mlp.experts.%d.linear_fc1_gate.weight" % e)
+                    out[x + "w3.weight"] = m("mlp.experts.%d.linear_fc1_up.weight" % e)
+                    out[x + "w2.weight"] = m("mlp.experts.%d.linear_fc2.weight" % e)
+                continue
             out[h + "mlp.gate_proj.weight"] = m("mlp.linear_fc1_gate.weight")
             out[h + "mlp.up_proj.weight"] = m("mlp.linear_fc1_up.weight")
             out[h + "mlp.down_proj.weight"] = m("mlp.linear_fc2.weight")

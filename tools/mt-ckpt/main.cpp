@@ -459,6 +459,12 @@ std::string train_flags(const mt::model::ModelConfig& m) {
   if (m.swiglu) flags += " --swiglu";
   if (!m.add_bias_linear) flags += " --disable-bias-linear";
   if (m.untie_embeddings_and_output_weights) flags += " --untie-embeddings-and-output-weights";
+  if (m.num_experts > 0) {  // Mixtral: every layer MoE, the default softmax router, dropless
+    flags += " --num-experts " + std::to_string(m.num_experts) + " --moe-router-topk " + std::to_string(m.moe_router_topk);
+    if (m.moe_ffn_hidden_size > 0) flags += " --moe-ffn-hidden-size " + std::to_string(m.moe_ffn_hidden_size);
+    flags += " --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff " + number(m.moe_aux_loss_coeff) +
+             " --moe-token-dispatcher-type alltoall";
+  }
   // Training-time settings of the imported config (GPT-2: resid_pdrop, attn_pdrop; LLaMA:
   // attention_dropout), never a reason to refuse a model.
   flags += " --hidden-dropout " + number(m.hidden_dropout) + " --attention-dropout " + number(m.attention_dropout);
@@ -551,7 +557,9 @@ void define(mt::tools::ToolCli& cli, Options& o) {
   o.export_->footer(
       "Writes the parameters with the names and shapes transformers expects: GPT2LMHeadModel for LayerNorm + learned\n"
       "positions + GELU + biases (Conv1D weights transposed, q/k/v fused into attn.c_attn), LlamaForCausalLM for\n"
-      "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted).\n"
+      "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted),\n"
+      "MixtralForCausalLM for such a model whose every layer is MoE under the default softmax router (the router as\n"
+      "block_sparse_moe.gate, expert gate/up/down as w1/w3/w2; other MoE router settings are refused by flag).\n"
       "The vocabulary pad rows are dropped (config.json's vocab_size is the real vocabulary); a tied output layer is\n"
       "tie_word_embeddings: true and no lm_head.weight. Each file is written under a temporary name, fsynced,\n"
       "renamed. The records are printed as JSONL (--format names the checkpoint format here).");

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Logits of an exported mt model under transformers, on fixed tokens (make_hf_goldens.sh runs it).
 
-Loads DIR (mt-ckpt export --format hf) with the class its config.json names (GPT2LMHeadModel or
-LlamaForCausalLM; eager attention, fp32, CPU, one thread), runs the case's fixed tokens and writes
+Loads DIR (mt-ckpt export --format hf) with the class its config.json names (GPT2LMHeadModel,
+LlamaForCausalLM or MixtralForCausalLM; eager attention, fp32, CPU, one thread), runs the case's
+fixed tokens and writes
 OUT: /tokens int32 (batch, seq_length), /logits float32 (batch, seq_length, vocab_size), root
 attributes case, architecture, transformers_version, torch_version.
 
     hf_logits.py --case tiny-gpt2 --model DIR --out tests/golden/hf/tiny-gpt2-logits.h5
+
+A case not in tests/golden/cases.json (tiny-mixtral: mt-train's preset as it stands) takes its
+seq_length and vocab_size from DIR's config.json (max_position_embeddings, vocab_size).
 """
 import argparse
 import json
@@ -35,12 +39,15 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    with open(CASES) as handle:
-        case = json.load(handle)[args.case]
     with open(os.path.join(args.model, "config.json")) as handle:
-        architecture = json.load(handle)["architectures"][0]
+        config = json.load(handle)
+    architecture = config["architectures"][0]
+    with open(CASES) as handle:
+        case = json.load(handle).get(args.case) or {"seq_length": config["max_position_embeddings"],
+                                                    "vocab_size": config["vocab_size"]}
     model_class = {"GPT2LMHeadModel": transformers.GPT2LMHeadModel,
-                   "LlamaForCausalLM": transformers.LlamaForCausalLM}[architecture]
+                   "LlamaForCausalLM": transformers.LlamaForCausalLM,
+                   "MixtralForCausalLM": transformers.MixtralForCausalLM}[architecture]
     model = model_class.from_pretrained(args.model, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     tokens = fixed_tokens(case)

@@ -3,7 +3,11 @@
 # case, mt-train trains the case's model for its train_iters on mock data (--save-final), mt-ckpt
 # exports it (--format hf), and hf_logits.py loads the export with transformers' GPT2LMHeadModel or
 # LlamaForCausalLM and records its logits on fixed tokens. tests/unit/train/test_golden.cpp
-# (Golden.*MatchesTransformers) trains the same model in mt and compares. Run by hand, never in CI:
+# (Golden.*MatchesTransformers) trains the same model in mt and compares. The case tiny-mixtral is
+# mt-train's preset of that name at its initial parameters (--save-init, seed 1234), run by
+# MixtralForCausalLM; tests/unit/train/test_hf_mixtral_logits.cpp compares. The committed
+# tiny-mixtral-logits.h5 was made with MT_HF_VENV=/work/venv-hfdrop (a venv made by hand: torch
+# 2.5.1 CPU, transformers 4.46.3) TRANSFORMERS_VERSION=4.46.3. Run by hand, never in CI:
 # it makes a venv ($MT_HF_VENV, default /tmp/venv-mt-hf) over Debian's /usr/bin/python3 (torch
 # 1.13, numpy, h5py as system site packages) and pip-installs transformers $TRANSFORMERS_VERSION
 # (default 4.38.2, one that works with torch 1.13) from PyPI.
@@ -27,9 +31,14 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for case in "${cases[@]}"; do
-  # shellcheck disable=SC2046
-  "$MT_BIN/mt-train" $("$GOLDEN/case_flags.py" "$case") --peak-tflops 1 \
-    --save-final "$work/$case.h5" >/dev/null
+  if [[ "$case" == tiny-mixtral ]]; then
+    "$MT_BIN/mt-train" --model tiny-mixtral --mock-data --eval-iters 0 --train-iters 1 --micro-batch-size 2 \
+      --global-batch-size 2 --peak-tflops 1 --save-init "$work/$case.h5" >/dev/null
+  else
+    # shellcheck disable=SC2046
+    "$MT_BIN/mt-train" $("$GOLDEN/case_flags.py" "$case") --peak-tflops 1 \
+      --save-final "$work/$case.h5" >/dev/null
+  fi
   "$MT_BIN/mt-ckpt" export --format hf "$work/$case.h5" "$work/$case-hf" >/dev/null
   "$VENV/bin/python" "$HERE/hf_logits.py" --case "$case" --model "$work/$case-hf" --out "$HERE/$case-logits.h5"
 done

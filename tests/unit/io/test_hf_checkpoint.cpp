@@ -1,7 +1,9 @@
 // Hugging Face export and import (io/hf_checkpoint.h): the import of an export gives back every
 // parameter bit for bit (the vocabulary pad rows as zeros) for GPT-2 (tied and untied) and LLaMA
-// (GQA, tied and untied); GPT-2's fused, transposed c_attn holds q, k and v where transformers
-// reads them; config.json carries the model; what mt cannot represent is refused naming the field.
+// (GQA, tied and untied) and Mixtral (tiny-mixtral: router and every expert); GPT-2's fused,
+// transposed c_attn holds q, k and v where transformers reads them; Mixtral's expert e holds mt's
+// gate in w1, up in w3 and fc2 in w2; config.json carries the model; what mt cannot represent is
+// refused naming the field, and MoE settings HF's Mixtral cannot compute naming mt's flag.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "../error_text.h"
@@ -88,6 +91,10 @@ void round_trip(const model::ModelConfig& m) {
     expected.init_method_std = again.init_method_std;
     expected.hidden_dropout = again.hidden_dropout;
     expected.attention_dropout = again.attention_dropout;
+    if (m.num_experts > 0) {  // Mixtral's intermediate_size is the experts' width, imported as --ffn-hidden-size
+      expected.ffn_hidden_size = m.moe_ffn();
+      expected.moe_ffn_hidden_size = 0;
+    }
     return model::to_json(expected).dump();
   }());
   int tensors = 0;
@@ -110,6 +117,128 @@ TEST(HfCheckpoint, ImportOfExportIsBitIdentical) {
   round_trip(tiny("tiny-gpt", true));
   round_trip(tiny("tiny-llama", true, 2));
   round_trip(tiny("tiny-llama", false, 4));
+  round_trip(tiny("tiny-mixtral", false, 2));
+  round_trip(tiny("tiny-mixtral", true, 4));
+}
+
+TEST(HfCheckpoint, MixtralNamesEveryExpertAsTransformersReadsIt) {
+  const model::ModelConfig m = tiny("tiny-mixtral", false, 2);
+  ASSERT_EQ(m.num_experts, 8);
+  mt::testing::TempDir dir("mt_test_hf_mixtral");
+  const std::string original = (dir.path() / "original.h5").string();
+  const auto values = write_random_checkpoint(m, original);
+  const io::HfExportResult exported = io::export_hf(io::CheckpointReader(original), (dir.path() / "hf").string(), DType::f32);
+  EXPECT_EQ(exported.architecture, io::HfArchitecture::mixtral);
+  // embed (tied: no lm_head), norm; per layer 2 norms, q/k/v/o, the gate and 8 experts x 3
+  EXPECT_EQ(exported.tensors, 2 + 2 * (2 + 4 + 1 + 8 * 3));
+  const io::SafetensorsReader weights((dir.path() / "hf" / "model.safetensors").string());
+  auto expect_same = [&](const std::string& hf, const std::string& mt, std::vector<int64_t> shape) {
+    const io::SafetensorsEntry* entry = weights.find(hf);
+    ASSERT_NE(entry, nullptr) << hf;
+    EXPECT_EQ(entry->shape, shape) << hf;
+    const std::vector<float> got = weights.read(hf);
+    const std::vector<float>& want = values.at(mt);
+    ASSERT_EQ(got.size(), want.size()) << hf;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << hf << " is not " << mt;
+  };
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string hf = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
+    const std::string mt = "decoder.layers." + std::to_string(layer) + ".mlp.";
+    expect_same(hf + "gate.weight", mt + "router.weight", {8, 32});
+    for (int e = 0; e < 8; ++e) {
+      const std::string hf_expert = hf + "experts." + std::to_string(e) + ".", mt_expert = mt + "experts." + std::to_string(e) + ".";
+      expect_same(hf_expert + "w1.weight", mt_expert + "linear_fc1_gate.weight", {32, 32});
+      expect_same(hf_expert + "w3.weight", mt_expert + "linear_fc1_up.weight", {32, 32});
+      expect_same(hf_expert + "w2.weight", mt_expert + "linear_fc2.weight", {32, 32});
+    }
+  }
+  EXPECT_EQ(weights.find("model.layers.0.mlp.gate_proj.weight"), nullptr);
+  std::ifstream in(dir.path() / "hf" / "config.json");
+  const auto config = nlohmann::json::parse(in);
+  EXPECT_EQ(config["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(config["model_type"], "mixtral");
+  EXPECT_EQ(config["num_local_experts"], 8);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_EQ(config["intermediate_size"], 32);  // the experts' width, not --ffn-hidden-size
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["router_aux_loss_coef"], 0.01);
+  EXPECT_EQ(config["router_jitter_noise"], 0.0);
+  EXPECT_TRUE(config["sliding_window"].is_null());
+  EXPECT_FALSE(config.contains("rope_scaling"));
+}
+
+// Each MoE setting whose routing or parameters MixtralForCausalLM cannot reproduce, refused by
+// its flag; the default softmax router (top-k of the logits, softmax over k) exports.
+TEST(HfCheckpoint, MixtralRefusesWhatItsRouterDoesNotCompute) {
+  const model::ModelConfig base = tiny("tiny-mixtral", false, 2);
+  EXPECT_EQ(io::hf_architecture(base), io::HfArchitecture::mixtral);
+  auto refusal = [&](void (*change)(model::ModelConfig&)) {
+    model::ModelConfig m = base;
+    change(m);
+    return mt::testing::error_text([&] { io::hf_architecture(m); });
+  };
+  const std::vector<std::pair<std::string, void (*)(model::ModelConfig&)>> cases = {
+      {"--moe-router-pre-softmax", [](model::ModelConfig& m) { m.moe_router_pre_softmax = true; }},
+      {"--moe-router-score-function sigmoid",
+       [](model::ModelConfig& m) { m.moe_router_score_function = model::MoeScoreFunction::sigmoid; }},
+      {"--moe-router-enable-expert-bias",
+       [](model::ModelConfig& m) {
+         m.moe_router_score_function = model::MoeScoreFunction::sigmoid;
+         m.moe_router_enable_expert_bias = true;
+       }},
+      {"--moe-router-num-groups",
+       [](model::ModelConfig& m) {
+         m.moe_router_num_groups = 4;
+         m.moe_router_group_topk = 2;
+       }},
+      {"--moe-router-topk-scaling-factor", [](model::ModelConfig& m) { m.moe_router_topk_scaling_factor = 2.5f; }},
+      {"--moe-expert-capacity-factor", [](model::ModelConfig& m) { m.moe_expert_capacity_factor = 1.0f; }},
+      {"--moe-shared-expert-intermediate-size", [](model::ModelConfig& m) { m.moe_shared_expert_intermediate_size = 32; }},
+      {"--moe-layer-freq", [](model::ModelConfig& m) { m.moe_layer_freq = 2; }},
+      {"--multi-latent-attention", [](model::ModelConfig& m) { m.multi_latent_attention = true; }},
+      {"--mtp-num-layers", [](model::ModelConfig& m) { m.mtp_num_layers = 1; }},
+  };
+  for (const auto& [flag, change] : cases) {
+    const std::string text = refusal(change);
+    EXPECT_NE(text.find(flag + " has no Hugging Face export"), std::string::npos) << flag << ": " << text;
+  }
+  // Ignored by HF's forward and so carried or not at all: training-only router settings.
+  model::ModelConfig z_loss = base;
+  z_loss.moe_z_loss_coeff = 1e-3f;
+  EXPECT_EQ(io::hf_architecture(z_loss), io::HfArchitecture::mixtral);
+}
+
+TEST(HfCheckpoint, MixtralImportRefusesWhatMtDoesNotRun) {
+  const nlohmann::json mixtral = {{"model_type", "mixtral"},      {"vocab_size", 100},        {"hidden_size", 32},
+                                  {"intermediate_size", 24},      {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+                                  {"num_key_value_heads", 2},     {"max_position_embeddings", 64},
+                                  {"num_local_experts", 4},       {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
+                                  {"sliding_window", nullptr}};
+  const model::ModelConfig m = io::model_config_from_hf(mixtral, "c.json", 128);
+  EXPECT_EQ(m.num_experts, 4);
+  EXPECT_EQ(m.moe_router_topk, 2);
+  EXPECT_EQ(m.moe_ffn(), 24);
+  EXPECT_EQ(m.moe_ffn_hidden_size, 0);  // as the mixtral-8x7b preset: the experts take --ffn-hidden-size
+  EXPECT_EQ(m.moe_layer_count(), 2);
+  EXPECT_FLOAT_EQ(m.moe_aux_loss_coeff, 0.02f);
+  EXPECT_FLOAT_EQ(m.rotary_base, 1e6f);  // MixtralConfig's default rope_theta
+  EXPECT_FALSE(m.moe_router_pre_softmax);
+  EXPECT_EQ(io::hf_architecture(m), io::HfArchitecture::mixtral);
+  auto refusal = [](const nlohmann::json& c) {
+    return mt::testing::error_text([&] { io::model_config_from_hf(c, "c.json", 128); });
+  };
+  nlohmann::json jitter = mixtral;
+  jitter["router_jitter_noise"] = 0.1;
+  EXPECT_NE(refusal(jitter).find("router_jitter_noise is not 0"), std::string::npos) << refusal(jitter);
+  nlohmann::json sliding = mixtral;
+  sliding["sliding_window"] = 4096;
+  EXPECT_NE(refusal(sliding).find("sliding_window is set"), std::string::npos) << refusal(sliding);
+  nlohmann::json no_experts = mixtral;
+  no_experts.erase("num_local_experts");
+  EXPECT_NE(refusal(no_experts).find("config.json has no num_local_experts"), std::string::npos);
+  nlohmann::json too_many = mixtral;
+  too_many["num_experts_per_tok"] = 5;
+  EXPECT_NE(refusal(too_many).find("moe-router-topk"), std::string::npos) << refusal(too_many);
 }
 
 TEST(HfCheckpoint, Gpt2FusesAndTransposesAsTransformersReads) {
@@ -211,4 +340,32 @@ TEST(HfCheckpoint, ImportRefusesAShapeThatDisagreesWithConfig) {
                 .find("tensor model.layers.0.mlp.gate_proj.weight has shape (48, 32), config.json's model needs (64, 32)"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "x.h5"));
+}
+
+// Mistral AI's released Mixtral-8x7B-v0.1 config.json imports as mt's mixtral-8x7b preset (so
+// mt-train --model mixtral-8x7b loads the import), but for what the two rightly disagree on:
+// HF's router_aux_loss_coef 0.02 against Megatron's recipe 1e-2, and the training length.
+TEST(HfCheckpoint, ReleasedMixtral8x7bConfigIsThePreset) {
+  const nlohmann::json released = {
+      {"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"},  {"vocab_size", 32000},
+      {"hidden_size", 4096},                     {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+      {"num_attention_heads", 32},               {"num_key_value_heads", 8},  {"max_position_embeddings", 32768},
+      {"rms_norm_eps", 1e-5},                    {"rope_theta", 1e6},         {"sliding_window", nullptr},
+      {"num_local_experts", 8},                  {"num_experts_per_tok", 2},  {"router_aux_loss_coef", 0.02},
+      {"output_router_logits", false},           {"tie_word_embeddings", false}, {"hidden_act", "silu"},
+      {"attention_dropout", 0.0},                {"initializer_range", 0.02}};
+  model::ModelConfig imported = io::model_config_from_hf(released, "config.json", 128);
+  const model::ModelConfig preset = model::preset("mixtral-8x7b");
+  EXPECT_FLOAT_EQ(imported.moe_aux_loss_coeff, 0.02f);
+  imported.name = preset.name;
+  imported.seq_length = preset.seq_length;
+  imported.moe_aux_loss_coeff = preset.moe_aux_loss_coeff;
+  imported.make_vocab_size_divisible_by = preset.make_vocab_size_divisible_by;
+  EXPECT_EQ(model::to_json(imported).dump(), model::to_json(preset).dump());
+  const nlohmann::ordered_json exported = io::hf_config(preset, DType::bf16);
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "max_position_embeddings", "num_local_experts", "num_experts_per_tok",
+                          "vocab_size", "rope_theta", "rms_norm_eps", "sliding_window", "tie_word_embeddings"}) {
+    EXPECT_EQ(exported.at(key), released.at(key)) << key;
+  }
 }
