@@ -120,9 +120,13 @@ bool create_exclusive(const std::string& path, const std::string& text) {
 }
 
 // Model fields that do not change a checkpoint's tensors or what they compute.
+// Model fields a loaded checkpoint may disagree with: names, sequence length, init, dropout, and the
+// MoE loss weights and bias-update rate (training settings that shape no tensor, as a fine-tune
+// from a Hugging Face import with another router_aux_loss_coef needs).
 bool free_to_differ(const std::string& field) {
   return field == "name" || field == "seq_length" || field == "init_method_std" || field == "hidden_dropout" ||
-         field == "attention_dropout";
+         field == "attention_dropout" || field == "moe_aux_loss_coeff" || field == "moe_z_loss_coeff" ||
+         field == "moe_router_bias_update_rate";
 }
 
 // The box of a parameter's shard inside its global tensor.
@@ -416,9 +420,17 @@ void check_same_model(const io::CheckpointReader& checkpoint, const model::Model
     throw Error(checkpoint.path(), "attribute model_config is not JSON");
   }
   const nlohmann::json run = model::to_json(model);
+  // A checkpoint written before mt knew a field holds what that field's default means: such a
+  // checkpoint loads when this run keeps the default, and is named otherwise.
+  const nlohmann::json defaults = model::to_json(model::ModelConfig{});
   for (const auto& [field, value] : run.items()) {
     if (free_to_differ(field)) continue;
-    if (!saved.contains(field)) throw Error(checkpoint.path(), "model_config has no field " + field);
+    if (!saved.contains(field)) {
+      if (defaults.contains(field) && defaults[field] == value) continue;
+      throw Error(checkpoint.path(), "model_config has no field " + field + " (written before mt knew it, which means " +
+                                         (defaults.contains(field) ? defaults[field].dump() : "nothing") + "), " +
+                                         value.dump() + " in this run");
+    }
     if (saved[field] != value) {
       throw Error(checkpoint.path(), "written for another model: " + field + " is " + saved[field].dump() +
                                          " there, " + value.dump() + " in this run");

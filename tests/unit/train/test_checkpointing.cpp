@@ -4,15 +4,21 @@
 // what they say; another model, a parameters-only file and a file without optimizer state are
 // refused naming the field.
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "../error_text.h"
 #include "../temp_dir.h"
 #include "../tiny_models.h"
+#include "io/hdf5_attributes.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
 #include "core/error.h"
 #include "data/sample_source.h"
 #include "train/checkpointing.h"
@@ -137,6 +143,41 @@ TEST(Checkpointing, FinetuneAndNoLoadOptimLoadWhatTheySay) {
   train::load_checkpoint(checkpoint, full, {});
   EXPECT_EQ(full.optimizer().steps(), 3);
   EXPECT_EQ(full.optimizer().exp_avg()[0], source.optimizer().exp_avg()[0]);
+}
+
+// A checkpoint written before mt knew a model field (its model_config lacks it) loads when the
+// run keeps that field's default, which is what the older mt meant, and is named otherwise; an
+// MoE loss weight (a training setting) may differ.
+TEST(Checkpointing, AFieldTheCheckpointPredatesMeansItsDefault) {
+  mt::testing::TempDir dir("mt_test_older_config");
+  const model::ModelConfig c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::Trainer source(c, config(4, Precision::fp32), *data, backend::cpu_ops());
+  source.train_step();
+  const std::string path = dir.file("older.h5");
+  train::save_checkpoint_file(path, source, {});
+  const auto rewrite_model_config = [&](const std::vector<std::string>& dropped, double aux_loss_coeff = 0.0) {
+    nlohmann::json saved = nlohmann::json::parse(io::CheckpointReader(path).state().model_config);
+    for (const std::string& field : dropped) ASSERT_TRUE(saved.erase(field)) << field;
+    saved["moe_aux_loss_coeff"] = aux_loss_coeff;
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    H5Adelete(file, "model_config");
+    io::write_string_attribute(path, file, "model_config", saved.dump());
+    H5Fclose(file);
+  };
+  const auto load_error = [&] {
+    train::Trainer resumed(c, config(4, Precision::fp32), *data, backend::cpu_ops());
+    return mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(path), resumed, {}); });
+  };
+  rewrite_model_config({"qk_layernorm"}, 0.5);  // the run keeps its default (false): loads
+  EXPECT_EQ(load_error(), "");                  // and a loss weight may differ
+  ASSERT_NE(c.ffn_hidden_size, model::ModelConfig{}.ffn_hidden_size);
+  rewrite_model_config({"ffn_hidden_size"});  // the run does not keep it: named
+  EXPECT_NE(load_error().find("model_config has no field ffn_hidden_size (written before mt knew it, which means " +
+                              std::to_string(model::ModelConfig{}.ffn_hidden_size) + "), " +
+                              std::to_string(c.ffn_hidden_size) + " in this run"),
+            std::string::npos);
 }
 
 TEST(Checkpointing, RefusesAnotherModelAndMissingState) {
