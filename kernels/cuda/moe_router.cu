@@ -544,7 +544,10 @@ void moe_router_topk(const float* logits, const float* expert_bias, int64_t rows
                      int32_t* topk_indices, float* probs, uint8_t* routing_map, void* stream) {
   check_topk_params(params);
   if (rows <= 0) return;
-  const size_t shared = 3 * static_cast<size_t>(params.num_experts) * sizeof(float);
+  // 3E floats, rounded up to 16 bytes and 16 more: nvcc pairs and quads the scratch's loads
+  // (ld.shared.v2/.v4), and compute-sanitizer's memcheck on an H200 caught an 8-byte read past a
+  // 12-byte scratch (E = 1).
+  const size_t shared = ((3 * static_cast<size_t>(params.num_experts) + 3) / 4 + 1) * 4 * sizeof(float);
   topk_kernel<<<grid_for(rows, 1), kRowThreads, shared, as_stream(stream)>>>(logits, expert_bias, rows, params,
                                                                              topk_indices, probs, routing_map);
   check_launch("moe_router_topk");
