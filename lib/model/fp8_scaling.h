@@ -4,7 +4,8 @@
 // e4m3 under e4m3), each with an amax, a scale, its inverse and an amax history on the device,
 // all in one contiguous buffer so one all-reduce MAX of the amaxes covers a step. PrecisionGemm
 // (model/precision_gemm.h) quantizes with the scales and accumulates the amaxes over a step's
-// micro-batches; the trainer reduces them over ranks and calls update_scales once per step.
+// micro-batches; the trainer reduces them over TP x DP x CP (max) and calls update_scales once
+// per step.
 // What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
 // (qkv, projection, fc1, fc2), not the embedding nor the output layer. The arithmetic of one
 // element and one tensor's update: kernels/common/fp8.h (sources and rules in its header).

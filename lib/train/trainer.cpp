@@ -208,7 +208,7 @@ void Trainer::build_parameters() {
 }
 
 // What FP8 runs in this version: a dense model in bf16 or fp16 (the layers outside FP8 run in it,
-// as Megatron's) on ranks that need no amax reduction (pipeline stages hold separate linears).
+// as Megatron's).
 void Trainer::check_fp8_supported() const {
   if (!config_.fp8.enabled) return;
   if (config_.precision == Precision::fp32) {
@@ -218,13 +218,15 @@ void Trainer::check_fp8_supported() const {
     throw UsageError("--fp8-format with --num-experts",
                      "not supported (the experts' grouped GEMMs do not run in FP8 here)");
   }
-  const int amax_group = parallel_config_.tensor_model_parallel_size * parallel_config_.data_parallel_size *
-                         parallel_config_.context_parallel_size;
-  if (amax_group > 1) {
-    throw UsageError("--fp8-format with tensor, data or context parallelism",
-                     "not supported yet (the amax reduction over TP x DP x CP is not there): FP8 runs on one rank "
-                     "or over pipeline stages only");
-  }
+}
+
+// The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax
+// reduction group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP,
+// then over DP x CP, gives the same values. Then the next step's scales.
+void Trainer::update_fp8_scales() {
+  tensor_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
+  data_parallel_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
+  fp8_->update_scales();
 }
 
 void Trainer::build_stages_and_pipeline() {
@@ -524,8 +526,7 @@ StepStats Trainer::train_step() {
 
   optimizer_->begin_grad_sync();
   const StepTokens tokens = run_forward_backward();
-  // The step's amaxes (max over its micro-batches; one rank: no reduction) give the next scales.
-  if (fp8_) fp8_->update_scales();
+  if (fp8_) update_fp8_scales();
   finalize_grads();
   if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);
