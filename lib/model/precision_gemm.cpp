@@ -76,20 +76,99 @@ void PrecisionGemm::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 
 void PrecisionGemm::linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
                                    int64_t out_features, float* y) const {
+  const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
+  if (linear >= 0) return fp8_forward(x, rows, in_features, weight_offset, linear, out_features, y);
   gemm(false, true, rows, out_features, in_features, activation_operand(x, rows * in_features, 0), in_features,
        weights_.operand(params_, weight_offset), in_features, 0.0f, y, out_features);
 }
 
 void PrecisionGemm::linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                                           int64_t in_features, float* dx) const {
+  const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
+  if (linear >= 0) return fp8_backward_input(dy, rows, out_features, weight_offset, linear, in_features, dx);
   gemm(false, false, rows, in_features, out_features, activation_operand(dy, rows * out_features, 0), out_features,
        weights_.operand(params_, weight_offset), in_features, 0.0f, dx, in_features);
 }
 
 void PrecisionGemm::linear_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                            int64_t in_features, int64_t weight_offset) const {
+  const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
+  if (linear >= 0) return fp8_backward_weight(dy, x, rows, out_features, in_features, weight_offset, linear);
   gemm(true, false, out_features, in_features, rows, activation_operand(dy, rows * out_features, 0), out_features,
        activation_operand(x, rows * in_features, 1), in_features, 1.0f, grads_ + weight_offset, in_features);
+}
+
+// ---- FP8 mode ------------------------------------------------------------------------------
+
+int64_t PrecisionGemm::fp8_linear(int64_t weight_offset, int64_t rows, int64_t in_features,
+                                  int64_t out_features) const {
+  if (!fp8_) return -1;
+  const int64_t linear = fp8_->linear(weight_offset);
+  if (linear < 0) return -1;
+  if (rows % 16 != 0 || in_features % 16 != 0 || out_features % 16 != 0) {
+    throw UsageError("--fp8-format", "an FP8 linear's tokens, input and output features must be multiples of 16 "
+                                     "(cuBLASLt's FP8 GEMMs); this one is " + std::to_string(rows) + " tokens, " +
+                                     std::to_string(in_features) + " -> " + std::to_string(out_features));
+  }
+  if (out_features * in_features > fp8_->weight_capacity()) {
+    throw Error("FP8 linear", "weight of " + std::to_string(out_features * in_features) +
+                                  " elements exceeds the weight scratch of " + std::to_string(fp8_->weight_capacity()));
+  }
+  return linear;
+}
+
+void PrecisionGemm::fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand,
+                                 uint8_t* codes) const {
+  ops_.fp8_quantize(x, count, fp8_->scale(linear, operand), fp8_->type(operand), codes, fp8_->amax(linear, operand),
+                    ops_.default_stream());
+}
+
+const uint8_t* PrecisionGemm::fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features,
+                                         int64_t in_features, bool transposed) const {
+  uint8_t* codes = fp8_->weight_codes();  // (out, in)
+  fp8_quantize(params_ + weight_offset, out_features * in_features, linear, Fp8Operand::weight, codes);
+  if (!transposed) return codes;
+  uint8_t* codes_t = fp8_->weight_codes_transposed();  // (in, out)
+  ops_.fp8_transpose(codes, out_features, in_features, codes_t, ops_.default_stream());
+  return codes_t;
+}
+
+void PrecisionGemm::fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
+                                int64_t linear, int64_t out_features, float* y) const {
+  uint8_t* x_codes = byte_scratch(0);  // (rows, in)
+  fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
+  const uint8_t* w_codes = fp8_weight(weight_offset, linear, out_features, in_features, false);  // (out, in)
+  ops_.gemm_fp8(rows, out_features, in_features, 1.0f, x_codes, fp8_->type(Fp8Operand::input),
+                fp8_->scale_inv(linear, Fp8Operand::input), in_features, w_codes, fp8_->type(Fp8Operand::weight),
+                fp8_->scale_inv(linear, Fp8Operand::weight), in_features, 0.0f, y, out_features, ops_.default_stream());
+}
+
+void PrecisionGemm::fp8_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
+                                       int64_t linear, int64_t in_features, float* dx) const {
+  uint8_t* dy_codes = byte_scratch(0);  // (rows, out)
+  fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
+  const uint8_t* w_codes_t = fp8_weight(weight_offset, linear, out_features, in_features, true);  // (in, out)
+  ops_.gemm_fp8(rows, in_features, out_features, 1.0f, dy_codes, fp8_->type(Fp8Operand::output_grad),
+                fp8_->scale_inv(linear, Fp8Operand::output_grad), out_features, w_codes_t,
+                fp8_->type(Fp8Operand::weight), fp8_->scale_inv(linear, Fp8Operand::weight), out_features, 0.0f, dx,
+                in_features, ops_.default_stream());
+}
+
+void PrecisionGemm::fp8_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
+                                        int64_t in_features, int64_t weight_offset, int64_t linear) const {
+  // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.
+  uint8_t* dy_codes = byte_scratch(0);               // (rows, out)
+  uint8_t* dy_codes_t = dy_codes + rows * out_features;  // (out, rows)
+  fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
+  ops_.fp8_transpose(dy_codes, rows, out_features, dy_codes_t, ops_.default_stream());
+  uint8_t* x_codes = byte_scratch(1);                // (rows, in)
+  uint8_t* x_codes_t = x_codes + rows * in_features;  // (in, rows)
+  fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
+  ops_.fp8_transpose(x_codes, rows, in_features, x_codes_t, ops_.default_stream());
+  ops_.gemm_fp8(out_features, in_features, rows, 1.0f, dy_codes_t, fp8_->type(Fp8Operand::output_grad),
+                fp8_->scale_inv(linear, Fp8Operand::output_grad), rows, x_codes_t, fp8_->type(Fp8Operand::input),
+                fp8_->scale_inv(linear, Fp8Operand::input), rows, 1.0f, grads_ + weight_offset, in_features,
+                ops_.default_stream());
 }
 
 }  // namespace mt::model

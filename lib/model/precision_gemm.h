@@ -11,6 +11,7 @@
 #include "backend/memory.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
+#include "model/fp8_scaling.h"
 
 namespace mt::model {
 
@@ -65,6 +66,10 @@ class PrecisionGemm {
     return precision == Precision::fp32 ? 0 : elements;
   }
 
+  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with its scales and feed its amaxes (null: off).
+  // Needs the operand buffers (a precision other than fp32).
+  void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
+
   // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`.
   void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
                       float* y) const;
@@ -80,8 +85,23 @@ class PrecisionGemm {
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
             int64_t ldb, float beta, float* c, int64_t ldc) const;
 
+  // FP8 mode (see the header comment): the FP8 linear at `weight_offset`, or -1.
+  int64_t fp8_linear(int64_t weight_offset, int64_t rows, int64_t in_features, int64_t out_features) const;
+  void fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand, uint8_t* codes) const;
+  uint8_t* byte_scratch(int slot) const { return reinterpret_cast<uint8_t*>(operands_[slot]); }
+  // W's codes (out, in) in the weight scratch, and with `transposed` their transpose (in, out).
+  const uint8_t* fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
+                            bool transposed) const;
+  void fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t linear,
+                   int64_t out_features, float* y) const;
+  void fp8_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset, int64_t linear,
+                          int64_t in_features, float* dx) const;
+  void fp8_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features, int64_t in_features,
+                           int64_t weight_offset, int64_t linear) const;
+
   const backend::Ops& ops_;
   const GemmWeights& weights_;
+  Fp8Scaling* fp8_ = nullptr;
   const float* params_ = nullptr;
   float* grads_ = nullptr;
   float* operands_[2] = {nullptr, nullptr};

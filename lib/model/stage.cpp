@@ -121,6 +121,7 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   make_ring_attention();
   StageWorkspace& w = pool_->workspace();
   gemm_.set_operand_buffers(w.operands[0], w.operands[1]);
+  gemm_.set_fp8(options_.fp8);
 }
 
 // Under context parallelism one ring attention, sized for the micro-batch, serves every layer's

@@ -62,6 +62,7 @@ struct StageOptions {
   // activation_slots.
   std::vector<float*> slot_blocks{};
   uint64_t seed = 0;         // dropout
+  Fp8Scaling* fp8 = nullptr;  // FP8 mode of the decoder layers' linears (model/fp8_scaling.h); null: off
 };
 
 struct ForwardPass {

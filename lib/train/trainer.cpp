@@ -87,6 +87,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   validate_train_config(config_);
   const parallel::RankCoordinates coordinates = connect_groups(groups);
   check_supported(model_config_, parallel_config_, ops_.device);
+  check_fp8_supported();
   check_batch_shape();
   check_memory(groups ? local_rank_count() : 1);  // before anything large exists
   build_layout_and_schedules(coordinates);
@@ -201,6 +202,31 @@ void Trainer::build_parameters() {
   initialize_parameters();
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
   gemm_weights_->refresh(params_.data());
+  if (config_.fp8.enabled) {
+    fp8_ = std::make_unique<model::Fp8Scaling>(ops_, config_.fp8, layout_, model_config_.num_layers, &memory_);
+  }
+}
+
+// What FP8 runs in this version: a dense model in bf16 or fp16 (the layers outside FP8 run in it,
+// as Megatron's).
+void Trainer::check_fp8_supported() const {
+  if (!config_.fp8.enabled) return;
+  if (config_.precision == Precision::fp32) {
+    throw UsageError("--fp8-format", "needs --bf16 or --fp16 (the layers outside FP8 run in it, as Megatron's)");
+  }
+  if (model_config_.num_experts > 0) {
+    throw UsageError("--fp8-format with --num-experts",
+                     "not supported (the experts' grouped GEMMs do not run in FP8 here)");
+  }
+}
+
+// The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax
+// reduction group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP,
+// then over DP x CP, gives the same values. Then the next step's scales.
+void Trainer::update_fp8_scales() {
+  tensor_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
+  data_parallel_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
+  fp8_->update_scales();
 }
 
 void Trainer::build_stages_and_pipeline() {
@@ -217,6 +243,7 @@ void Trainer::build_stages_and_pipeline() {
   std::vector<model::Stage*> stage_pointers;
   for (size_t chunk = 0; chunk < chunk_count; ++chunk) {
     stage_options.slot_blocks = chunk_slot_blocks[chunk];
+    stage_options.fp8 = fp8_.get();
     stages_.push_back(std::make_unique<model::Stage>(model_config_, layout_, static_cast<int>(chunk), parallel_, ops_,
                                                      *gemm_weights_, stage_options, &memory_));
     stages_.back()->bind(params_.data(), grads_.data());
@@ -499,6 +526,7 @@ StepStats Trainer::train_step() {
 
   optimizer_->begin_grad_sync();
   const StepTokens tokens = run_forward_backward();
+  if (fp8_) update_fp8_scales();
   finalize_grads();
   if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);
@@ -848,6 +876,7 @@ EvalStats Trainer::evaluate() {
   }
   sum_over_pipeline(sums, 2);
   sum_over_data_parallel(sums, 2);
+  if (fp8_) fp8_->discard_amaxes();  // evaluation's inputs do not feed the training scales
   EvalStats stats;
   stats.iteration = iteration_;
   stats.lm_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;

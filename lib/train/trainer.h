@@ -85,6 +85,7 @@
 #include "model/layout.h"
 #include "model/micro_batch.h"
 #include "model/parallel_context.h"
+#include "model/fp8_scaling.h"
 #include "model/precision_gemm.h"
 #include "model/recompute.h"
 #include "model/stage.h"
@@ -121,6 +122,7 @@ struct TrainConfig {
   optim::AdamWConfig adam;
   double clip_grad = 1.0;
   Precision precision = Precision::fp32;
+  model::Fp8Config fp8;  // --fp8-format and its recipe (issue 23): the decoder layers' linears in FP8
   double loss_scale = 0;  // fp16: 0 = dynamic
   double initial_loss_scale = 4294967296.0;
   double min_loss_scale = 1.0;
@@ -308,6 +310,8 @@ class Trainer {
 
   int64_t total_iterations() const { return total_iters_; }
   const model::ParamLayout& layout() const { return layout_; }
+  // The FP8 scaling state (device memory of ops()); null without --fp8-format.
+  const model::Fp8Scaling* fp8_scaling() const { return fp8_.get(); }
   // The rank's flat parameters (device memory of ops()), complete: waits for any parameter
   // all-gather still in flight.
   float* parameters();
@@ -377,6 +381,8 @@ class Trainer {
   // the step timers and buffers --log-params-norm and --log-num-zeros-in-grad need).
   parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
   void check_batch_shape();
+  void check_fp8_supported() const;
+  void update_fp8_scales();
   void check_memory(int ranks_per_node) const;
   void build_layout_and_schedules(const parallel::RankCoordinates& coordinates);
   void build_parameters();
@@ -493,6 +499,7 @@ class Trainer {
   backend::DeviceBuffer<float> grads_;
   model::ParallelContext parallel_;
   std::unique_ptr<model::GemmWeights> gemm_weights_;
+  std::unique_ptr<model::Fp8Scaling> fp8_;  // FP8 scaling state (null without --fp8-format)
   // The activation slots of this rank's chunks, pool by pool (parallel::pipeline_slot_pools):
   // each block holds one micro-batch of any chunk of its pool.
   std::vector<backend::DeviceBuffer<float>> slot_blocks_;

@@ -278,7 +278,7 @@ start_training() {
   refused "--dataset-impl: lazy is not supported yet (mt implements mmap, infer)" --dataset-impl lazy
   refused "--transformer-impl: transformer_engine is not supported yet (mt implements local)" \
     --transformer-impl transformer_engine
-  refused "--fp8-format: Megatron flag not supported yet" --fp8-format hybrid
+  refused "--fp8-format: needs --bf16 or --fp16 (the layers outside FP8 run in it, as Megatron's)" --fp8-format hybrid
   refused "--distributed-backend: Megatron flag not supported yet" --distributed-backend nccl
 }
 

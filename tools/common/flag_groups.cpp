@@ -297,6 +297,12 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--clip-grad", c.clip_grad)->capture_default_str();
   add("--bf16", f.bf16);
   add("--fp16", f.fp16);
+  add("--fp8-format", f.fp8_format);
+  add("--fp8-recipe", f.fp8_recipe)->capture_default_str();
+  add("--fp8-margin", f.fp8_margin)->capture_default_str();
+  add("--fp8-amax-history-len", f.fp8_amax_history_len)->capture_default_str();
+  add("--fp8-amax-compute-algo", f.fp8_amax_compute_algo)->capture_default_str();
+  add("--fp8-param-gather", f.fp8_param_gather);
   add("--loss-scale", c.loss_scale);
   add("--initial-loss-scale", c.initial_loss_scale)->capture_default_str();
   add("--min-loss-scale", c.min_loss_scale)->capture_default_str();
@@ -319,6 +325,26 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--flops-convention", f.flops_convention)->capture_default_str();
 }
 
+namespace {
+
+// --fp8-*: Megatron's names and defaults; the recipes and options mt does not run are refused by name.
+model::Fp8Config fp8_config(const TrainingFlags& f) {
+  if (f.fp8_param_gather) throw UsageError("--fp8-param-gather", "not supported (parameters are gathered in fp32)");
+  if (f.fp8_recipe != "delayed") {
+    throw UsageError("--fp8-recipe " + f.fp8_recipe, "not supported (mt runs the delayed recipe only)");
+  }
+  model::Fp8Config fp8;
+  fp8.enabled = !f.fp8_format.empty();
+  fp8.format = f.fp8_format == "e4m3" ? model::Fp8Format::e4m3 : model::Fp8Format::hybrid;
+  fp8.margin = f.fp8_margin;
+  fp8.amax_history_len = f.fp8_amax_history_len;
+  fp8.amax_compute_algo =
+      f.fp8_amax_compute_algo == "max" ? kernels::Fp8AmaxAlgo::max : kernels::Fp8AmaxAlgo::most_recent;
+  return fp8;
+}
+
+}  // namespace
+
 train::TrainConfig training_config(const TrainingFlags& f) {
   if (f.bf16 && f.fp16) throw UsageError("--bf16/--fp16", "choose one");
   if (f.check_for_nan_in_loss_and_grad && f.no_check_for_nan_in_loss_and_grad) {
@@ -326,6 +352,7 @@ train::TrainConfig training_config(const TrainingFlags& f) {
   }
   train::TrainConfig c = f.config;
   c.precision = f.bf16 ? Precision::bf16 : f.fp16 ? Precision::fp16 : Precision::fp32;
+  c.fp8 = fp8_config(f);
   c.check_for_nan_in_loss_and_grad = !f.no_check_for_nan_in_loss_and_grad;
   c.moe_per_layer_logging = f.moe_per_layer_logging;
   c.lr_decay_style = optim::parse_decay_style(f.lr_decay_style);

@@ -168,6 +168,11 @@ struct TrainingFlags {
   std::string lr_decay_style = "linear";
   std::string recompute_granularity, recompute_method = "uniform";
   bool bf16 = false, fp16 = false;
+  // FP8 (issue 23; Megatron's defaults)
+  std::string fp8_format, fp8_recipe = "delayed", fp8_amax_compute_algo = "most_recent";
+  int fp8_margin = 0;
+  int64_t fp8_amax_history_len = 1;
+  bool fp8_param_gather = false;
   bool check_for_nan_in_loss_and_grad = false, no_check_for_nan_in_loss_and_grad = false;
   bool moe_per_layer_logging = false;
   std::optional<double> peak_tflops;
@@ -254,7 +259,7 @@ void add_megatron_compat_flags(CLI::App& app, MegatronCompatFlags& flags, const 
 // ---- Megatron flags mt does not implement ----
 
 // Refuses, by name, a Megatron flag mt has no implementation of yet (before parsing, so the
-// message names the flag instead of calling it unknown): "--fp8-format: not supported yet".
+// message names the flag instead of calling it unknown): "--fp8: Megatron flag not supported yet".
 void refuse_unimplemented_megatron_flags(int argc, char** argv);
 
 }  // namespace mt::tools

@@ -178,13 +178,13 @@ TEST(Flags, Issue11Case18MegatronDefaultsAreAcceptedAndOtherValuesRefusedByName)
   EXPECT_EQ(parse_error({"--moe-router-load-balancing-type", "sinkhorn"}),
             "--moe-router-load-balancing-type: sinkhorn is not supported yet (mt implements aux_loss, seq_aux_loss, "
             "global_aux_loss, none)");
-  char arg0[] = "mt-train", fp8[] = "--fp8-format=hybrid";
+  char arg0[] = "mt-train", fp8[] = "--fp8=hybrid";
   char* argv[] = {arg0, fp8};
   try {
     refuse_unimplemented_megatron_flags(2, argv);
-    ADD_FAILURE() << "--fp8-format accepted";
+    ADD_FAILURE() << "--fp8 accepted";
   } catch (const mt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "--fp8-format: Megatron flag not supported yet");
+    EXPECT_EQ(std::string(e.what()), "--fp8: Megatron flag not supported yet");
   }
 }
 

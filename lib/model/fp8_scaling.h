@@ -1,0 +1,88 @@
+// FP8 training state of one rank (issue 23): Transformer Engine's delayed scaling for the linears
+// of the decoder layers. Each such linear has three FP8 tensors: its input and its weight (the
+// forward group, e4m3) and its output grad (the backward group: e5m2 under --fp8-format hybrid,
+// e4m3 under e4m3), each with an amax, a scale, its inverse and an amax history on the device,
+// all in one contiguous buffer so one all-reduce MAX of the amaxes covers a step. PrecisionGemm
+// (model/precision_gemm.h) quantizes with the scales and accumulates the amaxes over a step's
+// micro-batches; the trainer reduces them over TP x DP x CP (max) and calls update_scales once
+// per step.
+// What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
+// (qkv, projection, fc1, fc2), not the embedding nor the output layer. The arithmetic of one
+// element and one tensor's update: kernels/common/fp8.h (sources and rules in its header).
+// Tested in tests/unit/model/test_fp8_gemm.cpp and tests/unit/train/test_fp8_training.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/memory.h"
+#include "backend/ops.h"
+#include "kernels/common/fp8.h"
+#include "model/layout.h"
+
+namespace mt::model {
+
+// Megatron's --fp8-format: e4m3 everywhere, or hybrid (e4m3 forward, e5m2 gradients).
+enum class Fp8Format { e4m3, hybrid };
+
+// The FP8 flags of a run (Megatron's defaults); enabled is --fp8-format given.
+struct Fp8Config {
+  bool enabled = false;
+  Fp8Format format = Fp8Format::hybrid;
+  int margin = 0;                                                      // --fp8-margin
+  int64_t amax_history_len = 1;                                        // --fp8-amax-history-len
+  kernels::Fp8AmaxAlgo amax_compute_algo = kernels::Fp8AmaxAlgo::most_recent;  // --fp8-amax-compute-algo
+};
+
+// The three FP8 tensors of a linear.
+enum class Fp8Operand { input, weight, output_grad };
+
+class Fp8Scaling {
+ public:
+  // The decoder layers' 2-D weights of `layout` (layers [0, num_layers)) are the FP8 linears; a
+  // fused group's GEMM starts at one of them. Throws UsageError when `ops` lacks an FP8 entry.
+  Fp8Scaling(const backend::Ops& ops, const Fp8Config& config, const ParamLayout& layout, int num_layers,
+             backend::MemoryLedger* ledger = nullptr);
+
+  const Fp8Config& config() const { return config_; }
+  // The linear whose GEMM weight starts at `weight_offset`, or -1 when it is not an FP8 linear.
+  int64_t linear(int64_t weight_offset) const;
+  int64_t linears() const { return static_cast<int64_t>(weight_offsets_.size()); }
+  kernels::Fp8Type type(Fp8Operand operand) const;
+  float* amax(int64_t linear, Fp8Operand operand) { return amaxes() + tensor(linear, operand); }
+  const float* scale(int64_t linear, Fp8Operand operand) const { return state_.data() + tensors() + tensor(linear, operand); }
+  const float* scale_inv(int64_t linear, Fp8Operand operand) const {
+    return state_.data() + 2 * tensors() + tensor(linear, operand);
+  }
+  // The tensor's amax history (history_len floats, newest first).
+  const float* amax_history(int64_t linear, Fp8Operand operand) const {
+    return state_.data() + 3 * tensors() + tensor(linear, operand) * config_.amax_history_len;
+  }
+  // Scratch for a weight's codes and their transpose (the largest fused weight of a layer).
+  uint8_t* weight_codes() { return weight_codes_.data(); }
+  uint8_t* weight_codes_transposed() { return weight_codes_.data() + weight_capacity_; }
+  int64_t weight_capacity() const { return weight_capacity_; }
+
+  // The step's amaxes of every tensor (forward group, then backward group), one array.
+  float* amaxes() { return state_.data(); }
+  int64_t tensors() const { return 3 * linears(); }
+  // Delayed-scaling update of every tensor (the amaxes reduced over micro-batches and ranks);
+  // zeroes the amaxes for the next step.
+  void update_scales();
+  // Drops the amaxes gathered since the last update (evaluation's forward passes).
+  void discard_amaxes();
+
+ private:
+  int64_t tensor(int64_t linear, Fp8Operand operand) const;
+
+  const backend::Ops& ops_;
+  Fp8Config config_;
+  std::vector<int64_t> weight_offsets_;  // ascending
+  int64_t weight_capacity_ = 0;
+  // amax[T], scale[T], scale_inv[T], history[T][history_len]; T = 3 linears: the forward group
+  // (input, weight of each linear), then the backward group (output grads).
+  backend::DeviceBuffer<float> state_;
+  backend::DeviceBuffer<uint8_t> weight_codes_;
+};
+
+}  // namespace mt::model
