@@ -436,6 +436,21 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
   }
 }
 
+// Every stored checksum against the values, before any step (issue 28 W2): rank 0 reads the whole
+// file once more and names the first damaged tensor to every rank (a NaN is named as such first).
+void verify_before_load(const io::CheckpointReader& checkpoint, comm::Communicator& world) {
+  std::string problem;
+  if (world.rank() == 0) {
+    try {
+      checkpoint.verify_checksums();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  comm::broadcast_text(world, problem, 0);
+  if (!problem.empty()) throw Error(problem, "");
+}
+
 // ---- the LR schedule on resume (Megatron's OptimizerParamScheduler._check_and_set) ----
 
 // The run's config as the checkpoint saved it.
@@ -642,6 +657,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     optimizer.set_steps(saved.optimizer_step);
   }
   refuse_nonfinite_load(trainer, checkpoint, staging.problem());
+  verify_before_load(checkpoint, trainer.world());  // before any step
   if (optimizer_state) resume_scheduler(checkpoint, trainer, options.scheduler);  // after the tensors, as Megatron
   trainer.parameters_changed();
   if (options.finetune) return;

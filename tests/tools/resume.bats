@@ -90,3 +90,26 @@ lr_of() { jq -r --argjson i "$1" 'select(.record=="step" and .iteration==$i) | .
   [[ $status -eq 2 && "$(last_error)" == "mt-train: error: --lr-decay-iters 4611686018427387905: x --global-batch-size 4 samples does not fit in 64 bits (at most 2305843009213693951 iterations)" ]] \
     || fail "$status $(cat "$TMP/err.log")"
 }
+
+@test "W2: a flipped value in a weight or an Adam moment is refused by --load, mt-ckpt export and convert, naming the tensor and the file" {
+  train_tiny --train-iters 2 --lr-decay-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/err.log")"
+  for name in model/decoder.layers.0.mlp.linear_fc1.weight optimizer/exp_avg_sq/decoder.layers.0.mlp.linear_fc1.weight; do
+    rm -rf "$TMP/bad" && cp -r "$TMP/ck" "$TMP/bad"
+    bad="$TMP/bad/iter_0000002/checkpoint.h5"
+    /usr/bin/python3 "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$bad" value "$name" >/dev/null
+    want="$bad: tensor $name: checksum mismatch (stored "
+    train_tiny --train-iters 4 --lr-decay-iters 4 --load "$TMP/bad" && status=0 || status=$?
+    [[ $status -eq 1 && "$(last_error)" == "mt-train: error: $want"*"): the file is damaged (mt-ckpt verify checks every tensor); use an earlier checkpoint" ]] \
+      || fail "load $name: $status $(cat "$TMP/err.log")"
+    [[ "$(jq -c 'select(.record=="step")' "$TMP/out.jsonl")" == "" ]] || fail "a step ran"
+    mt-ckpt convert "$bad" "$TMP/conv.h5" >/dev/null 2>"$TMP/err.log" && status=0 || status=$?
+    [[ $status -eq 1 && "$(last_error)" == "mt-ckpt: error: $want"* && ! -e "$TMP/conv.h5" ]] || fail "convert $name: $status $(cat "$TMP/err.log")"
+  done
+  # export checks every tensor of the file first (here the damaged moment).
+  mt-ckpt export --format hf "$TMP/bad" "$TMP/hf" >/dev/null 2>"$TMP/err.log" && status=0 || status=$?
+  [[ $status -eq 1 && "$(last_error)" == "mt-ckpt: error: $bad: tensor optimizer/exp_avg_sq/"*"checksum mismatch"* && ! -e "$TMP/hf/model.safetensors" ]] \
+    || fail "export: $status $(cat "$TMP/err.log")"
+  # The undamaged checkpoint still loads, exports and converts.
+  train_tiny --train-iters 3 --lr-decay-iters 4 --load "$TMP/ck" || fail "$(cat "$TMP/err.log")"
+  mt-ckpt export --format hf "$TMP/ck" "$TMP/hf2" >/dev/null || fail "export of a good checkpoint"
+}
