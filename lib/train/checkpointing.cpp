@@ -620,12 +620,15 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   const io::CheckpointState& saved = checkpoint.state();
   check_same_model(checkpoint, trainer.model_config());
   const bool optimizer_state = options.optimizer && !options.finetune;
-  if (optimizer_state && !saved.has_optimizer) {
-    throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim or --save-final); load it with "
-                                   "--no-load-optim or --finetune");
-  }
+  // A parameters-only file first: --finetune is the one way to load it (issue 28 U10: the message
+  // named --no-load-optim, which then led to this one).
   if (!options.finetune && !saved.resumable) {
-    throw Error(checkpoint.path(), "holds parameters only (--save-init/--save-final); load it with --finetune");
+    throw Error(checkpoint.path(), "holds parameters only, not a run to resume (written by --save-init/--save-final, "
+                                   "mt-ckpt convert or import); load it with --finetune");
+  }
+  if (optimizer_state && !saved.has_optimizer) {
+    throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim); load it with --no-load-optim "
+                                   "or --finetune");
   }
   const model::ParamLayout& layout = trainer.layout();
   // Every copy this rank holds (replicas too) reads its box of the global tensor.

@@ -113,3 +113,15 @@ lr_of() { jq -r --argjson i "$1" 'select(.record=="step" and .iteration==$i) | .
   train_tiny --train-iters 3 --lr-decay-iters 4 --load "$TMP/ck" || fail "$(cat "$TMP/err.log")"
   mt-ckpt export --format hf "$TMP/ck" "$TMP/hf2" >/dev/null || fail "export of a good checkpoint"
 }
+
+@test "U10: a parameters-only checkpoint (mt-ckpt convert) is named as such, pointing at --finetune, with or without --no-load-optim" {
+  train_tiny --train-iters 2 --save "$TMP/ck" || fail "$(cat "$TMP/err.log")"
+  mt-ckpt convert "$TMP/ck/iter_0000002/checkpoint.h5" "$TMP/conv" --dtype fp16 >/dev/null 2>&1 || fail "convert"
+  want="$TMP/conv/iter_0000002/checkpoint.h5: holds parameters only, not a run to resume (written by --save-init/--save-final, mt-ckpt convert or import); load it with --finetune"
+  for flag in "" --no-load-optim; do
+    # shellcheck disable=SC2086
+    train_tiny --train-iters 4 --load "$TMP/conv" $flag && status=0 || status=$?
+    [[ $status -eq 1 && "$(last_error)" == "mt-train: error: $want" ]] || fail "'$flag': $status $(cat "$TMP/err.log")"
+  done
+  train_tiny --train-iters 2 --load "$TMP/conv" --finetune || fail "$(cat "$TMP/err.log")"
+}
