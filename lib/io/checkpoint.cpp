@@ -674,6 +674,19 @@ CheckpointReader::Scan CheckpointReader::scan(const TensorInfo& tensor) const {
   return result;
 }
 
+void CheckpointReader::verify_checksums() const {
+  for (const TensorInfo& tensor : tensors()) {
+    if (tensor.checksum) check_checksum(tensor, scan(tensor).checksum);
+  }
+}
+
+void CheckpointReader::check_checksum(const TensorInfo& tensor, uint64_t computed) const {
+  if (!tensor.checksum || computed == *tensor.checksum) return;
+  throw Error(path_, "tensor " + tensor.name + ": checksum mismatch (stored " + checksum_text(*tensor.checksum) +
+                         ", its values give " + checksum_text(computed) +
+                         "): the file is damaged (mt-ckpt verify checks every tensor); use an earlier checkpoint");
+}
+
 // ---- directories ----
 
 std::string tracker_path(const std::string& directory) {

@@ -190,6 +190,13 @@ class CheckpointReader {
     int64_t nonfinite = 0;
   };
   Scan scan(const TensorInfo& tensor) const;
+  // Every stored checksum against the values (one read of the whole file: the readers of a
+  // checkpoint, --load, mt-ckpt export and convert, call it first; issue 28 W2). Throws mt::Error
+  // naming the file and the first tensor whose values do not give its stored checksum.
+  void verify_checksums() const;
+  // Throws that error when `computed` (the checksum of the tensor's values as read) is not the
+  // stored one; a tensor without a stored checksum passes.
+  void check_checksum(const TensorInfo& tensor, uint64_t computed) const;
 
  private:
   std::string path_;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -447,6 +448,108 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
   }
 }
 
+// Every stored checksum against the values, before any step (issue 28 W2): rank 0 reads the whole
+// file once more and names the first damaged tensor to every rank (a NaN is named as such first).
+void verify_before_load(const io::CheckpointReader& checkpoint, comm::Communicator& world) {
+  std::string problem;
+  if (world.rank() == 0) {
+    try {
+      checkpoint.verify_checksums();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  comm::broadcast_text(world, problem, 0);
+  if (!problem.empty()) throw Error(problem, "");
+}
+
+// ---- the LR schedule on resume (Megatron's OptimizerParamScheduler._check_and_set) ----
+
+// The run's config as the checkpoint saved it.
+TrainConfig saved_train_config(const io::CheckpointReader& checkpoint) {
+  try {
+    return train_config_from_json(nlohmann::json::parse(checkpoint.state().train_config));
+  } catch (const nlohmann::json::exception&) {
+    throw Error(checkpoint.path(), "attribute train_config is not JSON");
+  } catch (const Error& e) {
+    throw Error(checkpoint.path(), std::string("attribute train_config: ") + e.what());
+  }
+}
+
+const char* decay_style_name(optim::LrDecayStyle style) {
+  switch (style) {
+    case optim::LrDecayStyle::constant: return "constant";
+    case optim::LrDecayStyle::linear: return "linear";
+    case optim::LrDecayStyle::cosine: return "cosine";
+  }
+  return "?";
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", value);
+  return text;
+}
+
+// One field of the scheduler whose run and checkpoint values differ.
+struct SchedulerDifference {
+  std::string field;  // Megatron's name, with mt's flags
+  std::string run, saved;
+};
+
+std::vector<SchedulerDifference> scheduler_differences(const TrainConfig& run, const TrainConfig& saved) {
+  const optim::LrSchedule a = lr_schedule_of(run), b = lr_schedule_of(saved);
+  std::vector<SchedulerDifference> out;
+  auto compare = [&](const char* field, const std::string& mine, const std::string& theirs) {
+    if (mine != theirs) out.push_back({field, mine, theirs});
+  };
+  auto samples = [](int64_t count) { return std::to_string(count) + " samples"; };
+  compare("learning rate (--lr)", number_text(a.max_lr), number_text(b.max_lr));
+  compare("minimum learning rate (--min-lr)", number_text(a.min_lr), number_text(b.min_lr));
+  compare("warmup iterations (--lr-warmup-*)", samples(a.warmup_samples), samples(b.warmup_samples));
+  compare("total number of iterations (--lr-decay-iters/--lr-decay-samples, else --train-iters x --global-batch-size)",
+          samples(a.decay_samples), samples(b.decay_samples));
+  compare("learning rate decay style (--lr-decay-style)", decay_style_name(a.style),
+          decay_style_name(b.style));
+  compare("weight decay (--weight-decay)", number_text(run.adam.weight_decay), number_text(saved.adam.weight_decay));
+  return out;
+}
+
+std::string describe(const std::vector<SchedulerDifference>& differences) {
+  std::string text;
+  for (const SchedulerDifference& d : differences) {
+    text += (text.empty() ? "" : "; ") + d.field + " is " + d.run + " in this run, " + d.saved + " in the checkpoint";
+  }
+  return text;
+}
+
+// Megatron's load_state_dict of the scheduler: a different schedule is refused unless the user
+// says which one wins (see SchedulerOnLoad). Before any tensor is read.
+void resume_scheduler(const io::CheckpointReader& checkpoint, Trainer& trainer, SchedulerOnLoad on_load) {
+  const TrainConfig saved = saved_train_config(checkpoint);
+  const std::vector<SchedulerDifference> differences = scheduler_differences(trainer.config(), saved);
+  if (differences.empty()) return;
+  const bool rank0 = trainer.world().rank() == 0;
+  if (on_load == SchedulerOnLoad::check) {
+    throw Error(checkpoint.path(), "the LR schedule differs from the checkpoint's: " + describe(differences) +
+                                       "; resume with the checkpoint's values, or give "
+                                       "--override-opt_param-scheduler (this run's values) or "
+                                       "--use-checkpoint-opt_param-scheduler (the checkpoint's)");
+  }
+  if (on_load == SchedulerOnLoad::override_with_run) {
+    if (rank0) log::info("mt-train: --override-opt_param-scheduler: this run's values, not the checkpoint's: " + describe(differences));
+    return;
+  }
+  if (saved.adam.weight_decay != trainer.config().adam.weight_decay) {
+    throw Error(checkpoint.path(), "--use-checkpoint-opt_param-scheduler: the checkpoint's weight decay is " +
+                                       number_text(saved.adam.weight_decay) + ", this run's " +
+                                       number_text(trainer.config().adam.weight_decay) +
+                                       " (--weight-decay): give --weight-decay " + number_text(saved.adam.weight_decay));
+  }
+  if (rank0) log::info("mt-train: --use-checkpoint-opt_param-scheduler: the checkpoint's values, not this run's: " + describe(differences));
+  trainer.adopt_lr_schedule(lr_schedule_of(saved));
+}
+
 }  // namespace
 
 std::string expert_bias_tensor_name(int layer) { return "model/" + model::layer_prefix(layer) + "mlp.router.expert_bias"; }
@@ -529,12 +632,15 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   const io::CheckpointState& saved = checkpoint.state();
   check_same_model(checkpoint, trainer.model_config());
   const bool optimizer_state = options.optimizer && !options.finetune;
-  if (optimizer_state && !saved.has_optimizer) {
-    throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim or --save-final); load it with "
-                                   "--no-load-optim or --finetune");
-  }
+  // A parameters-only file first: --finetune is the one way to load it (issue 28 U10: the message
+  // named --no-load-optim, which then led to this one).
   if (!options.finetune && !saved.resumable) {
-    throw Error(checkpoint.path(), "holds parameters only (--save-init/--save-final); load it with --finetune");
+    throw Error(checkpoint.path(), "holds parameters only, not a run to resume (written by --save-init/--save-final, "
+                                   "mt-ckpt convert or import); load it with --finetune");
+  }
+  if (optimizer_state && !saved.has_optimizer) {
+    throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim); load it with --no-load-optim "
+                                   "or --finetune");
   }
   const model::ParamLayout& layout = trainer.layout();
   // Every copy this rank holds (replicas too) reads its box of the global tensor.
@@ -566,6 +672,8 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     optimizer.set_steps(saved.optimizer_step);
   }
   refuse_nonfinite_load(trainer, checkpoint, staging.problem());
+  verify_before_load(checkpoint, trainer.world());  // before any step
+  if (optimizer_state) resume_scheduler(checkpoint, trainer, options.scheduler);  // after the tensors, as Megatron
   trainer.parameters_changed();
   if (options.finetune) return;
   TrainerState state = trainer.checkpoint_state();  // the scaler stays this run's unless restored below

@@ -62,9 +62,24 @@ SaveResult save_checkpoint_file(const std::string& path, Trainer& trainer, const
 // Writes DIR/iter_NNNNNNN/checkpoint.h5 for the trainer's iteration, then points the tracker at it.
 SaveResult save_checkpoint(const std::string& directory, Trainer& trainer, const SaveOptions& options);
 
+// What a resume does with the checkpoint's LR schedule (Megatron's OptimizerParamScheduler
+// load_state_dict, issue 28 W3). The schedule's fields, as Megatron's _check_and_set names them:
+// learning rate (--lr), minimum learning rate (--min-lr), warmup iterations and total number of
+// iterations (in samples: the --lr-warmup-* flags, and --lr-decay-iters/--lr-decay-samples or
+// else --train-iters x --global-batch-size), learning rate decay style, start/end weight decay
+// (--weight-decay). Megatron also checks its weight-decay increment's length (--train-iters x
+// --global-batch-size); mt's weight decay is constant (--start/--end-weight-decay are refused), so
+// a longer run whose LR decay the flags fix (--lr-decay-iters) resumes unchecked. `check` refuses a run whose values differ, naming every field with both
+// values; `override_with_run` (--override-opt_param-scheduler) keeps the run's, `use_checkpoint`
+// (--use-checkpoint-opt_param-scheduler) continues on the checkpoint's (a different
+// --weight-decay is refused there: AdamW's decay is fixed when the trainer is built). Applies when
+// the optimizer state loads (not --finetune, not --no-load-optim), after the tensors, as in Megatron.
+enum class SchedulerOnLoad { check, override_with_run, use_checkpoint };
+
 struct LoadOptions {
   bool optimizer = true;   // false: --no-load-optim
   bool finetune = false;   // --finetune: parameters only, the run starts at iteration 0
+  SchedulerOnLoad scheduler = SchedulerOnLoad::check;
 };
 
 // ---- the save directory: one run at a time, a tracker that only moves forward ----

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <functional>
 #include <iterator>
+#include <limits>
+#include <utility>
 
 #include "comm/stream_communicator.h"
 #include "core/error.h"
@@ -28,6 +30,30 @@ namespace mt::train {
 using backend::StepTimer;
 using backend::TimerScope;
 
+namespace {
+
+// Iteration counts become sample counts (x the global batch) in 64 bits: a product past them would
+// wrap (2^62 + 1 iterations of 4 samples is 4 samples) and is refused naming the flag (W7, U7).
+void check_sample_counts_fit(const TrainConfig& c, int64_t global) {
+  const std::pair<const char*, int64_t> counts[] = {
+      {"--train-iters", c.train_iters}, {"--lr-decay-iters", c.lr_decay_iters}, {"--lr-warmup-iters", c.lr_warmup_iters}};
+  for (const auto& [flag, iterations] : counts) {
+    int64_t samples = 0;
+    if (__builtin_mul_overflow(iterations, global, &samples)) {
+      throw UsageError(std::string(flag) + " " + std::to_string(iterations),
+                       "x --global-batch-size " + std::to_string(global) +
+                           " samples does not fit in 64 bits (at most " +
+                           std::to_string(std::numeric_limits<int64_t>::max() / global) + " iterations)");
+    }
+  }
+  if (c.lr_decay_iters < 0) throw UsageError("--lr-decay-iters", "must be at least 0");
+  if (c.lr_decay_samples < 0) throw UsageError("--lr-decay-samples", "must be at least 0");
+  if (c.lr_warmup_iters < 0) throw UsageError("--lr-warmup-iters", "must be at least 0");
+  if (c.lr_warmup_samples < 0) throw UsageError("--lr-warmup-samples", "must be at least 0");
+}
+
+}  // namespace
+
 void validate_train_config(const TrainConfig& c) {
   if (c.micro_batch_size <= 0) throw UsageError("--micro-batch-size", "must be at least 1");
   if (c.global_batch_size < 0) throw UsageError("--global-batch-size", "must be at least 1");
@@ -41,6 +67,7 @@ void validate_train_config(const TrainConfig& c) {
   if ((c.train_iters > 0) == (c.train_samples > 0)) {
     throw UsageError("--train-iters/--train-samples", "give exactly one of them");
   }
+  check_sample_counts_fit(c, global);
   // Comparisons are written so that NaN fails them.
   if (!(c.lr >= 0 && c.min_lr >= 0 && c.min_lr <= c.lr) || std::isinf(c.lr)) {
     throw UsageError("--lr/--min-lr", "need 0 <= min-lr <= lr, finite");
@@ -296,27 +323,50 @@ void Trainer::build_loss_scaler() {
                                              config_.loss_scale_window, config_.hysteresis);
 }
 
+int64_t total_samples_of(const TrainConfig& config) {
+  const int64_t global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size;
+  return config.train_iters > 0 ? config.train_iters * global : config.train_samples / global * global;
+}
+
+optim::LrSchedule lr_schedule_of(const TrainConfig& config) {
+  const int64_t global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size;
+  optim::LrSchedule schedule;
+  schedule.max_lr = config.lr;
+  schedule.min_lr = config.min_lr;
+  schedule.style = config.lr_decay_style;
+  schedule.decay_samples = config.lr_decay_samples > 0 ? config.lr_decay_samples
+                           : config.lr_decay_iters > 0 ? config.lr_decay_iters * global
+                                                       : total_samples_of(config);
+  if (config.lr_warmup_fraction >= 0) {
+    schedule.warmup_samples = static_cast<int64_t>(config.lr_warmup_fraction * schedule.decay_samples);
+  } else {
+    schedule.warmup_samples = config.lr_warmup_samples > 0 ? config.lr_warmup_samples : config.lr_warmup_iters * global;
+  }
+  if (schedule.style != optim::LrDecayStyle::constant && schedule.warmup_samples >= schedule.decay_samples) {
+    throw UsageError("--lr-warmup-*", "warm-up must end before the decay does (--lr-decay-iters/--lr-decay-samples)");
+  }
+  return schedule;
+}
+
 void Trainer::build_lr_schedule() {
   const int64_t global = config_.global_batch_size;
   total_iters_ = config_.train_iters > 0 ? config_.train_iters : config_.train_samples / global;
   if (total_iters_ <= 0) throw UsageError("--train-samples", "fewer than one global batch");
-  const int64_t total_samples = total_iters_ * global;
-  schedule_.max_lr = config_.lr;
-  schedule_.min_lr = config_.min_lr;
-  schedule_.style = config_.lr_decay_style;
-  schedule_.decay_samples = config_.lr_decay_samples > 0 ? config_.lr_decay_samples
-                            : config_.lr_decay_iters > 0 ? config_.lr_decay_iters * global
-                                                          : total_samples;
-  if (config_.lr_warmup_fraction >= 0) {
-    schedule_.warmup_samples = static_cast<int64_t>(config_.lr_warmup_fraction * schedule_.decay_samples);
-  } else {
-    schedule_.warmup_samples = config_.lr_warmup_samples > 0 ? config_.lr_warmup_samples : config_.lr_warmup_iters * global;
-  }
-  if (schedule_.style != optim::LrDecayStyle::constant && schedule_.warmup_samples >= schedule_.decay_samples) {
-    throw UsageError("--lr-warmup-*", "warm-up must end before the decay does (--lr-decay-iters/--lr-decay-samples)");
-  }
+  schedule_ = lr_schedule_of(config_);
   flops_per_token_ = perf::flops_per_token(model_config_, config_.flops_convention);
   step_timer_ = std::make_unique<backend::StreamTimer>(ops_, ops_.default_stream());
+}
+
+void Trainer::adopt_lr_schedule(const optim::LrSchedule& schedule) {
+  schedule_ = schedule;
+  config_.lr = schedule.max_lr;
+  config_.min_lr = schedule.min_lr;
+  config_.lr_decay_style = schedule.style;
+  config_.lr_warmup_iters = 0;
+  config_.lr_warmup_fraction = -1;
+  config_.lr_warmup_samples = schedule.warmup_samples;
+  config_.lr_decay_iters = 0;
+  config_.lr_decay_samples = schedule.decay_samples;
 }
 
 void Trainer::check_data_covers_run() const {

@@ -289,6 +289,17 @@ struct TrainerState {
 // the flag); the Trainer and train_config_from_json call it.
 void validate_train_config(const TrainConfig& config);
 
+// ---- the LR schedule a config gives, and resuming it (issue 28 W3, W7) ----
+
+// The run's length in samples: --train-samples, or --train-iters x the global batch (validated:
+// validate_train_config refuses a product past 64 bits).
+int64_t total_samples_of(const TrainConfig& config);
+// Megatron's OptimizerParamScheduler of a validated config (global batch resolved), in samples:
+// --lr, --min-lr, --lr-decay-style, warm-up and decay from the --lr-warmup-* and
+// --lr-decay-iters/--lr-decay-samples flags (decay: the whole run when neither is given). Throws
+// mt::UsageError naming --lr-warmup-* when the warm-up does not end before the decay does.
+optim::LrSchedule lr_schedule_of(const TrainConfig& config);
+
 // What perf::check_training_memory is given for a run of these configs on `ops`, `parallel` as
 // parallel::validate left it (a global batch of 0 is micro-batch x DP): the Trainer's check
 // before it allocates and mt-train --dry-run's are this one.
@@ -335,6 +346,10 @@ class Trainer {
   // parameters() and optimizer() (then parameters_changed()). A save is collective over world().
   TrainerState checkpoint_state() const;
   void restore(const TrainerState& state);
+  // --use-checkpoint-opt_param-scheduler: the run continues on `schedule` (the checkpoint's);
+  // config() then says so in samples (--lr-warmup-samples, --lr-decay-samples), so the next
+  // checkpoint holds the schedule the run used.
+  void adopt_lr_schedule(const optim::LrSchedule& schedule);
   optim::DistributedOptimizer& optimizer() { return *optimizer_; }
   // With --moe-router-enable-expert-bias: the expert bias (E floats, device memory of ops()) of
   // every MoE layer this rank's stages hold, in layer order (empty otherwise). Checkpoints save

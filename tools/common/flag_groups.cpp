@@ -438,6 +438,9 @@ void add_checkpoint_flags(CLI::App& app, CheckpointFlags& f, const std::string& 
   add("--no-save-optim", f.no_save_optim);
   add("--no-load-rng", f.no_load_rng);
   add("--exit-on-missing-checkpoint", f.exit_on_missing_checkpoint);
+  // issue 28 W3
+  add("--override-opt_param-scheduler", f.override_opt_param_scheduler);
+  add("--use-checkpoint-opt_param-scheduler", f.use_checkpoint_opt_param_scheduler);
 }
 
 // ---- compatibility ----

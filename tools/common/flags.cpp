@@ -356,6 +356,14 @@ const FlagSpec& flag_spec(std::string_view name) {
                                    "by default the checkpoint's seed is used)"),
       toggle_flag("--exit-on-missing-checkpoint",
                   "With --load: an error, not a fresh start, when the directory has no checkpoint"),
+      // issue 28 W3: Megatron's OptimizerParamScheduler on resume
+      toggle_flag("--override-opt_param-scheduler",
+                  "With --load: continue on this run's LR schedule (--lr, --min-lr, --lr-decay-style, warm-up, "
+                  "decay, --weight-decay, --train-iters x --global-batch-size) where the checkpoint's differs "
+                  "(by default a difference is refused, naming each field)"),
+      toggle_flag("--use-checkpoint-opt_param-scheduler",
+                  "With --load: continue on the checkpoint's LR schedule, ignoring this run's schedule flags (the "
+                  "run's length stays --train-iters)"),
       // tokenizer
       text_flag("--tokenizer-type", "Tokenizer",
                 {"GPT2BPETokenizer", "TikTokenizer", "HuggingFaceTokenizer", "SentencePieceTokenizer",
@@ -438,7 +446,7 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--yarn-original-max-position-embeddings", "--yarn-beta-fast", "--yarn-beta-slow",
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
       "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
-      "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler", "--tp-comm-overlap",
+      "--tp-comm-overlap",
       "--cp-comm-type", "--recompute-modules", "--ckpt-format"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -229,6 +229,9 @@ struct CheckpointFlags {
   std::optional<int64_t> save_interval;
   bool finetune = false, no_load_optim = false, no_save_optim = false, no_load_rng = false,
        exit_on_missing_checkpoint = false;
+  // Issue 28 W3: which LR schedule a resume continues on when the checkpoint's differs
+  // (train/checkpointing.h SchedulerOnLoad); at most one of them.
+  bool override_opt_param_scheduler = false, use_checkpoint_opt_param_scheduler = false;
 };
 
 void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const std::string& group = "Checkpoints");

@@ -379,6 +379,8 @@ int run_convert(mt::tools::ToolCli& cli, const Options& o) {
     reader.read_box(tensor.name, tensor.shape, box, values.data());
     mt::io::check_finite(reader.path(), tensor.name, values.data(), box.elements(),
                          " (mt-ckpt convert writes finite checkpoints only)");
+    // A damaged input is never converted (issue 28 W2): the values read give the stored checksum.
+    reader.check_checksum(tensor, mt::io::slice_checksum(tensor.shape, mt::io::TensorSlice{box, values.data()}));
     if (parameter) mt::io::check_fits_dtype(reader.path(), tensor.name, values.data(), box.elements(), dtype);
     writer.write_tensor(tensor.name, tensor.shape, {mt::io::TensorSlice{box, values.data()}},
                         parameter ? dtype : mt::DType::f32);
@@ -418,6 +420,7 @@ int run_export(mt::tools::ToolCli& cli, const Options& o) {
   require_hf(o, "export");
   const mt::DType dtype = parse_dtype(o.dtype);
   const mt::io::CheckpointReader reader(checkpoint_file(o.path));
+  reader.verify_checksums();  // a damaged input is never exported (issue 28 W2)
   for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
     mt::io::refuse_existing_output("OUTDIR", (std::filesystem::path(o.output) / name).string(), false, o.force);
   }

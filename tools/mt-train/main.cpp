@@ -416,9 +416,16 @@ void check_checkpoint_flags(const mt::tools::CheckpointFlags& ck) {
   const std::pair<bool, const char*> need_load[] = {{ck.finetune, "--finetune"},
                                                     {ck.no_load_optim, "--no-load-optim"},
                                                     {ck.no_load_rng, "--no-load-rng"},
-                                                    {ck.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint"}};
+                                                    {ck.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint"},
+                                                    {ck.override_opt_param_scheduler, "--override-opt_param-scheduler"},
+                                                    {ck.use_checkpoint_opt_param_scheduler,
+                                                     "--use-checkpoint-opt_param-scheduler"}};
   for (const auto& [given, flag] : need_load) {
     if (given && ck.load.empty()) throw mt::UsageError(flag, "needs --load DIR");
+  }
+  if (ck.override_opt_param_scheduler && ck.use_checkpoint_opt_param_scheduler) {
+    throw mt::UsageError("--override-opt_param-scheduler", "conflicts with --use-checkpoint-opt_param-scheduler "
+                                                           "(this run's schedule or the checkpoint's: give one)");
   }
 }
 
@@ -500,6 +507,7 @@ void check_data_flags(mt::tools::ToolCli& cli, const TrainOptions& o) {
 RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size) {
   RunPlan plan;
   plan.config = mt::tools::training_config(o.training);
+  mt::train::validate_train_config(plan.config);  // first: an iteration count past 64 bits is named (issue 28 W7)
   check_data_flags(cli, o);
   if (o.model.preset.empty() && !o.model.num_layers) {
     throw mt::UsageError("--model", "give a preset or --num-layers and friends");
@@ -598,6 +606,9 @@ LoadReport load_resume(const mt::io::CheckpointReader& resume, mt::train::Traine
   mt::train::LoadOptions load;
   load.optimizer = !ck.no_load_optim;
   load.finetune = ck.finetune;
+  load.scheduler = ck.override_opt_param_scheduler         ? mt::train::SchedulerOnLoad::override_with_run
+                   : ck.use_checkpoint_opt_param_scheduler ? mt::train::SchedulerOnLoad::use_checkpoint
+                                                           : mt::train::SchedulerOnLoad::check;
   const auto start = std::chrono::steady_clock::now();
   mt::train::load_checkpoint(resume, trainer, load);
   LoadReport report;
@@ -674,6 +685,17 @@ Record run_record(mt::tools::ToolCli& cli, const RunPlan& plan, const mt::data::
   run["flops_per_token"] = mt::perf::flops_per_token(plan.model, plan.config.flops_convention);
   mt::tools::add_peak_fields(run, peak);
   return run;
+}
+
+// A resumed run already at (or past) its last iteration trains nothing, as Megatron's loop; it says
+// so, and its summary's loss and step figures are null, not 0 (issue 28 W9).
+void say_nothing_to_train(const mt::train::Trainer& trainer) {
+  const mt::train::TrainConfig& c = trainer.config();
+  const std::string length = c.train_iters > 0 ? "--train-iters " + std::to_string(c.train_iters)
+                                               : "--train-samples " + std::to_string(c.train_samples);
+  mt::log::warn("mt-train: nothing to train: the checkpoint is at iteration " + std::to_string(trainer.iteration()) +
+                ", and " + length + " ends the run at iteration " + std::to_string(trainer.total_iterations()) +
+                " (give a larger " + length.substr(0, length.find(' ')) + " to train on)");
 }
 
 // The run's saves: --save checkpoints (at --save-interval and at the end, unless the last step
@@ -816,13 +838,14 @@ class StepRecords {
 
   // The summary: the last step's loss and counters, the median step after the first, the
   // activation peak, and what stopped the run early (a signal's or a flag's name; null: none).
+  // With no step run (a finished run resumed, an early stop) the loss and step figures are null.
   void summary(const mt::train::Trainer& trainer, const RunPlan& plan, int world_size, const Record& stopped_by) {
     std::vector<double> steady(step_ms_.begin() + (step_ms_.size() > 1 ? 1 : 0), step_ms_.end());
     std::sort(steady.begin(), steady.end());
     const double median_ms = steady.empty() ? 0 : steady[steady.size() / 2];
     const double tokens_per_step = static_cast<double>(last_.global_batch_size) * plan.model.seq_length;
     const double flops_per_token = mt::perf::flops_per_token(plan.model, plan.config.flops_convention);
-    writer_.write(Record{
+    Record summary{
         {"record", "summary"},
         {"iterations", trainer.iteration()},
         {"consumed_samples", trainer.consumed_samples()},
@@ -833,7 +856,11 @@ class StepRecords {
         {"mem_activations_peak_bytes", activation_peak_},
         {"skipped_iters", last_.skipped_iters},
         {"nan_iters", last_.nan_iters},
-        {"stopped_by", stopped_by}});
+        {"stopped_by", stopped_by}};
+    if (step_ms_.empty()) {
+      for (const char* field : {"lm_loss", "median_step_ms", "tokens_per_s", "tflops_per_device"}) summary[field] = nullptr;
+    }
+    writer_.write(summary);
   }
 
  private:
@@ -1171,6 +1198,7 @@ int run(mt::tools::ToolCli& cli, TrainOptions& o) {
     writer.write(load_record(*resume, o.checkpoint, loaded));
     resume.reset();  // the file is closed before any save may replace it
   }
+  if (rank0 && trainer.iteration() >= trainer.total_iterations()) say_nothing_to_train(trainer);
   RunCheckpoints checkpoints(writer, trainer, o.checkpoint, plan.parallel, rank0);
   if (!o.save_init.empty()) checkpoints.save_parameters(o.save_init);
 
