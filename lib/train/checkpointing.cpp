@@ -448,19 +448,27 @@ std::string saved_precision(const io::CheckpointReader& checkpoint) {
   }
 }
 
-// Every stored checksum against the values, before any step (issue 28 W2): rank 0 reads the whole
-// file once more and names the first damaged tensor to every rank (a NaN is named as such first).
+// Every stored checksum against the values, before any step (issue 28 W2). The ranks share the
+// extra read: rank r checks tensors r, r + world, ... (one more read of the file in all, spread
+// over the ranks), and the lowest rank that found a damaged tensor names it to every rank (a NaN
+// is named as such first, by refuse_nonfinite_load).
 void verify_before_load(const io::CheckpointReader& checkpoint, comm::Communicator& world) {
   std::string problem;
-  if (world.rank() == 0) {
+  const std::vector<io::TensorInfo> tensors = checkpoint.tensors();
+  for (size_t i = static_cast<size_t>(world.rank()); i < tensors.size() && problem.empty();
+       i += static_cast<size_t>(world.size())) {
+    if (!tensors[i].checksum) continue;
     try {
-      checkpoint.verify_checksums();
+      checkpoint.check_checksum(tensors[i], checkpoint.scan(tensors[i]).checksum);
     } catch (const Error& e) {
       problem = e.what();
     }
   }
-  comm::broadcast_text(world, problem, 0);
-  if (!problem.empty()) throw Error(problem, "");
+  int64_t first = problem.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, DType::i64, comm::ReduceOp::min);
+  if (first == world.size()) return;
+  comm::broadcast_text(world, problem, static_cast<int>(first));
+  throw Error(problem, "");
 }
 
 // ---- the LR schedule on resume (Megatron's OptimizerParamScheduler._check_and_set) ----

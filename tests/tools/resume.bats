@@ -114,6 +114,24 @@ lr_of() { jq -r --argjson i "$1" 'select(.record=="step" and .iteration==$i) | .
   mt-ckpt export --format hf "$TMP/ck" "$TMP/hf2" >/dev/null || fail "export of a good checkpoint"
 }
 
+@test "W2 under mpirun: the ranks share the checksum read, and the rank that finds the damage names it" {
+  train_tiny --train-iters 2 --lr-decay-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/err.log")"
+  # Tensors are checked round-robin over the ranks (in the file's order): of three neighbouring
+  # tensors some land on each rank, so a rank that skipped its share would let one load.
+  for name in model/decoder.layers.0.mlp.linear_fc1.weight model/decoder.layers.0.mlp.linear_fc2.bias \
+    model/decoder.layers.0.mlp.linear_fc2.weight; do
+    rm -rf "$TMP/bad" && cp -r "$TMP/ck" "$TMP/bad"
+    bad="$TMP/bad/iter_0000002/checkpoint.h5"
+    /usr/bin/python3 "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$bad" value "$name" >/dev/null
+    mpirun_n 2 mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 \
+      --global-batch-size 4 --eval-iters 0 --log-interval 1 --train-iters 4 --lr-decay-iters 4 --load "$TMP/bad" \
+      >"$TMP/out.jsonl" 2>"$TMP/err.log" && status=0 || status=$?
+    [[ $status -ne 0 ]] || fail "load $name under mpirun exited 0"
+    grep -q "mt-train: error: $bad: tensor $name: checksum mismatch (stored " "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+    [[ "$(jq -c 'select(.record=="step")' "$TMP/out.jsonl")" == "" ]] || fail "a step ran"
+  done
+}
+
 @test "U10: a parameters-only checkpoint (mt-ckpt convert) is named as such, pointing at --finetune, with or without --no-load-optim" {
   train_tiny --train-iters 2 --save "$TMP/ck" || fail "$(cat "$TMP/err.log")"
   mt-ckpt convert "$TMP/ck/iter_0000002/checkpoint.h5" "$TMP/conv" --dtype fp16 >/dev/null 2>&1 || fail "convert"
