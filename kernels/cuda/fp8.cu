@@ -257,6 +257,9 @@ struct Fp8DeviceState {
   std::string name;
   std::mutex mutex;
   std::map<Fp8PlanKey, std::unique_ptr<Fp8Plan>> plans;
+  // Per stream: 8 floats on a 256-byte boundary holding copies of a call's two scales (see
+  // aligned_scales below); made at a stream's first such call outside capture, never freed.
+  std::map<void*, float*> scale_copies;
 };
 
 // Never destroyed, as gemm.cu's state: descriptors would outlive the library at exit otherwise.
@@ -277,6 +280,28 @@ Fp8DeviceState& fp8_device_state() {
     state = std::move(created);
   }
   return *state;
+}
+
+// cuBLASLt's FP8 matmul turns down a scale pointer off a 16-byte boundary (an H200 run with
+// CUDA 13.0 / cuBLAS 13.1: every training GEMM whose scale sat at a 4- or 8-byte offset of the
+// scaling state's array returned CUBLAS_STATUS_NOT_SUPPORTED and ran the plain kernel, 100x
+// slower). Such a call's two scales are first copied, in stream order, to the stream's aligned
+// pair: copies[0] = *a_scale_inv, copies[4] = *b_scale_inv.
+__global__ void copy_scales_kernel(const float* a_scale_inv, const float* b_scale_inv, float* copies) {
+  copies[0] = *a_scale_inv;
+  copies[4] = *b_scale_inv;
+}
+
+// The stream's copies (8 floats), made at its first call outside capture; nullptr when the stream
+// is capturing and has none yet (the call then takes the plain kernel, as an unplanned shape does).
+// The caller holds state.mutex.
+float* scale_copies(Fp8DeviceState& state, void* stream) {
+  float*& copies = state.scale_copies[stream];
+  if (!copies) {
+    if (capturing(stream)) return nullptr;
+    check(cudaMalloc(&copies, 8 * sizeof(float)), "cudaMalloc (gemm_fp8's aligned scales)");
+  }
+  return copies;
 }
 
 void require_fp8_tensor_cores(const Fp8DeviceState& state) {
@@ -386,8 +411,21 @@ void gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, Fp
     plan = (state.plans[key] = make_plan(context.lt, shape, context.workspace_bytes)).get();
   }
   if (plan->has_algorithm) {
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b_scale_inv, "A_SCALE_POINTER");
-    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale_inv, "B_SCALE_POINTER");
+    const float* lt_a_scale = a_scale_inv;  // mt's A's scale: cuBLASLt's B scale (the TN mapping)
+    const float* lt_b_scale = b_scale_inv;
+    if (!aligned16(a_scale_inv) || !aligned16(b_scale_inv)) {
+      float* copies = scale_copies(state, stream);
+      if (!copies) {
+        lock.unlock();
+        return plain();
+      }
+      copy_scales_kernel<<<1, 1, 0, as_stream(stream)>>>(a_scale_inv, b_scale_inv, copies);
+      check_launch("gemm_fp8 (its scales to 16-byte boundaries)");
+      lt_a_scale = copies;
+      lt_b_scale = copies + 4;
+    }
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, lt_b_scale, "A_SCALE_POINTER");
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, lt_a_scale, "B_SCALE_POINTER");
     const cublasStatus_t status =
         cublasLtMatmul(context.lt, plan->operation, &alpha, b, plan->lt_a, a, plan->lt_b, &beta, c, plan->out, c,
                        plan->out, &plan->algorithm, context.workspace, context.workspace_bytes, as_stream(stream));

@@ -316,6 +316,9 @@ struct GemmCase {
   float alpha, beta;
   int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // leading dimensions beyond k, k, n (multiples of 16)
   int64_t a_offset = 0;  // bytes before A in its device buffer (not a multiple of 16: A off its boundary)
+  // Floats before each scale in one device array (the scaling state keeps every tensor's scale in
+  // one array, so most sit off a 16-byte boundary): A's at scale_offset, B's at 2 scale_offset + 1.
+  int64_t scale_offset = 0;
 };
 
 std::string describe(const GemmCase& g) {
@@ -323,7 +326,10 @@ std::string describe(const GemmCase& g) {
          " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) + " alpha=" + std::to_string(g.alpha) +
          " beta=" + std::to_string(g.beta) + " lda=" + std::to_string(g.k + g.lda_pad) +
          " ldb=" + std::to_string(g.k + g.ldb_pad) + " ldc=" + std::to_string(g.n + g.ldc_pad) +
-         (g.a_offset ? " A at byte " + std::to_string(g.a_offset) : "");
+         (g.a_offset ? " A at byte " + std::to_string(g.a_offset) : "") +
+         (g.scale_offset ? " scales at floats " + std::to_string(g.scale_offset) + ", " +
+                               std::to_string(2 * g.scale_offset + 1)
+                         : "");
 }
 
 // Bytes of `type` for a rows x ld matrix: random values quantised by the shared conversion
@@ -372,15 +378,19 @@ void expect_gemm_matches_cpu(const GemmCase& g, bool integers, std::mt19937& rng
   a_buffer.insert(a_buffer.end(), a.begin(), a.end());
   DeviceArray<uint8_t> d_a(a_buffer), d_b(b);
   const uint8_t* a_device = d_a.get() + g.a_offset;
-  DeviceArray<float> d_c(c), d_a_scale(std::vector<float>{a_scale_inv}), d_b_scale(std::vector<float>{b_scale_inv});
+  std::vector<float> scales(static_cast<size_t>(2 * g.scale_offset + 2), -1.0f);
+  scales[static_cast<size_t>(g.scale_offset)] = a_scale_inv;
+  scales[static_cast<size_t>(2 * g.scale_offset + 1)] = b_scale_inv;
+  DeviceArray<float> d_c(c), d_scales(scales);
+  const float* d_a_scale = d_scales.get() + g.scale_offset;
+  const float* d_b_scale = d_scales.get() + 2 * g.scale_offset + 1;
   const int64_t fallbacks_before = kernels::cuda::gemm_fp8_fallback_calls();
   if (plain) {
-    kernels::cuda::gemm_fp8_plain(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale.get(), lda, d_b.get(),
-                                  g.b_type, d_b_scale.get(), ldb, g.beta, d_c.get(), ldc,
-                                  cuda().default_stream().handle);
+    kernels::cuda::gemm_fp8_plain(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale, lda, d_b.get(), g.b_type,
+                                  d_b_scale, ldb, g.beta, d_c.get(), ldc, cuda().default_stream().handle);
   } else {
-    cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale.get(), lda, d_b.get(), g.b_type,
-                    d_b_scale.get(), ldb, g.beta, d_c.get(), ldc, cuda().default_stream());
+    cuda().gemm_fp8(g.m, g.n, g.k, g.alpha, a_device, g.a_type, d_a_scale, lda, d_b.get(), g.b_type, d_b_scale, ldb,
+                    g.beta, d_c.get(), ldc, cuda().default_stream());
   }
   const std::vector<float> cuda_c = d_c.download(g.m * ldc);
   const bool on_cublaslt = !plain && kernels::cuda::gemm_fp8_fallback_calls() == fallbacks_before;
@@ -448,6 +458,10 @@ TEST(CudaFp8, GemmEqualsTheCpuTable) {
     expect_gemm_matches_cpu(g, true, rng);
   // A 1 byte past a 16-byte boundary: no refusal (the CPU takes it), the plain kernel, exact.
   expect_gemm_matches_cpu(GemmCase{64, 64, 64, e4m3, e4m3, 1.0f, 1.0f, 0, 0, 0, 1}, true, rng);
+  // Scales 4 and 12 bytes into their array, as the training's scaling state holds them: still on
+  // cuBLASLt (gemm_fp8 copies them to a 16-byte boundary; cuBLASLt turns such pointers down).
+  expect_gemm_matches_cpu(GemmCase{64, 192, 64, e4m3, e5m2, 1.0f, 1.0f, 0, 0, 0, 0, 1}, false, rng);
+  expect_gemm_matches_cpu(GemmCase{64, 192, 64, e4m3, e4m3, 1.0f, 0.0f, 0, 0, 0, 0, 1}, true, rng);
 }
 
 void check_cuda(cudaError_t status, const char* what) {
