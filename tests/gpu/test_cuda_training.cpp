@@ -50,13 +50,10 @@ train::TrainConfig fp32_config() {
   return config;
 }
 
-equivalence::RunNumbers train_on(const backend::Ops& ops, const model::ModelConfig& model) {
-  data::LoaderOptions options;
-  options.reset_position_ids = true;
-  options.reset_attention_mask = true;
-  options.eod_mask_loss = true;
-  const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, options);
-  train::Trainer trainer(model, fp32_config(), data, ops);
+// One run's per-step numbers (and evaluations) on `ops`.
+equivalence::RunNumbers train_numbers(const backend::Ops& ops, const model::ModelConfig& model,
+                                      const train::TrainConfig& config, const data::SampleSource& data) {
+  train::Trainer trainer(model, config, data, ops);
   equivalence::RunNumbers numbers;
   train::TrainObservers observers;
   observers.on_step = [&](const train::StepStats& s) {
@@ -70,6 +67,15 @@ equivalence::RunNumbers train_on(const backend::Ops& ops, const model::ModelConf
   };
   trainer.run(observers);
   return numbers;
+}
+
+equivalence::RunNumbers train_on(const backend::Ops& ops, const model::ModelConfig& model) {
+  data::LoaderOptions options;
+  options.reset_position_ids = true;
+  options.reset_attention_mask = true;
+  options.eod_mask_loss = true;
+  const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, options);
+  return train_numbers(ops, model, fp32_config(), data);
 }
 
 class CudaTraining : public ::testing::TestWithParam<bool> {};  // LLaMA-style or GPT-2-style
@@ -217,15 +223,7 @@ train::TrainConfig fp8_config() {
 
 equivalence::RunNumbers train_fp8_on(const backend::Ops& ops, const model::ModelConfig& model) {
   auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
-  train::Trainer trainer(model, fp8_config(), *data, ops);
-  equivalence::RunNumbers numbers;
-  train::TrainObservers observers;
-  observers.on_step = [&](const train::StepStats& s) {
-    numbers.loss.push_back(s.lm_loss);
-    numbers.grad_norm.push_back(s.grad_norm);
-  };
-  trainer.run(observers);
-  return numbers;
+  return train_numbers(ops, model, fp8_config(), *data);
 }
 
 class CudaFp8Training : public ::testing::TestWithParam<bool> {};  // LLaMA-style or GPT-2-style
