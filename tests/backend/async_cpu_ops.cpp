@@ -571,6 +571,11 @@ const Ops& table() {
       .moe_unpermute_rows = MT_QUEUED(moe_unpermute_rows),
       .moe_unroute_probs = MT_QUEUED(moe_unroute_probs),
       .moe_sort_chunks = MT_QUEUED(moe_sort_chunks),
+      // FP8 (issue 23)
+      .fp8_quantize = MT_QUEUED(fp8_quantize),
+      .fp8_transpose = MT_QUEUED(fp8_transpose),
+      .gemm_fp8 = MT_QUEUED(gemm_fp8),
+      .fp8_update_scales = MT_QUEUED(fp8_update_scales),
   };
   return ops;
 }

@@ -38,7 +38,8 @@ check() {
 }
 
 @test "issue22: MLA refuses context parallelism, --qk-layernorm without MLA and an odd RoPE part, by name" {
-  run mt-train --model tiny-deepseek --mock-data --seq-length 16 --dry-run --world-size 2 --context-parallel-size 2
+  run mt-train --model tiny-deepseek --mock-data --seq-length 16 --train-iters 1 --dry-run --world-size 2 \
+    --context-parallel-size 2
   [[ $status -eq 2 ]] || fail "status $status: $output"
   [[ "$output" == *"--multi-latent-attention with --context-parallel-size 2: not supported yet"* ]] || fail "$output"
   run mt-train --model tiny-llama --mock-data --qk-layernorm --train-iters 1
