@@ -1,6 +1,6 @@
-// What the compute backends are built with and will use on this machine: CPU ISA level, GEMM
-// library, CUDA/cuBLAS/NCCL versions and visible devices, the GPU a CUDA run uses. Feeds --version
-// and the run record.
+// What the compute backends are built with and will use: CPU ISA level, GEMM library, CUDA/cuBLAS/
+// NCCL versions and visible devices, the GPU a CUDA run uses (CUDA facts only in a program that
+// links the CUDA backend, backend/cuda_link.h). Feeds --version and the run record.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,9 @@ namespace mt::backend {
 std::string cpu_isa();            // active level (after MT_CPU_ISA)
 std::string cpu_isa_detected();   // the CPU's best level
 std::string gemm_library();       // e.g. "oneDNN 2.6.3"
-bool cuda_built();
-int cuda_device_count();          // 0 without CUDA, driver or device
-// (name, version) of the device libraries linked in; empty without CUDA.
+bool cuda_built();                // this program has the CUDA backend (a CUDA build, linked in)
+int cuda_device_count();          // 0 without CUDA backend, driver or device
+// (name, version) of the device libraries linked in; empty without the CUDA backend.
 std::vector<std::pair<std::string, std::string>> device_library_versions();
 
 // The GPU a CUDA run uses (registry.h's select_cuda_device chose it), for the run record.
@@ -27,7 +27,7 @@ struct GpuInfo {
   std::string pci_bus_id;
   std::string driver;              // the CUDA version the driver supports, e.g. "13.0"
 };
-// Throws mt::Error when this build has no CUDA backend or the device cannot be queried.
+// Throws mt::Error when this program has no CUDA backend or the device cannot be queried.
 GpuInfo selected_gpu();
 // Bytes the CUDA backend's caching pool holds from the driver now (its reserved memory: live
 // buffers and the freed blocks it keeps); same errors as selected_gpu.

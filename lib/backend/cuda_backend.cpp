@@ -3,7 +3,8 @@
 // stream handle passed as the cudaStream_t it holds). Asynchronous: entries queue work on their
 // stream and return. GEMMs take native bf16/f16 operands for --bf16/--fp16 with fp32 accumulation,
 // activations stay fp32 as on the CPU (DESIGN.md, "CUDA backend"). Compiled only with the CUDA
-// backend (MT_WITH_CUDA); backend/registry.cpp hands this table out when a device is usable.
+// backend (MT_WITH_CUDA), into the object library mt_cuda (backend/cuda_link.h), which installs
+// it; backend/registry.cpp hands this table out when a device is usable.
 // Tested on a GPU by tests/gpu/test_cuda_runtime.cpp and the op harness (CTest label gpu).
 #ifdef MT_WITH_CUDA
 

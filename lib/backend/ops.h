@@ -297,7 +297,7 @@ const void* op_entry(const Ops& ops, OpId op);
 // kernels::set_active_isa apply), oneDNN GEMMs, host memory.
 const Ops& cpu_ops();
 
-// The CUDA backend (cuda_backend.cpp, built with MT_WITH_CUDA only): kernels/cuda on the device
+// The CUDA backend (cuda_backend.cpp, in mt_cuda only: backend/cuda_link.h): kernels/cuda on the device
 // registry.h's select_cuda_device chose, stream-ordered memory from a caching pool, one
 // non-blocking default stream per process. Ask backend/registry.h for it: that checks a device is
 // usable first.

@@ -1,27 +1,39 @@
 // The backend registry (see registry.h).
 #include "backend/registry.h"
 
+#include "backend/cuda_link.h"
 #include "core/error.h"
-#ifdef MT_WITH_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace mt::backend {
 namespace {
 
 const std::string kCudaFlag = "--device cuda";
 
-#ifdef MT_WITH_CUDA
-// Throws the one-line refusal when no CUDA device is usable here.
-void require_cuda_device() {
-  const std::string reason = kernels::cuda::device_unavailable_reason();
+// Set before main() by mt_cuda's cuda_link.cpp where the program links it; zero-initialised, so
+// no static-initialisation order matters.
+constinit const CudaLink* installed_link = nullptr;
+
+// The CUDA entries, or the one-line refusal when this program has none or no device is usable.
+const CudaLink& require_cuda_device() {
+  if (!installed_link) throw Error(kCudaFlag, cuda_unlinked_reason());
+  const std::string reason = installed_link->device_unavailable_reason();
   if (!reason.empty()) throw Error(kCudaFlag, "no CUDA device found (" + reason + ")");
+  return *installed_link;
 }
-#else
-Error no_cuda_backend() { return Error(kCudaFlag, "this build has no CUDA backend (configure with -DMT_CUDA=ON)"); }
-#endif
 
 }  // namespace
+
+void install_cuda_link(const CudaLink& link) { installed_link = &link; }
+
+const CudaLink* cuda_link() { return installed_link; }
+
+std::string cuda_unlinked_reason() {
+#ifdef MT_WITH_CUDA
+  return "this program has no CUDA backend linked in (mt-train and the GPU tests have it)";
+#else
+  return "this build has no CUDA backend (configure with -DMT_CUDA=ON)";
+#endif
+}
 
 const char* device_name(Device device) {
   switch (device) {
@@ -39,28 +51,19 @@ Device parse_device(const std::string& name, const std::string& flag) {
 
 const Ops& backend_ops(Device device) {
   if (device == Device::cpu) return cpu_ops();
-#ifdef MT_WITH_CUDA
-  require_cuda_device();
-  return cuda_ops();
-#else
-  throw no_cuda_backend();
-#endif
+  return require_cuda_device().ops();
 }
 
 int select_cuda_device(int local_rank) {
   if (local_rank < 0) throw UsageError("local rank " + std::to_string(local_rank), "must be 0 or more");
-#ifdef MT_WITH_CUDA
-  require_cuda_device();
-  const int index = local_rank % kernels::cuda::device_count();
+  const CudaLink& link = require_cuda_device();
+  const int index = local_rank % link.device_count();
   try {
-    kernels::cuda::select_device(index);
+    link.select_device(index);
   } catch (const std::exception& e) {
     throw Error(kCudaFlag, e.what());
   }
   return index;
-#else
-  throw no_cuda_backend();
-#endif
 }
 
 }  // namespace mt::backend

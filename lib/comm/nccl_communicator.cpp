@@ -1,6 +1,7 @@
 // The NCCL data communicator (see nccl_communicator.h): the join, collectives on the bound stream,
 // non-blocking forms on a second stream, batched point to point, split, and the watchdog that
-// bounds queued operations. Compiled only with the CUDA backend (lib/CMakeLists.txt).
+// bounds queued operations. Compiled only with the CUDA backend, into the object library mt_cuda
+// (lib/CMakeLists.txt), which installs it (nccl_communicator.h's NcclLink).
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -659,20 +660,14 @@ std::unique_ptr<Communicator> join(Communicator& control, const backend::Ops& op
                                             static_cast<cudaStream_t>(stream.handle), timeout_seconds);
 }
 
+const NcclLink kLink{.make_data_group = &join};
+
+// Runs before main() in every program that links mt_cuda (backend/cuda_link.h).
+[[maybe_unused]] const bool kInstalled = [] {
+  install_nccl_link(kLink);
+  return true;
+}();
+
 }  // namespace
-
-bool nccl_built() { return true; }
-
-std::unique_ptr<Communicator> make_nccl_data_group(Communicator& control, const backend::Ops& ops,
-                                                   backend::Stream stream) {
-  return join(control, ops, stream, kDefaultDistributedTimeoutSeconds);
-}
-
-DataGroupFactory nccl_data_group_factory(double timeout_seconds) {
-  if (!(timeout_seconds > 0)) throw Error("NCCL data group", "distributed timeout must be positive");
-  return [timeout_seconds](Communicator& control, const backend::Ops& ops, backend::Stream stream) {
-    return join(control, ops, stream, timeout_seconds);
-  };
-}
 
 }  // namespace mt::comm

@@ -52,12 +52,13 @@ namespace mt::comm {
 // Megatron's --distributed-timeout-minutes default (10 minutes), in seconds.
 inline constexpr double kDefaultDistributedTimeoutSeconds = 600.0;
 
-// Whether this build has the NCCL communicator (the CUDA backend was built).
+// Whether this program has the NCCL communicator (a CUDA build, linked with mt_cuda:
+// backend/cuda_link.h).
 bool nccl_built();
 
 // A group's NCCL data communicator bound to `stream` of `ops` (a CUDA table), with the default
-// distributed timeout: a DataGroupFactory. Collective over `control`. Throws mt::Error in a build
-// without CUDA, for a table that is not CUDA's, and when the join fails or times out.
+// distributed timeout: a DataGroupFactory. Collective over `control`. Throws mt::Error in a program
+// without the NCCL communicator, for a table that is not CUDA's, and when the join fails or times out.
 std::unique_ptr<Communicator> make_nccl_data_group(Communicator& control, const backend::Ops& ops,
                                                    backend::Stream stream);
 
@@ -66,8 +67,16 @@ std::unique_ptr<Communicator> make_nccl_data_group(Communicator& control, const 
 DataGroupFactory nccl_data_group_factory(double timeout_seconds);
 
 // The data-group factory for a backend's device: the CPU's is make_mpi_data_group; CUDA's is NCCL
-// (with `timeout_seconds`) when this build has it, and an mt::Error naming the device otherwise.
+// (with `timeout_seconds`) when this program has it, and an mt::Error naming the device otherwise.
 DataGroupFactory data_group_factory(backend::Device device,
                                     double timeout_seconds = kDefaultDistributedTimeoutSeconds);
+
+// The NCCL entries behind the three above: nccl_communicator.cpp (in mt_cuda only) installs them
+// before main(), as backend/cuda_link.h's; unset, NCCL is refused by name.
+struct NcclLink {
+  std::unique_ptr<Communicator> (*make_data_group)(Communicator& control, const backend::Ops& ops,
+                                                   backend::Stream stream, double timeout_seconds);
+};
+void install_nccl_link(const NcclLink& link);
 
 }  // namespace mt::comm
