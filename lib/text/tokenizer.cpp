@@ -8,8 +8,10 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -268,9 +270,16 @@ void require_option(const std::string& value, const std::string& flag, const std
 
 // ---- GPT2BPETokenizer: encoder.json + vocab.bpe ------------------------------------------------
 
+// Token text -> id, looked up by string_view without a temporary string (every process loads the
+// tokenizer, and a vocabulary's 10^5 merges look up three tokens each).
+struct TextHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+using TokenIds = std::unordered_map<std::string, int32_t, TextHash, std::equal_to<>>;
+
 // Reads a token -> id object of byte-level strings into `model`; returns the largest id.
-int32_t add_byte_level_vocab(const json& vocab, const std::string& path, BpeModel& model,
-                             std::unordered_map<std::string, int32_t>& id_of_text) {
+int32_t add_byte_level_vocab(const json& vocab, const std::string& path, BpeModel& model, TokenIds& id_of_text) {
   if (!vocab.is_object()) throw Error(path, "the vocabulary is not a JSON object of token -> id");
   int32_t max_id = -1;
   for (const auto& [text, value] : vocab.items()) {
@@ -292,15 +301,17 @@ int32_t add_byte_level_vocab(const json& vocab, const std::string& path, BpeMode
 // Returns the merged token's id.
 template <class Where>
 int32_t add_merge_line(std::string_view left, std::string_view right, uint32_t priority, Where where,
-                    const std::unordered_map<std::string, int32_t>& id_of_text, BpeModel& model) {
+                    const TokenIds& id_of_text, BpeModel& model) {
   auto find = [&](std::string_view text) {
-    auto it = id_of_text.find(std::string(text));
+    auto it = id_of_text.find(text);
     if (it == id_of_text.end()) throw Error(where(), "merge refers to unknown token " + std::string(text));
     return it->second;
   };
   int32_t left_id = find(left);
   int32_t right_id = find(right);
-  int32_t merged_id = find(std::string(left) + std::string(right));
+  thread_local std::string merged;  // reused: no allocation per merge
+  merged.assign(left).append(right);
+  int32_t merged_id = find(merged);
   model.add_merge(left_id, right_id, priority, merged_id);
   return merged_id;
 }
@@ -309,7 +320,7 @@ int32_t add_merge_line(std::string_view left, std::string_view right, uint32_t p
 // every token is one of the 256 bytes, "<|endoftext|>", or the result of a merge in vocab.bpe
 // (GPT-2 has 256 + 50000 + 1). A token that no merge makes can never be produced: vocab.bpe is
 // truncated (an empty or cut file) or belongs to another vocabulary.
-void check_gpt2_files(const TokenizerOptions& options, const std::unordered_map<std::string, int32_t>& id_of_text,
+void check_gpt2_files(const TokenizerOptions& options, const TokenIds& id_of_text,
                       int32_t max_id, const std::vector<uint8_t>& made_by_merge, uint32_t merge_count) {
   const auto token_count = static_cast<int64_t>(id_of_text.size());
   if (token_count != int64_t{max_id} + 1) {
@@ -347,7 +358,7 @@ std::unique_ptr<Tokenizer> load_gpt2(const TokenizerOptions& options) {
   std::string vocab_text = read_input_file(options.vocab_file, "--vocab-file");
   std::string merges_text = read_input_file(options.merge_file, "--merge-file");
   BpeModel model;
-  std::unordered_map<std::string, int32_t> id_of_text;
+  TokenIds id_of_text;
   int32_t max_id =
       add_byte_level_vocab(parse_json(options.vocab_file, vocab_text), options.vocab_file, model, id_of_text);
 
@@ -820,7 +831,7 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   if (merges == nullptr || !merges->is_array()) throw Error(path, "model has no merges list");
 
   BpeModel model;
-  std::unordered_map<std::string, int32_t> id_of_text;
+  TokenIds id_of_text;
   int32_t max_id = add_byte_level_vocab(*vocab, path, model, id_of_text);
   uint32_t priority = 0;
   for (const json& merge : *merges) {
