@@ -14,7 +14,6 @@ setup_file() {
   cat >"$HELPER" <<'PYTHON'
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -23,6 +22,7 @@ import numpy
 sys.path.insert(0, os.environ["ORACLE_DIR"])
 import megatron_bert_oracle as bo  # noqa: E402
 import megatron_oracle as mo  # noqa: E402
+from write_megatron_idx import write_megatron_idx  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -44,19 +44,7 @@ def write_dataset(prefix, rng, vocab_size):
         docs.append(len(sentences))
     lengths = numpy.array([len(s) for s in sentences], dtype=numpy.int32)
     tokens = numpy.array([t for s in sentences for t in s], dtype=numpy.uint16)
-    with open(prefix + ".bin", "wb") as f:
-        f.write(tokens.tobytes())
-    pointers = numpy.zeros(len(lengths), dtype=numpy.int64)
-    pointers[1:] = numpy.cumsum(lengths[:-1].astype(numpy.int64)) * 2
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00")
-        f.write(struct.pack("<Q", 1))
-        f.write(struct.pack("<B", 8))  # uint16
-        f.write(struct.pack("<Q", len(lengths)))
-        f.write(struct.pack("<Q", len(docs)))
-        f.write(lengths.tobytes())
-        f.write(pointers.tobytes())
-        f.write(numpy.array(docs, dtype=numpy.int64).tobytes())
+    write_megatron_idx(prefix, tokens, lengths, docs)
     names = SPECIAL + [("##p%d" % i) if subword(i) else ("w%d" % i) for i in range(5, vocab_size)]
     return tokens.astype(numpy.int64), lengths, numpy.array(docs, dtype=numpy.int64), names
 

@@ -13,7 +13,6 @@ setup_file() {
   cat >"$HELPER" <<'PYTHON'
 import json
 import os
-import struct
 import sys
 
 import h5py
@@ -21,6 +20,7 @@ import numpy
 
 sys.path.insert(0, os.environ["ORACLE_DIR"])
 import megatron_oracle as mo  # noqa: E402
+from write_megatron_idx import write_megatron_idx  # noqa: E402
 
 SPLITS = ["969,30,1", "98,2,0", "1,1,1", "90,5,5", "8,1,1", "80,20", "949,50,1", "0.7 0.2 0.1"]
 
@@ -36,19 +36,7 @@ def write_megatron(prefix, rng):
         doc_indices.append(len(lengths))
     lengths = numpy.array(lengths, dtype=numpy.int32)
     tokens = rng.integers(0, 1000, size=int(lengths.sum())).astype(numpy.uint16)
-    with open(prefix + ".bin", "wb") as f:
-        f.write(tokens.tobytes())
-    pointers = numpy.zeros(len(lengths), dtype=numpy.int64)
-    pointers[1:] = numpy.cumsum(lengths[:-1].astype(numpy.int64)) * 2
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00")
-        f.write(struct.pack("<Q", 1))
-        f.write(struct.pack("<B", 8))  # uint16
-        f.write(struct.pack("<Q", len(lengths)))
-        f.write(struct.pack("<Q", len(doc_indices)))
-        f.write(lengths.tobytes())
-        f.write(pointers.tobytes())
-        f.write(numpy.array(doc_indices, dtype=numpy.int64).tobytes())
+    write_megatron_idx(prefix, tokens, lengths, doc_indices)
     return lengths
 
 

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../temp_dir.h"
-#include "data/sample_source.h"
+#include "fixed_tokens.h"
 #include "train/checkpointing.h"
 #include "train/trainer.h"
 
@@ -209,26 +209,6 @@ std::vector<int64_t> dataset_shape(hid_t file, const std::string& name) {
   return {dims.begin(), dims.end()};
 }
 
-// Fixed token rows (the committed ones); sample i's labels are not used.
-class FixedTokens : public data::SampleSource {
- public:
-  FixedTokens(std::vector<int32_t> tokens, int seq_length, int64_t vocab_size)
-      : tokens_(std::move(tokens)), seq_length_(seq_length), vocab_size_(vocab_size) {}
-  void sample(data::Split, int64_t index, int32_t* tokens) const override {
-    const int64_t rows = static_cast<int64_t>(tokens_.size()) / seq_length_;
-    const int32_t* row = tokens_.data() + (index % rows) * seq_length_;
-    std::copy(row, row + seq_length_, tokens);
-    tokens[seq_length_] = 0;
-  }
-  int64_t vocab_size() const override { return vocab_size_; }
-  std::string describe() const override { return "fixed tokens"; }
-
- private:
-  std::vector<int32_t> tokens_;
-  int seq_length_;
-  int64_t vocab_size_;
-};
-
 // mt-train --mock-data with the case's flags (make_hf_goldens.sh), saved as --save-final does,
 // loaded with --finetune into a model that reads the committed tokens: its logits against
 // transformers' on the export of that checkpoint.
@@ -257,7 +237,7 @@ void compare_with_transformers(const std::string& name) {
     save.resumable = false;
     train::save_checkpoint_file(checkpoint, trainer, save);
   }
-  FixedTokens fixed(tokens, c.model.seq_length, c.model.vocab_size);
+  mt::testing::FixedTokens fixed(tokens, c.model.seq_length, c.model.vocab_size);
   train::Trainer trainer(c.model, c.train, fixed, backend::cpu_ops());
   train::LoadOptions load;
   load.finetune = true;

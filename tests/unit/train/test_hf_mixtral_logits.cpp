@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "data/sample_source.h"
+#include "fixed_tokens.h"
 #include "train/trainer.h"
 
 using namespace mt;
@@ -45,26 +45,6 @@ Dataset<T> read_dataset(hid_t file, const std::string& name, hid_t type) {
   return d;
 }
 
-// The committed token rows; labels unused.
-class FixedTokens : public data::SampleSource {
- public:
-  FixedTokens(std::vector<int32_t> tokens, int seq_length, int64_t vocab_size)
-      : tokens_(std::move(tokens)), seq_length_(seq_length), vocab_size_(vocab_size) {}
-  void sample(data::Split, int64_t index, int32_t* tokens) const override {
-    const int64_t rows = static_cast<int64_t>(tokens_.size()) / seq_length_;
-    const int32_t* row = tokens_.data() + (index % rows) * seq_length_;
-    std::copy(row, row + seq_length_, tokens);
-    tokens[seq_length_] = 0;
-  }
-  int64_t vocab_size() const override { return vocab_size_; }
-  std::string describe() const override { return "fixed tokens"; }
-
- private:
-  std::vector<int32_t> tokens_;
-  int seq_length_;
-  int64_t vocab_size_;
-};
-
 // The largest |mt - transformers| over the golden's logits, mt running `m` (tiny-mixtral's
 // parameters: the initialisation depends on the shapes and the seed only).
 double worst_difference(const model::ModelConfig& m, double* largest) {
@@ -83,7 +63,7 @@ double worst_difference(const model::ModelConfig& m, double* largest) {
   t.global_batch_size = rows;
   t.train_iters = 1;
   t.eval_iters = 0;
-  FixedTokens fixed(tokens.values, m.seq_length, m.vocab_size);
+  mt::testing::FixedTokens fixed(tokens.values, m.seq_length, m.vocab_size);
   train::Trainer trainer(m, t, fixed, backend::cpu_ops());
   std::vector<float> logits(expected.values.size());
   trainer.forward_logits(0, rows, logits.data());
