@@ -7,12 +7,20 @@
 // micro-batches; the trainer reduces them over TP x DP x CP (max) and calls update_scales once
 // per step.
 // What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
-// (qkv, projection, fc1, fc2), not the embedding nor the output layer. The arithmetic of one
-// element and one tensor's update: kernels/common/fp8.h (sources and rules in its header).
-// Tested in tests/unit/model/test_fp8_gemm.cpp and tests/unit/train/test_fp8_training.cpp.
+// (qkv, projection, fc1, fc2), not the embedding nor the output layer; with
+// --first-last-layers-bf16 not the first --num-layers-at-start-in-bf16 nor the last
+// --num-layers-at-end-in-bf16 layers either (Megatron's is_first_last_bf16_layer: their GEMMs
+// take the run's bf16/fp16 path and have no FP8 state); with --no-fp8-wgrad a linear's
+// weight-gradient GEMM takes that path too (TE's override_linear_precision wgrad), its forward and
+// input-gradient GEMMs staying FP8. The arithmetic of one element and one tensor's update:
+// kernels/common/fp8.h (sources and rules in its header).
+// A checkpoint holds each FP8 linear's state (TE's extra_state): state_pieces says where.
+// Tested in tests/unit/model/test_fp8_gemm.cpp, tests/unit/model/test_fp8_state_selection.cpp,
+// tests/unit/train/test_fp8_training.cpp and tests/unit/train/test_fp8_state_checkpoint.cpp.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/memory.h"
@@ -32,7 +40,17 @@ struct Fp8Config {
   int margin = 0;                                                      // --fp8-margin
   int64_t amax_history_len = 1;                                        // --fp8-amax-history-len
   kernels::Fp8AmaxAlgo amax_compute_algo = kernels::Fp8AmaxAlgo::most_recent;  // --fp8-amax-compute-algo
+  bool first_last_layers_bf16 = false;                                 // --first-last-layers-bf16
+  int num_layers_at_start_in_bf16 = 1;                                 // --num-layers-at-start-in-bf16
+  int num_layers_at_end_in_bf16 = 1;                                   // --num-layers-at-end-in-bf16
+  bool wgrad = true;                                                   // false: --no-fp8-wgrad
 };
+
+// Whether decoder layer `layer` (global index) of a model of `num_layers` layers runs its linears
+// in FP8: not with --first-last-layers-bf16 when it is among the first or last layers it names.
+bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers);
+// Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer).
+bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers);
 
 // The three FP8 tensors of a linear.
 enum class Fp8Operand { input, weight, output_grad };
@@ -48,6 +66,8 @@ class Fp8Scaling {
   // The linear whose GEMM weight starts at `weight_offset`, or -1 when it is not an FP8 linear.
   int64_t linear(int64_t weight_offset) const;
   int64_t linears() const { return static_cast<int64_t>(weight_offsets_.size()); }
+  // The name of a linear's weight in the layout ("decoder.layers.0.self_attention.linear_q.weight").
+  const std::string& weight_name(int64_t linear) const { return weight_names_[static_cast<size_t>(linear)]; }
   kernels::Fp8Type type(Fp8Operand operand) const;
   float* amax(int64_t linear, Fp8Operand operand) { return amaxes() + tensor(linear, operand); }
   const float* scale(int64_t linear, Fp8Operand operand) const { return state_.data() + tensors() + tensor(linear, operand); }
@@ -72,12 +92,26 @@ class Fp8Scaling {
   // Drops the amaxes gathered since the last update (evaluation's forward passes).
   void discard_amaxes();
 
+  // A linear's state as its checkpoint tensor holds it, a (3, 2 + history_len) matrix: rows input,
+  // weight, output grad; columns scale, scale_inv, then the amax history newest first (TE's
+  // extra_state keeps scale and amax_history per forward and backward group). The running amaxes
+  // are not part of it: they are zero between steps, when checkpoints are written. Each piece is
+  // the block rows [row, row + rows) x columns [column, column + columns) of that matrix, stored
+  // row-major at `data` (device memory of the ops).
+  struct StatePiece {
+    int64_t row = 0, rows = 0, column = 0, columns = 0;
+    float* data = nullptr;
+  };
+  std::vector<StatePiece> state_pieces(int64_t linear);
+  int64_t state_columns() const { return 2 + config_.amax_history_len; }
+
  private:
   int64_t tensor(int64_t linear, Fp8Operand operand) const;
 
   const backend::Ops& ops_;
   Fp8Config config_;
   std::vector<int64_t> weight_offsets_;  // ascending
+  std::vector<std::string> weight_names_;  // in the order of weight_offsets_
   int64_t weight_capacity_ = 0;
   // amax[T], scale[T], scale_inv[T], history[T][history_len]; T = 3 linears: the forward group
   // (input, weight of each linear), then the backward group (output grads).

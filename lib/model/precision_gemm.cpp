@@ -93,7 +93,10 @@ void PrecisionGemm::linear_backward_input(const float* dy, int64_t rows, int64_t
 void PrecisionGemm::linear_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                            int64_t in_features, int64_t weight_offset) const {
   const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
-  if (linear >= 0) return fp8_backward_weight(dy, x, rows, out_features, in_features, weight_offset, linear);
+  // --no-fp8-wgrad: the weight-gradient GEMM of an FP8 linear in the run's precision (TE's wgrad override).
+  if (linear >= 0 && fp8_->config().wgrad) {
+    return fp8_backward_weight(dy, x, rows, out_features, in_features, weight_offset, linear);
+  }
   gemm(true, false, out_features, in_features, rows, activation_operand(dy, rows * out_features, 0), out_features,
        activation_operand(x, rows * in_features, 1), in_features, 1.0f, grads_ + weight_offset, in_features);
 }

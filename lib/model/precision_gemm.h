@@ -66,8 +66,9 @@ class PrecisionGemm {
     return precision == Precision::fp32 ? 0 : elements;
   }
 
-  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with its scales and feed its amaxes (null: off).
-  // Needs the operand buffers (a precision other than fp32).
+  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with its scales and feed its amaxes (null: off);
+  // their weight-gradient GEMMs too unless its config says --no-fp8-wgrad. Needs the operand
+  // buffers (a precision other than fp32).
   void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
 
   // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`.

@@ -35,6 +35,7 @@ namespace mt::train {
 namespace {
 
 constexpr const char* kLockName = "mt-train.lock";
+constexpr const char* kFp8StatePrefix = "fp8/";
 
 std::string this_host() {
   char buffer[256] = {};
@@ -240,6 +241,49 @@ void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) 
   }
 }
 
+// ---- FP8 scaling state (issue 23): TE's extra_state of each FP8 linear ----
+
+// The FP8 linears of the whole model, in its layout order (every rank lists them all).
+std::vector<std::string> fp8_weight_names(const model::ParamLayout& whole_model, const model::Fp8Config& fp8,
+                                          int num_layers) {
+  std::vector<std::string> names;
+  for (const model::ParamEntry& entry : whole_model.entries) {
+    if (model::is_fp8_weight(fp8, entry, num_layers)) names.push_back(entry.name);
+  }
+  return names;
+}
+
+// This rank's FP8 linears by weight name.
+std::unordered_map<std::string, int64_t> fp8_linears_by_name(const model::Fp8Scaling& fp8) {
+  std::unordered_map<std::string, int64_t> linears;
+  for (int64_t linear = 0; linear < fp8.linears(); ++linear) linears.emplace(fp8.weight_name(linear), linear);
+  return linears;
+}
+
+io::Box piece_box(const model::Fp8Scaling::StatePiece& piece) {
+  return io::Box{{piece.row, piece.column}, {piece.rows, piece.columns}};
+}
+
+// With --fp8-format, fp8/<weight> (3, 2 + history) for every FP8 linear of the model. The state is
+// the same on every rank of a stage after each step's amax reduction over TP x DP x CP, and a
+// linear's scales cover its whole weight (the amaxes are maxima over the shards), so it does not
+// depend on the layout: the stage's rank with TP, DP and CP coordinates 0 writes it.
+void add_fp8_shares(Trainer& trainer, const model::ParamLayout& whole_model, std::vector<TensorShare>& shares) {
+  model::Fp8Scaling* fp8 = trainer.fp8_scaling();
+  if (!fp8) return;
+  const std::unordered_map<std::string, int64_t> local = fp8_linears_by_name(*fp8);
+  for (const std::string& name : fp8_weight_names(whole_model, fp8->config(), trainer.model_config().num_layers)) {
+    TensorShare share{fp8_state_tensor_name(name), {3, fp8->state_columns()}, {}};
+    const auto found = local.find(name);
+    if (found != local.end() && trainer.writes_expert_biases()) {
+      for (const model::Fp8Scaling::StatePiece& piece : fp8->state_pieces(found->second)) {
+        share.slices.push_back(io::TensorSlice{piece_box(piece), piece.data});
+      }
+    }
+    shares.push_back(std::move(share));
+  }
+}
+
 // Every tensor of the checkpoint, in the same order on every rank (the whole model's layout
 // order, whichever pipeline stage holds it), with this rank's slices: the runs of parameters and
 // moments the optimizer says this rank writes (optim::DistributedOptimizer::checkpoint_runs:
@@ -263,6 +307,7 @@ std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& op
     return shares[static_cast<size_t>(group) * tensors + index.at(entry.name)].slices;
   };
   add_expert_bias_shares(trainer, shares);
+  add_fp8_shares(trainer, whole_model, shares);
   const float* params = trainer.parameters();
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   const float* moments[] = {optimizer.exp_avg(), optimizer.exp_avg_sq()};
@@ -471,6 +516,53 @@ void verify_before_load(const io::CheckpointReader& checkpoint, comm::Communicat
   throw Error(problem, "");
 }
 
+// What TE's set_extra_state and Megatron do: a linear whose state the checkpoint holds takes it
+// (scales, scale_invs, amax history); one it lacks (a checkpoint of a run without FP8, or where
+// the layer was in bf16) keeps its fresh state, as TE keeps it for an empty extra_state; a run
+// without --fp8-format ignores the checkpoint's FP8 state (TE loads it into modules that do not
+// use it, and their next save drops it). A different --fp8-amax-history-len is refused.
+void load_fp8_state(const io::CheckpointReader& checkpoint, Trainer& trainer, HostStaging& staging) {
+  std::unordered_map<std::string, std::vector<int64_t>> saved;  // fp8/<weight> -> shape
+  for (const io::TensorInfo& tensor : checkpoint.tensors()) {
+    if (tensor.name.rfind(kFp8StatePrefix, 0) == 0) saved.emplace(tensor.name, tensor.shape);
+  }
+  model::Fp8Scaling* fp8 = trainer.fp8_scaling();
+  const bool rank0 = trainer.world().rank() == 0;
+  if (!fp8) {
+    if (!saved.empty() && rank0) {
+      log::info("mt-train: " + checkpoint.path() +
+                " holds FP8 scaling state; this run has no --fp8-format and ignores it");
+    }
+    return;
+  }
+  int64_t missing = 0;
+  for (int64_t linear = 0; linear < fp8->linears(); ++linear) {
+    const std::string name = fp8_state_tensor_name(fp8->weight_name(linear));
+    const auto found = saved.find(name);
+    if (found == saved.end()) {
+      ++missing;
+      continue;
+    }
+    const std::vector<int64_t> shape = {3, fp8->state_columns()};
+    if (found->second.size() != 2 || found->second[0] != 3 || found->second[1] < 3) {
+      throw Error(checkpoint.path(), name + " is not an FP8 state (3, 2 + amax history length)");
+    }
+    if (found->second != shape) {
+      throw Error(checkpoint.path(), name + " holds an amax history of " + std::to_string(found->second[1] - 2) +
+                                         " steps, this run's --fp8-amax-history-len is " +
+                                         std::to_string(fp8->config().amax_history_len) + ": give the checkpoint's");
+    }
+    for (const model::Fp8Scaling::StatePiece& piece : fp8->state_pieces(linear)) {
+      staging.read_to_device(checkpoint, name, shape, piece_box(piece), piece.data);
+    }
+  }
+  trainer.world().all_reduce(&missing, 1, DType::i64, comm::ReduceOp::max);
+  if (missing > 0 && rank0) {
+    log::info("mt-train: " + checkpoint.path() + " holds no FP8 scaling state for some FP8 linears of this run (" +
+              std::to_string(missing) + " on one rank): they start from scale 1 and an empty amax history");
+  }
+}
+
 // ---- the LR schedule on resume (Megatron's OptimizerParamScheduler._check_and_set) ----
 
 // The run's config as the checkpoint saved it.
@@ -559,6 +651,18 @@ void resume_scheduler(const io::CheckpointReader& checkpoint, Trainer& trainer, 
 }
 
 }  // namespace
+
+std::string fp8_state_tensor_name(const std::string& weight) { return kFp8StatePrefix + weight; }
+
+bool is_fp8_state_tensor(const model::ModelConfig& model, const io::TensorInfo& tensor) {
+  if (tensor.name.rfind(kFp8StatePrefix, 0) != 0) return false;
+  if (tensor.shape.size() != 2 || tensor.shape[0] != 3 || tensor.shape[1] < 3) return false;
+  for (const model::ParamEntry& entry : model::build_layout(model).entries) {
+    const bool fp8_linear = model::is_fp8_weight(model::Fp8Config{}, entry, model.num_layers);
+    if (fp8_linear && tensor.name == fp8_state_tensor_name(entry.name)) return true;
+  }
+  return false;
+}
 
 std::string expert_bias_tensor_name(int layer) { return "model/" + model::layer_prefix(layer) + "mlp.router.expert_bias"; }
 
@@ -662,6 +766,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     const int experts = trainer.model_config().num_experts;
     staging.read_to_device(checkpoint, expert_bias_tensor_name(bias.layer), {experts}, io::Box{{0}, {experts}}, bias.data);
   }
+  load_fp8_state(checkpoint, trainer, staging);  // model state: with --finetune too, as TE's extra_state
   optim::DistributedOptimizer& optimizer = trainer.optimizer();
   if (optimizer_state) {
     // The moments of every run this rank updates (copies too).

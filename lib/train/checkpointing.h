@@ -16,10 +16,11 @@
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one
-// line naming the tensor). Parameters always load; the optimizer's moments and step with
+// line naming the tensor). Parameters and the FP8 scaling state always load; the optimizer's moments and step with
 // `optimizer`; the counters, consumed samples and the loss scaler (fp16 runs from fp16
 // checkpoints, as Megatron keeps it in the optimizer state) unless `finetune` (Megatron's
-// --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp
+// --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp,
+// the FP8 state in tests/unit/train/test_fp8_state_checkpoint.cpp and tests/tools/mt-train-fp8.bats,
 // and end to end by tests/tools/mt-train.bats and (several ranks) tests/tools/mt-train-mpi.bats;
 // the save directory's lock and tracker rule in tests/unit/train/test_save_directory.cpp and
 // tests/tools/overwrite.bats.
@@ -34,6 +35,14 @@
 #include "train/trainer.h"
 
 namespace mt::train {
+
+// The name in a checkpoint of an FP8 linear's scaling state (issue 23), "fp8/<weight name>", a
+// (3, 2 + --fp8-amax-history-len) tensor: rows input, weight, output grad; columns scale,
+// scale_inv, the amax history newest first (model::Fp8Scaling::state_pieces). Saved for every FP8
+// linear of a run with --fp8-format, loaded as TE's set_extra_state does (load_checkpoint).
+std::string fp8_state_tensor_name(const std::string& weight);
+// Whether `tensor` is the FP8 state of a linear of `model`, of the shape it must have (mt-ckpt verify).
+bool is_fp8_state_tensor(const model::ModelConfig& model, const io::TensorInfo& tensor);
 
 // The name in a checkpoint of MoE layer `layer`'s expert bias, "model/decoder.layers.<i>.mlp.router.expert_bias":
 // a persistent buffer (not a parameter), saved with the parameters as Megatron's state dict holds it.

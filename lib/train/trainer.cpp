@@ -245,6 +245,17 @@ void Trainer::check_fp8_supported() const {
     throw UsageError("--fp8-format with --num-experts",
                      "not supported (the experts' grouped GEMMs do not run in FP8 here)");
   }
+  // Megatron's bound on --first-last-layers-bf16: each count at most the layers of a pipeline stage.
+  const int stage_layers = model_config_.num_layers / parallel_config_.pipeline_model_parallel_size;
+  const std::pair<const char*, int> bf16_layers[] = {
+      {"--num-layers-at-start-in-bf16", config_.fp8.num_layers_at_start_in_bf16},
+      {"--num-layers-at-end-in-bf16", config_.fp8.num_layers_at_end_in_bf16}};
+  for (const auto& [flag, count] : bf16_layers) {
+    if (config_.fp8.first_last_layers_bf16 && (count < 0 || count > stage_layers)) {
+      throw UsageError(flag, std::to_string(count) + " is not between 0 and the " + std::to_string(stage_layers) +
+                                 " layers of a pipeline stage");
+    }
+  }
 }
 
 // The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax

@@ -323,6 +323,7 @@ class Trainer {
   const model::ParamLayout& layout() const { return layout_; }
   // The FP8 scaling state (device memory of ops()); null without --fp8-format.
   const model::Fp8Scaling* fp8_scaling() const { return fp8_.get(); }
+  model::Fp8Scaling* fp8_scaling() { return fp8_.get(); }  // checkpoints load its state
   // The rank's flat parameters (device memory of ops()), complete: waits for any parameter
   // all-gather still in flight.
   float* parameters();

@@ -76,3 +76,57 @@ tiny() {
       fail "np $ranks '$layout': $(jq -c -s '[.[] | select(.record=="step") | .lm_loss]' "$TMP/many.jsonl") vs one rank's $one"
   done
 }
+
+# The FP8 scaling state in checkpoints across a layout change: TP=2 saves at step 2 (a 4-step amax
+# history under max); TP=2 resumed equals TP=2 straight bit for bit; TP=1 loads exactly what TP=2
+# saved (its --save-final of the loaded state equals the checkpoint's FP8 tensors bit for bit: the
+# state is per linear, the same on every rank after the TP x DP x CP amax reduction) and its steps
+# 3-4 stay within the TP bound of TP=2's; the checkpoint verifies.
+@test "issue23: FP8 state saved at TP=2 resumes bit for bit at TP=2 and loads unchanged at TP=1" {
+  local -a tiny=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 32 --micro-batch-size 2
+                 --global-batch-size 4 --lr 3e-3 --lr-decay-iters 4 --eval-iters 0 --peak-tflops 1 --bf16 --fp8-format hybrid
+                 --fp8-amax-history-len 4 --fp8-amax-compute-algo max --ffn-hidden-size 192)
+  local losses='[.[] | select(.record=="step") | .lm_loss]'
+  mpirun_n 2 mt-train "${tiny[@]}" --tensor-model-parallel-size 2 --train-iters 4 >"$TMP/straight.jsonl" 2>"$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  mpirun_n 2 mt-train "${tiny[@]}" --tensor-model-parallel-size 2 --train-iters 2 --save "$TMP/ck" >/dev/null 2>"$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  mt-ckpt verify "$TMP/ck" >/dev/null || fail "the FP8 checkpoint does not verify"
+  mpirun_n 2 mt-train "${tiny[@]}" --tensor-model-parallel-size 2 --train-iters 4 --load "$TMP/ck" >"$TMP/tp2.jsonl" 2>"$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  local straight tp2
+  straight="$(jq -c -s "$losses | .[2:]" "$TMP/straight.jsonl")"
+  tp2="$(jq -c -s "$losses" "$TMP/tp2.jsonl")"
+  [[ "$tp2" == "$straight" ]] || fail "TP=2 resumed $tp2, straight $straight"
+  # TP=1 loads the TP=2 checkpoint; with nothing left to train its --save-final holds the loaded state.
+  mt-train "${tiny[@]}" --train-iters 2 --load "$TMP/ck" --save-final "$TMP/loaded.h5" >/dev/null 2>"$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  run_split mt-ckpt diff "$TMP/ck" "$TMP/loaded.h5"  # exit 3: the optimizer state is only in the checkpoint
+  jq -e -s '[.[] | select(.record=="tensor_diff" and (.name | startswith("fp8/")))] | length == 14 and
+    all(.ok and .max_abs == 0)' <<<"$out" >/dev/null || fail "FP8 state changed through a TP=1 load: $out"
+  local saved
+  saved="$(h5dump -d /fp8/decoder.layers.0.mlp.linear_fc2.weight "$TMP/ck/iter_0000002/checkpoint.h5")"
+  [[ "$saved" == *"(0,0): "* && "$saved" != *"(0,0): 1,"* ]] || fail "the saved input scale is still 1: $saved"
+  mt-train "${tiny[@]}" --train-iters 4 --load "$TMP/ck" >"$TMP/tp1.jsonl" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+  jq -e -s --argjson tp2 "$tp2" "$losses | length == 2 and (to_entries
+    | all(((.value - \$tp2[.key]) | fabs) <= 3e-4 * \$tp2[.key]))" "$TMP/tp1.jsonl" >/dev/null ||
+    fail "TP=1 from the TP=2 checkpoint: $(jq -c -s "$losses" "$TMP/tp1.jsonl") vs TP=2's $tp2"
+}
+
+@test "issue23: --first-last-layers-bf16, --num-layers-at-*-in-bf16 and --no-fp8-wgrad are refused where they change nothing" {
+  local cases=(
+    "--bf16 --first-last-layers-bf16|--first-last-layers-bf16: needs --fp8-format"
+    "--bf16 --no-fp8-wgrad|--no-fp8-wgrad: needs --fp8-format"
+    "--bf16 --fp8-format hybrid --num-layers-at-end-in-bf16 0|--num-layers-at-end-in-bf16: needs --first-last-layers-bf16"
+    "--bf16 --fp8-format hybrid --first-last-layers-bf16 --num-layers-at-start-in-bf16 3|--num-layers-at-start-in-bf16: 3 is not between 0 and the 2 layers of a pipeline stage"
+  )
+  for entry in "${cases[@]}"; do
+    local args="${entry%%|*}" want="${entry#*|}"
+    # shellcheck disable=SC2086
+    tiny $args
+    [[ $status -eq 2 && "$(line_count "$err")" -eq 1 && "$err" == "mt-train: error: $want"* ]] ||
+      fail "'$args': status $status, $err"
+  done
+  tiny --bf16 --fp8-format e4m3 --first-last-layers-bf16 --num-layers-at-start-in-bf16 0 --no-fp8-wgrad
+  [[ $status -eq 0 ]] || fail "$err"
+}

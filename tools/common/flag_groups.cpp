@@ -303,6 +303,10 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
   add("--fp8-amax-history-len", f.fp8_amax_history_len)->capture_default_str();
   add("--fp8-amax-compute-algo", f.fp8_amax_compute_algo)->capture_default_str();
   add("--fp8-param-gather", f.fp8_param_gather);
+  add("--first-last-layers-bf16", f.first_last_layers_bf16);
+  add("--num-layers-at-start-in-bf16", f.num_layers_at_start_in_bf16);
+  add("--num-layers-at-end-in-bf16", f.num_layers_at_end_in_bf16);
+  add("--no-fp8-wgrad", f.no_fp8_wgrad);
   add("--loss-scale", c.loss_scale);
   add("--initial-loss-scale", c.initial_loss_scale)->capture_default_str();
   add("--min-loss-scale", c.min_loss_scale)->capture_default_str();
@@ -327,6 +331,23 @@ void add_training_flags(CLI::App& app, TrainingFlags& f, const std::string& grou
 
 namespace {
 
+// Which GEMMs quantize (Megatron's --first-last-layers-bf16, --num-layers-at-*-in-bf16, --no-fp8-wgrad);
+// each flag is refused by name where it would change nothing.
+void fp8_layer_selection(const TrainingFlags& f, model::Fp8Config& fp8) {
+  const bool counts = f.num_layers_at_start_in_bf16 || f.num_layers_at_end_in_bf16;
+  if (!fp8.enabled && (f.first_last_layers_bf16 || f.no_fp8_wgrad || counts)) {
+    throw UsageError(f.no_fp8_wgrad ? "--no-fp8-wgrad" : "--first-last-layers-bf16", "needs --fp8-format");
+  }
+  if (counts && !f.first_last_layers_bf16) {
+    throw UsageError(f.num_layers_at_start_in_bf16 ? "--num-layers-at-start-in-bf16" : "--num-layers-at-end-in-bf16",
+                     "needs --first-last-layers-bf16");
+  }
+  fp8.first_last_layers_bf16 = f.first_last_layers_bf16;
+  fp8.num_layers_at_start_in_bf16 = f.num_layers_at_start_in_bf16.value_or(1);
+  fp8.num_layers_at_end_in_bf16 = f.num_layers_at_end_in_bf16.value_or(1);
+  fp8.wgrad = !f.no_fp8_wgrad;
+}
+
 // --fp8-*: Megatron's names and defaults; the recipes and options mt does not run are refused by name.
 model::Fp8Config fp8_config(const TrainingFlags& f) {
   if (f.fp8_param_gather) throw UsageError("--fp8-param-gather", "not supported (parameters are gathered in fp32)");
@@ -340,6 +361,7 @@ model::Fp8Config fp8_config(const TrainingFlags& f) {
   fp8.amax_history_len = f.fp8_amax_history_len;
   fp8.amax_compute_algo =
       f.fp8_amax_compute_algo == "max" ? kernels::Fp8AmaxAlgo::max : kernels::Fp8AmaxAlgo::most_recent;
+  fp8_layer_selection(f, fp8);
   return fp8;
 }
 

@@ -173,6 +173,8 @@ struct TrainingFlags {
   int fp8_margin = 0;
   int64_t fp8_amax_history_len = 1;
   bool fp8_param_gather = false;
+  bool first_last_layers_bf16 = false, no_fp8_wgrad = false;
+  std::optional<int> num_layers_at_start_in_bf16, num_layers_at_end_in_bf16;  // Megatron's default 1
   bool check_for_nan_in_loss_and_grad = false, no_check_for_nan_in_loss_and_grad = false;
   bool moe_per_layer_logging = false;
   std::optional<double> peak_tflops;
