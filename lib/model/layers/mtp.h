@@ -29,8 +29,9 @@
 // The block keeps all its activations (no recompute of MTP layers: Megatron's full recompute of
 // them changes memory, not numbers). Context parallelism and pipeline stages without the word
 // embedding are refused before this block is built (train/supported.h).
-// Tested in tests/unit/model/test_mtp.cpp (finite differences, TP = 2 with SP over threads) and
-// against Megatron-Core in tests/unit/model/test_mtp_megatron.cpp (tests/golden/mtp/).
+// Tested against Megatron-Core in tests/unit/model/test_mtp_megatron.cpp (tests/golden/mtp/: the
+// losses and every grad) and in tests/unit/model/test_mtp.cpp (TP = 2 with and without SP over
+// threads against one rank, the grads-ready signals, a DeepSeek-shaped MoE + MLA depth).
 #pragma once
 
 #include <functional>
