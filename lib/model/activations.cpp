@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/layers/mtp.h"
 
 namespace mt::model {
 
@@ -34,6 +35,7 @@ int64_t workspace_floats(const DecoderLayer& layer, const ActivationRows& rows, 
 int64_t widest_gemm_operand(const ActivationShape& shape, const ChunkModules& blocks) {
   int64_t widest = std::max(shape.hidden, shape.vocab);
   for (const auto& layer : blocks.layers) widest = std::max(widest, layer->widest_gemm_operand());
+  if (blocks.mtp) widest = std::max(widest, blocks.mtp->widest_gemm_operand());
   return widest;
 }
 
@@ -98,6 +100,7 @@ void ActivationPool::lay_out_slot(const Chunk& chunk, BufferSource& source, Slot
   slot.input = layers > 0 ? slot.layer_inputs.front() : source.take(s * c);
   if (chunk.blocks.head) {
     slot.head = chunk.blocks.head->lay_out_activations(source, chunk.rows);
+    if (chunk.blocks.mtp) slot.mtp = chunk.blocks.mtp->lay_out_saved(source, chunk.rows);
   } else {
     slot.output = source.take(s * c);
   }
@@ -132,6 +135,7 @@ void ActivationPool::lay_out_workspace(const Chunk& chunk, BufferSource& source,
     w.layers.push_back(layer->lay_out_workspace(shared, chunk.rows, plan.selective));
   }
   if (shape.has_output) w.head.dloss = source.take(n);
+  if (chunk.blocks.mtp) w.mtp = chunk.blocks.mtp->lay_out_workspace(source, chunk.rows);
   w.pingpong[0] = source.take(s * c);
   w.pingpong[1] = source.take(s * c);
   w.temporaries.tmp = source.take(s * c);

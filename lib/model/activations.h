@@ -54,6 +54,7 @@ struct StageWorkspace {
   float* d_stream[2] = {nullptr, nullptr};  // (S, C) residual-stream grads
   float* embedding_full = nullptr;          // (N, C) embedding partial lookups, SP only
   float* operands[2] = {nullptr, nullptr};  // GEMM operands in the precision (rows * widest each)
+  std::unique_ptr<BlockBuffers> mtp;        // the multi-token prediction block's (model/layers/mtp.h)
 };
 
 // What one micro-batch in flight keeps.
@@ -65,6 +66,7 @@ struct SlotActivations {
   float* input = nullptr;   // (S, C) the chunk's input: embedding output or received activation
   float* output = nullptr;  // (S, C) the chunk's output (a chunk without the head)
   HeadActivations head;     // the last chunk
+  std::unique_ptr<BlockBuffers> mtp;  // the multi-token prediction block's saved set (beside the head)
 };
 
 class ActivationPool {

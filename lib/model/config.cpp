@@ -57,6 +57,7 @@ void ModelConfig::validate() const {
   if (num_experts > 0) validate_moe();
   validate_mla();
   if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
+  if (!std::isfinite(mtp_loss_scaling_factor)) throw UsageError("--mtp-loss-scaling-factor", "must be finite");
 }
 
 void ModelConfig::validate_moe() const {
@@ -154,10 +155,7 @@ bool ModelConfig::moe_has_aux_loss() const {
 }
 
 void ModelConfig::check_trainable() const {
-  if (mtp_num_layers > 0) {
-    throw UsageError("model " + name, "multi-token prediction is not supported yet by lib/model "
-                                      "(train/supported.h refuses its flags first)");
-  }
+  // Every block of the config has a layer variant in model/spec.h (multi-token prediction too).
 }
 
 // Multi-latent attention (issue 22): Megatron's MLA flags and what MLA excludes.
@@ -488,6 +486,10 @@ long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   layer += norm;
   const Wide moe_layers = c.moe_layer_count();
   Wide total = c.num_layers * layer + moe_layers * moe_mlp + (c.num_layers - moe_layers) * dense_mlp;
+  // Multi-token prediction: per depth a layer like the last decoder layer, enorm, hnorm, the
+  // final norm and eh_proj (2h -> h, no bias); embedding and output layer shared.
+  const Wide mtp_mlp = c.is_moe_layer(c.num_layers) ? moe_mlp : dense_mlp;
+  total += static_cast<Wide>(c.mtp_num_layers) * (layer + mtp_mlp + 3 * norm + 2 * hidden * hidden);
   total += norm + vocab * hidden;
   if (c.position_embedding == PositionEmbedding::learned_absolute) total += c.max_position_embeddings * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
@@ -574,6 +576,7 @@ void visit_fields(Visit& visit, Config& c) {
   visit("v_head_dim", c.v_head_dim);
   visit("qk_layernorm", c.qk_layernorm);
   visit("mtp_num_layers", c.mtp_num_layers);
+  visit("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor);
 }
 
 }  // namespace

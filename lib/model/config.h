@@ -1,6 +1,6 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
-// Mixtral/DeepSeek-style mixture-of-experts, DeepSeek's multi-latent attention, and for accounting
-// only multi-token prediction), the named presets, validation, parameter counts of the dense models
+// Mixtral/DeepSeek-style mixture-of-experts, DeepSeek's multi-latent attention and
+// multi-token prediction), the named presets, validation, parameter counts of the dense models
 // mt-train runs (lib/perf/parameters.h counts every architecture), and JSON (the run record and
 // checkpoints carry it). Tested in tests/unit/model/test_config.cpp and
 // tests/unit/perf/test_parameters.cpp.
@@ -96,8 +96,9 @@ struct ModelConfig {
   int v_head_dim = 0;           // --v-head-dim
   bool qk_layernorm = false;    // --qk-layernorm: MLA's latent RMSNorms (q_layernorm, kv_layernorm); MLA only
   // Multi-token prediction (--mtp-num-layers): extra layers after the decoder, each MoE or dense
-  // like the last decoder layer, sharing the embedding and output layer.
+  // like the last decoder layer, sharing the embedding and output layer (model/layers/mtp.h).
   int mtp_num_layers = 0;
+  float mtp_loss_scaling_factor = 0.1f;  // --mtp-loss-scaling-factor: lambda, the MTP losses' weight
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
@@ -117,8 +118,8 @@ struct ModelConfig {
   // padding only with capacity; fp64 router, flex dispatcher and sinkhorn refused by name.
   void validate() const;
   // The layout's and parameter_count's assertion: mt::UsageError when the model has layers
-  // lib/model does not build (MTP). Users are refused earlier, by flag, by the one list
-  // of what mt-train does not run yet (train/supported.h).
+  // lib/model does not build (none today: multi-token prediction is built, issue 22). Users are
+  // refused earlier, by flag, by the one list of what mt-train does not run yet (train/supported.h).
   void check_trainable() const;
 
  private:

@@ -23,6 +23,13 @@ struct MicroBatch {
   // stream (backend xent_loss_sums): a step's micro-batches accumulate without a host wait. Needed
   // on the last stage; ignored elsewhere.
   double* loss_sums = nullptr;
+  // Multi-token prediction (--mtp-num-layers D, model/layers/mtp.h), last stage only: device
+  // doubles (loss, tokens) per depth that a training forward adds the depth's sums to (its labels
+  // and loss mask rolled as Megatron rolls them), and on the host, per depth, d(objective) /
+  // d(the depth's loss sum) that backward starts from (the trainer's lambda / D over the depth's
+  // tokens times the LM loss's scale; 0 gives the depth no grads).
+  double* mtp_loss_sums = nullptr;
+  const float* mtp_loss_grad_scales = nullptr;
 };
 
 // A pair of loss sums read back on the host.

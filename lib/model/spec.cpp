@@ -7,6 +7,7 @@
 #include "model/layers/mla_attention.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe_mlp.h"
+#include "model/layers/mtp.h"
 #include "model/layers/output_head.h"
 #include "model/layers/pre_norm_layer.h"
 #include "model/layout.h"
@@ -60,10 +61,6 @@ LayerSpec layer_spec(const ModelConfig& config, int layer) {
 }
 
 ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& chunks) {
-  if (config.mtp_num_layers > 0) {
-    throw Error("the model spec", "has no multi-token prediction blocks (--mtp-num-layers " +
-                                      std::to_string(config.mtp_num_layers) + ")");
-  }
   bool embedding_here = false;
   for (const ChunkSpec& chunk : chunks) embedding_here = embedding_here || chunk.has_embedding;
   const bool tied = !config.untie_embeddings_and_output_weights;
@@ -84,6 +81,9 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
                                   : embedding_here ? OutputWeight::tied_embedding
                                                    : OutputWeight::tied_copy;
       chunk.head = HeadSpec{HeadKind::language_model, output};
+      for (int depth = 0; depth < config.mtp_num_layers; ++depth) {
+        chunk.mtp_layers.push_back(layer_spec(config, config.num_layers + depth));
+      }
     }
     spec.chunks.push_back(std::move(chunk));
   }
@@ -115,6 +115,11 @@ void check_spec(const ModelSpec& spec) {
       if (layer.mlp.ffn_hidden_size <= 0) {
         throw Error("decoder layer " + std::to_string(layer.layer), "has no MLP width");
       }
+    }
+    if (!chunk.mtp_layers.empty() && !chunk.head) throw Error(what, "has multi-token prediction without the head");
+    if (!chunk.mtp_layers.empty() && !chunk.embedding) {
+      throw Error(what, "has multi-token prediction without the word embedding (a pipeline's last stage would need "
+                        "its own copy)");
     }
     if (chunk.head && chunk.head->output == OutputWeight::tied_embedding) {
       bool embedded = false;
@@ -169,6 +174,15 @@ ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config) {
     modules.layers.push_back(make_decoder_layer(layer, config, std::move(mlp)));
   }
   if (chunk.head) modules.head = make_head(*chunk.head, config);
+  if (!chunk.mtp_layers.empty()) {
+    std::vector<std::unique_ptr<DecoderLayer>> mtp_layers;
+    for (const LayerSpec& layer : chunk.mtp_layers) {
+      std::unique_ptr<MlpVariant> mlp = make_mlp(layer.mlp, config, layer.layer);
+      if (layer.mlp.kind == MlpKind::moe) modules.moe_layers.push_back(static_cast<MoeMlp*>(mlp.get()));
+      mtp_layers.push_back(make_decoder_layer(layer, config, std::move(mlp)));
+    }
+    modules.mtp = std::make_unique<MtpBlock>(config, *chunk.embedding, *chunk.head, std::move(mtp_layers));
+  }
   return modules;
 }
 
@@ -177,6 +191,7 @@ ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config, con
   if (modules.embedding) modules.embedding->bind(layout);
   for (auto& layer : modules.layers) layer->bind(layout);
   if (modules.head) modules.head->bind(layout);
+  if (modules.mtp) modules.mtp->bind(layout);
   return modules;
 }
 
@@ -184,6 +199,7 @@ void declare_parameters(const ChunkModules& chunk, ParamDeclarations& declaratio
   if (chunk.embedding) chunk.embedding->declare(declarations);
   for (const auto& layer : chunk.layers) layer->declare(declarations);
   if (chunk.head) chunk.head->declare(declarations);
+  if (chunk.mtp) chunk.mtp->declare(declarations);
 }
 
 }  // namespace mt::model

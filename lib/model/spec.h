@@ -8,7 +8,10 @@
 // layer_spec() is the one place that maps the config to a layer's kinds (--moe-layer-freq
 // patterns choose per layer between the dense MLP and the mixture of experts); its variants are
 // self-attention, a dense GELU or SwiGLU MLP or a MoE MLP (model/layers/moe_mlp.h), pre-norm, and
-// it throws mt::Error for a config it has no variant for (multi-latent attention). The factories below build the block objects (model/layers/) from a spec: a new
+// it throws mt::Error for a config it has no variant for. With --mtp-num-layers D the chunk that
+// ends the model also holds the multi-token prediction block (model/layers/mtp.h) after its head:
+// D transformer layers of global index num_layers + k, each specified by layer_spec like the
+// decoder's (so MoE or dense as the last decoder layer, MLA where the model has it). The factories below build the block objects (model/layers/) from a spec: a new
 // variant is a new enum value, one case in a factory of spec.cpp and the new block's own files.
 // Tested in tests/unit/model/test_spec.cpp.
 #pragma once
@@ -29,6 +32,7 @@ class DecoderLayer;
 class OutputHead;
 class MlpVariant;
 class MoeMlp;
+class MtpBlock;
 
 // A model chunk: decoder layers [first_layer, last_layer) and whether it holds the model's ends.
 struct ChunkSpec {
@@ -104,6 +108,9 @@ struct ChunkBlocks : ChunkSpec {
   std::optional<EmbeddingSpec> embedding;  // iff has_embedding
   std::vector<LayerSpec> layers;           // layers first_layer .. last_layer - 1, in order
   std::optional<HeadSpec> head;            // iff has_output
+  // Multi-token prediction (only beside the head): per depth k its transformer layer's spec
+  // (global index num_layers + k); empty without --mtp-num-layers.
+  std::vector<LayerSpec> mtp_layers;
 };
 
 // The chunks a rank holds, in order.
@@ -126,7 +133,8 @@ struct ChunkModules {
   std::unique_ptr<Embedding> embedding;  // when the chunk embeds
   std::vector<std::unique_ptr<DecoderLayer>> layers;
   std::unique_ptr<OutputHead> head;      // when the chunk ends the model
-  std::vector<MoeMlp*> moe_layers;       // the MoE MLPs of `layers`, in layer order (owned there)
+  std::unique_ptr<MtpBlock> mtp;         // beside the head, with --mtp-num-layers
+  std::vector<MoeMlp*> moe_layers;       // the MoE MLPs of `layers` and then of `mtp`, in layer order (owned there)
 
   ChunkModules();
   ~ChunkModules();

@@ -2,6 +2,7 @@
 #include "model/stage.h"
 
 #include "model/layers/moe_mlp.h"
+#include "model/layers/mtp.h"
 
 #include <optional>
 
@@ -229,6 +230,10 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   if (blocks_.head) {
     before(head_layer(config_));
     blocks_.head->forward(ctx, lpass, acts.head, w.head);  // adds to batch.loss_sums
+    // Multi-token prediction from the final norm's output (training only: adds to batch.mtp_loss_sums).
+    if (blocks_.mtp && pass.training) {
+      blocks_.mtp->forward(ctx, lpass, acts.head.final_norm, *acts.mtp, *w.mtp, w.temporaries, before);
+    }
   } else {
     output.activation = acts.output;
   }
@@ -254,7 +259,12 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
 
   int current = 0;  // w.d_stream[current] holds the grad of the current layer's output
   if (blocks_.head) {
-    blocks_.head->backward(ctx, pass, acts.head, dloss_scale, w.head, w.d_stream[0]);
+    // The MTP depths' grads first (depths k > 0 signal L + k); their grad of the final norm's
+    // output joins the head's before its norm, and the head's signal covers depth 0.
+    const float* d_final_norm =
+        blocks_.mtp ? blocks_.mtp->backward(ctx, pass, acts.head.final_norm, *acts.mtp, *w.mtp, w.temporaries, signal)
+                    : nullptr;
+    blocks_.head->backward(ctx, pass, acts.head, dloss_scale, w.head, w.d_stream[0], d_final_norm);
     signal(head_layer(config_));
   } else if (!d_output) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",

@@ -124,11 +124,12 @@ bool create_exclusive(const std::string& path, const std::string& text) {
 // Model fields that do not change a checkpoint's tensors or what they compute.
 // Model fields a loaded checkpoint may disagree with: names, sequence length, init, dropout, and the
 // MoE loss weights and bias-update rate (training settings that shape no tensor, as a fine-tune
-// from a Hugging Face import with another router_aux_loss_coef needs).
+// from a Hugging Face import with another router_aux_loss_coef needs), and the MTP loss weight
+// (DeepSeek-V3 lowers it from 0.3 to 0.1 during pre-training).
 bool free_to_differ(const std::string& field) {
   return field == "name" || field == "seq_length" || field == "init_method_std" || field == "hidden_dropout" ||
          field == "attention_dropout" || field == "moe_aux_loss_coeff" || field == "moe_z_loss_coeff" ||
-         field == "moe_router_bias_update_rate";
+         field == "moe_router_bias_update_rate" || field == "mtp_loss_scaling_factor";
 }
 
 // The box of a parameter's shard inside its global tensor.
@@ -669,7 +670,7 @@ std::string expert_bias_tensor_name(int layer) { return "model/" + model::layer_
 std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_buffers(const model::ModelConfig& model) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;
   if (model.num_experts == 0 || !model.moe_router_enable_expert_bias) return buffers;
-  for (int layer = 0; layer < model.num_layers; ++layer) {
+  for (int layer = 0; layer < model.num_layers + model.mtp_num_layers; ++layer) {  // MTP depths: L + k
     if (model.is_moe_layer(layer)) buffers.emplace_back(expert_bias_tensor_name(layer), std::vector<int64_t>{model.num_experts});
   }
   return buffers;

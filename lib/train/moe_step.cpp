@@ -57,11 +57,14 @@ MoeStepStats finish_moe_step(const model::ModelConfig& model, const backend::Ops
                                      model.moe_router_bias_update_rate);
     }
   }
-  // 3. Per model layer: [balancing, z, counts (E)], this rank's layers filled, the rest zero.
-  const int moe_layers = model.moe_layer_count();
-  std::vector<int> moe_index(static_cast<size_t>(model.num_layers), -1);
-  for (int l = 0, i = 0; l < model.num_layers; ++l) {
-    if (model.is_moe_layer(l)) moe_index[static_cast<size_t>(l)] = i++;
+  // 3. Per model layer: [balancing, z, counts (E)], this rank's layers filled, the rest zero. The
+  // MoE layers of multi-token prediction depths (layers L + k) count as further MoE layers, as
+  // Megatron's tracker counts them.
+  const int model_layers = model.num_layers + model.mtp_num_layers;
+  std::vector<int> moe_index(static_cast<size_t>(model_layers), -1);
+  int moe_layers = 0;
+  for (int l = 0; l < model_layers; ++l) {
+    if (model.is_moe_layer(l)) moe_index[static_cast<size_t>(l)] = moe_layers++;
   }
   const size_t width = 2 + static_cast<size_t>(experts);
   std::vector<float> counts(static_cast<size_t>(experts) * layers.size());
@@ -98,7 +101,7 @@ MoeStepStats finish_moe_step(const model::ModelConfig& model, const backend::Ops
   stats.per_layer_losses = per_layer_logging;
   double balancing = 0, z = 0;
   std::vector<float> layer_counts(static_cast<size_t>(experts));
-  for (int l = 0; l < model.num_layers; ++l) {
+  for (int l = 0; l < model_layers; ++l) {
     if (moe_index[static_cast<size_t>(l)] < 0) continue;
     const double* row = figures.data() + width * static_cast<size_t>(moe_index[static_cast<size_t>(l)]);
     MoeLayerStats layer;
@@ -111,9 +114,12 @@ MoeStepStats finish_moe_step(const model::ModelConfig& model, const backend::Ops
     z += layer.z_loss;
     stats.layers.push_back(layer);
   }
-  if (moe_layers > 0) {
-    stats.balancing_loss = balancing / moe_layers;
-    if (model.moe_z_loss_coeff) stats.z_loss = z / moe_layers;
+  // Megatron's divisor (moe_utils.py track_moe_metrics): the decoder's MoE layers plus every MTP
+  // depth, MoE or not.
+  const int logged_layers = model.moe_layer_count() + model.mtp_num_layers;
+  if (logged_layers > 0) {
+    stats.balancing_loss = balancing / logged_layers;
+    if (model.moe_z_loss_coeff) stats.z_loss = z / logged_layers;
   }
   return stats;
 }

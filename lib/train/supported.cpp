@@ -23,7 +23,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
   // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
   // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  (void)device;  // every setting below is refused on every backend (MoE runs on the CPU and CUDA tables)
   const bool moe = model.num_experts > 0;
   const Unsupported list[] = {
       {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
@@ -39,8 +38,15 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {model.multi_latent_attention && parallel.context_parallel_size > 1,
        "--multi-latent-attention with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
        "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
-      {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),
-       "mt-train has no multi-token prediction" + accounted},
+      {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
+       "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
+       "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},
+      {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1,
+       "--mtp-num-layers with --pipeline-model-parallel-size " + std::to_string(parallel.pipeline_model_parallel_size),
+       "the last stage would need its own copy of the word embedding for the MTP lookups, which mt does not keep "
+       "yet" + accounted},
+      {model.mtp_num_layers > 0 && device == backend::Device::cuda, "--mtp-num-layers with --device cuda",
+       "multi-token prediction runs on the CPU table; it has not run on a GPU yet"},
   };
   for (const Unsupported& setting : list) {
     if (setting.asked) throw UsageError(setting.flag, "not supported yet (" + setting.instead + ")");

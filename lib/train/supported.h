@@ -1,5 +1,6 @@
-// What mt-train does not run yet, in one list: the model features (multi-latent attention,
-// multi-token prediction) and the mixture-of-experts settings (the fp64 router, the flex
+// What mt-train does not run yet, in one list: the model features (multi-latent attention under
+// context parallelism; multi-token prediction under context or pipeline parallelism and on CUDA)
+// and the mixture-of-experts settings (the fp64 router, the flex
 // dispatcher, sinkhorn and global_aux_loss balancing) that mt-train's flag handling and the
 // Trainer refuse by flag, before anything is built. Mixture of experts with expert parallelism
 // runs on the CPU and on CUDA (kernels/cuda/moe_*.cu). mt-mfu and mt-memreport account for all of them and never
@@ -15,9 +16,9 @@
 namespace mt::train {
 
 // Throws mt::UsageError naming the flag (and value) of the first setting mt-train cannot run yet,
-// "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--mtp-num-layers 1: not
-// supported yet (mt-train has no multi-token prediction; ...)". `device`: the backend the run
-// uses (no setting depends on it today; kept for the next one that does).
+// "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--mtp-num-layers with
+// --pipeline-model-parallel-size 2: not supported yet (...)". `device`: the backend the run uses
+// (multi-token prediction is refused on CUDA).
 void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
                      backend::Device device = backend::Device::cpu);
 

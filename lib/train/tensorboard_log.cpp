@@ -90,6 +90,8 @@ void TensorBoardLog::write_step_scalars(const StepStats& s) {
   scalar_and_samples("batch-size", s.global_batch_size, s);
   scalar_and_samples("lm loss", s.lm_loss, s);
   if (s.moe) write_moe_scalars(*s.moe, s.iteration);
+  // track_mtp_metrics()'s scalars: "mtp_<k> loss" per depth.
+  for (size_t k = 0; k < s.mtp_losses.size(); ++k) scalar("mtp_" + std::to_string(k + 1) + " loss", s.mtp_losses[k], s.iteration);
   if (options_.log_loss_scale) scalar_and_samples("loss-scale", s.loss_scale, s);
   if (!s.skipped) scalar_and_samples("grad-norm", s.grad_norm, s);  // Megatron's optimizer returns none then
   if (s.num_zeros) scalar_and_samples("num-zeros", static_cast<double>(*s.num_zeros), s);

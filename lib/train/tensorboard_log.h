@@ -8,7 +8,8 @@
 // `num-zeros` and `params-norm` (when the step carries them), each also as `<name> vs samples`
 // (stepped by consumed samples); for a MoE model Megatron's track_moe_metrics scalars after `lm
 // loss`: `load_balancing_loss` (or `seq_`/`global_load_balancing_loss`), `z_loss` and with
-// --moe-per-layer-logging `moe/<name>_layer_<i>` per MoE layer i (iteration steps only); with --log-memory-to-tensorboard the writer rank's allocator
+// --moe-per-layer-logging `moe/<name>_layer_<i>` per MoE layer i (iteration steps only), then with
+// --mtp-num-layers `mtp_<k> loss` per depth (track_mtp_metrics; iteration steps only); with --log-memory-to-tensorboard the writer rank's allocator
 // figures `mem-reserved-bytes`, `mem-allocated-bytes`, `mem-max-allocated-bytes`,
 // `mem-allocated-count`. Every --log-interval iterations and at the run's first (Megatron's log
 // block), with --log-timers-to-tensorboard: `iteration-time` (seconds, the mean since the last

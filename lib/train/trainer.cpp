@@ -23,6 +23,7 @@
 #include "parallel/context_parallel.h"
 #include "perf/memory.h"
 #include "train/moe_step.h"
+#include "train/mtp_step.h"
 #include "train/supported.h"
 
 namespace mt::train {
@@ -256,6 +257,9 @@ void Trainer::check_fp8_supported() const {
                                  " layers of a pipeline stage");
     }
   }
+  if (model_config_.mtp_num_layers > 0) {
+    throw UsageError("--fp8-format with --mtp-num-layers", "not supported yet (the MTP depths' linears have no FP8 state)");
+  }
 }
 
 // The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax
@@ -408,6 +412,12 @@ void Trainer::allocate_staging() {
   staged_.allocate(rows);
   device_rows_.allocate(ops_, rows);
   step_sums_ = backend::DeviceBuffer<double>(ops_, 3, backend::MemoryCategory::activations);
+  if (model_config_.mtp_num_layers > 0) {
+    const int64_t micro_depths = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_ /
+                                 config_.micro_batch_size * model_config_.mtp_num_layers;
+    mtp_sums_ = backend::DeviceBuffer<double>(ops_, 2 * micro_depths, backend::MemoryCategory::activations);
+    mtp_sums_host_.assign(static_cast<size_t>(2 * micro_depths), 0.0);
+  }
   eval_sums_ = backend::DeviceBuffer<double>(ops_, 2 * config_.eval_iters, backend::MemoryCategory::activations);
   eval_sums_host_.assign(static_cast<size_t>(2 * config_.eval_iters), 0.0);
   // What watching the run needs: the timers, the zero count's host copy, the params norm's sum.
@@ -591,6 +601,7 @@ StepStats Trainer::train_step() {
   finalize_grads();
   if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);
+  if (model_config_.mtp_num_layers > 0) stats.mtp_losses = finish_mtp_losses(static_cast<int>(tokens.micro.size()));
   scaler_.update(stats.skipped);
   if (config_.log_params_norm) queue_params_sum_squares();
   consumed_samples_ += config_.global_batch_size;
@@ -697,7 +708,16 @@ void Trainer::run_training_pipeline(const StepTokens& tokens) {
   PipelineCallbacks callbacks;
   // The micro-batches add their loss sums to the step's, from zero, in micro-batch order.
   ops_.zero(step_sums_.data(), 3 * static_cast<int64_t>(sizeof(double)), ops_.default_stream());
-  callbacks.batch = [&](int m) { return staged_batch(micro, m * micro, step_sums_.data()); };
+  callbacks.batch = [&](int m) {
+    model::MicroBatch batch = staged_batch(micro, m * micro, step_sums_.data());
+    if (model_config_.mtp_num_layers > 0) {
+      const int depths = model_config_.mtp_num_layers;
+      batch.mtp_loss_sums = mtp_sums_.data() + 2 * m * depths;
+      batch.mtp_loss_grad_scales = mtp_grad_scales_.data() + m * depths;
+    }
+    return batch;
+  };
+  if (model_config_.mtp_num_layers > 0) prepare_mtp_losses(tokens);
   callbacks.dloss_scale = [&](int m) {
     const double counted = tokens.micro[static_cast<size_t>(m)];
     const double denominator = config_.calculate_per_token_loss ? tokens.step : counted * num_micro * dp;
@@ -725,6 +745,34 @@ void Trainer::set_aux_loss_grad_factor(const StepTokens& tokens) {
                             ? (tokens.step > 0 ? scaler_.scale() * micro_tokens / tokens.step : 0.0)
                             : scaler_.scale() / micro_batches;
   for (const auto& stage : stages_) stage->set_aux_loss_grad_factor(static_cast<float>(factor));
+}
+
+void Trainer::prepare_mtp_losses(const StepTokens& tokens) {
+  const int micro_batches = static_cast<int>(tokens.micro.size()), depths = model_config_.mtp_num_layers;
+  const std::vector<double> counts = mtp_rolled_token_counts(staged_.loss_mask.data(), micro_batches,
+                                                             config_.micro_batch_size, model_config_.seq_length, depths);
+  mtp_grad_scales_ = mtp_loss_grad_scales(counts, depths, model_config_.mtp_loss_scaling_factor, scaler_.scale(),
+                                          static_cast<double>(micro_batches) * data_parallel_size_,
+                                          config_.calculate_per_token_loss, tokens.step);
+  ops_.zero(mtp_sums_.data(), 2 * static_cast<int64_t>(micro_batches) * depths * static_cast<int64_t>(sizeof(double)),
+            ops_.default_stream());
+}
+
+std::vector<double> Trainer::finish_mtp_losses(int micro_batches) {
+  const int depths = model_config_.mtp_num_layers;
+  const backend::Stream stream = ops_.default_stream();
+  ops_.copy(mtp_sums_host_.data(), mtp_sums_.data(), 2 * static_cast<int64_t>(micro_batches) * depths *
+                                                         static_cast<int64_t>(sizeof(double)),
+            backend::CopyKind::device_to_host, stream);
+  ops_.synchronize(stream);
+  // The last stage's figures (other stages add 0), averaged over DP as MTPLossLoggingHelper does.
+  std::vector<double> losses = mtp_logged_losses(mtp_sums_host_, micro_batches, depths);
+  if (pipeline_control_->size() > 1) pipeline_control_->all_reduce(losses.data(), depths, DType::f64, comm::ReduceOp::sum);
+  if (data_parallel_control_->size() > 1) {
+    data_parallel_control_->all_reduce(losses.data(), depths, DType::f64, comm::ReduceOp::sum);
+    for (double& loss : losses) loss /= data_parallel_control_->size();
+  }
+  return losses;
 }
 
 MoeStepStats Trainer::finish_moe_layers(int micro_batches) {
@@ -1086,14 +1134,21 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
     }
     if (s.moe->z_loss) std::snprintf(moe + used, sizeof moe - static_cast<size_t>(used), " z_loss: %.6E |", *s.moe->z_loss);
   }
+  // Megatron's MTP losses after the MoE ones (track_mtp_metrics: " mtp_<k> loss: %.6E |").
+  std::string mtp;
+  for (size_t k = 0; k < s.mtp_losses.size(); ++k) {
+    char depth[64];
+    std::snprintf(depth, sizeof depth, " mtp_%zu loss: %.6E |", k + 1, s.mtp_losses[k]);
+    mtp += depth;
+  }
   char line[1024];
   std::snprintf(line, sizeof line,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s "
-                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: %.1f | grad norm: %.3f |%s"
+                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s%s loss scale: %.1f | grad norm: %.3f |%s"
                 " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
                 static_cast<long long>(s.consumed_samples), s.step_ms, throughput, s.lr, s.global_batch_size,
-                s.lm_loss, moe, s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
+                s.lm_loss, moe, mtp.c_str(), s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
                 static_cast<long long>(s.nan_iters));
   return line;
 }

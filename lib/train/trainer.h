@@ -31,8 +31,11 @@
 // stages run ring attention over the CP group. Each micro-batch's loss is normalised by the whole
 // sequence's unmasked tokens (the CP ranks sum their counts; Megatron divides by each CP rank's
 // own count), grads are reduced over DP x CP, and the grad norm counts each tensor once over the
-// DP x CP replicas. What mt-train does not run yet (multi-latent attention, multi-token
-// prediction, ...) is refused by name first (train/supported.h).
+// DP x CP replicas. What mt-train does not run yet is refused by name first (train/supported.h).
+// Multi-token prediction (issue 22): the last stage's MTP depths get their grad scales per
+// micro-batch (train/mtp_step.h: lambda / D over each depth's rolled tokens, times the LM loss's
+// scale) and add their loss sums to device doubles per micro-batch, read after the step for
+// StepStats::mtp_losses (Megatron's "mtp_<k> loss").
 // Mixture of experts (issue 22): the ParallelContext the stages share carries the rank grid's
 // expert groups (ep, expert_tp, expert_tp_ep for the token dispatcher; tp_cp and tp_dp_cp for the
 // router's aux-loss reductions); expert grads are reduced over expert-DP by the optimizer's
@@ -259,6 +262,10 @@ struct StepStats {
   std::optional<int64_t> num_zeros;
   // Mixture-of-experts models only (see MoeStepStats).
   std::optional<MoeStepStats> moe;
+  // Multi-token prediction (--mtp-num-layers D) only: per depth k Megatron's "mtp_<k+1> loss" (each
+  // micro-batch's masked mean of the depth's loss, averaged over the step's micro-batches and DP;
+  // train/mtp_step.h), D values, else empty.
+  std::vector<double> mtp_losses;
 };
 
 struct EvalStats {
@@ -423,6 +430,10 @@ class Trainer {
   // grad sync, the once-per-global-batch work (train/moe_step.h: counts, expert bias, figures).
   void set_aux_loss_grad_factor(const StepTokens& tokens);
   MoeStepStats finish_moe_layers(int micro_batches);
+  // Multi-token prediction: each micro-batch's depth grad scales (from the staged loss mask) and
+  // device loss sums set before the pipeline; after the step's wait, the logged losses.
+  void prepare_mtp_losses(const StepTokens& tokens);
+  std::vector<double> finish_mtp_losses(int micro_batches);
   // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
   // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
   // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
@@ -571,6 +582,11 @@ class Trainer {
   double local_tokens_host_ = 0;
   std::vector<double> eval_sums_host_;
   bool writes_expert_biases_ = false;  // TP, DP and CP coordinates 0: this stage's copy of the biases
+  // Multi-token prediction: (loss, tokens) per micro-batch and depth in device memory, their host
+  // copy, and the depths' grad scales per micro-batch (host).
+  backend::DeviceBuffer<double> mtp_sums_;
+  std::vector<double> mtp_sums_host_;
+  std::vector<float> mtp_grad_scales_;
 };
 
 }  // namespace mt::train

@@ -194,6 +194,8 @@ void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
   add("--hidden-dropout", f.hidden_dropout);
   add("--attention-dropout", f.attention_dropout);
   add_moe_flags(app, f, add);
+  add("--mtp-num-layers", f.mtp_num_layers);
+  add("--mtp-loss-scaling-factor", f.mtp_loss_scaling_factor);
   add_mla_flags(f, add);
 }
 
@@ -229,6 +231,8 @@ model::ModelConfig model_config(const ModelFlags& f) {
     c.normalization = *f.normalization == "RMSNorm" ? model::Normalization::rmsnorm : model::Normalization::layernorm;
   }
   apply_moe_flags(f, c);
+  apply(f.mtp_num_layers, c.mtp_num_layers);
+  apply(f.mtp_loss_scaling_factor, c.mtp_loss_scaling_factor);
   apply_mla_flags(f, c);
   if (f.position_embedding_type) {
     c.position_embedding = *f.position_embedding_type == "rope" ? model::PositionEmbedding::rope

@@ -221,6 +221,13 @@ const FlagSpec& flag_spec(std::string_view name) {
                 "Token dispatcher: alltoall; allgather (Megatron's default) runs through the all-to-all dispatcher "
                 "with identical numbers (the run record names the one asked for)",
                 {"allgather", "alltoall", "flex"}, {"allgather", "alltoall"}),
+      // multi-token prediction (Megatron's names and defaults; model/layers/mtp.h)
+      integer_flag("--mtp-num-layers",
+                   "Multi-token prediction depths after the decoder, each a layer like the last (default: none)",
+                   at_least(1)),
+      real_flag("--mtp-loss-scaling-factor",
+                "Weight lambda of the MTP losses: lambda / depths x their sum joins the LM loss (default 0.1)",
+                Range{}),
       // multi-latent attention (Megatron's names and defaults; model/layers/mla_attention.h)
       toggle_flag("--multi-latent-attention",
                   "DeepSeek's multi-latent attention: low-rank q and kv, a RoPE key shared by all heads"),

@@ -139,6 +139,9 @@ struct ModelFlags {
       moe_expert_capacity_factor;
   bool moe_router_pre_softmax = false, moe_router_enable_expert_bias = false,
        moe_pad_expert_input_to_capacity = false, moe_grouped_gemm = false;
+  // Multi-token prediction (Megatron's flags; model/config.h's fields).
+  std::optional<int> mtp_num_layers;
+  std::optional<float> mtp_loss_scaling_factor;
   // Multi-latent attention (Megatron's flags; model/config.h's fields).
   bool multi_latent_attention = false, qk_layernorm = false;
   std::optional<int> q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim;

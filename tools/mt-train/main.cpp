@@ -358,6 +358,14 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Multi-latent attention (DeepSeek-V2/V3): --multi-latent-attention with --q-lora-rank, --kv-lora-rank,\n"
       "--qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim and --qk-layernorm (Megatron's flags and defaults;\n"
       "Model group); needs rope, runs under TP, SP, PP and DP, refuses --context-parallel-size > 1; no YaRN yet.\n"
+      "Multi-token prediction (DeepSeek-V3's, as Megatron-Core builds it): --mtp-num-layers D adds D depths after\n"
+      "the decoder, each a layer like the last (MoE, MLA where the model has them) over its enorm'd rolled-token\n"
+      "embedding and hnorm'd previous hidden state, with the shared embedding and output layer;\n"
+      "--mtp-loss-scaling-factor L (default 0.1) adds L / D x the depths' losses to the LM loss's backward. Step\n"
+      "records add mtp_<k>_loss, the log line ' mtp_<k> loss: ' (each micro-batch's masked mean over the rolled\n"
+      "labels, averaged over micro-batches and DP, as Megatron logs it); checkpoints hold the depths under\n"
+      "mtp.layers.<k>. and decoder.layers.<num-layers + k>.; runs under TP, SP and DP, refuses PP > 1, CP > 1,\n"
+      "--fp8-format and --device cuda; mt-ckpt export refuses it.\n"
       "Dry run: --dry-run --world-size N [flags] checks the run in one process, without MPI (no mpirun, no Slurm\n"
       "allocation): every flag, the layout at N ranks (parallel::validate, as a run), the memory each rank needs\n"
       "(the check a run makes before it allocates) against --peak-device NAME's memory per GPU, or without it\n"
@@ -797,6 +805,8 @@ class StepRecords {
                          {"pipeline_ms", s.pipeline_ms}};
     add_watched(record, s);
     if (s.moe) add_moe(record, *s.moe);
+    // Megatron's "mtp_<k> loss" as mtp_<k>_loss, one per MTP depth.
+    for (size_t k = 0; k < s.mtp_losses.size(); ++k) record["mtp_" + std::to_string(k + 1) + "_loss"] = s.mtp_losses[k];
     writer_.write(record);
     if (first_step) write_memory(s);
   }

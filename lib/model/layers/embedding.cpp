@@ -3,13 +3,14 @@
 
 namespace mt::model {
 
-Embedding::Embedding(const ModelConfig& config, const EmbeddingSpec& spec)
+Embedding::Embedding(const ModelConfig& config, const EmbeddingSpec& spec, int dropout_layer)
     : spec_(spec),
       hidden_(config.hidden_size),
       padded_vocab_(config.padded_vocab_size()),
       max_positions_(config.max_position_embeddings),
       init_std_(config.init_method_std),
-      hidden_dropout_(config.hidden_dropout) {}
+      hidden_dropout_(config.hidden_dropout),
+      dropout_layer_(dropout_layer) {}
 
 void Embedding::declare(ParamDeclarations& declarations) const {
   const std::string vocab = "the padded vocabulary " + std::to_string(padded_vocab_);
@@ -34,7 +35,7 @@ void Embedding::bind(const ParamLayout& layout) {
 }
 
 kernels::DropoutKey Embedding::dropout_key(const LayerContext& ctx, const LayerPass& pass) const {
-  return kernels::DropoutKey{ctx.seed, dropout_stream("embedding", kEmbeddingLayer), pass.iteration, hidden_dropout_};
+  return kernels::DropoutKey{ctx.seed, dropout_stream("embedding", dropout_layer_), pass.iteration, hidden_dropout_};
 }
 
 void Embedding::forward(const LayerContext& ctx, const LayerPass& pass, float* full_buffer, float* x_seq) const {

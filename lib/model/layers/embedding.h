@@ -18,7 +18,9 @@ class Embedding {
   static constexpr const char* kWordEmbeddings = "embedding.word_embeddings.weight";
   static constexpr const char* kPositionEmbeddings = "embedding.position_embeddings.weight";
 
-  Embedding(const ModelConfig& config, const EmbeddingSpec& spec);
+  // `dropout_layer`: the layer id of its dropout stream (kEmbeddingLayer; a multi-token
+  // prediction depth's lookup uses its own, model/layers/mtp.h).
+  Embedding(const ModelConfig& config, const EmbeddingSpec& spec, int dropout_layer = kEmbeddingLayer);
 
   void declare(ParamDeclarations& declarations) const;
   void bind(const ParamLayout& layout);
@@ -38,6 +40,7 @@ class Embedding {
   int64_t padded_vocab_, max_positions_;
   double init_std_;
   float hidden_dropout_;
+  int dropout_layer_;
   int64_t word_ = -1, position_ = -1;        // offsets; position_ -1 without a learned table
   int64_t vocab_start_ = 0, vocab_end_ = 0;  // this rank's vocabulary rows
 };

@@ -91,7 +91,7 @@ void OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadAct
 }
 
 void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a, float dloss_scale,
-                          const HeadWorkspace& w, float* d_hidden) const {
+                          const HeadWorkspace& w, float* d_hidden, const float* d_final_norm) const {
   const backend::Ops& ops = ctx.ops;
   const int64_t n = pass.rows;
   if (pass.batch.loss_mask) {
@@ -104,6 +104,7 @@ void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadAc
   ops.xent_backward(a.logits, n, vocab_width(), valid_, vocab_start_, pass.batch.labels, a.row_max, a.row_sumexp,
                     w.dloss, ctx.stream);
   output_.backward(ctx, pass, a.logits, a.final_norm, w.sequence_parallel, w.d_norm);
+  if (d_final_norm) ops.add_inplace(w.d_norm, d_final_norm, pass.sequence_rows * hidden_, ctx.stream);
   norm_.backward(ctx, w.d_norm, a.final_hidden, a.final_mean, a.final_rstd, d_hidden, pass.sequence_rows);
 }
 

@@ -51,8 +51,10 @@ class OutputHead {
   // (device doubles, on the stream; mt::Error when the batch has none).
   void forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts, const HeadWorkspace& work) const;
   // d_hidden (S, C) = d(sum_r dloss_scale * mask[r] * loss[r]) / d final_hidden; grads accumulate.
+  // `d_final_norm` (S, C; nullable): a grad of the final norm's output from elsewhere (the
+  // multi-token prediction block reads it), added before the norm's backward.
   void backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts, float dloss_scale,
-                const HeadWorkspace& work, float* d_hidden) const;
+                const HeadWorkspace& work, float* d_hidden, const float* d_final_norm = nullptr) const;
 
  private:
   HeadSpec spec_;

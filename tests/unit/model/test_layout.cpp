@@ -24,8 +24,16 @@ TEST(Layout, CoversEveryParameterOnce) {
     EXPECT_LE(end, layout.total_elements);
     EXPECT_EQ(layout.total_elements % 16, 0);
   }
-  // A layout of a model with layers lib/model does not build (DeepSeek-V3: MTP) is refused by name.
-  EXPECT_THROW(build_layout(preset("deepseek-v3")), mt::UsageError);
+  // Multi-token prediction is laid out after the head, under Megatron's mtp.layers.<k>. names and
+  // its transformer layer under decoder.layers.<num_layers + k>., all with layer id num_layers + k.
+  ModelConfig mtp = preset("tiny-llama");
+  mtp.mtp_num_layers = 2;
+  const ParamLayout with_mtp = build_layout(mtp);
+  EXPECT_EQ(with_mtp.find("mtp.layers.1.eh_proj.weight").global_shape, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(with_mtp.find("mtp.layers.1.eh_proj.weight").layer, 3);
+  EXPECT_EQ(with_mtp.find("mtp.layers.0.enorm.weight").layer, 2);
+  EXPECT_EQ(with_mtp.find("decoder.layers.3.self_attention.linear_q.weight").layer, 3);
+  EXPECT_GT(with_mtp.find("mtp.layers.0.hnorm.weight").offset, with_mtp.find("decoder.final_layernorm.weight").offset);
 }
 
 TEST(Layout, FusedGroupsAreContiguousAndGroupsAligned) {

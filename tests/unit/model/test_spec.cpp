@@ -1,5 +1,5 @@
 // The model spec (model/spec.h): what GPT-2 and LLaMA configs are made of, per pipeline rank and
-// chunk; the refusals of configs it has no variant for; a chunk whose layers differ in MLP width,
+// chunk; multi-token prediction beside the head; a chunk whose layers differ in MLP width,
 // built from hand-made LayerSpecs, laid out by the layout and run by a stage (gradients against
 // the double reference, recompute policies bit-identical, planned bytes equal to measured); and
 // initial values that come from the init each block declares.
@@ -133,20 +133,20 @@ TEST(Spec, PipelineRanksHoldTheirChunksEndsAndTheTiedCopy) {
   EXPECT_EQ(model_spec(c, pipeline_chunks(c, pp2, 1)).chunks[1].head->output, OutputWeight::own);
 }
 
-TEST(Spec, RefusesAConfigItHasNoVariantFor) {
-  const auto expect_refused = [](const ModelConfig& c, const std::string& flag) {
-    try {
-      model_spec(c);
-      FAIL() << "no refusal naming " << flag;
-    } catch (const UsageError& e) {
-      FAIL() << "a usage error (the user-facing list is ModelConfig::check_trainable): " << e.what();
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
-    }
-  };
-  ModelConfig mtp = preset("tiny-llama");
-  mtp.mtp_num_layers = 1;
-  expect_refused(mtp, "--mtp-num-layers 1");
+TEST(Spec, MapsEveryLayerKindItHasAVariantFor) {
+  // Multi-token prediction: beside the head, one layer spec per depth (global index L + k) like
+  // the last decoder layer's, and its MoE MLPs listed after the decoder's.
+  ModelConfig mtp = preset("tiny-deepseek");
+  mtp.mtp_num_layers = 2;
+  const ChunkBlocks whole = model_spec(mtp).chunks[0];
+  ASSERT_EQ(whole.mtp_layers.size(), 2u);
+  EXPECT_EQ(whole.mtp_layers[1].layer, 3);
+  EXPECT_EQ(whole.mtp_layers[1].mlp.kind, MlpKind::moe);
+  EXPECT_EQ(whole.mtp_layers[1].attention.kind, AttentionKind::multi_latent);
+  EXPECT_EQ(make_chunk(whole, mtp).moe_layers.size(), 3u);
+  EXPECT_TRUE(model_spec(mtp, {{0, 1, true, false}}).chunks[0].mtp_layers.empty());
+  // A chunk with the head but not the word embedding (a pipeline's last stage) cannot hold it.
+  EXPECT_THROW(check_spec(model_spec(mtp, {{1, 2, false, true}})), Error);
   // A --moe-layer-freq pattern chooses per layer: a dense MLP, or experts of --moe-ffn-hidden-size
   // with the shared experts' width.
   ModelConfig moe = preset("tiny-mixtral");
@@ -169,8 +169,6 @@ TEST(Spec, RefusesAConfigItHasNoVariantFor) {
   mla.num_query_groups = mla.num_attention_heads;
   EXPECT_EQ(layer_spec(mla, 0).attention.kind, AttentionKind::multi_latent);
   EXPECT_EQ(layer_spec(preset("tiny-llama"), 0).attention.kind, AttentionKind::self_attention);
-  // The user still meets check_trainable's usage error first.
-  EXPECT_THROW(build_layout(mtp), UsageError);
 }
 
 TEST(Spec, RefusesBlocksThatDoNotMatchTheirChunk) {

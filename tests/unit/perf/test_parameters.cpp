@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "perf/parameters.h"
 
 using namespace mt::perf;
@@ -72,6 +73,20 @@ TEST(Parameters, DeepSeekV3MainModelIs671BillionWith37Active) {
   const ParameterCounts with_mtp = count_parameters(preset("deepseek-v3"));
   EXPECT_EQ(with_mtp.total - main_model.total, moe + 3 * 7168 + 2 * int64_t{7168} * 7168);
   EXPECT_EQ(with_mtp.active - main_model.active, moe_active + 3 * 7168 + 2 * int64_t{7168} * 7168);
+}
+
+// Issue 22: the accounting mt-mfu and mt-memreport use counts what mt-train builds. Models with
+// multi-token prediction depths (dense, MoE and MLA ones) count what the single-rank layout lays
+// out, on the padded vocabulary.
+TEST(Parameters, MultiTokenPredictionCountsWhatTheLayoutLaysOut) {
+  for (const char* name : {"tiny-llama", "tiny-gpt", "tiny-deepseek", "tiny-mixtral"}) {
+    for (int depths : {1, 2}) {
+      mt::model::ModelConfig c = preset(name);
+      c.mtp_num_layers = depths;
+      EXPECT_EQ(count_parameters(c, c.padded_vocab_size()).total, mt::model::build_layout(c).parameter_elements())
+          << name << " with " << depths << " MTP depths";
+    }
+  }
 }
 
 TEST(Parameters, EmbeddingShare) {

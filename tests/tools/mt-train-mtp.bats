@@ -1,0 +1,111 @@
+#!/usr/bin/env bats
+# mt-train with multi-token prediction (issue 22): tiny-deepseek trains with an MTP depth (its MoE
+# layer among the model's MoE layers), the MTP loss is in the step record (mtp_1_loss) and in
+# Megatron's log line (" mtp_1 loss: "), --mtp-loss-scaling-factor 0 trains the model without MTP
+# bit for bit (the flag is read, and the block leaves the main model alone), a checkpoint holds the
+# depth under layout-independent names and resumes bit for bit, DP = 2 and TP = 2 with sequence
+# parallelism under mpirun train one rank's numbers (MTP losses included), and what MTP does not run
+# with is refused by name. The block's numbers against Megatron-Core are
+# tests/unit/model/test_mtp_megatron.cpp; TP over threads tests/unit/model/test_mtp.cpp.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+}
+
+teardown() { rm -rf "$TMP"; }
+
+check() {
+  jq -e -s "$1" "$TMP/out.jsonl" >/dev/null || fail "jq '$1' is false for: $(head -c 3000 "$TMP/out.jsonl") $(cat "$TMP/err.log")"
+}
+
+TINY=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+      --train-iters 4 --lr 3e-3 --lr-warmup-iters 1 --eval-iters 0 --peak-tflops 1 --log-interval 1)
+
+# Per-step [lm loss, grad norm, mtp_1 loss, mtp_2 loss] of a record stream.
+numbers() { jq -c -s '[.[] | select(.record=="step") | [.lm_loss, .grad_norm, .mtp_1_loss, .mtp_2_loss]]' "$1"; }
+
+# Every number of $1 within 1e-5 (relative) of $2's.
+same_numbers() {
+  jq -e -n --argjson a "$(numbers "$1")" --argjson b "$(numbers "$2")" \
+    '($a | length) == ($b | length) and ($a | length) > 0 and
+     ([range($a | length) as $i | range($a[$i] | length) as $j |
+       (($a[$i][$j] // 0) - ($b[$i][$j] // 0) | fabs) <= 1e-5 * (($b[$i][$j] // 0) | fabs) + 1e-7] | all)' >/dev/null \
+    || fail "$(numbers "$1") against one rank's $(numbers "$2")"
+}
+
+@test "issue22: tiny-deepseek trains with --mtp-num-layers 1; mtp_1 loss in the step record and Megatron's log line" {
+  head -c 60000 "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/text.txt"
+  mt-train --model tiny-deepseek --mtp-num-layers 1 --byte-data "$TMP/text.txt" --micro-batch-size 4 \
+    --global-batch-size 8 --train-iters 12 --lr 3e-3 --lr-warmup-iters 2 --eval-iters 0 --log-interval 6 \
+    --peak-tflops 1 >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  check '.[0].model.mtp_num_layers == 1 and (.[0].model.mtp_loss_scaling_factor - 0.1 | fabs) < 1e-7'
+  check '[.[] | select(.record=="step")] | length == 12'
+  check '[.[] | select(.record=="step")] | (.[0].mtp_1_loss - .[-1].mtp_1_loss) > 0.5 and (.[0].lm_loss - .[-1].lm_loss) > 0.5'
+  check '[.[] | select(.record=="step")] | all(has("mtp_2_loss") | not)'
+  # The MTP depth is a MoE layer like the last decoder layer, after the decoder's (layer 2).
+  check '[.[] | select(.record=="step")][0].moe_layers | map(.layer) == [1, 2]'
+  grep -q " lm loss: [0-9.E+-]* | seq_load_balancing_loss: [0-9.E+-]* | mtp_1 loss: [0-9.E+-]* | loss scale:" "$TMP/err.log" \
+    || fail "no mtp_1 loss in the log line: $(grep 'iteration' "$TMP/err.log" | head -2)"
+}
+
+@test "issue22: --mtp-loss-scaling-factor 0 trains the model without MTP bit for bit; 0.3 does not" {
+  mt-train "${TINY[@]}" >"$TMP/plain.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  mt-train "${TINY[@]}" --mtp-num-layers 2 --mtp-loss-scaling-factor 0 >"$TMP/out.jsonl" 2>"$TMP/err.log" \
+    || fail "$(cat "$TMP/err.log")"
+  plain=$(jq -c -s '[.[] | select(.record=="step") | [.lm_loss, .grad_norm]]' "$TMP/plain.jsonl")
+  zero=$(jq -c -s '[.[] | select(.record=="step") | [.lm_loss, .grad_norm]]' "$TMP/out.jsonl")
+  [[ "$plain" == "$zero" ]] || fail "lambda 0: $zero, without MTP: $plain"
+  check '[.[] | select(.record=="step")] | all(.mtp_1_loss > 0 and .mtp_2_loss > 0)'
+  mt-train "${TINY[@]}" --mtp-num-layers 2 --mtp-loss-scaling-factor 0.3 >"$TMP/out.jsonl" 2>"$TMP/err.log" \
+    || fail "$(cat "$TMP/err.log")"
+  weighted=$(jq -c -s '[.[] | select(.record=="step") | [.lm_loss, .grad_norm]]' "$TMP/out.jsonl")
+  [[ "$plain" != "$weighted" ]] || fail "lambda 0.3 trained the model without MTP: $weighted"
+}
+
+@test "issue22: a checkpoint holds the MTP depth under layout-independent names and resumes bit for bit" {
+  mt-train "${TINY[@]}" --mtp-num-layers 1 >"$TMP/whole.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  mt-train "${TINY[@]}" --mtp-num-layers 1 --train-iters 4 --exit-interval 2 --save "$TMP/ckpt" --save-interval 2 \
+    >"$TMP/first.jsonl" 2>"$TMP/err.log" || [[ $? -eq 75 ]] || fail "$(cat "$TMP/err.log")"
+  mt-train "${TINY[@]}" --mtp-num-layers 1 --load "$TMP/ckpt" --save "$TMP/ckpt" >"$TMP/second.jsonl" \
+    2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  whole=$(jq -c -s '[.[] | select(.record=="step") | [.iteration, .lm_loss, .mtp_1_loss, .grad_norm]]' "$TMP/whole.jsonl")
+  resumed=$(jq -c -s '[.[] | select(.record=="step") | [.iteration, .lm_loss, .mtp_1_loss, .grad_norm]]' \
+    "$TMP/first.jsonl" "$TMP/second.jsonl")
+  [[ "$whole" == "$resumed" ]] || fail "resumed $resumed, whole $whole"
+  mt-ckpt inspect "$TMP/ckpt" >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for name in mtp.layers.0.enorm.weight mtp.layers.0.hnorm.weight mtp.layers.0.eh_proj.weight \
+      mtp.layers.0.final_layernorm.weight decoder.layers.2.self_attention.linear_q.weight; do
+    grep -q "\"model/$name\"" "$TMP/out.jsonl" || fail "$name not in the checkpoint: $(head -c 2000 "$TMP/out.jsonl")"
+  done
+  run mt-ckpt export --format hf "$TMP/ckpt" "$TMP/hf"
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--mtp-num-layers has no Hugging Face export"* ]] || fail "$output"
+}
+
+@test "issue22: DP=2 and TP=2 with --sequence-parallel under mpirun train one rank's MTP numbers" {
+  mt-train "${TINY[@]}" --mtp-num-layers 2 >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for layout in "" "--tensor-model-parallel-size 2 --sequence-parallel"; do
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train "${TINY[@]}" --mtp-num-layers 2 $layout >"$TMP/two.jsonl" 2>"$TMP/err.log" \
+      || fail "'$layout': $(cat "$TMP/err.log")"
+    same_numbers "$TMP/two.jsonl" "$TMP/one.jsonl"
+  done
+}
+
+@test "issue22: MTP refuses pipeline and context parallelism, FP8 and CUDA by name" {
+  base=(mt-train --model tiny-llama --mtp-num-layers 1 --mock-data --vocab-size 97 --seq-length 16 --train-iters 1)
+  run "${base[@]}" --dry-run --world-size 2 --pipeline-model-parallel-size 2
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--mtp-num-layers with --pipeline-model-parallel-size 2: not supported yet"* ]] || fail "$output"
+  run "${base[@]}" --dry-run --world-size 2 --context-parallel-size 2
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--mtp-num-layers with --context-parallel-size 2: not supported yet"* ]] || fail "$output"
+  run "${base[@]}" --bf16 --fp8-format hybrid
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--fp8-format with --mtp-num-layers: not supported yet"* ]] || fail "$output"
+  run "${base[@]}" --mtp-loss-scaling-factor nan
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--mtp-loss-scaling-factor"* ]] || fail "$output"
+}
