@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/layers/embedding.h"
 
 namespace mt::model {
 
@@ -132,6 +133,7 @@ void ActivationPool::lay_out_workspace(const Chunk& chunk, BufferSource& source,
     w.layers.push_back(layer->lay_out_workspace(shared, chunk.rows, plan.selective));
   }
   if (shape.has_output) w.head.dloss = source.take(n);
+  if (chunk.blocks.embedding && chunk.blocks.embedding->has_token_types()) w.token_type_rows = source.take(n * c);
   w.pingpong[0] = source.take(s * c);
   w.pingpong[1] = source.take(s * c);
   w.temporaries.tmp = source.take(s * c);

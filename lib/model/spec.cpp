@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "model/layers/attention.h"
+#include "model/layers/bert_head.h"
 #include "model/layers/embedding.h"
 #include "model/layers/mla_attention.h"
 #include "model/layers/mlp.h"
@@ -21,7 +22,7 @@ std::string range_name(const ChunkSpec& chunk) {
 std::unique_ptr<AttentionVariant> make_attention(const AttentionSpec& spec, const ModelConfig& config, int layer) {
   switch (spec.kind) {
     case AttentionKind::self_attention:
-      return std::make_unique<SelfAttention>(config, layer);
+      return std::make_unique<SelfAttention>(config, layer, spec.causal);
     case AttentionKind::multi_latent:
       return std::make_unique<MlaAttention>(config, layer);
   }
@@ -46,6 +47,7 @@ LayerSpec layer_spec(const ModelConfig& config, int layer) {
   spec.layer = layer;
   spec.norm = NormPlacement::pre_norm;
   spec.attention.kind = config.multi_latent_attention ? AttentionKind::multi_latent : AttentionKind::self_attention;
+  spec.attention.causal = !config.bert;
   spec.mlp.activation = config.swiglu ? MlpActivation::swiglu : MlpActivation::gelu;
   if (config.is_moe_layer(layer)) {
     if (!config.swiglu) throw Error(what, "has MoE experts, which are SwiGLU MLPs (--swiglu)");
@@ -74,7 +76,7 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
     if (range.has_embedding) {
       const bool positions = config.position_embedding == PositionEmbedding::learned_absolute;
       chunk.embedding = EmbeddingSpec{positions ? EmbeddingKind::word_and_learned_positions : EmbeddingKind::word,
-                                      tied};
+                                      tied, config.bert && config.bert_binary_head};
     }
     for (int layer = range.first_layer; layer < range.last_layer; ++layer) {
       chunk.layers.push_back(layer_spec(config, layer));
@@ -83,7 +85,8 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
       const OutputWeight output = !tied ? OutputWeight::own
                                   : embedding_here ? OutputWeight::tied_embedding
                                                    : OutputWeight::tied_copy;
-      chunk.head = HeadSpec{HeadKind::language_model, output};
+      chunk.head = config.bert ? HeadSpec{HeadKind::bert, output, config.bert_binary_head}
+                               : HeadSpec{HeadKind::language_model, output};
     }
     spec.chunks.push_back(std::move(chunk));
   }
@@ -156,6 +159,8 @@ std::unique_ptr<OutputHead> make_head(const HeadSpec& spec, const ModelConfig& c
   switch (spec.kind) {
     case HeadKind::language_model:
       return std::make_unique<OutputHead>(config, spec);
+    case HeadKind::bert:
+      return std::make_unique<BertHead>(config, spec);
   }
   throw Error("the model spec", "has a head kind it does not know");
 }

@@ -8,7 +8,9 @@
 // layer_spec() is the one place that maps the config to a layer's kinds (--moe-layer-freq
 // patterns choose per layer between the dense MLP and the mixture of experts); its variants are
 // self-attention, a dense GELU or SwiGLU MLP or a MoE MLP (model/layers/moe_mlp.h), pre-norm, and
-// it throws mt::Error for a config it has no variant for (multi-latent attention). The factories below build the block objects (model/layers/) from a spec: a new
+// it throws mt::Error for a config it has no variant for (multi-latent attention). BERT
+// (ModelConfig::bert) is the same blocks with non-causal attention, token types in the embedding
+// (binary head) and HeadKind::bert (model/layers/bert_head.h). The factories below build the block objects (model/layers/) from a spec: a new
 // variant is a new enum value, one case in a factory of spec.cpp and the new block's own files.
 // Tested in tests/unit/model/test_spec.cpp.
 #pragma once
@@ -46,6 +48,7 @@ enum class EmbeddingKind {
 struct EmbeddingSpec {
   EmbeddingKind kind = EmbeddingKind::word;
   bool tied_to_output = true;  // the output layer multiplies with the word table
+  bool token_types = false;    // BERT with the binary head: a 2-row token-type table added too
 };
 
 enum class AttentionKind {
@@ -55,6 +58,7 @@ enum class AttentionKind {
 
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::self_attention;
+  bool causal = true;  // false: BERT's bidirectional attention under the padding mask
 };
 
 enum class MlpKind {
@@ -85,6 +89,7 @@ struct LayerSpec {
 
 enum class HeadKind {
   language_model,  // final norm, output layer over the padded vocabulary, vocab-parallel cross-entropy
+  bert,            // final norm, BERT's LM head and vocabulary bias, and the pooler + binary head
 };
 
 // The output layer's weight.
@@ -97,6 +102,7 @@ enum class OutputWeight {
 struct HeadSpec {
   HeadKind kind = HeadKind::language_model;
   OutputWeight output = OutputWeight::tied_embedding;
+  bool binary_head = false;  // bert: the pooler and the sentence-order head
 };
 
 // One chunk of the spec: its layer range and ends, and its blocks in forward order.

@@ -23,7 +23,7 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
   // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
   // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  (void)device;  // every setting below is refused on every backend (MoE runs on the CPU and CUDA tables)
+  // Every setting below but BERT's on CUDA is refused on every backend (MoE runs on the CPU and CUDA tables).
   const bool moe = model.num_experts > 0;
   const Unsupported list[] = {
       {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
@@ -41,6 +41,15 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),
        "mt-train has no multi-token prediction" + accounted},
+      // BERT (issue 25): the model is built (lib/model, checked against Megatron-Core's BertModel);
+      // the CUDA attention is causal only, ring attention too, and mt-train has no BERT data path.
+      {model.bert && device == backend::Device::cuda, "--device cuda with BERT (--model " + model.name + ")",
+       "the CUDA attention kernels are causal only and have no padding mask; BERT runs on the CPU table"},
+      {model.bert && parallel.context_parallel_size > 1,
+       "--context-parallel-size " + std::to_string(parallel.context_parallel_size) + " with BERT",
+       "the ring attention is causal only: BERT's bidirectional padding mask has no balanced CP split yet"},
+      {model.bert, "--model " + model.name + " (BERT)",
+       "mt-train does not read BERT's masked samples (mt-shard bert-samples) yet; the model runs in lib/model"},
   };
   for (const Unsupported& setting : list) {
     if (setting.asked) throw UsageError(setting.flag, "not supported yet (" + setting.instead + ")");
