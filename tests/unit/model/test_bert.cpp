@@ -7,7 +7,8 @@
 // positions, sentence order) with pretrain_bert.py's loss (lm loss = masked-token mean, plus the
 // sop loss's sample mean with the binary head), and compares the lm and sop losses and every
 // weight grad; the same on two tensor-parallel ranks (threads over an in-process communicator),
-// each grad against its shard of Megatron's; sequence parallelism refused by name. Beside it: the
+// each grad against its shard of Megatron's; on two pipeline stages (the head's own copy of the
+// tied embedding); sequence parallelism refused by name. Beside it: the
 // presets' shapes and parameter counts, and the refusals.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "model/layers/embedding.h"
 #include "model/layout.h"
 #include "model/stage.h"
 #include "../thread_communicator.h"
@@ -276,6 +278,82 @@ TEST(BertMegatron, TensorParallelOverTwoRanksMatchesMegatronWithTheBinaryHead) {
 
 TEST(BertMegatron, TensorParallelOverTwoRanksMatchesMegatronWithoutTheBinaryHead) {
   expect_tensor_parallel_matches_megatron("no_binary_head");
+}
+
+// Pipeline parallelism: layer 0 with the embedding on one stage, layer 1 with the head (and its
+// own copy of the tied word embedding) on the next, the activation and its grad handed over by
+// hand. The losses are Megatron's; every grad is Megatron's, the word embedding's as the sum of
+// the two stages' copies (Megatron all-reduces them).
+void expect_pipeline_matches_megatron(const std::string& name) {
+  const json& g = golden_case(name);
+  const ModelConfig config = config_of(g);
+  ASSERT_EQ(config.num_layers, 2);
+  const GoldenBatch golden(g, config);
+  const ParamLayout whole = build_layout(config);
+  const std::vector<float> whole_params = golden_params(g, whole);
+  parallel::ParallelConfig pipeline;
+  pipeline.pipeline_model_parallel_size = 2;
+  const std::vector<std::vector<ChunkSpec>> stage_chunks = {{{0, 1, true, false}}, {{1, 2, false, true}}};
+  const backend::Ops& ops = backend::cpu_ops();
+  const ParallelContext single;
+  std::vector<BertRun> runs(2);
+  std::vector<std::vector<float>> params(2);
+  std::vector<std::unique_ptr<GemmWeights>> weights;
+  std::vector<std::unique_ptr<Stage>> stages;
+  StageOptions options;
+  options.micro_batch_size = golden.batch;
+  for (int stage = 0; stage < 2; ++stage) {
+    parallel::RankCoordinates rank;
+    rank.pp = stage;
+    BertRun& run = runs[static_cast<size_t>(stage)];
+    run.layout = build_layout(config, pipeline, rank, stage_chunks[static_cast<size_t>(stage)]);
+    params[static_cast<size_t>(stage)].assign(static_cast<size_t>(run.layout.total_elements), 0.0f);
+    run.grads.assign(params[static_cast<size_t>(stage)].size(), 0.0f);
+    for (const ParamEntry& e : run.layout.entries) {
+      const ParamEntry& source = whole.find(e.name);
+      std::copy(whole_params.begin() + source.offset, whole_params.begin() + source.offset + source.numel,
+                params[static_cast<size_t>(stage)].begin() + e.offset);
+    }
+    weights.push_back(std::make_unique<GemmWeights>(ops, Precision::fp32, run.layout.total_elements));
+    weights.back()->refresh(params[static_cast<size_t>(stage)].data());
+    stages.push_back(std::make_unique<Stage>(config, run.layout, 0, single, ops, *weights.back(), options));
+    stages.back()->bind(params[static_cast<size_t>(stage)].data(), run.grads.data());
+  }
+  double loss_sums[2] = {0, 0}, sop_sums[2] = {0, 0};
+  const MicroBatch micro = golden.micro_batch(config.seq_length, loss_sums, sop_sums);
+  const StageOutput first = stages[0]->forward(0, micro, nullptr, ForwardPass{1, true});
+  stages[1]->forward(0, micro, first.activation, ForwardPass{1, true});
+  EXPECT_NEAR(loss_sums[0] / loss_sums[1], g["lm_loss"].get<double>(), 1e-5 * g["lm_loss"].get<double>());
+  if (config.bert_binary_head) {
+    EXPECT_NEAR(sop_sums[0] / sop_sums[1], g["sop_loss"].get<double>(), 1e-5 * g["sop_loss"].get<double>());
+  }
+  stages[1]->set_sop_loss_grad_factor(1.0f);
+  const float scale = static_cast<float>(1.0 / loss_sums[1]);
+  const float* d_activation = stages[1]->backward(0, nullptr, scale);
+  stages[0]->backward(0, d_activation, scale);
+
+  std::vector<std::string> seen;
+  for (const BertRun& run : runs) {
+    for (const ParamEntry& e : run.layout.entries) {
+      std::vector<float> grad = run.grad_of(e.name);
+      if (e.name == Embedding::kWordEmbeddings) {
+        if (std::find(seen.begin(), seen.end(), e.name) != seen.end()) continue;
+        const std::vector<float> other = runs[1].grad_of(e.name);
+        for (size_t i = 0; i < grad.size(); ++i) grad[i] += other[i];
+      }
+      seen.push_back(e.name);
+      expect_close(e.name + " grad (PP 2)", grad, values<float>(g["grads"][e.name]), 1e-4, 1e-2);
+    }
+  }
+  EXPECT_EQ(seen.size(), whole.entries.size()) << "the stages do not hold every tensor once";
+}
+
+TEST(BertMegatron, PipelineOfTwoStagesMatchesMegatronWithTheBinaryHead) {
+  expect_pipeline_matches_megatron("binary_head");
+}
+
+TEST(BertMegatron, PipelineOfTwoStagesMatchesMegatronWithoutTheBinaryHead) {
+  expect_pipeline_matches_megatron("no_binary_head");
 }
 
 TEST(BertMegatron, SequenceParallelIsRefusedByName) {
