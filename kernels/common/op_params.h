@@ -42,6 +42,11 @@ struct AttentionDropout {
 // -inf (and an all-zero output row) when a query sees no key.
 // Backward writes dq, dk, dv, or adds to them with accumulate_grads (context parallelism sums the
 // grads of a query block over the key blocks it meets, and of a key block over the query blocks).
+// Non-causal mode (causal = false, BERT's bidirectional padding mask): query t of sample b sees
+// every key s with kv_pos0+s < key_lengths[b] (the sample's valid tokens, padding after them, as
+// Megatron's padding_mask; null key_lengths: every key), doc_start must be null. Padded query rows
+// attend the valid keys like any other row (Megatron masks them whole; neither reaches a loss).
+// The CPU kernels run it; the CUDA entries and the ring attention (CP) refuse it.
 struct AttentionShape {
   int batch = 1;
   int q_len = 0;
@@ -58,6 +63,8 @@ struct AttentionShape {
   float scale = 1.0f;
   bool accumulate_grads = false;
   AttentionDropout dropout;  // none by default
+  bool causal = true;
+  const int32_t* key_lengths = nullptr;  // (batch) device: non-causal only, valid keys per sample
 };
 
 struct AdamWParams {

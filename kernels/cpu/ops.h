@@ -46,6 +46,9 @@ struct CpuOps {
   // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   void (*gelu_forward)(const float* x, float* y, int64_t n);
   void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n);
+  // y = tanh(x) (BERT's pooler); backward from the forward's output: dx = dy (1 - y^2).
+  void (*tanh_forward)(const float* x, float* y, int64_t n);
+  void (*tanh_backward)(const float* dy, const float* y, float* dx, int64_t n);
   // SwiGLU on a packed (rows, 2*ffn) input: gate = row[0:ffn], up = row[ffn:2 ffn];
   // y (rows, ffn) = silu(gate) * up. Backward writes d_gate_up (rows, 2*ffn).
   void (*swiglu_forward)(const float* gate_up, float* y, int64_t rows, int ffn);

@@ -37,6 +37,35 @@ struct OnCudaStream<Entry, Result (*)(Args...)> {
 };
 #define MT_CUDA_KERNEL(entry) &OnCudaStream<&cuda::entry, decltype(kernels::cpu::CpuOps::entry)>::run
 
+// The fused attention kernels are causal only: the non-causal mode with a key padding mask
+// (kernels/common/op_params.h, BERT) is refused by name until they learn it.
+void require_causal(const AttentionShape& shape) {
+  if (!shape.causal) {
+    throw std::invalid_argument("cuda backend: non-causal attention (BERT's padding mask) is not implemented");
+  }
+}
+void attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                       const int32_t* doc_start, float* out, float* lse, Stream stream) {
+  require_causal(shape);
+  OnCudaStream<&cuda::attention_forward, decltype(kernels::cpu::CpuOps::attention_forward)>::run(shape, q, k, v, doc_start,
+                                                                                              out, lse, stream);
+}
+void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                        const int32_t* doc_start, const float* out, const float* dout, const float* lse, float* dq,
+                        float* dk, float* dv, Stream stream) {
+  require_causal(shape);
+  OnCudaStream<&cuda::attention_backward, decltype(kernels::cpu::CpuOps::attention_backward)>::run(
+      shape, q, k, v, doc_start, out, dout, lse, dq, dk, dv, stream);
+}
+
+// No CUDA tanh kernel yet (BERT's pooler, which the CUDA path refuses before it runs).
+void tanh_forward(const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
+}
+void tanh_backward(const float*, const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
+}
+
 [[noreturn]] void unsupported_conversion(DType in_type, DType out_type) {
   throw std::invalid_argument(std::string("cuda backend: no conversion from ") + dtype_name(in_type) + " to " +
                               dtype_name(out_type));
@@ -218,7 +247,8 @@ void fp8_update_scales(float* amax, float* amax_history, float* scale, float* sc
 }
 
 // What CUDA runs (see Ops::supports): GEMMs on f32, bf16 and f16 operands; conversions between f32
-// and bf16/f16; fill and the fused kernels on f32; the FP8 byte transpose on any type, as the CPU.
+// and bf16/f16; fill and the fused kernels on f32 (not tanh: no kernel yet); the FP8 byte
+// transpose on any type, as the CPU.
 bool supports(OpId op, DType dtype) {
   switch (op) {
     case OpId::allocate:
@@ -236,6 +266,8 @@ bool supports(OpId op, DType dtype) {
     case OpId::zero:
     case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
+    case OpId::tanh_forward:
+    case OpId::tanh_backward: return false;  // no kernel yet (BERT's pooler)
     case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
     case OpId::grouped_gemm:
     case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;  // as the CPU's
@@ -277,12 +309,14 @@ const Ops& cuda_ops() {
       .rmsnorm_backward = MT_CUDA_KERNEL(rmsnorm_backward),
       .gelu_forward = MT_CUDA_KERNEL(gelu_forward),
       .gelu_backward = MT_CUDA_KERNEL(gelu_backward),
+      .tanh_forward = tanh_forward,
+      .tanh_backward = tanh_backward,
       .swiglu_forward = MT_CUDA_KERNEL(swiglu_forward),
       .swiglu_backward = MT_CUDA_KERNEL(swiglu_backward),
       .rope_forward = MT_CUDA_KERNEL(rope_forward),
       .rope_backward = MT_CUDA_KERNEL(rope_backward),
-      .attention_forward = MT_CUDA_KERNEL(attention_forward),
-      .attention_backward = MT_CUDA_KERNEL(attention_backward),
+      .attention_forward = attention_forward,
+      .attention_backward = attention_backward,
       .attention_merge = MT_CUDA_KERNEL(attention_merge),
       .embedding_forward = MT_CUDA_KERNEL(embedding_forward),
       .embedding_backward = MT_CUDA_KERNEL(embedding_backward),

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/layers/mtp.h"
+#include "model/layers/embedding.h"
 
 namespace mt::model {
 
@@ -136,6 +137,7 @@ void ActivationPool::lay_out_workspace(const Chunk& chunk, BufferSource& source,
   }
   if (shape.has_output) w.head.dloss = source.take(n);
   if (chunk.blocks.mtp) w.mtp = chunk.blocks.mtp->lay_out_workspace(source, chunk.rows);
+  if (chunk.blocks.embedding && chunk.blocks.embedding->has_token_types()) w.token_type_rows = source.take(n * c);
   w.pingpong[0] = source.take(s * c);
   w.pingpong[1] = source.take(s * c);
   w.temporaries.tmp = source.take(s * c);

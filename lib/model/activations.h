@@ -53,6 +53,7 @@ struct StageWorkspace {
   float* pingpong[2] = {nullptr, nullptr};  // (S, C) outputs of layers whose outputs are not kept
   float* d_stream[2] = {nullptr, nullptr};  // (S, C) residual-stream grads
   float* embedding_full = nullptr;          // (N, C) embedding partial lookups, SP only
+  float* token_type_rows = nullptr;         // (N, C) BERT's token-type lookups (an embedding with token types)
   float* operands[2] = {nullptr, nullptr};  // GEMM operands in the precision (rows * widest each)
   std::unique_ptr<BlockBuffers> mtp;        // the multi-token prediction block's (model/layers/mtp.h)
 };

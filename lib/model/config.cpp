@@ -58,6 +58,28 @@ void ModelConfig::validate() const {
   validate_mla();
   if (mtp_num_layers < 0) throw UsageError("--mtp-num-layers", "must be >= 0");
   if (!std::isfinite(mtp_loss_scaling_factor)) throw UsageError("--mtp-loss-scaling-factor", "must be finite");
+  validate_bert();
+}
+
+// BERT (issue 25): Megatron's BertModel as pretrain_bert.py builds it; what it does not combine with.
+void ModelConfig::validate_bert() const {
+  if (!bert) {
+    if (!bert_binary_head) throw UsageError("--bert-no-binary-head", "is for BERT models only (--model tiny-bert, bert-345m)");
+    return;
+  }
+  const std::string what = "BERT (model " + name + ")";
+  if (position_embedding != PositionEmbedding::learned_absolute) {
+    throw UsageError(what, "uses learned absolute positions (--position-embedding-type learned_absolute)");
+  }
+  if (normalization != Normalization::layernorm) throw UsageError(what, "uses LayerNorm (--normalization LayerNorm)");
+  if (swiglu) throw UsageError(what, "uses a GELU MLP (not --swiglu)");
+  if (num_experts > 0) throw UsageError(what, "has no mixture of experts (--num-experts)");
+  if (multi_latent_attention) throw UsageError(what, "has no multi-latent attention");
+  if (untie_embeddings_and_output_weights) {
+    throw UsageError(what, "ties its output layer to the word embeddings (not --untie-embeddings-and-output-weights)");
+  }
+  if (!add_bias_linear) throw UsageError(what, "has linear biases (not --disable-bias-linear)");
+  if (mtp_num_layers > 0) throw UsageError(what, "has no multi-token prediction (--mtp-num-layers)");
 }
 
 void ModelConfig::validate_moe() const {
@@ -312,7 +334,7 @@ const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names{"gpt2-124m",     "gpt2-345m",   "gpt3-175b",     "llama3-8b",
                                               "llama3-70b",    "llama3.1-405b", "mixtral-8x7b", "mixtral-8x22b",
                                               "deepseek-v3",   "tiny-gpt",    "tiny-llama",  "tiny-mixtral",
-                                              "tiny-deepseek"};
+                                              "tiny-deepseek", "bert-345m",   "tiny-bert"};
   return names;
 }
 
@@ -442,6 +464,19 @@ ModelConfig preset(const std::string& name) {
     return c;
   }
   if (name == "tiny-deepseek") return tiny_deepseek();
+  if (name == "bert-345m" || name == "tiny-bert") {
+    // Megatron's BERT-345M (examples/bert/train_bert_340m_distributed.sh): 24 layers, hidden 1024,
+    // 16 heads, FFN 4096, seq 512, the uncased WordPiece vocabulary (30522, padded to 30592).
+    const bool tiny = name == "tiny-bert";
+    ModelConfig c = tiny ? gpt2(name, 2, 64, 4) : gpt2(name, 24, 1024, 16);
+    c.seq_length = tiny ? 64 : 512;
+    c.max_position_embeddings = c.seq_length;
+    c.vocab_size = 30522;
+    c.make_vocab_size_divisible_by = 128;
+    if (tiny) c.hidden_dropout = c.attention_dropout = 0.0f;
+    c.bert = true;
+    return c;
+  }
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("--model " + name, "unknown preset (" + known + ")");
@@ -493,6 +528,12 @@ long double parameter_count_wide(const ModelConfig& c, bool padded_vocabulary) {
   total += norm + vocab * hidden;
   if (c.position_embedding == PositionEmbedding::learned_absolute) total += c.max_position_embeddings * hidden;
   if (c.untie_embeddings_and_output_weights) total += vocab * hidden;
+  if (c.bert) {
+    // The LM head (dense, LayerNorm, the vocabulary bias); with the binary head the token types,
+    // the pooler and the 2-way classifier.
+    total += hidden * hidden + hidden + 2 * hidden + vocab;
+    if (c.bert_binary_head) total += 2 * hidden + hidden * hidden + hidden + 2 * hidden + 2;
+  }
   return total;
 }
 
@@ -577,6 +618,8 @@ void visit_fields(Visit& visit, Config& c) {
   visit("qk_layernorm", c.qk_layernorm);
   visit("mtp_num_layers", c.mtp_num_layers);
   visit("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor);
+  visit("bert", c.bert);
+  visit("bert_binary_head", c.bert_binary_head);
 }
 
 }  // namespace

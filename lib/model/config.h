@@ -1,6 +1,6 @@
 // Model configuration: the shape and flavour of a transformer (GPT-2, GPT-3 and LLaMA families,
 // Mixtral/DeepSeek-style mixture-of-experts, DeepSeek's multi-latent attention and
-// multi-token prediction), the named presets, validation, parameter counts of the dense models
+// multi-token prediction, Megatron's BERT), the named presets, validation, parameter counts of the dense models
 // mt-train runs (lib/perf/parameters.h counts every architecture), and JSON (the run record and
 // checkpoints carry it). Tested in tests/unit/model/test_config.cpp and
 // tests/unit/perf/test_parameters.cpp.
@@ -99,6 +99,12 @@ struct ModelConfig {
   // like the last decoder layer, sharing the embedding and output layer (model/layers/mtp.h).
   int mtp_num_layers = 0;
   float mtp_loss_scaling_factor = 0.1f;  // --mtp-loss-scaling-factor: lambda, the MTP losses' weight
+  // BERT (Megatron's BertModel, trained by pretrain_bert.py; presets tiny-bert and bert-345m): a
+  // pre-LN encoder with bidirectional attention under the padding mask, learned positions, the LM
+  // head (dense, GELU, LayerNorm, output tied to the word embeddings plus a vocabulary bias) and,
+  // with the binary head, token-type embeddings and the pooler + sentence-order head.
+  bool bert = false;
+  bool bert_binary_head = true;  // --bert-no-binary-head clears it
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
@@ -127,6 +133,7 @@ struct ModelConfig {
   void validate_moe_router() const;
   void validate_moe_losses_and_capacity() const;
   void validate_mla() const;
+  void validate_bert() const;
 };
 
 // Megatron's --moe-layer-freq value: an integer N, a list "[1,0,1]" or an expression of

@@ -30,6 +30,14 @@ struct MicroBatch {
   // tokens times the LM loss's scale; 0 gives the depth no grads).
   double* mtp_loss_sums = nullptr;
   const float* mtp_loss_grad_scales = nullptr;
+  // BERT (ModelConfig::bert). key_lengths: (batch) valid (unpadded) tokens of each sample, padding
+  // after them (Megatron's padding_mask; null: none padded). With the binary head: token_types
+  // (rows) 0 / 1, sentence_order (batch) the sop target (is_random), and sop_sums two device
+  // doubles the last stage adds (sop loss sum, samples) to.
+  const int32_t* key_lengths = nullptr;
+  const int32_t* token_types = nullptr;
+  const int32_t* sentence_order = nullptr;
+  double* sop_sums = nullptr;
 };
 
 // A pair of loss sums read back on the host.

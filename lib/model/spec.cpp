@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "model/layers/attention.h"
+#include "model/layers/bert_head.h"
 #include "model/layers/embedding.h"
 #include "model/layers/mla_attention.h"
 #include "model/layers/mlp.h"
@@ -22,7 +23,7 @@ std::string range_name(const ChunkSpec& chunk) {
 std::unique_ptr<AttentionVariant> make_attention(const AttentionSpec& spec, const ModelConfig& config, int layer) {
   switch (spec.kind) {
     case AttentionKind::self_attention:
-      return std::make_unique<SelfAttention>(config, layer);
+      return std::make_unique<SelfAttention>(config, layer, spec.causal);
     case AttentionKind::multi_latent:
       return std::make_unique<MlaAttention>(config, layer);
   }
@@ -47,6 +48,7 @@ LayerSpec layer_spec(const ModelConfig& config, int layer) {
   spec.layer = layer;
   spec.norm = NormPlacement::pre_norm;
   spec.attention.kind = config.multi_latent_attention ? AttentionKind::multi_latent : AttentionKind::self_attention;
+  spec.attention.causal = !config.bert;
   spec.mlp.activation = config.swiglu ? MlpActivation::swiglu : MlpActivation::gelu;
   if (config.is_moe_layer(layer)) {
     if (!config.swiglu) throw Error(what, "has MoE experts, which are SwiGLU MLPs (--swiglu)");
@@ -71,7 +73,7 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
     if (range.has_embedding) {
       const bool positions = config.position_embedding == PositionEmbedding::learned_absolute;
       chunk.embedding = EmbeddingSpec{positions ? EmbeddingKind::word_and_learned_positions : EmbeddingKind::word,
-                                      tied};
+                                      tied, config.bert && config.bert_binary_head};
     }
     for (int layer = range.first_layer; layer < range.last_layer; ++layer) {
       chunk.layers.push_back(layer_spec(config, layer));
@@ -80,7 +82,8 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
       const OutputWeight output = !tied ? OutputWeight::own
                                   : embedding_here ? OutputWeight::tied_embedding
                                                    : OutputWeight::tied_copy;
-      chunk.head = HeadSpec{HeadKind::language_model, output};
+      chunk.head = config.bert ? HeadSpec{HeadKind::bert, output, config.bert_binary_head}
+                               : HeadSpec{HeadKind::language_model, output};
       for (int depth = 0; depth < config.mtp_num_layers; ++depth) {
         chunk.mtp_layers.push_back(layer_spec(config, config.num_layers + depth));
       }
@@ -161,6 +164,8 @@ std::unique_ptr<OutputHead> make_head(const HeadSpec& spec, const ModelConfig& c
   switch (spec.kind) {
     case HeadKind::language_model:
       return std::make_unique<OutputHead>(config, spec);
+    case HeadKind::bert:
+      return std::make_unique<BertHead>(config, spec);
   }
   throw Error("the model spec", "has a head kind it does not know");
 }

@@ -11,7 +11,9 @@
 // it throws mt::Error for a config it has no variant for. With --mtp-num-layers D the chunk that
 // ends the model also holds the multi-token prediction block (model/layers/mtp.h) after its head:
 // D transformer layers of global index num_layers + k, each specified by layer_spec like the
-// decoder's (so MoE or dense as the last decoder layer, MLA where the model has it). The factories below build the block objects (model/layers/) from a spec: a new
+// decoder's (so MoE or dense as the last decoder layer, MLA where the model has it). BERT
+// (ModelConfig::bert) is the same blocks with non-causal attention, token types in the embedding
+// (binary head) and HeadKind::bert (model/layers/bert_head.h). The factories below build the block objects (model/layers/) from a spec: a new
 // variant is a new enum value, one case in a factory of spec.cpp and the new block's own files.
 // Tested in tests/unit/model/test_spec.cpp.
 #pragma once
@@ -50,6 +52,7 @@ enum class EmbeddingKind {
 struct EmbeddingSpec {
   EmbeddingKind kind = EmbeddingKind::word;
   bool tied_to_output = true;  // the output layer multiplies with the word table
+  bool token_types = false;    // BERT with the binary head: a 2-row token-type table added too
 };
 
 enum class AttentionKind {
@@ -59,6 +62,7 @@ enum class AttentionKind {
 
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::self_attention;
+  bool causal = true;  // false: BERT's bidirectional attention under the padding mask
 };
 
 enum class MlpKind {
@@ -89,6 +93,7 @@ struct LayerSpec {
 
 enum class HeadKind {
   language_model,  // final norm, output layer over the padded vocabulary, vocab-parallel cross-entropy
+  bert,            // final norm, BERT's LM head and vocabulary bias, and the pooler + binary head
 };
 
 // The output layer's weight.
@@ -101,6 +106,7 @@ enum class OutputWeight {
 struct HeadSpec {
   HeadKind kind = HeadKind::language_model;
   OutputWeight output = OutputWeight::tied_embedding;
+  bool binary_head = false;  // bert: the pooler and the sentence-order head
 };
 
 // One chunk of the spec: its layer range and ends, and its blocks in forward order.

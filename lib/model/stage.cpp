@@ -161,7 +161,7 @@ LayerPass Stage::layer_pass(const SlotState& state, int64_t rows) const {
   const int64_t sequence_rows = parallel_.sequence_rows(rows);
   const int64_t* row_ids = state.batch.row_ids ? state.batch.row_ids + parallel_.sequence_row_offset(rows) : nullptr;
   return LayerPass{state.batch,           rows,  sequence_rows, row_ids, state.pass.iteration, state.pass.training,
-                   /*recompute=*/false, aux_loss_grad_factor_};
+                   /*recompute=*/false, aux_loss_grad_factor_, sop_loss_grad_factor_};
 }
 
 SlotActivations& Stage::slot_activations(int slot) {
@@ -196,7 +196,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
 
   if (blocks_.embedding) {
     before(kEmbeddingLayer);
-    blocks_.embedding->forward(ctx, lpass, w.embedding_full, acts.input);
+    blocks_.embedding->forward(ctx, lpass, w.embedding_full, acts.input, w.token_type_rows);
   } else if (!input) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
                 "needs the previous stage's activation as its input");

@@ -127,6 +127,10 @@ class Stage {
   // caller includes the router's factor, model/moe/router.h). The trainer sets it before each
   // micro-batch's backward; 0 (the default) gives the losses no grads.
   void set_aux_loss_grad_factor(float factor) { aux_loss_grad_factor_ = factor; }
+  // BERT with the binary head: d(objective) / d(a micro-batch's sop loss, its sample mean) for the
+  // following backward passes (the trainer's loss scale over micro-batches x DP); 0 (the default)
+  // gives the sop loss no grads.
+  void set_sop_loss_grad_factor(float factor) { sop_loss_grad_factor_ = factor; }
 
   // Bytes of activation buffers the stage allocated (measured by the allocator; not the
   // caller's slot blocks) and their high-water mark.
@@ -157,6 +161,7 @@ class Stage {
   std::function<void(int)> grads_ready_;
   std::function<void(int)> before_forward_;
   float aux_loss_grad_factor_ = 0.0f;
+  float sop_loss_grad_factor_ = 0.0f;
 };
 
 // The activation buffers' shape of chunk `chunk` of `layout` for micro-batches of `rows` tokens.

@@ -26,6 +26,9 @@ void wait_all(std::vector<std::unique_ptr<comm::Request>>& requests) {
 RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_group,
                              const kernels::AttentionShape& local, backend::MemoryLedger* ledger)
     : ops_(ops), group_(cp_group), local_(local), cp_size_(cp_group.size()), cp_rank_(cp_group.rank()) {
+  if (!local.causal) {
+    throw Error("ring attention", "non-causal attention (BERT's padding mask) under context parallelism is not supported");
+  }
   if (local.q_len != local.kv_len || local.q_len % 2 != 0) {
     throw Error("ring attention", "each rank needs two equal chunks of queries and keys, got " +
                                       std::to_string(local.q_len) + " queries and " + std::to_string(local.kv_len) +

@@ -28,7 +28,8 @@ class RingAttention {
   // `local` describes this rank's tensors: batch samples of q_len = kv_len = seq_length / CP
   // tokens each (the two chunks, early one first), heads, head_dim, strides and scale; its
   // positions and accumulate_grads are ignored. Buffers (two travelling key/value/grad blocks and
-  // one partial output) are allocated here, counted in `ledger` when given. `cp_group` is a data
+  // one partial output) are allocated here, counted in `ledger` when given. A non-causal `local`
+  // (BERT's padding mask) is refused (mt::Error). `cp_group` is a data
   // communicator bound to ops' default stream (a control communicator works on the synchronous
   // CPU table only).
   RingAttention(const backend::Ops& ops, comm::Communicator& cp_group, const kernels::AttentionShape& local,

@@ -528,6 +528,8 @@ const Ops& table() {
       .rmsnorm_backward = MT_QUEUED(rmsnorm_backward),
       .gelu_forward = MT_QUEUED(gelu_forward),
       .gelu_backward = MT_QUEUED(gelu_backward),
+      .tanh_forward = MT_QUEUED(tanh_forward),
+      .tanh_backward = MT_QUEUED(tanh_backward),
       .swiglu_forward = MT_QUEUED(swiglu_forward),
       .swiglu_backward = MT_QUEUED(swiglu_backward),
       .rope_forward = MT_QUEUED(rope_forward),

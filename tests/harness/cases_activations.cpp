@@ -1,5 +1,5 @@
 // Cases of the activation and rotary entries (see op_cases.h): GELU (tanh) and SwiGLU forward and
-// backward against the reference, including saturated inputs where exp over- or underflows inside a
+// backward against the reference, tanh (BERT's pooler) against std::tanh and central differences, including saturated inputs where exp over- or underflows inside a
 // kernel, backward against central differences; RoPE forward and backward against the reference
 // on heads inside wider rows and at positions past any cached table, backward the transpose of
 // forward and its inverse.
@@ -52,6 +52,39 @@ void add_gelu(std::vector<OpCase>& cases) {
                        c.expect_close("dx", c.download(dx, "dx"), expected, tolerances(DType::f32).reference);
                      }});
   }
+  cases.push_back({.op = OpId::tanh_forward,
+                   .mode = CaseMode::forward,
+                   .name = shape_text({{"n", 67}}) + " with saturated tails",
+                   .body = [](CaseContext& c) {
+                     const int64_t n = 67;
+                     auto x = random_floats(n, 44, -4.0f, 4.0f);
+                     x[0] = -30.0f;
+                     x[1] = 30.0f;
+                     x[2] = 0.0f;
+                     const DeviceArray<float> y = c.filled(n, kNaN);
+                     c.ops().tanh_forward(c.upload(x).data, y.data, n, c.stream());
+                     std::vector<double> expected(n);
+                     for (int64_t i = 0; i < n; ++i) expected[i] = std::tanh(double(x[i]));
+                     c.expect_close("y", c.download(y, "y"), expected, tolerances(DType::f32).reference);
+                   }});
+  cases.push_back({.op = OpId::tanh_backward,
+                   .mode = CaseMode::grad,
+                   .name = shape_text({{"n", 67}}),
+                   .body = [](CaseContext& c) {
+                     const int64_t n = 67;
+                     const auto x = random_floats(n, 45, -3.0f, 3.0f), dy = random_floats(n, 46);
+                     std::vector<float> y(n);
+                     for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+                     const DeviceArray<float> dx = c.filled(n, kNaN);
+                     c.ops().tanh_backward(c.upload(dy).data, c.upload(y).data, dx.data, n, c.stream());
+                     const auto tanh_all = [](const std::vector<double>& v) {
+                       std::vector<double> out(v.size());
+                       for (size_t i = 0; i < v.size(); ++i) out[i] = std::tanh(v[i]);
+                       return out;
+                     };
+                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(tanh_all, to_double(x), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
+                   }});
   cases.push_back(
       {.op = OpId::gelu_backward, .mode = CaseMode::grad, .name = shape_text({{"n", 67}}), .body = [](CaseContext& c) {
          const int64_t n = 67;

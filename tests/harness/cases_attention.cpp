@@ -8,7 +8,9 @@
 // the thread count; memory linear in T at T = 4096. Attention dropout: against the reference's
 // double loops drawing the same keyed mask (GQA, documents, offsets, a TP slice of the heads,
 // packed rows), central differences with the mask fixed, merged key blocks, and the dropped
-// fraction, seeds and iterations seen directly through V = I.
+// fraction, seeds and iterations seen directly through V = I. Non-causal attention with key
+// padding (BERT): against the reference (padded query rows included, a sample with no valid key,
+// packed rows, dropout), padded keys changing no output bit; the CUDA entries refuse it by name.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -41,6 +43,7 @@ struct Problem {
   std::vector<float> dout;         // (batch * q_len, o_stride)
   std::vector<int32_t> doc_start;  // (batch * q_len) or empty
   std::vector<int64_t> row_ids;    // (batch * q_len) global token ids when dropping, else empty
+  std::vector<int32_t> key_lengths;  // (batch) non-causal: valid keys per sample, or empty
   const AttentionShape& shape() const { return layout.shape; }
   size_t out_size() const { return size_t(shape().batch) * shape().q_len * shape().o_stride; }
   size_t lse_size() const { return size_t(shape().batch) * shape().q_heads * shape().q_len; }
@@ -148,7 +151,7 @@ void set_dropout(Problem& problem, float p, uint64_t seed, int64_t first_sample 
 }
 
 AttentionReference reference(const Problem& p) {
-  return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start, p.row_ids);
+  return ref_attention(p.layout, to_double(p.inputs), p.dout, p.doc_start, p.row_ids, p.key_lengths);
 }
 
 // The problem's inputs on the device.
@@ -156,18 +159,20 @@ struct DeviceProblem {
   DeviceArray<float> inputs, dout;
   DeviceArray<int32_t> docs;
   DeviceArray<int64_t> row_ids;
+  DeviceArray<int32_t> key_lengths;
   const float* q(const Problem& p) const { return inputs.data + p.layout.q_offset; }
   const float* k(const Problem& p) const { return inputs.data + p.layout.k_offset; }
   const float* v(const Problem& p) const { return inputs.data + p.layout.v_offset; }
-  // `shape` with the dropout's row ids on the device.
+  // `shape` with the dropout's row ids and the key lengths on the device.
   AttentionShape on_device(AttentionShape shape) const {
     shape.dropout.row_ids = row_ids.data;
+    shape.key_lengths = key_lengths.data;
     return shape;
   }
 };
 
 DeviceProblem upload(CaseContext& c, const Problem& p) {
-  return {c.upload(p.inputs), c.upload(p.dout), c.upload(p.doc_start), c.upload(p.row_ids)};
+  return {c.upload(p.inputs), c.upload(p.dout), c.upload(p.doc_start), c.upload(p.row_ids), c.upload(p.key_lengths)};
 }
 
 // Device results: out and lse (sentinel before), grads in the inputs' layout (sentinel before).
@@ -723,6 +728,103 @@ void add_attention_dropout_cases(std::vector<OpCase>& cases) {
                    .body = check_mask_statistics});
 }
 
+// Non-causal attention with a key padding mask (BERT): sample b sees keys [0, lengths[b]).
+Problem make_padded_problem(const ShapeSpec& spec, std::vector<int32_t> lengths, uint32_t seed, int packed_extra = -1) {
+  Problem p = packed_extra < 0 ? make_problem(spec, seed) : make_packed_problem(spec, packed_extra, seed);
+  p.layout.shape.causal = false;
+  p.key_lengths = std::move(lengths);
+  return p;
+}
+
+// The CUDA entries refuse the non-causal mode by name (no kernel yet); other backends run it.
+bool refuses_non_causal(CaseContext& c, const std::function<void()>& run) {
+  if (std::string(c.ops().name) != "cuda") return false;
+  try {
+    run();
+    c.fail("the cuda backend ran non-causal attention it has no kernel for");
+  } catch (const std::exception& error) {
+    c.expect(std::string(error.what()).find("non-causal") != std::string::npos,
+             std::string("refusal does not name the non-causal mode: ") + error.what());
+  }
+  return true;
+}
+
+void add_padded_problem(std::vector<OpCase>& cases, const std::string& name, std::function<Problem()> make) {
+  SharedProblem shared = shared_problem(std::move(make));
+  cases.push_back({.op = OpId::attention_forward,
+                   .mode = CaseMode::forward,
+                   .name = name,
+                   .body = [shared](CaseContext& c) {
+                     const Problem& p = shared->get().problem;
+                     if (refuses_non_causal(c, [&] { run_forward(c, p, upload(c, p)); c.finish(); })) return;
+                     check_forward(c, p, shared->get().reference);
+                   }});
+  cases.push_back({.op = OpId::attention_backward,
+                   .mode = CaseMode::backward,
+                   .name = name,
+                   .also_uses = {OpId::attention_forward},
+                   .body = [shared](CaseContext& c) {
+                     const Problem& p = shared->get().problem;
+                     if (refuses_non_causal(c, [&] { run_kernel(c, p, "kernel"); })) return;
+                     check_backward(c, p, shared->get().reference);
+                   }});
+}
+
+// Padded keys reach nothing: changing their K and V leaves out and lse the same bits, and their
+// dk, dv are exactly zero.
+void check_padding_hidden(CaseContext& c) {
+  const ShapeSpec spec{2, 100, 100, 2, 1, 16};
+  const std::vector<int32_t> lengths = {70, 9};
+  const Problem p = make_padded_problem(spec, lengths, 91);
+  if (refuses_non_causal(c, [&] { run_kernel(c, p, "kernel"); })) return;
+  Problem changed = p;
+  const AttentionShape& s = p.shape();
+  const int64_t cols = int64_t(s.kv_heads) * s.head_dim;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int j = lengths[size_t(b)]; j < s.kv_len; ++j) {
+      const size_t row = size_t(b) * s.kv_len + j;
+      for (int64_t col = 0; col < cols; ++col) {
+        changed.inputs[p.layout.k_offset + row * s.k_stride + col] = 50.0f;
+        changed.inputs[p.layout.v_offset + row * s.v_stride + col] = -9.0f;
+      }
+    }
+  }
+  const HostResults run = run_kernel(c, p, "padded");
+  const HostResults other = run_kernel(c, changed, "padded keys changed");
+  c.expect_bits_equal("out with padded keys changed", other.out, run.out);
+  c.expect_bits_equal("lse with padded keys changed", other.lse, run.lse);
+  for (int b = 0; b < s.batch; ++b) {
+    for (int j = lengths[size_t(b)]; j < s.kv_len; ++j) {
+      for (int64_t col = 0; col < cols; ++col) {
+        const size_t row = size_t(b) * s.kv_len + j;
+        c.expect(run.dk(p)[row * s.k_stride + col] == 0.0f && run.dv(p)[row * s.v_stride + col] == 0.0f,
+                 "dk, dv of a padded key not zero");
+      }
+    }
+  }
+}
+
+void add_padding_cases(std::vector<OpCase>& cases) {
+  add_padded_problem(cases, "non-causal, keys padded to 77/40/1 " + describe({3, 77, 77, 4, 2, 16}),
+                     [] { return make_padded_problem({3, 77, 77, 4, 2, 16}, {77, 40, 1}, 81); });
+  add_padded_problem(cases, "non-causal, no key lengths " + describe({2, 130, 130, 2, 2, 16}), [] {
+    Problem p = make_padded_problem({2, 130, 130, 2, 2, 16}, {}, 82);
+    return p;
+  });
+  add_padded_problem(cases, "non-causal packed qkv, 5 NaN columns, keys 65/0 " + describe({2, 130, 130, 4, 2, 12}),
+                     [] { return make_padded_problem({2, 130, 130, 4, 2, 12}, {65, 0}, 83, 5); });
+  add_padded_problem(cases, "non-causal with dropout 0.3, keys 100/33 " + describe({2, 100, 100, 2, 1, 16}), [] {
+    Problem p = make_padded_problem({2, 100, 100, 2, 1, 16}, {100, 33}, 84);
+    set_dropout(p, 0.3f, 11);
+    return p;
+  });
+  cases.push_back({.op = OpId::attention_backward,
+                   .mode = CaseMode::property,
+                   .name = "non-causal: padded keys change no output bit and get zero grads",
+                   .also_uses = {OpId::attention_forward},
+                   .body = check_padding_hidden});
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& cases) {
@@ -747,6 +849,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                    .also_uses = {OpId::attention_forward},
                    .body = [](CaseContext& c) { check_finite_differences(c, 0.3f); }});
   add_attention_dropout_cases(cases);
+  add_padding_cases(cases);
   cases.push_back(
       {.op = OpId::attention_backward,
        .mode = CaseMode::property,

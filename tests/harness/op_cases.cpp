@@ -52,6 +52,8 @@ const char* op_family(OpId op) {
     case OpId::rmsnorm_backward: return "norms";
     case OpId::gelu_forward:
     case OpId::gelu_backward:
+    case OpId::tanh_forward:
+    case OpId::tanh_backward:
     case OpId::swiglu_forward:
     case OpId::swiglu_backward:
     case OpId::rope_forward:

@@ -193,7 +193,7 @@ XentReference ref_xent(const std::vector<double>& logits, int64_t rows, int64_t 
 
 AttentionReference ref_attention(const AttentionLayout& layout, const std::vector<double>& inputs,
                                  const std::vector<float>& dout, const std::vector<int32_t>& doc_start,
-                                 const std::vector<int64_t>& row_ids) {
+                                 const std::vector<int64_t>& row_ids, const std::vector<int32_t>& key_lengths) {
   const AttentionShape& s = layout.shape;
   const int dim = s.head_dim, group = s.q_heads / s.kv_heads;
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -233,7 +233,9 @@ AttentionReference ref_attention(const AttentionLayout& layout, const std::vecto
         visible.clear();
         for (int j = 0; j < s.kv_len; ++j) {
           const int64_t k_pos = s.kv_pos0 + j;
-          if (k_pos <= q_pos && k_pos >= doc) visible.push_back(j);
+          const bool seen = s.causal ? k_pos <= q_pos && k_pos >= doc
+                                     : key_lengths.empty() || k_pos < key_lengths[size_t(b)];
+          if (seen) visible.push_back(j);
         }
         if (visible.empty()) continue;
         probs.assign(visible.size(), 0.0);

@@ -88,12 +88,15 @@ struct AttentionLayout {
 // With shape.dropout.key.p > 0 the probabilities are dropped by double loops drawing each pair's
 // keep decision from kernels::keyed_uniform (kernels/common/philox.h) at (row_ids[query] * total
 // heads + global head, global key position): out = (P Z) V, dP = (dout . v) Z, dv = (P Z)^T dout.
+// Non-causal shapes (shape.causal false): query t sees key j iff kv_pos0 + j < key_lengths[b]
+// (host values; empty: every key), whatever t.
 struct AttentionReference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 AttentionReference ref_attention(const AttentionLayout& layout, const std::vector<double>& inputs,
                                  const std::vector<float>& dout, const std::vector<int32_t>& doc_start,
-                                 const std::vector<int64_t>& row_ids = {});
+                                 const std::vector<int64_t>& row_ids = {},
+                                 const std::vector<int32_t>& key_lengths = {});
 
 // --- GEMM ---------------------------------------------------------------------------------------
 // C (m, n) = alpha op(A) op(B) + beta C0, row-major with leading dimensions; a, b are the values

@@ -27,7 +27,7 @@ std::string name(int layer, const char* tensor) { return layer_prefix(layer) + "
 
 }  // namespace
 
-SelfAttention::SelfAttention(const ModelConfig& config, int layer)
+SelfAttention::SelfAttention(const ModelConfig& config, int layer, bool causal)
     : layer_(layer),
       hidden_(config.hidden_size),
       head_dim_(config.head_dim()),
@@ -38,7 +38,8 @@ SelfAttention::SelfAttention(const ModelConfig& config, int layer)
       num_layers_(config.num_layers),
       attention_dropout_(config.attention_dropout),
       rotary_base_(config.rotary_base),
-      rope_(config.position_embedding == PositionEmbedding::rope) {}
+      rope_(config.position_embedding == PositionEmbedding::rope),
+      causal_(causal) {}
 
 void SelfAttention::declare(ParamDeclarations& declarations) const {
   const int64_t d = head_dim_;
@@ -116,6 +117,7 @@ kernels::AttentionShape SelfAttention::core_shape(int batch, int seq) const {
   shape.q_stride = shape.k_stride = shape.v_stride = qkv_width();
   shape.o_stride = attention_width();
   shape.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  shape.causal = causal_;
   return shape;
 }
 
@@ -138,9 +140,18 @@ kernels::AttentionDropout SelfAttention::dropout_of(const LayerContext& ctx, con
   return dropout;
 }
 
+void SelfAttention::check_mask(const LayerContext& ctx, const LayerPass& pass) const {
+  if (causal_) return;
+  if (ctx.ring_attention) {
+    throw Error("BERT's bidirectional attention", "is not supported under context parallelism");
+  }
+  if (pass.batch.doc_start) throw Error("BERT's bidirectional attention", "takes no document masks");
+}
+
 void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv,
                                  const Core& core) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
+  check_mask(ctx, pass);
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
     ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
@@ -149,6 +160,7 @@ void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass,
   }
   kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
   shape.dropout = dropout_of(ctx, pass);
+  shape.key_lengths = causal_ ? nullptr : pass.batch.key_lengths;
   ctx.ops.attention_forward(shape, qkv, qkv + q, qkv + q + kv, pass.batch.doc_start, core.attn, core.lse, ctx.stream);
 }
 
@@ -186,6 +198,7 @@ void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, con
   } else {
     kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
     shape.dropout = dropout_of(ctx, pass);
+    shape.key_lengths = causal_ ? nullptr : pass.batch.key_lengths;
     ctx.ops.attention_backward(shape, saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, core.attn,
                                w.d_attn, core.lse, w.d_qkv, w.d_qkv + q, w.d_qkv + q + kv, ctx.stream);
   }

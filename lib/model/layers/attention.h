@@ -11,7 +11,9 @@
 // (--attention-dropout, training passes only) runs inside the fused kernel, keyed by the global
 // token ids of the micro-batch, the global head (TP rank * local heads + local head) and the
 // iteration (kernels/common/op_params.h, AttentionDropout): no mask is stored, and a recomputed
-// forward (selective or full recompute) and the backward draw the same mask. Tested through the
+// forward (selective or full recompute) and the backward draw the same mask. Non-causal (BERT):
+// every query sees its sample's valid keys (the micro-batch's key_lengths); refused under context
+// parallelism and with document masks. Tested through the
 // model's finite differences, the PyTorch goldens, the TP = 2 stage test and, under CP, by
 // tests/mpi/test_context_parallel_training.cpp.
 #pragma once
@@ -22,7 +24,9 @@ namespace mt::model {
 
 class SelfAttention : public AttentionVariant {
  public:
-  SelfAttention(const ModelConfig& config, int layer);
+  // causal false: BERT's bidirectional attention, keys limited to each sample's valid tokens
+  // (MicroBatch::key_lengths, Megatron's padding mask).
+  SelfAttention(const ModelConfig& config, int layer, bool causal = true);
 
   void declare(ParamDeclarations& declarations) const override;
   void bind(const ParamLayout& layout) override;
@@ -59,6 +63,8 @@ class SelfAttention : public AttentionVariant {
   static Core core_of(const Saved& saved, const Workspace& workspace);
   // The attention-probability dropout of this pass (p = 0 outside training).
   kernels::AttentionDropout dropout_of(const LayerContext& ctx, const LayerPass& pass) const;
+  // Non-causal mode: mt::Error under CP or with document masks.
+  void check_mask(const LayerContext& ctx, const LayerPass& pass) const;
   // The core attention from the saved q/k/v into `core`.
   void core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv, const Core& core) const;
 
@@ -72,6 +78,7 @@ class SelfAttention : public AttentionVariant {
   float attention_dropout_;
   float rotary_base_;
   bool rope_;
+  bool causal_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
 };

@@ -1,6 +1,8 @@
 // The input embedding (see embedding.h).
 #include "model/layers/embedding.h"
 
+#include "core/error.h"
+
 namespace mt::model {
 
 Embedding::Embedding(const ModelConfig& config, const EmbeddingSpec& spec, int dropout_layer)
@@ -24,6 +26,12 @@ void Embedding::declare(ParamDeclarations& declarations) const {
     positions.full_rows = true;
     declarations.add_single(positions);
   }
+  if (spec_.token_types) {
+    ParamDeclaration types{kTokenTypeEmbeddings, {kTokenTypes, hidden_}, TensorSplit::replicated, kEmbeddingLayer,
+                           Init::normal(init_std_)};
+    types.full_rows = true;
+    declarations.add_single(types);
+  }
 }
 
 void Embedding::bind(const ParamLayout& layout) {
@@ -32,13 +40,15 @@ void Embedding::bind(const ParamLayout& layout) {
   vocab_start_ = word.shard_offset;
   vocab_end_ = word.shard_offset + word.local_shape[0];
   position_ = spec_.kind == EmbeddingKind::word_and_learned_positions ? param_offset(layout, kPositionEmbeddings) : -1;
+  token_type_ = spec_.token_types ? param_offset(layout, kTokenTypeEmbeddings) : -1;
 }
 
 kernels::DropoutKey Embedding::dropout_key(const LayerContext& ctx, const LayerPass& pass) const {
   return kernels::DropoutKey{ctx.seed, dropout_stream("embedding", dropout_layer_), pass.iteration, hidden_dropout_};
 }
 
-void Embedding::forward(const LayerContext& ctx, const LayerPass& pass, float* full_buffer, float* x_seq) const {
+void Embedding::forward(const LayerContext& ctx, const LayerPass& pass, float* full_buffer, float* x_seq,
+                        float* token_type_rows) const {
   const ParallelContext& parallel = ctx.parallel;
   const bool sequence_parallel = parallel.sequence_parallel();
   float* full = sequence_parallel ? full_buffer : x_seq;
@@ -46,6 +56,14 @@ void Embedding::forward(const LayerContext& ctx, const LayerPass& pass, float* f
   ctx.ops.embedding_forward(pass.batch.tokens, pass.batch.positions, ctx.params + word_,
                             adds_positions ? ctx.params + position_ : nullptr, full, pass.rows, hidden_, vocab_start_,
                             vocab_end_, ctx.stream);
+  if (token_type_ >= 0 && parallel.tensor_parallel_rank() == 0) {
+    if (!pass.batch.token_types || !token_type_rows) {
+      throw Error("BERT's token-type embedding", "needs the micro-batch's token types and a buffer for their rows");
+    }
+    ctx.ops.embedding_forward(pass.batch.token_types, nullptr, ctx.params + token_type_, nullptr, token_type_rows,
+                              pass.rows, hidden_, 0, kTokenTypes, ctx.stream);
+    ctx.ops.add_inplace(full, token_type_rows, pass.rows * hidden_, ctx.stream);
+  }
   if (sequence_parallel) {
     parallel.reduce_scatter_to_sequence_parallel_region(full, x_seq, pass.rows, hidden_);
   } else {
@@ -70,6 +88,10 @@ void Embedding::backward(const LayerContext& ctx, const LayerPass& pass, float* 
   ctx.ops.embedding_backward(pass.batch.tokens, pass.batch.positions, dy, ctx.grads + word_,
                              position_ >= 0 ? ctx.grads + position_ : nullptr, pass.rows, hidden_, vocab_start_,
                              vocab_end_, ctx.stream);
+  if (token_type_ >= 0) {
+    ctx.ops.embedding_backward(pass.batch.token_types, nullptr, dy, ctx.grads + token_type_, nullptr, pass.rows,
+                               hidden_, 0, kTokenTypes, ctx.stream);
+  }
 }
 
 }  // namespace mt::model

@@ -39,6 +39,7 @@ struct LayerPass {
   bool training = false;
   bool recompute = false;            // a forward rerun before backward (MoE: counts and logs nothing)
   float aux_loss_grad_factor = 0.0f;  // MoE: d(objective) / d(aux loss value) for this micro-batch's backward
+  float sop_loss_grad_factor = 0.0f;  // BERT: d(objective) / d(this micro-batch's sop loss, a sample mean)
 };
 
 // Dropout streams: one per (site, global layer), independent of the parallel layout.

@@ -29,6 +29,10 @@ OutputHead::OutputHead(const ModelConfig& config, const HeadSpec& spec)
 
 void OutputHead::declare(ParamDeclarations& declarations) const {
   norm_.declare(declarations);
+  declare_output_weight(declarations);
+}
+
+void OutputHead::declare_output_weight(ParamDeclarations& declarations) const {
   const std::string vocab = "the padded vocabulary " + std::to_string(padded_vocab_);
   ParamDeclaration weight{output_weight_name(spec_), {padded_vocab_, hidden_}, TensorSplit::column_parallel, layer_,
                           Init::normal(init_std_), 1, vocab};
@@ -51,9 +55,14 @@ void OutputHead::declare(ParamDeclarations& declarations) const {
 void OutputHead::bind(const ParamLayout& layout) {
   norm_.bind(layout);
   const ParamEntry& weight = layout.find(output_weight_name(spec_));
-  output_ = ColumnParallelLinear(LinearParams{weight.offset, -1, hidden_, weight.local_shape[0]});
+  rebind_output(layout, -1);
   vocab_start_ = weight.shard_offset;
   valid_ = std::clamp<int64_t>(vocab_size_ - vocab_start_, 0, output_.out_features());
+}
+
+void OutputHead::rebind_output(const ParamLayout& layout, int64_t bias_offset) {
+  const ParamEntry& weight = layout.find(output_weight_name(spec_));
+  output_ = ColumnParallelLinear(LinearParams{weight.offset, bias_offset, hidden_, weight.local_shape[0]});
 }
 
 HeadActivations OutputHead::lay_out_activations(BufferSource& source, const ActivationRows& rows) const {
@@ -74,12 +83,15 @@ HeadActivations OutputHead::lay_out_activations(BufferSource& source, const Acti
 void OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
                          const HeadWorkspace& w) const {
   if (!pass.batch.loss_sums) throw Error("output head", "the micro-batch has no device loss sums to add to");
+  norm_.forward(ctx, a.final_hidden, a.final_norm, a.final_mean, a.final_rstd, pass.sequence_rows);
+  output_.forward(ctx, pass, a.final_norm, w.sequence_parallel, a.logits);
+  cross_entropy_forward(ctx, pass, a);
+}
+
+void OutputHead::cross_entropy_forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a) const {
   const backend::Ops& ops = ctx.ops;
   const ParallelContext& parallel = ctx.parallel;
   const int64_t n = pass.rows, vocab = vocab_width();
-  norm_.forward(ctx, a.final_hidden, a.final_norm, a.final_mean, a.final_rstd, pass.sequence_rows);
-  output_.forward(ctx, pass, a.final_norm, w.sequence_parallel, a.logits);
-
   ops.xent_row_max(a.logits, n, vocab, valid_, a.row_max, ctx.stream);
   parallel.all_reduce_max_over_tensor_parallel(a.row_max, n);
   ops.xent_row_sumexp(a.logits, n, vocab, valid_, a.row_max, a.row_sumexp, ctx.stream);
@@ -92,6 +104,14 @@ void OutputHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadAct
 
 void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a, float dloss_scale,
                           const HeadWorkspace& w, float* d_hidden, const float* d_final_norm) const {
+  cross_entropy_backward(ctx, pass, a, dloss_scale, w);
+  output_.backward(ctx, pass, a.logits, a.final_norm, w.sequence_parallel, w.d_norm);
+  if (d_final_norm) ctx.ops.add_inplace(w.d_norm, d_final_norm, pass.sequence_rows * hidden_, ctx.stream);
+  norm_.backward(ctx, w.d_norm, a.final_hidden, a.final_mean, a.final_rstd, d_hidden, pass.sequence_rows);
+}
+
+void OutputHead::cross_entropy_backward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
+                                        float dloss_scale, const HeadWorkspace& w) const {
   const backend::Ops& ops = ctx.ops;
   const int64_t n = pass.rows;
   if (pass.batch.loss_mask) {
@@ -103,9 +123,6 @@ void OutputHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadAc
   }
   ops.xent_backward(a.logits, n, vocab_width(), valid_, vocab_start_, pass.batch.labels, a.row_max, a.row_sumexp,
                     w.dloss, ctx.stream);
-  output_.backward(ctx, pass, a.logits, a.final_norm, w.sequence_parallel, w.d_norm);
-  if (d_final_norm) ops.add_inplace(w.d_norm, d_final_norm, pass.sequence_rows * hidden_, ctx.stream);
-  norm_.backward(ctx, w.d_norm, a.final_hidden, a.final_mean, a.final_rstd, d_hidden, pass.sequence_rows);
 }
 
 }  // namespace mt::model

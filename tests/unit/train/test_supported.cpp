@@ -111,6 +111,19 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   } catch (const mt::UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--mtp-num-layers with --device cuda: not supported yet", 0), 0u) << e.what();
   }
+  // BERT: on CUDA and under CP by name, and (until mt-train reads its samples) at all.
+  const ModelConfig bert = mt::model::preset("tiny-bert");
+  const auto refusal_on = [&](const ParallelConfig& parallel, mt::backend::Device device) -> std::string {
+    try {
+      check_supported(bert, parallel, device);
+    } catch (const mt::UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal_on(one_rank, mt::backend::Device::cuda).rfind("--device cuda with BERT (--model tiny-bert)", 0), 0u);
+  EXPECT_EQ(refusal_on(context, mt::backend::Device::cpu).rfind("--context-parallel-size 2 with BERT", 0), 0u);
+  EXPECT_EQ(refusal_on(one_rank, mt::backend::Device::cpu).rfind("--model tiny-bert (BERT): not supported yet", 0), 0u);
 }
 
 TEST(Supported, TheTrainerRefusesThroughTheList) {
