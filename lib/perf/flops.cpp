@@ -144,6 +144,7 @@ FlopsConvention parse_flops_convention(const std::string& name) {
 
 FlopsBreakdown model_flops(const model::ModelConfig& m, double sequences, FlopsConvention convention, int64_t vocab) {
   m.validate();
+  check_accounted(m);
   if (vocab <= 0) vocab = m.padded_vocab_size();
   switch (convention) {
     case FlopsConvention::megatron: return megatron_current(m, sequences, vocab);

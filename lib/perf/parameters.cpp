@@ -82,8 +82,17 @@ void add_layer(const ModelConfig& m, int layer, std::vector<ParamBlock>& blocks)
 
 }  // namespace
 
+void check_accounted(const ModelConfig& m) {
+  if (m.bert) {
+    throw UsageError("--model " + m.name + " (BERT)",
+                     "not supported yet by mt-mfu and mt-memreport (their counts and FLOPs describe decoder models; "
+                     "BERT's heads are not in them)");
+  }
+}
+
 std::vector<ParamBlock> parameter_blocks(const ModelConfig& m, int64_t vocab) {
   m.validate();
+  check_accounted(m);
   const int64_t h = m.hidden_size;
   const int64_t norm = m.normalization == model::Normalization::layernorm ? 2 * h : h;
   std::vector<ParamBlock> blocks;

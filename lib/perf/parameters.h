@@ -45,6 +45,11 @@ struct ParamBlock {
   int64_t elements = 0;
 };
 
+// Throws mt::UsageError for a model the accounting does not describe: BERT (an encoder with an LM
+// head, pooler and sentence-order head that these counts and FLOPs leave out). Every entry point
+// of lib/perf and lib/study that reads a model calls it through parameter_blocks or model_flops.
+void check_accounted(const model::ModelConfig& model);
+
 // The model's parameters over a vocabulary of `vocab` rows (the real vocabulary for published
 // counts, the padded one for what is allocated).
 std::vector<ParamBlock> parameter_blocks(const model::ModelConfig& model, int64_t vocab);
