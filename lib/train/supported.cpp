@@ -23,8 +23,9 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
   // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
   // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  (void)device;  // every setting below is refused on every backend (MoE runs on the CPU and CUDA tables)
   const bool moe = model.num_experts > 0;
+  parallel::ParallelConfig fsdp = parallel;  // --use-custom-fsdp is --use-megatron-fsdp (validate() folds it later)
+  fsdp.use_megatron_fsdp = parallel.use_megatron_fsdp || parallel.use_custom_fsdp;
   const Unsupported list[] = {
       {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
        "mt-train routes in fp32"},
@@ -41,6 +42,14 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),
        "mt-train has no multi-token prediction" + accounted},
+      // Megatron-FSDP (issue 25): the strategies mt's optimizer shards by (optim/distributed_optimizer.h).
+      {fsdp.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params",
+       "--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params",
+       "mt-train shards the optimizer state and grads, not the parameters: give optim_grads, optim or no_shard"},
+      {fsdp.shards_grads() && device != backend::Device::cpu,
+       "--use-megatron-fsdp with --data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy +
+           " on --device cuda",
+       "FSDP's per-unit reduce-scatter runs on the CPU backend only"},
   };
   for (const Unsupported& setting : list) {
     if (setting.asked) throw UsageError(setting.flag, "not supported yet (" + setting.instead + ")");
