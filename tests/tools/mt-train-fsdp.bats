@@ -76,3 +76,18 @@ same_after() {
   [[ "$status" == 0 ]] || fail "--use-custom-fsdp: exit $status: $err"
   [[ "$err" == *"--use-custom-fsdp is deprecated"* ]] || fail "no deprecation warning: $err"
 }
+
+@test "issue25: mt-memreport takes --use-megatron-fsdp: optim_grads_params is the study's FSDP (shards plus gathered layers), optim the distributed optimizer, optim_grads refused as not modelled" {
+  local -a run=(--model tiny-llama --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 --world-size 2)
+  memory() { mt-memreport "${run[@]}" "$@" | jq -c 'select(.record == "memory") | [.weights_bytes, .grads_bytes, .optimizer_bytes]'; }
+  local plain optim fsdp
+  plain="$(memory)" optim="$(memory --use-megatron-fsdp --data-parallel-sharding-strategy optim)"
+  fsdp="$(memory --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params)"
+  [[ "$(memory --use-distributed-optimizer)" == "$optim" ]] || fail "optim: $optim"
+  [[ "$(memory --use-megatron-fsdp --data-parallel-sharding-strategy no_shard)" == "$plain" ]] || fail "no_shard"
+  # FSDP: grads below the whole model's, moments those of a 1/2 shard, weights a shard plus two layers (not the model's).
+  jq -e -n --argjson p "$plain" --argjson f "$fsdp" '$f[1] < $p[1] and $f[2] * 2 <= $p[2] + 256 and $f[0] != $p[0]' \
+    >/dev/null || fail "FSDP $fsdp against plain $plain"
+  run_split mt-memreport "${run[@]}" --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads
+  [[ "$status" != 0 && "$err" == *"--data-parallel-sharding-strategy optim_grads: not modelled yet"* ]] || fail "$status $err"
+}
