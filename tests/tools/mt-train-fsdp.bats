@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # mt-train with Megatron-FSDP's flags (issue 25): --use-megatron-fsdp with
-# --data-parallel-sharding-strategy optim_grads trains one rank's numbers at DP=2 (the matrix of
+# --data-parallel-sharding-strategy optim_grads trains one rank's numbers at DP=2 and CP=2 (the matrix of
 # layouts and models is tests/mpi/test_fsdp.cpp); its checkpoints are the same layout-independent
 # files: saved under FSDP and loaded under plain DP and TP=2, and saved under TP=2 and loaded
 # under FSDP, the next steps equal the unchanged one-rank run within the fp32 bound. The flags
@@ -33,11 +33,14 @@ same_after() {
     || fail "$(cat "$TMP/check.err"): $(trace "$1") against $(trace "$2")"
 }
 
-@test "issue25: FSDP (optim_grads) at DP=2 trains one rank's numbers" {
+@test "issue25: FSDP (optim_grads) at DP=2 and over CP=2 (DP x CP shards) trains one rank's numbers" {
   mt-train "${CKPT20[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
-  mpirun_n 2 mt-train "${CKPT20[@]}" "${FSDP[@]}" --train-iters 10 >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" \
-    || fail "$(cat "$TMP/fsdp.err")"
-  same_after "$TMP/fsdp.jsonl" "$TMP/one.jsonl" 0 10 2
+  for layout in "" "--context-parallel-size 2"; do
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train "${CKPT20[@]}" "${FSDP[@]}" $layout --train-iters 10 >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" \
+      || fail "'$layout': $(cat "$TMP/fsdp.err")"
+    same_after "$TMP/fsdp.jsonl" "$TMP/one.jsonl" 0 10 2
+  done
 }
 
 @test "issue25: saved under FSDP (optim_grads, DP=2), loaded under DP=2 and TP=2, and saved under TP=2, loaded under FSDP: the next 10 steps equal the unchanged run" {
