@@ -93,6 +93,7 @@ struct FusedGroup {
   std::vector<size_t> tensors;
   int64_t elements = 0;
   bool own_bucket = false;  // a tied word embedding shared between pipeline stages
+  int layer = 0;            // the layer id of its tensors (one block's)
 };
 
 // The fused groups of chunk `chunk` in reduction group `group`, in forward order.
@@ -108,7 +109,7 @@ std::vector<FusedGroup> fused_groups(const std::vector<DeclaredParam>& declared,
     }
     previous = &declared[i];
     if (entry.data_parallel_group != group) continue;
-    if (!continues) groups.push_back(FusedGroup{{}, 0, entry.reduce_over_embedding_group});
+    if (!continues) groups.push_back(FusedGroup{{}, 0, entry.reduce_over_embedding_group, entry.layer});
     groups.back().tensors.push_back(i);
     groups.back().elements += entry.numel;
   }
@@ -116,15 +117,17 @@ std::vector<FusedGroup> fused_groups(const std::vector<DeclaredParam>& declared,
 }
 
 // Groups fused groups in buckets: walks them in backward order, closing a bucket once it holds
-// `bucket_elements`; a group marked own_bucket is a bucket of its own. Returns, per group, its
+// `bucket_elements` (and, `per_layer`, where the layer id changes); a group marked own_bucket is a
+// bucket of its own. Returns, per group, its
 // bucket number counted from the end (0 = the first bucket backward completes).
-std::vector<int> assign_buckets(const std::vector<FusedGroup>& groups, int64_t bucket_elements) {
+std::vector<int> assign_buckets(const std::vector<FusedGroup>& groups, int64_t bucket_elements, bool per_layer) {
   std::vector<int> bucket_from_end(groups.size(), 0);
   int bucket = 0;
   int64_t filled = 0;
   for (size_t k = groups.size(); k-- > 0;) {
     const bool alone = groups[k].own_bucket;
-    if ((alone || (bucket_elements > 0 && filled >= bucket_elements)) && filled > 0) {
+    const bool new_layer = per_layer && k + 1 < groups.size() && groups[k].layer != groups[k + 1].layer;
+    if ((alone || new_layer || (bucket_elements > 0 && filled >= bucket_elements)) && filled > 0) {
       ++bucket;
       filled = 0;
     }
@@ -144,7 +147,7 @@ std::vector<int> assign_buckets(const std::vector<FusedGroup>& groups, int64_t b
 int64_t lay_out_group(const std::vector<DeclaredParam>& declared, const std::vector<FusedGroup>& groups, int chunk,
                       DataParallelGroup group, const BucketOptions& options, int64_t offset, ParamLayout& layout) {
   const int64_t pad = options.pad(group);
-  const std::vector<int> from_end = assign_buckets(groups, options.bucket_elements);
+  const std::vector<int> from_end = assign_buckets(groups, options.bucket_elements, options.bucket_per_layer);
   const int group_buckets = from_end.empty() ? 0 : from_end.front() + 1;
   const int first_bucket = static_cast<int>(layout.buckets.size());
   for (int b = 0; b < group_buckets; ++b) layout.buckets.push_back(GradBucket{chunk, group});

@@ -120,6 +120,9 @@ struct FlatRange {
 // ends are padded to.
 struct BucketOptions {
   int64_t bucket_elements = 0;  // 0: one bucket per chunk and group
+  // Megatron-FSDP's units (issue 25): a bucket never holds two layer ids (each transformer layer,
+  // the embedding and the head their own buckets), whatever bucket_elements says.
+  bool bucket_per_layer = false;
   std::array<int64_t, kDataParallelGroups> pad_elements{kParamAlignElements, kParamAlignElements};
 
   int64_t& pad(DataParallelGroup group) { return pad_elements[static_cast<size_t>(group)]; }

@@ -16,9 +16,10 @@ int64_t equal_slice_pad(int group_size) { return std::lcm<int64_t>(std::max(1, g
 
 // Refuses the strategies and combinations not built (mt::UsageError naming them).
 const DistributedOptimizerOptions& checked(const DistributedOptimizerOptions& options) {
-  if (options.sharding == ShardingStrategy::optim_grads || options.sharding == ShardingStrategy::optim_grads_params) {
+  if (options.sharding == ShardingStrategy::optim_grads_params) {
     throw UsageError(std::string("data-parallel sharding strategy ") + sharding_strategy_name(options.sharding),
-                     "not supported yet (mt shards the optimizer state only: no_shard or optim)");
+                     "not supported yet (mt shards the optimizer state and grads, not the parameters: no_shard, optim "
+                     "or optim_grads)");
   }
   if (options.overlap_param_gather && options.sharding == ShardingStrategy::no_shard) {
     throw UsageError("--overlap-param-gather", "needs --use-distributed-optimizer");
@@ -39,7 +40,15 @@ const char* sharding_strategy_name(ShardingStrategy strategy) {
 }
 
 ShardingStrategy DistributedOptimizer::sharding_strategy(const parallel::ParallelConfig& parallel) {
-  return parallel.use_distributed_optimizer ? ShardingStrategy::optim : ShardingStrategy::no_shard;
+  if (!parallel.use_megatron_fsdp) {
+    return parallel.use_distributed_optimizer ? ShardingStrategy::optim : ShardingStrategy::no_shard;
+  }
+  for (ShardingStrategy strategy : {ShardingStrategy::no_shard, ShardingStrategy::optim, ShardingStrategy::optim_grads,
+                                    ShardingStrategy::optim_grads_params}) {
+    if (parallel.data_parallel_sharding_strategy == sharding_strategy_name(strategy)) return strategy;
+  }
+  throw UsageError("--data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy,
+                   "must be one of no_shard, optim, optim_grads, optim_grads_params");
 }
 
 DistributedOptimizerOptions DistributedOptimizer::options(const parallel::ParallelConfig& parallel,
@@ -60,6 +69,7 @@ model::BucketOptions DistributedOptimizer::bucket_options(ShardingStrategy shard
                                                           const parallel::ParallelConfig& parallel) {
   model::BucketOptions options;
   options.bucket_elements = bucket_elements;
+  options.bucket_per_layer = sharding == ShardingStrategy::optim_grads;  // FSDP's units (optim/fsdp_grads.h)
   if (sharding != ShardingStrategy::no_shard) {
     options.pad(model::DataParallelGroup::dense) =
         equal_slice_pad(parallel.data_parallel_size * parallel.context_parallel_size);
@@ -82,6 +92,9 @@ DistributedOptimizer::DistributedOptimizer(const model::ParamLayout& layout, con
       adamw_(layout, owned_ranges_of(layout), options.adam, ops, ledger,
              [this](const model::ParamEntry& entry) { return counts(entry); }) {
   gathers_ = buffer_.gathers_any();
+  if (options_.sharding == ShardingStrategy::optim_grads) {
+    unit_grads_ = std::make_unique<UnitGradReducer>(layout, groups, ops, grads, ledger);
+  }
   collect_runs();
 }
 
@@ -121,6 +134,23 @@ void DistributedOptimizer::collect_runs() {
 void DistributedOptimizer::begin_grad_sync() {
   ops_.zero(grads_, layout_.total_elements * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
   buffer_.begin_grad_sync(grads_);
+  if (unit_grads_) unit_grads_->begin_step();
+}
+
+void DistributedOptimizer::grads_ready(int layer) {
+  if (unit_grads_) {
+    unit_grads_->layer_ready(layer);
+  } else {
+    buffer_.layer_ready(layer);
+  }
+}
+
+void DistributedOptimizer::finish_grad_sync() {
+  if (unit_grads_) {
+    unit_grads_->finish();
+  } else {
+    buffer_.finish_grad_sync();
+  }
 }
 
 void DistributedOptimizer::copy_counted_grads(float* host) const {

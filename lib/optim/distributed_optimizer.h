@@ -6,8 +6,10 @@
 // - Sharding strategy (Megatron-FSDP's names): no_shard is plain data parallelism (every rank
 //   reduces and updates every parameter); optim is the distributed optimizer (ZeRO-1: each rank of
 //   a reduction group owns an equal slice of every bucket of that group, reduce-scatters the grads
-//   into it, keeps Adam's moments for it alone and all-gathers the updated parameters).
-//   optim_grads and optim_grads_params (FSDP) are refused by name.
+//   into it, keeps Adam's moments for it alone and all-gathers the updated parameters); optim_grads
+//   (Megatron-FSDP, --use-megatron-fsdp, issue 25) also reduce-scatters each unit's grads after the
+//   unit's backward on every micro-batch into a grad shard (optim/fsdp_grads.h; one bucket per
+//   layer id); optim_grads_params is refused by name.
 // - Bucket options for the layout (bucket_options): Megatron's bucket size, and per reduction
 //   group the multiple its bucket ends are padded to: lcm(group size, 128) elements when the
 //   strategy needs equal slices, else the 16-element alignment.
@@ -46,6 +48,7 @@
 #include "model/layout.h"
 #include "model/precision_gemm.h"
 #include "optim/adamw.h"
+#include "optim/fsdp_grads.h"
 #include "optim/param_and_grad_buffer.h"
 #include "parallel/parallel_config.h"
 
@@ -55,7 +58,7 @@ namespace mt::optim {
 enum class ShardingStrategy {
   no_shard,            // plain DP: grads all-reduced, every rank updates everything
   optim,               // the distributed optimizer: optimizer state and the update sharded
-  optim_grads,         // + grads (not built)
+  optim_grads,         // + grads, reduce-scattered per unit every micro-batch (optim/fsdp_grads.h)
   optim_grads_params,  // + parameters (FSDP; not built)
 };
 const char* sharding_strategy_name(ShardingStrategy strategy);
@@ -109,9 +112,13 @@ class DistributedOptimizer {
   // grads-ready signal; finish_grad_sync reduces what has not started and waits for everything.
   void begin_grad_sync();
   void arm_grad_sync(int chunk) { buffer_.arm(chunk); }
-  void grads_ready(int layer) { buffer_.layer_ready(layer); }
-  void finish_grad_sync() { buffer_.finish_grad_sync(); }
+  // optim_grads: every micro-batch's grads-ready signal reduce-scatters the units it completes
+  // (optim/fsdp_grads.h), and finish_grad_sync puts the step's shard in the owned ranges.
+  void grads_ready(int layer);
+  void finish_grad_sync();
   int started_grad_buckets() const { return buffer_.started_buckets(); }
+  // optim_grads: the unit reductions run since begin_grad_sync (buckets x micro-batches); 0 otherwise.
+  int64_t unit_grad_reductions() const { return unit_grads_ ? unit_grads_->reductions() : 0; }
 
   // This rank's share of the grad norm's sum of squares (fp64, unscaled): the ranks' shares over
   // the world add up to each tensor's global sum of squares once.
@@ -166,6 +173,7 @@ class DistributedOptimizer {
   float* grads_;
   model::GemmWeights* gemm_weights_;
   ParamAndGradBuffer buffer_;
+  std::unique_ptr<UnitGradReducer> unit_grads_;  // optim_grads only
   AdamW adamw_;
   bool gathers_ = false;  // a step gathers some bucket's parameters
   std::vector<TensorRun> state_runs_, checkpoint_runs_;

@@ -185,8 +185,50 @@ void check_experts(const ParallelConfig& c, const ModelDimensions& model, std::v
   }
 }
 
+// Megatron-FSDP (issue 25): the alias folded in with Megatron's warning, the strategy's name, and
+// what mt's FSDP does not run refused by name.
+void check_megatron_fsdp(ParallelConfig& c, const ModelDimensions& model, std::vector<std::string>& warnings) {
+  if (c.use_custom_fsdp) {
+    warnings.push_back("--use-custom-fsdp is deprecated and will be removed in future versions; "
+                       "use --use-megatron-fsdp instead");
+    c.use_custom_fsdp = false;
+    c.use_megatron_fsdp = true;
+  }
+  static const char* const strategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+  const std::string& strategy = c.data_parallel_sharding_strategy;
+  if (std::find(std::begin(strategies), std::end(strategies), strategy) == std::end(strategies)) {
+    reject("--data-parallel-sharding-strategy " + strategy,
+           "must be one of no_shard, optim, optim_grads, optim_grads_params");
+  }
+  if (c.num_distributed_optimizer_instances > 1) {
+    reject(flag("--num-distributed-optimizer-instances", c.num_distributed_optimizer_instances),
+           "not supported yet (hybrid sharding: mt shards over the whole DP x CP group)");
+  }
+  if (c.outer_dp_sharding_strategy) {
+    reject("--outer-dp-sharding-strategy " + *c.outer_dp_sharding_strategy,
+           "not supported yet (hybrid sharding: mt shards over the whole DP x CP group)");
+  }
+  if (!c.use_megatron_fsdp) {
+    if (strategy != "optim_grads_params") {
+      warnings.push_back("--data-parallel-sharding-strategy " + strategy +
+                         ": no effect without --use-megatron-fsdp (--use-distributed-optimizer decides)");
+    }
+    return;
+  }
+  if (!c.shards_grads()) return;  // no_shard and optim: today's data parallelism, PP and MoE included
+  const std::string fsdp = "--use-megatron-fsdp with --data-parallel-sharding-strategy " + strategy;
+  if (c.pipeline_model_parallel_size > 1) {
+    reject(fsdp + " and " + flag(kPp, c.pipeline_model_parallel_size),
+           "not supported yet (FSDP units run on one pipeline stage; use no_shard or optim with PP)");
+  }
+  if (model.num_experts > 0) {
+    reject(fsdp + " and " + flag("--num-experts", model.num_experts),
+           "not supported yet (FSDP with experts needs expert-DP units; use no_shard or optim with MoE)");
+  }
+}
+
 void check_data_parallel(const ParallelConfig& c, std::vector<std::string>& warnings) {
-  if (c.overlap_param_gather && !c.use_distributed_optimizer) {
+  if (c.overlap_param_gather && !c.shards_optimizer()) {
     reject("--overlap-param-gather", "needs --use-distributed-optimizer");
   }
   if (c.overlap_param_gather && !c.overlap_grad_reduce) reject("--overlap-param-gather", "needs --overlap-grad-reduce");
@@ -240,6 +282,7 @@ std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions&
   check_pipeline(config, model);
   check_batch_and_schedule(config, model, batch, warnings);
   check_experts(config, model, warnings);
+  check_megatron_fsdp(config, model, warnings);
   check_data_parallel(config, warnings);
   return warnings;
 }
@@ -265,6 +308,10 @@ void visit_fields(Visit& visit, Config& c) {
   visit("overlap_grad_reduce", c.overlap_grad_reduce);
   visit("overlap_param_gather", c.overlap_param_gather);
   visit("ddp_bucket_size", c.ddp_bucket_size);
+  visit("use_megatron_fsdp", c.use_megatron_fsdp);
+  visit("data_parallel_sharding_strategy", c.data_parallel_sharding_strategy);
+  visit("num_distributed_optimizer_instances", c.num_distributed_optimizer_instances);
+  visit("outer_dp_sharding_strategy", c.outer_dp_sharding_strategy);
 }
 
 }  // namespace
@@ -283,8 +330,9 @@ ParallelConfig parallel_config_from_json(const nlohmann::json& json) {
   // Every degree, size and count is at least 1 (the layout rules are validate()'s).
   auto at_least_one = [&](const std::string& key, const auto& value) {
     using Value = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<Value, bool>) {
-      return;
+    if constexpr (std::is_same_v<Value, bool> || std::is_same_v<Value, std::string> ||
+                  std::is_same_v<Value, std::optional<std::string>>) {
+      return;  // the FSDP strategy names are validate()'s
     } else if constexpr (std::is_arithmetic_v<Value>) {
       if (value < 1) fields.fail(key, "must be at least 1 (got " + std::to_string(value) + ")");
     } else {

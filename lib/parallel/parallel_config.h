@@ -47,6 +47,29 @@ struct ParallelConfig {
   // Elements per grad bucket; default (with --overlap-grad-reduce) max(40M, 1M x DP), else one bucket.
   std::optional<int64_t> ddp_bucket_size;
 
+  // Megatron-FSDP (issue 25): --use-megatron-fsdp (--use-custom-fsdp its deprecated alias: validate()
+  // turns it into use_megatron_fsdp with Megatron's deprecation warning) and
+  // --data-parallel-sharding-strategy (no_shard, optim, optim_grads, optim_grads_params; Megatron's
+  // default the last), which decides the sharding instead of --use-distributed-optimizer
+  // (optim/distributed_optimizer.h). Hybrid sharding (--num-distributed-optimizer-instances > 1,
+  // --outer-dp-sharding-strategy) is refused by validate().
+  bool use_megatron_fsdp = false;
+  bool use_custom_fsdp = false;  // not in the JSON: validate() folds it into use_megatron_fsdp
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
+  int num_distributed_optimizer_instances = 1;
+  std::optional<std::string> outer_dp_sharding_strategy;
+
+  // Whether the optimizer state is sharded: --use-distributed-optimizer, or with
+  // --use-megatron-fsdp any strategy but no_shard.
+  bool shards_optimizer() const {
+    return use_megatron_fsdp ? data_parallel_sharding_strategy != "no_shard" : use_distributed_optimizer;
+  }
+  // Megatron-FSDP sharding grads (optim_grads) or grads and parameters (optim_grads_params).
+  bool shards_grads() const {
+    return use_megatron_fsdp &&
+           (data_parallel_sharding_strategy == "optim_grads" || data_parallel_sharding_strategy == "optim_grads_params");
+  }
+
   int world_size() const {
     return tensor_model_parallel_size * context_parallel_size * data_parallel_size * pipeline_model_parallel_size;
   }
@@ -95,7 +118,8 @@ void check_tensor_parallel_split(int tensor_parallel, const ModelDimensions& mod
 // micro-batch x DP x micro-batches; the interleaved schedule's p <= G <= m with m mod G = 0 or
 // >= p; sequence divisible by 2 x CP, and by TP on each CP rank with SP; the world divisible by
 // TP x CP x PP; EP x expert-TP dividing TP x CP x DP; the experts divisible by EP; the
-// distributed optimizer's overlap rules. Returns warnings (one line each), for the caller to
+// distributed optimizer's overlap rules; Megatron-FSDP's strategy names, and what mt's FSDP does not
+// run (optim_grads / optim_grads_params with PP or MoE, hybrid sharding). Returns warnings (one line each), for the caller to
 // print, where Megatron warns: settings it corrected or that have no effect, EP with TP but no SP.
 std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions& model, const BatchDimensions& batch,
                                   int world_size);

@@ -68,12 +68,12 @@ std::string gib(int64_t bytes) {
 }
 
 int optimizer_shards(const parallel::ParallelConfig& parallel) {
-  if (!parallel.use_distributed_optimizer) return 1;
+  if (!parallel.shards_optimizer()) return 1;
   return std::max(1, parallel.data_parallel_size) * std::max(1, parallel.context_parallel_size);
 }
 
 int64_t optimizer_state_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel) {
-  if (!parallel.use_distributed_optimizer) return layout.total_elements;
+  if (!parallel.shards_optimizer()) return layout.total_elements;
   int64_t elements = 0;
   for (const model::FlatRange& range : layout.data_parallel_shard(0, optimizer_shards(parallel))) {
     elements += range.end - range.begin;

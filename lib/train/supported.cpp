@@ -24,6 +24,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
   // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
   const bool moe = model.num_experts > 0;
+  parallel::ParallelConfig fsdp = parallel;  // --use-custom-fsdp is --use-megatron-fsdp (validate() folds it later)
+  fsdp.use_megatron_fsdp = parallel.use_megatron_fsdp || parallel.use_custom_fsdp;
   const Unsupported list[] = {
       {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
        "mt-train routes in fp32"},
@@ -56,6 +58,14 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "the ring attention is causal only: BERT's bidirectional padding mask has no balanced CP split yet"},
       {model.bert, "--model " + model.name + " (BERT)",
        "mt-train does not read BERT's masked samples (mt-shard bert-samples) yet; the model runs in lib/model"},
+      // Megatron-FSDP (issue 25): the strategies mt's optimizer shards by (optim/distributed_optimizer.h).
+      {fsdp.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params",
+       "--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params",
+       "mt-train shards the optimizer state and grads, not the parameters: give optim_grads, optim or no_shard"},
+      {fsdp.shards_grads() && device != backend::Device::cpu,
+       "--use-megatron-fsdp with --data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy +
+           " on --device cuda",
+       "FSDP's per-unit reduce-scatter runs on the CPU backend only"},
   };
   for (const Unsupported& setting : list) {
     if (setting.asked) throw UsageError(setting.flag, "not supported yet (" + setting.instead + ")");

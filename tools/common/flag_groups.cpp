@@ -267,6 +267,11 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::s
   add("--overlap-grad-reduce", c.overlap_grad_reduce);
   add("--overlap-param-gather", c.overlap_param_gather);
   add("--ddp-bucket-size", c.ddp_bucket_size);
+  add("--use-megatron-fsdp", c.use_megatron_fsdp);
+  add("--use-custom-fsdp", c.use_custom_fsdp);
+  add("--data-parallel-sharding-strategy", c.data_parallel_sharding_strategy)->capture_default_str();
+  add("--num-distributed-optimizer-instances", c.num_distributed_optimizer_instances)->capture_default_str();
+  add("--outer-dp-sharding-strategy", c.outer_dp_sharding_strategy);
 }
 
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,
@@ -458,6 +463,7 @@ void add_checkpoint_flags(CLI::App& app, CheckpointFlags& f, const std::string& 
   const GroupAdder add(app, group);
   add("--save", f.save);
   add("--save-interval", f.save_interval);
+  add("--ckpt-format", f.ckpt_format);
   add("--load", f.load);
   add("--finetune", f.finetune);
   add("--no-load-optim", f.no_load_optim);

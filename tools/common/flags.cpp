@@ -262,6 +262,19 @@ const FlagSpec& flag_spec(std::string_view name) {
       toggle_flag("--overlap-grad-reduce", "Overlap the grad reduction with backward"),
       toggle_flag("--overlap-param-gather", "Overlap the parameter all-gather with forward"),
       integer_flag("--ddp-bucket-size", "Elements per data-parallel grad bucket", at_least(1)),
+      // Megatron-FSDP (issue 25)
+      toggle_flag("--use-megatron-fsdp",
+                  "Megatron-FSDP: --data-parallel-sharding-strategy decides what DP x CP shards (units: one "
+                  "transformer layer each, the root the embedding and the head)"),
+      toggle_flag("--use-custom-fsdp", "Deprecated alias of --use-megatron-fsdp (with Megatron's warning)"),
+      text_flag("--data-parallel-sharding-strategy",
+                "With --use-megatron-fsdp: no_shard (plain DP), optim (the distributed optimizer), optim_grads "
+                "(+ grads reduce-scattered per unit), optim_grads_params (+ parameters gathered per unit; default)",
+                {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
+      integer_flag("--num-distributed-optimizer-instances",
+                   "Hybrid sharding: refused above 1 (mt shards over the whole DP x CP group)", at_least(1)),
+      text_flag("--outer-dp-sharding-strategy", "Hybrid sharding's outer strategy: refused (no hybrid sharding)",
+                {"no_shard", "optim"}),
       // training
       integer_flag("--micro-batch-size", "Samples per micro-batch", at_least(1)),
       integer_flag("--global-batch-size", "Samples per step (default: the micro-batch; micro-batches accumulate)",
@@ -356,6 +369,10 @@ const FlagSpec& flag_spec(std::string_view name) {
       // checkpoints
       text_flag("--save", "Checkpoint directory: DIR/iter_NNNNNNN/checkpoint.h5 every --save-interval iterations, at "
                           "the end and on a signal; DIR/latest_checkpointed_iteration.txt names the newest"),
+      text_flag("--ckpt-format",
+                "Megatron's checkpoint format: fsdp_dtensor accepted with --use-megatron-fsdp (mt writes its own "
+                "layout-independent HDF5 checkpoints either way); the others are not supported",
+                {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"}, {"fsdp_dtensor"}),
       integer_flag("--save-interval", "Iterations between checkpoints (default: only at the end and on a signal)",
                    at_least(1)),
       text_flag("--load", "Checkpoint directory to resume from (the iteration its tracker names), or with "
@@ -459,11 +476,14 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--rotary-percent", "--rope-scaling", "--use-rope-scaling", "--start-weight-decay", "--end-weight-decay",
       "--weight-decay-incr-style", "--lr-wsd-decay-style", "--lr-wsd-decay-samples", "--lr-wsd-decay-iters",
       "--tp-comm-overlap",
-      "--cp-comm-type", "--recompute-modules", "--ckpt-format"};
+      "--cp-comm-type", "--recompute-modules"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (auto eq = arg.find('='); eq != std::string::npos) arg.resize(eq);
     if (flags.count(arg)) throw UsageError(arg, "Megatron flag not supported yet");
+    if (arg == "--use-torch-fsdp2") {
+      throw UsageError(arg, "not supported (torch FSDP2 is not mt's: use --use-megatron-fsdp)");
+    }
   }
 }
 

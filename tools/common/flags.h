@@ -237,6 +237,8 @@ struct CheckpointFlags {
   // Issue 28 W3: which LR schedule a resume continues on when the checkpoint's differs
   // (train/checkpointing.h SchedulerOnLoad); at most one of them.
   bool override_opt_param_scheduler = false, use_checkpoint_opt_param_scheduler = false;
+  // Issue 25: --ckpt-format fsdp_dtensor, accepted with --use-megatron-fsdp (mt's own files).
+  std::string ckpt_format;
 };
 
 void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const std::string& group = "Checkpoints");

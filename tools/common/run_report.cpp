@@ -215,6 +215,18 @@ study::TrainingShape training_shape(const RunConfig& c) {
   shape.global_batch_size = static_cast<int>(c.train.global_batch_size);
   shape.recompute = c.train.recompute;
   shape.precision = c.train.precision;
+  // Megatron-FSDP (issue 25): optim_grads_params is the study's FSDP (the published rows' switch;
+  // Megatron-FSDP forces the distributed optimizer, which Megatron's formula then counts), optim
+  // the distributed optimizer; optim_grads (grads sharded, parameters whole) has no model yet.
+  if (c.parallel.use_megatron_fsdp) {
+    const std::string& strategy = c.parallel.data_parallel_sharding_strategy;
+    if (strategy == "optim_grads") {
+      throw UsageError("--data-parallel-sharding-strategy optim_grads",
+                       "not modelled yet (give optim_grads_params, optim or no_shard)");
+    }
+    shape.fsdp = strategy == "optim_grads_params";
+    shape.parallel.use_distributed_optimizer = strategy != "no_shard";
+  }
   // As mt-train allocates its GEMM copy: bf16 bits where the run's table multiplies bf16 natively
   // (the CPU's table answers for --device cpu); GPU tensor cores take bf16 bits (a modelled
   // cluster needs no CUDA table in this build).

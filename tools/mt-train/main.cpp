@@ -533,6 +533,10 @@ RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size) {
     mt::log::warn("mt-train: " + warning);
   }
   check_checkpoint_flags(o.checkpoint);
+  if (!o.checkpoint.ckpt_format.empty() && !plan.parallel.use_megatron_fsdp) {
+    throw mt::UsageError("--ckpt-format " + o.checkpoint.ckpt_format,
+                         "needs --use-megatron-fsdp (mt writes its own layout-independent checkpoints)");
+  }
   return plan;
 }
 

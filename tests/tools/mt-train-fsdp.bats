@@ -1,0 +1,96 @@
+#!/usr/bin/env bats
+# mt-train with Megatron-FSDP's flags (issue 25): --use-megatron-fsdp with
+# --data-parallel-sharding-strategy optim_grads trains one rank's numbers at DP=2 and CP=2 (the matrix of
+# layouts and models is tests/mpi/test_fsdp.cpp); its checkpoints are the same layout-independent
+# files: saved under FSDP and loaded under plain DP and TP=2, and saved under TP=2 and loaded
+# under FSDP, the next steps equal the unchanged one-rank run within the fp32 bound. The flags
+# refused by name: --use-torch-fsdp2, the default optim_grads_params, hybrid sharding, PP with
+# grad sharding, --ckpt-format other than fsdp_dtensor or without FSDP; --use-custom-fsdp warns.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+}
+
+teardown() { rm -rf "$TMP"; }
+
+CKPT20=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+        --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 --eval-interval 5 --eval-iters 1 --peak-tflops 1)
+FSDP=(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor)
+
+trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.record, .iteration, .lm_loss, .grad_norm]'; }
+
+launch() {
+  local ranks="$1"
+  shift
+  if [[ "$ranks" == 1 ]]; then mt-train "$@"; else mpirun_n "$ranks" mt-train "$@"; fi
+}
+
+# The records of $1 after step $3 equal those of $2 (one rank's) within the fp32 equivalence bound.
+same_after() {
+  "$MT_TEST_BIN/mt_equivalence_check" "$1" "$2" --after "$3" --steps "$4" --evals "$5" >/dev/null 2>"$TMP/check.err" \
+    || fail "$(cat "$TMP/check.err"): $(trace "$1") against $(trace "$2")"
+}
+
+@test "issue25: FSDP (optim_grads) at DP=2 and over CP=2 (DP x CP shards) trains one rank's numbers" {
+  mt-train "${CKPT20[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  for layout in "" "--context-parallel-size 2"; do
+    # shellcheck disable=SC2086
+    mpirun_n 2 mt-train "${CKPT20[@]}" "${FSDP[@]}" $layout --train-iters 10 >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" \
+      || fail "'$layout': $(cat "$TMP/fsdp.err")"
+    same_after "$TMP/fsdp.jsonl" "$TMP/one.jsonl" 0 10 2
+  done
+}
+
+@test "issue25: saved under FSDP (optim_grads, DP=2), loaded under DP=2 and TP=2, and saved under TP=2, loaded under FSDP: the next 10 steps equal the unchanged run" {
+  mt-train "${CKPT20[@]}" --train-iters 20 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  local -a pairs=("2 ${FSDP[*]}|2" "2 ${FSDP[*]}|2 --tensor-model-parallel-size 2"
+                  "2 --tensor-model-parallel-size 2|2 ${FSDP[*]}")
+  for pair in "${pairs[@]}"; do
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    launch ${pair%|*} "${CKPT20[@]}" --train-iters 10 --save "$TMP/ck" >/dev/null 2>"$TMP/save.err" || fail "'$pair': $(cat "$TMP/save.err")"
+    # shellcheck disable=SC2086
+    launch ${pair#*|} "${CKPT20[@]}" --train-iters 20 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+      || fail "'$pair': $(cat "$TMP/load.err")"
+    same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 10 10 2
+  done
+}
+
+@test "issue25: FSDP settings mt does not run are refused by name; --use-custom-fsdp warns as Megatron does" {
+  local -a cases=(
+    "--use-torch-fsdp2|--use-torch-fsdp2"
+    "--use-megatron-fsdp|optim_grads_params"
+    "--use-megatron-fsdp --data-parallel-sharding-strategy optim --num-distributed-optimizer-instances 2|--num-distributed-optimizer-instances 2"
+    "--use-megatron-fsdp --data-parallel-sharding-strategy optim --outer-dp-sharding-strategy optim|--outer-dp-sharding-strategy optim"
+    "--use-megatron-fsdp --data-parallel-sharding-strategy zero3|--data-parallel-sharding-strategy"
+    "--ckpt-format torch_dist|torch_dist"
+    "--ckpt-format fsdp_dtensor|needs --use-megatron-fsdp")
+  for c in "${cases[@]}"; do
+    # shellcheck disable=SC2086
+    run_split mt-train "${CKPT20[@]}" --train-iters 1 ${c%|*}
+    [[ "$status" != 0 && "$err" == *"mt-train: error: "*"${c#*|}"* ]] || fail "'${c%|*}': exit $status: $err"
+  done
+  run_split mpirun_n 2 mt-train "${CKPT20[@]}" --train-iters 1 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads \
+    --pipeline-model-parallel-size 2
+  [[ "$status" != 0 && "$err" == *"--pipeline-model-parallel-size 2"* ]] || fail "PP=2 with FSDP: exit $status: $err"
+  run_split mt-train "${CKPT20[@]}" --train-iters 1 --use-custom-fsdp --data-parallel-sharding-strategy optim_grads
+  [[ "$status" == 0 ]] || fail "--use-custom-fsdp: exit $status: $err"
+  [[ "$err" == *"--use-custom-fsdp is deprecated"* ]] || fail "no deprecation warning: $err"
+}
+
+@test "issue25: mt-memreport takes --use-megatron-fsdp: optim_grads_params is the study's FSDP (shards plus gathered layers), optim the distributed optimizer, optim_grads refused as not modelled" {
+  local -a run=(--model tiny-llama --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8 --world-size 2)
+  memory() { mt-memreport "${run[@]}" "$@" | jq -c 'select(.record == "memory") | [.weights_bytes, .grads_bytes, .optimizer_bytes]'; }
+  local plain optim fsdp
+  plain="$(memory)" optim="$(memory --use-megatron-fsdp --data-parallel-sharding-strategy optim)"
+  fsdp="$(memory --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params)"
+  [[ "$(memory --use-distributed-optimizer)" == "$optim" ]] || fail "optim: $optim"
+  [[ "$(memory --use-megatron-fsdp --data-parallel-sharding-strategy no_shard)" == "$plain" ]] || fail "no_shard"
+  # FSDP: grads below the whole model's, moments those of a 1/2 shard, weights a shard plus two layers (not the model's).
+  jq -e -n --argjson p "$plain" --argjson f "$fsdp" '$f[1] < $p[1] and $f[2] * 2 <= $p[2] + 256 and $f[0] != $p[0]' \
+    >/dev/null || fail "FSDP $fsdp against plain $plain"
+  run_split mt-memreport "${run[@]}" --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads
+  [[ "$status" != 0 && "$err" == *"--data-parallel-sharding-strategy optim_grads: not modelled yet"* ]] || fail "$status $err"
+}
