@@ -23,7 +23,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
   // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
   // under context parallelism.
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  (void)device;  // every setting below is refused on every backend (MoE runs on the CPU and CUDA tables)
+  // Every setting below is refused on every backend (MoE runs on the CPU and CUDA tables), but YaRN,
+  // which has no CUDA kernel yet.
   const bool moe = model.num_experts > 0;
   const Unsupported list[] = {
       {moe && model.moe_router_dtype == model::MoeRouterDtype::fp64, "--moe-router-dtype fp64",
@@ -39,6 +40,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {model.multi_latent_attention && parallel.context_parallel_size > 1,
        "--multi-latent-attention with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
        "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
+      {device == backend::Device::cuda && model.rope_type == model::RopeType::yarn, "--rope-type yarn",
+       "the CUDA backend has no YaRN kernel yet: run it on the CPU backend, or --rope-type rope"},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),
        "mt-train has no multi-token prediction" + accounted},
   };

@@ -1,6 +1,6 @@
 // What mt-train does not run yet, in one list: the model features (multi-latent attention,
 // multi-token prediction) and the mixture-of-experts settings (the fp64 router, the flex
-// dispatcher, sinkhorn and global_aux_loss balancing) that mt-train's flag handling and the
+// dispatcher, sinkhorn and global_aux_loss balancing), YaRN on CUDA, that mt-train's flag handling and the
 // Trainer refuse by flag, before anything is built. Mixture of experts with expert parallelism
 // runs on the CPU and on CUDA (kernels/cuda/moe_*.cu). mt-mfu and mt-memreport account for all of them and never
 // call it. Megatron flags mt does not know at all are refused by name before parsing
@@ -17,7 +17,7 @@ namespace mt::train {
 // Throws mt::UsageError naming the flag (and value) of the first setting mt-train cannot run yet,
 // "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--mtp-num-layers 1: not
 // supported yet (mt-train has no multi-token prediction; ...)". `device`: the backend the run
-// uses (no setting depends on it today; kept for the next one that does).
+// uses (--rope-type yarn is refused on CUDA, which has no YaRN kernel yet).
 void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
                      backend::Device device = backend::Device::cpu);
 

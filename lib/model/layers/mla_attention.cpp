@@ -88,8 +88,17 @@ MlaAttention::MlaAttention(const ModelConfig& config, int layer)
       init_std_(config.init_method_std),
       num_layers_(config.num_layers),
       attention_dropout_(config.attention_dropout),
-      rotary_base_(config.rotary_base) {
+      rotary_base_(config.rotary_base),
+      yarn_(config.rope_type == RopeType::yarn),
+      softmax_mscale_(kernels::yarn_mscale(config.rotary_scaling_factor, config.mscale_all_dim)) {
   if (d_rope_ % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
+  yarn_rope_.base = config.rotary_base;
+  yarn_rope_.scaling_factor = config.rotary_scaling_factor;
+  yarn_rope_.original_max_position_embeddings = config.original_max_position_embeddings;
+  yarn_rope_.beta_fast = config.yarn_beta_fast;
+  yarn_rope_.beta_slow = config.yarn_beta_slow;
+  yarn_rope_.concentration =
+      kernels::yarn_concentration(config.rotary_scaling_factor, config.mscale, config.mscale_all_dim);
 }
 
 void MlaAttention::declare(ParamDeclarations& declarations) const {
@@ -145,7 +154,25 @@ void MlaAttention::bind(const ParamLayout& layout) {
                                          proj.local_shape[1], hidden_});
 }
 
-float MlaAttention::softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(q_dim_)); }
+// Megatron's mscale * mscale / math.sqrt(q_head_dim) in double; mscale is 1 (no YaRN factor) in
+// most runs, which keep the fp32 1/sqrt of before.
+float MlaAttention::softmax_scale() const {
+  if (softmax_mscale_ == 1.0) return 1.0f / std::sqrt(static_cast<float>(q_dim_));
+  return static_cast<float>(softmax_mscale_ * softmax_mscale_ / std::sqrt(static_cast<double>(q_dim_)));
+}
+
+// RoPE or YaRN on `heads` rotary vectors of d_r per row (rows x row_stride floats), or their
+// transposes for the grads.
+void MlaAttention::rotate(const LayerContext& ctx, float* x, int64_t rows, int64_t row_stride, int heads,
+                          const int32_t* positions, bool transpose) const {
+  if (yarn_) {
+    (transpose ? ctx.ops.rope_yarn_backward : ctx.ops.rope_yarn_forward)(x, rows, row_stride, heads, d_rope_, positions,
+                                                                         yarn_rope_, ctx.stream);
+  } else {
+    (transpose ? ctx.ops.rope_backward : ctx.ops.rope_forward)(x, rows, row_stride, heads, d_rope_, positions,
+                                                               rotary_base_, ctx.stream);
+  }
+}
 
 std::unique_ptr<BlockBuffers> MlaAttention::lay_out_saved(BufferSource& source, const ActivationRows& rows,
                                                           bool keep_core) const {
@@ -315,13 +342,12 @@ void MlaAttention::assemble_qkv(const LayerContext& ctx, const LayerPass& pass, 
   // q = [q_nope, rope(q_pe)]
   copy_columns(ctx, saved.q, a, w.q_up, q_dim_, d_nope_, vectors);
   deinterleave(ctx, w.q_up + d_nope_, q_dim_, vectors, w.pe);  // (N, hl, d_r)
-  ctx.ops.rope_forward(w.pe, n, hl * d_rope_, static_cast<int>(hl), d_rope_, pass.batch.positions, rotary_base_,
-                       ctx.stream);
+  rotate(ctx, w.pe, n, hl * d_rope_, static_cast<int>(hl), pass.batch.positions, false);
   copy_columns(ctx, saved.q + d_nope_, a, w.pe, d_rope_, d_rope_, vectors);
   // k = [k_nope, rope(k_pe) for every head]
   copy_columns(ctx, saved.k, a, w.kv_up, kv_dim_, d_nope_, vectors);
   deinterleave(ctx, w.k_pe_full, d_rope_, n, w.k_pe);  // (N, d_r)
-  ctx.ops.rope_forward(w.k_pe, n, d_rope_, 1, d_rope_, pass.batch.positions, rotary_base_, ctx.stream);
+  rotate(ctx, w.k_pe, n, d_rope_, 1, pass.batch.positions, false);
   for (int64_t h = 0; h < hl; ++h) copy_columns(ctx, saved.k + h * a + d_nope_, hl * a, w.k_pe, d_rope_, d_rope_, n);
   // v
   copy_columns(ctx, saved.v, a, w.kv_up + d_nope_, kv_dim_, d_v_, vectors);
@@ -354,8 +380,7 @@ void MlaAttention::disassemble_grads(const LayerContext& ctx, const LayerPass& p
   // d q_up = [dq_nope, interleave(rope^T(dq_pe))]
   copy_columns(ctx, w.d_q_up, q_dim_, w.dq, a, d_nope_, vectors);
   copy_columns(ctx, w.pe, d_rope_, w.dq + d_nope_, a, d_rope_, vectors);
-  ctx.ops.rope_backward(w.pe, n, hl * d_rope_, static_cast<int>(hl), d_rope_, pass.batch.positions, rotary_base_,
-                        ctx.stream);
+  rotate(ctx, w.pe, n, hl * d_rope_, static_cast<int>(hl), pass.batch.positions, true);
   interleave(ctx, w.pe, vectors, w.d_q_up + d_nope_, q_dim_);
   // d kv_up = [dk_nope, dv]
   copy_columns(ctx, w.d_kv_up, kv_dim_, w.dk, a, d_nope_, vectors);
@@ -366,7 +391,7 @@ void MlaAttention::disassemble_grads(const LayerContext& ctx, const LayerPass& p
     copy_columns(ctx, w.k_pe, d_rope_, w.dk + h * a + d_nope_, hl * a, d_rope_, n);
     ctx.ops.add_inplace(w.d_k_pe, w.k_pe, n * d_rope_, ctx.stream);
   }
-  ctx.ops.rope_backward(w.d_k_pe, n, d_rope_, 1, d_rope_, pass.batch.positions, rotary_base_, ctx.stream);
+  rotate(ctx, w.d_k_pe, n, d_rope_, 1, pass.batch.positions, true);
   interleave(ctx, w.d_k_pe, n, w.d_k_pe_full, d_rope_);
 }
 

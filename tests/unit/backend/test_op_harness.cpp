@@ -199,7 +199,7 @@ struct Pinned<Entry, Result (*)(Args...)> {
 };
 
 using mt::kernels::cpu::CpuOps;
-static_assert(sizeof(CpuOps) == 29 * sizeof(void (*)()), "a new kernels/cpu entry needs its line in pinned_table");
+static_assert(sizeof(CpuOps) == 31 * sizeof(void (*)()), "a new kernels/cpu entry needs its line in pinned_table");
 #define MT_PIN(entry) table.entry = &Pinned<&CpuOps::entry, decltype(CpuOps::entry)>::run
 
 // The reductions add the kernel's result into device memory (backend/ops.h), as the CPU table does.
@@ -232,6 +232,8 @@ mt::backend::Ops pinned_table(CpuIsa isa) {
   MT_PIN(swiglu_backward);
   MT_PIN(rope_forward);
   MT_PIN(rope_backward);
+  MT_PIN(rope_yarn_forward);
+  MT_PIN(rope_yarn_backward);
   MT_PIN(attention_forward);
   MT_PIN(attention_backward);
   MT_PIN(attention_merge);
@@ -274,7 +276,7 @@ TEST(CpuBackend, FusedEntriesRunTheKernelsOfTheActiveLevel) {
       EXPECT_EQ(table.status, CaseStatus::passed) << "the case fails on the CPU table";
       for (const std::string& difference : mt::harness::compare_results(table, kernels)) ADD_FAILURE() << difference;
     }
-    EXPECT_EQ(done.size(), 29u);
+    EXPECT_EQ(done.size(), 31u);
   }
   mt::kernels::set_active_isa(cpu_levels().back());
 }

@@ -83,6 +83,16 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   ModelConfig global = mixtral;
   global.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::global_aux_loss;
   EXPECT_EQ(refusal(global, one_rank).rfind("--moe-router-load-balancing-type global_aux_loss: not supported yet", 0), 0u);
+  // YaRN (MLA's --rope-type yarn) runs on the CPU; CUDA has no kernel for it yet.
+  ModelConfig yarn = mt::model::preset("tiny-deepseek");
+  yarn.rope_type = mt::model::RopeType::yarn;
+  EXPECT_EQ(refusal(yarn, one_rank), "");
+  try {
+    check_supported(yarn, one_rank, mt::backend::Device::cuda);
+    ADD_FAILURE() << "YaRN accepted on cuda";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--rope-type yarn: not supported yet", 0), 0u) << e.what();
+  }
   // Multi-latent attention runs, but not under context parallelism.
   ModelConfig latent = dense;
   latent.multi_latent_attention = true;
