@@ -32,11 +32,7 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {moe && model.moe_token_dispatcher_type == model::MoeDispatcher::flex, "--moe-token-dispatcher-type flex",
        "mt-train runs the all-to-all dispatcher"},
       {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
-       "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss or none"},
-      {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::global_aux_loss,
-       "--moe-router-load-balancing-type global_aux_loss",
-       "mt-train runs aux_loss, seq_aux_loss or none: the routers' running counts do not restart per global batch "
-       "yet"},
+       "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
       {model.multi_latent_attention && parallel.context_parallel_size > 1,
        "--multi-latent-attention with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
        "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},

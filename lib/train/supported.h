@@ -1,6 +1,6 @@
 // What mt-train does not run yet, in one list: the model features (multi-latent attention,
 // multi-token prediction) and the mixture-of-experts settings (the fp64 router, the flex
-// dispatcher, sinkhorn and global_aux_loss balancing), YaRN on CUDA, that mt-train's flag handling and the
+// dispatcher, sinkhorn balancing), YaRN on CUDA, that mt-train's flag handling and the
 // Trainer refuse by flag, before anything is built. Mixture of experts with expert parallelism
 // runs on the CPU and on CUDA (kernels/cuda/moe_*.cu). mt-mfu and mt-memreport account for all of them and never
 // call it. Megatron flags mt does not know at all are refused by name before parsing
