@@ -20,8 +20,7 @@ struct Unsupported {
 
 void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
                      backend::Device device) {
-  // Every parallel layout parallel::validate accepts runs (expert parallelism included), but MLA
-  // under context parallelism.
+  // Every parallel layout parallel::validate accepts runs (expert parallelism included).
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
   // Every setting below is refused on every backend (MoE runs on the CPU and CUDA tables), but YaRN,
   // which has no CUDA kernel yet.
@@ -33,9 +32,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "mt-train runs the all-to-all dispatcher"},
       {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
        "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
-      {model.multi_latent_attention && parallel.context_parallel_size > 1,
-       "--multi-latent-attention with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
-       "multi-latent attention has no ring attention yet: its q/k and v head sizes differ"},
       {device == backend::Device::cuda && model.rope_type == model::RopeType::yarn, "--rope-type yarn",
        "the CUDA backend has no YaRN kernel yet: run it on the CPU backend, or --rope-type rope"},
       {model.mtp_num_layers > 0, "--mtp-num-layers " + std::to_string(model.mtp_num_layers),

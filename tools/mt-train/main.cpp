@@ -356,7 +356,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "tokens per expert after dropping: tokens_min, tokens_max, tokens_cv); the log line prints the losses.\n"
       "Multi-latent attention (DeepSeek-V2/V3): --multi-latent-attention with --q-lora-rank, --kv-lora-rank,\n"
       "--qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim and --qk-layernorm (Megatron's flags and defaults;\n"
-      "Model group); needs rope, runs under TP, SP, PP and DP, refuses --context-parallel-size > 1.\n"
+      "Model group); needs rope, runs under TP, SP, PP, DP and CP (ring attention).\n"
       "YaRN (MLA only, as Megatron): --rope-type yarn with --rotary-scaling-factor, --mscale, --mscale-all-dim\n"
       "(Megatron's defaults 1, 1.0, 0.0) and --yarn-original-max-position-embeddings, --yarn-beta-fast,\n"
       "--yarn-beta-slow (4096, 32, 1: Megatron-Core 0.16.1's fixed values, under later Megatron's names); without\n"

@@ -355,10 +355,17 @@ void MlaAttention::assemble_qkv(const LayerContext& ctx, const LayerPass& pass, 
 
 void MlaAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const Saved& saved,
                                 const Core& core) const {
-  if (ctx.ring_attention) throw Error("--multi-latent-attention", "has no context-parallel core attention yet");
-  kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
-  shape.dropout = dropout_of(ctx, pass);
-  ctx.ops.attention_forward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse, ctx.stream);
+  if (ctx.ring_attention) {
+    // Context parallelism: the ring over the CP group with the zero-padded heads of size A (the
+    // stage sized it from core_shape), so q/k and v widths that differ travel as one.
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->forward(saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse);
+  } else {
+    kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+    shape.dropout = dropout_of(ctx, pass);
+    ctx.ops.attention_forward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse, ctx.stream);
+  }
   copy_columns(ctx, core.attn, d_v_, core.out, core_dim_, d_v_, pass.rows * heads_local_);
 }
 
@@ -448,10 +455,17 @@ void MlaAttention::backward(const LayerContext& ctx, const LayerPass& pass, cons
   proj_.backward(ctx, pass, dy_seq, core.attn, full_rows, w.d_attn);
   if (core_dim_ > d_v_) ctx.ops.zero(w.d_out, vectors * core_dim_ * kFloat, ctx.stream);
   copy_columns(ctx, w.d_out, core_dim_, w.d_attn, d_v_, d_v_, vectors);
-  kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
-  shape.dropout = dropout_of(ctx, pass);
-  ctx.ops.attention_backward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse,
-                             w.dq, w.dk, w.dv, ctx.stream);
+  if (ctx.ring_attention) {
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->backward(saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse, w.dq,
+                                 w.dk, w.dv);
+  } else {
+    kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+    shape.dropout = dropout_of(ctx, pass);
+    ctx.ops.attention_backward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse,
+                               w.dq, w.dk, w.dv, ctx.stream);
+  }
   disassemble_grads(ctx, pass, w);
   project_backward(ctx, pass, x_seq, saved, w, full_rows, dx_seq);
 }

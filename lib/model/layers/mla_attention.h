@@ -27,7 +27,8 @@
 // grads are whole on every rank; under SP they run on this rank's sequence rows (as Megatron's
 // duplicated TE linears) and their grads are summed over TP (the layout's rule for replicated
 // tensors under SP); the latents enter the up projections through the SP all-gather, k_pe through
-// its own. Context parallelism is refused (train/supported.h). Init: every projection
+// its own. Under context parallelism the core runs the stage's ring attention
+// (parallel/ring_attention.h) on the heads zero-padded to A, sized from core_shape. Init: every projection
 // N(0, init_method_std), linear_proj N(0, init_method_std / sqrt(2 num_layers)), norms 1.
 // Tested in tests/unit/model/test_mla.cpp (finite differences, recompute, TP = 2 with and without
 // SP) and tests/unit/model/test_mla_megatron.cpp (Megatron-Core's forward and backward,
