@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/common/op_params.h"
+#include "kernels/common/yarn_rope.h"
 #include "kernels/cpu/isa.h"
 
 namespace mt::kernels::cpu {
@@ -63,6 +64,13 @@ struct CpuOps {
   // The transpose rotation (gradient of rope_forward), in place on dx.
   void (*rope_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
                         const int32_t* positions, float base);
+  // YaRN's rotation (kernels/common/yarn_rope.h): the same layout and pairs, by angle
+  // float(pos) * inv_j with YaRN's per-dimension inv_j (yarn_inv_freq), cos and sin multiplied by
+  // yarn.concentration; backward is its transpose (the concentration scales it too).
+  void (*rope_yarn_forward)(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                            const int32_t* positions, const YarnRope& yarn);
+  void (*rope_yarn_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                             const int32_t* positions, const YarnRope& yarn);
 
   // --- attention (shape and masking: kernels/common/op_params.h) ------------------------------
   // Works in tiles of at most 64 queries and 64 keys (online softmax): memory does not grow with

@@ -299,6 +299,8 @@ const Ops& cpu_ops() {
       .swiglu_backward = MT_CPU_KERNEL(swiglu_backward),
       .rope_forward = MT_CPU_KERNEL(rope_forward),
       .rope_backward = MT_CPU_KERNEL(rope_backward),
+      .rope_yarn_forward = MT_CPU_KERNEL(rope_yarn_forward),
+      .rope_yarn_backward = MT_CPU_KERNEL(rope_yarn_backward),
       .attention_forward = MT_CPU_KERNEL(attention_forward),
       .attention_backward = MT_CPU_KERNEL(attention_backward),
       .attention_merge = MT_CPU_KERNEL(attention_merge),

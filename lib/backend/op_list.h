@@ -40,6 +40,8 @@
   X(swiglu_backward)               \
   X(rope_forward)                  \
   X(rope_backward)                 \
+  X(rope_yarn_forward)             \
+  X(rope_yarn_backward)            \
   X(attention_forward)             \
   X(attention_backward)            \
   X(attention_merge)               \

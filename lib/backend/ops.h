@@ -28,6 +28,7 @@
 #include "kernels/common/fp8.h"
 #include "kernels/common/moe_router_params.h"
 #include "kernels/common/op_params.h"
+#include "kernels/common/yarn_rope.h"
 
 namespace mt::backend {
 
@@ -155,6 +156,11 @@ struct Ops {
                        float base, Stream stream);
   void (*rope_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
                         const int32_t* positions, float base, Stream stream);
+  // YaRN RoPE (issue 22, multi-latent attention's --rope-type yarn; kernels/common/yarn_rope.h).
+  void (*rope_yarn_forward)(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                            const int32_t* positions, const kernels::YarnRope& yarn, Stream stream);
+  void (*rope_yarn_backward)(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                             const int32_t* positions, const kernels::YarnRope& yarn, Stream stream);
   void (*attention_forward)(const AttentionShape& shape, const float* q, const float* k, const float* v,
                             const int32_t* doc_start, float* out, float* lse, Stream stream);
   void (*attention_backward)(const AttentionShape& shape, const float* q, const float* k, const float* v,

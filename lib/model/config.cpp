@@ -180,8 +180,32 @@ void ModelConfig::check_trainable() const {
   // Every block of the config has a layer variant in model/spec.h (multi-token prediction too).
 }
 
+// YaRN (issue 22): Megatron-Core 0.16.1 takes --rope-type yarn with multi-latent attention only;
+// the values must make finite frequencies.
+void ModelConfig::validate_yarn() const {
+  if (rope_type == RopeType::yarn && !multi_latent_attention) {
+    throw UsageError("--rope-type yarn", "needs --multi-latent-attention (Megatron: common attention only supports rope)");
+  }
+  if (!(rotary_scaling_factor > 0.0) || !std::isfinite(rotary_scaling_factor)) {
+    throw UsageError("--rotary-scaling-factor", "must be a positive number");
+  }
+  if (!std::isfinite(mscale)) throw UsageError("--mscale", "must be a finite number");
+  if (!std::isfinite(mscale_all_dim)) throw UsageError("--mscale-all-dim", "must be a finite number");
+  if (rope_type != RopeType::yarn) return;
+  if (original_max_position_embeddings < 1) {
+    throw UsageError("--yarn-original-max-position-embeddings", "must be positive");
+  }
+  if (!(yarn_beta_fast > 0.0) || !std::isfinite(yarn_beta_fast)) {
+    throw UsageError("--yarn-beta-fast", "must be a positive number");
+  }
+  if (!(yarn_beta_slow > 0.0) || !std::isfinite(yarn_beta_slow)) {
+    throw UsageError("--yarn-beta-slow", "must be a positive number");
+  }
+}
+
 // Multi-latent attention (issue 22): Megatron's MLA flags and what MLA excludes.
 void ModelConfig::validate_mla() const {
+  validate_yarn();
   if (!multi_latent_attention) {
     if (qk_layernorm) throw UsageError("--qk-layernorm", "is supported with --multi-latent-attention only");
     return;
@@ -343,7 +367,7 @@ namespace {
 // DeepSeek-V3-shaped for tests (issue 22): tiny LLaMA's size with multi-latent attention and latent
 // norms, the first layer dense and the second MoE with DeepSeek-V3's routing (sigmoid scores with
 // the expert bias, group-limited top-k, scaling, sequence-wise aux loss) and a shared expert. No
-// multi-token prediction and no YaRN (mt has neither yet).
+// multi-token prediction (mt has none yet); plain RoPE (--rope-type rope), not DeepSeek-V3's YaRN.
 ModelConfig tiny_deepseek() {
   ModelConfig c = preset("tiny-llama");
   c.name = "tiny-deepseek";
@@ -433,6 +457,16 @@ ModelConfig preset(const std::string& name) {
     c.qk_pos_emb_head_dim = 64;
     c.v_head_dim = 128;
     c.qk_layernorm = true;  // the latent norms (q_a_layernorm, kv_a_layernorm in HF's DeepSeek-V3)
+    // YaRN as HF's config.json and Megatron's DeepSeek-V3 recipes (facts note sec. 3.2, 7): applied
+    // from the start, as Megatron's recipes train the 4K phase (DeepSeek's paper adds YaRN only
+    // for its context extension); softmax scale 0.1352 instead of 1/sqrt(192).
+    c.rope_type = RopeType::yarn;
+    c.rotary_scaling_factor = 40.0;
+    c.original_max_position_embeddings = 4096;
+    c.yarn_beta_fast = 32.0;
+    c.yarn_beta_slow = 1.0;
+    c.mscale = 1.0;
+    c.mscale_all_dim = 1.0;
     c.mtp_num_layers = 1;
     return c;
   }
@@ -549,6 +583,7 @@ const std::pair<Normalization, const char*> kNormalizations[] = {{Normalization:
                                                                  {Normalization::rmsnorm, "RMSNorm"}};
 const std::pair<PositionEmbedding, const char*> kPositionEmbeddings[] = {
     {PositionEmbedding::learned_absolute, "learned_absolute"}, {PositionEmbedding::rope, "rope"}};
+const std::pair<RopeType, const char*> kRopeTypes[] = {{RopeType::rope, "rope"}, {RopeType::yarn, "yarn"}};
 const std::pair<MoeScoreFunction, const char*> kScoreFunctions[] = {{MoeScoreFunction::softmax, "softmax"},
                                                                     {MoeScoreFunction::sigmoid, "sigmoid"}};
 const std::pair<MoeRouterDtype, const char*> kRouterDtypes[] = {{MoeRouterDtype::fp32, "fp32"},
@@ -616,6 +651,13 @@ void visit_fields(Visit& visit, Config& c) {
   visit("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim);
   visit("v_head_dim", c.v_head_dim);
   visit("qk_layernorm", c.qk_layernorm);
+  visit("rope_type", c.rope_type, kRopeTypes);
+  visit("rotary_scaling_factor", c.rotary_scaling_factor);
+  visit("mscale", c.mscale);
+  visit("mscale_all_dim", c.mscale_all_dim);
+  visit("original_max_position_embeddings", c.original_max_position_embeddings);
+  visit("yarn_beta_fast", c.yarn_beta_fast);
+  visit("yarn_beta_slow", c.yarn_beta_slow);
   visit("mtp_num_layers", c.mtp_num_layers);
   visit("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor);
   visit("bert", c.bert);

@@ -17,6 +17,9 @@ namespace mt::model {
 
 enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbedding { learned_absolute, rope };
+// --rope-type (Megatron-Core 0.16.1): RoPE, or YaRN (yarn: multi-latent attention only; Megatron
+// refuses it for other attention: "Common attention only support rope_type=rope").
+enum class RopeType { rope, yarn };
 
 // --moe-router-load-balancing-type (Megatron's names). sinkhorn parses and is refused by validate().
 enum class MoeLoadBalancing { aux_loss, seq_aux_loss, global_aux_loss, sinkhorn, none };
@@ -95,6 +98,19 @@ struct ModelConfig {
   int qk_pos_emb_head_dim = 0;  // --qk-pos-emb-head-dim: the RoPE part
   int v_head_dim = 0;           // --v-head-dim
   bool qk_layernorm = false;    // --qk-layernorm: MLA's latent RMSNorms (q_layernorm, kv_layernorm); MLA only
+  // YaRN (issue 22; kernels/common/yarn_rope.h) on MLA's rotary part, MLATransformerConfig's fields.
+  // --rope-type yarn with the factor, original length, betas and mscales below; without the flag
+  // the preset's choice, and for --multi-latent-attention given on the command line Megatron's
+  // MLA default, yarn (at --rotary-scaling-factor 1 its frequencies are RoPE's up to rounding and
+  // its factors 1). Megatron 0.16.1 has no flags for the original length and the betas (fixed at
+  // these defaults there); mt takes them under later Megatron's names --yarn-*.
+  RopeType rope_type = RopeType::rope;           // --rope-type
+  double rotary_scaling_factor = 1.0;            // --rotary-scaling-factor (also MLA's softmax mscale)
+  double mscale = 1.0;                           // --mscale
+  double mscale_all_dim = 0.0;                   // --mscale-all-dim (also MLA's softmax mscale)
+  int original_max_position_embeddings = 4096;   // --yarn-original-max-position-embeddings
+  double yarn_beta_fast = 32.0;                  // --yarn-beta-fast
+  double yarn_beta_slow = 1.0;                   // --yarn-beta-slow
   // Multi-token prediction (--mtp-num-layers): extra layers after the decoder, each MoE or dense
   // like the last decoder layer, sharing the embedding and output layer (model/layers/mtp.h).
   int mtp_num_layers = 0;
@@ -134,6 +150,7 @@ struct ModelConfig {
   void validate_moe_losses_and_capacity() const;
   void validate_mla() const;
   void validate_bert() const;
+  void validate_yarn() const;
 };
 
 // Megatron's --moe-layer-freq value: an integer N, a list "[1,0,1]" or an expression of

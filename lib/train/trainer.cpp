@@ -787,6 +787,9 @@ MoeStepStats Trainer::finish_moe_layers(int micro_batches) {
       for (double value : state.load_balancing) layer.load_balancing_sum += value;
       for (double value : state.z_loss) layer.z_loss_sum += value;
       state.clear_losses();
+      // Megatron's reset_global_aux_loss_tracker (finalize_model_grads): global_aux_loss's
+      // running counts restart with each global batch.
+      if (state.router) state.router->reset_global_aux_counts();
       layers.push_back(layer);
     }
   }

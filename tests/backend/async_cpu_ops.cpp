@@ -534,6 +534,8 @@ const Ops& table() {
       .swiglu_backward = MT_QUEUED(swiglu_backward),
       .rope_forward = MT_QUEUED(rope_forward),
       .rope_backward = MT_QUEUED(rope_backward),
+      .rope_yarn_forward = MT_QUEUED(rope_yarn_forward),
+      .rope_yarn_backward = MT_QUEUED(rope_yarn_backward),
       .attention_forward = MT_QUEUED(attention_forward),
       .attention_backward = MT_QUEUED(attention_backward),
       .attention_merge = MT_QUEUED(attention_merge),

@@ -226,12 +226,102 @@ void add_rope(std::vector<OpCase>& cases) {
                    }});
 }
 
+// YaRN (issue 22): DeepSeek-V3's settings on MLA's 64-dim rotary head, and a narrow head with a
+// concentration factor other than 1 and a ramp of one fractional step.
+struct YarnCase {
+  RopeShape shape;
+  kernels::YarnRope yarn;
+};
+
+std::string describe(const YarnCase& y) {
+  return describe(y.shape) + " factor=" + std::to_string(y.yarn.scaling_factor) +
+         " concentration=" + std::to_string(y.yarn.concentration);
+}
+
+std::vector<float> yarn_frequencies(const YarnCase& y) {
+  std::vector<float> inv_freq(y.shape.head_dim / 2);
+  kernels::yarn_inv_freq(y.yarn, y.shape.head_dim, inv_freq.data());
+  return inv_freq;
+}
+
+// Forward and backward against the reference, and <yarn(x), y> = <x, yarn_backward(y)>.
+void check_rope_yarn(CaseContext& c, const YarnCase& y) {
+  const RopeShape& s = y.shape;
+  std::vector<int32_t> positions = rope_positions(s.rows);
+  if (s.rows > 2) positions[1] = 4095;
+  const auto inv_freq = yarn_frequencies(y);
+  const auto x = random_floats(s.rows * s.row_stride, 65), dy = random_floats(s.rows * s.row_stride, 66);
+  const DeviceArray<int32_t> d_positions = c.upload(positions);
+  const DeviceArray<float> rotated = c.upload(x), back = c.upload(dy);
+  c.ops().rope_yarn_forward(rotated.data, s.rows, s.row_stride, s.heads, s.head_dim, d_positions.data, y.yarn,
+                            c.stream());
+  c.ops().rope_yarn_backward(back.data, s.rows, s.row_stride, s.heads, s.head_dim, d_positions.data, y.yarn,
+                             c.stream());
+  const std::vector<float> rotated_x = c.download(rotated, "rope_yarn_forward(x)");
+  const std::vector<float> back_y = c.download(back, "rope_yarn_backward(dy)");
+  const double tol = tolerances(DType::f32).reference;
+  c.expect_close("rope_yarn_forward", rotated_x,
+                 ref_rope_yarn(to_double(x), s.rows, s.row_stride, s.heads, s.head_dim, positions, inv_freq,
+                               y.yarn.concentration, false),
+                 tol);
+  c.expect_close("rope_yarn_backward", back_y,
+                 ref_rope_yarn(to_double(dy), s.rows, s.row_stride, s.heads, s.head_dim, positions, inv_freq,
+                               y.yarn.concentration, true),
+                 tol);
+  double lhs = 0, rhs = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    lhs += static_cast<double>(rotated_x[i]) * dy[i];
+    rhs += static_cast<double>(x[i]) * back_y[i];
+    scale += std::abs(static_cast<double>(x[i]) * dy[i]);
+  }
+  c.expect(std::abs(lhs - rhs) <= 1e-5 * scale,
+           "<yarn(x), y> = " + std::to_string(lhs) + " but <x, yarn_backward(y)> = " + std::to_string(rhs));
+}
+
+void add_rope_yarn(std::vector<OpCase>& cases) {
+  kernels::YarnRope deepseek;
+  deepseek.scaling_factor = 40.0;
+  kernels::YarnRope narrow;
+  narrow.scaling_factor = 4.0;
+  narrow.original_max_position_embeddings = 64;
+  narrow.concentration = kernels::yarn_concentration(4.0, 1.0, 0.707);
+  for (const YarnCase& y : {YarnCase{{9, 3, 64, 200, 10000.0f}, deepseek}, YarnCase{{7, 2, 6, 14, 10000.0f}, narrow}}) {
+    cases.push_back({.op = OpId::rope_yarn_forward,
+                     .mode = CaseMode::forward,
+                     .name = describe(y) + ", with backward as its transpose",
+                     .also_uses = {OpId::rope_yarn_backward},
+                     .body = [y](CaseContext& c) { check_rope_yarn(c, y); }});
+  }
+  cases.push_back({.op = OpId::rope_yarn_backward,
+                   .mode = CaseMode::grad,
+                   .name = "rows=7 heads=2 head_dim=6 factor=4 concentration=1.1, positions below 2048",
+                   .body = [narrow](CaseContext& c) {
+                     const YarnCase y{{7, 2, 6, 14, 10000.0f}, narrow};
+                     const RopeShape& s = y.shape;
+                     std::vector<int32_t> positions = rope_positions(s.rows);
+                     positions[1] = 2047;
+                     const auto inv_freq = yarn_frequencies(y);
+                     const auto x = random_floats(s.rows * s.row_stride, 67),
+                                dy = random_floats(s.rows * s.row_stride, 68);
+                     const DeviceArray<float> dx = c.upload(dy);
+                     c.ops().rope_yarn_backward(dx.data, s.rows, s.row_stride, s.heads, s.head_dim,
+                                                c.upload(positions).data, y.yarn, c.stream());
+                     const auto forward = [&](const std::vector<double>& v) {
+                       return ref_rope_yarn(v, s.rows, s.row_stride, s.heads, s.head_dim, positions, inv_freq,
+                                            y.yarn.concentration, false);
+                     };
+                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(forward, to_double(x), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
+                   }});
+}
+
 }  // namespace
 
 void add_activation_cases(std::vector<OpCase>& cases) {
   add_gelu(cases);
   add_swiglu(cases);
   add_rope(cases);
+  add_rope_yarn(cases);
 }
 
 }  // namespace mt::harness

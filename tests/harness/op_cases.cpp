@@ -57,7 +57,9 @@ const char* op_family(OpId op) {
     case OpId::swiglu_forward:
     case OpId::swiglu_backward:
     case OpId::rope_forward:
-    case OpId::rope_backward: return "activations";
+    case OpId::rope_backward:
+    case OpId::rope_yarn_forward:
+    case OpId::rope_yarn_backward: return "activations";
     case OpId::attention_forward:
     case OpId::attention_backward:
     case OpId::attention_merge: return "attention";

@@ -170,6 +170,25 @@ std::vector<double> ref_rope(const std::vector<double>& x, int64_t rows, int64_t
   return out;
 }
 
+std::vector<double> ref_rope_yarn(const std::vector<double>& x, int64_t rows, int64_t row_stride, int heads,
+                                  int head_dim, const std::vector<int32_t>& positions,
+                                  const std::vector<float>& inv_freq, double concentration, bool transpose) {
+  std::vector<double> out = x;
+  const int half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+        const double c = concentration * std::cos(static_cast<double>(angle));
+        const double s = concentration * std::sin(static_cast<double>(angle));
+        const int64_t at = r * row_stride + static_cast<int64_t>(h) * head_dim + i;
+        const double x1 = x[at], x2 = x[at + half];
+        out[at] = transpose ? x1 * c + x2 * s : x1 * c - x2 * s;
+        out[at + half] = transpose ? x2 * c - x1 * s : x2 * c + x1 * s;
+      }
+  return out;
+}
+
 XentReference ref_xent(const std::vector<double>& logits, int64_t rows, int64_t ld, int64_t valid_cols,
                        int64_t vocab_start, const std::vector<int32_t>& targets, const std::vector<double>& dloss) {
   XentReference out{std::vector<double>(rows), std::vector<double>(rows), std::vector<double>(rows),

@@ -65,6 +65,11 @@ std::vector<double> ref_swiglu_backward(const std::vector<float>& dy, const std:
 // RoPE (rotate-half) in double on fp32 angles computed as PyTorch does; `transpose` rotates back.
 std::vector<double> ref_rope(const std::vector<double>& x, int64_t rows, int64_t row_stride, int heads, int head_dim,
                              const std::vector<int32_t>& positions, float base, bool transpose);
+// YaRN's rotation in double on fp32 angles float(position) * inv_freq[i] (inv_freq: head_dim/2,
+// kernels::yarn_inv_freq's), cos and sin times `concentration`; `transpose`: its transpose.
+std::vector<double> ref_rope_yarn(const std::vector<double>& x, int64_t rows, int64_t row_stride, int heads,
+                                  int head_dim, const std::vector<int32_t>& positions,
+                                  const std::vector<float>& inv_freq, double concentration, bool transpose);
 
 // --- cross-entropy ------------------------------------------------------------------------------
 // Per-row max, sum of exp, target logit and loss log(sum exp) + max - target over the valid

@@ -4,8 +4,11 @@
 // --qk-pos-emb-head-dim 4 --v-head-dim 6 --qk-layernorm), the same seed, data, learning rate and
 // micro-batch size, 10 steps; per-step loss and grad norm, and the evaluation loss, within the fp32
 // equivalence bound. Layouts at 2 ranks: TP=2 (heads split, the replicated down projections' grads
-// whole on each rank), TP=2 + SP (their grads summed over TP), PP=2 and DP=2 with the distributed
-// optimizer; no and selective recompute. Run under mpirun at 2 ranks (tests/CMakeLists.txt).
+// whole on each rank), TP=2 + SP (their grads summed over TP), PP=2, DP=2 with the distributed
+// optimizer and CP=2 (ring attention over the zero-padded heads, q/k 8 wide and v 6; the RoPE part
+// at each chunk's global positions); no and selective recompute. CP=2 also with YaRN
+// (--rope-type yarn, factor 4, a concentration factor other than 1). Run under mpirun at 2 ranks
+// (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,7 +25,7 @@ namespace {
 
 const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new equivalence::WorldEnvironment);
 
-model::ModelConfig tiny_mla() {
+model::ModelConfig tiny_mla(bool yarn) {
   model::ModelConfig c = mt::testing::trainer_model(true);
   c.num_query_groups = c.num_attention_heads;
   c.multi_latent_attention = true;
@@ -32,6 +35,12 @@ model::ModelConfig tiny_mla() {
   c.qk_pos_emb_head_dim = 4;
   c.v_head_dim = 6;
   c.qk_layernorm = true;
+  if (yarn) {
+    c.rope_type = model::RopeType::yarn;
+    c.rotary_scaling_factor = 4.0;
+    c.original_max_position_embeddings = 8;
+    c.mscale_all_dim = 0.707;
+  }
   c.validate();
   return c;
 }
@@ -42,10 +51,12 @@ struct Layout {
   bool sequence_parallel = false;
   int pp = 1;
   bool distributed_optimizer = false;
+  int cp = 1;
+  bool yarn = false;
 };
 
 void expect_layout_matches_one_rank(const Layout& layout, model::RecomputeGranularity recompute) {
-  const model::ModelConfig model = tiny_mla();
+  const model::ModelConfig model = tiny_mla(layout.yarn);
   train::TrainConfig config = equivalence::ten_step_config();
   config.recompute = {recompute, model::RecomputeMethod::uniform, 1};
   const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
@@ -54,6 +65,7 @@ void expect_layout_matches_one_rank(const Layout& layout, model::RecomputeGranul
   parallel.sequence_parallel = layout.sequence_parallel;
   parallel.pipeline_model_parallel_size = layout.pp;
   parallel.use_distributed_optimizer = layout.distributed_optimizer;
+  parallel.context_parallel_size = layout.cp;
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
@@ -72,7 +84,12 @@ void expect_layout_matches_one_rank(const Layout& layout, model::RecomputeGranul
 TEST(MlaTraining, EveryLayoutMatchesOneRankInFp32) {
   if (equivalence::world().size() != 2) GTEST_SKIP() << "the MLA layouts run at 2 ranks";
   const std::vector<Layout> layouts = {
-      {"TP=2", 2}, {"TP=2 SP", 2, true}, {"PP=2", 1, false, 2}, {"DP=2 distributed optimizer", 1, false, 1, true}};
+      {"TP=2", 2},
+      {"TP=2 SP", 2, true},
+      {"PP=2", 1, false, 2},
+      {"DP=2 distributed optimizer", 1, false, 1, true},
+      {"CP=2", 1, false, 1, false, 2},
+      {"CP=2 YaRN", 1, false, 1, false, 2, true}};
   for (const Layout& layout : layouts) {
     for (auto recompute : {model::RecomputeGranularity::none, model::RecomputeGranularity::selective}) {
       SCOPED_TRACE(layout.name + (recompute == model::RecomputeGranularity::selective ? ", selective recompute" : ""));

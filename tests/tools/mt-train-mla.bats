@@ -37,11 +37,10 @@ check() {
   check '.[0].model | .q_lora_rank == 12 and .kv_lora_rank == 10 and .qk_head_dim == 6 and .qk_pos_emb_head_dim == 4 and .v_head_dim == 8 and .qk_layernorm'
 }
 
-@test "issue22: MLA refuses context parallelism, --qk-layernorm without MLA and an odd RoPE part, by name" {
+@test "issue22: MLA plans under context parallelism; it refuses --qk-layernorm without MLA and an odd RoPE part, by name" {
   run mt-train --model tiny-deepseek --mock-data --seq-length 16 --train-iters 1 --dry-run --world-size 2 \
     --context-parallel-size 2
-  [[ $status -eq 2 ]] || fail "status $status: $output"
-  [[ "$output" == *"--multi-latent-attention with --context-parallel-size 2: not supported yet"* ]] || fail "$output"
+  [[ $status -eq 0 ]] || fail "status $status: $output"
   run mt-train --model tiny-llama --mock-data --qk-layernorm --train-iters 1
   [[ $status -eq 2 ]] || fail "status $status: $output"
   [[ "$output" == *"--qk-layernorm"*"--multi-latent-attention only"* ]] || fail "$output"
@@ -50,16 +49,19 @@ check() {
   [[ "$output" == *"--qk-pos-emb-head-dim"*"even"* ]] || fail "$output"
 }
 
-@test "issue22: YaRN is refused by name (--rope-type yarn and its scaling flags); --rope-type rope is what mt runs" {
+@test "issue22: YaRN (MLA only): --rope-type yarn and its flags reach the model record; yarn without MLA and on CUDA are refused by name" {
   base=(mt-train --model tiny-deepseek --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 2
     --train-iters 1 --eval-iters 0 --peak-tflops 1)
-  run "${base[@]}" --rope-type yarn
+  "${base[@]}" --rope-type yarn --rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0 \
+    --yarn-original-max-position-embeddings 64 >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  check '.[0].model | .rope_type == "yarn" and .rotary_scaling_factor == 40 and .mscale_all_dim == 1 and .original_max_position_embeddings == 64 and .yarn_beta_fast == 32 and .yarn_beta_slow == 1'
+  check '[.[] | select(.record=="step")][0].lm_loss | isfinite'
+  run mt-train --model tiny-llama --mock-data --rope-type yarn --train-iters 1
   [[ $status -eq 2 ]] || fail "status $status: $output"
-  [[ "$output" == *"--rope-type"*"yarn is not supported yet"* ]] || fail "$output"
-  for flag in --rotary-scaling-factor --mscale --mscale-all-dim; do
-    run "${base[@]}" "$flag" 40
-    [[ $status -eq 2 ]] || fail "$flag: status $status"
-    [[ "$output" == *"$flag: Megatron flag not supported yet"* ]] || fail "$flag: $output"
-  done
+  [[ "$output" == *"--rope-type yarn"*"needs --multi-latent-attention"* ]] || fail "$output"
+  run "${base[@]}" --rope-type yarn --dry-run --world-size 1 --device cuda --peak-device H100
+  [[ $status -eq 2 ]] || fail "status $status: $output"
+  [[ "$output" == *"--rope-type yarn: not supported yet"* ]] || fail "$output"
   "${base[@]}" --rope-type rope >"$TMP/out.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  check '.[0].model.rope_type == "rope"'
 }

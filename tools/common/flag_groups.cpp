@@ -83,6 +83,29 @@ void add_mla_flags(ModelFlags& f, const GroupAdder& add) {
   add("--v-head-dim", f.v_head_dim);
   add("--qk-layernorm", f.qk_layernorm);
   add("--rope-type", f.rope_type);
+  add("--rotary-scaling-factor", f.rotary_scaling_factor);
+  add("--mscale", f.mscale);
+  add("--mscale-all-dim", f.mscale_all_dim);
+  add("--yarn-original-max-position-embeddings", f.yarn_original_max_position_embeddings);
+  add("--yarn-beta-fast", f.yarn_beta_fast);
+  add("--yarn-beta-slow", f.yarn_beta_slow);
+}
+
+// The YaRN flags over the preset's values. --rope-type absent: the preset's choice, except that
+// --multi-latent-attention given here on a model without MLA takes Megatron's MLA default, yarn
+// (MLATransformerConfig.rope_type; arguments.py pops a None --rope-type).
+void apply_yarn_flags(const ModelFlags& f, bool mla_before_flags, model::ModelConfig& c) {
+  if (f.rope_type) {
+    c.rope_type = *f.rope_type == "yarn" ? model::RopeType::yarn : model::RopeType::rope;
+  } else if (f.multi_latent_attention && !mla_before_flags) {
+    c.rope_type = model::RopeType::yarn;
+  }
+  apply(f.rotary_scaling_factor, c.rotary_scaling_factor);
+  apply(f.mscale, c.mscale);
+  apply(f.mscale_all_dim, c.mscale_all_dim);
+  apply(f.yarn_original_max_position_embeddings, c.original_max_position_embeddings);
+  apply(f.yarn_beta_fast, c.yarn_beta_fast);
+  apply(f.yarn_beta_slow, c.yarn_beta_slow);
 }
 
 // The MLA flags over the preset's values, then Megatron's defaults for the sizes not given
@@ -233,7 +256,9 @@ model::ModelConfig model_config(const ModelFlags& f) {
   apply_moe_flags(f, c);
   apply(f.mtp_num_layers, c.mtp_num_layers);
   apply(f.mtp_loss_scaling_factor, c.mtp_loss_scaling_factor);
+  const bool mla_before_flags = c.multi_latent_attention;
   apply_mla_flags(f, c);
+  apply_yarn_flags(f, mla_before_flags, c);
   if (f.position_embedding_type) {
     c.position_embedding = *f.position_embedding_type == "rope" ? model::PositionEmbedding::rope
                                                                 : model::PositionEmbedding::learned_absolute;

@@ -145,7 +145,11 @@ struct ModelFlags {
   // Multi-latent attention (Megatron's flags; model/config.h's fields).
   bool multi_latent_attention = false, qk_layernorm = false;
   std::optional<int> q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim;
-  std::optional<std::string> rope_type;  // rope only (yarn refused while parsing): plain RoPE, mt's one kind
+  std::optional<std::string> rope_type;  // rope or yarn (yarn with MLA only: model::ModelConfig::validate)
+  // YaRN (model/config.h's fields): Megatron 0.16.1's --rotary-scaling-factor, --mscale,
+  // --mscale-all-dim, and later Megatron's --yarn-* names for the original length and the betas.
+  std::optional<double> rotary_scaling_factor, mscale, mscale_all_dim, yarn_beta_fast, yarn_beta_slow;
+  std::optional<int> yarn_original_max_position_embeddings;
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& flags, const std::string& group = "Model");

@@ -88,8 +88,17 @@ MlaAttention::MlaAttention(const ModelConfig& config, int layer)
       init_std_(config.init_method_std),
       num_layers_(config.num_layers),
       attention_dropout_(config.attention_dropout),
-      rotary_base_(config.rotary_base) {
+      rotary_base_(config.rotary_base),
+      yarn_(config.rope_type == RopeType::yarn),
+      softmax_mscale_(kernels::yarn_mscale(config.rotary_scaling_factor, config.mscale_all_dim)) {
   if (d_rope_ % 2 != 0) throw UsageError("--qk-pos-emb-head-dim", "rotary embeddings need an even size");
+  yarn_rope_.base = config.rotary_base;
+  yarn_rope_.scaling_factor = config.rotary_scaling_factor;
+  yarn_rope_.original_max_position_embeddings = config.original_max_position_embeddings;
+  yarn_rope_.beta_fast = config.yarn_beta_fast;
+  yarn_rope_.beta_slow = config.yarn_beta_slow;
+  yarn_rope_.concentration =
+      kernels::yarn_concentration(config.rotary_scaling_factor, config.mscale, config.mscale_all_dim);
 }
 
 void MlaAttention::declare(ParamDeclarations& declarations) const {
@@ -145,7 +154,25 @@ void MlaAttention::bind(const ParamLayout& layout) {
                                          proj.local_shape[1], hidden_});
 }
 
-float MlaAttention::softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(q_dim_)); }
+// Megatron's mscale * mscale / math.sqrt(q_head_dim) in double; mscale is 1 (no YaRN factor) in
+// most runs, which keep the fp32 1/sqrt of before.
+float MlaAttention::softmax_scale() const {
+  if (softmax_mscale_ == 1.0) return 1.0f / std::sqrt(static_cast<float>(q_dim_));
+  return static_cast<float>(softmax_mscale_ * softmax_mscale_ / std::sqrt(static_cast<double>(q_dim_)));
+}
+
+// RoPE or YaRN on `heads` rotary vectors of d_r per row (rows x row_stride floats), or their
+// transposes for the grads.
+void MlaAttention::rotate(const LayerContext& ctx, float* x, int64_t rows, int64_t row_stride, int heads,
+                          const int32_t* positions, bool transpose) const {
+  if (yarn_) {
+    (transpose ? ctx.ops.rope_yarn_backward : ctx.ops.rope_yarn_forward)(x, rows, row_stride, heads, d_rope_, positions,
+                                                                         yarn_rope_, ctx.stream);
+  } else {
+    (transpose ? ctx.ops.rope_backward : ctx.ops.rope_forward)(x, rows, row_stride, heads, d_rope_, positions,
+                                                               rotary_base_, ctx.stream);
+  }
+}
 
 std::unique_ptr<BlockBuffers> MlaAttention::lay_out_saved(BufferSource& source, const ActivationRows& rows,
                                                           bool keep_core) const {
@@ -315,13 +342,12 @@ void MlaAttention::assemble_qkv(const LayerContext& ctx, const LayerPass& pass, 
   // q = [q_nope, rope(q_pe)]
   copy_columns(ctx, saved.q, a, w.q_up, q_dim_, d_nope_, vectors);
   deinterleave(ctx, w.q_up + d_nope_, q_dim_, vectors, w.pe);  // (N, hl, d_r)
-  ctx.ops.rope_forward(w.pe, n, hl * d_rope_, static_cast<int>(hl), d_rope_, pass.batch.positions, rotary_base_,
-                       ctx.stream);
+  rotate(ctx, w.pe, n, hl * d_rope_, static_cast<int>(hl), pass.batch.positions, false);
   copy_columns(ctx, saved.q + d_nope_, a, w.pe, d_rope_, d_rope_, vectors);
   // k = [k_nope, rope(k_pe) for every head]
   copy_columns(ctx, saved.k, a, w.kv_up, kv_dim_, d_nope_, vectors);
   deinterleave(ctx, w.k_pe_full, d_rope_, n, w.k_pe);  // (N, d_r)
-  ctx.ops.rope_forward(w.k_pe, n, d_rope_, 1, d_rope_, pass.batch.positions, rotary_base_, ctx.stream);
+  rotate(ctx, w.k_pe, n, d_rope_, 1, pass.batch.positions, false);
   for (int64_t h = 0; h < hl; ++h) copy_columns(ctx, saved.k + h * a + d_nope_, hl * a, w.k_pe, d_rope_, d_rope_, n);
   // v
   copy_columns(ctx, saved.v, a, w.kv_up + d_nope_, kv_dim_, d_v_, vectors);
@@ -329,10 +355,17 @@ void MlaAttention::assemble_qkv(const LayerContext& ctx, const LayerPass& pass, 
 
 void MlaAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const Saved& saved,
                                 const Core& core) const {
-  if (ctx.ring_attention) throw Error("--multi-latent-attention", "has no context-parallel core attention yet");
-  kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
-  shape.dropout = dropout_of(ctx, pass);
-  ctx.ops.attention_forward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse, ctx.stream);
+  if (ctx.ring_attention) {
+    // Context parallelism: the ring over the CP group with the zero-padded heads of size A (the
+    // stage sized it from core_shape), so q/k and v widths that differ travel as one.
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->forward(saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse);
+  } else {
+    kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+    shape.dropout = dropout_of(ctx, pass);
+    ctx.ops.attention_forward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, core.lse, ctx.stream);
+  }
   copy_columns(ctx, core.attn, d_v_, core.out, core_dim_, d_v_, pass.rows * heads_local_);
 }
 
@@ -354,8 +387,7 @@ void MlaAttention::disassemble_grads(const LayerContext& ctx, const LayerPass& p
   // d q_up = [dq_nope, interleave(rope^T(dq_pe))]
   copy_columns(ctx, w.d_q_up, q_dim_, w.dq, a, d_nope_, vectors);
   copy_columns(ctx, w.pe, d_rope_, w.dq + d_nope_, a, d_rope_, vectors);
-  ctx.ops.rope_backward(w.pe, n, hl * d_rope_, static_cast<int>(hl), d_rope_, pass.batch.positions, rotary_base_,
-                        ctx.stream);
+  rotate(ctx, w.pe, n, hl * d_rope_, static_cast<int>(hl), pass.batch.positions, true);
   interleave(ctx, w.pe, vectors, w.d_q_up + d_nope_, q_dim_);
   // d kv_up = [dk_nope, dv]
   copy_columns(ctx, w.d_kv_up, kv_dim_, w.dk, a, d_nope_, vectors);
@@ -366,7 +398,7 @@ void MlaAttention::disassemble_grads(const LayerContext& ctx, const LayerPass& p
     copy_columns(ctx, w.k_pe, d_rope_, w.dk + h * a + d_nope_, hl * a, d_rope_, n);
     ctx.ops.add_inplace(w.d_k_pe, w.k_pe, n * d_rope_, ctx.stream);
   }
-  ctx.ops.rope_backward(w.d_k_pe, n, d_rope_, 1, d_rope_, pass.batch.positions, rotary_base_, ctx.stream);
+  rotate(ctx, w.d_k_pe, n, d_rope_, 1, pass.batch.positions, true);
   interleave(ctx, w.d_k_pe, n, w.d_k_pe_full, d_rope_);
 }
 
@@ -423,10 +455,17 @@ void MlaAttention::backward(const LayerContext& ctx, const LayerPass& pass, cons
   proj_.backward(ctx, pass, dy_seq, core.attn, full_rows, w.d_attn);
   if (core_dim_ > d_v_) ctx.ops.zero(w.d_out, vectors * core_dim_ * kFloat, ctx.stream);
   copy_columns(ctx, w.d_out, core_dim_, w.d_attn, d_v_, d_v_, vectors);
-  kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
-  shape.dropout = dropout_of(ctx, pass);
-  ctx.ops.attention_backward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse,
-                             w.dq, w.dk, w.dv, ctx.stream);
+  if (ctx.ring_attention) {
+    ctx.ring_attention->set_batch(pass.batch.batch);
+    ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->backward(saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse, w.dq,
+                                 w.dk, w.dv);
+  } else {
+    kernels::AttentionShape shape = core_shape(pass.batch.batch, pass.batch.seq);
+    shape.dropout = dropout_of(ctx, pass);
+    ctx.ops.attention_backward(shape, saved.q, saved.k, saved.v, pass.batch.doc_start, core.out, w.d_out, core.lse,
+                               w.dq, w.dk, w.dv, ctx.stream);
+  }
   disassemble_grads(ctx, pass, w);
   project_backward(ctx, pass, x_seq, saved, w, full_rows, dx_seq);
 }

@@ -10,7 +10,11 @@
 //   multi_latent_attention=True), the pairs (x0, x1), (x2, x3), ... of HF's DeepSeek-V3; the
 //   result stays in that order, as Megatron's does (q and k alike, so q.k is the same)
 //   out         = linear_proj attention([q_nope, q_pe], [k_nope, k_pe], v), softmax scale
-//                 1/sqrt(d_n + d_r)
+//                 mscale^2 / sqrt(d_n + d_r), mscale = yarn_mscale(--rotary-scaling-factor,
+//                 --mscale-all-dim) (1 at the defaults: 1/sqrt(d_n + d_r)), whatever --rope-type
+// With --rope-type yarn q_pe and k_pe are rotated by YaRN (kernels/common/yarn_rope.h: per-dimension
+// frequencies between RoPE's and RoPE's over the factor, cos/sin times the concentration factor),
+// Megatron-Core's YarnRotaryEmbedding (tested in tests/unit/model/test_yarn.cpp, tests/golden/yarn).
 // The latent norms (RMSNorm) exist only with --qk-layernorm, as in Megatron's layer specs (without
 // it they are the identity). No biases but linear_proj's (--add-bias-linear), as in Megatron.
 // The core attention is the existing fused op with one head size A = max(d_n + d_r, d_v): q and k
@@ -23,13 +27,15 @@
 // grads are whole on every rank; under SP they run on this rank's sequence rows (as Megatron's
 // duplicated TE linears) and their grads are summed over TP (the layout's rule for replicated
 // tensors under SP); the latents enter the up projections through the SP all-gather, k_pe through
-// its own. Context parallelism is refused (train/supported.h). Init: every projection
+// its own. Under context parallelism the core runs the stage's ring attention
+// (parallel/ring_attention.h) on the heads zero-padded to A, sized from core_shape. Init: every projection
 // N(0, init_method_std), linear_proj N(0, init_method_std / sqrt(2 num_layers)), norms 1.
 // Tested in tests/unit/model/test_mla.cpp (finite differences, recompute, TP = 2 with and without
 // SP) and tests/unit/model/test_mla_megatron.cpp (Megatron-Core's forward and backward,
 // tests/golden/mla).
 #pragma once
 
+#include "kernels/common/yarn_rope.h"
 #include "model/layers/decoder_layer.h"
 
 namespace mt::model {
@@ -43,7 +49,7 @@ class MlaAttention : public AttentionVariant {
 
   int q_heads() const { return heads_local_; }     // local
   int core_head_dim() const { return core_dim_; }  // A = max(d_n + d_r, d_v)
-  float softmax_scale() const;                     // 1/sqrt(d_n + d_r)
+  float softmax_scale() const;                     // mscale^2 / sqrt(d_n + d_r)
 
   std::unique_ptr<BlockBuffers> lay_out_saved(BufferSource& source, const ActivationRows& rows,
                                               bool keep_core) const override;
@@ -84,6 +90,9 @@ class MlaAttention : public AttentionVariant {
   void project_backward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, const Saved& saved,
                         const Workspace& w, const SequenceParallelBuffers& full_rows, float* dx_seq) const;
 
+  // RoPE or YaRN in place on `heads` d_r vectors per row; transpose: the grads' rotation.
+  void rotate(const LayerContext& ctx, float* x, int64_t rows, int64_t row_stride, int heads, const int32_t* positions,
+              bool transpose) const;
   // Megatron's MLA interleave on `count` vectors of d_r floats `stride` floats apart: (even dims,
   // odd dims) into `out` (d_r per vector, contiguous); interleave is its inverse.
   void deinterleave(const LayerContext& ctx, const float* in, int64_t stride, int64_t count, float* out) const;
@@ -105,6 +114,9 @@ class MlaAttention : public AttentionVariant {
   int num_layers_;
   float attention_dropout_;
   float rotary_base_;
+  bool yarn_;                    // --rope-type yarn
+  kernels::YarnRope yarn_rope_;  // its settings
+  double softmax_mscale_;        // yarn_mscale(factor, mscale_all_dim)
   int heads_local_ = 0;  // from the layout
   int64_t q_down_ = -1, kv_down_ = -1, q_norm_ = -1, kv_norm_ = -1;  // offsets of the replicated tensors
   ColumnParallelLinear q_proj_;  // linear_q_proj, or linear_q_up_proj with --q-lora-rank

@@ -198,6 +198,7 @@ void MoeMlp::prepare(const backend::Ops& ops, const ParallelContext& parallel) {
   const backend::Stream stream = ops.default_stream();
   auto runtime = std::make_unique<Runtime>(Runtime{ops, nullptr, nullptr, nullptr});
   runtime->router = std::make_unique<moe::Router>(options_, ops, stream, moe::RouterGroups{groups.tp_cp, groups.tp_dp_cp});
+  state_.router = runtime->router.get();
   DispatcherGroups dispatch{groups.expert_parallel, groups.expert_tensor_parallel, groups.ep_rank, groups.etp_rank,
                             groups.ep, groups.expert_tp, groups.expert_tp_ep};
   runtime->dispatcher = std::make_unique<TokenDispatcher>(num_experts_, hidden_, dispatch, ops, stream);
@@ -254,7 +255,7 @@ void MoeMlp::route(const LayerContext& ctx, const LayerPass& pass, const float* 
   const moe::RouterLossValues values = rt.router->forward(
       s.logits.data(), state_.expert_bias.empty() ? nullptr : state_.expert_bias.data(), s.rows, pass.training,
       counted ? state_.tokens_per_expert.data() : nullptr, grown(s.probs, ctx.ops, rows * e),
-      grown(s.routing_map, ctx.ops, rows * e), router_saved);
+      grown(s.routing_map, ctx.ops, rows * e), router_saved, pass.training && pass.recompute);
   if (counted) {
     if (values.load_balancing) state_.load_balancing.push_back(*values.load_balancing);
     if (values.z_loss) state_.z_loss.push_back(*values.z_loss);

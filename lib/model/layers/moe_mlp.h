@@ -64,6 +64,9 @@ struct MoeLayerState {
   backend::DeviceBuffer<float> tokens_per_expert;
   // (E) device fp32 with --moe-router-enable-expert-bias (starts at 0), else empty.
   backend::DeviceBuffer<float> expert_bias;
+  // The layer's router (once prepared): the trainer restarts its global_aux_loss running counts
+  // once per global batch (moe::Router::reset_global_aux_counts).
+  moe::Router* router = nullptr;
 
   void clear_losses() {
     load_balancing.clear();

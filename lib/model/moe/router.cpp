@@ -200,7 +200,7 @@ void Router::check_rows(const RouterRows& rows, bool training) const {
 
 RouterLossValues Router::forward(const float* logits, const float* expert_bias, const RouterRows& rows, bool training,
                                  float* tokens_per_expert, float* probs, uint8_t* routing_map,
-                                 const RouterSaved& saved) {
+                                 const RouterSaved& saved, bool recompute) {
   check_rows(rows, training);
   if (options_.enable_expert_bias && !expert_bias) throw Error("MoE router", "expert bias on but no bias buffer");
   const int64_t count = rows.rows;
@@ -216,7 +216,7 @@ RouterLossValues Router::forward(const float* logits, const float* expert_bias, 
                                       : kernels::MoeDropPolicy::probs,
                                   options_.pad_expert_input_to_capacity, stream_);
   }
-  if (training && aux_loss_on(options_)) values.load_balancing = apply_aux_loss(logits, rows, saved);
+  if (training && aux_loss_on(options_)) values.load_balancing = apply_aux_loss(logits, rows, saved, recompute);
   if (tokens_per_expert) ops_.moe_router_tokens_per_expert(routing_map, count, experts, tokens_per_expert, stream_);
   return values;
 }
@@ -246,7 +246,26 @@ double Router::aux_total_tokens(const RouterRows& rows) const {
   return static_cast<double>(rows.rows) * group_size(aux_group());
 }
 
-double Router::apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved) {
+void Router::global_aux_weights(const float* counts, bool recompute, std::vector<float>& weights) {
+  if (recompute) {
+    if (global_recomputed_ >= global_means_.size()) {
+      throw Error("MoE router", "global_aux_loss recompute forward without a first forward since the reset");
+    }
+    weights = global_means_[global_recomputed_++];
+    return;
+  }
+  // Megatron's running mean over the global batch's micro-batches so far: the running sum
+  // divided (not multiplied by a reciprocal) by the count, in fp32, on the host.
+  const int64_t bytes = static_cast<int64_t>(weights.size() * sizeof(float));
+  ops_.add_inplace(global_counts_.data(), counts, static_cast<int64_t>(weights.size()), stream_);
+  ++global_steps_;
+  ops_.copy(weights.data(), global_counts_.data(), bytes, backend::CopyKind::device_to_host, stream_);
+  ops_.synchronize(stream_);
+  for (float& weight : weights) weight /= static_cast<float>(global_steps_);
+  global_means_.push_back(weights);
+}
+
+double Router::apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved, bool recompute) {
   const bool per_sequence = options_.load_balancing_type == LoadBalancingType::seq_aux_loss;
   const int64_t groups = per_sequence ? rows.num_sequences : 1;
   const int64_t cells = aux_weight_count(rows);
@@ -264,14 +283,8 @@ double Router::apply_aux_loss(const float* logits, const RouterRows& rows, const
   const int64_t bytes = cells * static_cast<int64_t>(sizeof(float));
   std::vector<float> weights(static_cast<size_t>(cells)), sums(static_cast<size_t>(cells));
   if (options_.load_balancing_type == LoadBalancingType::global_aux_loss) {
-    // Megatron's running mean over the global batch's micro-batches so far: the running sum
-    // divided (not multiplied by a reciprocal) by the count, in fp32, on the host.
-    ops_.add_inplace(global_counts_.data(), counts, cells, stream_);
-    ++global_steps_;
-    ops_.copy(weights.data(), global_counts_.data(), bytes, backend::CopyKind::device_to_host, stream_);
+    global_aux_weights(counts, recompute, weights);
     ops_.copy(sums.data(), prob_sums, bytes, backend::CopyKind::device_to_host, stream_);
-    ops_.synchronize(stream_);
-    for (float& weight : weights) weight /= static_cast<float>(global_steps_);
     ops_.copy(saved.aux_weights, weights.data(), bytes, backend::CopyKind::host_to_device, stream_);
     ops_.synchronize(stream_);  // `weights` is read by the queued copy
   } else {
@@ -323,6 +336,8 @@ void Router::reset_global_aux_counts() {
     ops_.zero(global_counts_.data(), global_counts_.size() * static_cast<int64_t>(sizeof(float)), stream_);
   }
   global_steps_ = 0;
+  global_means_.clear();
+  global_recomputed_ = 0;
 }
 
 void update_expert_bias(const backend::Ops& ops, backend::Stream stream, float* expert_bias,

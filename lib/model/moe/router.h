@@ -38,7 +38,13 @@
 //                          divided by num_sequences, group tp_cp;
 //         global_aux_loss: c = the running mean over this global batch's micro-batches (so far)
 //                          of the counts summed over tp_dp_cp, T = S x |tp_dp_cp|; the running
-//                          sum restarts at reset_global_aux_counts().
+//                          sum restarts at reset_global_aux_counts() (Megatron's
+//                          reset_global_aux_loss_tracker, in finalize_model_grads once per global
+//                          batch). A recompute forward (activation recompute, `recompute`) adds
+//                          nothing and weighs P with the mean its micro-batch's first forward used
+//                          (recomputes run in the first forwards' order: Megatron counts in the
+//                          recompute itself, its first forward running without grad, so each
+//                          micro-batch counts once and in the same order either way).
 //       Summed over the reduce group's ranks, aux = coeff E sum_i f_i Pbar_i, which is coeff for
 //       perfectly balanced routing.
 //   (e) expert-bias counts: tokens_per_expert += column sums of the final routing map (after
@@ -65,6 +71,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "backend/memory.h"
 #include "backend/ops.h"
@@ -179,8 +186,11 @@ class Router {
   // map's column sums are added to it (step (e)). Returns the logged loss values (synchronizes
   // the stream when a loss ran). Collectives: with aux losses one all-reduce over the loss's
   // group (2 x aux_weight_count floats), with the z-loss one of 1 float over tp_cp.
+  // `recompute`: a training forward repeating an earlier one of the same rows before its backward
+  // (activation recompute); only global_aux_loss reads it (see (d) above).
   RouterLossValues forward(const float* logits, const float* expert_bias, const RouterRows& rows, bool training,
-                           float* tokens_per_expert, float* probs, uint8_t* routing_map, const RouterSaved& saved);
+                           float* tokens_per_expert, float* probs, uint8_t* routing_map, const RouterSaved& saved,
+                           bool recompute = false);
 
   // dlogits (S, E) written: the gradient of the probs through the top-k (dprobs (S, E), read
   // where routing_map is 1 and the row's top-k chose the expert), plus, when they ran in
@@ -191,13 +201,18 @@ class Router {
                 const float* dprobs, float aux_loss_grad_factor, float* dlogits) const;
 
   // global_aux_loss: restarts the running count sum (Megatron's reset_global_aux_loss_tracker in
-  // finalize_model_grads, once per global batch after the backward passes).
+  // finalize_model_grads, once per global batch after the backward passes). A no-op otherwise.
   void reset_global_aux_counts();
+  // global_aux_loss: the micro-batches in the running sum (Megatron's ga_steps); 0 otherwise.
+  int64_t global_aux_steps() const { return global_steps_; }
 
  private:
   void check_rows(const RouterRows& rows, bool training) const;
   double apply_z_loss(const float* logits, int64_t rows);                                        // the logged z value
-  double apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved);  // aux / coeff
+  double apply_aux_loss(const float* logits, const RouterRows& rows, const RouterSaved& saved,
+                        bool recompute);  // aux / coeff
+  // global_aux_loss: the weights (running mean of the counts) of this forward, into `weights`.
+  void global_aux_weights(const float* counts, bool recompute, std::vector<float>& weights);
   double aux_total_tokens(const RouterRows& rows) const;
   comm::Communicator* aux_group() const;
 
@@ -210,6 +225,8 @@ class Router {
   backend::DeviceBuffer<double> z_sum_;         // (1)
   backend::DeviceBuffer<float> z_mean_;         // (1): the logged z value, reduced over tp_cp
   int64_t global_steps_ = 0;                    // micro-batches in the running sum
+  std::vector<std::vector<float>> global_means_;  // the weights of each counted forward, in order
+  size_t global_recomputed_ = 0;                  // recompute forwards since the reset
 };
 
 // The expert-bias update of the aux-loss-free balancing (Megatron's get_updated_expert_bias):

@@ -234,6 +234,8 @@ mt::backend::Ops pinned_table(CpuIsa isa) {
   MT_PIN(swiglu_backward);
   MT_PIN(rope_forward);
   MT_PIN(rope_backward);
+  MT_PIN(rope_yarn_forward);
+  MT_PIN(rope_yarn_backward);
   MT_PIN(attention_forward);
   MT_PIN(attention_backward);
   MT_PIN(attention_merge);

@@ -277,7 +277,7 @@ TEST(Flags, MoeFlagsSetTheModelConfigWithMegatronNames) {
 }
 
 // Issue 22: the MLA flags with Megatron's names; --multi-latent-attention alone takes Megatron's
-// defaults (arguments.py); YaRN is refused by value.
+// defaults (arguments.py), rope type yarn at factor 1 included; the YaRN flags set their fields.
 TEST(Flags, MlaFlagsSetTheModelConfigWithMegatronDefaults) {
   AllFlags f;
   ASSERT_EQ(parse_error({"--model", "tiny-llama", "--multi-latent-attention"}, &f), "");
@@ -289,6 +289,11 @@ TEST(Flags, MlaFlagsSetTheModelConfigWithMegatronDefaults) {
   EXPECT_EQ(c.qk_pos_emb_head_dim, 64);
   EXPECT_EQ(c.v_head_dim, 128);
   EXPECT_FALSE(c.qk_layernorm);
+  EXPECT_EQ(c.rope_type, mt::model::RopeType::yarn);  // MLATransformerConfig's default
+  EXPECT_EQ(c.rotary_scaling_factor, 1.0);
+  EXPECT_EQ(c.mscale, 1.0);
+  EXPECT_EQ(c.mscale_all_dim, 0.0);
+  EXPECT_EQ(c.original_max_position_embeddings, 4096);
   AllFlags g;
   ASSERT_EQ(parse_error({"--model", "tiny-llama", "--multi-latent-attention", "--q-lora-rank", "12", "--kv-lora-rank",
                          "10", "--qk-head-dim", "6", "--qk-pos-emb-head-dim", "4", "--v-head-dim", "8",
@@ -302,7 +307,25 @@ TEST(Flags, MlaFlagsSetTheModelConfigWithMegatronDefaults) {
   EXPECT_EQ(c.qk_pos_emb_head_dim, 4);
   EXPECT_EQ(c.v_head_dim, 8);
   EXPECT_TRUE(c.qk_layernorm);
-  EXPECT_EQ(parse_error({"--rope-type", "yarn"}), "--rope-type: yarn is not supported yet (mt implements rope)");
+  EXPECT_EQ(c.rope_type, mt::model::RopeType::rope);
+  AllFlags y;
+  ASSERT_EQ(parse_error({"--model", "tiny-deepseek", "--rope-type", "yarn", "--rotary-scaling-factor", "40", "--mscale",
+                         "0.9", "--mscale-all-dim", "0.8", "--yarn-original-max-position-embeddings", "2048",
+                         "--yarn-beta-fast", "16", "--yarn-beta-slow", "2"},
+                        &y),
+            "");
+  c = model_config(y.model);
+  EXPECT_EQ(c.rope_type, mt::model::RopeType::yarn);
+  EXPECT_EQ(c.rotary_scaling_factor, 40.0);
+  EXPECT_EQ(c.mscale, 0.9);
+  EXPECT_EQ(c.mscale_all_dim, 0.8);
+  EXPECT_EQ(c.original_max_position_embeddings, 2048);
+  EXPECT_EQ(c.yarn_beta_fast, 16.0);
+  EXPECT_EQ(c.yarn_beta_slow, 2.0);
+  AllFlags preset_rope;  // an MLA preset keeps its rope type without --rope-type
+  ASSERT_EQ(parse_error({"--model", "tiny-deepseek"}, &preset_rope), "");
+  EXPECT_EQ(model_config(preset_rope.model).rope_type, mt::model::RopeType::rope);
+  EXPECT_NE(parse_error({"--rotary-scaling-factor", "0"}), "");
 }
 
 TEST(Flags, TrainingFlagsNamesAndCombinations) {

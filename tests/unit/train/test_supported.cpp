@@ -78,20 +78,31 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   ModelConfig sinkhorn = mixtral;
   sinkhorn.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::sinkhorn;
   EXPECT_EQ(refusal(sinkhorn, one_rank),
-            "--moe-router-load-balancing-type sinkhorn: not supported yet (mt-train runs aux_loss, seq_aux_loss or "
-            "none)");
+            "--moe-router-load-balancing-type sinkhorn: not supported yet (mt-train runs aux_loss, seq_aux_loss, "
+            "global_aux_loss or none)");
+  // global_aux_loss runs (issue 22), on both backends.
   ModelConfig global = mixtral;
   global.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::global_aux_loss;
-  EXPECT_EQ(refusal(global, one_rank).rfind("--moe-router-load-balancing-type global_aux_loss: not supported yet", 0), 0u);
-  // Multi-latent attention runs, but not under context parallelism.
+  EXPECT_EQ(refusal(global, one_rank), "");
+  EXPECT_NO_THROW(check_supported(global, experts, mt::backend::Device::cuda));
+  // YaRN (MLA's --rope-type yarn) runs on the CPU; CUDA has no kernel for it yet.
+  ModelConfig yarn = mt::model::preset("tiny-deepseek");
+  yarn.rope_type = mt::model::RopeType::yarn;
+  EXPECT_EQ(refusal(yarn, one_rank), "");
+  try {
+    check_supported(yarn, one_rank, mt::backend::Device::cuda);
+    ADD_FAILURE() << "YaRN accepted on cuda";
+  } catch (const mt::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--rope-type yarn: not supported yet", 0), 0u) << e.what();
+  }
+  // Multi-latent attention runs, under context parallelism too (issue 22: ring attention over its
+  // zero-padded heads).
   ModelConfig latent = dense;
   latent.multi_latent_attention = true;
   EXPECT_EQ(refusal(latent, one_rank), "");
   ParallelConfig context = one_rank;
   context.context_parallel_size = 2;
-  EXPECT_EQ(refusal(latent, context),
-            "--multi-latent-attention with --context-parallel-size 2: not supported yet (multi-latent attention has "
-            "no ring attention yet: its q/k and v head sizes differ)");
+  EXPECT_EQ(refusal(latent, context), "");
   // Multi-token prediction runs (DeepSeek-V3 asks for it), but not under context or pipeline
   // parallelism, nor on CUDA.
   ModelConfig mtp = dense;
