@@ -1,0 +1,59 @@
+#!/usr/bin/env bats
+# Bad files and sizes from the 2026-11-27 probe (issue 28, cases U16, W8, C2), each reproduced on
+# a tiny model or GPT-2's tokenizer: a safetensors import names the tensor it misses and a wrong
+# model_type is a bad file; a tokenizer.json whose merges list is cut is refused as a cut
+# vocab.bpe is; mt-memreport, --plan and --sweep refuse what mt-train's closed-form floor
+# refuses before they build anything per layer.
+
+setup() {
+  load common
+  mt_load_libs
+  TMP="$(mktemp -d)"
+}
+
+teardown() { rm -rf "$TMP"; }
+
+# An HF directory of tiny-gpt (mt-ckpt export of a one-step run) in $TMP/hf.
+hf_tiny() {
+  mt-train --model tiny-gpt --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 2 \
+    --train-iters 1 --eval-iters 0 --save-final "$TMP/final.h5" >/dev/null 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  mt-ckpt export --format hf "$TMP/final.h5" "$TMP/hf" >/dev/null || fail "export"
+}
+
+@test "U16: safetensors import names a tensor missing from the header (not a hole), and a wrong model_type is a bad file (exit 1)" {
+  hf_tiny
+  cp -r "$TMP/hf" "$TMP/missing"
+  # The tensor's entry deleted from the header, its bytes left where they were (the probe's st_missing).
+  /usr/bin/python3 - "$TMP/missing/model.safetensors" <<'EOF'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+size = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + size])
+del header["transformer.h.1.mlp.c_fc.bias"]
+text = json.dumps(header).encode()
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + size:])
+EOF
+  run_split mt-ckpt import --format hf "$TMP/missing" "$TMP/x1.h5"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: tensor transformer.h.1.mlp.c_fc.bias: missing from $TMP/missing/model.safetensors" ]] \
+    || fail "$status $err"
+  [[ ! -e "$TMP/x1.h5" ]] || fail "an output was left"
+  # A hole no tensor the model needs explains is still refused, naming the bytes.
+  cp -r "$TMP/hf" "$TMP/hole"
+  /usr/bin/python3 - "$TMP/hole/model.safetensors" <<'EOF'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+size = struct.unpack("<Q", data[:8])[0]
+text = data[8:8 + size]
+open(path, "wb").write(data[:8] + text + data[8 + size:] + b"\0" * 16)
+EOF
+  run_split mt-ckpt import --format hf "$TMP/hole" "$TMP/x3.h5"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/hole/model.safetensors: the tensors end at byte "*" of a "*"-byte file: a tensor missing from the header, or a damaged file" ]] \
+    || fail "$status $err"
+  cp -r "$TMP/hf" "$TMP/bert"
+  jq '.model_type = "bert" | .architectures = ["BertModel"]' "$TMP/hf/config.json" >"$TMP/bert/config.json"
+  run_split mt-ckpt import --format hf "$TMP/bert" "$TMP/x2.h5"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/bert/config.json: model_type 'bert' is not imported (mt imports gpt2, llama and mixtral)" ]] \
+    || fail "$status $err"
+}
