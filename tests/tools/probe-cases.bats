@@ -57,3 +57,15 @@ EOF
   [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/bert/config.json: model_type 'bert' is not imported (mt imports gpt2, llama and mixtral)" ]] \
     || fail "$status $err"
 }
+
+@test "W8: an HF tokenizer.json whose merges list is cut (still valid JSON) is refused naming the file, as a cut vocab.bpe is" {
+  /usr/bin/python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['merges']=t['model']['merges'][:20000]; json.dump(t,open(sys.argv[2],'w'))" \
+    "$MT_ROOT/data/tokenizers/gpt2-hf/tokenizer.json" "$TMP/cut.json"
+  run_split bash -c "printf 'Hello world sidewalk' | mt-tokenize encode --raw --tokenizer-type HuggingFaceTokenizer --tokenizer-model '$TMP/cut.json'"
+  [[ $status -eq 1 && -z "$out" ]] || fail "$status $out $err"
+  [[ "$err" == "mt-tokenize: error: $TMP/cut.json: model.merges: 20000 merges, so 30000 of the 50257 tokens of model.vocab are never made (the first: '"*"', id 20256): the merges list is truncated or belongs to another vocabulary" ]] \
+    || fail "$err"
+  # The whole file still encodes as GPT-2 does.
+  run_split bash -c "printf 'Hello world sidewalk' | mt-tokenize encode --raw --tokenizer-type HuggingFaceTokenizer --tokenizer-model '$MT_ROOT/data/tokenizers/gpt2-hf/tokenizer.json'"
+  [[ $status -eq 0 && "$out" == *"15496 995 24058"* ]] || fail "$status $out $err"
+}
