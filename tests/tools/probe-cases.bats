@@ -69,3 +69,23 @@ EOF
   run_split bash -c "printf 'Hello world sidewalk' | mt-tokenize encode --raw --tokenizer-type HuggingFaceTokenizer --tokenizer-model '$MT_ROOT/data/tokenizers/gpt2-hf/tokenizer.json'"
   [[ $status -eq 0 && "$out" == *"15496 995 24058"* ]] || fail "$status $out $err"
 }
+
+@test "C2: mt-memreport, --plan and --sweep refuse a size mt-train refuses from the closed-form floor, at once and with flat memory" {
+  for args in "--num-layers 10000000" "--num-layers 2147483647" "--plan dgx-h100 --world-size 16 --num-layers 10000000" \
+              "--sweep num-layers=2,10000000"; do
+    # Under 2 GB of address space (the probe's 10^7 layers grew to 23.8 GB); the CPU seconds the
+    # tool used (bash's time: user + sys of the child), not the wall clock of a loaded machine.
+    run_split bash -c "ulimit -v 2000000; TIMEFORMAT='%3U %3S'; { time mt-memreport --model llama3-8b --global-batch-size 16 $args 2>&3; } 3>&2 2>'$TMP/cpu'"
+    local cpu
+    cpu="$(awk '{print $1 + $2}' "$TMP/cpu")"
+    [[ $status -eq 1 && -z "$out" ]] || fail "$args: $status ($cpu s) $out $err"
+    [[ "$err" == "mt-memreport: error: model llama3-8b: needs "* ]] || fail "$args: $err"
+    awk -v s="$cpu" 'BEGIN { exit !(s < 1.0) }' || fail "$args: $cpu CPU seconds"
+    echo "# $args: refused after $cpu CPU seconds" >&3
+  done
+  [[ "$err" == *": needs at least "*" per rank ("*"), more than any device mt knows holds (the largest, "*") and than this host's available "*"; use a smaller model, more ranks, a smaller micro-batch or recompute" ]] \
+    || fail "$err"
+  # Sizes a device holds are reported as before.
+  mt-memreport --model llama3-8b --global-batch-size 16 --num-layers 64 --world-size 16 --tensor-model-parallel-size 8 >/dev/null \
+    || fail "a fitting size was refused"
+}
