@@ -17,7 +17,7 @@
 // the sequence over CP, as many micro-batches as its pipeline schedule keeps in flight). The
 // check compares them times the ranks sharing the node with the node's available memory.
 // mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
-// figures (its optimizer shard through optimizer_state_elements). Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
+// figures (its optimizer shard through optimizer_state_elements). Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2); check_report_floor in tests/tools/probe-cases.bats (issue 28 C2).
 #pragma once
 
 #include <cstdint>
