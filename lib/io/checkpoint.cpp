@@ -500,6 +500,7 @@ int64_t CheckpointWriter::commit(const CheckpointState& s) {
   write_string_attribute(path_, file, "model_config", s.model_config);
   write_string_attribute(path_, file, "parallel_config", s.parallel_config);
   write_string_attribute(path_, file, "train_config", s.train_config);
+  if (!s.counters_origin.empty()) write_string_attribute(path_, file, "counters_origin", s.counters_origin);
   // The metadata goes to the disk with the headroom free; a failure here is agreed on before the
   // (collective) close, and the failed file is abandoned.
   release_headroom();
@@ -586,6 +587,7 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   s.model_config = text("model_config");
   s.parallel_config = text("parallel_config");
   s.train_config = text("train_config");
+  s.counters_origin = read_string_attribute(file, "counters_origin").value_or("");
 }
 
 CheckpointReader::~CheckpointReader() {

@@ -75,6 +75,9 @@ struct CheckpointState {
   bool has_optimizer = false;  // the /optimizer group and optimizer_step are present
   int64_t optimizer_step = 0;  // Adam's step counter (bias correction)
   bool resumable = true;       // false: parameters only (--save-init/--save-final)
+  // Where the counters above last started to follow the run's rules (train/checkpointing.h,
+  // issue 28 W10): JSON, the root attribute counters_origin; "" in files that predate it.
+  std::string counters_origin;
   std::string model_config = "{}", parallel_config = "{}", train_config = "{}";  // JSON
 };
 

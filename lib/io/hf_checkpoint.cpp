@@ -96,8 +96,10 @@ class HfWeights {
     const std::filesystem::path dir(directory);
     const std::filesystem::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
     if (std::filesystem::exists(single)) {
+      source_ = single.string();
       add_file(single.string());
     } else if (std::filesystem::exists(index)) {
+      source_ = "the shards of " + index.string();
       std::ifstream in(index);
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       const nlohmann::json parsed = parse_json(text, index.string());
@@ -116,6 +118,14 @@ class HfWeights {
     return found == where_.end() ? nullptr : found->second.second;
   }
   std::vector<float> read(const std::string& name) const { return where_.at(name).first->read(name); }
+  // Where a missing tensor would be: the one file, or the index of the shards.
+  const std::string& source() const { return source_; }
+  // Bytes no tensor covers (refused once the missing tensors are named: issue 28 U16).
+  void refuse_holes() const {
+    for (const auto& reader : readers_) {
+      if (!reader->hole().empty()) throw Error(reader->hole(), "");
+    }
+  }
   std::vector<std::string> names() const {
     std::vector<std::string> names;
     for (const auto& [name, unused] : where_) names.push_back(name);
@@ -124,12 +134,13 @@ class HfWeights {
 
  private:
   void add_file(const std::string& path) {
-    readers_.push_back(std::make_unique<SafetensorsReader>(path));
+    readers_.push_back(std::make_unique<SafetensorsReader>(path, SafetensorsReader::Holes::keep));
     for (const SafetensorsEntry& entry : readers_.back()->entries()) {
       if (where_.count(entry.name)) throw Error(path, "tensor " + entry.name + " is also in another shard");
       where_[entry.name] = {readers_.back().get(), &entry};
     }
   }
+  std::string source_;
   std::vector<std::unique_ptr<SafetensorsReader>> readers_;
   std::map<std::string, std::pair<const SafetensorsReader*, const SafetensorsEntry*>> where_;
 };
@@ -419,7 +430,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& pat
     llama_from_hf(c, path, m);
     if (model_type == "mixtral") mixtral_from_hf(c, path, m);
   } else {
-    throw UsageError(path, "config.json: model_type '" + model_type + "' is not imported (gpt2 or llama)");
+    throw Error(path, "model_type '" + model_type + "' is not imported (mt imports gpt2, llama and mixtral)");
   }
   m.seq_length = m.max_position_embeddings;
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
@@ -480,17 +491,23 @@ HfImportResult import_hf(const std::string& directory, const std::string& path, 
   std::vector<HfTensor> tensors = hf_tensors(m);
   // Released GPT-2 files name the tensors without the "transformer." of GPT2LMHeadModel.
   const bool unprefixed = weights.find("transformer.wte.weight") == nullptr && weights.find("wte.weight") != nullptr;
-  std::map<std::string, bool> used;
-  CheckpointWriter writer(path);
+  // Every tensor the model needs is named when missing before the file's layout is judged: a
+  // tensor deleted from the header leaves a hole, which would name the wrong tensor (U16).
   for (HfTensor& tensor : tensors) {
     if (unprefixed && tensor.name.rfind("transformer.", 0) == 0) tensor.name.erase(0, std::string("transformer.").size());
     const SafetensorsEntry* entry = weights.find(tensor.name);
-    if (entry == nullptr) throw Error(directory, "tensor " + tensor.name + " missing from the safetensors file(s)");
+    if (entry == nullptr) throw Error("tensor " + tensor.name, "missing from " + weights.source());
     const std::vector<int64_t> shape = hf_shape(tensor, m, shapes);
     if (entry->shape != shape) {
       throw Error(directory, "tensor " + tensor.name + " has shape " + shape_text(entry->shape) + ", config.json's model needs " +
                                  shape_text(shape));
     }
+  }
+  weights.refuse_holes();
+  std::map<std::string, bool> used;
+  CheckpointWriter writer(path);
+  for (const HfTensor& tensor : tensors) {
+    const std::vector<int64_t> shape = hf_shape(tensor, m, shapes);
     used[tensor.name] = true;
     std::vector<float> stacked = weights.read(tensor.name);
     check_finite(directory, tensor.name, stacked.data(), static_cast<int64_t>(stacked.size()),

@@ -59,7 +59,8 @@ std::vector<HfTensor> hf_tensors(const model::ModelConfig& model);
 // config.json for `model`, its weights stored as `dtype`.
 nlohmann::ordered_json hf_config(const model::ModelConfig& model, DType dtype);
 // The mt model of a config.json (its path for errors); mt pads the vocabulary to a multiple of
-// `make_vocab_size_divisible_by`. Throws mt::UsageError naming the field mt cannot represent.
+// `make_vocab_size_divisible_by`. Throws mt::UsageError naming the field mt cannot represent, and
+// mt::Error (a bad file, exit 1: issue 28 U16) naming the model_type when it is none mt imports.
 model::ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& path,
                                         int make_vocab_size_divisible_by);
 

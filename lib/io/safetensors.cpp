@@ -106,7 +106,7 @@ int64_t SafetensorsWriter::write(const std::string& path, const std::map<std::st
   return static_cast<int64_t>(prefix.size() + text.size()) + offset;
 }
 
-SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+SafetensorsReader::SafetensorsReader(std::string path, Holes holes) : path_(std::move(path)) {
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw Error(path_, "cannot open");
   unsigned char prefix[8];
@@ -168,16 +168,28 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   std::sort(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
   int64_t expected = 0;
   for (const SafetensorsEntry& entry : entries_) {
-    if (entry.begin != expected) {
-      throw Error(path_ + ": tensor " + entry.name, "starts at byte " + std::to_string(entry.begin) + ", not " +
-                                                         std::to_string(expected) + " (holes or overlaps)");
+    if (entry.begin < expected) {
+      throw Error(path_ + ": tensor " + entry.name, "starts at byte " + std::to_string(entry.begin) +
+                                                         ", inside the tensor before it (which ends at byte " +
+                                                         std::to_string(expected) + "): overlapping tensors");
+    }
+    if (entry.begin > expected && hole_.empty()) {
+      hole_ = path_ + ": bytes " + std::to_string(expected) + " to " + std::to_string(entry.begin) +
+              " of the buffer belong to no tensor (the next is " + entry.name +
+              "): a tensor missing from the header, or a damaged file";
     }
     expected = entry.end;
   }
-  if (static_cast<uint64_t>(buffer_start_ + expected) != file_bytes) {
-    throw Error(path_, "the tensors end at byte " + std::to_string(buffer_start_ + expected) + " of a " +
-                           std::to_string(file_bytes) + "-byte file");
+  const uint64_t end = static_cast<uint64_t>(buffer_start_ + expected);
+  if (end > file_bytes) {
+    throw Error(path_, "the tensors end at byte " + std::to_string(end) + " of a " + std::to_string(file_bytes) +
+                           "-byte file");
   }
+  if (end < file_bytes && hole_.empty()) {
+    hole_ = path_ + ": the tensors end at byte " + std::to_string(end) + " of a " + std::to_string(file_bytes) +
+            "-byte file: a tensor missing from the header, or a damaged file";
+  }
+  if (!hole_.empty() && holes == Holes::refuse) throw Error(hole_, "");
 }
 
 const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {

@@ -51,22 +51,29 @@ class SafetensorsWriter {
 
 class SafetensorsReader {
  public:
+  // What the constructor does with bytes of the buffer that no tensor covers (a hole): refuse
+  // them, or keep the problem in hole() for a caller that first names the tensors it misses (a
+  // tensor deleted from the header leaves a hole; issue 28 U16).
+  enum class Holes { refuse, keep };
   // Reads and checks the header (size, JSON, dtypes, shapes against byte ranges, the ranges
-  // covering the buffer back to back, the file's size). Throws mt::Error naming the file and
-  // what is wrong.
-  explicit SafetensorsReader(std::string path);
+  // covering the buffer back to back without overlaps or holes, the file's size). Throws
+  // mt::Error naming the file and what is wrong.
+  explicit SafetensorsReader(std::string path, Holes holes = Holes::refuse);
   const std::string& path() const { return path_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in offset order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const SafetensorsEntry* find(const std::string& name) const;
   // The tensor's values widened to fp32. Throws mt::Error naming it when absent.
   std::vector<float> read(const std::string& name) const;
+  // With Holes::keep: the first hole, as the error Holes::refuse throws ("" when none).
+  const std::string& hole() const { return hole_; }
 
  private:
   std::string path_;
   int64_t buffer_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
+  std::string hole_;
 };
 
 }  // namespace mt::io

@@ -14,6 +14,7 @@
 #include "model/stage.h"
 #include "optim/distributed_optimizer.h"
 #include "parallel/pipeline_schedule.h"
+#include "perf/peak.h"
 
 namespace mt::perf {
 namespace {
@@ -212,6 +213,26 @@ TrainingMemory check_training_memory(const model::ModelConfig& model, const Memo
                           gib(available_bytes) + " is available" + advice);
   }
   return plan;
+}
+
+void check_report_floor(const model::ModelConfig& model, const MemoryOptions& options, int64_t host_bytes,
+                        int ranks_sharing) {
+  const TrainingMemory floor = memory_floor(model, options);
+  if (floor.overflow) refuse_overflow(model, floor);
+  const Device* largest = nullptr;
+  for (const Device& device : device_table()) {
+    if (largest == nullptr || device.memory_gib > largest->memory_gib) largest = &device;
+  }
+  const int64_t device_bytes = largest == nullptr ? 0 : device_memory_bytes(*largest);
+  const int64_t rank_bytes = floor.total() / std::max(1, ranks_sharing);
+  if (rank_bytes <= device_bytes || rank_bytes <= host_bytes) return;
+  const std::string over = ranks_sharing > 1 ? " over " + std::to_string(ranks_sharing) + " ranks" : "";
+  throw Error("model " + model.name,
+              "needs at least " + gib(rank_bytes) + " per rank" + over + " (" + breakdown(floor) +
+                  (ranks_sharing > 1 ? " in all" : "") + "), more than any device mt knows holds (the largest, " +
+                  largest->name + ", " + gib(device_bytes) + ")" +
+                  (host_bytes > 0 ? " and than this host's available " + gib(host_bytes) : "") +
+                  "; use a smaller model, more ranks, a smaller micro-batch or recompute");
 }
 
 }  // namespace mt::perf

@@ -17,7 +17,7 @@
 // the sequence over CP, as many micro-batches as its pipeline schedule keeps in flight). The
 // check compares them times the ranks sharing the node with the node's available memory.
 // mt-train refuses a configuration through check_training_memory; mt-memreport reports the same
-// figures (its optimizer shard through optimizer_state_elements). Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2).
+// figures (its optimizer shard through optimizer_state_elements). Tested in tests/unit/perf/test_memory.cpp and tests/tools/bad-input.bats (issue 11 case 2); check_report_floor in tests/tools/probe-cases.bats (issue 28 C2).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +80,15 @@ int64_t available_memory_bytes();
 // ...") or, when the counts overflow, says so.
 TrainingMemory check_training_memory(const model::ModelConfig& model, const MemoryOptions& options,
                                      int64_t available_bytes);
+
+// The check of a memory report before it builds anything per layer (mt-memreport, --plan,
+// --sweep; issue 28 C2): one rank's floor (memory_floor; with `ranks_sharing` > 1 the whole
+// model's floor over that many ranks, a lower bound of any layout of them) refused as
+// check_training_memory refuses it: a floor past 64-bit counts, or one larger than both
+// `host_bytes` (this host's available memory, -1 unknown) and the largest memory of a device
+// mt knows: no machine mt-train could run on holds that rank. Never allocates.
+void check_report_floor(const model::ModelConfig& model, const MemoryOptions& options, int64_t host_bytes,
+                        int ranks_sharing = 1);
 
 // "12.34 GiB".
 std::string gib(int64_t bytes);

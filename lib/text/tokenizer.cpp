@@ -5,6 +5,7 @@
 #include "text/tokenizer.h"
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -316,6 +317,32 @@ int32_t add_merge_line(std::string_view left, std::string_view right, uint32_t p
   return merged_id;
 }
 
+// The tokens of a byte-level vocabulary that its merges never make (neither one byte, a special
+// token, nor a merge's result), which BPE can never produce: "" when there is none, else "<N>
+// merges, so <M> of the <T> tokens of <vocabulary> are never made (the first: '<text>', id <id>)".
+std::string tokens_never_made(const std::unordered_map<std::string, int32_t>& id_of_text,
+                              const std::vector<uint8_t>& made_by_merge, uint32_t merge_count,
+                              const std::string& vocabulary, const std::function<bool(const std::string&)>& special) {
+  int64_t unreachable = 0;
+  const std::string* first_text = nullptr;  // the unreachable token of the smallest id
+  int32_t first_id = INT32_MAX;
+  for (const auto& [text, id] : id_of_text) {
+    if (made_by_merge[static_cast<size_t>(id)] || special(text) || byte_level_alphabet().decode(text)->size() == 1) {
+      continue;
+    }
+    ++unreachable;
+    if (id < first_id) {
+      first_id = id;
+      first_text = &text;
+    }
+  }
+  if (unreachable == 0) return "";
+  const std::string merges = merge_count == 0 ? "no merges" : std::to_string(merge_count) + " merges";
+  return merges + ", so " + std::to_string(unreachable) + " of the " + std::to_string(id_of_text.size()) +
+         " tokens of " + vocabulary + " are never made (the first: '" + *first_text + "', id " +
+         std::to_string(first_id) + ")";
+}
+
 // GPT-2's two files describe one vocabulary: encoder.json holds ids 0..n-1 with no hole, and
 // every token is one of the 256 bytes, "<|endoftext|>", or the result of a merge in vocab.bpe
 // (GPT-2 has 256 + 50000 + 1). A token that no merge makes can never be produced: vocab.bpe is
@@ -331,25 +358,10 @@ void check_gpt2_files(const TokenizerOptions& options, const TokenIds& id_of_tex
                                         std::to_string(token_count) + " tokens, largest id " + std::to_string(max_id) +
                                         ", no token has id " + std::to_string(hole) + " (truncated or edited?)");
   }
-  int64_t unreachable = 0;
-  const std::string* first_text = nullptr;  // the unreachable token of the smallest id
-  int32_t first_id = INT32_MAX;
-  for (const auto& [text, id] : id_of_text) {
-    if (made_by_merge[static_cast<size_t>(id)] || text == "<|endoftext|>" || byte_level_alphabet().decode(text)->size() == 1) {
-      continue;
-    }
-    ++unreachable;
-    if (id < first_id) {
-      first_id = id;
-      first_text = &text;
-    }
-  }
-  if (unreachable == 0) return;
-  const std::string merges = merge_count == 0 ? "no merges" : std::to_string(merge_count) + " merges";
-  throw Error(options.merge_file, merges + ", so " + std::to_string(unreachable) + " of the " +
-                                      std::to_string(token_count) + " tokens of " + options.vocab_file +
-                                      " are never made (the first: '" + *first_text + "', id " + std::to_string(first_id) +
-                                      "): the file is truncated or belongs to another vocabulary");
+  const std::string never_made = tokens_never_made(id_of_text, made_by_merge, merge_count, options.vocab_file,
+                                                   [](const std::string& text) { return text == "<|endoftext|>"; });
+  if (never_made.empty()) return;
+  throw Error(options.merge_file, never_made + ": the file is truncated or belongs to another vocabulary");
 }
 
 std::unique_ptr<Tokenizer> load_gpt2(const TokenizerOptions& options) {
@@ -833,23 +845,26 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
   BpeModel model;
   TokenIds id_of_text;
   int32_t max_id = add_byte_level_vocab(*vocab, path, model, id_of_text);
+  std::vector<uint8_t> made_by_merge(static_cast<size_t>(max_id) + 1, 0);
   uint32_t priority = 0;
   for (const json& merge : *merges) {
     auto where = [&] { return path + ": merge " + std::to_string(priority); };
+    int32_t merged = 0;
     if (merge.is_string()) {
       const std::string& line = merge.get_ref<const std::string&>();
       size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
         throw Error(where(), "not two tokens separated by a space: " + line);
       }
-      add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), priority, where,
-                     id_of_text, model);
+      merged = add_merge_line(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1),
+                              priority, where, id_of_text, model);
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      add_merge_line(merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>(), priority, where,
-                     id_of_text, model);
+      merged = add_merge_line(merge[0].get_ref<const std::string&>(), merge[1].get_ref<const std::string&>(), priority,
+                              where, id_of_text, model);
     } else {
       throw Error(where(), "not a \"a b\" string or an [a, b] pair");
     }
+    made_by_merge[static_cast<size_t>(merged)] = 1;
     ++priority;
   }
   model.finish(path);
@@ -876,6 +891,17 @@ std::unique_ptr<Tokenizer> load_huggingface(const TokenizerOptions& options) {
       }
       spec.specials.push_back({token_text, id->get<int32_t>()});
       max_id = std::max(max_id, id->get<int32_t>());
+    }
+  }
+  // A merges list cut short (still valid JSON) leaves tokens no merge makes, as a cut vocab.bpe
+  // does (issue 28 W8). With ignore_merges a whole piece is looked up first, which makes them.
+  if (!spec.whole_piece_lookup) {
+    const std::string never_made =
+        tokens_never_made(id_of_text, made_by_merge, priority, "model.vocab", [&](const std::string& text) {
+          return std::any_of(spec.specials.begin(), spec.specials.end(), [&](const SpecialToken& s) { return s.text == text; });
+        });
+    if (!never_made.empty()) {
+      throw Error(path, "model.merges: " + never_made + ": the merges list is truncated or belongs to another vocabulary");
     }
   }
   spec.vocab_size = int64_t{max_id} + 1;

@@ -328,6 +328,13 @@ std::vector<TensorShare> shares_to_write(Trainer& trainer, const SaveOptions& op
   return shares;
 }
 
+nlohmann::json origin_to_json(const CountersOrigin& origin) {
+  return nlohmann::json{{"iteration", origin.iteration},
+                        {"consumed_train_samples", origin.consumed_samples},
+                        {"optimizer_step", origin.optimizer_step},
+                        {"skipped_or_nan_iterations", origin.skipped_or_nan_iters}};
+}
+
 io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) {
   const TrainerState state = trainer.checkpoint_state();
   io::CheckpointState s;
@@ -346,6 +353,7 @@ io::CheckpointState state_to_save(Trainer& trainer, const SaveOptions& options) 
   s.model_config = model::to_json(trainer.model_config()).dump();
   s.parallel_config = options.parallel_config;
   s.train_config = to_json(trainer.config()).dump();
+  s.counters_origin = origin_to_json(state.counters_origin).dump();
   return s;
 }
 
@@ -651,6 +659,130 @@ void resume_scheduler(const io::CheckpointReader& checkpoint, Trainer& trainer, 
   trainer.adopt_lr_schedule(lr_schedule_of(saved));
 }
 
+// ---- the counters, cross-checked on load (issue 28 W10) ----
+
+// The checkpoint's counters_origin; std::nullopt for a file that predates it.
+std::optional<CountersOrigin> saved_origin(const io::CheckpointReader& checkpoint) {
+  const std::string& text = checkpoint.state().counters_origin;
+  if (text.empty()) return std::nullopt;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    return CountersOrigin{json.at("iteration").get<int64_t>(), json.at("consumed_train_samples").get<int64_t>(),
+                          json.at("optimizer_step").get<int64_t>(), json.at("skipped_or_nan_iterations").get<int64_t>()};
+  } catch (const nlohmann::json::exception&) {
+    throw Error(checkpoint.path(), "attribute counters_origin is not the JSON mt writes: " + text);
+  }
+}
+
+[[noreturn]] void refuse_counter(const io::CheckpointReader& checkpoint, const std::string& field, int64_t value,
+                                 const std::string& expected) {
+  throw Error(checkpoint.path(), "attribute " + field + " is " + std::to_string(value) + ", but " + expected +
+                                     ": the file was changed or damaged; load another checkpoint");
+}
+
+// A file in DIR/iter_NNNNNNN holds iteration NNNNNNN, which DIR's tracker named to find it.
+void check_iteration_directory(const io::CheckpointReader& checkpoint) {
+  const std::filesystem::path path(checkpoint.path());
+  const std::string directory = path.parent_path().filename().string();
+  long long named = -1;
+  char rest = 0;
+  if (directory.size() != 12 || std::sscanf(directory.c_str(), "iter_%7lld%c", &named, &rest) != 1) return;
+  const int64_t iteration = checkpoint.state().iteration;
+  if (iteration == named) return;
+  const std::string save = path.parent_path().parent_path().string();
+  std::optional<int64_t> tracker;
+  try {
+    tracker = io::read_tracker(save.empty() ? "." : save);
+  } catch (const Error&) {
+  }
+  refuse_counter(checkpoint, "iteration", iteration,
+                 "its directory " + directory + " is iteration " + std::to_string(named) +
+                     (tracker ? " (and the tracker " + io::tracker_path(save.empty() ? "." : save) + " names " +
+                                    std::to_string(*tracker) + ")"
+                              : std::string()));
+}
+
+// `count` x `each` + `base`, or std::nullopt past 64 bits.
+std::optional<int64_t> counted(int64_t base, int64_t count, int64_t each) {
+  int64_t product = 0, sum = 0;
+  if (__builtin_mul_overflow(count, each, &product) || __builtin_add_overflow(base, product, &sum)) return std::nullopt;
+  return sum;
+}
+
+// The counters against each other and the run's rules: no more skipped iterations than
+// iterations; from the counters' origin on, --global-batch-size samples per iteration (mt has no
+// batch-size ramp-up; a resume at another batch size moves the origin) and one Adam step per
+// iteration not skipped. A file without an origin (written before it) gets the bounds that hold
+// whatever its history: at least one sample per iteration, at most one Adam step per iteration
+// not skipped.
+void check_counters(const io::CheckpointReader& checkpoint) {
+  const io::CheckpointState& s = checkpoint.state();
+  check_iteration_directory(checkpoint);
+  for (const auto& [field, value] : {std::pair{"iteration", s.iteration}, std::pair{"skipped_iterations", s.skipped_iters},
+                                     std::pair{"nan_iterations", s.nan_iters},
+                                     std::pair{"consumed_train_samples", s.consumed_train_samples},
+                                     std::pair{"optimizer_step", s.optimizer_step}}) {
+    if (value < 0) refuse_counter(checkpoint, field, value, "a count is never negative");
+  }
+  const int64_t skipped = s.skipped_iters + s.nan_iters;
+  if (s.skipped_iters > s.iteration || s.nan_iters > s.iteration - s.skipped_iters) {
+    refuse_counter(checkpoint, "skipped_iterations + nan_iterations", skipped,
+                   "iteration is " + std::to_string(s.iteration) + " (no more iterations are skipped than run)");
+  }
+  const int64_t batch = saved_train_config(checkpoint).global_batch_size;
+  const std::optional<CountersOrigin> origin = saved_origin(checkpoint);
+  if (!origin) {
+    if (s.consumed_train_samples < s.iteration) {
+      refuse_counter(checkpoint, "consumed_train_samples", s.consumed_train_samples,
+                     "iteration " + std::to_string(s.iteration) + " consumed at least one sample each");
+    }
+    if (s.has_optimizer && s.optimizer_step > s.iteration - skipped) {
+      refuse_counter(checkpoint, "optimizer_step", s.optimizer_step,
+                     "iteration " + std::to_string(s.iteration) + " with " + std::to_string(skipped) +
+                         " skipped allows at most " + std::to_string(s.iteration - skipped) + " Adam steps");
+    }
+    return;
+  }
+  const CountersOrigin& o = *origin;
+  const int64_t since = s.iteration - o.iteration;
+  if (o.iteration < 0 || since < 0 || o.consumed_samples < o.iteration || o.optimizer_step < 0 ||
+      o.skipped_or_nan_iters < 0 || o.skipped_or_nan_iters > skipped) {
+    throw Error(checkpoint.path(), "attribute counters_origin " + s.counters_origin + " does not fit iteration " +
+                                       std::to_string(s.iteration) + " and " + std::to_string(skipped) +
+                                       " skipped: the file was changed or damaged; load another checkpoint");
+  }
+  const std::string from = o.iteration == 0 ? std::string()
+                                            : " after the origin at iteration " + std::to_string(o.iteration) + " (" +
+                                                  std::to_string(o.consumed_samples) + " samples)";
+  const std::optional<int64_t> samples = counted(o.consumed_samples, since, batch);
+  if (!samples || *samples != s.consumed_train_samples) {
+    refuse_counter(checkpoint, "consumed_train_samples", s.consumed_train_samples,
+                   std::to_string(since) + " iterations at global batch " + std::to_string(batch) + from + " give " +
+                       (samples ? std::to_string(*samples) : std::string("more than 64 bits hold")));
+  }
+  const int64_t steps = o.optimizer_step + since - (skipped - o.skipped_or_nan_iters);
+  if (s.has_optimizer && s.optimizer_step != steps) {
+    refuse_counter(checkpoint, "optimizer_step", s.optimizer_step,
+                   "iteration " + std::to_string(s.iteration) + " with " + std::to_string(skipped) + " skipped gives " +
+                       std::to_string(steps) + " Adam steps" +
+                       (o.iteration == 0 ? std::string()
+                                         : " (from the origin's " + std::to_string(o.optimizer_step) + " at iteration " +
+                                               std::to_string(o.iteration) + ")"));
+  }
+}
+
+// The origin the resumed run carries on: the checkpoint's while the rules continue, the loaded
+// counters where they change (another global batch; Adam started afresh by --no-load-optim) or
+// the file has none.
+CountersOrigin resumed_origin(const io::CheckpointReader& checkpoint, const Trainer& trainer, bool optimizer_state) {
+  const io::CheckpointState& s = checkpoint.state();
+  const std::optional<CountersOrigin> origin = saved_origin(checkpoint);
+  const bool same_batch = saved_train_config(checkpoint).global_batch_size == trainer.config().global_batch_size;
+  if (origin && same_batch && optimizer_state) return *origin;
+  return CountersOrigin{s.iteration, s.consumed_train_samples, optimizer_state ? s.optimizer_step : 0,
+                        s.skipped_iters + s.nan_iters};
+}
+
 }  // namespace
 
 std::string fp8_state_tensor_name(const std::string& weight) { return kFp8StatePrefix + weight; }
@@ -755,6 +887,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
     throw Error(checkpoint.path(), "holds no optimizer state (saved with --no-save-optim); load it with --no-load-optim "
                                    "or --finetune");
   }
+  if (!options.finetune) check_counters(checkpoint);  // the counters a resume continues from
   const model::ParamLayout& layout = trainer.layout();
   // Every copy this rank holds (replicas too) reads its box of the global tensor.
   float* params = trainer.parameters();
@@ -796,6 +929,7 @@ void load_checkpoint(const io::CheckpointReader& checkpoint, Trainer& trainer, c
   state.consumed_valid_samples = saved.consumed_valid_samples;
   state.skipped_iters = saved.skipped_iters;
   state.nan_iters = saved.nan_iters;
+  state.counters_origin = resumed_origin(checkpoint, trainer, optimizer_state);
   const TrainConfig& config = trainer.config();
   const bool dynamic_fp16 = config.precision == Precision::fp16 && config.loss_scale == 0;
   if (optimizer_state && dynamic_fp16 && saved_precision(checkpoint) == "fp16") {

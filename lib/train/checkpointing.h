@@ -16,7 +16,12 @@
 //
 // Loading checks that the checkpoint is of the same model (the fields that make its tensors and
 // its function: one line naming the field), then every tensor's presence, dtype and shape (one
-// line naming the tensor). Parameters and the FP8 scaling state always load; the optimizer's moments and step with
+// line naming the tensor). A resume first cross-checks the counters (issue 28 W10): the
+// iteration against its iter_NNNNNNN directory (which the tracker named), no more skipped than
+// run iterations, and from the counters' origin (TrainerState::counters_origin, saved as the root
+// attribute counters_origin) --global-batch-size samples per iteration and one Adam step per
+// iteration not skipped; each mismatch is one line naming the file, the attribute and both
+// values. Parameters and the FP8 scaling state always load; the optimizer's moments and step with
 // `optimizer`; the counters, consumed samples and the loss scaler (fp16 runs from fp16
 // checkpoints, as Megatron keeps it in the optimizer state) unless `finetune` (Megatron's
 // --finetune: iteration 0, no optimizer state). Tested in tests/unit/train/test_checkpointing.cpp,

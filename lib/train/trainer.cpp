@@ -496,7 +496,7 @@ void Trainer::parameters_changed() {
 
 TrainerState Trainer::checkpoint_state() const {
   return TrainerState{iteration_, consumed_samples_, consumed_valid_samples_, skipped_iters_, nan_iters_,
-                      scaler_.state()};
+                      scaler_.state(), counters_origin_};
 }
 
 void Trainer::restore(const TrainerState& state) {
@@ -505,6 +505,7 @@ void Trainer::restore(const TrainerState& state) {
   consumed_valid_samples_ = state.consumed_valid_samples;
   skipped_iters_ = state.skipped_iters;
   nan_iters_ = state.nan_iters;
+  counters_origin_ = state.counters_origin;
   scaler_.restore(state.loss_scaler);
 }
 

@@ -282,6 +282,18 @@ struct TrainObservers {
   std::function<void(int64_t iteration)> on_iteration_end;
 };
 
+// The counters where they last started to follow the run's rules (issue 28 W10): from there on
+// each iteration consumes --global-batch-size samples, and each one not skipped (skipped_iters,
+// nan_iters) is one Adam step. A fresh run's is all zero; a resume keeps the checkpoint's unless
+// it changes the global batch or starts Adam afresh (--no-load-optim), where it is the loaded
+// counters (train/checkpointing.h).
+struct CountersOrigin {
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;
+  int64_t optimizer_step = 0;
+  int64_t skipped_or_nan_iters = 0;
+};
+
 // What a checkpoint keeps of a trainer besides its tensors (train/checkpointing.h).
 struct TrainerState {
   int64_t iteration = 0;
@@ -290,6 +302,7 @@ struct TrainerState {
   int64_t skipped_iters = 0;
   int64_t nan_iters = 0;
   optim::LossScalerState loss_scaler;
+  CountersOrigin counters_origin;
 };
 
 // Refuses a training config whose values are out of range or inconsistent (mt::UsageError naming
@@ -542,6 +555,7 @@ class Trainer {
   int64_t consumed_valid_samples_ = 0;
   int64_t skipped_iters_ = 0;
   int64_t nan_iters_ = 0;
+  CountersOrigin counters_origin_;
   int64_t skipped_in_a_row_at_min_scale_ = 0;  // not checkpointed: counts again after a resume
   bool stopped_ = false;
   StopReason stop_reason_ = StopReason::none;

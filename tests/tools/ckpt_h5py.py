@@ -10,7 +10,9 @@
                                 damages a copy for the refusal tests: value (one ulp of NAME),
                                 delete (NAME), float64 (NAME), reshape (NAME, transposed),
                                 version (mt_format_version 99), nan (element INDEX of NAME,
-                                row-major, default 0, negative from the end; prints the index)
+                                row-major, default 0, negative from the end; prints the index),
+                                attribute (root attribute NAME set to the integer INDEX, its
+                                type kept)
 Used by tests/tools/mt-ckpt.bats, mt-train.bats and numerics.bats; needs Debian's python3-h5py and python3-numpy.
 """
 import json
@@ -93,6 +95,8 @@ def corrupt(path, how, name=None, index=0):
                 f[name].attrs[key] = value
         elif how == "version":
             f.attrs["mt_format_version"] = np.int64(99)
+        elif how == "attribute":
+            f.attrs[name] = np.array(index, dtype=f.attrs[name].dtype)
         else:
             raise SystemExit("unknown damage %r" % how)
 

@@ -143,3 +143,39 @@ lr_of() { jq -r --argjson i "$1" 'select(.record=="step" and .iteration==$i) | .
   done
   train_tiny --train-iters 2 --load "$TMP/conv" --finetune || fail "$(cat "$TMP/err.log")"
 }
+
+@test "W10: a checkpoint's counters are cross-checked on load (iteration, consumed samples, Adam's step), naming the file, the attribute and both values; a resume at another batch size or with a fresh Adam still resumes" {
+  train_tiny --train-iters 4 --save "$TMP/ck" || fail "$(cat "$TMP/err.log")"
+  damaged() {  # damaged NAME ATTRIBUTE VALUE: a copy of the run with one root attribute changed
+    rm -rf "$TMP/$1" && cp -r "$TMP/ck" "$TMP/$1"
+    /usr/bin/python3 "$BATS_TEST_DIRNAME/ckpt_h5py.py" corrupt "$TMP/$1/iter_0000004/checkpoint.h5" attribute "$2" "$3" || fail "corrupt $2"
+    train_tiny --train-iters 6 --load "$TMP/$1" --override-opt_param-scheduler && status=0 || status=$?
+    [[ $status -eq 1 ]] || fail "$2=$3: exit $status"
+    [[ "$(jq -c 'select(.record=="step")' "$TMP/out.jsonl")" == "" ]] || fail "$2=$3: a step ran"
+  }
+  damaged cI iteration 5
+  [[ "$(last_error)" == "mt-train: error: $TMP/cI/iter_0000004/checkpoint.h5: attribute iteration is 5, but its directory iter_0000004 is iteration 4 (and the tracker $TMP/cI/latest_checkpointed_iteration.txt names 4): the file was changed or damaged; load another checkpoint" ]] \
+    || fail "$(last_error)"
+  damaged cC consumed_train_samples 99999999
+  [[ "$(last_error)" == "mt-train: error: $TMP/cC/iter_0000004/checkpoint.h5: attribute consumed_train_samples is 99999999, but 4 iterations at global batch 4 give 16: the file was changed or damaged; load another checkpoint" ]] \
+    || fail "$(last_error)"
+  damaged cO optimizer_step 0
+  [[ "$(last_error)" == "mt-train: error: $TMP/cO/iter_0000004/checkpoint.h5: attribute optimizer_step is 0, but iteration 4 with 0 skipped gives 4 Adam steps: the file was changed or damaged; load another checkpoint" ]] \
+    || fail "$(last_error)"
+  damaged cS skipped_iterations 5
+  [[ "$(last_error)" == *"checkpoint.h5: attribute skipped_iterations + nan_iterations is 5, but iteration is 4 (no more iterations are skipped than run)"* ]] \
+    || fail "$(last_error)"
+  # What can be right resumes: another global batch (the consumed samples then add 8 a step from
+  # iteration 4's 16), and a fresh Adam (--no-load-optim: its steps count from 0 at iteration 4),
+  # each saved and resumed once more.
+  cp -r "$TMP/ck" "$TMP/gbs"
+  train_tiny --train-iters 6 --global-batch-size 8 --load "$TMP/gbs" --save "$TMP/gbs" --override-opt_param-scheduler \
+    || fail "$(cat "$TMP/err.log")"
+  train_tiny --train-iters 7 --global-batch-size 8 --load "$TMP/gbs" --override-opt_param-scheduler || fail "$(cat "$TMP/err.log")"
+  jq -e -s '[.[] | select(.record=="step")] | length == 1 and .[0].consumed_samples == 40' "$TMP/out.jsonl" >/dev/null \
+    || fail "$(cat "$TMP/out.jsonl")"
+  cp -r "$TMP/ck" "$TMP/fresh"
+  train_tiny --train-iters 6 --load "$TMP/fresh" --save "$TMP/fresh" --no-load-optim --override-opt_param-scheduler \
+    || fail "$(cat "$TMP/err.log")"
+  train_tiny --train-iters 7 --load "$TMP/fresh" --override-opt_param-scheduler || fail "$(cat "$TMP/err.log")"
+}

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "backend/registry.h"
+#include "perf/memory.h"
 
 namespace mt::tools {
 namespace {
@@ -308,6 +309,11 @@ std::vector<Record> plan_records(const ToolCli& cli, const ReportFlags& f) {
     throw UsageError("--plan", "needs --global-batch-size (sequences per step)");
   }
   const model::ModelConfig model = report_model(f);
+  // The whole model's closed-form floor over the cluster's GPUs first: the planner builds every
+  // candidate's per-layer tables (issue 28 C2).
+  perf::MemoryOptions floor_options;
+  floor_options.precision = training_config(f.training).precision;
+  perf::check_report_floor(model, floor_options, perf::available_memory_bytes(), f.world_size);
   study::PlanRequest request;
   request.gpus = f.world_size;
   request.cluster = f.plan;

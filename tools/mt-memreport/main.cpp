@@ -8,7 +8,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "perf/memory.h"
 #include "study/memory_model.h"
+#include "train/trainer.h"
 #include "tools/common/run_report.h"
 
 namespace {
@@ -186,6 +188,9 @@ std::vector<Record> records_of(mt::tools::ToolCli& cli, MemreportOptions& parsed
     } else {
       const mt::tools::RunConfig config = mt::tools::run_config_from_flags(o.report);
       for (const std::string& warning : config.warnings) mt::log::warn("mt-memreport: " + warning);
+      // mt-train's closed-form floor first, before anything per layer is built (issue 28 C2).
+      mt::perf::check_report_floor(config.model, mt::train::training_memory_options(config.train, config.parallel, 1, mt::backend::cpu_ops()),
+                                   mt::perf::available_memory_bytes());
       point = report_records(config);
     }
     for (Record& record : point) {

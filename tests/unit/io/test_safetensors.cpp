@@ -96,7 +96,11 @@ TEST(Safetensors, RefusesDamagedFiles) {
   EXPECT_EQ(mt::testing::error_text([&] { io::SafetensorsReader reader(path); }), "");
   refused(hand_made(good, std::string(4, '\0')), "the tensors end at byte");
   refused(hand_made(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, '\0')),
-          "starts at byte 4, not 0");
+          "bytes 0 to 4 of the buffer belong to no tensor (the next is x)");
+  refused(hand_made(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                    std::string(8, '\0')),
+          "tensor y: starts at byte 4, inside the tensor before it (which ends at byte 8): overlapping tensors");
+  refused(hand_made(good, std::string(12, '\0')), "the tensors end at byte");
   refused(hand_made(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
           "do not hold its shape and dtype");
   refused(hand_made(R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')),

@@ -784,11 +784,13 @@ TEST(Tokenizer, MegatronJsonVocabulary) {
 
 TEST(Tokenizer, HuggingFaceMergeFormatsAndIgnoreMerges) {
   TempDir dir;
-  // "abc" is in the vocabulary, but the merges only make "ab": BPE gives [ab, c]; with
-  // ignore_merges the whole piece is looked up first and gives [abc].
-  auto root = small_hf_tokenizer({"ab", "abc"}, nlohmann::json::array({"a b"}));
+  // "abc" is in the vocabulary, but only "a bc" makes it, and "a b" comes first: BPE gives
+  // [ab, c]; with ignore_merges the whole piece is looked up first and gives [abc]. (Every
+  // token is made by a merge: a token none makes is a cut merges list, issue 28 W8.)
+  auto root = small_hf_tokenizer({"ab", "abc", "bc"}, nlohmann::json::array({"a b", "b c", "a bc"}));
   write_file(dir / "strings.json", root.dump());
-  root["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b"})});
+  root["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b"}), nlohmann::json::array({"b", "c"}),
+                                                   nlohmann::json::array({"a", "bc"})});
   write_file(dir / "pairs.json", root.dump());
   root["model"]["ignore_merges"] = true;
   write_file(dir / "ignore.json", root.dump());
@@ -798,7 +800,7 @@ TEST(Tokenizer, HuggingFaceMergeFormatsAndIgnoreMerges) {
     auto t = Tokenizer::load(options);
     EXPECT_EQ(encode(*t, "abc"), (std::vector<int32_t>{ab, c})) << file;
     EXPECT_EQ(encode(*t, "aabc"), (std::vector<int32_t>{a, ab, c})) << file;
-    EXPECT_EQ(t->vocab_size(), 258);
+    EXPECT_EQ(t->vocab_size(), 259);
     EXPECT_EQ(t->eod_id(), std::nullopt);
   }
   auto options = file_options("HuggingFaceTokenizer", dir / "ignore.json");
@@ -982,6 +984,28 @@ TEST(Issue11Case10, Gpt2FilesMustDescribeOneVocabulary) {
   write_file(dir / "none.bpe", "#version: 0.2\n");
   options.merge_file = dir / "none.bpe";
   expect_error([&] { Tokenizer::load(options); }, "no merges, so 1 of the 257 tokens");
+}
+
+// Issue 28 W8: a tokenizer.json whose merges list is cut (still valid JSON) is refused as a cut
+// vocab.bpe is, naming the file; with ignore_merges a token no merge makes is a whole piece.
+TEST(Issue28W8, ACutMergesListInTokenizerJsonIsRefused) {
+  TempDir dir;
+  auto gpt2 = nlohmann::json::parse(read_file(tokenizer_dir() / "gpt2-hf/tokenizer.json"));
+  auto& merges = gpt2["model"]["merges"];
+  merges.erase(merges.begin() + 20000, merges.end());
+  write_file(dir / "cut.json", gpt2.dump());
+  expect_error([&] { Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "cut.json")); },
+               (dir / "cut.json").string() + ": model.merges: 20000 merges, so 30000 of the 50257 tokens of model.vocab "
+                                             "are never made (the first: '");
+  auto tiny = small_hf_tokenizer({"ab", "abc"}, nlohmann::json::array({"a b"}));
+  write_file(dir / "tiny.json", tiny.dump());
+  expect_error([&] { Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "tiny.json")); },
+               "tiny.json: model.merges: 1 merges, so 1 of the 258 tokens of model.vocab are never made (the first: "
+               "'abc', id 257): the merges list is truncated or belongs to another vocabulary");
+  tiny["model"]["ignore_merges"] = true;
+  write_file(dir / "whole.json", tiny.dump());
+  EXPECT_EQ(encode(*Tokenizer::load(file_options("HuggingFaceTokenizer", dir / "whole.json")), "abc"),
+            (std::vector<int32_t>{257}));
 }
 
 // Issue 11 case 17: a directory given as a tokenizer file says so; a rank file cut mid-line names
