@@ -30,6 +30,7 @@ PACKAGES=(
   python3-protobuf                                         # the TensorBoard event files' test reader
   python3-sentencepiece sentencepiece                      # SentencePiece oracle and trainer (tests/golden/sentencepiece), spm_encode (bench)
   munge slurmctld slurmd slurm-client                      # tests/slurm: a real Slurm on localhost (never started as services)
+  clang libclang-rt-dev libomp-dev                         # the fuzz build (tests/fuzz): clang, libFuzzer and its sanitizers, OpenMP for clang
 )
 
 install_missing() {
