@@ -9,6 +9,9 @@
 #                      that would skip for want of numpy/h5py fails: MT_REQUIRE_ORACLES=1). The
 #                      CTest labels unit and mpi run twice: as the CPU allows, then with oneDNN
 #                      and mt's kernels held to AVX2 (a CPU without AVX-512 must pass too).
+#                      The check jobs run after them and count in the same line (run_checks):
+#                      the fuzz smoke runs, in a clang build directory of their own beside build/.
+#   ./setup.sh checks  install, run only the check jobs (their own build directories, not build/)
 #   ./setup.sh build   install and build only
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 set -euo pipefail
@@ -30,6 +33,7 @@ PACKAGES=(
   python3-protobuf                                         # the TensorBoard event files' test reader
   python3-sentencepiece sentencepiece                      # SentencePiece oracle and trainer (tests/golden/sentencepiece), spm_encode (bench)
   munge slurmctld slurmd slurm-client                      # tests/slurm: a real Slurm on localhost (never started as services)
+  clang libclang-rt-dev libomp-dev                         # the fuzz build (tests/fuzz): clang, libFuzzer and its sanitizers, OpenMP for clang
 )
 
 install_missing() {
@@ -112,6 +116,65 @@ count_bats() {
   fi
 }
 
+# ---- The check jobs (README "Check jobs" says what they cover) ----
+# Each builds only what it runs in a build directory of its own beside BUILD_DIR
+# (cmake/sanitizers.cmake) and runs it through CTest (JUnit file and status under test-logs,
+# counted like the CTest passes: a build that fails is one failure).
+#   fuzz: clang's fuzz build (only tests/fuzz: the readers of lib/io, lib/data and lib/text
+#         under AddressSanitizer + UndefinedBehaviorSanitizer): the 30-second smoke run of every
+#         fuzz target (label fuzz) and the replay of their seeds and kept crash inputs.
+CHECK_FUZZ_TARGETS=(bpe_encode jsonl tokenizer_files megatron_idx safetensors checkpoint_metadata)
+CHECK_NAMES=(fuzz)
+
+# Configures DIR (Release, no CUDA, the given cache settings) and builds TARGETS ("--" between).
+build_check() {
+  local dir="$1"
+  shift
+  local settings=()
+  while [[ $1 != -- ]]; do settings+=("$1"); shift; done
+  shift
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMT_CUDA=OFF "${settings[@]}" &&
+    cmake --build "$dir" -j "$(nproc)" --target "$@"
+}
+
+# One CTest run of a check build into test-logs/ctest-NAME.{log,status} and its JUnit file.
+run_check_ctest() {
+  local name="$1" dir="$2" log_dir="$3" status=0
+  shift 3
+  (cd "$dir" && ctest --output-on-failure -j "$(nproc)" --timeout 900 --no-tests=error \
+    --output-junit "$log_dir/ctest-$name-junit.xml" "$@") >"$log_dir/ctest-$name.log" 2>&1 || status=$?
+  echo "$status" >"$log_dir/ctest-$name.status"
+}
+
+# Builds and runs the check jobs; their logs and results go to LOG_DIR (counted by count_checks).
+run_checks() {
+  local log_dir="$1" name start
+  for name in "${CHECK_NAMES[@]}"; do rm -f "$log_dir/ctest-$name".* "$log_dir/ctest-$name-junit.xml"; done
+  start=$(date +%s)
+  local fuzz_targets=("${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_}" "${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_replay_}")
+  if build_check "$BUILD_DIR-fuzz" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMT_FUZZ=ON \
+       -- "${fuzz_targets[@]}" >"$log_dir/build-fuzz.log" 2>&1; then
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      run_check_ctest fuzz "$BUILD_DIR-fuzz" "$log_dir" -L '^(unit|fuzz)$'
+  else
+    { cat "$log_dir/build-fuzz.log"; echo "check build $BUILD_DIR-fuzz failed"; } >"$log_dir/ctest-fuzz.log"
+    echo 1 >"$log_dir/ctest-fuzz.status"
+  fi
+  echo "checks: fuzz took $(( $(date +%s) - start )) s" | tee -a "$log_dir/ctest-fuzz.log"
+}
+
+# Adds the check jobs' counts (from run_checks' files in LOG_DIR) to the caller's all_passed,
+# all_failed and all_skipped, one line each.
+count_checks() {
+  local log_dir="$1" name status passed failed skipped
+  for name in "${CHECK_NAMES[@]}"; do
+    status="$(cat "$log_dir/ctest-$name.status" 2>/dev/null || echo 1)"
+    count_ctest "$log_dir/ctest-$name-junit.xml" "$status"
+    echo "check $name: $passed passed, $failed failed, $skipped skipped (exit $status)"
+    all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
+  done
+}
+
 run_tests() {
   export_mpi_env
   export MT_BIN="$BUILD_DIR/bin"
@@ -150,12 +213,13 @@ run_tests() {
   BATS_TEST_TIMEOUT="${BATS_TEST_TIMEOUT:-600}" timeout --kill-after=30 "$bats_time_limit" \
     bats --tap "${bats_dirs[@]}" >"$log_dir/bats.log" 2>&1 || bats_status=$?
   wait "$ctest_pid" || true
+  run_checks "$log_dir"
   local avx2_status=0
   ctest_status="$(cat "$log_dir/ctest.status" 2>/dev/null || echo 1)"
   avx2_status="$(cat "$log_dir/ctest-avx2.status" 2>/dev/null || echo 1)"
 
   local log
-  for log in ctest.log ctest-avx2.log bats.log; do  # a missing log is counted below as a failure
+  for log in ctest.log ctest-avx2.log bats.log ctest-fuzz.log; do  # a missing log is counted below as a failure
     if [[ -f "$log_dir/$log" ]]; then cat "$log_dir/$log"; else echo "setup: no $log_dir/$log"; fi
   done
   if [[ $bats_status -eq 124 ]]; then
@@ -174,6 +238,19 @@ run_tests() {
   count_bats "$log_dir/bats.log" "$bats_status"
   echo "bats: $passed passed, $failed failed, $skipped skipped (exit $bats_status)"
   all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
+  count_checks "$log_dir"
+  echo "$all_passed passed, $all_failed failed, $all_skipped skipped"
+  [[ $all_failed -eq 0 ]]
+}
+
+# The check jobs alone (./setup.sh checks), ending with the same kind of line.
+run_checks_only() {
+  export_mpi_env
+  local log_dir="$BUILD_DIR/test-logs" log all_passed=0 all_failed=0 all_skipped=0
+  mkdir -p "$log_dir"
+  run_checks "$log_dir"
+  for log in ctest-fuzz.log; do cat "$log_dir/$log"; done
+  count_checks "$log_dir"
   echo "$all_passed passed, $all_failed failed, $all_skipped skipped"
   [[ $all_failed -eq 0 ]]
 }
@@ -182,5 +259,6 @@ case "$ACTION" in
   build) install_missing; build ;;
   demo) install_missing; build; export_mpi_env; MT_BIN="$BUILD_DIR/bin" "$ROOT/scripts/demo.sh" ;;
   test) install_missing; build; run_tests ;;
-  *) echo "usage: $0 [build|demo|test]" >&2; exit 2 ;;
+  checks) install_missing; run_checks_only ;;
+  *) echo "usage: $0 [build|demo|test|checks]" >&2; exit 2 ;;
 esac

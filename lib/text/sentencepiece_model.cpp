@@ -144,7 +144,8 @@ SentencePieceEntry parse_piece(WireReader reader) {
 SentencePieceTrainerSpec parse_trainer_spec(WireReader reader) {
   SentencePieceTrainerSpec spec;
   while (!reader.done()) {
-    auto [number, type] = reader.next_tag();
+    const auto [number, wire_type] = reader.next_tag();
+    const int type = wire_type;  // a plain variable: clang before 16 cannot capture a structured binding
     auto flag = [&] { return reader.read_bool(type); };
     auto text = [&] { return reader.read_string(type); };
     switch (number) {
@@ -172,7 +173,8 @@ SentencePieceNormalizerSpec parse_normalizer_spec(WireReader reader) {
   SentencePieceNormalizerSpec spec;
   spec.present = true;
   while (!reader.done()) {
-    auto [number, type] = reader.next_tag();
+    const auto [number, wire_type] = reader.next_tag();
+    const int type = wire_type;  // a plain variable: clang before 16 cannot capture a structured binding
     auto flag = [&] { return reader.read_bool(type); };
     auto text = [&] { return reader.read_string(type); };
     switch (number) {
