@@ -320,7 +320,7 @@ int32_t add_merge_line(std::string_view left, std::string_view right, uint32_t p
 // The tokens of a byte-level vocabulary that its merges never make (neither one byte, a special
 // token, nor a merge's result), which BPE can never produce: "" when there is none, else "<N>
 // merges, so <M> of the <T> tokens of <vocabulary> are never made (the first: '<text>', id <id>)".
-std::string tokens_never_made(const std::unordered_map<std::string, int32_t>& id_of_text,
+std::string tokens_never_made(const TokenIds& id_of_text,
                               const std::vector<uint8_t>& made_by_merge, uint32_t merge_count,
                               const std::string& vocabulary, const std::function<bool(const std::string&)>& special) {
   int64_t unreachable = 0;
