@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,22 @@
 
 namespace mt::io {
 namespace {
+
+// A header array of integers (shape, data_offsets) as int64: a float, a negative number where
+// none belongs or a value past int64 is refused here, before any conversion (nlohmann's get
+// would convert a float out of range, which is undefined behaviour).
+std::vector<int64_t> header_integers(const nlohmann::json& array, const std::string& what, const char* field) {
+  if (!array.is_array()) throw Error(what, std::string(field) + " is not an array");
+  std::vector<int64_t> values;
+  for (const nlohmann::json& value : array) {
+    const bool fits = value.is_number_integer() &&
+                      (!value.is_number_unsigned() ||
+                       value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+    if (!fits) throw Error(what, std::string(field) + " holds " + value.dump() + ", not a 64-bit integer");
+    values.push_back(value.get<int64_t>());
+  }
+  return values;
+}
 
 // The specification's limit on the header (the reference implementation refuses larger ones).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
@@ -147,19 +164,22 @@ SafetensorsReader::SafetensorsReader(std::string path, Holes holes) : path_(std:
       const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const auto& d) { return dtype == d.second; });
       if (known == std::end(kDtypes)) throw Error(what, "dtype " + dtype + " is not read by mt (F32, BF16, F16)");
       entry.dtype = known->first;
-      entry.shape = value.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
+      entry.shape = header_integers(value.at("shape"), what, "shape");
+      const auto offsets = header_integers(value.at("data_offsets"), what, "data_offsets");
       if (offsets.size() != 2) throw Error(what, "data_offsets is not [begin, end]");
       entry.begin = offsets[0];
       entry.end = offsets[1];
     } catch (const nlohmann::json::exception& e) {
       throw Error(what, std::string("malformed header entry: ") + e.what());
     }
+    int64_t elements = 1;
     for (int64_t d : entry.shape) {
       if (d < 0) throw Error(what, "negative dimension");
+      if (__builtin_mul_overflow(elements, d, &elements)) throw Error(what, "its shape has more than 2^63 elements");
     }
-    if (entry.begin < 0 || entry.end < entry.begin ||
-        entry.end - entry.begin != entry.elements() * static_cast<int64_t>(dtype_size(entry.dtype))) {
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, static_cast<int64_t>(dtype_size(entry.dtype)), &bytes) || entry.begin < 0 ||
+        entry.end < entry.begin || entry.end - entry.begin != bytes) {
       throw Error(what, "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
                             ") do not hold its shape and dtype");
     }
