@@ -24,10 +24,14 @@
 #include "model/layout.h"
 #include "model/parallel_context.h"
 #include "model/precision_gemm.h"
+#include "mla_golden_run.h"
 
 using namespace mt;
 using namespace mt::model;
 using nlohmann::json;
+using mt::model::testing::expect_close;
+using mt::model::testing::MlaRun;
+using mt::model::testing::run_mla_layer;
 
 namespace {
 
@@ -69,36 +73,11 @@ ModelConfig config_of(const json& g) {
   return c;
 }
 
-// A 64-byte aligned float buffer for a block's BufferSource.
-struct Aligned {
-  explicit Aligned(int64_t count) : storage(static_cast<size_t>(count + 16), 0.0f) {}
-  float* data() {
-    auto address = reinterpret_cast<uintptr_t>(storage.data());
-    return storage.data() + (64 - address % 64) % 64 / sizeof(float);
-  }
-  std::vector<float> storage;
-};
-
-// |a - b| <= tol * (|b| + rms(b)), elementwise.
-void expect_close(const float* a, const std::vector<float>& b, double tol, const std::string& what) {
-  double squares = 0;
-  for (float v : b) squares += double(v) * v;
-  const double scale = std::sqrt(squares / std::max<size_t>(1, b.size()));
-  ASSERT_GT(scale, 0.0) << what;
-  double worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    const double error = std::fabs(double(a[i]) - b[i]) / (std::fabs(b[i]) + scale);
-    worst = std::max(worst, error);
-    ASSERT_LE(error, tol) << what << "[" << i << "]: mt " << a[i] << ", Megatron " << b[i];
-  }
-  ::testing::Test::RecordProperty(what, std::to_string(worst));
-}
-
 void check_case(const json& g) {
   const ModelConfig c = config_of(g);
   const ParamLayout layout = build_layout(c);
   const std::string prefix = layer_prefix(0) + "self_attention.";
-  std::vector<float> params(static_cast<size_t>(layout.total_elements), 0.0f), grads(params.size(), 0.0f);
+  std::vector<float> params(static_cast<size_t>(layout.total_elements), 0.0f);
   for (const auto& [name, tensor] : g["weights"].items()) {
     const ParamEntry* entry = layout.try_find(prefix + name);
     ASSERT_NE(entry, nullptr) << "Megatron's " << name << " has no tensor of that name in mt";
@@ -111,47 +90,15 @@ void check_case(const json& g) {
   for (const ParamEntry& e : layout.entries) mt_tensors += e.name.rfind(prefix, 0) == 0 ? 1 : 0;
   EXPECT_EQ(mt_tensors, static_cast<int>(g["weights"].size())) << "mt has tensors Megatron's MLA has not";
 
-  const backend::Ops& ops = backend::cpu_ops();
-  GemmWeights weights(ops, Precision::fp32, layout.total_elements);
-  weights.refresh(params.data());
-  PrecisionGemm gemm(ops, weights);
-  gemm.bind(params.data(), grads.data());
-  const ParallelContext single;
-  const LayerContext ctx{c, ops, ops.default_stream(), single, gemm, params.data(), grads.data(), 0, nullptr};
-
-  MlaAttention mla(c, 0);
-  mla.bind(layout);
-  EXPECT_FLOAT_EQ(mla.softmax_scale(), static_cast<float>(g["softmax_scale"].get<double>()));
-  const int batch = g["batch"], seq = g["seq"];
-  const int64_t rows = int64_t{batch} * seq;
-  std::vector<int32_t> positions;
-  std::vector<int64_t> row_ids;
-  for (int64_t r = 0; r < rows; ++r) {
-    positions.push_back(static_cast<int32_t>(r % seq));
-    row_ids.push_back(r);
-  }
-  const MicroBatch micro{batch, seq, nullptr, nullptr, nullptr, positions.data(), nullptr, row_ids.data()};
-  const LayerPass pass{micro, rows, rows, row_ids.data(), 0, true};
-  const ActivationRows activation_rows{rows, rows};
-  BufferSource count_saved, count_workspace;
-  mla.lay_out_saved(count_saved, activation_rows, true);
-  mla.lay_out_workspace(count_workspace, activation_rows, false);
-  Aligned saved_block(count_saved.floats()), workspace_block(count_workspace.floats());
-  BufferSource saved_source(saved_block.data()), workspace_source(workspace_block.data());
-  auto saved = mla.lay_out_saved(saved_source, activation_rows, true);
-  auto workspace = mla.lay_out_workspace(workspace_source, activation_rows, false);
-
-  const std::vector<float> x = g["x"].get<std::vector<float>>(), dy = g["dy"].get<std::vector<float>>();
-  std::vector<float> y(x.size()), dx(x.size());
-  mla.forward(ctx, pass, x.data(), *saved, *workspace, SequenceParallelBuffers{}, y.data());
-  mla.backward(ctx, pass, dy.data(), x.data(), *saved, *workspace, SequenceParallelBuffers{}, dx.data());
+  const MlaRun run = run_mla_layer(c, layout, params, g);
+  EXPECT_FLOAT_EQ(run.softmax_scale, static_cast<float>(g["softmax_scale"].get<double>()));
 
   const double tol = 1e-5;
-  expect_close(y.data(), g["y"].get<std::vector<float>>(), tol, "output");
-  expect_close(dx.data(), g["dx"].get<std::vector<float>>(), tol, "input grad");
+  expect_close(run.y.data(), g["y"].get<std::vector<float>>(), tol, "output");
+  expect_close(run.dx.data(), g["dx"].get<std::vector<float>>(), tol, "input grad");
   for (const auto& [name, values] : g["grads"].items()) {
     const ParamEntry& entry = layout.find(prefix + name);
-    expect_close(grads.data() + entry.offset, values.get<std::vector<float>>(), tol, "grad of " + name);
+    expect_close(run.grads.data() + entry.offset, values.get<std::vector<float>>(), tol, "grad of " + name);
   }
 }
 
