@@ -1,6 +1,6 @@
 // What the Megatron-Core MLA goldens share (tests/unit/model/test_mla_megatron.cpp and
 // tests/unit/model/test_yarn.cpp, which are its tests): an aligned buffer for a block's
-// BufferSource, the scaled elementwise comparison, and one MlaAttention layer run forward and
+// BufferSource, the scaled elementwise comparison, the one-layer model config of a case, and one MlaAttention layer run forward and
 // backward on a golden case's batch (its "batch", "seq", "x" and "dy") from weights already laid out.
 #pragma once
 
@@ -46,6 +46,37 @@ inline void expect_close(const float* a, const std::vector<float>& b, double tol
     ASSERT_LE(error, tol) << what << "[" << i << "]: mt " << a[i] << ", Megatron " << b[i];
   }
   ::testing::Test::RecordProperty(what, std::to_string(worst));
+}
+
+// The one-layer MLA model of a golden case (its "hidden", "heads", "seq" and MLA ranks and dims), as
+// make_mla_goldens.py builds Megatron's; validated, so a caller that changes a field validates again.
+inline ModelConfig mla_golden_config(const nlohmann::json& g) {
+  ModelConfig c;
+  c.num_layers = 1;
+  c.hidden_size = g["hidden"];
+  c.ffn_hidden_size = 8;
+  c.num_attention_heads = g["heads"];
+  c.num_query_groups = c.num_attention_heads;
+  c.seq_length = g["seq"];
+  c.max_position_embeddings = c.seq_length;
+  c.vocab_size = 16;
+  c.make_vocab_size_divisible_by = 16;
+  c.swiglu = true;
+  c.normalization = Normalization::rmsnorm;
+  c.norm_epsilon = 1e-5f;
+  c.position_embedding = PositionEmbedding::rope;
+  c.rotary_base = 10000.0f;
+  c.untie_embeddings_and_output_weights = true;
+  c.add_bias_linear = false;
+  c.multi_latent_attention = true;
+  c.q_lora_rank = g["q_lora_rank"];
+  c.kv_lora_rank = g["kv_lora_rank"];
+  c.qk_head_dim = g["qk_head_dim"];
+  c.qk_pos_emb_head_dim = g["qk_pos_emb_head_dim"];
+  c.v_head_dim = g["v_head_dim"];
+  c.qk_layernorm = g["qk_layernorm"];
+  c.validate();
+  return c;
 }
 
 struct MlaRun {

@@ -30,6 +30,7 @@ using namespace mt;
 using namespace mt::model;
 using nlohmann::json;
 using mt::model::testing::expect_close;
+using mt::model::testing::mla_golden_config;
 using mt::model::testing::MlaRun;
 using mt::model::testing::run_mla_layer;
 
@@ -44,37 +45,8 @@ const json& goldens() {
   return data;
 }
 
-ModelConfig config_of(const json& g) {
-  ModelConfig c;
-  c.num_layers = 1;
-  c.hidden_size = g["hidden"];
-  c.ffn_hidden_size = 8;
-  c.num_attention_heads = g["heads"];
-  c.num_query_groups = c.num_attention_heads;
-  c.seq_length = g["seq"];
-  c.max_position_embeddings = c.seq_length;
-  c.vocab_size = 16;
-  c.make_vocab_size_divisible_by = 16;
-  c.swiglu = true;
-  c.normalization = Normalization::rmsnorm;
-  c.norm_epsilon = 1e-5f;
-  c.position_embedding = PositionEmbedding::rope;
-  c.rotary_base = 10000.0f;
-  c.untie_embeddings_and_output_weights = true;
-  c.add_bias_linear = false;
-  c.multi_latent_attention = true;
-  c.q_lora_rank = g["q_lora_rank"];
-  c.kv_lora_rank = g["kv_lora_rank"];
-  c.qk_head_dim = g["qk_head_dim"];
-  c.qk_pos_emb_head_dim = g["qk_pos_emb_head_dim"];
-  c.v_head_dim = g["v_head_dim"];
-  c.qk_layernorm = g["qk_layernorm"];
-  c.validate();
-  return c;
-}
-
 void check_case(const json& g) {
-  const ModelConfig c = config_of(g);
+  const ModelConfig c = mla_golden_config(g);
   const ParamLayout layout = build_layout(c);
   const std::string prefix = layer_prefix(0) + "self_attention.";
   std::vector<float> params(static_cast<size_t>(layout.total_elements), 0.0f);

@@ -33,6 +33,7 @@
 using namespace mt;
 using namespace mt::model;
 using nlohmann::json;
+using mt::model::testing::mla_golden_config;
 using mt::model::testing::MlaRun;
 using mt::model::testing::run_mla_layer;
 
@@ -125,30 +126,7 @@ TEST(Yarn, RotationMatchesMegatronCoreTables) {
 }
 
 ModelConfig mla_config(const json& g) {
-  ModelConfig c;
-  c.num_layers = 1;
-  c.hidden_size = g["hidden"];
-  c.ffn_hidden_size = 8;
-  c.num_attention_heads = g["heads"];
-  c.num_query_groups = c.num_attention_heads;
-  c.seq_length = g["seq"];
-  c.max_position_embeddings = c.seq_length;
-  c.vocab_size = 16;
-  c.make_vocab_size_divisible_by = 16;
-  c.swiglu = true;
-  c.normalization = Normalization::rmsnorm;
-  c.norm_epsilon = 1e-5f;
-  c.position_embedding = PositionEmbedding::rope;
-  c.rotary_base = 10000.0f;
-  c.untie_embeddings_and_output_weights = true;
-  c.add_bias_linear = false;
-  c.multi_latent_attention = true;
-  c.q_lora_rank = g["q_lora_rank"];
-  c.kv_lora_rank = g["kv_lora_rank"];
-  c.qk_head_dim = g["qk_head_dim"];
-  c.qk_pos_emb_head_dim = g["qk_pos_emb_head_dim"];
-  c.v_head_dim = g["v_head_dim"];
-  c.qk_layernorm = g["qk_layernorm"];
+  ModelConfig c = mla_golden_config(g);
   c.rope_type = RopeType::yarn;
   c.rotary_scaling_factor = g["factor"];
   c.original_max_position_embeddings = g["original"];
