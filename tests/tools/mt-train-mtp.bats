@@ -116,12 +116,19 @@ PIPE=("${TINY[@]}" --num-layers 4 --mtp-num-layers 2)
   same_numbers "$TMP/pp.jsonl" "$TMP/one.jsonl"
 }
 
-@test "issue22: under PP=2 an MTP checkpoint resumes bit for bit, holds each tensor once, and loads on one rank" {
-  mpirun_n 2 mt-train "${PIPE[@]}" --pipeline-model-parallel-size 2 >"$TMP/whole.jsonl" 2>"$TMP/err.log" \
+# DeepSeek-V3-shaped (MLA, a dense then a MoE layer with the expert bias, two MoE MTP depths): one
+# decoder layer per stage under PP = 2, the depths and their expert biases on the last.
+DEEP=(--model tiny-deepseek --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+      --train-iters 4 --lr 3e-3 --lr-warmup-iters 1 --eval-iters 0 --peak-tflops 1 --mtp-num-layers 2)
+
+@test "issue22: under PP=2 a DeepSeek-shaped MTP checkpoint resumes bit for bit, holds each tensor once (MTP expert biases too), and loads on one rank" {
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 >"$TMP/whole.jsonl" 2>"$TMP/err.log" \
     || fail "$(cat "$TMP/err.log")"
-  mpirun_n 2 mt-train "${PIPE[@]}" --pipeline-model-parallel-size 2 --exit-interval 2 --save "$TMP/ckpt" \
+  mt-train "${DEEP[@]}" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  same_numbers "$TMP/whole.jsonl" "$TMP/one.jsonl"
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 --exit-interval 2 --save "$TMP/ckpt" \
     --save-interval 2 >"$TMP/first.jsonl" 2>"$TMP/err.log" || [[ $? -eq 75 ]] || fail "$(cat "$TMP/err.log")"
-  mpirun_n 2 mt-train "${PIPE[@]}" --pipeline-model-parallel-size 2 --load "$TMP/ckpt" >"$TMP/second.jsonl" \
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 --load "$TMP/ckpt" >"$TMP/second.jsonl" \
     2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
   steps='[.[] | select(.record=="step") | [.iteration, .lm_loss, .mtp_1_loss, .mtp_2_loss, .grad_norm]]'
   whole=$(jq -c -s "$steps" "$TMP/whole.jsonl")
@@ -129,16 +136,17 @@ PIPE=("${TINY[@]}" --num-layers 4 --mtp-num-layers 2)
   [[ "$whole" == "$resumed" ]] || fail "resumed $resumed, whole $whole"
   mt-ckpt verify "$TMP/ckpt" >/dev/null || fail "the PP=2 checkpoint does not verify"
   # The whole model's tensors once: one word table (the last stage's copy is not written), the
-  # untied output layer, both depths.
+  # untied output layer, both depths, the expert bias of every MoE layer (the depths' too).
   /usr/bin/python3 - "$TMP/ckpt/iter_0000002/checkpoint.h5" <<'PY' || fail "the checkpoint's tensors"
 import sys, h5py
 names = set(h5py.File(sys.argv[1], "r")["model"].keys())
 assert "embedding.word_embeddings.weight" in names and "output_layer.weight" in names, sorted(names)
 assert {n.split(".")[2] for n in names if n.startswith("mtp.layers.")} == {"0", "1"}, sorted(names)
-assert {n.split(".")[2] for n in names if n.startswith("decoder.layers.")} == {str(i) for i in range(6)}, sorted(names)
+assert {n.split(".")[2] for n in names if n.startswith("decoder.layers.")} == {"0", "1", "2", "3"}, sorted(names)
+assert {n for n in names if n.endswith("expert_bias")} == {"decoder.layers.%d.mlp.router.expert_bias" % l for l in (1, 2, 3)}, sorted(names)
 PY
   # Loaded on one rank, the next steps are PP=2's within the fp32 bound.
-  mt-train "${PIPE[@]}" --load "$TMP/ckpt" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  mt-train "${DEEP[@]}" --load "$TMP/ckpt" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
   same_numbers "$TMP/one.jsonl" "$TMP/second.jsonl"
 }
 
