@@ -54,6 +54,10 @@ inline double yarn_correction_dim(double rotations, int dim, double base, int64_
 }
 
 // Megatron's _yarn_find_correction_range (round_to_int = True): [low, high] clamped to [0, D-1].
+// Always rounded: Megatron-Core 0.16.1's MLA builds its YarnRotaryEmbedding without
+// correction_range_round_to_int (multi_latent_attention.py L138-149); the unrounded range
+// (--no-yarn-correction-range-round-to-int) reaches only GPTModel's position_embedding_type 'yarn'
+// on common attention, which mt does not run (README, Multi-latent attention).
 inline void yarn_correction_range(const YarnRope& yarn, int dim, int64_t& low, int64_t& high) {
   low = static_cast<int64_t>(
       std::floor(yarn_correction_dim(yarn.beta_fast, dim, yarn.base, yarn.original_max_position_embeddings)));

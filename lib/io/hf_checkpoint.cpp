@@ -1,8 +1,11 @@
 // Hugging Face export and import (see hf_checkpoint.h).
 #include "io/hf_checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +15,7 @@
 #include "core/temporary_file.h"
 #include "io/safetensors.h"
 #include "io/value_checks.h"
+#include "kernels/common/yarn_rope.h"
 #include "model/layout.h"
 
 namespace mt::io {
@@ -35,10 +39,17 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // The global shape of every parameter of `model`'s single-rank layout, by layout name.
+// With the expert bias, each MoE layer's router.expert_bias (E) too: a checkpoint buffer the
+// trainer keeps (train/checkpointing.h), not a parameter.
 std::map<std::string, std::vector<int64_t>> parameter_shapes(const ModelConfig& model) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const model::ParamEntry& entry : model::build_layout(model).entries) {
     if (entry.replica == 0) shapes[entry.name] = entry.global_shape;
+  }
+  if (model.num_experts > 0 && model.moe_router_enable_expert_bias) {
+    for (int layer = 0; layer < model.num_layers + model.mtp_num_layers; ++layer) {
+      if (model.is_moe_layer(layer)) shapes[model::layer_prefix(layer) + "mlp.router.expert_bias"] = {model.num_experts};
+    }
   }
   return shapes;
 }
@@ -191,18 +202,67 @@ void check_mixtral_routing(const ModelConfig& m, const std::string& what) {
          "MixtralForCausalLM has no dense layers between its MoE layers");
 }
 
+// The layers before the first MoE layer (DeepSeek's first_k_dense_replace); all of them without MoE.
+int first_dense_layers(const ModelConfig& m) {
+  for (int layer = 0; layer < m.num_layers; ++layer) {
+    if (m.is_moe_layer(layer)) return layer;
+  }
+  return m.num_layers;
+}
+
+// What DeepseekV3ForCausalLM computes (see the header); the rest is refused naming mt's flag.
+void check_deepseek(const ModelConfig& m, const std::string& what) {
+  auto refuse = [&](bool bad, const std::string& flag, const std::string& why) {
+    if (bad) throw UsageError(what, flag + " has no Hugging Face export: " + why);
+  };
+  refuse(!m.qk_layernorm, "--multi-latent-attention without --qk-layernorm",
+         "DeepseekV3ForCausalLM always norms the latents (q_a_layernorm, kv_a_layernorm)");
+  if (m.rope_type == model::RopeType::yarn) {
+    refuse(std::llround(m.rotary_scaling_factor * m.original_max_position_embeddings) != m.max_position_embeddings,
+           "--rotary-scaling-factor",
+           "HF's YaRN takes its factor from max_position_embeddings / original_max_position_embeddings (" +
+               std::to_string(m.max_position_embeddings) + " / " + std::to_string(m.original_max_position_embeddings) + ")");
+  }
+  if (m.num_experts == 0) return;
+  refuse(m.moe_router_score_function != model::MoeScoreFunction::sigmoid, "--moe-router-score-function softmax",
+         "DeepseekV3ForCausalLM routes with sigmoid scores");
+  refuse(!m.moe_router_enable_expert_bias, "MoE without --moe-router-enable-expert-bias",
+         "DeepseekV3ForCausalLM's router always adds e_score_correction_bias");
+  refuse(m.moe_router_num_groups.has_value() && m.moe_router_topk != 2 * m.moe_router_group_topk.value_or(0),
+         "--moe-router-group-topk " + std::to_string(m.moe_router_group_topk.value_or(0)),
+         "DeepseekV3ForCausalLM scores each group by its best 2 experts, Megatron by its best top-k / group-topk (" +
+             std::to_string(m.moe_router_topk) + " / " + std::to_string(m.moe_router_group_topk.value_or(0)) + ")");
+  refuse(m.moe_expert_capacity_factor.has_value(), "--moe-expert-capacity-factor", "DeepseekV3ForCausalLM drops no tokens");
+  refuse(m.moe_shared_expert_intermediate_size == 0 || m.moe_shared_expert_intermediate_size % m.moe_ffn() != 0,
+         "--moe-shared-expert-intermediate-size " + std::to_string(m.moe_shared_expert_intermediate_size),
+         "DeepseekV3ForCausalLM's shared experts are n_shared_experts >= 1 times --moe-ffn-hidden-size wide");
+  for (int layer = first_dense_layers(m); layer < m.num_layers; ++layer) {
+    refuse(!m.is_moe_layer(layer), "--moe-layer-freq", "DeepseekV3ForCausalLM's dense layers are its first ones only");
+  }
+}
+
 }  // namespace
 
 HfArchitecture hf_architecture(const ModelConfig& m) {
   const std::string what = "model " + m.name;
-  if (m.multi_latent_attention) throw UsageError(what, "--multi-latent-attention has no Hugging Face export");
-  if (m.mtp_num_layers > 0) throw UsageError(what, "--mtp-num-layers has no Hugging Face export");
+  const bool llama_shaped = m.normalization == model::Normalization::rmsnorm &&
+                            m.position_embedding == model::PositionEmbedding::rope && m.swiglu && !m.add_bias_linear;
+  if (m.multi_latent_attention) {
+    if (!llama_shaped) {
+      throw UsageError(what, "--multi-latent-attention exports as DeepseekV3ForCausalLM only (RMSNorm, rope, SwiGLU, "
+                             "no biases)");
+    }
+    check_deepseek(m, what);
+    return HfArchitecture::deepseek_v3;
+  }
+  if (m.mtp_num_layers > 0) {
+    throw UsageError(what, "--mtp-num-layers has no Hugging Face export without --multi-latent-attention "
+                           "(DeepseekV3ForCausalLM, the architecture with MTP layers, has MLA)");
+  }
   if (m.head_dim() * m.num_attention_heads != m.hidden_size) {
     throw UsageError(what, "kv_channels x num_attention_heads differs from hidden_size, which GPT2LMHeadModel, "
                            "LlamaForCausalLM and MixtralForCausalLM cannot express");
   }
-  const bool llama_shaped = m.normalization == model::Normalization::rmsnorm &&
-                            m.position_embedding == model::PositionEmbedding::rope && m.swiglu && !m.add_bias_linear;
   if (m.num_experts > 0) {
     if (!llama_shaped) {
       throw UsageError(what, "mixture of experts exports as MixtralForCausalLM only (RMSNorm, rope, SwiGLU, no biases)");
@@ -224,12 +284,74 @@ const char* hf_architecture_name(HfArchitecture architecture) {
     case HfArchitecture::gpt2: return "GPT2LMHeadModel";
     case HfArchitecture::llama: return "LlamaForCausalLM";
     case HfArchitecture::mixtral: return "MixtralForCausalLM";
+    case HfArchitecture::deepseek_v3: return "DeepseekV3ForCausalLM";
   }
   return "";
 }
 
+namespace {
+
+// DeepseekV3ForCausalLM's tensors (see the header): layers 0 .. L-1, then each MTP depth as layer L + k.
+std::vector<HfTensor> deepseek_tensors(const ModelConfig& m) {
+  std::vector<HfTensor> t;
+  auto add = [&](std::string hf, std::string mt, bool vocabulary = false, bool copy = false) {
+    t.push_back(HfTensor{std::move(hf), {std::move(mt)}, false, vocabulary, copy});
+  };
+  const std::string output = m.untie_embeddings_and_output_weights ? "output_layer.weight" : "embedding.word_embeddings.weight";
+  add("model.embed_tokens.weight", "embedding.word_embeddings.weight", true);
+  for (int layer = 0; layer < m.num_layers + m.mtp_num_layers; ++layer) {
+    const std::string mt = model::layer_prefix(layer), hf = "model.layers." + std::to_string(layer) + ".";
+    const std::string attention = mt + "self_attention.";
+    add(hf + "input_layernorm.weight", mt + "input_layernorm.weight");
+    if (m.q_lora_rank > 0) {
+      add(hf + "self_attn.q_a_proj.weight", attention + "linear_q_down_proj.weight");
+      add(hf + "self_attn.q_a_layernorm.weight", attention + "q_layernorm.weight");
+      add(hf + "self_attn.q_b_proj.weight", attention + "linear_q_up_proj.weight");
+    } else {
+      add(hf + "self_attn.q_proj.weight", attention + "linear_q_proj.weight");
+    }
+    add(hf + "self_attn.kv_a_proj_with_mqa.weight", attention + "linear_kv_down_proj.weight");
+    add(hf + "self_attn.kv_a_layernorm.weight", attention + "kv_layernorm.weight");
+    add(hf + "self_attn.kv_b_proj.weight", attention + "linear_kv_up_proj.weight");
+    add(hf + "self_attn.o_proj.weight", attention + "linear_proj.weight");
+    add(hf + "post_attention_layernorm.weight", mt + "pre_mlp_layernorm.weight");
+    if (!m.is_moe_layer(layer)) {
+      add(hf + "mlp.gate_proj.weight", mt + "mlp.linear_fc1_gate.weight");
+      add(hf + "mlp.up_proj.weight", mt + "mlp.linear_fc1_up.weight");
+      add(hf + "mlp.down_proj.weight", mt + "mlp.linear_fc2.weight");
+    } else {
+      add(hf + "mlp.gate.weight", mt + "mlp.router.weight");
+      add(hf + "mlp.gate.e_score_correction_bias", mt + "mlp.router.expert_bias");
+      for (int e = 0; e < m.num_experts; ++e) {
+        const std::string hf_expert = hf + "mlp.experts." + std::to_string(e) + ".";
+        const std::string mt_expert = mt + "mlp.experts." + std::to_string(e) + ".";
+        add(hf_expert + "gate_proj.weight", mt_expert + "linear_fc1_gate.weight");
+        add(hf_expert + "up_proj.weight", mt_expert + "linear_fc1_up.weight");
+        add(hf_expert + "down_proj.weight", mt_expert + "linear_fc2.weight");
+      }
+      add(hf + "mlp.shared_experts.gate_proj.weight", mt + "mlp.shared_experts.linear_fc1_gate.weight");
+      add(hf + "mlp.shared_experts.up_proj.weight", mt + "mlp.shared_experts.linear_fc1_up.weight");
+      add(hf + "mlp.shared_experts.down_proj.weight", mt + "mlp.shared_experts.linear_fc2.weight");
+    }
+    if (layer < m.num_layers) continue;
+    const std::string depth = "mtp.layers." + std::to_string(layer - m.num_layers) + ".";
+    add(hf + "enorm.weight", depth + "enorm.weight");
+    add(hf + "hnorm.weight", depth + "hnorm.weight");
+    add(hf + "eh_proj.weight", depth + "eh_proj.weight");
+    add(hf + "shared_head.norm.weight", depth + "final_layernorm.weight");
+    add(hf + "embed_tokens.weight", "embedding.word_embeddings.weight", true, true);
+    add(hf + "shared_head.head.weight", output, true, true);
+  }
+  add("model.norm.weight", "decoder.final_layernorm.weight");
+  if (m.untie_embeddings_and_output_weights) add("lm_head.weight", "output_layer.weight", true);
+  return t;
+}
+
+}  // namespace
+
 std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
   const HfArchitecture architecture = hf_architecture(m);
+  if (architecture == HfArchitecture::deepseek_v3) return deepseek_tensors(m);
   std::vector<HfTensor> t;
   auto add = [&](std::string hf, std::vector<std::string> mt, bool transposed = false, bool vocabulary = false) {
     t.push_back(HfTensor{std::move(hf), std::move(mt), transposed, vocabulary});
@@ -287,11 +409,67 @@ std::vector<HfTensor> hf_tensors(const ModelConfig& m) {
   return t;
 }
 
+namespace {
+
+// DeepseekV3Config's fields of `m` (the architecture checked).
+void deepseek_config(const ModelConfig& m, nlohmann::ordered_json& c) {
+  const bool moe = m.num_experts > 0;
+  c["model_type"] = "deepseek_v3";
+  c["vocab_size"] = m.vocab_size;
+  c["hidden_size"] = m.hidden_size;
+  c["intermediate_size"] = m.ffn_hidden_size;
+  c["moe_intermediate_size"] = moe ? m.moe_ffn() : m.ffn_hidden_size;
+  c["num_hidden_layers"] = m.num_layers;
+  c["num_attention_heads"] = m.num_attention_heads;
+  c["num_key_value_heads"] = m.num_attention_heads;
+  c["n_shared_experts"] = moe ? m.moe_shared_expert_intermediate_size / m.moe_ffn() : 0;
+  c["n_routed_experts"] = moe ? m.num_experts : 0;
+  c["routed_scaling_factor"] = float_json(m.moe_topk_scaling());
+  c["kv_lora_rank"] = m.kv_lora_rank;
+  c["q_lora_rank"] = m.q_lora_rank > 0 ? nlohmann::ordered_json(m.q_lora_rank) : nlohmann::ordered_json(nullptr);
+  c["qk_rope_head_dim"] = m.qk_pos_emb_head_dim;
+  c["v_head_dim"] = m.v_head_dim;
+  c["qk_nope_head_dim"] = m.qk_head_dim;
+  c["n_group"] = m.moe_router_num_groups.value_or(1);
+  c["topk_group"] = m.moe_router_group_topk.value_or(1);
+  c["num_experts_per_tok"] = moe ? m.moe_router_topk : 0;
+  c["first_k_dense_replace"] = first_dense_layers(m);
+  c["norm_topk_prob"] = m.moe_router_topk > 1;  // Megatron's sigmoid router normalises for k > 1
+  c["hidden_act"] = "silu";
+  c["max_position_embeddings"] = m.max_position_embeddings;
+  c["rms_norm_eps"] = float_json(m.norm_epsilon);
+  c["rope_theta"] = float_json(m.rotary_base);
+  if (m.rope_type == model::RopeType::yarn) {
+    c["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", m.rotary_scaling_factor},
+                         {"original_max_position_embeddings", m.original_max_position_embeddings},
+                         {"beta_fast", m.yarn_beta_fast},
+                         {"beta_slow", m.yarn_beta_slow},
+                         {"mscale", m.mscale},
+                         {"mscale_all_dim", m.mscale_all_dim},
+                         {"attention_factor", static_cast<double>(kernels::yarn_concentration(
+                                                  m.rotary_scaling_factor, m.mscale, m.mscale_all_dim))}};
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
+  c["rope_interleave"] = true;
+  c["attention_bias"] = false;
+  c["attention_dropout"] = float_json(m.attention_dropout);
+  c["num_nextn_predict_layers"] = m.mtp_num_layers;
+  // DeepSeek's own training keys (transformers keeps and ignores them).
+  c["aux_loss_alpha"] = float_json(m.moe_aux_loss_coeff);
+  c["seq_aux"] = m.moe_router_load_balancing_type == model::MoeLoadBalancing::seq_aux_loss;
+}
+
+}  // namespace
+
 nlohmann::ordered_json hf_config(const ModelConfig& m, DType dtype) {
   const HfArchitecture architecture = hf_architecture(m);
   nlohmann::ordered_json c;
   c["architectures"] = {hf_architecture_name(architecture)};
-  if (architecture == HfArchitecture::gpt2) {
+  if (architecture == HfArchitecture::deepseek_v3) {
+    deepseek_config(m, c);
+  } else if (architecture == HfArchitecture::gpt2) {
     c["model_type"] = "gpt2";
     c["vocab_size"] = m.vocab_size;
     c["n_positions"] = m.max_position_embeddings;
@@ -395,6 +573,79 @@ void mixtral_from_hf(const nlohmann::json& c, const std::string& path, ModelConf
                 "is set; mt's attention is causal over the whole sequence");
 }
 
+// DeepseekV3ForCausalLM (see the header): MLA with the latent norms, the first
+// first_k_dense_replace layers dense, the rest MoE with Megatron's sigmoid router, the expert bias
+// and shared experts; num_nextn_predict_layers MTP depths; YaRN from rope_scaling.
+void deepseek_from_hf(const nlohmann::json& c, const std::string& path, ModelConfig& m) {
+  m.name = "DeepseekV3ForCausalLM";
+  m.num_layers = required<int>(c, "num_hidden_layers", path);
+  m.hidden_size = required<int>(c, "hidden_size", path);
+  m.num_attention_heads = required<int>(c, "num_attention_heads", path);
+  m.num_query_groups = m.num_attention_heads;
+  m.ffn_hidden_size = required<int>(c, "intermediate_size", path);
+  m.max_position_embeddings = required<int>(c, "max_position_embeddings", path);
+  m.norm_epsilon = static_cast<float>(optional_value<double>(c, "rms_norm_eps", 1e-6, path));
+  m.rotary_base = static_cast<float>(optional_value<double>(c, "rope_theta", 10000.0, path));
+  m.attention_dropout = static_cast<float>(optional_value<double>(c, "attention_dropout", 0.0, path));
+  m.hidden_dropout = 0.0f;
+  m.normalization = model::Normalization::rmsnorm;
+  m.position_embedding = model::PositionEmbedding::rope;
+  m.swiglu = true;
+  m.add_bias_linear = false;
+  m.multi_latent_attention = true;
+  m.qk_layernorm = true;
+  m.q_lora_rank = optional_value<int>(c, "q_lora_rank", 0, path);
+  m.kv_lora_rank = required<int>(c, "kv_lora_rank", path);
+  m.qk_head_dim = required<int>(c, "qk_nope_head_dim", path);
+  m.qk_pos_emb_head_dim = required<int>(c, "qk_rope_head_dim", path);
+  m.v_head_dim = required<int>(c, "v_head_dim", path);
+  m.mtp_num_layers = optional_value<int>(c, "num_nextn_predict_layers", 0, path);
+  m.untie_embeddings_and_output_weights = !optional_value<bool>(c, "tie_word_embeddings", false, path);
+  refuse_field_unless(optional_value<std::string>(c, "hidden_act", "silu", path) == "silu", path, "hidden_act",
+                      "is not silu; mt's SwiGLU uses silu");
+  refuse_field_unless(!optional_value<bool>(c, "attention_bias", false, path), path, "attention_bias",
+                      "is true; mt's MLA has no biases");
+  refuse_field_unless(optional_value<bool>(c, "rope_interleave", true, path), path, "rope_interleave",
+                      "is false; mt rotates MLA's rope part interleaved, as DeepSeek-V3's weights are laid out");
+  refuse_field_unless(optional_value<int>(c, "num_key_value_heads", m.num_attention_heads, path) == m.num_attention_heads,
+                      path, "num_key_value_heads", "differs from num_attention_heads; MLA has no query groups");
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+    const nlohmann::json& r = c["rope_scaling"];
+    const std::string type = optional_value<std::string>(r, "type", optional_value<std::string>(r, "rope_type", "", path), path);
+    refuse_field_unless(type == "yarn", path, "rope_scaling", "is " + type + "; mt implements YaRN");
+    m.rope_type = model::RopeType::yarn;
+    m.rotary_scaling_factor = required<double>(r, "factor", path);
+    m.original_max_position_embeddings = required<int>(r, "original_max_position_embeddings", path);
+    m.yarn_beta_fast = optional_value<double>(r, "beta_fast", 32.0, path);
+    m.yarn_beta_slow = optional_value<double>(r, "beta_slow", 1.0, path);
+    m.mscale = optional_value<double>(r, "mscale", 1.0, path);
+    m.mscale_all_dim = optional_value<double>(r, "mscale_all_dim", 0.0, path);
+  }
+  const int experts = optional_value<int>(c, "n_routed_experts", 0, path);
+  const int dense = std::min(optional_value<int>(c, "first_k_dense_replace", 0, path), m.num_layers);
+  if (experts == 0 || dense == m.num_layers) return;
+  m.num_experts = experts;
+  m.moe_router_topk = required<int>(c, "num_experts_per_tok", path);
+  m.moe_ffn_hidden_size = required<int>(c, "moe_intermediate_size", path);
+  m.moe_shared_expert_intermediate_size = m.moe_ffn_hidden_size * required<int>(c, "n_shared_experts", path);
+  m.moe_layer_pattern.assign(static_cast<size_t>(m.num_layers), 1);
+  std::fill(m.moe_layer_pattern.begin(), m.moe_layer_pattern.begin() + dense, 0);
+  m.moe_router_score_function = model::MoeScoreFunction::sigmoid;
+  m.moe_router_enable_expert_bias = true;
+  m.moe_router_topk_scaling_factor = static_cast<float>(optional_value<double>(c, "routed_scaling_factor", 1.0, path));
+  const int groups = optional_value<int>(c, "n_group", 1, path);
+  if (groups > 1) {
+    m.moe_router_num_groups = groups;
+    m.moe_router_group_topk = optional_value<int>(c, "topk_group", 1, path);
+  }
+  refuse_field_unless(optional_value<bool>(c, "norm_topk_prob", true, path) == (m.moe_router_topk > 1), path,
+                      "norm_topk_prob", "differs from Megatron's sigmoid router, which normalises the gates when k > 1");
+  m.moe_router_load_balancing_type =
+      optional_value<bool>(c, "seq_aux", true, path) ? model::MoeLoadBalancing::seq_aux_loss : model::MoeLoadBalancing::aux_loss;
+  m.moe_aux_loss_coeff = static_cast<float>(optional_value<double>(c, "aux_loss_alpha", 0.0, path));
+  m.moe_token_dispatcher_type = model::MoeDispatcher::alltoall;
+}
+
 }  // namespace
 
 ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& path, int make_vocab_size_divisible_by) {
@@ -429,8 +680,10 @@ ModelConfig model_config_from_hf(const nlohmann::json& c, const std::string& pat
   } else if (model_type == "llama" || model_type == "mixtral") {
     llama_from_hf(c, path, m);
     if (model_type == "mixtral") mixtral_from_hf(c, path, m);
+  } else if (model_type == "deepseek_v3") {
+    deepseek_from_hf(c, path, m);
   } else {
-    throw Error(path, "model_type '" + model_type + "' is not imported (mt imports gpt2, llama and mixtral)");
+    throw Error(path, "model_type '" + model_type + "' is not imported (mt imports gpt2, llama, mixtral and deepseek_v3)");
   }
   m.seq_length = m.max_position_embeddings;
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
@@ -506,10 +759,13 @@ HfImportResult import_hf(const std::string& directory, const std::string& path, 
   weights.refuse_holes();
   std::map<std::string, bool> used;
   CheckpointWriter writer(path);
+  std::map<std::string, std::string> first_hf_name;  // mt tensor -> the HF tensor it was read from
   for (const HfTensor& tensor : tensors) {
     const std::vector<int64_t> shape = hf_shape(tensor, m, shapes);
     used[tensor.name] = true;
+    if (tensor.copy) continue;  // checked against the tensor it copies below
     std::vector<float> stacked = weights.read(tensor.name);
+    first_hf_name.emplace(tensor.mt_names.front(), tensor.name);
     check_finite(directory, tensor.name, stacked.data(), static_cast<int64_t>(stacked.size()),
                  " (mt imports finite weights only)");
     if (tensor.transposed) stacked = transpose(stacked, shape[0], shape[1]);
@@ -523,6 +779,16 @@ HfImportResult import_hf(const std::string& directory, const std::string& path, 
       writer.write_tensor("model/" + name, mt_shape,
                           {TensorSlice{Box{std::vector<int64_t>(mt_shape.size(), 0), mt_shape}, values.data()}});
       ++result.tensors;
+    }
+  }
+  for (const HfTensor& tensor : tensors) {
+    if (!tensor.copy) continue;
+    // mt holds one table: the copy must be it, bit for bit.
+    const std::string& original = first_hf_name.at(tensor.mt_names.front());
+    const std::vector<float> kept = weights.read(original), copy = weights.read(tensor.name);
+    if (kept.size() != copy.size() || std::memcmp(kept.data(), copy.data(), kept.size() * sizeof(float)) != 0) {
+      throw UsageError(directory, "tensor " + tensor.name + " differs from " + original +
+                                      ", of which mt keeps one table (DeepSeek-V3's MTP layer shares it)");
     }
   }
   for (const std::string& name : weights.names()) {

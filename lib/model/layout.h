@@ -81,7 +81,7 @@ struct ParamEntry {
   // once in grad norms, written to checkpoints. Among the reduction group's ranks the optimizer
   // decides (optim/distributed_optimizer.h: each rank its slice, or the group's rank 0).
   int replica = 0;                    // 0: the primary copy
-  bool tied_copy = false;             // the last stage's copy of the tied word embedding
+  bool tied_copy = false;             // the last stage's copy of the word embedding (tied output or MTP)
   DataParallelGroup data_parallel_group = DataParallelGroup::dense;  // the group that sums its grads
   bool reduce_over_tensor_parallel = false;  // sequence parallel: norms and row-parallel biases see 1/TP of the tokens
   bool reduce_over_embedding_group = false;  // tied word embedding on first and last stage: summed between them
@@ -161,8 +161,8 @@ struct ParamDeclaration {
   // divide them (e.g. "--num-query-groups 2").
   int64_t unit = 1;
   std::string unit_flag{};
-  bool tied_embedding = false;  // the word embedding the output layer shares (either stage's copy)
-  bool tied_copy = false;       // the head's own copy of it (the embedding is on another stage)
+  bool tied_embedding = false;  // the word embedding the output layer or the MTP block shares (either stage's copy)
+  bool tied_copy = false;       // the last stage's own copy of it (the embedding is on another stage)
   bool full_rows = false;       // read on every row of the micro-batch even under SP (the position
                                 // table): TP ranks get the same grads, not 1/TP shares to sum
   // A MoE expert tensor of global expert `expert` of `num_experts` (-1: not one). Only the EP rank

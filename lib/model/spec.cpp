@@ -63,17 +63,21 @@ LayerSpec layer_spec(const ModelConfig& config, int layer) {
 }
 
 ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& chunks) {
-  bool embedding_here = false;
-  for (const ChunkSpec& chunk : chunks) embedding_here = embedding_here || chunk.has_embedding;
+  bool embedding_here = false, output_here = false;
+  for (const ChunkSpec& chunk : chunks) {
+    embedding_here = embedding_here || chunk.has_embedding;
+    output_here = output_here || chunk.has_output;
+  }
   const bool tied = !config.untie_embeddings_and_output_weights;
+  const bool positions = config.position_embedding == PositionEmbedding::learned_absolute;
+  const EmbeddingKind embedding_kind = positions ? EmbeddingKind::word_and_learned_positions : EmbeddingKind::word;
   ModelSpec spec;
   for (const ChunkSpec& range : chunks) {
     ChunkBlocks chunk;
     static_cast<ChunkSpec&>(chunk) = range;
     if (range.has_embedding) {
-      const bool positions = config.position_embedding == PositionEmbedding::learned_absolute;
-      chunk.embedding = EmbeddingSpec{positions ? EmbeddingKind::word_and_learned_positions : EmbeddingKind::word,
-                                      tied, config.bert && config.bert_binary_head};
+      chunk.embedding = EmbeddingSpec{embedding_kind, tied, config.bert && config.bert_binary_head,
+                                      config.mtp_num_layers > 0 && !output_here};
     }
     for (int layer = range.first_layer; layer < range.last_layer; ++layer) {
       chunk.layers.push_back(layer_spec(config, layer));
@@ -86,6 +90,12 @@ ModelSpec model_spec(const ModelConfig& config, const std::vector<ChunkSpec>& ch
                                : HeadSpec{HeadKind::language_model, output};
       for (int depth = 0; depth < config.mtp_num_layers; ++depth) {
         chunk.mtp_layers.push_back(layer_spec(config, config.num_layers + depth));
+      }
+      if (config.mtp_num_layers > 0) {
+        // The lookups of a stage without the embedding read its copy of the word table (a learned
+        // position table has no copy: check_spec refuses it).
+        chunk.mtp_embedding = EmbeddingSpec{embedding_kind, tied, config.bert && config.bert_binary_head, false};
+        chunk.mtp_embedding_copy = !embedding_here;
       }
     }
     spec.chunks.push_back(std::move(chunk));
@@ -120,9 +130,13 @@ void check_spec(const ModelSpec& spec) {
       }
     }
     if (!chunk.mtp_layers.empty() && !chunk.head) throw Error(what, "has multi-token prediction without the head");
-    if (!chunk.mtp_layers.empty() && !chunk.embedding) {
-      throw Error(what, "has multi-token prediction without the word embedding (a pipeline's last stage would need "
-                        "its own copy)");
+    if (chunk.mtp_layers.empty() != !chunk.mtp_embedding.has_value()) {
+      throw Error(what, chunk.mtp_layers.empty() ? "has an MTP embedding without MTP layers"
+                                                 : "has multi-token prediction without an embedding to look up");
+    }
+    if (chunk.mtp_embedding_copy && chunk.mtp_embedding->kind != EmbeddingKind::word) {
+      throw Error(what, "has multi-token prediction on a stage without the embedding and a learned position table "
+                        "(only the word table has a copy on the last stage)");
     }
     if (chunk.head && chunk.head->output == OutputWeight::tied_embedding) {
       bool embedded = false;
@@ -186,7 +200,8 @@ ChunkModules make_chunk(const ChunkBlocks& chunk, const ModelConfig& config) {
       if (layer.mlp.kind == MlpKind::moe) modules.moe_layers.push_back(static_cast<MoeMlp*>(mlp.get()));
       mtp_layers.push_back(make_decoder_layer(layer, config, std::move(mlp)));
     }
-    modules.mtp = std::make_unique<MtpBlock>(config, *chunk.embedding, *chunk.head, std::move(mtp_layers));
+    modules.mtp = std::make_unique<MtpBlock>(config, *chunk.mtp_embedding, *chunk.head, chunk.mtp_embedding_copy,
+                                             std::move(mtp_layers));
   }
   return modules;
 }

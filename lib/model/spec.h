@@ -53,6 +53,9 @@ struct EmbeddingSpec {
   EmbeddingKind kind = EmbeddingKind::word;
   bool tied_to_output = true;  // the output layer multiplies with the word table
   bool token_types = false;    // BERT with the binary head: a 2-row token-type table added too
+  // Multi-token prediction under pipeline parallelism: the last stage keeps a copy of the word
+  // table for the MTP depths' lookups, whose grads are summed with this one's (as a tied output's).
+  bool shared_with_mtp = false;
 };
 
 enum class AttentionKind {
@@ -117,6 +120,12 @@ struct ChunkBlocks : ChunkSpec {
   // Multi-token prediction (only beside the head): per depth k its transformer layer's spec
   // (global index num_layers + k); empty without --mtp-num-layers.
   std::vector<LayerSpec> mtp_layers;
+  // What the MTP depths look up (with mtp_layers): the rank's word embedding, or, when no chunk of
+  // the rank embeds (a pipeline's last stage, Megatron's mtp_process stage), its own copy of the
+  // word table, declared by the head when the output layer is tied (OutputWeight::tied_copy) and
+  // by the MTP block otherwise.
+  std::optional<EmbeddingSpec> mtp_embedding;
+  bool mtp_embedding_copy = false;
 };
 
 // The chunks a rank holds, in order.

@@ -232,7 +232,7 @@ void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) 
   if (model.num_experts == 0 || !model.moe_router_enable_expert_bias) return;
   const std::vector<Trainer::ExpertBias> biases = trainer.expert_biases();
   const bool writes = trainer.writes_expert_biases();
-  for (int layer = 0; layer < model.num_layers; ++layer) {
+  for (int layer = 0; layer < model.num_layers + model.mtp_num_layers; ++layer) {  // MTP depths: L + k
     if (!model.is_moe_layer(layer)) continue;
     TensorShare share{expert_bias_tensor_name(layer), {model.num_experts}, {}};
     for (const Trainer::ExpertBias& bias : biases) {

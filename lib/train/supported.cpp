@@ -39,10 +39,14 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
        "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
        "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},
-      {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1,
-       "--mtp-num-layers with --pipeline-model-parallel-size " + std::to_string(parallel.pipeline_model_parallel_size),
-       "the last stage would need its own copy of the word embedding for the MTP lookups, which mt does not keep "
-       "yet" + accounted},
+      // Under PP the last stage keeps a copy of the word table for the MTP lookups (model/layers/mtp.h);
+      // Megatron's last stage would also hold a position table that nothing keeps equal to the first's.
+      {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1 &&
+           model.position_embedding == model::PositionEmbedding::learned_absolute,
+       "--mtp-num-layers with --pipeline-model-parallel-size " + std::to_string(parallel.pipeline_model_parallel_size) +
+           " and --position-embedding-type learned_absolute",
+       "the last stage keeps a copy of the word table for the MTP lookups, not of the learned position table: "
+       "use rope, or PP 1" + accounted},
       {model.mtp_num_layers > 0 && device == backend::Device::cuda, "--mtp-num-layers with --device cuda",
        "multi-token prediction runs on the CPU table; it has not run on a GPU yet"},
       // BERT (issue 25): the model is built (lib/model, checked against Megatron-Core's BertModel);

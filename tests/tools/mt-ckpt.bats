@@ -302,6 +302,58 @@ PY
     || fail "$status $err"
 }
 
+@test "issue22: export/import --format hf of a trained DeepSeek-V3-shaped model with MTP: DeepseekV3ForCausalLM config and names, bit-identical import (expert biases too), mt-train --finetune from its mt_train_flags trains the same losses" {
+  local model=(--model tiny-deepseek --moe-router-topk 4 --mtp-num-layers 1 --vocab-size 97)
+  save_final deepseek "${model[@]}"
+  run_split mt-ckpt export --format hf "$TMP/deepseek.h5" "$TMP/hf"
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" | jq -e -s '.[-1].architecture == "DeepseekV3ForCausalLM"' >/dev/null || fail "$out"
+  jq -e '.architectures == ["DeepseekV3ForCausalLM"] and .model_type == "deepseek_v3" and .first_k_dense_replace == 1
+    and .n_routed_experts == 8 and .num_experts_per_tok == 4 and .n_group == 4 and .topk_group == 2
+    and .n_shared_experts == 1 and .routed_scaling_factor == 2.5 and .num_nextn_predict_layers == 1
+    and .q_lora_rank == 32 and .kv_lora_rank == 16 and .qk_nope_head_dim == 16 and .qk_rope_head_dim == 8' \
+    "$TMP/hf/config.json" >/dev/null || fail "$(cat "$TMP/hf/config.json")"
+  /usr/bin/python3 - "$TMP/hf/model.safetensors" <<'PY' || fail "the export's MTP layer"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+for name in ("enorm", "hnorm", "eh_proj", "shared_head.norm", "shared_head.head", "embed_tokens", "mlp.gate.e_score_correction_bias"):
+    assert "model.layers.2.%s.weight" % name in header or "model.layers.2.%s" % name in header, name
+assert header["model.layers.2.eh_proj.weight"]["shape"] == [64, 128], header["model.layers.2.eh_proj.weight"]
+PY
+  run_split mt-ckpt import --format hf "$TMP/hf" "$TMP/imported.h5"
+  [[ $status -eq 0 ]] || fail "$err"
+  printf '%s\n' "$out" >"$TMP/import.jsonl"
+  jq -e -s '.[-1] | .ignored == []' "$TMP/import.jsonl" >/dev/null || fail "$out"
+  /usr/bin/python3 - "$TMP/deepseek.h5" "$TMP/imported.h5" <<'PY' || fail "the import differs from the original"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r")["model"], h5py.File(sys.argv[2], "r")["model"]
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+assert "decoder.layers.2.mlp.router.expert_bias" in a
+for name in a:
+    x, y = a[name][()], b[name][()]
+    if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        assert not y[97:].any(), "pad rows not zero"
+        x, y = x[:97], y[:97]
+    assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
+PY
+  local source flags=("${model[@]}")
+  for source in deepseek imported; do
+    [[ $source == imported ]] && read -ra flags <<<"$(jq -r -s '.[-1].mt_train_flags' "$TMP/import.jsonl")"
+    mt-train "${flags[@]}" --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 \
+      --eval-iters 0 --peak-tflops 1 --seed 5 --load "$TMP/$source.h5" --finetune >"$TMP/$source.jsonl" \
+      2>"$TMP/$source.log" || fail "$source: $(cat "$TMP/$source.log")"
+  done
+  local original imported
+  original=$(jq -c -s '[.[] | select(.record == "step") | [.lm_loss, .mtp_1_loss]]' "$TMP/deepseek.jsonl")
+  imported=$(jq -c -s '[.[] | select(.record == "step") | [.lm_loss, .mtp_1_loss]]' "$TMP/imported.jsonl")
+  [[ "$original" == "$imported" && "$original" == "[["*","*"]]" ]] || fail "$original vs $imported"
+  save_final groups --model tiny-deepseek --vocab-size 97
+  run_split mt-ckpt export --format hf "$TMP/groups.h5" "$TMP/x"
+  [[ $status -eq 2 && "$err" == *"--moe-router-group-topk 2 has no Hugging Face export"* && ! -e "$TMP/x/model.safetensors" ]] \
+    || fail "$status $err"
+}
+
 @test "import --format hf of GPT-2's default dropouts (attn_pdrop, resid_pdrop, embd_pdrop 0.1): taken into mt_train_flags, and mt-train runs them" {
   save_tiny
   mt-ckpt export --format hf "$TMP/ck" "$TMP/hf" >/dev/null || fail "export"

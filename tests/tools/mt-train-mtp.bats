@@ -4,8 +4,10 @@
 # Megatron's log line (" mtp_1 loss: "), --mtp-loss-scaling-factor 0 trains the model without MTP
 # bit for bit (the flag is read, and the block leaves the main model alone), a checkpoint holds the
 # depth under layout-independent names and resumes bit for bit, DP = 2 and TP = 2 with sequence
-# parallelism under mpirun train one rank's numbers (MTP losses included), and what MTP does not run
-# with is refused by name. The block's numbers against Megatron-Core are
+# parallelism under mpirun train one rank's numbers (MTP losses included), so do PP = 2 (1F1B and
+# interleaved, tied and untied output layer, and PP = 2 x TP = 2) with the block on the last stage,
+# whose checkpoints resume bit for bit and load on one rank, and what MTP does not run with is
+# refused by name. The block's numbers against Megatron-Core are
 # tests/unit/model/test_mtp_megatron.cpp; TP over threads tests/unit/model/test_mtp.cpp.
 
 setup() {
@@ -94,11 +96,67 @@ same_numbers() {
   done
 }
 
-@test "issue22: MTP refuses pipeline and context parallelism, FP8 and CUDA by name" {
+# 4 layers, so that PP = 2 with 2 virtual stages has a layer per chunk.
+PIPE=("${TINY[@]}" --num-layers 4 --mtp-num-layers 2)
+
+@test "issue22: PP=2 (1F1B, 2 virtual stages, tied output layer) and PP=2 x TP=2 with SP train one rank's MTP numbers" {
+  mt-train "${PIPE[@]}" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  for layout in "2 " "2 --num-virtual-stages-per-pipeline-rank 2" "4 --tensor-model-parallel-size 2 --sequence-parallel"; do
+    # shellcheck disable=SC2086
+    mpirun_n ${layout%% *} mt-train "${PIPE[@]}" --pipeline-model-parallel-size 2 ${layout#* } >"$TMP/pp.jsonl" \
+      2>"$TMP/err.log" || fail "'$layout': $(cat "$TMP/err.log")"
+    same_numbers "$TMP/pp.jsonl" "$TMP/one.jsonl"
+  done
+  # A tied output layer (tiny-gpt on rope): the last stage's one copy of the word table serves both.
+  tied=(--model tiny-gpt --position-embedding-type rope --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2
+        --global-batch-size 8 --train-iters 3 --lr 3e-3 --eval-iters 0 --peak-tflops 1 --mtp-num-layers 1)
+  mt-train "${tied[@]}" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  mpirun_n 2 mt-train "${tied[@]}" --pipeline-model-parallel-size 2 >"$TMP/pp.jsonl" 2>"$TMP/err.log" \
+    || fail "tied: $(cat "$TMP/err.log")"
+  same_numbers "$TMP/pp.jsonl" "$TMP/one.jsonl"
+}
+
+# DeepSeek-V3-shaped (MLA, a dense then a MoE layer with the expert bias, two MoE MTP depths): one
+# decoder layer per stage under PP = 2, the depths and their expert biases on the last.
+DEEP=(--model tiny-deepseek --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+      --train-iters 4 --lr 3e-3 --lr-warmup-iters 1 --eval-iters 0 --peak-tflops 1 --mtp-num-layers 2)
+
+@test "issue22: under PP=2 a DeepSeek-shaped MTP checkpoint resumes bit for bit, holds each tensor once (MTP expert biases too), and loads on one rank" {
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 >"$TMP/whole.jsonl" 2>"$TMP/err.log" \
+    || fail "$(cat "$TMP/err.log")"
+  mt-train "${DEEP[@]}" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  same_numbers "$TMP/whole.jsonl" "$TMP/one.jsonl"
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 --exit-interval 2 --save "$TMP/ckpt" \
+    --save-interval 2 >"$TMP/first.jsonl" 2>"$TMP/err.log" || [[ $? -eq 75 ]] || fail "$(cat "$TMP/err.log")"
+  mpirun_n 2 mt-train "${DEEP[@]}" --pipeline-model-parallel-size 2 --load "$TMP/ckpt" >"$TMP/second.jsonl" \
+    2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  steps='[.[] | select(.record=="step") | [.iteration, .lm_loss, .mtp_1_loss, .mtp_2_loss, .grad_norm]]'
+  whole=$(jq -c -s "$steps" "$TMP/whole.jsonl")
+  resumed=$(jq -c -s "$steps" "$TMP/first.jsonl" "$TMP/second.jsonl")
+  [[ "$whole" == "$resumed" ]] || fail "resumed $resumed, whole $whole"
+  mt-ckpt verify "$TMP/ckpt" >/dev/null || fail "the PP=2 checkpoint does not verify"
+  # The whole model's tensors once: one word table (the last stage's copy is not written), the
+  # untied output layer, both depths, the expert bias of every MoE layer (the depths' too).
+  /usr/bin/python3 - "$TMP/ckpt/iter_0000002/checkpoint.h5" <<'PY' || fail "the checkpoint's tensors"
+import sys, h5py
+names = set(h5py.File(sys.argv[1], "r")["model"].keys())
+assert "embedding.word_embeddings.weight" in names and "output_layer.weight" in names, sorted(names)
+assert {n.split(".")[2] for n in names if n.startswith("mtp.layers.")} == {"0", "1"}, sorted(names)
+assert {n.split(".")[2] for n in names if n.startswith("decoder.layers.")} == {"0", "1", "2", "3"}, sorted(names)
+assert {n for n in names if n.endswith("expert_bias")} == {"decoder.layers.%d.mlp.router.expert_bias" % l for l in (1, 2, 3)}, sorted(names)
+PY
+  # Loaded on one rank, the next steps are PP=2's within the fp32 bound.
+  mt-train "${DEEP[@]}" --load "$TMP/ckpt" >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  same_numbers "$TMP/one.jsonl" "$TMP/second.jsonl"
+}
+
+@test "issue22: MTP refuses context parallelism, PP with learned positions, FP8 and CUDA by name" {
   base=(mt-train --model tiny-llama --mtp-num-layers 1 --mock-data --vocab-size 97 --seq-length 16 --train-iters 1)
-  run "${base[@]}" --dry-run --world-size 2 --pipeline-model-parallel-size 2
+  run mt-train --model tiny-gpt --mtp-num-layers 1 --mock-data --train-iters 1 --dry-run --world-size 2 \
+    --pipeline-model-parallel-size 2
   [[ $status -eq 2 ]] || fail "status $status: $output"
-  [[ "$output" == *"--mtp-num-layers with --pipeline-model-parallel-size 2: not supported yet"* ]] || fail "$output"
+  [[ "$output" == *"--mtp-num-layers with --pipeline-model-parallel-size 2 and --position-embedding-type learned_absolute: not supported yet"* ]] \
+    || fail "$output"
   run "${base[@]}" --dry-run --world-size 2 --context-parallel-size 2
   [[ $status -eq 2 ]] || fail "status $status: $output"
   [[ "$output" == *"--mtp-num-layers with --context-parallel-size 2: not supported yet"* ]] || fail "$output"

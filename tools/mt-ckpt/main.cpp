@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -446,6 +447,48 @@ int run_export(mt::tools::ToolCli& cli, const Options& o) {
 }
 
 // The mt-train model flags of `m` (what --load of an import needs the run to match).
+std::string flag_number(double value) {
+  std::ostringstream text;
+  text << std::setprecision(9) << value;
+  return text.str();
+}
+
+// DeepseekV3ForCausalLM's model flags (io/hf_checkpoint.h): MLA with the latent norms, YaRN, the
+// dense-then-MoE layers with DeepSeek-V3's sigmoid router, the expert bias and shared experts, MTP.
+std::string deepseek_flags(const mt::model::ModelConfig& m) {
+  auto integer = [](const char* flag, int value) { return std::string(" ") + flag + " " + std::to_string(value); };
+  std::string flags = " --multi-latent-attention --qk-layernorm";
+  if (m.q_lora_rank > 0) flags += integer("--q-lora-rank", m.q_lora_rank);
+  flags += integer("--kv-lora-rank", m.kv_lora_rank) + integer("--qk-head-dim", m.qk_head_dim) +
+           integer("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim) + integer("--v-head-dim", m.v_head_dim);
+  if (m.rope_type == mt::model::RopeType::yarn) {
+    flags += " --rope-type yarn --rotary-scaling-factor " + flag_number(m.rotary_scaling_factor) + " --mscale " +
+             flag_number(m.mscale) + " --mscale-all-dim " + flag_number(m.mscale_all_dim) +
+             integer("--yarn-original-max-position-embeddings", m.original_max_position_embeddings) +
+             " --yarn-beta-fast " + flag_number(m.yarn_beta_fast) + " --yarn-beta-slow " + flag_number(m.yarn_beta_slow);
+  } else {
+    flags += " --rope-type rope";
+  }
+  if (m.mtp_num_layers > 0) flags += integer("--mtp-num-layers", m.mtp_num_layers);
+  if (m.num_experts == 0) return flags;
+  int dense = 0;
+  while (dense < m.num_layers && !m.is_moe_layer(dense)) ++dense;
+  flags += integer("--num-experts", m.num_experts) + integer("--moe-router-topk", m.moe_router_topk) +
+           integer("--moe-ffn-hidden-size", m.moe_ffn()) +
+           integer("--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size) +
+           " --moe-layer-freq ([0]*" + std::to_string(dense) + "+[1]*" + std::to_string(m.num_layers - dense) + ")" +
+           " --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-topk-scaling-factor " +
+           flag_number(m.moe_topk_scaling());
+  if (m.moe_router_num_groups) {
+    flags += integer("--moe-router-num-groups", *m.moe_router_num_groups) +
+             integer("--moe-router-group-topk", m.moe_router_group_topk.value_or(1));
+  }
+  const bool seq = m.moe_router_load_balancing_type == mt::model::MoeLoadBalancing::seq_aux_loss;
+  flags += std::string(" --moe-router-load-balancing-type ") + (seq ? "seq_aux_loss" : "aux_loss") +
+           " --moe-aux-loss-coeff " + flag_number(m.moe_aux_loss_coeff) + " --moe-token-dispatcher-type alltoall";
+  return flags;
+}
+
 std::string train_flags(const mt::model::ModelConfig& m) {
   auto number = [](double value) {
     std::ostringstream text;
@@ -468,7 +511,8 @@ std::string train_flags(const mt::model::ModelConfig& m) {
   if (m.swiglu) flags += " --swiglu";
   if (!m.add_bias_linear) flags += " --disable-bias-linear";
   if (m.untie_embeddings_and_output_weights) flags += " --untie-embeddings-and-output-weights";
-  if (m.num_experts > 0) {  // Mixtral: every layer MoE, the default softmax router, dropless
+  if (m.multi_latent_attention) flags += deepseek_flags(m);
+  if (m.num_experts > 0 && !m.multi_latent_attention) {  // Mixtral: every layer MoE, the default softmax router, dropless
     flags += " --num-experts " + std::to_string(m.num_experts) + " --moe-router-topk " + std::to_string(m.moe_router_topk);
     if (m.moe_ffn_hidden_size > 0) flags += " --moe-ffn-hidden-size " + std::to_string(m.moe_ffn_hidden_size);
     flags += " --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff " + number(m.moe_aux_loss_coeff) +
@@ -568,7 +612,11 @@ void define(mt::tools::ToolCli& cli, Options& o) {
       "positions + GELU + biases (Conv1D weights transposed, q/k/v fused into attn.c_attn), LlamaForCausalLM for\n"
       "RMSNorm + RoPE + SwiGLU without biases (mt's rotate-half RoPE layout is HF's: q/k rows are not permuted),\n"
       "MixtralForCausalLM for such a model whose every layer is MoE under the default softmax router (the router as\n"
-      "block_sparse_moe.gate, expert gate/up/down as w1/w3/w2; other MoE router settings are refused by flag).\n"
+      "block_sparse_moe.gate, expert gate/up/down as w1/w3/w2; other MoE router settings are refused by flag),\n"
+      "DeepseekV3ForCausalLM for multi-latent attention (MLA's projections as q_a/q_b/kv_a_proj_with_mqa/kv_b/o_proj,\n"
+      "dense layers then MoE layers with the sigmoid router, its expert bias as e_score_correction_bias and shared\n"
+      "experts, each MTP depth k as model.layers.<num-layers + k>. with DeepSeek's enorm/hnorm/eh_proj/shared_head\n"
+      "names; what HF's router cannot compute, e.g. a --moe-router-group-topk other than top-k / 2, is refused by flag).\n"
       "The vocabulary pad rows are dropped (config.json's vocab_size is the real vocabulary); a tied output layer is\n"
       "tie_word_embeddings: true and no lm_head.weight. Each file is written under a temporary name, fsynced,\n"
       "renamed. The records are printed as JSONL (--format names the checkpoint format here).");
@@ -586,7 +634,8 @@ void define(mt::tools::ToolCli& cli, Options& o) {
       ->check(CLI::PositiveNumber);
   o.import_->add_flag("--force", o.force, "Overwrite an existing OUT file (a tracker never moves backwards)");
   o.import_->footer(
-      "Reads config.json (model_type gpt2 or llama; anything mt cannot represent, such as rope_scaling, biases in\n"
+      "Reads config.json (model_type gpt2, llama, mixtral or deepseek_v3; anything mt cannot represent, such as\n"
+      "rope_scaling other than DeepSeek-V3's yarn, biases in\n"
       "LLaMA or another activation, is refused naming the field) and the F32/BF16/F16 safetensors, and writes the\n"
       "parameters as fp32 with mt's names, the vocabulary padded with zero rows. The checkpoint is parameters only\n"
       "(iteration 0, no optimizer state, not resumable): train from it with mt-train --load OUT --finetune and the\n"

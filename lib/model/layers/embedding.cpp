@@ -18,7 +18,7 @@ void Embedding::declare(ParamDeclarations& declarations) const {
   const std::string vocab = "the padded vocabulary " + std::to_string(padded_vocab_);
   ParamDeclaration word{kWordEmbeddings, {padded_vocab_, hidden_}, TensorSplit::column_parallel, kEmbeddingLayer,
                         Init::normal(init_std_), 1, vocab};
-  word.tied_embedding = spec_.tied_to_output;
+  word.tied_embedding = spec_.tied_to_output || spec_.shared_with_mtp;
   declarations.add_single(word);
   if (spec_.kind == EmbeddingKind::word_and_learned_positions) {
     ParamDeclaration positions{kPositionEmbeddings, {max_positions_, hidden_}, TensorSplit::replicated,

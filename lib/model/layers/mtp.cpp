@@ -59,13 +59,14 @@ std::string MtpBlock::name(int depth, const char* tensor) {
 }
 
 MtpBlock::MtpBlock(const ModelConfig& config, const EmbeddingSpec& embedding, const HeadSpec& head,
-                   std::vector<std::unique_ptr<DecoderLayer>> layers)
+                   bool embedding_copy, std::vector<std::unique_ptr<DecoderLayer>> layers)
     : num_layers_(config.num_layers),
       hidden_(config.hidden_size),
       padded_vocab_(config.padded_vocab_size()),
       vocab_size_(config.vocab_size),
       layers_(std::move(layers)),
-      head_(head) {
+      head_(head),
+      embedding_copy_(embedding_copy) {
   for (int k = 0; k < depths(); ++k) {
     const int layer = num_layers_ + k;
     if (layers_[static_cast<size_t>(k)]->layer() != layer) {
@@ -85,6 +86,14 @@ MtpBlock::MtpBlock(const ModelConfig& config, const EmbeddingSpec& embedding, co
 MtpBlock::~MtpBlock() = default;
 
 void MtpBlock::declare(ParamDeclarations& declarations) const {
+  if (embedding_copy_ && head_.output == OutputWeight::own) {
+    // The last stage's copy of the word table (a tied head declares it): the same tensor, so the
+    // same init; its grads are summed with the first stage's.
+    ParamDeclaration copy{Embedding::kWordEmbeddings, {padded_vocab_, hidden_}, TensorSplit::column_parallel,
+                          num_layers_, Init::normal(init_std_), 1, "the padded vocabulary " + std::to_string(padded_vocab_)};
+    copy.tied_embedding = copy.tied_copy = true;
+    declarations.add_single(copy);
+  }
   for (int k = 0; k < depths(); ++k) {
     const size_t d = static_cast<size_t>(k);
     enorm_[d].declare(declarations);

@@ -27,8 +27,14 @@
 // mtp.layers.<k>.transformer_layer.), all with layer id L + k: depth 0 shares the head's id, whose
 // grads-ready signal follows this block's backward; depths k > 0 signal L + k after theirs.
 // The block keeps all its activations (no recompute of MTP layers: Megatron's full recompute of
-// them changes memory, not numbers). Context parallelism and pipeline stages without the word
-// embedding are refused before this block is built (train/supported.h).
+// them changes memory, not numbers). Context parallelism is refused before this block is built
+// (train/supported.h).
+// Under pipeline parallelism the block sits after the decoder on the last stage (Megatron-Core's
+// mtp_process stage), which then holds a copy of the word embedding as a tied output layer does:
+// declared here (`embedding_copy` with an untied output layer; the head declares it when tied)
+// under the embedding's name, replica 1 (not written to checkpoints, loaded from the first stage's
+// tensor), with the head's layer id, its grads summed with the first stage's between the two
+// (Megatron's _allreduce_word_embedding_grads over the embedding group; model/layout.h).
 // Tested against Megatron-Core in tests/unit/model/test_mtp_megatron.cpp (tests/golden/mtp/: the
 // losses and every grad) and in tests/unit/model/test_mtp.cpp (TP = 2 with and without SP over
 // threads against one rank, the grads-ready signals, a DeepSeek-shaped MoE + MLA depth).
@@ -50,7 +56,9 @@ namespace mt::model {
 class MtpBlock {
  public:
   // `layers`: depth k's decoder layer (global index num_layers + k), made by the spec's factories.
-  MtpBlock(const ModelConfig& config, const EmbeddingSpec& embedding, const HeadSpec& head,
+  // `embedding_copy`: no chunk of the rank embeds (a pipeline's last stage), so the lookups read
+  // the rank's copy of the word table.
+  MtpBlock(const ModelConfig& config, const EmbeddingSpec& embedding, const HeadSpec& head, bool embedding_copy,
            std::vector<std::unique_ptr<DecoderLayer>> layers);
   ~MtpBlock();
 
@@ -100,6 +108,7 @@ class MtpBlock {
   std::vector<ColumnParallelLinear> eh_proj_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   HeadSpec head_;
+  bool embedding_copy_ = false;
   ColumnParallelLinear output_;
   int64_t vocab_start_ = 0, valid_ = 0;
   int64_t local_hidden_ = 0;      // eh_proj's output columns on this rank

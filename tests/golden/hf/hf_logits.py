@@ -2,14 +2,15 @@
 """Logits of an exported mt model under transformers, on fixed tokens (make_hf_goldens.sh runs it).
 
 Loads DIR (mt-ckpt export --format hf) with the class its config.json names (GPT2LMHeadModel,
-LlamaForCausalLM or MixtralForCausalLM; eager attention, fp32, CPU, one thread), runs the case's
+LlamaForCausalLM, MixtralForCausalLM or DeepseekV3ForCausalLM, the last in transformers >= 4.51;
+eager attention, fp32, CPU, one thread), runs the case's
 fixed tokens and writes
 OUT: /tokens int32 (batch, seq_length), /logits float32 (batch, seq_length, vocab_size), root
 attributes case, architecture, transformers_version, torch_version.
 
     hf_logits.py --case tiny-gpt2 --model DIR --out tests/golden/hf/tiny-gpt2-logits.h5
 
-A case not in tests/golden/cases.json (tiny-mixtral: mt-train's preset as it stands) takes its
+A case not in tests/golden/cases.json (tiny-mixtral, tiny-deepseek: mt-train's presets) takes its
 seq_length and vocab_size from DIR's config.json (max_position_embeddings, vocab_size).
 """
 import argparse
@@ -47,7 +48,10 @@ def main():
                                                     "vocab_size": config["vocab_size"]}
     model_class = {"GPT2LMHeadModel": transformers.GPT2LMHeadModel,
                    "LlamaForCausalLM": transformers.LlamaForCausalLM,
-                   "MixtralForCausalLM": transformers.MixtralForCausalLM}[architecture]
+                   "MixtralForCausalLM": transformers.MixtralForCausalLM,
+                   "DeepseekV3ForCausalLM": getattr(transformers, "DeepseekV3ForCausalLM", None)}[architecture]
+    if model_class is None:
+        raise SystemExit("transformers %s has no %s" % (transformers.__version__, architecture))
     model = model_class.from_pretrained(args.model, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     tokens = fixed_tokens(case)

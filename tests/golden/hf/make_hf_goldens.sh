@@ -11,6 +11,13 @@
 # it makes a venv ($MT_HF_VENV, default /tmp/venv-mt-hf) over Debian's /usr/bin/python3 (torch
 # 1.13, numpy, h5py as system site packages) and pip-installs transformers $TRANSFORMERS_VERSION
 # (default 4.38.2, one that works with torch 1.13) from PyPI.
+# The case tiny-deepseek is mt-train's preset with --moe-router-topk 4 (so that each of its 4 groups
+# is scored by its best 2 experts in Megatron as in HF: top-k / group-topk = 2) and its MTP depth,
+# at its initial parameters, run by DeepseekV3ForCausalLM (main model only: transformers ignores
+# model.layers.2.*); tests/unit/train/test_hf_deepseek_logits.cpp compares. The committed
+# tiny-deepseek-logits.h5 was made with MT_HF_VENV=/work/venv-mp-hf (a venv made by hand over
+# /work/venv-megatron's torch 2.6.0 CPU, with transformers 4.53.3 and h5py from PyPI)
+# TRANSFORMERS_VERSION=4.53.3.
 # Usage: tests/golden/hf/make_hf_goldens.sh [case ...]   (MT_BIN defaults to build/bin)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,7 +38,10 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for case in "${cases[@]}"; do
-  if [[ "$case" == tiny-mixtral ]]; then
+  if [[ "$case" == tiny-deepseek ]]; then
+    "$MT_BIN/mt-train" --model tiny-deepseek --moe-router-topk 4 --mtp-num-layers 1 --mock-data --eval-iters 0 \
+      --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --peak-tflops 1 --save-init "$work/$case.h5" >/dev/null
+  elif [[ "$case" == tiny-mixtral ]]; then
     "$MT_BIN/mt-train" --model tiny-mixtral --mock-data --eval-iters 0 --train-iters 1 --micro-batch-size 2 \
       --global-batch-size 2 --peak-tflops 1 --save-init "$work/$case.h5" >/dev/null
   else

@@ -43,18 +43,28 @@ model::ModelConfig tiny(const std::string& preset, bool untied, int groups = 0) 
   return m;
 }
 
-// Random values for every parameter of `m`, written as an mt checkpoint at `path`.
+// Every parameter of `m` and, with the expert bias, each MoE layer's router.expert_bias (a
+// checkpoint buffer), with their global shapes.
+std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_tensors(const model::ModelConfig& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
+  for (const model::ParamEntry& entry : model::build_layout(m).entries) tensors.emplace_back(entry.name, entry.global_shape);
+  for (int layer = 0; m.moe_router_enable_expert_bias && layer < m.num_layers + m.mtp_num_layers; ++layer) {
+    if (m.is_moe_layer(layer)) tensors.emplace_back(model::layer_prefix(layer) + "mlp.router.expert_bias", std::vector<int64_t>{m.num_experts});
+  }
+  return tensors;
+}
+
+// Random values for every tensor of `m`, written as an mt checkpoint at `path`.
 std::map<std::string, std::vector<float>> write_random_checkpoint(const model::ModelConfig& m, const std::string& path) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::map<std::string, std::vector<float>> values;
   io::CheckpointWriter writer(path);
-  for (const model::ParamEntry& entry : model::build_layout(m).entries) {
-    std::vector<float>& v = values[entry.name];
-    v.resize(static_cast<size_t>(entry.numel));
+  for (const auto& [name, shape] : checkpoint_tensors(m)) {
+    std::vector<float>& v = values[name];
+    v.resize(static_cast<size_t>(io::Box{std::vector<int64_t>(shape.size(), 0), shape}.elements()));
     for (float& x : v) x = normal(rng);
-    writer.write_tensor("model/" + entry.name, entry.global_shape,
-                        {io::TensorSlice{io::Box{std::vector<int64_t>(entry.global_shape.size(), 0), entry.global_shape}, v.data()}});
+    writer.write_tensor("model/" + name, shape, {io::TensorSlice{io::Box{std::vector<int64_t>(shape.size(), 0), shape}, v.data()}});
   }
   io::CheckpointState state;
   state.resumable = false;
@@ -91,23 +101,34 @@ void round_trip(const model::ModelConfig& m) {
     expected.init_method_std = again.init_method_std;
     expected.hidden_dropout = again.hidden_dropout;
     expected.attention_dropout = again.attention_dropout;
-    if (m.num_experts > 0) {  // Mixtral's intermediate_size is the experts' width, imported as --ffn-hidden-size
+    if (m.num_experts > 0 && !m.multi_latent_attention) {  // Mixtral's intermediate_size is the experts' width, imported as --ffn-hidden-size
       expected.ffn_hidden_size = m.moe_ffn();
       expected.moe_ffn_hidden_size = 0;
     }
     return model::to_json(expected).dump();
   }());
   int tensors = 0;
-  for (const model::ParamEntry& entry : model::build_layout(m).entries) {
-    const std::vector<float> got = read_whole(back, "model/" + entry.name, entry.global_shape);
-    const std::vector<float>& want = values.at(entry.name);
-    const bool vocabulary = entry.global_shape[0] == m.padded_vocab_size() && entry.name.find("position") == std::string::npos;
-    const size_t real = vocabulary ? static_cast<size_t>(m.vocab_size * entry.global_shape[1]) : want.size();
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), real * sizeof(float)), 0) << entry.name;
-    for (size_t i = real; i < got.size(); ++i) ASSERT_EQ(got[i], 0.0f) << entry.name << " pad element " << i;
+  for (const auto& [name, shape] : checkpoint_tensors(m)) {
+    const std::vector<float> got = read_whole(back, "model/" + name, shape);
+    const std::vector<float>& want = values.at(name);
+    const bool vocabulary = shape[0] == m.padded_vocab_size() && name.find("position") == std::string::npos;
+    const size_t real = vocabulary ? static_cast<size_t>(m.vocab_size * shape[1]) : want.size();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), real * sizeof(float)), 0) << name;
+    for (size_t i = real; i < got.size(); ++i) ASSERT_EQ(got[i], 0.0f) << name << " pad element " << i;
     ++tensors;
   }
   EXPECT_EQ(result.tensors, tensors);
+}
+
+// tiny-deepseek at the test's sizes (MLA, a dense then a MoE layer with DeepSeek-V3's routing,
+// 4 groups keeping 2 with top-4 so that each group's score is its best 2 experts, a shared
+// expert) with one MTP depth.
+model::ModelConfig deepseek_model() {
+  model::ModelConfig m = tiny("tiny-deepseek", true);
+  m.moe_router_topk = 4;
+  m.mtp_num_layers = 1;
+  m.validate();
+  return m;
 }
 
 }  // namespace
@@ -119,6 +140,113 @@ TEST(HfCheckpoint, ImportOfExportIsBitIdentical) {
   round_trip(tiny("tiny-llama", false, 4));
   round_trip(tiny("tiny-mixtral", false, 2));
   round_trip(tiny("tiny-mixtral", true, 4));
+  // DeepSeek-V3-shaped: MLA, a dense layer then MoE with the expert bias and a shared expert; with
+  // an MTP depth (tied and untied: its embed_tokens and shared_head.head are copies), and without
+  // the compressed queries.
+  model::ModelConfig deepseek = deepseek_model();
+  round_trip(deepseek);
+  deepseek.untie_embeddings_and_output_weights = false;
+  deepseek.q_lora_rank = 0;
+  round_trip(deepseek);
+}
+
+// DeepSeek-V3's names: MLA's projections, the router with its bias, experts and shared experts, the
+// MTP depth as model.layers.<L>. with DeepSeek's enorm / hnorm / eh_proj / shared_head names.
+TEST(HfCheckpoint, DeepseekNamesTensorsAsDeepSeekV3Does) {
+  const model::ModelConfig m = deepseek_model();
+  EXPECT_EQ(io::hf_architecture(m), io::HfArchitecture::deepseek_v3);
+  std::map<std::string, std::vector<std::string>> mt_of;
+  for (const io::HfTensor& tensor : io::hf_tensors(m)) mt_of[tensor.name] = tensor.mt_names;
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"model.layers.0.self_attn.q_a_proj.weight", "decoder.layers.0.self_attention.linear_q_down_proj.weight"},
+      {"model.layers.0.self_attn.q_a_layernorm.weight", "decoder.layers.0.self_attention.q_layernorm.weight"},
+      {"model.layers.0.self_attn.q_b_proj.weight", "decoder.layers.0.self_attention.linear_q_up_proj.weight"},
+      {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", "decoder.layers.0.self_attention.linear_kv_down_proj.weight"},
+      {"model.layers.0.self_attn.kv_a_layernorm.weight", "decoder.layers.0.self_attention.kv_layernorm.weight"},
+      {"model.layers.0.self_attn.kv_b_proj.weight", "decoder.layers.0.self_attention.linear_kv_up_proj.weight"},
+      {"model.layers.0.self_attn.o_proj.weight", "decoder.layers.0.self_attention.linear_proj.weight"},
+      {"model.layers.0.mlp.gate_proj.weight", "decoder.layers.0.mlp.linear_fc1_gate.weight"},
+      {"model.layers.1.mlp.gate.weight", "decoder.layers.1.mlp.router.weight"},
+      {"model.layers.1.mlp.gate.e_score_correction_bias", "decoder.layers.1.mlp.router.expert_bias"},
+      {"model.layers.1.mlp.experts.7.up_proj.weight", "decoder.layers.1.mlp.experts.7.linear_fc1_up.weight"},
+      {"model.layers.1.mlp.shared_experts.down_proj.weight", "decoder.layers.1.mlp.shared_experts.linear_fc2.weight"},
+      {"model.layers.2.enorm.weight", "mtp.layers.0.enorm.weight"},
+      {"model.layers.2.hnorm.weight", "mtp.layers.0.hnorm.weight"},
+      {"model.layers.2.eh_proj.weight", "mtp.layers.0.eh_proj.weight"},
+      {"model.layers.2.shared_head.norm.weight", "mtp.layers.0.final_layernorm.weight"},
+      {"model.layers.2.shared_head.head.weight", "output_layer.weight"},
+      {"model.layers.2.embed_tokens.weight", "embedding.word_embeddings.weight"},
+      {"model.layers.2.mlp.gate.e_score_correction_bias", "decoder.layers.2.mlp.router.expert_bias"},
+      {"lm_head.weight", "output_layer.weight"},
+  };
+  for (const auto& [hf, mt] : expected) {
+    ASSERT_TRUE(mt_of.count(hf)) << hf;
+    EXPECT_EQ(mt_of[hf], std::vector<std::string>{mt}) << hf;
+  }
+  const nlohmann::ordered_json c = io::hf_config(m, DType::f32);
+  EXPECT_EQ(c["model_type"], "deepseek_v3");
+  EXPECT_EQ(c["first_k_dense_replace"], 1);
+  EXPECT_EQ(c["n_routed_experts"], 8);
+  EXPECT_EQ(c["n_shared_experts"], 1);
+  EXPECT_EQ(c["n_group"], 4);
+  EXPECT_EQ(c["topk_group"], 2);
+  EXPECT_EQ(c["num_nextn_predict_layers"], 1);
+  EXPECT_EQ(c["qk_nope_head_dim"], 16);
+  EXPECT_EQ(c["qk_rope_head_dim"], 8);
+}
+
+// What DeepseekV3ForCausalLM cannot compute, refused naming mt's flag; the mt-only training
+// settings (z-loss) export.
+TEST(HfCheckpoint, DeepseekRefusesWhatItsRouterAndAttentionDoNotCompute) {
+  const model::ModelConfig base = deepseek_model();
+  const std::vector<std::pair<std::string, void (*)(model::ModelConfig&)>> cases = {
+      {"--multi-latent-attention without --qk-layernorm", [](model::ModelConfig& m) { m.qk_layernorm = false; }},
+      {"--moe-router-score-function softmax",
+       [](model::ModelConfig& m) {
+         m.moe_router_score_function = model::MoeScoreFunction::softmax;
+         m.moe_router_enable_expert_bias = false;
+       }},
+      {"MoE without --moe-router-enable-expert-bias", [](model::ModelConfig& m) { m.moe_router_enable_expert_bias = false; }},
+      {"--moe-router-group-topk 1", [](model::ModelConfig& m) { m.moe_router_group_topk = 1; }},
+      {"--moe-expert-capacity-factor", [](model::ModelConfig& m) { m.moe_expert_capacity_factor = 1.0f; }},
+      {"--moe-shared-expert-intermediate-size 0", [](model::ModelConfig& m) { m.moe_shared_expert_intermediate_size = 0; }},
+      {"--moe-layer-freq", [](model::ModelConfig& m) { m.moe_layer_pattern = {1, 0}; }},
+      {"--rotary-scaling-factor", [](model::ModelConfig& m) {
+         m.rope_type = model::RopeType::yarn;
+         m.rotary_scaling_factor = 40;
+       }},
+  };
+  for (const auto& [flag, change] : cases) {
+    model::ModelConfig m = base;
+    change(m);
+    const std::string text = mt::testing::error_text([&] { io::hf_architecture(m); });
+    EXPECT_NE(text.find(flag + " has no Hugging Face export"), std::string::npos) << flag << ": " << text;
+  }
+  model::ModelConfig z_loss = base;
+  z_loss.moe_z_loss_coeff = 1e-3f;
+  EXPECT_EQ(io::hf_architecture(z_loss), io::HfArchitecture::deepseek_v3);
+}
+
+// An import whose MTP layer's copy of the word table differs from model.embed_tokens is refused by name.
+TEST(HfCheckpoint, DeepseekImportRefusesAnMtpEmbeddingCopyThatDiffers) {
+  const model::ModelConfig m = deepseek_model();
+  mt::testing::TempDir dir("mt_test_hf");
+  const std::string original = (dir.path() / "original.h5").string();
+  write_random_checkpoint(m, original);
+  const std::string hf = (dir.path() / "hf").string();
+  io::export_hf(io::CheckpointReader(original), hf, DType::f32);
+  io::SafetensorsWriter writer;
+  const io::SafetensorsReader reader((std::filesystem::path(hf) / "model.safetensors").string());
+  for (const io::SafetensorsEntry& entry : reader.entries()) {
+    std::vector<float> values = reader.read(entry.name);
+    if (entry.name == "model.layers.2.embed_tokens.weight") values[5] += 1.0f;
+    writer.add(entry.name, DType::f32, entry.shape, std::move(values));
+  }
+  writer.write((std::filesystem::path(hf) / "model.safetensors").string(), {{"format", "pt"}});
+  const std::string text = mt::testing::error_text(
+      [&] { io::import_hf(hf, (dir.path() / "imported.h5").string(), m.make_vocab_size_divisible_by); });
+  EXPECT_NE(text.find("model.layers.2.embed_tokens.weight differs from model.embed_tokens.weight"), std::string::npos)
+      << text;
 }
 
 TEST(HfCheckpoint, MixtralNamesEveryExpertAsTransformersReadsIt) {
@@ -195,7 +323,7 @@ TEST(HfCheckpoint, MixtralRefusesWhatItsRouterDoesNotCompute) {
       {"--moe-expert-capacity-factor", [](model::ModelConfig& m) { m.moe_expert_capacity_factor = 1.0f; }},
       {"--moe-shared-expert-intermediate-size", [](model::ModelConfig& m) { m.moe_shared_expert_intermediate_size = 32; }},
       {"--moe-layer-freq", [](model::ModelConfig& m) { m.moe_layer_freq = 2; }},
-      {"--multi-latent-attention", [](model::ModelConfig& m) { m.multi_latent_attention = true; }},
+      {"--multi-latent-attention without --qk-layernorm", [](model::ModelConfig& m) { m.multi_latent_attention = true; }},
       {"--mtp-num-layers", [](model::ModelConfig& m) { m.mtp_num_layers = 1; }},
   };
   for (const auto& [flag, change] : cases) {

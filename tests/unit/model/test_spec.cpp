@@ -145,8 +145,26 @@ TEST(Spec, MapsEveryLayerKindItHasAVariantFor) {
   EXPECT_EQ(whole.mtp_layers[1].attention.kind, AttentionKind::multi_latent);
   EXPECT_EQ(make_chunk(whole, mtp).moe_layers.size(), 3u);
   EXPECT_TRUE(model_spec(mtp, {{0, 1, true, false}}).chunks[0].mtp_layers.empty());
-  // A chunk with the head but not the word embedding (a pipeline's last stage) cannot hold it.
-  EXPECT_THROW(check_spec(model_spec(mtp, {{1, 2, false, true}})), Error);
+  // A chunk with the head but not the word embedding (a pipeline's last stage) holds it over its
+  // own copy of the word table, declared by the block (untied head), summed with the first stage's;
+  // a learned position table has no copy there.
+  const ChunkBlocks last = model_spec(mtp, {{1, 2, false, true}}).chunks[0];
+  EXPECT_TRUE(last.mtp_embedding_copy);
+  EXPECT_NO_THROW(check_spec(model_spec(mtp, {{1, 2, false, true}})));
+  parallel::ParallelConfig pp2;
+  pp2.pipeline_model_parallel_size = 2;
+  parallel::RankCoordinates rank;
+  rank.pp = 1;
+  const ParamLayout layout = build_layout(mtp, pp2, rank, pipeline_chunks(mtp, pp2, 1));
+  EXPECT_TRUE(layout.find("embedding.word_embeddings.weight").tied_copy);
+  EXPECT_TRUE(layout.find("embedding.word_embeddings.weight").reduce_over_embedding_group);
+  rank.pp = 0;
+  EXPECT_TRUE(build_layout(mtp, pp2, rank, pipeline_chunks(mtp, pp2, 0))
+                  .find("embedding.word_embeddings.weight")
+                  .reduce_over_embedding_group);
+  ModelConfig positions = preset("tiny-gpt");
+  positions.mtp_num_layers = 1;
+  EXPECT_THROW(check_spec(model_spec(positions, {{1, 2, false, true}})), Error);
   // A --moe-layer-freq pattern chooses per layer: a dense MLP, or experts of --moe-ffn-hidden-size
   // with the shared experts' width.
   ModelConfig moe = preset("tiny-mixtral");

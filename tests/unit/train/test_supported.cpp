@@ -103,7 +103,8 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   ParallelConfig context = one_rank;
   context.context_parallel_size = 2;
   EXPECT_EQ(refusal(latent, context), "");
-  // Multi-token prediction runs (DeepSeek-V3 asks for it), but not under context or pipeline
+  // Multi-token prediction runs (DeepSeek-V3 asks for it), under pipeline parallelism too (the
+  // depths on the last stage) but not with a learned position table there, nor under context
   // parallelism, nor on CUDA.
   ModelConfig mtp = dense;
   mtp.mtp_num_layers = 1;
@@ -114,7 +115,14 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
             "within a rank's sequence, not across CP ranks; mt-mfu and mt-memreport account for it)");
   ParallelConfig pipeline = one_rank;
   pipeline.pipeline_model_parallel_size = 2;
-  EXPECT_EQ(refusal(mtp, pipeline).rfind("--mtp-num-layers with --pipeline-model-parallel-size 2: not supported yet", 0),
+  EXPECT_EQ(refusal(mtp, pipeline), "");
+  ModelConfig positions = mt::model::preset("tiny-gpt");
+  positions.mtp_num_layers = 1;
+  EXPECT_EQ(refusal(positions, one_rank), "");
+  EXPECT_EQ(refusal(positions, pipeline)
+                .rfind("--mtp-num-layers with --pipeline-model-parallel-size 2 and --position-embedding-type "
+                       "learned_absolute: not supported yet",
+                       0),
             0u);
   try {
     check_supported(mtp, one_rank, mt::backend::Device::cuda);
