@@ -367,7 +367,8 @@ namespace {
 // DeepSeek-V3-shaped for tests (issue 22): tiny LLaMA's size with multi-latent attention and latent
 // norms, the first layer dense and the second MoE with DeepSeek-V3's routing (sigmoid scores with
 // the expert bias, group-limited top-k, scaling, sequence-wise aux loss) and a shared expert. No
-// multi-token prediction (mt has none yet); plain RoPE (--rope-type rope), not DeepSeek-V3's YaRN.
+// multi-token prediction unless --mtp-num-layers asks for it (the deepseek-v3 preset has one depth); plain RoPE
+// (--rope-type rope), not DeepSeek-V3's YaRN.
 ModelConfig tiny_deepseek() {
   ModelConfig c = preset("tiny-llama");
   c.name = "tiny-deepseek";
