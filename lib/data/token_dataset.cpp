@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -543,6 +545,16 @@ bool copy_runs_in_kernel(FILE* spool, const std::string& spool_path, const std::
   return copied;
 }
 
+// MT_TOKEN_DATASET_FAULT=between-renames:kill (tests only, as MT_CHECKPOINT_FAULT): SIGKILL
+// after the new .bin is renamed into place and before the new .idx is, the one moment a .bin/.idx
+// pair is neither the previous nor the new one. finish() removes the previous .idx first, so a
+// kill there leaves a .bin without an .idx, which mt and Megatron both refuse (never a new .bin
+// beside an old .idx, which Megatron would read silently when the new .bin is the longer).
+void kill_between_renames_if_asked() {
+  const char* fault = std::getenv("MT_TOKEN_DATASET_FAULT");
+  if (fault != nullptr && std::string_view(fault) == "between-renames:kill") raise(SIGKILL);
+}
+
 }  // namespace
 
 void TokenDatasetWriter::append_dataset(const TokenDataset& source, SourceTokens tokens) {
@@ -600,6 +612,7 @@ void TokenDatasetWriter::finish() {
       throw Error(s.idx_final, "cannot remove the previous index: " + errno_text());
     }
     s.spool_temp->commit();
+    kill_between_renames_if_asked();
     s.idx_temp->commit();
   } else {
     s.spool_temp->discard();

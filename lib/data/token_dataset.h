@@ -86,7 +86,9 @@ class TokenDatasetWriter {
   void append_dataset(const TokenDataset& source, SourceTokens tokens = SourceTokens::unchecked);
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
-  // first so a stale index never pairs with a new .bin). No call is allowed afterwards.
+  // first so a stale index never pairs with a new .bin: a kill between the renames leaves a .bin
+  // without an .idx, refused by mt and Megatron alike; MT_TOKEN_DATASET_FAULT=between-renames:kill
+  // kills there, for tests). No call is allowed afterwards.
   void finish();
 
   int64_t sequence_count() const;
