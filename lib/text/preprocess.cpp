@@ -13,7 +13,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <optional>
 
 #include "core/error.h"
@@ -687,25 +686,6 @@ void rename_partition_temporaries(const PartitionFiles& plan, const std::vector<
     }
   }
 }
-
-}  // namespace
-
-void write_partition_files(const PartitionFiles& plan, const PartitionOptions& partitions,
-                           const std::vector<int>& which) {
-  if (plan.reused || which.empty()) return;
-  write_partition_temporaries(plan, partitions, which);
-  rename_partition_temporaries(plan, which);
-}
-
-PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions) {
-  PartitionFiles plan = plan_partition_files(pattern, partitions);
-  std::vector<int> all(static_cast<size_t>(partitions.partitions));
-  std::iota(all.begin(), all.end(), 0);
-  write_partition_files(plan, partitions, all);
-  return plan;
-}
-
-namespace {
 
 // Rank 0's plan on every rank: the reuse decision, the sequential block size and the matched
 // inputs (broadcast as text: the flag, the size, then the file names each ended by a NUL).

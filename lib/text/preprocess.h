@@ -105,7 +105,7 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // Partition i is tokenized into `<output_prefix>_<i>_<key>_document`, then partitions 0, 1, ...
 // are merged (data::merge_token_datasets, as `merge`) into `<output_prefix>_<key>_document`.
 // Partition files and per-partition outputs are kept, as Megatron keeps them, and existing
-// partition files are reused (see write_partition_files).
+// partition files are reused (see plan_partition_files).
 struct PartitionOptions {
   int partitions = 2;
   bool keep_sequential = false;
@@ -126,10 +126,9 @@ std::string partition_file_name(const std::string& pattern, int index);
 // The partition files of a run. plan_partition_files decides, as Megatron: when all N partition
 // files exist they are reused as they are; when only some exist and the pattern matches one of
 // them (a rerun with another N would read a file while rewriting it) it throws naming that file;
-// otherwise it expands the pattern (and, with keep_sequential, counts the lines).
-// write_partition_files(plan, partitions, which) deals every line of the inputs and writes the
-// partitions `which` (each under a temporary name, then renamed), so ranks can write their shares
-// side by side; write_partition_files(pattern, partitions) plans and writes them all.
+// otherwise it expands the pattern (and, with keep_sequential, counts the lines). Each rank then
+// deals every line of the inputs and writes its share of the partitions (see
+// preprocess_partitions), each under a temporary name renamed once every rank has written.
 struct PartitionFiles {
   std::vector<std::string> paths;   // partition 0 first
   std::vector<std::string> inputs;  // the files the pattern matched, in the order read (none when reused)
@@ -137,8 +136,6 @@ struct PartitionFiles {
   int64_t lines_per_partition = 0;  // keep_sequential: ceil(lines / N); 0 for round robin
 };
 PartitionFiles plan_partition_files(const std::string& pattern, const PartitionOptions& partitions);
-void write_partition_files(const PartitionFiles& plan, const PartitionOptions& partitions, const std::vector<int>& which);
-PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions);
 
 // The whole partitioned run over `world` (a world of one without MPI): rank 0 plans the partition
 // files, every rank deals the lines and writes partition i when it is rank (i + 1) % size (each
