@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -511,13 +513,57 @@ bool tokens_in_vocabulary(const std::byte* storage, DType dtype, const std::vect
   return dtype == DType::u16 ? check(uint16_t{}) : check(int32_t{});
 }
 
+// Appends the byte runs of the .bin `bin_path` to the spool with copy_file_range (no copy
+// through user space); false, with nothing appended, when the kernel cannot (another
+// filesystem, an old kernel): the caller then copies them itself.
+bool copy_runs_in_kernel(FILE* spool, const std::string& spool_path, const std::string& bin_path,
+                         const std::vector<std::pair<int64_t, int64_t>>& runs, size_t item) {
+  if (std::fflush(spool) != 0) throw Error(spool_path, "cannot write: " + errno_text());
+  const int source = ::open(bin_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (source < 0) return false;
+  const int target = fileno(spool);
+  const off_t start = ::lseek(target, 0, SEEK_CUR);
+  bool copied = start >= 0;
+  for (size_t r = 0; copied && r < runs.size(); ++r) {
+    loff_t from = static_cast<loff_t>(runs[r].first) * static_cast<loff_t>(item);
+    size_t left = static_cast<size_t>(runs[r].second) * item;
+    while (left > 0) {
+      const ssize_t done = ::copy_file_range(source, &from, target, nullptr, left, 0);
+      if (done <= 0) {
+        copied = false;
+        break;
+      }
+      left -= static_cast<size_t>(done);
+    }
+  }
+  ::close(source);
+  if (!copied && start >= 0) {  // undo a partial copy: the caller appends the runs again
+    if (::ftruncate(target, start) != 0 || ::lseek(target, start, SEEK_SET) != start) {
+      throw Error(spool_path, "cannot write: " + errno_text());
+    }
+  }
+  return copied;
+}
+
+// MT_TOKEN_DATASET_FAULT=between-renames:kill (tests only, as MT_CHECKPOINT_FAULT): SIGKILL
+// after the new .bin is renamed into place and before the new .idx is, the one moment a .bin/.idx
+// pair is neither the previous nor the new one. finish() removes the previous .idx first, so a
+// kill there leaves a .bin without an .idx, which mt and Megatron both refuse (never a new .bin
+// beside an old .idx, which Megatron would read silently when the new .bin is the longer).
+void kill_between_renames_if_asked() {
+  const char* fault = std::getenv("MT_TOKEN_DATASET_FAULT");
+  if (fault != nullptr && std::string_view(fault) == "between-renames:kill") raise(SIGKILL);
+}
+
 }  // namespace
 
-void TokenDatasetWriter::append_dataset(const TokenDataset& source) {
+void TokenDatasetWriter::append_dataset(const TokenDataset& source, SourceTokens tokens) {
   State& s = *state_;
   s.check_open();
   const auto runs = contiguous_runs(source);
-  if (source.dtype() != s.dtype || !tokens_in_vocabulary(source.token_storage(), s.dtype, runs, s.vocab_size)) {
+  const bool in_vocabulary =
+      tokens == SourceTokens::checked || tokens_in_vocabulary(source.token_storage(), s.dtype, runs, s.vocab_size);
+  if (source.dtype() != s.dtype || !in_vocabulary) {
     const auto documents = source.document_indices();
     std::vector<int32_t> tokens;
     for (size_t d = 0; d + 1 < documents.size(); ++d) {
@@ -531,10 +577,12 @@ void TokenDatasetWriter::append_dataset(const TokenDataset& source) {
     return;
   }
   const size_t item = dtype_size(s.dtype);
-  for (const auto& [first, count] : runs) {
-    if (!write_items(s.spool, source.token_storage() + static_cast<size_t>(first) * item, item,
-                     static_cast<size_t>(count))) {
-      throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
+  if (source.format() != TokenDatasetFormat::megatron || !copy_runs_in_kernel(s.spool, s.spool_path, source.path(), runs, item)) {
+    for (const auto& [first, count] : runs) {
+      if (!write_items(s.spool, source.token_storage() + static_cast<size_t>(first) * item, item,
+                       static_cast<size_t>(count))) {
+        throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
+      }
     }
   }
   const int64_t sequences_before = static_cast<int64_t>(s.sequence_lengths.size());
@@ -564,6 +612,7 @@ void TokenDatasetWriter::finish() {
       throw Error(s.idx_final, "cannot remove the previous index: " + errno_text());
     }
     s.spool_temp->commit();
+    kill_between_renames_if_asked();
     s.idx_temp->commit();
   } else {
     s.spool_temp->discard();

@@ -78,11 +78,17 @@ class TokenDatasetWriter {
   // document indices, offset by the sequences written so far). When source's dtype is this
   // writer's, its token bytes are copied as they are stored, after one scan checks that every
   // token is in the vocabulary; otherwise (or when that scan finds one outside it) sequence by
-  // sequence, with add_sequence's conversion and error.
-  void append_dataset(const TokenDataset& source);
+  // sequence, with add_sequence's conversion and error. SourceTokens::checked skips that scan,
+  // for a source this run wrote with a writer of the same vocabulary (a partition of mt-tokenize
+  // --partitions). The bytes of a .bin source are copied by the kernel (copy_file_range) where
+  // it can.
+  enum class SourceTokens { unchecked, checked };
+  void append_dataset(const TokenDataset& source, SourceTokens tokens = SourceTokens::unchecked);
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
-  // first so a stale index never pairs with a new .bin). No call is allowed afterwards.
+  // first so a stale index never pairs with a new .bin: a kill between the renames leaves a .bin
+  // without an .idx, refused by mt and Megatron alike; MT_TOKEN_DATASET_FAULT=between-renames:kill
+  // kills there, for tests). No call is allowed afterwards.
   void finish();
 
   int64_t sequence_count() const;

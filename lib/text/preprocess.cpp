@@ -344,6 +344,15 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// What an HDF5 token dataset records about `tokenizer`.
+data::TokenDatasetMetadata dataset_metadata(const Tokenizer& tokenizer) {
+  data::TokenDatasetMetadata metadata;
+  metadata.tokenizer = tokenizer.name();
+  metadata.tokenizer_hash = tokenizer.hash();
+  metadata.eod_id = tokenizer.eod_id().value_or(-1);
+  return metadata;
+}
+
 void check_workers(int workers) {
   if (workers < 1) throw UsageError("--workers", "must be at least 1");
 }
@@ -376,10 +385,7 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
   ParserPool pool(options.json_keys);
   LineReader reader(options.input);
 
-  data::TokenDatasetMetadata metadata;
-  metadata.tokenizer = tokenizer.name();
-  metadata.tokenizer_hash = tokenizer.hash();
-  metadata.eod_id = eod ? *eod : -1;
+  const data::TokenDatasetMetadata metadata = dataset_metadata(tokenizer);
   std::vector<data::TokenDatasetWriter> writers;
   for (const std::string& key : options.json_keys) {
     writers.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document", options.output_format,
@@ -599,51 +605,63 @@ std::string partition_temporary(const std::string& path) { return path + ".tmp";
 
 }  // namespace
 
-PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions) {
+PartitionFiles plan_partition_files(const std::string& pattern, const PartitionOptions& partitions) {
   if (partitions.partitions < 2) throw UsageError("--partitions", "a partitioned run needs at least 2");
-  PartitionFiles result;
+  PartitionFiles plan;
   std::vector<std::string> existing;
   for (int i = 0; i < partitions.partitions; ++i) {
-    if (path_exists(partition_file_name(pattern, i))) existing.push_back(partition_file_name(pattern, i));
+    plan.paths.push_back(partition_file_name(pattern, i));
+    if (path_exists(plan.paths.back())) existing.push_back(plan.paths.back());
   }
   if (existing.size() == static_cast<size_t>(partitions.partitions)) {
-    result.paths = existing;
-    result.reused = true;
-    return result;
+    plan.reused = true;
+    return plan;
   }
-  const std::vector<std::string> files = expand_input_glob(pattern);
-  for (const std::string& file : files) {
+  plan.inputs = expand_input_glob(pattern);
+  for (const std::string& file : plan.inputs) {
     if (std::find(existing.begin(), existing.end(), file) != existing.end()) {
       throw UsageError("--input " + pattern, "matches " + file +
                                                  ", a partition file of this run left by an earlier one; remove it");
     }
   }
-  const int64_t partition_size =
-      partitions.keep_sequential ? (count_lines(files) + partitions.partitions - 1) / partitions.partitions : 0;
-  std::vector<std::string> paths;
-  std::vector<std::FILE*> outputs;
+  if (partitions.keep_sequential) {
+    plan.lines_per_partition = (count_lines(plan.inputs) + partitions.partitions - 1) / partitions.partitions;
+  }
+  return plan;
+}
+
+namespace {
+
+// Deals every line of the plan's inputs and writes those of partitions `which` (indices into
+// plan.paths) to their temporaries.
+void write_partition_temporaries(const PartitionFiles& plan, const PartitionOptions& partitions,
+                                 const std::vector<int>& which) {
+  std::vector<std::FILE*> outputs(plan.paths.size(), nullptr);
   auto close_all = [&] {
-    for (std::FILE* out : outputs) std::fclose(out);
-    outputs.clear();
-  };
-  for (int i = 0; i < partitions.partitions; ++i) {
-    paths.push_back(partition_file_name(pattern, i));
-    std::FILE* out = std::fopen(partition_temporary(paths.back()).c_str(), "wb");
-    if (out == nullptr) {
-      close_all();
-      throw Error(partition_temporary(paths.back()), std::string("cannot create: ") + std::strerror(errno));
+    for (std::FILE*& out : outputs) {
+      if (out != nullptr) std::fclose(out);
+      out = nullptr;
     }
-    outputs.push_back(out);
+  };
+  for (int i : which) {
+    const std::string temporary = partition_temporary(plan.paths.at(static_cast<size_t>(i)));
+    outputs[static_cast<size_t>(i)] = std::fopen(temporary.c_str(), "wb");
+    if (outputs[static_cast<size_t>(i)] == nullptr) {
+      const std::string reason = std::strerror(errno);
+      close_all();
+      throw Error(temporary, "cannot create: " + reason);
+    }
   }
   size_t index = 0;
   int64_t line_count = 0;
   bool write_failed = false;
   try {
-    for (const std::string& file : files) {
+    for (const std::string& file : plan.inputs) {
       for_each_python_line(file, [&](std::string_view line) {
-        if (std::fwrite(line.data(), 1, line.size(), outputs[index]) != line.size()) write_failed = true;
+        std::FILE* out = outputs[index];
+        if (out != nullptr && std::fwrite(line.data(), 1, line.size(), out) != line.size()) write_failed = true;
         if (partitions.keep_sequential) {
-          if (++line_count % partition_size == 0) ++index;
+          if (++line_count % plan.lines_per_partition == 0) ++index;
         } else {
           index = (index + 1) % outputs.size();
         }
@@ -653,18 +671,95 @@ PartitionFiles write_partition_files(const std::string& pattern, const Partition
     close_all();
     throw;
   }
-  for (std::FILE* out : outputs) write_failed = std::fclose(out) != 0 || write_failed;
-  outputs.clear();
-  if (write_failed) throw Error(partition_temporary(paths.front()), "write failed");
-  for (const std::string& path : paths) {
+  for (int i : which) {
+    write_failed = std::fclose(outputs[static_cast<size_t>(i)]) != 0 || write_failed;
+    outputs[static_cast<size_t>(i)] = nullptr;
+  }
+  if (write_failed) throw Error(partition_temporary(plan.paths.at(static_cast<size_t>(which.front()))), "write failed");
+}
+
+void rename_partition_temporaries(const PartitionFiles& plan, const std::vector<int>& which) {
+  for (int i : which) {
+    const std::string& path = plan.paths.at(static_cast<size_t>(i));
     if (std::rename(partition_temporary(path).c_str(), path.c_str()) != 0) {
       throw Error(path, std::string("cannot rename into place: ") + std::strerror(errno));
     }
   }
-  result.paths = paths;
-  result.inputs = files;
-  return result;
 }
+
+// Rank 0's plan on every rank: the reuse decision, the sequential block size and the matched
+// inputs (broadcast as text: the flag, the size, then the file names each ended by a NUL).
+void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const std::string& pattern,
+                          int partitions) {
+  if (world.size() == 1) return;
+  std::string text;
+  if (world.rank() == 0) {
+    text = std::string(plan.reused ? "1" : "0") + std::to_string(plan.lines_per_partition) + '\0';
+    for (const std::string& input : plan.inputs) text += input + '\0';
+  }
+  comm::broadcast_text(world, text, 0);
+  if (world.rank() == 0) return;
+  plan = PartitionFiles{};
+  for (int i = 0; i < partitions; ++i) plan.paths.push_back(partition_file_name(pattern, i));
+  plan.reused = text.at(0) == '1';
+  size_t start = text.find('\0');
+  plan.lines_per_partition = std::stoll(text.substr(1, start - 1));
+  for (size_t end; (end = text.find('\0', start + 1)) != std::string::npos; start = end) {
+    plan.inputs.push_back(text.substr(start + 1, end - start - 1));
+  }
+}
+
+// The partitions a rank writes: partition i by rank (i + 1) % size, so with several ranks every
+// rank tokenizes a file another rank wrote and a filesystem that is not shared shows before any
+// tokenizing, naming the partition that rank cannot see.
+std::vector<int> partitions_written_by(const comm::Communicator& world, int partitions) {
+  std::vector<int> mine;
+  for (int i = 0; i < partitions; ++i) {
+    if ((i + 1) % world.size() == world.rank()) mine.push_back(i);
+  }
+  return mine;
+}
+
+// Rank 0's merge of the partition outputs into `<output_prefix>_<key>_document` (what
+// data::merge_token_datasets writes for them: the tokenizer's metadata and vocabulary): the
+// partitions are appended in order as they become ready, each from its .bin where there is one
+// (copied by the kernel) without a second scan of tokens this run's writers checked.
+class PartitionMerge {
+ public:
+  PartitionMerge(const Tokenizer& tokenizer, const PreprocessOptions& options) : options_(options) {
+    for (const std::string& key : options.json_keys) {
+      writers_.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document",
+                                                          options.output_format, tokenizer.vocab_size(),
+                                                          dataset_metadata(tokenizer)));
+    }
+  }
+  // Appends partitions next_partition_, ..., end - 1.
+  void append_through(int end) {
+    const char* extension = options_.output_format == data::TokenDatasetFormat::hdf5 ? ".h5" : ".bin";
+    for (; next_partition_ < end; ++next_partition_) {
+      for (size_t k = 0; k < writers_.size(); ++k) {
+        const std::string part = options_.output_prefix + "_" + std::to_string(next_partition_) + "_" +
+                                 options_.json_keys[k] + "_document" + extension;
+        writers_[k].append_dataset(data::TokenDataset::open(part), data::TokenDatasetWriter::SourceTokens::checked);
+      }
+    }
+  }
+  std::vector<std::string> finish() {
+    std::vector<std::string> outputs;
+    for (data::TokenDatasetWriter& writer : writers_) {
+      writer.finish();
+      for (const std::string& path : writer.final_paths()) outputs.push_back(path);
+    }
+    return outputs;
+  }
+
+ private:
+  const PreprocessOptions& options_;
+  std::vector<data::TokenDatasetWriter> writers_;
+  int next_partition_ = 0;
+};
+
+}  // namespace
 
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
@@ -682,7 +777,14 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   }
   const std::string& pattern = options.input.inputs[0];
   PartitionFiles files;
-  if (world.rank() == 0) files = write_partition_files(pattern, partitions);
+  if (world.rank() == 0) files = plan_partition_files(pattern, partitions);
+  share_partition_plan(world, files, pattern, partitions.partitions);
+  // Every rank deals the lines and writes its share of the partition files (all of them in a
+  // world of one), under temporary names renamed once every rank has written its share.
+  const std::vector<int> written = files.reused ? std::vector<int>{} : partitions_written_by(world, partitions.partitions);
+  if (!written.empty()) write_partition_temporaries(files, partitions, written);
+  world.barrier();
+  rename_partition_temporaries(files, written);
   world.barrier();
 
   std::vector<int> mine;
@@ -701,6 +803,15 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
     add_counts(total, stats);
     total.input_bytes += stats.input_bytes;
   }
+  // Rank 0 merges: the partitions it tokenized first (in a world of one, all of them) now, the
+  // others once every rank has finished (the all-reduce below).
+  std::optional<PartitionMerge> merge;
+  if (world.rank() == 0) {
+    merge.emplace(tokenizer, options);
+    int finished = 0;
+    while (finished < partitions.partitions && finished % world.size() == 0) ++finished;
+    merge->append_through(finished);
+  }
   std::vector<int64_t> counts{total.documents, total.empty_documents, total.sequences, total.tokens, total.input_bytes,
                               total.text_bytes,  total.replaced,        total.bad_lines, total.blank_lines};
   world.all_reduce(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum);
@@ -708,16 +819,9 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
   total.input_bytes = counts[4], total.text_bytes = counts[5], total.replaced = counts[6], total.bad_lines = counts[7];
   total.blank_lines = counts[8];
-  if (world.rank() == 0) {
-    for (const std::string& key : options.json_keys) {
-      std::vector<std::string> inputs;
-      for (int i = 0; i < partitions.partitions; ++i) {
-        inputs.push_back(options.output_prefix + "_" + std::to_string(i) + "_" + key + "_document");
-      }
-      const auto outputs = data::merge_token_datasets(inputs, options.output_prefix + "_" + key + "_document",
-                                                      options.output_format, tokenizer.vocab_size());
-      total.outputs.insert(total.outputs.end(), outputs.begin(), outputs.end());
-    }
+  if (merge) {
+    merge->append_through(partitions.partitions);
+    total.outputs = merge->finish();
   }
   world.barrier();
   total.partition_files_reused = files.reused;

@@ -105,7 +105,7 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // Partition i is tokenized into `<output_prefix>_<i>_<key>_document`, then partitions 0, 1, ...
 // are merged (data::merge_token_datasets, as `merge`) into `<output_prefix>_<key>_document`.
 // Partition files and per-partition outputs are kept, as Megatron keeps them, and existing
-// partition files are reused (see write_partition_files).
+// partition files are reused (see plan_partition_files).
 struct PartitionOptions {
   int partitions = 2;
   bool keep_sequential = false;
@@ -123,19 +123,24 @@ bool fnmatch_case(std::string_view name, std::string_view pattern);
 // `<root>_<index><ext>` for os.path.splitext(pattern) = (root, ext).
 std::string partition_file_name(const std::string& pattern, int index);
 
-// Writes the partition files (each under a temporary name, then renamed). As Megatron, when all
-// N partition files exist they are reused as they are; when only some exist and the pattern
-// matches one of them (a rerun with another N would read a file while rewriting it) it throws
-// naming that file.
+// The partition files of a run. plan_partition_files decides, as Megatron: when all N partition
+// files exist they are reused as they are; when only some exist and the pattern matches one of
+// them (a rerun with another N would read a file while rewriting it) it throws naming that file;
+// otherwise it expands the pattern (and, with keep_sequential, counts the lines). Each rank then
+// deals every line of the inputs and writes its share of the partitions (see
+// preprocess_partitions), each under a temporary name renamed once every rank has written.
 struct PartitionFiles {
   std::vector<std::string> paths;   // partition 0 first
   std::vector<std::string> inputs;  // the files the pattern matched, in the order read (none when reused)
   bool reused = false;
+  int64_t lines_per_partition = 0;  // keep_sequential: ceil(lines / N); 0 for round robin
 };
-PartitionFiles write_partition_files(const std::string& pattern, const PartitionOptions& partitions);
+PartitionFiles plan_partition_files(const std::string& pattern, const PartitionOptions& partitions);
 
-// The whole partitioned run over `world` (a world of one without MPI): rank 0 writes the
-// partition files; rank r tokenizes partitions r, r + size, ... with
+// The whole partitioned run over `world` (a world of one without MPI): rank 0 plans the partition
+// files, every rank deals the lines and writes partition i when it is rank (i + 1) % size (each
+// rank then tokenizes a file another rank wrote: a filesystem that is not shared shows before any
+// tokenizing); rank r tokenizes partitions r, r + size, ... with
 // options.workers / partitions threads per partition it holds (options.workers is the job's
 // total, as Megatron's --workers; it must be divisible by the partitions); rank 0 merges after
 // a barrier. Every file is read by path, so all ranks must share the output and input

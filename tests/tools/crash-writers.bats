@@ -6,7 +6,8 @@
 # kill each file under a final name is the previous output, byte for byte, or the new one
 # complete (HDF5 files compared by content: their objects carry modification times), never anything else; a later run completes and cleans up. 20 rounds in all, the
 # writers taken in turn (4 rounds each: the 60 s CI budget), the kill times from a printed seed
-# (MT_CRASH_SEED replays them).
+# (MT_CRASH_SEED replays them). A second case kills mt-tokenize at the one moment a .bin/.idx pair
+# is neither version (between its renames, MT_TOKEN_DATASET_FAULT): never a mixed pair.
 
 setup() {
   load common
@@ -114,4 +115,35 @@ same() {
     [[ -z "$(find "$TMP/out" -name '*.tmp-*')" ]] || fail "round $round, $name: temporaries left: $(find "$TMP/out" -name '*.tmp-*')"
   done
   echo "# windows (ms): $(for name in "${names[@]}"; do printf '%s %s ' "$name" "${window_ms[$name]}"; done); files found new $new, previous $old" >&3
+}
+
+@test "crash: a kill between the .bin and .idx renames (MT_TOKEN_DATASET_FAULT) never leaves a new .bin beside the previous .idx; mt and Megatron's layout refuse the lone .bin, a rerun completes" {
+  local t="$MT_ROOT/data/tokenizers/gpt2" prefix="$TMP/out/tok_text_document" ext
+  local gpt2=(--vocab-file "$t/encoder.json" --merge-file "$t/vocab.bpe" --output-format megatron)
+  jq -R -s -c 'split("\n\n")[:200][] | {text: .}' "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/A.jsonl"
+  jq -R -s -c 'split("\n\n")[200:500][] | {text: .}' "$MT_ROOT/data/demo/tinyshakespeare.txt" >"$TMP/B.jsonl"
+  mkdir -p "$TMP/out" "$TMP/ref"
+  # shellcheck disable=SC2086
+  mt-tokenize $TOK "${gpt2[@]}" --input "$TMP/B.jsonl" --output-prefix "$TMP/ref/tok" >/dev/null || fail "version B"
+  # shellcheck disable=SC2086
+  mt-tokenize $TOK "${gpt2[@]}" --input "$TMP/A.jsonl" --output-prefix "$TMP/out/tok" >/dev/null || fail "version A"
+  cp "$prefix.idx" "$TMP/ref/previous.idx"
+  # shellcheck disable=SC2086
+  run_split env MT_TOKEN_DATASET_FAULT=between-renames:kill mt-tokenize $TOK "${gpt2[@]}" --input "$TMP/B.jsonl" \
+    --output-prefix "$TMP/out/tok"
+  [[ $status -eq 137 ]] || fail "the injected kill did not happen: status $status: $err"
+  # The pair under the final names is never mixed: the previous .idx went before the new .bin came.
+  cmp -s "$prefix.bin" "$TMP/ref/tok_text_document.bin" || fail "the .bin is not the new one"
+  if [[ -e "$prefix.idx" ]]; then
+    cmp -s "$prefix.idx" "$TMP/ref/previous.idx" && fail "the new .bin is beside the previous .idx (a mixed pair)"
+    fail "an .idx is beside the new .bin"
+  fi
+  run_split mt-tokenize merge --input "$TMP/out/tok_text_document" --output-prefix "$TMP/merged" --vocab-size 50257
+  [[ $status -ne 0 && "$err" == *"$prefix.bin exists but $prefix.idx does not"* ]] || fail "mt read it: $status $err"
+  run_split python3 "$MT_ROOT/tests/data/read_megatron_idx.py" "$prefix"
+  [[ $status -ne 0 ]] || fail "Megatron's layout read a .bin without its .idx"
+  # shellcheck disable=SC2086
+  mt-tokenize $TOK "${gpt2[@]}" --input "$TMP/B.jsonl" --output-prefix "$TMP/out/tok" >/dev/null || fail "the rerun failed"
+  for ext in bin idx; do cmp "$prefix.$ext" "$TMP/ref/tok_text_document.$ext" || fail "rerun .$ext"; done
+  [[ -z "$(find "$TMP/out" -name '*.tmp-*')" ]] || fail "temporaries left: $(find "$TMP/out" -name '*.tmp-*')"
 }
