@@ -24,6 +24,12 @@ struct SampleRows {
   float* loss_mask = nullptr;   // 1 counts in the loss, 0 does not
   int32_t* positions = nullptr;  // position ids
   int32_t* doc_start = nullptr;  // first position of each token's document (attention window)
+  // BERT sources (SampleSource::bert()) only, else null: token types (seq_length, 0 / 1), and one
+  // value each for the sample: its valid tokens (padding after them) and the sentence-order
+  // target (is_random, 0 / 1).
+  int32_t* token_types = nullptr;
+  int32_t* key_length = nullptr;
+  int32_t* sentence_order = nullptr;
 };
 
 class SampleSource {
@@ -39,6 +45,9 @@ class SampleSource {
   virtual int64_t split_size(Split) const { return -1; }
   // True when rows() gives documents narrower than the sample (per-document attention).
   virtual bool document_attention() const { return false; }
+  // True for BERT's masked samples (data/bert_sample_source.h): rows() also fills SampleRows'
+  // token types, key length and sentence-order target.
+  virtual bool bert() const { return false; }
   virtual int64_t vocab_size() const = 0;
   virtual std::string describe() const = 0;
 };

@@ -32,6 +32,15 @@ LayerMix layer_mix(const model::ModelConfig& m) {
   return mix;
 }
 
+// BERT's heads after the final norm, forward and backward (6 per multiply-add): the LM head's
+// dense h -> h on every token, and with the binary head the pooler h -> h and the sentence-order
+// head h -> 2 on each sample's first token. 0 for other models.
+double bert_head_flops(const model::ModelConfig& m, double sequences) {
+  if (!m.bert) return 0;
+  const double h = m.hidden_size, tokens = sequences * m.seq_length;
+  return 6 * tokens * h * h + (m.bert_binary_head ? 6 * sequences * (h * h + 2 * h) : 0);
+}
+
 // Megatron's current num_floating_point_operations, BSHD (every sample seq_length tokens).
 FlopsBreakdown megatron_current(const model::ModelConfig& m, double sequences, int64_t vocab) {
   const double s = m.seq_length, tokens = sequences * s, squares = sequences * s * s;
@@ -54,12 +63,13 @@ FlopsBreakdown megatron_current(const model::ModelConfig& m, double sequences, i
   } else {
     const double q = n * m.head_dim(), kv = static_cast<double>(m.query_groups()) * m.head_dim();
     linear = 6 * (h * (q + 2 * kv) + q * h);
-    core = 6 * q;  // x2 for QK^T and PV, /2 for the causal mask
+    core = m.bert ? 12 * q : 6 * q;  // x2 for QK^T and PV, /2 for the causal mask (BERT has none)
   }
   f.attention_linear = tokens * linear * mix.attention;
   f.attention_core = squares * core * mix.attention;
   f.mtp = 6 * tokens * m.mtp_num_layers * (3 * h + 2 * h * h);
   f.logits = 6 * tokens * h * static_cast<double>(vocab) * (m.mtp_num_layers + 1);
+  f.bert_heads = bert_head_flops(m, sequences);
   return f;
 }
 
@@ -80,6 +90,7 @@ FlopsBreakdown megatron_2024(const model::ModelConfig& m, double sequences, int6
   (m.num_experts > 0 ? f.routed_experts : f.dense_mlp) = mlp;
   f.shared_experts = 12 * tokens * layers * h * static_cast<double>(m.moe_shared_expert_intermediate_size) * glu;
   f.logits = 6 * tokens * h * static_cast<double>(vocab);
+  f.bert_heads = bert_head_flops(m, sequences);
   return f;
 }
 
@@ -96,7 +107,9 @@ FlopsBreakdown six_n(const model::ModelConfig& m, double sequences, double atten
       case ParamGroup::word_embeddings:
         (m.untie_embeddings_and_output_weights ? f.embedding : f.logits) += flops;
         break;
-      case ParamGroup::position_embeddings: break;
+      case ParamGroup::position_embeddings:
+      case ParamGroup::token_type_embeddings: break;  // lookups
+      case ParamGroup::bert_head: f.bert_heads += flops; break;
       case ParamGroup::output_layer: f.logits += flops; break;
       case ParamGroup::attention: f.attention_linear += flops; break;
       case ParamGroup::dense_mlp: f.dense_mlp += flops; break;
@@ -150,9 +163,9 @@ FlopsBreakdown model_flops(const model::ModelConfig& m, double sequences, FlopsC
     case FlopsConvention::megatron: return megatron_current(m, sequences, vocab);
     case FlopsConvention::megatron_2024: return megatron_2024(m, sequences, vocab);
     case FlopsConvention::narayanan: {
-      // Four passes over the layers instead of three, core attention not halved.
+      // Four passes over the layers instead of three, core attention not halved (BERT's never is).
       FlopsBreakdown f = megatron_current(m, sequences, vocab);
-      f.attention_core *= 2;
+      if (!m.bert) f.attention_core *= 2;
       for (double* part : {&f.dense_mlp, &f.routed_experts, &f.shared_experts, &f.attention_linear, &f.attention_core,
                            &f.mtp}) {
         *part *= 4.0 / 3.0;
@@ -172,8 +185,12 @@ double flops_per_token(const model::ModelConfig& m, FlopsConvention convention, 
 
 int64_t flops_parameter_count(const model::ModelConfig& m) {
   const ParameterCounts counts = count_parameters(m);
-  const auto position = counts.by_group.find(ParamGroup::position_embeddings);
-  return counts.active - (position == counts.by_group.end() ? 0 : position->second);
+  int64_t lookups = 0;  // position and token-type embeddings
+  for (const ParamGroup group : {ParamGroup::position_embeddings, ParamGroup::token_type_embeddings}) {
+    const auto found = counts.by_group.find(group);
+    if (found != counts.by_group.end()) lookups += found->second;
+  }
+  return counts.active - lookups;
 }
 
 double hardware_flops(const model::ModelConfig& m, double sequences, const model::RecomputeConfig& recompute,

@@ -3,13 +3,16 @@
 // formulas and where each comes from):
 //   megatron       Megatron-LM's num_floating_point_operations today (2025-03 on): GQA, SwiGLU,
 //                  MoE routed and shared experts, MLA, MTP, logits over the padded vocabulary,
-//                  causal core attention halved. The default.
+//                  causal core attention halved. The default. BERT (mt's own extension, Megatron
+//                  counts BERT as GPT): core attention not halved (bidirectional), and the heads
+//                  after the final norm: the LM head's dense over every token, the pooler and the
+//                  sentence-order head over each sample's first token (the logits as GPT's).
 //   megatron-2024  the same function before 2025-03-06: core attention not halved, every layer's
 //                  MLP counted with the MoE width x top-k; no MLA or MTP.
 //   narayanan      Narayanan et al. 2021 (arXiv 2104.04473, appendix): four passes over every
 //                  layer (forward, two backward GEMMs, the full-recompute forward), three over the
 //                  logits, attention not halved: 96 B s l h^2 (1 + s/6h + V/16lh) for its models.
-//   6N             6 x active parameters (position embeddings excluded, a tied output layer once)
+//   6N             6 x active parameters (position and token-type embeddings excluded, a tied output layer once)
 //   6N+12LCT       6N + 12 x layers x attention width x sequence (PaLM's; attention not halved)
 //   6N+6LCT        6N + 6 x layers x attention width x sequence (causal)
 // Tested against hand-computed values in tests/unit/perf/test_flops.cpp.
@@ -41,11 +44,12 @@ struct FlopsBreakdown {
   double attention_core = 0;    // QK^T and PV
   double mtp = 0;               // MTP modules' norms and projections
   double logits = 0;            // the output layer (and a tied embedding)
+  double bert_heads = 0;        // BERT: the LM head's dense, the pooler, the sentence-order head
   double embedding = 0;         // 6N only: an untied input embedding counted as a GEMM
   double other = 0;             // 6N only: norms, router
   // Everything done per decoder (or MTP) layer.
   double layers() const { return dense_mlp + routed_experts + shared_experts + attention_linear + attention_core; }
-  double total() const { return layers() + mtp + logits + embedding + other; }
+  double total() const { return layers() + mtp + logits + bert_heads + embedding + other; }
 };
 
 // `sequences` samples of model.seq_length tokens; `vocab` is the logits' width for the Megatron
@@ -54,7 +58,7 @@ struct FlopsBreakdown {
 FlopsBreakdown model_flops(const model::ModelConfig& model, double sequences, FlopsConvention convention,
                            int64_t vocab = 0);
 double flops_per_token(const model::ModelConfig& model, FlopsConvention convention, int64_t vocab = 0);
-// The N of the 6N conventions: active parameters without position embeddings.
+// The N of the 6N conventions: active parameters without position (and token-type) embeddings.
 int64_t flops_parameter_count(const model::ModelConfig& model);
 
 // FLOPs executed: Megatron's current count plus what recompute repeats: full recompute runs the

@@ -17,6 +17,8 @@ const char* group_name(ParamGroup group) {
     case ParamGroup::router: return "router";
     case ParamGroup::norms: return "norms";
     case ParamGroup::mtp_projection: return "mtp_projection";
+    case ParamGroup::token_type_embeddings: return "token_type_embeddings";
+    case ParamGroup::bert_head: return "bert_head";
   }
   return "?";
 }
@@ -83,12 +85,24 @@ void add_layer(const ModelConfig& m, int layer, std::vector<ParamBlock>& blocks)
 }  // namespace
 
 void check_accounted(const ModelConfig& m) {
-  if (m.bert) {
-    throw UsageError("--model " + m.name + " (BERT)",
-                     "not supported yet by mt-mfu and mt-memreport (their counts and FLOPs describe decoder models; "
-                     "BERT's heads are not in them)");
-  }
+  m.check_trainable();  // every model lib/model builds is accounted (BERT too, since issue 25)
 }
+
+namespace {
+
+// BERT's token types and heads as model/layers/embedding.h and bert_head.h declare them.
+void add_bert_blocks(const ModelConfig& m, int64_t vocab, std::vector<ParamBlock>& blocks) {
+  const int64_t h = m.hidden_size;
+  using G = ParamGroup;
+  using S = ParamSplit;
+  blocks.push_back({G::bert_head, S::replicated, -1, h * h + h + 2 * h});  // LM head: dense (+bias), LayerNorm
+  blocks.push_back({G::bert_head, S::tensor_parallel, -1, vocab});         // the vocabulary bias
+  if (!m.bert_binary_head) return;
+  blocks.push_back({G::token_type_embeddings, S::replicated, -1, 2 * h});
+  blocks.push_back({G::bert_head, S::replicated, -1, h * h + h + 2 * h + 2});  // pooler, binary head
+}
+
+}  // namespace
 
 std::vector<ParamBlock> parameter_blocks(const ModelConfig& m, int64_t vocab) {
   m.validate();
@@ -106,6 +120,7 @@ std::vector<ParamBlock> parameter_blocks(const ModelConfig& m, int64_t vocab) {
   if (m.untie_embeddings_and_output_weights) {
     blocks.push_back({ParamGroup::output_layer, ParamSplit::tensor_parallel, -1, vocab * h});
   }
+  if (m.bert) add_bert_blocks(m, vocab, blocks);
   return blocks;
 }
 

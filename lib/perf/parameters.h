@@ -1,4 +1,4 @@
-// Parameter accounting for every architecture mt knows (dense GPT/LLaMA, MoE, MLA, MTP): the
+// Parameter accounting for every architecture mt knows (dense GPT/LLaMA, MoE, MLA, MTP, BERT): the
 // model as blocks of parameters by kind and by how they are split over ranks, and from them
 // the total, active (MoE: top-k of the routed experts) and embedding share; the FLOPs
 // conventions count from them. For dense models the blocks split exactly as model/layout.h lays
@@ -27,6 +27,11 @@ enum class ParamGroup {
   router,
   norms,           // the layer norms around attention and MLP, the final norm
   mtp_projection,  // a multi-token-prediction module's norms and its (2h -> h) projection
+  // BERT (issue 25): the token-type table (2 rows, with the binary head), and the heads after the
+  // final norm: the LM head's dense (h -> h) and LayerNorm, the vocabulary bias (split over TP
+  // like the vocabulary), the pooler (h -> h) and the sentence-order head (h -> 2).
+  token_type_embeddings,
+  bert_head,
 };
 const char* group_name(ParamGroup group);
 
@@ -45,9 +50,9 @@ struct ParamBlock {
   int64_t elements = 0;
 };
 
-// Throws mt::UsageError for a model the accounting does not describe: BERT (an encoder with an LM
-// head, pooler and sentence-order head that these counts and FLOPs leave out). Every entry point
-// of lib/perf and lib/study that reads a model calls it through parameter_blocks or model_flops.
+// Throws mt::UsageError for a model the accounting does not describe (none today: BERT's heads and
+// token types are counted since issue 25). Every entry point of lib/perf and lib/study that reads
+// a model calls it through parameter_blocks or model_flops.
 void check_accounted(const model::ModelConfig& model);
 
 // The model's parameters over a vocabulary of `vocab` rows (the real vocabulary for published

@@ -59,9 +59,10 @@ int64_t rank_parameter_count(const ModelConfig& m, int64_t vocab, const parallel
         break;
       }
       case perf::ParamGroup::position_embeddings:
+      case perf::ParamGroup::token_type_embeddings:
         if (first_stage) count += share(block);
         break;
-      default:  // the final norm and an untied output layer
+      default:  // the final norm, an untied output layer and BERT's heads
         if (last_stage) count += share(block);
         break;
     }

@@ -49,15 +49,16 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "use rope, or PP 1" + accounted},
       {model.mtp_num_layers > 0 && device == backend::Device::cuda, "--mtp-num-layers with --device cuda",
        "multi-token prediction runs on the CPU table; it has not run on a GPU yet"},
-      // BERT (issue 25): the model is built (lib/model, checked against Megatron-Core's BertModel);
-      // the CUDA attention is causal only, ring attention too, and mt-train has no BERT data path.
+      // BERT (issue 25): the model (lib/model, checked against Megatron-Core's BertModel) trains on
+      // BERT's masked samples on the CPU table under TP, DP and PP; the CUDA attention is causal
+      // only, ring attention too, and the BERT head has no sequence-parallel path.
       {model.bert && device == backend::Device::cuda, "--device cuda with BERT (--model " + model.name + ")",
        "the CUDA attention kernels are causal only and have no padding mask; BERT runs on the CPU table"},
       {model.bert && parallel.context_parallel_size > 1,
        "--context-parallel-size " + std::to_string(parallel.context_parallel_size) + " with BERT",
        "the ring attention is causal only: BERT's bidirectional padding mask has no balanced CP split yet"},
-      {model.bert, "--model " + model.name + " (BERT)",
-       "mt-train does not read BERT's masked samples (mt-shard bert-samples) yet; the model runs in lib/model"},
+      {model.bert && parallel.sequence_parallel, "--sequence-parallel with BERT (--model " + model.name + ")",
+       "BERT's head (pooler and LM head) has no sequence-parallel path yet: tensor parallelism without it runs"},
       // Megatron-FSDP (issue 25): the strategies mt's optimizer shards by (optim/distributed_optimizer.h).
       {fsdp.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params",
        "--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params",

@@ -89,6 +89,7 @@ void TensorBoardLog::write_step_scalars(const StepStats& s) {
   scalar_and_samples("learning-rate", s.lr, s);
   scalar_and_samples("batch-size", s.global_batch_size, s);
   scalar_and_samples("lm loss", s.lm_loss, s);
+  if (s.sop_loss) scalar_and_samples("sop loss", *s.sop_loss, s);  // BERT: pretrain_bert.py's second loss
   if (s.moe) write_moe_scalars(*s.moe, s.iteration);
   // track_mtp_metrics()'s scalars: "mtp_<k> loss" per depth.
   for (size_t k = 0; k < s.mtp_losses.size(); ++k) scalar("mtp_" + std::to_string(k + 1) + " loss", s.mtp_losses[k], s.iteration);
@@ -154,6 +155,10 @@ void TensorBoardLog::write_timing(const StepStats& s) {
 void TensorBoardLog::eval(const EvalStats& e) {
   scalar("lm loss validation", e.lm_loss, e.iteration);
   scalar("lm loss validation vs samples", e.lm_loss, consumed_samples_);
+  if (e.sop_loss) {
+    scalar("sop loss validation", *e.sop_loss, e.iteration);
+    scalar("sop loss validation vs samples", *e.sop_loss, consumed_samples_);
+  }
   if (options_.log_validation_ppl) {
     scalar("lm loss validation ppl", e.ppl, e.iteration);
     scalar("lm loss validation ppl vs samples", e.ppl, consumed_samples_);

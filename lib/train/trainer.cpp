@@ -115,6 +115,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   validate_train_config(config_);
   const parallel::RankCoordinates coordinates = connect_groups(groups);
   check_supported(model_config_, parallel_config_, ops_.device);
+  check_bert_supported();
   check_fp8_supported();
   check_batch_shape();
   check_memory(groups ? local_rank_count() : 1);  // before anything large exists
@@ -408,9 +409,17 @@ void Trainer::check_data_covers_run() const {
 void Trainer::allocate_staging() {
   const int64_t rows = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_ * model_config_.seq_length /
                        parallel_config_.context_parallel_size;
-  sample_rows_.allocate(model_config_.seq_length);
-  staged_.allocate(rows);
-  device_rows_.allocate(ops_, rows);
+  const bool bert = model_config_.bert;
+  const int64_t samples = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_;
+  sample_rows_.allocate(model_config_.seq_length, 1, bert);
+  staged_.allocate(rows, samples, bert);
+  device_rows_.allocate(ops_, rows, samples, bert);
+  if (bert) {
+    const int64_t micro_batches = samples / config_.micro_batch_size * (1 + config_.eval_iters);
+    bert_sums_ = backend::DeviceBuffer<double>(ops_, kBertSumsPerMicroBatch * micro_batches,
+                                               backend::MemoryCategory::activations);
+    bert_sums_host_.assign(static_cast<size_t>(kBertSumsPerMicroBatch * micro_batches), 0.0);
+  }
   step_sums_ = backend::DeviceBuffer<double>(ops_, 3, backend::MemoryCategory::activations);
   if (model_config_.mtp_num_layers > 0) {
     const int64_t micro_depths = static_cast<int64_t>(config_.global_batch_size) / data_parallel_size_ /
@@ -443,8 +452,11 @@ void Trainer::initialize_parameters() {
   }
 }
 
-void Trainer::TokenRows::allocate(int64_t rows) {
+void Trainer::TokenRows::allocate(int64_t rows, int64_t samples, bool bert) {
   const auto size = static_cast<size_t>(rows);
+  token_types.assign(bert ? size : 0, 0);
+  key_lengths.assign(bert ? static_cast<size_t>(samples) : 0, 0);
+  sentence_order.assign(bert ? static_cast<size_t>(samples) : 0, 0);
   tokens.assign(size, 0);
   labels.assign(size, 0);
   positions.assign(size, 0);
@@ -453,7 +465,12 @@ void Trainer::TokenRows::allocate(int64_t rows) {
   row_ids.assign(size, 0);
 }
 
-void Trainer::DeviceRows::allocate(const backend::Ops& ops, int64_t rows) {
+void Trainer::DeviceRows::allocate(const backend::Ops& ops, int64_t rows, int64_t samples, bool bert) {
+  if (bert) {
+    token_types = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
+    key_lengths = backend::DeviceBuffer<int32_t>(ops, samples, backend::MemoryCategory::activations);
+    sentence_order = backend::DeviceBuffer<int32_t>(ops, samples, backend::MemoryCategory::activations);
+  }
   // Not in the memory records: the step's input rows, as their host staging.
   tokens = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
   labels = backend::DeviceBuffer<int32_t>(ops, rows, backend::MemoryCategory::activations);
@@ -521,9 +538,15 @@ double Trainer::fill_samples(data::Split split, int64_t first_sample, int count,
     // The whole sample first: document starts and positions are computed on the whole sequence
     // and keep their global values in every CP rank's part.
     const int64_t sample = first_sample + b;
-    data_.rows(split, sample, seq,
-               data::SampleRows{whole.tokens.data(), whole.labels.data(), whole.loss_mask.data(),
-                                whole.positions.data(), whole.doc_start.data()});
+    data::SampleRows rows{whole.tokens.data(), whole.labels.data(), whole.loss_mask.data(), whole.positions.data(),
+                          whole.doc_start.data()};
+    if (model_config_.bert) {
+      // BERT (no CP): the sample's token types, key length and sentence order at its slot.
+      rows.token_types = staged_.token_types.data() + (slot + b) * local_seq;
+      rows.key_length = staged_.key_lengths.data() + slot + b;
+      rows.sentence_order = staged_.sentence_order.data() + slot + b;
+    }
+    data_.rows(split, sample, seq, rows);
     for (int t = 0; t < seq; ++t) {
       if (whole.tokens[t] < 0 || whole.tokens[t] >= vocab || whole.labels[t] < 0 || whole.labels[t] >= vocab) {
         const int32_t bad = whole.tokens[t] < 0 || whole.tokens[t] >= vocab ? whole.tokens[t] : whole.labels[t];
@@ -561,6 +584,13 @@ void Trainer::upload_staged(int samples) {
   upload(device_rows_.positions, staged_.positions);
   upload(device_rows_.doc_start, staged_.doc_start);
   upload(device_rows_.row_ids, staged_.row_ids);
+  if (model_config_.bert) {
+    upload(device_rows_.token_types, staged_.token_types);
+    ops_.copy(device_rows_.key_lengths.data(), staged_.key_lengths.data(), samples * static_cast<int64_t>(sizeof(int32_t)),
+              backend::CopyKind::host_to_device, stream);
+    ops_.copy(device_rows_.sentence_order.data(), staged_.sentence_order.data(),
+              samples * static_cast<int64_t>(sizeof(int32_t)), backend::CopyKind::host_to_device, stream);
+  }
   staging_in_flight_ = !ops_.synchronous;
 }
 
@@ -570,19 +600,28 @@ void Trainer::wait_for_staging() {
   staging_in_flight_ = false;
 }
 
-model::MicroBatch Trainer::staged_batch(int count, int slot, double* loss_sums) const {
+model::MicroBatch Trainer::staged_batch(int count, int slot, double* loss_sums, double* sop_sums) const {
   const int local_seq = model_config_.seq_length / context_group_->size();
   const int64_t row0 = static_cast<int64_t>(slot) * local_seq;
   const DeviceRows& rows = device_rows_;
-  return model::MicroBatch{count,
-                           local_seq,
-                           rows.tokens.data() + row0,
-                           rows.labels.data() + row0,
-                           rows.loss_mask.data() + row0,
-                           rows.positions.data() + row0,
-                           data_.document_attention() ? rows.doc_start.data() + row0 : nullptr,
-                           rows.row_ids.data() + row0,
-                           loss_sums};
+  model::MicroBatch batch{count,
+                          local_seq,
+                          rows.tokens.data() + row0,
+                          rows.labels.data() + row0,
+                          rows.loss_mask.data() + row0,
+                          rows.positions.data() + row0,
+                          data_.document_attention() ? rows.doc_start.data() + row0 : nullptr,
+                          rows.row_ids.data() + row0,
+                          loss_sums};
+  if (model_config_.bert) {
+    batch.key_lengths = rows.key_lengths.data() + slot;
+    if (model_config_.bert_binary_head) {
+      batch.token_types = rows.token_types.data() + row0;
+      batch.sentence_order = rows.sentence_order.data() + slot;
+      batch.sop_sums = sop_sums;
+    }
+  }
+  return batch;
 }
 
 StepStats Trainer::train_step() {
@@ -653,8 +692,15 @@ int64_t Trainer::update_parameters(StepStats& stats, double local_tokens) {
     TimerScope check_inf(timers_.get(), StepTimer::optimizer_unscale_and_check_inf);
     if (config_.log_num_zeros_in_grad) queue_grad_copy_for_zero_count();
     const StepSums sums = reduce_step_sums(local_tokens);
-    // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count.
+    // Megatron's reported lm loss: the sum over the step's unmasked tokens over their count
+    // (BERT: pretrain_bert.py's mean of the micro-batches' masked-token means, and the sop loss).
     stats.lm_loss = sums.tokens > 0 ? sums.loss / sums.tokens : 0.0;
+    if (model_config_.bert) {
+      const int micro_batches = config_.global_batch_size / (config_.micro_batch_size * data_parallel_size_);
+      const BertLosses losses = finish_bert_losses(bert_sums_.data(), micro_batches);
+      stats.lm_loss = losses.lm;
+      stats.sop_loss = losses.sop;
+    }
     stats.grad_norm = std::sqrt(sums.grad_sum_squares) * unscale;
     nonfinite = skip_nonfinite(stats);
   }
@@ -709,8 +755,14 @@ void Trainer::run_training_pipeline(const StepTokens& tokens) {
   PipelineCallbacks callbacks;
   // The micro-batches add their loss sums to the step's, from zero, in micro-batch order.
   ops_.zero(step_sums_.data(), 3 * static_cast<int64_t>(sizeof(double)), ops_.default_stream());
+  if (model_config_.bert) prepare_bert_losses(num_micro);
   callbacks.batch = [&](int m) {
     model::MicroBatch batch = staged_batch(micro, m * micro, step_sums_.data());
+    if (model_config_.bert) {
+      // BERT: each micro-batch's own sums (its logged losses are per micro-batch means).
+      batch.loss_sums = bert_sums_.data() + kBertSumsPerMicroBatch * m;
+      if (model_config_.bert_binary_head) batch.sop_sums = batch.loss_sums + 2;
+    }
     if (model_config_.mtp_num_layers > 0) {
       const int depths = model_config_.mtp_num_layers;
       batch.mtp_loss_sums = mtp_sums_.data() + 2 * m * depths;
@@ -746,6 +798,39 @@ void Trainer::set_aux_loss_grad_factor(const StepTokens& tokens) {
                             ? (tokens.step > 0 ? scaler_.scale() * micro_tokens / tokens.step : 0.0)
                             : scaler_.scale() / micro_batches;
   for (const auto& stage : stages_) stage->set_aux_loss_grad_factor(static_cast<float>(factor));
+}
+
+void Trainer::check_bert_supported() const {
+  if (model_config_.bert != data_.bert()) {
+    throw UsageError("data", model_config_.bert ? "BERT (model " + model_config_.name + ") trains on BERT's masked samples "
+                                                      "(a sentence dataset through --data-path)"
+                                                : "BERT's masked samples train BERT models only (--model tiny-bert, bert-345m)");
+  }
+  if (model_config_.bert && config_.calculate_per_token_loss) {
+    throw UsageError("--calculate-per-token-loss", "not supported with BERT (pretrain_bert.py's losses are per micro-batch)");
+  }
+}
+
+void Trainer::prepare_bert_losses(int micro_batches) {
+  const double in_step = static_cast<double>(micro_batches) * data_parallel_size_;
+  for (const auto& stage : stages_) stage->set_sop_loss_grad_factor(bert_sop_grad_factor(scaler_.scale(), in_step));
+  ops_.zero(bert_sums_.data(),
+            kBertSumsPerMicroBatch * static_cast<int64_t>(micro_batches) * static_cast<int64_t>(sizeof(double)),
+            ops_.default_stream());
+}
+
+BertLosses Trainer::finish_bert_losses(const double* sums, int micro_batches) {
+  const int64_t count = kBertSumsPerMicroBatch * static_cast<int64_t>(micro_batches);
+  const backend::Stream stream = ops_.default_stream();
+  ops_.copy(bert_sums_host_.data(), sums, count * static_cast<int64_t>(sizeof(double)), backend::CopyKind::device_to_host,
+            stream);
+  ops_.synchronize(stream);
+  const BertLossSums local = bert_loss_sums({bert_sums_host_.data(), static_cast<size_t>(count)});
+  double total[2] = {local.lm, local.sop};  // the last stage's (others add 0), over DP
+  sum_over_pipeline(total, 2);
+  sum_over_data_parallel(total, 2);
+  return bert_logged_losses({total[0], total[1]}, static_cast<double>(micro_batches) * data_parallel_size_,
+                            model_config_.bert_binary_head);
 }
 
 void Trainer::prepare_mtp_losses(const StepTokens& tokens) {
@@ -965,6 +1050,7 @@ EvalStats Trainer::evaluate() {
   const int num_micro = static_cast<int>(global / (micro * dp));
   const backend::Stream stream = ops_.default_stream();
   ops_.zero(eval_sums_.data(), eval_sums_.bytes(), stream);
+  if (model_config_.bert) ops_.zero(bert_sums_.data(), bert_sums_.bytes(), stream);
   for (int64_t step = 0; step < config_.eval_iters; ++step) {
     for (int m = 0; m < num_micro; ++m) {
       const int64_t first =
@@ -973,8 +1059,14 @@ EvalStats Trainer::evaluate() {
     }
     upload_staged(num_micro * micro);
     double* step_sums = eval_sums_.data() + 2 * step;
+    // BERT: every evaluation micro-batch's own sums, after the training step's.
+    double* bert_sums = model_config_.bert ? bert_sums_.data() + kBertSumsPerMicroBatch * num_micro * (1 + step) : nullptr;
     PipelineCallbacks callbacks;
-    callbacks.batch = [&](int m) { return staged_batch(micro, m * micro, step_sums); };
+    callbacks.batch = [&](int m) {
+      if (!bert_sums) return staged_batch(micro, m * micro, step_sums);
+      double* sums = bert_sums + kBertSumsPerMicroBatch * m;
+      return staged_batch(micro, m * micro, sums, sums + 2);
+    };
     pipeline_->run(eval_actions_, model::ForwardPass{0, false}, callbacks);
     consumed_valid_samples_ += global;
   }
@@ -993,6 +1085,14 @@ EvalStats Trainer::evaluate() {
   EvalStats stats;
   stats.iteration = iteration_;
   stats.lm_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  if (model_config_.bert) {
+    // Megatron's evaluate() with pretrain_bert.py's per-micro-batch values: the mean over every
+    // evaluation micro-batch.
+    const BertLosses losses = finish_bert_losses(bert_sums_.data() + kBertSumsPerMicroBatch * num_micro,
+                                                 static_cast<int>(num_micro * config_.eval_iters));
+    stats.lm_loss = losses.lm;
+    stats.sop_loss = losses.sop;
+  }
   stats.ppl = std::exp(std::min(stats.lm_loss, 20.0));
   return stats;
 }
@@ -1010,7 +1110,10 @@ void Trainer::forward_logits(int64_t first_sample, int count, float* logits) {
     fill_samples(data::Split::train, first_sample + done, n, 0);
     upload_staged(n);
     PipelineCallbacks callbacks;
-    callbacks.batch = [&](int) { return staged_batch(n, 0, step_sums_.data()); };
+    callbacks.batch = [&](int) {
+      return staged_batch(n, 0, model_config_.bert ? bert_sums_.data() : step_sums_.data(),
+                          model_config_.bert ? bert_sums_.data() + 2 : nullptr);
+    };
     pipeline_->run(one_forward, model::ForwardPass{0, false}, callbacks);
     // The real vocabulary's columns of the last stage's logits (one rank holds them all).
     const model::Stage& last = *stages_.back();
@@ -1145,15 +1248,18 @@ std::string megatron_log_line(const StepStats& s, int64_t total_iters, bool log_
     std::snprintf(depth, sizeof depth, " mtp_%zu loss: %.6E |", k + 1, s.mtp_losses[k]);
     mtp += depth;
   }
+  // BERT's sop loss right after lm loss (pretrain_bert.py's loss dict order).
+  char sop[64] = "";
+  if (s.sop_loss) std::snprintf(sop, sizeof sop, " sop loss: %.6E |", *s.sop_loss);
   char line[1024];
   std::snprintf(line, sizeof line,
                 " iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s "
-                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s%s loss scale: %.1f | grad norm: %.3f |%s"
+                "learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s%s%s loss scale: %.1f | grad norm: %.3f |%s"
                 " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 static_cast<long long>(s.iteration), static_cast<long long>(total_iters),
                 static_cast<long long>(s.consumed_samples), s.step_ms, throughput, s.lr, s.global_batch_size,
-                s.lm_loss, moe, mtp.c_str(), s.loss_scale, s.grad_norm, norms, static_cast<long long>(s.skipped_iters),
-                static_cast<long long>(s.nan_iters));
+                s.lm_loss, sop, moe, mtp.c_str(), s.loss_scale, s.grad_norm, norms,
+                static_cast<long long>(s.skipped_iters), static_cast<long long>(s.nan_iters));
   return line;
 }
 
@@ -1240,7 +1346,13 @@ void Trainer::run(const TrainObservers& observers, const ExitConditions& exit) {
         char line[256];
         std::snprintf(line, sizeof line, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |",
                       static_cast<long long>(eval.iteration), eval.lm_loss, eval.ppl);
-        observers.on_log_line(line);
+        std::string text = line;
+        if (eval.sop_loss) {  // BERT: Megatron prints every loss's value and PPL
+          std::snprintf(line, sizeof line, " sop loss value: %.6E | sop loss PPL: %.6E |", *eval.sop_loss,
+                        std::exp(std::min(*eval.sop_loss, 20.0)));
+          text += line;
+        }
+        observers.on_log_line(text);
       }
     }
     if (observers.on_iteration_end) observers.on_iteration_end(iteration_);

@@ -61,6 +61,11 @@
 // the step, as Megatron's calc_params_l2_norm) and the zero count of the grads
 // (count_zeros_fp32), each tensor's primary copy once: all read after the step's waits and
 // gathered over the world in one all-gather, so they add no host wait.
+// BERT (issue 25; train/bert_step.h): the data is BERT's masked samples (a SampleSource whose bert()
+// is true fills the token types, key lengths and sentence-order targets, staged and uploaded with
+// the other rows); each micro-batch adds its own LM and sop loss sums, the sop loss's grads take
+// loss scale / (micro-batches x DP), and the logged lm loss and sop loss are pretrain_bert.py's
+// means over the step's (or the evaluation's) micro-batches of each one's means.
 // It reports through callbacks (lib never prints): step, eval and log-line observers the tool
 // turns into records. Tested in tests/unit/train/test_trainer.cpp, tests/mpi/test_data_parallel.cpp
 // and tests/mpi/test_context_parallel_training.cpp (every layout against one rank) and end to end
@@ -101,6 +106,7 @@
 #include "perf/memory.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/exit_conditions.h"
+#include "train/bert_step.h"
 #include "train/pipeline_engine.h"
 
 namespace mt::train {
@@ -266,12 +272,17 @@ struct StepStats {
   // micro-batch's masked mean of the depth's loss, averaged over the step's micro-batches and DP;
   // train/mtp_step.h), D values, else empty.
   std::vector<double> mtp_losses;
+  // BERT (issue 25; train/bert_step.h): lm_loss is pretrain_bert.py's, the mean over the step's
+  // micro-batches of each one's masked-token mean; sop_loss its sentence-order loss (the binary
+  // head only), Megatron's "sop loss".
+  std::optional<double> sop_loss;
 };
 
 struct EvalStats {
   int64_t iteration = 0;
   double lm_loss = 0;
   double ppl = 0;
+  std::optional<double> sop_loss;  // BERT with the binary head (its PPL is exp of it, as Megatron's)
 };
 
 struct TrainObservers {
@@ -447,6 +458,12 @@ class Trainer {
   // device loss sums set before the pipeline; after the step's wait, the logged losses.
   void prepare_mtp_losses(const StepTokens& tokens);
   std::vector<double> finish_mtp_losses(int micro_batches);
+  // BERT (train/bert_step.h): the stages' sop grad factor and the micro-batches' loss sums zeroed
+  // before the pipeline; after the step's wait, the logged lm and sop losses from the sums of
+  // `micro_batches` micro-batches at `sums` (summed over PP and DP).
+  void prepare_bert_losses(int micro_batches);
+  BertLosses finish_bert_losses(const double* sums, int micro_batches);
+  void check_bert_supported() const;
   // The step in Megatron's timed parts: forward-backward (staging and the schedule; returns the
   // step's token counts), the grads' reductions (all-grads-sync, layernorm-grads-all-reduce,
   // embedding-grads-all-reduce), and the optimizer (the step's sums over this rank's
@@ -489,7 +506,8 @@ class Trainer {
   void wait_for_staging();
   // Micro-batch `count` samples from sample slot `slot` of the device rows, adding its loss sums
   // to `loss_sums` (two device doubles).
-  model::MicroBatch staged_batch(int count, int slot, double* loss_sums) const;
+  // With BERT, `sop_sums` (two device doubles) takes the sop loss sums with the binary head.
+  model::MicroBatch staged_batch(int count, int slot, double* loss_sums, double* sop_sums = nullptr) const;
   // The parameters from the seed: each tensor initialised on the host in one reused buffer, then
   // copied into the device parameters.
   void initialize_parameters();
@@ -570,18 +588,22 @@ class Trainer {
   backend::DeviceBuffer<double> params_sum_squares_;    // --log-params-norm
   double params_sum_squares_host_ = 0;
   // Per-token arrays of `rows` tokens on the host.
+  // BERT's token types (rows) and per-sample key lengths and sentence-order targets (rows / seq):
+  // allocated for BERT only.
   struct TokenRows {
     std::vector<int32_t> tokens, labels, positions, doc_start;
     std::vector<float> loss_mask;
     std::vector<int64_t> row_ids;
-    void allocate(int64_t rows);
+    std::vector<int32_t> token_types, key_lengths, sentence_order;
+    void allocate(int64_t rows, int64_t samples, bool bert);
   };
   // The same arrays in device memory (what a MicroBatch points at).
   struct DeviceRows {
     backend::DeviceBuffer<int32_t> tokens, labels, positions, doc_start;
     backend::DeviceBuffer<float> loss_mask;
     backend::DeviceBuffer<int64_t> row_ids;
-    void allocate(const backend::Ops& ops, int64_t rows);
+    backend::DeviceBuffer<int32_t> token_types, key_lengths, sentence_order;
+    void allocate(const backend::Ops& ops, int64_t rows, int64_t samples, bool bert);
   };
   // One whole sample as the data gives it, (seq_length), and this rank's staging of one step's
   // samples (global batch / DP), (samples * seq_length / CP) each: filled on the host, then
@@ -601,6 +623,10 @@ class Trainer {
   backend::DeviceBuffer<double> mtp_sums_;
   std::vector<double> mtp_sums_host_;
   std::vector<float> mtp_grad_scales_;
+  // BERT: kBertSumsPerMicroBatch device doubles per micro-batch of a step, then per micro-batch of
+  // every evaluation step (eval_iters x micro-batches), and their host copy.
+  backend::DeviceBuffer<double> bert_sums_;
+  std::vector<double> bert_sums_host_;
 };
 
 }  // namespace mt::train

@@ -219,6 +219,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f, const std::string& group) {
   add_moe_flags(app, f, add);
   add("--mtp-num-layers", f.mtp_num_layers);
   add("--mtp-loss-scaling-factor", f.mtp_loss_scaling_factor);
+  add("--bert-no-binary-head", f.bert_no_binary_head);
   add_mla_flags(f, add);
 }
 
@@ -256,6 +257,7 @@ model::ModelConfig model_config(const ModelFlags& f) {
   apply_moe_flags(f, c);
   apply(f.mtp_num_layers, c.mtp_num_layers);
   apply(f.mtp_loss_scaling_factor, c.mtp_loss_scaling_factor);
+  if (f.bert_no_binary_head) c.bert_binary_head = false;  // validate() refuses it for a model that is not BERT
   const bool mla_before_flags = c.multi_latent_attention;
   apply_mla_flags(f, c);
   apply_yarn_flags(f, mla_before_flags, c);

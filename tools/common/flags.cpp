@@ -225,6 +225,9 @@ const FlagSpec& flag_spec(std::string_view name) {
       integer_flag("--mtp-num-layers",
                    "Multi-token prediction depths after the decoder, each a layer like the last (default: none)",
                    at_least(1)),
+      toggle_flag("--bert-no-binary-head",
+                  "BERT without the sentence-order head (no token types, pooler or binary head; one segment per "
+                  "sample, no sop loss)"),
       real_flag("--mtp-loss-scaling-factor",
                 "Weight lambda of the MTP losses: lambda / depths x their sum joins the LM loss (default 0.1)",
                 Range{}),
@@ -479,7 +482,6 @@ void refuse_unimplemented_megatron_flags(int argc, char** argv) {
       "--virtual-pipeline-model-parallel-size", "--moe-router-force-load-balancing", "--moe-input-jitter-eps",
       "--moe-shared-expert-overlap", "--moe-shared-expert-gate", "--moe-permute-fusion", "--moe-router-fusion",
       "--moe-use-legacy-grouped-gemm", "--moe-extended-tp", "--moe-use-upcycling", "--moe-layer-recompute",
-      "--tokenizer-type", "--tokenizer-model", "--vocab-file", "--merge-file",
       "--rampup-batch-size", "--data-args-path", "--per-split-data-args-path",
       "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--full-validation",
       "--mid-level-dataset-surplus", "--num-dataset-builder-threads", "--object-storage-cache-path",

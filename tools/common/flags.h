@@ -139,6 +139,7 @@ struct ModelFlags {
       moe_expert_capacity_factor;
   bool moe_router_pre_softmax = false, moe_router_enable_expert_bias = false,
        moe_pad_expert_input_to_capacity = false, moe_grouped_gemm = false;
+  bool bert_no_binary_head = false;  // BERT models (--model tiny-bert, bert-345m) only
   // Multi-token prediction (Megatron's flags; model/config.h's fields).
   std::optional<int> mtp_num_layers;
   std::optional<float> mtp_loss_scaling_factor;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/bert_dataset.h"
+#include "tools/common/bert_vocabulary.h"
 #include "data/gpt_dataset.h"
 #include "text/tokenizer.h"
 #include "tools/common/flags.h"
@@ -271,31 +272,11 @@ int run_inspect(mt::tools::ToolCli& cli, const InspectOptions& o) {
   return 0;
 }
 
-// What Megatron's BERT dataset reads from the tokenizer: every id's "##" flag, [CLS] [SEP] [MASK]
-// [PAD] (Megatron-Core's BERT tokenizers have all four; pad is [PAD], which no other special
-// token shares).
-mt::data::BertVocabulary bert_vocabulary(const mt::text::Tokenizer& tokenizer) {
-  mt::data::BertVocabulary vocabulary;
-  vocabulary.is_subword.resize(static_cast<size_t>(tokenizer.vocab_size()));
-  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id)
-    vocabulary.is_subword[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id)).starts_with("##");
-  const auto special = [&](const char* name) -> int64_t {
-    const auto id = tokenizer.special_token_id(name);
-    if (!id) throw mt::UsageError("--tokenizer-type " + tokenizer.name(), std::string("has no ") + name + " token");
-    return *id;
-  };
-  vocabulary.cls = special("[CLS]");
-  vocabulary.sep = special("[SEP]");
-  vocabulary.mask = special("[MASK]");
-  vocabulary.pad = special("[PAD]");
-  return vocabulary;
-}
-
 // mt-shard bert-samples: the split's BERT sample index, then samples first..first+N-1 as JSONL.
 int run_bert_samples(mt::tools::ToolCli& cli, const BertOptions& o) {
   if (o.num_samples < 1) throw mt::UsageError("--num-samples", "must be >= 1 (the split's sample count)");
   const auto tokenizer = mt::text::Tokenizer::load(o.tokenizer);
-  const mt::data::BertVocabulary vocabulary = bert_vocabulary(*tokenizer);
+  const mt::data::BertVocabulary vocabulary = mt::tools::bert_vocabulary(*tokenizer);
   const mt::data::TokenDataset dataset = mt::data::TokenDataset::open(o.data_path);
   const mt::data::Split split = o.show_split == "train"   ? mt::data::Split::train
                                 : o.show_split == "valid" ? mt::data::Split::valid

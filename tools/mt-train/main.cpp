@@ -1,4 +1,4 @@
-// mt-train: pre-train a GPT-2 or LLaMA model with Megatron-LM's flag names. Step, memory (per
+// mt-train: pre-train a GPT-2, LLaMA, MoE or BERT model with Megatron-LM's flag names. Step, memory (per
 // pipeline stage), eval, ckpt and summary records on stdout (JSONL by default, led by the run
 // record), Megatron's log line on stderr. With --dry-run --world-size N it only checks the run for
 // N ranks in this one process (no MPI) and prints its plan. Tested by tests/tools/mt-train.bats,
@@ -24,6 +24,7 @@
 #include "core/stop_request.h"
 #include "core/temporary_file.h"
 #include "core/threads.h"
+#include "data/bert_sample_source.h"
 #include "data/gpt_dataset.h"
 #include "data/sample_source.h"
 #include "data/token_range.h"
@@ -35,6 +36,8 @@
 #include "perf/flops.h"
 #include "perf/memory.h"
 #include "perf/peak.h"
+#include "text/tokenizer.h"
+#include "tools/common/bert_vocabulary.h"
 #include "tools/common/flags.h"
 #include "tools/common/peak_source.h"
 #include "tools/common/signals.h"
@@ -84,6 +87,12 @@ struct TrainOptions {
   bool mock_data = false;
   std::string byte_data;
   mt::data::LoaderOptions loader;
+  // BERT's data (pretrain_bert.py's flags): the WordPiece vocabulary and the masking.
+  struct Bert {
+    mt::text::TokenizerOptions tokenizer;
+    double mask_prob = 0.15;
+    double short_seq_prob = 0.1;
+  } bert;
   std::string save_init, save_final;
   bool force = false;  // --force: overwrite outputs that are not this run's (never an input)
   DryRunFlags dry;
@@ -230,6 +239,81 @@ std::unique_ptr<mt::data::SampleSource> open_token_data(const TrainOptions& o, c
                                                      o.loader);
 }
 
+// BERT's data flags (pretrain_bert.py's): the tokenizer whose vocabulary the masking reads, the
+// mask and short-sequence probabilities (--bert-no-binary-head is a model flag).
+void define_bert_data_flags(CLI::App& app, TrainOptions::Bert& b) {
+  const char* g = "BERT data (--model tiny-bert, bert-345m: a pre-split sentence dataset through --data-path)";
+  mt::tools::add_tokenizer_flags(app, b.tokenizer, false, g);
+  static const mt::tools::FlagSpec mask_prob = mt::tools::real_flag(
+      "--mask-prob", "Share of each sample's tokens masked (whole words, n-grams up to 3; default 0.15)",
+      mt::tools::between(0, 1, true));
+  static const mt::tools::FlagSpec short_seq_prob = mt::tools::real_flag(
+      "--short-seq-prob", "Probability of a shorter target length per sample (default 0.1)", mt::tools::between(0, 1));
+  mt::tools::add_flag(app, mask_prob, b.mask_prob)->group(g);
+  mt::tools::add_flag(app, short_seq_prob, b.short_seq_prob)->group(g);
+}
+
+// BERT reads one sentence dataset through --data-path with a WordPiece vocabulary; its flags mean
+// nothing for other models, and the GPT data flags nothing for BERT.
+void check_bert_flags(mt::tools::ToolCli& cli, const TrainOptions& o, const mt::model::ModelConfig& model) {
+  const char* bert_flags[] = {"--tokenizer-type", "--vocab-file",         "--merge-file", "--tokenizer-model",
+                              "--tiktoken-pattern", "--tiktoken-num-special-tokens", "--mask-prob", "--short-seq-prob"};
+  if (!model.bert) {
+    for (const char* flag : bert_flags) {
+      if (cli.app().count(flag) > 0) {
+        throw mt::UsageError(flag, "is read for BERT models only (--model tiny-bert, bert-345m); a GPT run takes its "
+                                   "vocabulary from the token data");
+      }
+    }
+    return;
+  }
+  if (o.paths.data_path.size() != 1 || !o.paths.train_data_path.empty() || !o.paths.valid_data_path.empty() ||
+      !o.paths.test_data_path.empty()) {
+    throw mt::UsageError("--data-path", "BERT (model " + model.name +
+                                            ") trains on one pre-split sentence dataset: give --data-path PREFIX "
+                                            "(no blend, no per-split paths)");
+  }
+  if (!o.paths.data_cache_path.empty()) {
+    throw mt::UsageError("--data-cache-path", "not used with BERT (its sample index is built in memory on open)");
+  }
+  if (o.loader.needs_eod()) {
+    throw mt::UsageError("--eod-mask-loss/--reset-position-ids/--reset-attention-mask",
+                         "are GPT's: BERT's samples are sentence runs with [CLS]/[SEP]");
+  }
+  if (o.bert.tokenizer.type.empty()) {
+    throw mt::UsageError("--tokenizer-type", "needed with BERT: the WordPiece vocabulary (BertWordPieceLowerCase "
+                                             "or BertWordPieceCase with --vocab-file vocab.txt)");
+  }
+}
+
+// BERT's masked samples (data/bert_sample_source.h) over the --data-path sentence dataset, the
+// vocabulary from the tokenizer; the model's vocabulary is the tokenizer's unless --vocab-size
+// (Megatron's: padded from tokenizer.vocab_size). Every rank builds the index in memory.
+std::unique_ptr<mt::data::SampleSource> open_bert_data(const TrainOptions& o, const mt::train::TrainConfig& config,
+                                                       mt::model::ModelConfig& model) {
+  const auto tokenizer = mt::text::Tokenizer::load(o.bert.tokenizer);
+  mt::data::BertVocabulary vocabulary = mt::tools::bert_vocabulary(*tokenizer);
+  if (!o.model.vocab_size) model.vocab_size = vocabulary.vocab_size();
+  if (model.vocab_size < vocabulary.vocab_size()) {
+    throw mt::UsageError("--vocab-size " + std::to_string(model.vocab_size),
+                         "smaller than the WordPiece vocabulary of " + std::to_string(vocabulary.vocab_size()) +
+                             " (the masking draws random ids from all of it)");
+  }
+  model.validate();
+  mt::data::BertSourceConfig bert;
+  bert.path = o.paths.data_path.front();
+  bert.split = o.paths.split;
+  bert.dataset.index.seq_length = model.seq_length;
+  bert.dataset.index.seed = static_cast<int64_t>(config.seed);
+  bert.dataset.index.short_seq_prob = o.bert.short_seq_prob;
+  bert.dataset.index.binary_head = model.bert_binary_head;
+  bert.dataset.mask_prob = o.bert.mask_prob;
+  const int64_t global = config.global_batch_size > 0 ? config.global_batch_size : config.micro_batch_size;
+  bert.num_samples = mt::data::megatron_num_samples(config.train_iters, config.train_samples, global,
+                                                    config.eval_interval, config.eval_iters);
+  return std::make_unique<mt::data::BertSampleSource>(bert, vocabulary);
+}
+
 // --dry-run with its world and device, and Megatron's planned stops (issue 24).
 void define_plan_and_stop_flags(CLI::App& app, TrainOptions& o) {
   const auto* plan = "Dry run (plan without training: one process, no MPI)";
@@ -303,6 +387,9 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
       "Data: token datasets (--data-path, or --train/valid/test-data-path) through a sample index found in, or\n"
       "built into, --data-cache-path under the md5 of its parameters (mt-shard build writes the same file); or\n"
       "--mock-data (Philox tokens) or --byte-data FILE (a text file's UTF-8 bytes as tokens, vocabulary 256).\n"
+      "BERT (--model tiny-bert, bert-345m): --data-path one pre-split sentence dataset, --tokenizer-type\n"
+      "BertWordPieceLowerCase|BertWordPieceCase --vocab-file vocab.txt; Megatron's masked samples and its lm and sop\n"
+      "losses (README \"Training BERT\").\n"
       "Values outside a flag's range, and Megatron flags or values mt does not implement yet, are refused by name.\n"
       "Precision: --bf16 rounds every GEMM input to bf16 (fp32 accumulation, fp32 master weights, grads and Adam\n"
       "states); --fp16 rounds them to fp16 with a loss scaler. --fp8-format e4m3|hybrid runs the transformer\n"
@@ -417,6 +504,7 @@ void define(mt::tools::ToolCli& cli, TrainOptions& o) {
   mt::tools::add_flag(app, "--eod-mask-loss", o.loader.eod_mask_loss)->group(d);
   mt::tools::add_flag(app, "--reset-position-ids", o.loader.reset_position_ids)->group(d);
   mt::tools::add_flag(app, "--reset-attention-mask", o.loader.reset_attention_mask)->group(d);
+  define_bert_data_flags(app, o.bert);
   mt::tools::add_flag(app, "--save-init", o.save_init)->group(d);
   mt::tools::add_flag(app, "--save-final", o.save_final)->group(d);
   mt::tools::add_flag(app, "--force", o.force)->group(d);
@@ -533,6 +621,7 @@ RunPlan plan_run(mt::tools::ToolCli& cli, TrainOptions& o, int world_size) {
   }
   if (!o.byte_data.empty() && !o.model.vocab_size && o.model.preset.empty()) o.model.vocab_size = 256;
   plan.model = mt::tools::model_config(o.model);
+  check_bert_flags(cli, o, plan.model);
   mt::train::check_supported(plan.model, o.parallel, mt::tools::backend_device(o.device));  // before validation: what mt-train cannot run is named first
   if (o.mock_data && !o.model.vocab_size && plan.model.vocab_size <= 0) {
     throw mt::UsageError("--vocab-size", "needed with --mock-data");
@@ -610,6 +699,7 @@ void adopt_checkpoint_seed(mt::tools::ToolCli& cli, const mt::io::CheckpointRead
 
 // The run's samples: token datasets through their sample index, mock tokens or a byte file.
 std::unique_ptr<mt::data::SampleSource> open_data(const TrainOptions& o, RunPlan& plan, mt::comm::Communicator& world) {
+  if (plan.model.bert) return open_bert_data(o, plan.config, plan.model);
   if (o.paths.any()) return open_token_data(o, plan.config, plan.model, world);
   if (plan.model.vocab_size <= 0) throw mt::UsageError("--vocab-size", "must be at least 1");
   plan.model.validate();
@@ -821,11 +911,14 @@ class StepRecords {
     if (s.moe) add_moe(record, *s.moe);
     // Megatron's "mtp_<k> loss" as mtp_<k>_loss, one per MTP depth.
     for (size_t k = 0; k < s.mtp_losses.size(); ++k) record["mtp_" + std::to_string(k + 1) + "_loss"] = s.mtp_losses[k];
+    if (s.sop_loss) record["sop_loss"] = *s.sop_loss;  // BERT with the binary head
     writer_.write(record);
     if (first_step) write_memory(s);
   }
   void eval(const mt::train::EvalStats& e) {
-    writer_.write(Record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}});
+    Record record{{"record", "eval"}, {"iteration", e.iteration}, {"lm_loss", e.lm_loss}, {"ppl", e.ppl}};
+    if (e.sop_loss) record["sop_loss"] = *e.sop_loss;  // BERT with the binary head
+    writer_.write(record);
   }
   // --log-params-norm, --log-num-zeros-in-grad and the timers (--timing-log-level): params_norm,
   // num_zeros and timers {"forward-backward": {"min_ms", "max_ms", "rank_ms"}, ...} in Megatron's
@@ -1278,7 +1371,7 @@ int main(int argc, char** argv) {
   TrainOptions options;
   return mt::tools::tool_main(
       argc, argv, "mt-train",
-      "Pre-train a GPT-2 or LLaMA model on the CPU with Megatron-LM's flags; JSONL records on stdout, log on stderr.",
+      "Pre-train a GPT-2, LLaMA, MoE or BERT model on the CPU with Megatron-LM's flags; JSONL records on stdout, log on stderr.",
       [&](mt::tools::ToolCli& cli) {
         mt::tools::refuse_unimplemented_megatron_flags(argc, argv);
         define(cli, options);

@@ -146,3 +146,32 @@ TEST(Flops, ThroughputAndUtilization) {
   }
   EXPECT_THROW(parse_flops_convention("palm"), mt::UsageError);
 }
+
+// BERT (issue 25) by hand, tiny-bert: L 2, h 64, 4 heads of 16 (q = kv = 64), GELU ffn 256, V 30522
+// padded to 30592, s 64. Core attention is not halved (bidirectional); the LM head's dense h -> h
+// runs on every token, the pooler h -> h and the sentence-order head h -> 2 on one token per sample.
+TEST(Flops, TinyBertByHand) {
+  const auto c = preset("tiny-bert");
+  const double mlp = 6.0 * 64 * 256 * 2 * 2;                // 393,216: 6 h F x2 (fc1, fc2) x L
+  const double linear = 6.0 * (64 * 192 + 64 * 64) * 2;      // 196,608: 6 (h (q + 2kv) + q h) x L
+  const double core = 64.0 * 12 * 64 * 2;                    // 98,304: s x 12 q x L, not halved
+  const double logits = 6.0 * 64 * 30592;                    // 11,747,328: 6 h V (padded)
+  const double lm_dense = 6.0 * 64 * 64;                     // 24,576 per token
+  const double pooler_and_binary = 6.0 * (64 * 64 + 64 * 2);  // 25,344 per sample
+  const FlopsBreakdown f = model_flops(c, 3, FlopsConvention::megatron);
+  EXPECT_DOUBLE_EQ(f.dense_mlp, mlp * 3 * 64);
+  EXPECT_DOUBLE_EQ(f.attention_linear, linear * 3 * 64);
+  EXPECT_DOUBLE_EQ(f.attention_core, core * 3 * 64);
+  EXPECT_DOUBLE_EQ(f.logits, logits * 3 * 64);
+  EXPECT_DOUBLE_EQ(f.bert_heads, lm_dense * 3 * 64 + pooler_and_binary * 3);
+  EXPECT_DOUBLE_EQ(flops_per_token(c, FlopsConvention::megatron), 12460428);  // the parts' sum, + 25,344 / 64
+  // Without the binary head: no pooler or sentence-order head.
+  auto no_head = c;
+  no_head.bert_binary_head = false;
+  EXPECT_DOUBLE_EQ(model_flops(no_head, 1, FlopsConvention::megatron).bert_heads, lm_dense * 64);
+  // narayanan: attention already whole, only the 4/3 on the layers.
+  EXPECT_DOUBLE_EQ(model_flops(c, 1, FlopsConvention::narayanan).attention_core, 4.0 / 3 * core * 64);
+  // A GPT of the same shape halves the core attention and has no heads.
+  auto gpt = preset("tiny-gpt");
+  EXPECT_DOUBLE_EQ(model_flops(gpt, 1, FlopsConvention::megatron).bert_heads, 0);
+}

@@ -99,18 +99,26 @@ TEST(Parameters, EmbeddingShare) {
   EXPECT_NEAR(count_parameters(preset("llama3-8b")).embedding_share(), 2.0 * 128256 * 4096 / 8030261248, 1e-12);
 }
 
-// BERT's heads and encoder FLOPs are not modelled: the accounting refuses BERT presets by name
-// instead of counting them as a GPT.
-TEST(Parameters, BertIsRefusedByNameNotCountedAsAGpt) {
+// BERT (issue 25): the token types and heads are counted as lib/model lays them out, with and
+// without the binary head; the 6N count leaves the token-type lookups out as it does positions.
+TEST(Parameters, BertCountsItsHeadsAndTokenTypesAsTheModelDoes) {
   for (const char* name : {"tiny-bert", "bert-345m"}) {
-    const mt::model::ModelConfig bert = preset(name);
-    try {
-      count_parameters(bert);
-      FAIL() << name << " was counted";
-    } catch (const mt::UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("(BERT): not supported yet by mt-mfu and mt-memreport"), std::string::npos)
-          << e.what();
+    for (const bool binary_head : {true, false}) {
+      auto c = preset(name);
+      c.bert_binary_head = binary_head;
+      EXPECT_EQ(count_parameters(c).total, mt::model::parameter_count(c)) << name << binary_head;
+      EXPECT_EQ(count_parameters(c, c.padded_vocab_size()).total, mt::model::parameter_count(c, true)) << name;
+      const int64_t h = c.hidden_size;
+      const auto groups = count_parameters(c).by_group;
+      EXPECT_EQ(groups.count(ParamGroup::token_type_embeddings) ? groups.at(ParamGroup::token_type_embeddings) : 0,
+                binary_head ? 2 * h : 0);
+      // dense (+bias) and LayerNorm, the vocabulary bias; the pooler (+bias) and the 2-way head (+bias)
+      EXPECT_EQ(groups.at(ParamGroup::bert_head),
+                h * h + 3 * h + c.vocab_size + (binary_head ? h * h + h + 2 * h + 2 : 0));
+      EXPECT_EQ(flops_parameter_count(c), count_parameters(c).total - c.max_position_embeddings * h -
+                                              (binary_head ? 2 * h : 0));
     }
-    EXPECT_THROW(model_flops(bert, 1, FlopsConvention::megatron, 0), mt::UsageError);
   }
+  // BERT-345M: 24 x 12.6M layers + 30522 x 1024 words + 512 x 1024 positions + heads = 336.2M.
+  EXPECT_EQ(count_parameters(preset("bert-345m")).total, 336226108);
 }

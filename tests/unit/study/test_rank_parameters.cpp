@@ -25,7 +25,7 @@ TEST(RankParameters, EveryRankMatchesItsLayoutTable) {
   };
   const Pipeline pipelines[] = {{1, 1, 0, 0}, {2, 1, 0, 0}, {4, 1, 0, 0}, {2, 2, 0, 0},
                                 {4, 2, 0, 0}, {3, 1, 2, 2}, {3, 2, 2, 2}, {3, 2, 4, 0}};
-  for (const char* name : {"tiny-gpt", "tiny-llama", "gpt2-124m"}) {
+  for (const char* name : {"tiny-gpt", "tiny-llama", "gpt2-124m", "tiny-bert"}) {
     auto c = preset(name);
     c.num_layers = 8;
     for (int tp : {1, 2, 4}) {

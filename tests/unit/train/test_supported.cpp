@@ -130,7 +130,7 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   } catch (const mt::UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--mtp-num-layers with --device cuda: not supported yet", 0), 0u) << e.what();
   }
-  // BERT: on CUDA and under CP by name, and (until mt-train reads its samples) at all.
+  // BERT: on CUDA, under CP and with sequence parallelism by name; on the CPU under TP, DP and PP.
   const ModelConfig bert = mt::model::preset("tiny-bert");
   const auto refusal_on = [&](const ParallelConfig& parallel, mt::backend::Device device) -> std::string {
     try {
@@ -142,18 +142,28 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   };
   EXPECT_EQ(refusal_on(one_rank, mt::backend::Device::cuda).rfind("--device cuda with BERT (--model tiny-bert)", 0), 0u);
   EXPECT_EQ(refusal_on(context, mt::backend::Device::cpu).rfind("--context-parallel-size 2 with BERT", 0), 0u);
-  EXPECT_EQ(refusal_on(one_rank, mt::backend::Device::cpu).rfind("--model tiny-bert (BERT): not supported yet", 0), 0u);
+  ParallelConfig sequence = one_rank;
+  sequence.tensor_model_parallel_size = 2;
+  EXPECT_EQ(refusal_on(sequence, mt::backend::Device::cpu), "");
+  EXPECT_EQ(refusal_on(pipeline, mt::backend::Device::cpu), "");
+  sequence.sequence_parallel = true;
+  EXPECT_EQ(refusal_on(sequence, mt::backend::Device::cpu).rfind("--sequence-parallel with BERT (--model tiny-bert)", 0),
+            0u);
+  EXPECT_EQ(refusal_on(one_rank, mt::backend::Device::cpu), "");
 }
 
-TEST(Supported, TheTrainerRefusesThroughTheList) {
+// BERT trains on BERT's masked samples only (a GPT sample source has no token types, key lengths
+// or sentence-order targets), and not with --calculate-per-token-loss.
+TEST(Supported, TheTrainerRefusesBertWithoutItsSamples) {
   const ModelConfig bert = mt::model::preset("tiny-bert");
   const auto data = mt::data::make_mock_data(bert.vocab_size, bert.seq_length, 1);
   mt::train::TrainConfig train;
   train.train_iters = 1;
   try {
     const mt::train::Trainer trainer(bert, train, *data, mt::backend::cpu_ops());
-    FAIL() << "a BERT model was built by the Trainer";
+    FAIL() << "a BERT model was built by the Trainer on mock data";
   } catch (const mt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--model tiny-bert (BERT): not supported yet", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("data: BERT (model tiny-bert) trains on BERT's masked samples", 0), 0u)
+        << e.what();
   }
 }
