@@ -48,7 +48,7 @@ same_after() {
   done
 }
 
-@test "issue25: saved under FSDP (optim_grads, DP=2), loaded under DP=2 and TP=2, and saved under TP=2, loaded under FSDP: the next 10 steps equal the unchanged run" {
+@test "issue25: saved under FSDP (optim_grads, optim_grads_params; DP=2), loaded under DP=2, TP=2 or one rank, and saved under TP=2, loaded under FSDP: the next 10 steps equal the unchanged run" {
   mt-train "${CKPT20[@]}" --train-iters 20 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
   local -a pairs=("2 ${FSDP[*]}|2" "2 ${FSDP[*]}|2 --tensor-model-parallel-size 2"
                   "2 --tensor-model-parallel-size 2|2 ${FSDP[*]}" "2 ${PARAMS[*]}|1"
