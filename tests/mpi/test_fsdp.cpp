@@ -175,6 +175,7 @@ TEST(MegatronFsdp, OptimGradsParamsMatchesOneRankInFp32WithAndWithoutPrefetch) {
 // micro-batch (forward, backward), the root once; prefetch starts every layer unit's early.
 TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
   const int dp = equivalence::world().size();
+  if (dp != 2) GTEST_SKIP() << "run at DP=2 only (CI time)";
   const int64_t page = backend::ReleasableMemory::page_bytes();
   const UnitMemory whole = one_step_memory("no_shard");
   const UnitMemory grads = one_step_memory("optim_grads");
