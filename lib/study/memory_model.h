@@ -64,9 +64,10 @@ struct TrainingShape {
   int global_batch_size = 0;          // 0: micro-batch x DP (one micro-batch per step)
   model::RecomputeConfig recompute;
   Precision precision = Precision::fp32;
-  // Only the study: FSDP (Megatron-FSDP's optim_grads_params, which mt-train does not run yet;
-  // mt-memreport and mt-mfu set it from --use-megatron-fsdp, tools/common/run_report.cpp) and the
-  // form of the GEMM weight copy.
+  // Only the study: FSDP (Megatron-FSDP's optim_grads_params as the published rows run it: two
+  // layers gathered, the root not counted; mt-train's own units also hold its root gathered,
+  // optim/fsdp_params.h; mt-memreport and mt-mfu set it from --use-megatron-fsdp,
+  // tools/common/run_report.cpp) and the form of the GEMM weight copy.
   bool fsdp = false;              // weights, grads and optimizer states sharded over DP x CP
   bool native_bf16_gemm = true;   // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
 
