@@ -3,11 +3,22 @@
 // MemoryLedger that keeps the live and peak bytes of each category and of their sum. Ledgers
 // chain: a stage's ledger forwards to its rank's, so the step and memory records (DESIGN.md
 // sec. 4) read measured bytes, per stage and per rank, never estimates. Allocation happens at
-// set-up on one thread; ledgers are not thread-safe. Tested in tests/unit/backend/test_device_memory.cpp.
+// set-up on one thread; ledgers are not thread-safe.
+// A buffer made releasable (Residency::releasable, the CPU backend only: Megatron-FSDP's unit
+// buffers, optim/fsdp_grads.h and optim/fsdp_params.h) is anonymous memory mapped page by page:
+// it starts with no page resident, its owner marks the byte ranges it is about to write resident
+// (make_resident) and hands whole pages of a range back to the OS when done (release:
+// madvise(MADV_DONTNEED), after which they read as zeros; the range's bytes on pages it shares
+// with the rest are zeroed instead). The ledger counts the pages marked resident, so its peaks
+// follow what the owner holds. The CUDA analogue would map and unmap physical pages of one
+// virtual range (cuMemMap / cuMemUnmap); it is not built: a releasable buffer on another backend
+// is refused by name. Tested in tests/unit/backend/test_device_memory.cpp.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "backend/ops.h"
 
@@ -20,6 +31,9 @@ class MemoryLedger {
 
   void add(MemoryCategory category, int64_t bytes);
   void remove(MemoryCategory category, int64_t bytes);
+  // A held buffer's bytes grow or shrink (pages of a releasable buffer): the live count unchanged.
+  void grow(MemoryCategory category, int64_t bytes);
+  void shrink(MemoryCategory category, int64_t bytes);
 
   int64_t live(MemoryCategory category) const { return live_[index(category)]; }
   int64_t peak(MemoryCategory category) const { return peak_[index(category)]; }
@@ -37,6 +51,43 @@ class MemoryLedger {
   int64_t peak_total_ = 0;
   int64_t live_count_ = 0;
 };
+
+// Page-granular memory that can go back to the OS while it lives (see the header comment).
+class ReleasableMemory {
+ public:
+  // `bytes` of zeros, no page resident; reports its resident pages to `ledger` (nullable).
+  ReleasableMemory(int64_t bytes, MemoryCategory category, MemoryLedger* ledger);
+  ~ReleasableMemory();
+  ReleasableMemory(const ReleasableMemory&) = delete;
+  ReleasableMemory& operator=(const ReleasableMemory&) = delete;
+
+  static int64_t page_bytes();
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  // Marks the pages under bytes [begin, end) resident (counted from now on).
+  void make_resident(int64_t begin, int64_t end);
+  // Bytes [begin, end) become zeros: the whole pages inside go back to the OS, the bytes on
+  // pages partly outside the range are zeroed (those pages stay resident).
+  void release(int64_t begin, int64_t end);
+  int64_t resident_bytes() const { return resident_pages_ * page_bytes(); }
+
+ private:
+  void check_range(int64_t begin, int64_t end) const;
+
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  int64_t mapped_bytes_ = 0;  // whole pages
+  MemoryCategory category_;
+  MemoryLedger* ledger_;
+  std::vector<bool> resident_;  // per page
+  int64_t resident_pages_ = 0;
+};
+
+// How a DeviceBuffer holds its memory: from the backend's allocator, or releasable page by page.
+enum class Residency { whole, releasable };
+
+// Refuses (mt::UsageError) a releasable buffer on a backend other than the CPU's.
+void check_releasable_backend(const Ops& ops);
 
 // Bytes a buffer of `count` elements of `T` takes: rounded up to 64 (every buffer is aligned).
 template <typename T>
@@ -59,6 +110,20 @@ class DeviceBuffer {
     ledger_ = ledger;
     if (ledger_) ledger_->add(category_, bytes_);
   }
+  // Residency::releasable: pages handed out and back through releasable() (the CPU backend only).
+  DeviceBuffer(const Ops& ops, int64_t count, MemoryCategory category, MemoryLedger* ledger, Residency residency) {
+    if (residency == Residency::whole) {
+      *this = DeviceBuffer(ops, count, category, ledger);
+      return;
+    }
+    if (count <= 0) return;
+    check_releasable_backend(ops);
+    pages_ = std::make_unique<ReleasableMemory>(buffer_bytes<T>(count), category, ledger);
+    data_ = static_cast<T*>(pages_->data());
+    bytes_ = pages_->bytes();
+    count_ = count;
+    category_ = category;
+  }
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -72,6 +137,7 @@ class DeviceBuffer {
       bytes_ = std::exchange(other.bytes_, 0);
       category_ = other.category_;
       ledger_ = std::exchange(other.ledger_, nullptr);
+      pages_ = std::move(other.pages_);
     }
     return *this;
   }
@@ -81,10 +147,19 @@ class DeviceBuffer {
   int64_t size() const { return count_; }
   int64_t bytes() const { return bytes_; }
   bool empty() const { return count_ == 0; }
+  // The pages of a releasable buffer; nullptr for a whole one.
+  ReleasableMemory* releasable() const { return pages_.get(); }
 
  private:
   void release() {
     if (!data_) return;
+    if (pages_) {
+      pages_.reset();
+      data_ = nullptr;
+      count_ = 0;
+      bytes_ = 0;
+      return;
+    }
     if (ledger_) ledger_->remove(category_, bytes_);
     ops_->release(data_, bytes_, category_);
     data_ = nullptr;
@@ -98,6 +173,7 @@ class DeviceBuffer {
   int64_t bytes_ = 0;
   MemoryCategory category_ = MemoryCategory::activations;
   MemoryLedger* ledger_ = nullptr;
+  std::unique_ptr<ReleasableMemory> pages_;
 };
 
 }  // namespace mt::backend

@@ -193,10 +193,14 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   auto before = [&](int layer) {
     if (before_forward_) before_forward_(layer);
   };
+  auto after = [&](int layer) {
+    if (after_forward_) after_forward_(layer);
+  };
 
   if (blocks_.embedding) {
     before(kEmbeddingLayer);
     blocks_.embedding->forward(ctx, lpass, w.embedding_full, acts.input, w.token_type_rows);
+    after(kEmbeddingLayer);
   } else if (!input) {
     throw Error("stage of layers [" + std::to_string(first_layer_) + ", " + std::to_string(last_layer_) + ")",
                 "needs the previous stage's activation as its input");
@@ -220,6 +224,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     // A recomputed layer runs now for its output into its scratch set; backward rebuilds it.
     BlockBuffers& saved = recompute_.recomputed[layer] ? *w.recompute_saved[layer] : *acts.layer_saved[layer];
     blocks_.layers[layer]->forward(ctx, lpass, x, out, saved, *w.layers[layer], w.temporaries);
+    after(first_layer_ + i);
     x = out;
   }
   if (layers == 0) {
@@ -234,6 +239,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     if (blocks_.mtp && pass.training) {
       blocks_.mtp->forward(ctx, lpass, acts.head.final_norm, *acts.mtp, *w.mtp, w.temporaries, before);
     }
+    after(head_layer(config_));
   } else {
     output.activation = acts.output;
   }
@@ -256,9 +262,13 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
   auto signal = [&](int layer) {
     if (grads_ready_) grads_ready_(layer);
   };
+  auto before = [&](int layer) {
+    if (before_backward_) before_backward_(layer);
+  };
 
   int current = 0;  // w.d_stream[current] holds the grad of the current layer's output
   if (blocks_.head) {
+    before(head_layer(config_));
     // The MTP depths' grads first (depths k > 0 signal L + k); their grad of the final norm's
     // output joins the head's before its norm, and the head's signal covers depth 0.
     const float* d_final_norm =
@@ -275,6 +285,7 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
 
   auto layer_backward = [&](int i, const float* x_in, BlockBuffers& saved) {
     const size_t layer = static_cast<size_t>(i);
+    before(first_layer_ + i);
     blocks_.layers[layer]->backward(ctx, pass, x_in, w.d_stream[current], w.d_stream[1 - current], saved,
                                     *w.layers[layer], w.temporaries);
     current = 1 - current;
@@ -296,6 +307,7 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     };
     LayerPass rerun = pass;
     rerun.recompute = true;
+    for (int j = start; j <= i; ++j) before(first_layer_ + j);
     for (int j = start; j <= i; ++j) {
       float* out = j < i ? input_of(j + 1) : w.pingpong[0];  // the last output is not needed
       blocks_.layers[static_cast<size_t>(j)]->forward(ctx, rerun, input_of(j), out,
@@ -308,6 +320,7 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
 
   float* d_input = w.d_stream[current];
   if (blocks_.embedding) {
+    before(kEmbeddingLayer);
     blocks_.embedding->backward(ctx, pass, d_input, w.embedding_full);
     signal(kEmbeddingLayer);
     return nullptr;

@@ -92,6 +92,11 @@ class Stage {
   void bind(const float* params, float* grads);
   void on_grads_ready(std::function<void(int layer)> callback) { grads_ready_ = std::move(callback); }
   void on_before_forward(std::function<void(int layer)> callback) { before_forward_ = std::move(callback); }
+  // FSDP's parameter units (optim/fsdp_params.h): after a layer's forward (its parameters may go),
+  // and before its backward (its parameters must be back; a recomputed group's layers all signal
+  // before its recompute). Same layer ids; the head's covers the MTP depths.
+  void on_after_forward(std::function<void(int layer)> callback) { after_forward_ = std::move(callback); }
+  void on_before_backward(std::function<void(int layer)> callback) { before_backward_ = std::move(callback); }
 
   bool is_first() const { return blocks_.embedding != nullptr; }
   bool is_last() const { return blocks_.head != nullptr; }
@@ -160,6 +165,8 @@ class Stage {
   float* grads_ = nullptr;
   std::function<void(int)> grads_ready_;
   std::function<void(int)> before_forward_;
+  std::function<void(int)> after_forward_;
+  std::function<void(int)> before_backward_;
   float aux_loss_grad_factor_ = 0.0f;
   float sop_loss_grad_factor_ = 0.0f;
 };

@@ -16,11 +16,6 @@ int64_t equal_slice_pad(int group_size) { return std::lcm<int64_t>(std::max(1, g
 
 // Refuses the strategies and combinations not built (mt::UsageError naming them).
 const DistributedOptimizerOptions& checked(const DistributedOptimizerOptions& options) {
-  if (options.sharding == ShardingStrategy::optim_grads_params) {
-    throw UsageError(std::string("data-parallel sharding strategy ") + sharding_strategy_name(options.sharding),
-                     "not supported yet (mt shards the optimizer state and grads, not the parameters: no_shard, optim "
-                     "or optim_grads)");
-  }
   if (options.overlap_param_gather && options.sharding == ShardingStrategy::no_shard) {
     throw UsageError("--overlap-param-gather", "needs --use-distributed-optimizer");
   }
@@ -57,6 +52,7 @@ DistributedOptimizerOptions DistributedOptimizer::options(const parallel::Parall
   options.sharding = sharding_strategy(parallel);
   options.overlap_grad_reduce = parallel.overlap_grad_reduce;
   options.overlap_param_gather = parallel.overlap_param_gather;
+  options.fsdp_prefetch = !parallel.no_fsdp_prefetch;
   options.adam = adam;
   return options;
 }
@@ -69,7 +65,9 @@ model::BucketOptions DistributedOptimizer::bucket_options(ShardingStrategy shard
                                                           const parallel::ParallelConfig& parallel) {
   model::BucketOptions options;
   options.bucket_elements = bucket_elements;
-  options.bucket_per_layer = sharding == ShardingStrategy::optim_grads;  // FSDP's units (optim/fsdp_grads.h)
+  // FSDP's units (optim/fsdp_grads.h, optim/fsdp_params.h).
+  options.bucket_per_layer =
+      sharding == ShardingStrategy::optim_grads || sharding == ShardingStrategy::optim_grads_params;
   if (sharding != ShardingStrategy::no_shard) {
     options.pad(model::DataParallelGroup::dense) =
         equal_slice_pad(parallel.data_parallel_size * parallel.context_parallel_size);
@@ -81,7 +79,8 @@ model::BucketOptions DistributedOptimizer::bucket_options(ShardingStrategy shard
 DistributedOptimizer::DistributedOptimizer(const model::ParamLayout& layout, const DistributedOptimizerOptions& options,
                                            const ReductionGroups& groups, const backend::Ops& ops, float* params,
                                            float* grads, model::GemmWeights* gemm_weights,
-                                           backend::MemoryLedger* ledger)
+                                           backend::MemoryLedger* ledger, backend::ReleasableMemory* param_pages,
+                                           backend::ReleasableMemory* grad_pages)
     : layout_(layout),
       options_(checked(options)),
       ops_(ops),
@@ -91,10 +90,19 @@ DistributedOptimizer::DistributedOptimizer(const model::ParamLayout& layout, con
       buffer_(layout, groups, options.sharding != ShardingStrategy::no_shard, options.overlap_grad_reduce),
       adamw_(layout, owned_ranges_of(layout), options.adam, ops, ledger,
              [this](const model::ParamEntry& entry) { return counts(entry); }) {
-  gathers_ = buffer_.gathers_any();
-  if (options_.sharding == ShardingStrategy::optim_grads) {
-    unit_grads_ = std::make_unique<UnitGradReducer>(layout, groups, ops, grads, ledger);
+  const bool units = options_.sharding == ShardingStrategy::optim_grads ||
+                     options_.sharding == ShardingStrategy::optim_grads_params;
+  // FSDP's root unit ends with the head, whose layer id closes the rank's layers (no PP under FSDP).
+  const int head_layer = layout.last_layer;
+  if (units) {
+    unit_grads_ = std::make_unique<UnitGradReducer>(layout, groups, ops, grads, grad_pages, head_layer, ledger);
   }
+  if (options_.sharding == ShardingStrategy::optim_grads_params) {
+    unit_params_ = std::make_unique<UnitParamGatherer>(layout, groups, ops, params, param_pages, gemm_weights,
+                                                       head_layer, options_.fsdp_prefetch);
+  }
+  // optim_grads_params gathers each unit when it is used, not after the step.
+  gathers_ = !unit_params_ && buffer_.gathers_any();
   collect_runs();
 }
 
@@ -132,17 +140,30 @@ void DistributedOptimizer::collect_runs() {
 }
 
 void DistributedOptimizer::begin_grad_sync() {
-  ops_.zero(grads_, layout_.total_elements * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
   buffer_.begin_grad_sync(grads_);
-  if (unit_grads_) unit_grads_->begin_step();
+  if (unit_grads_) {
+    unit_grads_->begin_step();  // only the owned slices: the units' grads were released as zeros
+  } else {
+    ops_.zero(grads_, layout_.total_elements * static_cast<int64_t>(sizeof(float)), ops_.default_stream());
+  }
 }
 
 void DistributedOptimizer::grads_ready(int layer) {
-  if (unit_grads_) {
-    unit_grads_->layer_ready(layer);
-  } else {
+  if (!unit_grads_) {
     buffer_.layer_ready(layer);
+    return;
   }
+  unit_grads_->layer_ready(layer);
+  if (unit_params_) unit_params_->after_backward(layer);
+}
+
+void DistributedOptimizer::after_forward(int layer) {
+  if (unit_params_) unit_params_->after_forward(layer);
+}
+
+void DistributedOptimizer::before_backward(int layer) {
+  if (unit_grads_) unit_grads_->before_backward(layer);
+  if (unit_params_) unit_params_->before_backward(layer);
 }
 
 void DistributedOptimizer::finish_grad_sync() {
@@ -167,6 +188,16 @@ void DistributedOptimizer::step(double lr, double grad_scale, backend::StepTimer
   using backend::StepTimer;
   using backend::TimerScope;
   finish_parameter_gather();  // a gather still in flight would overwrite this step's update
+  if (unit_params_) {
+    // Only the shards are held: each unit's GEMM copy is refreshed when it is next gathered.
+    {
+      TimerScope inner(timers, StepTimer::optimizer_inner_step);
+      adamw_.step(params_, nullptr, grads_, lr, grad_scale);
+    }
+    TimerScope copy(timers, StepTimer::optimizer_copy_main_to_model_params);
+    TimerScope gather(timers, StepTimer::params_all_gather);
+    return;
+  }
   // The fused pass refreshes the GEMM copy of what it updates: all of it when nothing is gathered.
   uint16_t* fused_copy = !gathers_ && gemm_weights_ ? gemm_weights_->bf16_bits() : nullptr;
   {
@@ -202,6 +233,7 @@ void DistributedOptimizer::step(double lr, double grad_scale, backend::StepTimer
 }
 
 void DistributedOptimizer::wait_for_parameters(int chunk, int layer) {
+  if (unit_params_) unit_params_->before_forward(layer);
   if (!buffer_.parameter_gather_in_flight()) return;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const model::GradBucket& bucket = layout_.buckets[b];
@@ -211,6 +243,7 @@ void DistributedOptimizer::wait_for_parameters(int chunk, int layer) {
 }
 
 void DistributedOptimizer::finish_parameter_gather() {
+  if (unit_params_) unit_params_->release_all();
   if (!buffer_.parameter_gather_in_flight()) return;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     if (buffer_.finish_parameter_gather(static_cast<int>(b))) refresh_gemm_copy(static_cast<int>(b));

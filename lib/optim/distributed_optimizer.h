@@ -9,7 +9,9 @@
 //   into it, keeps Adam's moments for it alone and all-gathers the updated parameters); optim_grads
 //   (Megatron-FSDP, --use-megatron-fsdp, issue 25) also reduce-scatters each unit's grads after the
 //   unit's backward on every micro-batch into a grad shard (optim/fsdp_grads.h; one bucket per
-//   layer id); optim_grads_params is refused by name.
+//   layer id); optim_grads_params also keeps only the parameter shard between uses, gathering each
+//   unit before its forward and its backward (optim/fsdp_params.h). With releasable flat buffers
+//   (backend/memory.h) the units' full-size grads and parameters go back to the OS when released.
 // - Bucket options for the layout (bucket_options): Megatron's bucket size, and per reduction
 //   group the multiple its bucket ends are padded to: lcm(group size, 128) elements when the
 //   strategy needs equal slices, else the 16-element alignment.
@@ -49,6 +51,7 @@
 #include "model/precision_gemm.h"
 #include "optim/adamw.h"
 #include "optim/fsdp_grads.h"
+#include "optim/fsdp_params.h"
 #include "optim/param_and_grad_buffer.h"
 #include "parallel/parallel_config.h"
 
@@ -59,7 +62,7 @@ enum class ShardingStrategy {
   no_shard,            // plain DP: grads all-reduced, every rank updates everything
   optim,               // the distributed optimizer: optimizer state and the update sharded
   optim_grads,         // + grads, reduce-scattered per unit every micro-batch (optim/fsdp_grads.h)
-  optim_grads_params,  // + parameters (FSDP; not built)
+  optim_grads_params,  // + parameters, gathered per unit for its forward and backward (optim/fsdp_params.h)
 };
 const char* sharding_strategy_name(ShardingStrategy strategy);
 
@@ -67,6 +70,7 @@ struct DistributedOptimizerOptions {
   ShardingStrategy sharding = ShardingStrategy::no_shard;
   bool overlap_grad_reduce = false;   // --overlap-grad-reduce
   bool overlap_param_gather = false;  // --overlap-param-gather
+  bool fsdp_prefetch = true;          // optim_grads_params: the next unit's gather started early (--no-fsdp-prefetch)
   AdamWConfig adam;
 };
 
@@ -95,9 +99,12 @@ class DistributedOptimizer {
   // Over `layout` (laid out with bucket_options for the same strategy) and the rank's flat
   // `params` and `grads`; `gemm_weights` (nullable: no copy to refresh) is the rank's GEMM copy of
   // the parameters. Everything must outlive the optimizer. Moments report to `ledger` (nullable).
+  // `param_pages` / `grad_pages` (nullable): the pages of releasable flat buffers, handed back to
+  // the OS as the FSDP strategies release units (else released units are zeroed).
   DistributedOptimizer(const model::ParamLayout& layout, const DistributedOptimizerOptions& options,
                        const ReductionGroups& groups, const backend::Ops& ops, float* params, float* grads,
-                       model::GemmWeights* gemm_weights, backend::MemoryLedger* ledger = nullptr);
+                       model::GemmWeights* gemm_weights, backend::MemoryLedger* ledger = nullptr,
+                       backend::ReleasableMemory* param_pages = nullptr, backend::ReleasableMemory* grad_pages = nullptr);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -117,8 +124,14 @@ class DistributedOptimizer {
   void grads_ready(int layer);
   void finish_grad_sync();
   int started_grad_buckets() const { return buffer_.started_buckets(); }
-  // optim_grads: the unit reductions run since begin_grad_sync (buckets x micro-batches); 0 otherwise.
+  // optim_grads(_params): the unit reductions run since begin_grad_sync (buckets x micro-batches); 0 otherwise.
   int64_t unit_grad_reductions() const { return unit_grads_ ? unit_grads_->reductions() : 0; }
+  // optim_grads_params: the parameter shard's gathers (optim/fsdp_params.h), null otherwise.
+  const UnitParamGatherer* unit_params() const { return unit_params_.get(); }
+  // The stage's after-forward and before-backward signals (FSDP's units: their parameters
+  // released after a forward and gathered for a backward, their grad pages marked resident).
+  void after_forward(int layer);
+  void before_backward(int layer);
 
   // This rank's share of the grad norm's sum of squares (fp64, unscaled): the ranks' shares over
   // the world add up to each tensor's global sum of squares once.
@@ -141,11 +154,12 @@ class DistributedOptimizer {
   // (the GEMM copy's refresh outside the fused pass) and params-all-gather (the gather, or its start).
   void step(double lr, double grad_scale, backend::StepTimers* timers = nullptr);
   // Before the forward of layer `layer` (model/layout.h ids) of model chunk `chunk`: waits for the
-  // gathers of the chunk's buckets holding it and refreshes their GEMM copy. Free when nothing is
-  // in flight.
+  // gathers of the chunk's buckets holding it and refreshes their GEMM copy (optim_grads_params:
+  // gathers the layer's unit). Free when nothing is in flight.
   void wait_for_parameters(int chunk, int layer);
   // Waits for every gather in flight (refreshing the GEMM copy as each lands): call before
-  // reading or writing the parameters outside a forward.
+  // reading or writing the parameters outside a forward. optim_grads_params: every unit
+  // released, so only the shards are left (call it again after writing whole tensors).
   void finish_parameter_gather();
 
   // Checkpoints: the runs of the owned ranges (every tensor this rank updates, copies included: the
@@ -173,7 +187,8 @@ class DistributedOptimizer {
   float* grads_;
   model::GemmWeights* gemm_weights_;
   ParamAndGradBuffer buffer_;
-  std::unique_ptr<UnitGradReducer> unit_grads_;  // optim_grads only
+  std::unique_ptr<UnitGradReducer> unit_grads_;     // optim_grads and optim_grads_params
+  std::unique_ptr<UnitParamGatherer> unit_params_;  // optim_grads_params only
   AdamW adamw_;
   bool gathers_ = false;  // a step gathers some bucket's parameters
   std::vector<TensorRun> state_runs_, checkpoint_runs_;

@@ -1,4 +1,4 @@
-// Unit-by-unit grad reduce-scatter of Megatron-FSDP's optim_grads (see fsdp_grads.h).
+// Unit-by-unit grad reduce-scatter of Megatron-FSDP's grad-sharding strategies (see fsdp_grads.h).
 #include "optim/fsdp_grads.h"
 
 #include <algorithm>
@@ -7,12 +7,36 @@
 #include "core/error.h"
 
 namespace mt::optim {
+namespace {
+
+constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
+
+bool in_root(int layer, int head_layer) { return layer == model::kEmbeddingLayer || layer >= head_layer; }
+
+}  // namespace
+
+std::vector<size_t> unit_buckets(const model::ParamLayout& layout, int layer, int head_layer) {
+  std::vector<size_t> buckets;
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const int first = layout.buckets[b].first_layer;
+    if (first == layer || (in_root(layer, head_layer) && in_root(first, head_layer))) buckets.push_back(b);
+  }
+  return buckets;
+}
 
 UnitGradReducer::UnitGradReducer(const model::ParamLayout& layout, const ReductionGroups& groups,
-                                 const backend::Ops& ops, float* grads, backend::MemoryLedger* ledger)
-    : layout_(layout), groups_(groups), ops_(ops), grads_(grads), reductions_(layout.buckets.size(), 0) {
+                                 const backend::Ops& ops, float* grads, backend::ReleasableMemory* grad_pages,
+                                 int head_layer, backend::MemoryLedger* ledger)
+    : layout_(layout),
+      groups_(groups),
+      ops_(ops),
+      grads_(grads),
+      grad_pages_(grad_pages),
+      head_layer_(head_layer),
+      reductions_(layout.buckets.size(), 0) {
   if (!groups_.tensor_parallel) throw Error("FSDP grad sync", "no tensor-parallel communicator");
-  int64_t elements = 0;
+  const bool tensor_parallel = groups_.tensor_parallel->size() > 1;
+  int64_t side = 0;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const model::GradBucket& bucket = layout_.buckets[b];
     if (bucket.first_layer != bucket.last_layer) {
@@ -21,10 +45,19 @@ UnitGradReducer::UnitGradReducer(const model::ParamLayout& layout, const Reducti
                       " (FSDP units need one bucket per layer)");
     }
     const model::FlatRange range = owned_range(static_cast<int>(b));
-    shard_offset_.push_back(elements);
-    elements += range.end - range.begin;
+    shard_elements_ += range.end - range.begin;
+    if (grad_pages_) grad_pages_->make_resident(range.begin * kFloat, range.end * kFloat);
+    if (!tensor_parallel) continue;
+    for (const model::ParamEntry& entry : layout_.entries) {
+      if (entry.bucket != static_cast<int>(b) || !entry.reduce_over_tensor_parallel) continue;
+      const int64_t begin = std::max(range.begin, entry.offset);
+      const int64_t end = std::min(range.end, entry.offset + entry.numel);
+      if (begin >= end) continue;
+      side_pieces_.push_back(SidePiece{b, begin, end - begin, side});
+      side += end - begin;
+    }
   }
-  shard_ = backend::DeviceBuffer<float>(ops_, elements, backend::MemoryCategory::grads, ledger);
+  side_ = backend::DeviceBuffer<float>(ops_, side, backend::MemoryCategory::grads, ledger);
 }
 
 model::FlatRange UnitGradReducer::owned_range(int bucket) const {
@@ -33,9 +66,24 @@ model::FlatRange UnitGradReducer::owned_range(int bucket) const {
 }
 
 void UnitGradReducer::begin_step() {
-  if (!shard_.empty()) ops_.zero(shard_.data(), shard_.bytes(), ops_.default_stream());
+  const backend::Stream stream = ops_.default_stream();
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const model::FlatRange range = owned_range(static_cast<int>(b));
+    if (range.end > range.begin) ops_.zero(grads_ + range.begin, (range.end - range.begin) * kFloat, stream);
+  }
+  if (!side_.empty()) ops_.zero(side_.data(), side_.bytes(), stream);
   std::fill(reductions_.begin(), reductions_.end(), 0);
   reductions_total_ = 0;
+}
+
+void UnitGradReducer::before_backward(int layer) {
+  if (!grad_pages_) return;
+  for (size_t b : unit_buckets(layout_, layer, head_layer_)) {
+    const model::GradBucket& bucket = layout_.buckets[b];
+    // The embedding's backward writes its own grads only (the head's were reduced already).
+    if (layer == model::kEmbeddingLayer && bucket.first_layer != layer) continue;
+    grad_pages_->make_resident(bucket.begin * kFloat, bucket.padded_end * kFloat);
+  }
 }
 
 void UnitGradReducer::layer_ready(int layer) {
@@ -53,19 +101,54 @@ void UnitGradReducer::reduce_bucket(size_t bucket) {
         tensor_parallel.all_reduce(grads_ + entry.offset, entry.numel, DType::f32, comm::ReduceOp::sum);
       }
     }
+    restore_side(bucket);
   }
   const model::FlatRange shard = owned_range(static_cast<int>(bucket));
-  const int64_t n = shard.end - shard.begin;
   comm::Communicator& group = groups_.of(b.group);
   if (group.size() > 1) {
-    group.reduce_scatter(grads_ + b.begin, grads_ + shard.begin, n, DType::f32, comm::ReduceOp::sum);
+    group.reduce_scatter(grads_ + b.begin, grads_ + shard.begin, shard.end - shard.begin, DType::f32,
+                         comm::ReduceOp::sum);
   }
-  const backend::Stream stream = ops_.default_stream();
-  if (n > 0) ops_.add_inplace(shard_.data() + shard_offset_[bucket], grads_ + shard.begin, n, stream);
-  // The unit's full-size grads are spent: the next micro-batch's backward starts from zero.
-  ops_.zero(grads_ + b.begin, (b.padded_end - b.begin) * static_cast<int64_t>(sizeof(float)), stream);
+  release_outside_shard(bucket);
+  if (tensor_parallel.size() > 1) keep_aside(bucket);
   ++reductions_[bucket];
   ++reductions_total_;
+}
+
+// The unit's full-size grads outside the shard are spent: the next micro-batch's backward starts
+// from zero there.
+void UnitGradReducer::release_outside_shard(size_t bucket) {
+  const model::GradBucket& b = layout_.buckets[bucket];
+  const model::FlatRange shard = owned_range(static_cast<int>(bucket));
+  const model::FlatRange outside[] = {{b.begin, shard.begin}, {shard.end, b.padded_end}};
+  for (const model::FlatRange& range : outside) {
+    if (range.end <= range.begin) continue;
+    if (grad_pages_) {
+      ops_.synchronize(ops_.default_stream());  // the reduction has read them
+      grad_pages_->release(range.begin * kFloat, range.end * kFloat);
+    } else {
+      ops_.zero(grads_ + range.begin, (range.end - range.begin) * kFloat, ops_.default_stream());
+    }
+  }
+}
+
+// The shard of the bucket's TP-reduced tensors, accumulated so far, back in place (after the TP
+// all-reduce of this micro-batch's partial grads, before the reduce-scatter).
+void UnitGradReducer::restore_side(size_t bucket) {
+  for (const SidePiece& piece : side_pieces_) {
+    if (piece.bucket == bucket) ops_.add_inplace(grads_ + piece.flat, side_.data() + piece.side, piece.count, ops_.default_stream());
+  }
+}
+
+// The same shard aside again, its place zeroed for the next micro-batch's partial grads.
+void UnitGradReducer::keep_aside(size_t bucket) {
+  const backend::Stream stream = ops_.default_stream();
+  for (const SidePiece& piece : side_pieces_) {
+    if (piece.bucket != bucket) continue;
+    ops_.copy(side_.data() + piece.side, grads_ + piece.flat, piece.count * kFloat, backend::CopyKind::device_to_device,
+              stream);
+    ops_.zero(grads_ + piece.flat, piece.count * kFloat, stream);
+  }
 }
 
 void UnitGradReducer::finish() {
@@ -74,15 +157,8 @@ void UnitGradReducer::finish() {
     throw Error("FSDP grad sync", "units were reduced between " + std::to_string(*fewest) + " and " +
                                       std::to_string(*most) + " times in one step (each once per micro-batch)");
   }
-  const backend::Stream stream = ops_.default_stream();
-  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    const model::FlatRange shard = owned_range(static_cast<int>(b));
-    const int64_t n = shard.end - shard.begin;
-    if (n > 0) {
-      ops_.copy(grads_ + shard.begin, shard_.data() + shard_offset_[b], n * static_cast<int64_t>(sizeof(float)),
-                backend::CopyKind::device_to_device, stream);
-    }
-  }
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) restore_side(b);
+  if (!side_.empty()) ops_.zero(side_.data(), side_.bytes(), ops_.default_stream());
 }
 
 }  // namespace mt::optim

@@ -1,22 +1,27 @@
-// Megatron-FSDP's grad sharding (--data-parallel-sharding-strategy optim_grads, issue 25): grads
-// reduce-scattered unit by unit after each unit's backward, on every micro-batch, as
-// Megatron-FSDP's post-backward hook does for the grad-sharding strategies
-// (megatron_fsdp.py _process_post_backward_gradients: grad_reduce_every_bprop for optim_grads
-// and optim_grads_params; no_shard and optim wait for the last micro-batch). A unit is one
-// transformer layer; the root unit holds the embedding and the head (the layout gives each layer
-// id a bucket of its own: model::BucketOptions::bucket_per_layer), so a unit's buckets are those
-// of its layer id and are final once backward signals that layer (model/stage.h).
+// Megatron-FSDP's grad sharding (--data-parallel-sharding-strategy optim_grads and
+// optim_grads_params, issue 25): grads reduce-scattered unit by unit after each unit's backward,
+// on every micro-batch, as Megatron-FSDP's post-backward hook does for the grad-sharding
+// strategies (megatron_fsdp.py _process_post_backward_gradients: grad_reduce_every_bprop for
+// optim_grads and optim_grads_params; no_shard and optim wait for the last micro-batch). A unit is
+// one transformer layer; the root unit holds the embedding and the head (the layout gives each
+// layer id a bucket of its own: model::BucketOptions::bucket_per_layer), so a unit's buckets are
+// those of its layer id and are final once backward signals that layer (model/stage.h).
 //
-// Per micro-batch and unit: the sequence-parallel partial grads all-reduced over TP, the unit's
-// buckets reduce-scattered over their reduction group (each rank the sum over its equal slice),
-// the slice added to the rank's grad shard (shard_elements() floats: the only grads kept between
-// micro-batches) and the unit's full-size grads zeroed for the next micro-batch. finish() copies
-// the shard into the owned slices of the flat grad buffer, where AdamW, the grad norm and the
-// zero count read it; it refuses a step in which some unit was reduced a different number of
-// times than another (a missed or repeated reduction). Sums, never averages (the trainer folds
-// 1/DP into the loss scale). The flat grad buffer keeps its full size: mt's layers write grads
-// at their offset of one flat buffer, so the unit's full-size grads are zeroed, not released.
-// Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4).
+// The grad shard lives in place, in the owned slices of the flat grad buffer (the slices AdamW,
+// the grad norm and the zero count read). Per micro-batch and unit: the sequence-parallel partial
+// grads all-reduced over TP, the unit's buckets reduce-scattered in place over their reduction
+// group (each rank's owned slice holds the shard accumulated so far plus this micro-batch's local
+// grads, the other ranks' copies of that slice only their local grads, so the sum over the group
+// is the new shard), then the rest of the unit's full-size grads released: with releasable grad
+// memory (backend/memory.h) its whole pages go back to the OS and read as zeros for the next
+// micro-batch, else it is zeroed. Under TP, the owned part of a tensor reduced over TP is kept
+// aside between reductions (an all-reduce over TP would otherwise add every TP rank's copy of the
+// shard). Before a unit's backward (the stage's before-backward signal) its full-size pages are
+// marked resident, so the ledger's grads follow the owned slices plus the units in backward.
+// finish() refuses a step in which some unit was reduced a different number of times than another
+// (a missed or repeated reduction). Sums, never averages (the trainer folds 1/DP into the loss
+// scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, memory
+// released) and tests/unit/backend/test_device_memory.cpp (the pages).
 #pragma once
 
 #include <cstdint>
@@ -29,36 +34,57 @@
 
 namespace mt::optim {
 
+// The buckets of the FSDP unit layer id `layer` begins: its own; the head's and, with them, the
+// embedding's and the multi-token-prediction depths' (the root unit: the head's backward writes
+// the tied embedding's grads, the head's forward reads it).
+std::vector<size_t> unit_buckets(const model::ParamLayout& layout, int layer, int head_layer);
+
 class UnitGradReducer {
  public:
   // Over `layout` (laid out with one bucket per layer id and equal-slice padding), the rank's
-  // flat `grads` and its reduction groups; the shard reports to `ledger` (nullable) as grads.
-  // Everything must outlive the reducer.
+  // flat `grads` (its pages in `grad_pages` when releasable, else nullptr) and its reduction
+  // groups; the TP side buffer reports to `ledger` (nullable) as grads. `head_layer` is the
+  // model's head layer id. Everything must outlive the reducer.
   UnitGradReducer(const model::ParamLayout& layout, const ReductionGroups& groups, const backend::Ops& ops,
-                  float* grads, backend::MemoryLedger* ledger);
+                  float* grads, backend::ReleasableMemory* grad_pages, int head_layer, backend::MemoryLedger* ledger);
 
-  // Before a step's first backward: the shard zeroed, the reduction counts cleared.
+  // Before a step's first backward: the owned slices zeroed, the reduction counts cleared.
   void begin_step();
+  // The stage's before-backward signal: the pages of the unit's full-size grads marked resident.
+  void before_backward(int layer);
   // The stage's grads-ready signal: reduces the buckets whose units layer `layer` completes.
   void layer_ready(int layer);
-  // After the step's last backward: the shard copied into the owned slices of the grad buffer.
+  // After the step's last backward: the owned slices hold the step's reduced grads.
   void finish();
   // The slice of bucket `bucket` this rank owns (the same as ParamAndGradBuffer's when sharded).
   model::FlatRange owned_range(int bucket) const;
-  int64_t shard_elements() const { return shard_.size(); }
+  // Elements of the grad shard (the owned slices together).
+  int64_t shard_elements() const { return shard_elements_; }
   // Unit reductions run this step (every bucket once per micro-batch).
   int64_t reductions() const { return reductions_total_; }
 
  private:
+  // The owned part of a tensor reduced over TP: flat elements [flat, flat + count), kept at
+  // `side` of side_ between reductions.
+  struct SidePiece {
+    size_t bucket = 0;
+    int64_t flat = 0, count = 0, side = 0;
+  };
   void reduce_bucket(size_t bucket);
+  void release_outside_shard(size_t bucket);
+  void restore_side(size_t bucket);
+  void keep_aside(size_t bucket);
 
   const model::ParamLayout& layout_;
   ReductionGroups groups_;
   const backend::Ops& ops_;
   float* grads_;
-  std::vector<int64_t> shard_offset_;  // per bucket: where its slice sits in shard_
-  backend::DeviceBuffer<float> shard_;
-  std::vector<int64_t> reductions_;  // per bucket, this step
+  backend::ReleasableMemory* grad_pages_;
+  int head_layer_;
+  int64_t shard_elements_ = 0;
+  std::vector<SidePiece> side_pieces_;
+  backend::DeviceBuffer<float> side_;  // TP > 1 only
+  std::vector<int64_t> reductions_;    // per bucket, this step
   int64_t reductions_total_ = 0;
 };
 

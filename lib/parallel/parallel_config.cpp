@@ -208,6 +208,14 @@ void check_megatron_fsdp(ParallelConfig& c, const ModelDimensions& model, std::v
     reject("--outer-dp-sharding-strategy " + *c.outer_dp_sharding_strategy,
            "not supported yet (hybrid sharding: mt shards over the whole DP x CP group)");
   }
+  if (c.no_fsdp_prefetch && !(c.use_megatron_fsdp && strategy == "optim_grads_params")) {
+    reject("--no-fsdp-prefetch", "needs --use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params "
+                                 "(only parameter sharding gathers units)");
+  }
+  if (c.no_fsdp_prefetch && c.overlap_param_gather) {
+    reject("--no-fsdp-prefetch with --overlap-param-gather",
+           "contradict each other (with optim_grads_params the overlapped parameter gathers are FSDP's prefetches)");
+  }
   if (!c.use_megatron_fsdp) {
     if (strategy != "optim_grads_params") {
       warnings.push_back("--data-parallel-sharding-strategy " + strategy +

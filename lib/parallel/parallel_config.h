@@ -58,6 +58,10 @@ struct ParallelConfig {
   std::string data_parallel_sharding_strategy = "optim_grads_params";
   int num_distributed_optimizer_instances = 1;
   std::optional<std::string> outer_dp_sharding_strategy;
+  // optim_grads_params: gathering a unit starts the next unit's gather (Megatron-FSDP always
+  // prefetches); --no-fsdp-prefetch (mt's own flag) makes every gather wait. Not in the JSON:
+  // it changes no number.
+  bool no_fsdp_prefetch = false;
 
   // Whether the optimizer state is sharded: --use-distributed-optimizer, or with
   // --use-megatron-fsdp any strategy but no_shard.

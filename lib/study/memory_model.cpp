@@ -208,6 +208,49 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// mt-train's Megatron-FSDP units on DP x CP rank 0 of a one-stage dense model (optim/fsdp_grads.h,
+// optim/fsdp_params.h), bytes: the shard (the owned slices of the per-layer buckets) plus what the
+// rank holds beyond it of the units in use. Grads: the root's (embedding and head: the head's
+// backward writes the tied embedding's) or the embedding's and one layer's; weights under
+// optim_grads_params: the root's and two adjacent layers' (the one computing and the one
+// prefetched; one without prefetch). Page rounding of the released regions (up to a 4 KiB page
+// per bucket edge) is not modelled.
+bool fsdp_unit_memory(const ModelConfig& m, const TrainingShape& shape, RankMemory& r) {
+  if (!shape.fsdp_units || m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0) return false;
+  const parallel::ParallelConfig& parallel = shape.parallel;
+  const model::ParamLayout layout = model::build_layout(m, parallel, parallel::RankCoordinates{},
+                                                        model::pipeline_chunks(m, parallel, 0),
+                                                        optim::DistributedOptimizer::bucket_options(parallel));
+  const int group = parallel.data_parallel_size * parallel.context_parallel_size;
+  const int head = layout.last_layer;
+  int64_t owned = 0, root = 0, embedding = 0;
+  std::vector<int64_t> layer_extra(static_cast<size_t>(std::max(0, head)), 0);  // beyond the shard, per layer
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const model::GradBucket& bucket = layout.buckets[b];
+    const model::FlatRange shard = layout.bucket_shard(static_cast<int>(b), 0, group);
+    const int64_t extra = (bucket.padded_end - bucket.begin) - (shard.end - shard.begin);
+    owned += shard.end - shard.begin;
+    if (bucket.first_layer == model::kEmbeddingLayer) embedding += extra;
+    if (bucket.first_layer == model::kEmbeddingLayer || bucket.first_layer >= head) {
+      root += extra;
+    } else {
+      layer_extra[static_cast<size_t>(bucket.first_layer)] += extra;
+    }
+  }
+  int64_t one_layer = 0, two_layers = 0;
+  for (size_t i = 0; i < layer_extra.size(); ++i) {
+    one_layer = std::max(one_layer, layer_extra[i]);
+    two_layers = std::max(two_layers, layer_extra[i] + (i + 1 < layer_extra.size() ? layer_extra[i + 1] : 0));
+  }
+  const bool params = parallel.data_parallel_sharding_strategy == "optim_grads_params";
+  r.parameters = layout.total_elements;
+  r.parameter_source = "layout table";
+  r.weights = 4 * (params ? owned + root + (shape.fsdp_prefetch ? two_layers : one_layer) : layout.total_elements);
+  r.grads = 4 * (owned + std::max(root, embedding + one_layer));
+  r.optimizer = 8 * owned;
+  return true;
+}
+
 }  // namespace
 
 void TrainingShape::validate(const ModelConfig& m) const {
@@ -255,7 +298,9 @@ RankMemory predict_rank_memory(const ModelConfig& m, const TrainingShape& shape,
   const int64_t copy_bytes = shape.precision == Precision::fp32                                ? 0
                              : shape.precision == Precision::bf16 && shape.native_bf16_gemm ? 2
                                                                                               : 4;
-  if (shape.fsdp) {
+  if (fsdp_unit_memory(m, shape, r)) {
+    r.gemm_weights = copy_bytes * r.parameters;  // mt-train's GEMM copy stays whole-size
+  } else if (shape.fsdp) {
     // The shard of every class, plus two layers gathered at once (the one computing and the
     // one prefetched) and one layer's full grads before their reduce-scatter. Megatron-FSDP
     // shards over its dp_cp mesh and forces the distributed optimizer: the same DP x CP ranks.

@@ -64,10 +64,17 @@ struct TrainingShape {
   int global_batch_size = 0;          // 0: micro-batch x DP (one micro-batch per step)
   model::RecomputeConfig recompute;
   Precision precision = Precision::fp32;
-  // Only the study: FSDP (Megatron-FSDP's optim_grads_params, which mt-train does not run yet;
-  // mt-memreport and mt-mfu set it from --use-megatron-fsdp, tools/common/run_report.cpp) and the
-  // form of the GEMM weight copy.
+  // Only the study: FSDP (Megatron-FSDP's optim_grads_params as the published rows run it: two
+  // layers gathered, the root not counted; mt-train's own units also hold its root gathered,
+  // optim/fsdp_params.h; mt-memreport and mt-mfu set it from --use-megatron-fsdp,
+  // tools/common/run_report.cpp) and the form of the GEMM weight copy.
   bool fsdp = false;              // weights, grads and optimizer states sharded over DP x CP
+  // mt-train's Megatron-FSDP units (optim_grads: grads; optim_grads_params: grads and weights;
+  // optim/fsdp_grads.h, optim/fsdp_params.h), set by mt-memreport and mt-mfu from
+  // --use-megatron-fsdp: the weights, grads and optimizer lines come from mt-train's layout (the
+  // shard, plus the units a rank holds whole at once), not from the study's formula.
+  bool fsdp_units = false;
+  bool fsdp_prefetch = true;      // optim_grads_params: two layer units gathered at once, else one
   bool native_bf16_gemm = true;   // bf16 GEMM weights as bf16 bits (else bf16-rounded fp32)
 
   int world_size() const { return parallel.world_size(); }

@@ -60,13 +60,11 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {model.bert && parallel.sequence_parallel, "--sequence-parallel with BERT (--model " + model.name + ")",
        "BERT's head (pooler and LM head) has no sequence-parallel path yet: tensor parallelism without it runs"},
       // Megatron-FSDP (issue 25): the strategies mt's optimizer shards by (optim/distributed_optimizer.h).
-      {fsdp.use_megatron_fsdp && parallel.data_parallel_sharding_strategy == "optim_grads_params",
-       "--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params",
-       "mt-train shards the optimizer state and grads, not the parameters: give optim_grads, optim or no_shard"},
       {fsdp.shards_grads() && device != backend::Device::cpu,
        "--use-megatron-fsdp with --data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy +
            " on --device cuda",
-       "FSDP's per-unit reduce-scatter runs on the CPU backend only"},
+       "FSDP's per-unit reduce-scatter and gathers, and the unit buffers handed back to the OS (madvise), run on "
+       "the CPU backend only; CUDA would need cuMemMap/cuMemUnmap"},
   };
   for (const Unsupported& setting : list) {
     if (setting.asked) throw UsageError(setting.flag, "not supported yet (" + setting.instead + ")");

@@ -1,7 +1,7 @@
 // What mt-train does not run yet, in one list: the model features (multi-token prediction under
 // context or pipeline parallelism and on CUDA; BERT: on CUDA, under CP and with SP; YaRN on
 // CUDA), the mixture-of-experts settings (the fp64 router, the flex dispatcher, sinkhorn balancing)
-// and Megatron-FSDP's parameter sharding, that mt-train's flag handling and the Trainer refuse by
+// and Megatron-FSDP's grad and parameter sharding on CUDA, that mt-train's flag handling and the Trainer refuse by
 // flag, before anything is built. Mixture of experts with expert parallelism runs on the CPU and on
 // CUDA (kernels/cuda/moe_*.cu). mt-mfu and mt-memreport never call it: they account for all of
 // these (BERT too, since issue 25). Megatron flags mt does not know at all are refused by name before parsing

@@ -123,6 +123,7 @@ Trainer::Trainer(const model::ModelConfig& model, const TrainConfig& train, cons
   build_parameters();
   build_stages_and_pipeline();
   build_optimizer(groups);
+  initialize_parameters();  // after the optimizer: under FSDP's optim_grads_params only the shard is written
   build_loss_scaler();
   build_lr_schedule();
   check_data_covers_run();
@@ -226,11 +227,18 @@ void Trainer::build_layout_and_schedules(const parallel::RankCoordinates& coordi
 }
 
 void Trainer::build_parameters() {
-  params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_);
-  grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_);
-  initialize_parameters();
+  // Megatron-FSDP's sharded units hand their full-size pages back as they are released
+  // (backend/memory.h, optim/fsdp_grads.h, optim/fsdp_params.h).
+  const bool shards_params = parallel_config_.shards_grads() &&
+                             parallel_config_.data_parallel_sharding_strategy == "optim_grads_params";
+  const auto residency = [](bool releasable) {
+    return releasable ? backend::Residency::releasable : backend::Residency::whole;
+  };
+  params_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::weights, &memory_,
+                                         residency(shards_params));
+  grads_ = backend::DeviceBuffer<float>(ops_, layout_.total_elements, backend::MemoryCategory::grads, &memory_,
+                                        residency(parallel_config_.shards_grads()));
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
-  gemm_weights_->refresh(params_.data());
   if (config_.fp8.enabled) {
     fp8_ = std::make_unique<model::Fp8Scaling>(ops_, config_.fp8, layout_, model_config_.num_layers, &memory_);
   }
@@ -296,6 +304,9 @@ void Trainer::build_stages_and_pipeline() {
     stages_.back()->on_before_forward([this, chunk](int layer) {
       optimizer_->wait_for_parameters(static_cast<int>(chunk), layer);
     });
+    // Megatron-FSDP's units: parameters released after a forward, gathered again for the backward.
+    stages_.back()->on_after_forward([this](int layer) { optimizer_->after_forward(layer); });
+    stages_.back()->on_before_backward([this](int layer) { optimizer_->before_backward(layer); });
     stage_pointers.push_back(stages_.back().get());
   }
   pipeline_ = std::make_unique<PipelineEngine>(std::move(stage_pointers), *pipeline_group_, parallel_, ops_,
@@ -444,12 +455,23 @@ void Trainer::initialize_parameters() {
   int64_t largest = 0;
   for (const model::ParamEntry& entry : layout_.entries) largest = std::max(largest, entry.numel);
   std::vector<float> host(static_cast<size_t>(largest));
-  for (const model::ParamEntry& entry : layout_.entries) {
+  // Under FSDP's optim_grads_params the rank holds only its shard: the runs it updates.
+  std::vector<std::vector<optim::TensorRun>> shard_runs;
+  if (optimizer_->unit_params()) {
+    shard_runs.resize(layout_.entries.size());
+    for (const optim::TensorRun& run : optimizer_->state_runs()) shard_runs[run.entry].push_back(run);
+  }
+  for (size_t i = 0; i < layout_.entries.size(); ++i) {
+    const model::ParamEntry& entry = layout_.entries[i];
     model::initialize_entry(entry, config_.seed, host.data());
-    ops_.copy(params_.data() + entry.offset, host.data(), entry.numel * static_cast<int64_t>(sizeof(float)),
-              backend::CopyKind::host_to_device, ops_.default_stream());
+    const std::vector<optim::TensorRun> whole{optim::TensorRun{i, 0, entry.numel, entry.offset, 0}};
+    for (const optim::TensorRun& run : shard_runs.empty() ? whole : shard_runs[i]) {
+      ops_.copy(params_.data() + run.flat, host.data() + run.begin, (run.end - run.begin) * static_cast<int64_t>(sizeof(float)),
+                backend::CopyKind::host_to_device, ops_.default_stream());
+    }
     ops_.synchronize(ops_.default_stream());  // the copy has read `host` before the next tensor
   }
+  gemm_weights_->refresh(params_.data());
 }
 
 void Trainer::TokenRows::allocate(int64_t rows, int64_t samples, bool bert) {
@@ -485,7 +507,7 @@ void Trainer::build_optimizer(const parallel::ProcessGroups* groups) {
       groups ? optim::ReductionGroups::of(*groups) : optim::ReductionGroups::single(*single_data_);
   optimizer_ = std::make_unique<optim::DistributedOptimizer>(
       layout_, optim::DistributedOptimizer::options(parallel_config_, config_.adam), reduction, ops_, params_.data(),
-      grads_.data(), gemm_weights_.get(), &memory_);
+      grads_.data(), gemm_weights_.get(), &memory_, params_.releasable(), grads_.releasable());
 }
 
 Trainer::~Trainer() = default;

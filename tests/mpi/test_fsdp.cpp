@@ -4,9 +4,14 @@
 // --data-parallel-sharding-strategy optim_grads at DP=2 (2 ranks; tiny GPT, whose tied embedding's
 // grads complete only after the embedding's backward, and tiny LLaMA, untied), DP=4 (tiny GPT) and
 // TP=2 SP x DP=2 (tiny LLaMA) at 4 ranks, EOD-masked loss and hidden dropout 0.1, micro-batches
-// accumulated (2 per DP rank at DP=2). Also: the unit grad reductions run on every micro-batch
-// (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the strategies the flags choose;
-// and the refusals by name (optim_grads_params, PP and MoE with grad sharding, hybrid sharding).
+// accumulated (2 per DP rank at DP=2); the same for optim_grads_params (parameters sharded,
+// gathered per unit; with prefetch, and at DP=2 without). Also: the unit grad reductions run on
+// every micro-batch (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the unit gathers
+// (twice per layer unit and micro-batch, the root once) and prefetches; the memory the units hand
+// back (the ledger's grads and weights peaks against no_shard's, and the process's resident set
+// shrinking when a unit is released); the strategies the flags choose; and the refusals by name
+// (PP and MoE with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
+// or with --overlap-param-gather).
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -36,6 +41,7 @@ struct FsdpLayout {
   bool sequence_parallel = false;
   std::string strategy = "optim_grads";
   std::vector<bool> llama_models{false, true};  // tiny GPT (tied embedding) and tiny LLaMA
+  bool prefetch = true;                         // optim_grads_params: --no-fsdp-prefetch when false
 };
 
 parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::ModelConfig& model,
@@ -45,6 +51,7 @@ parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::Mode
   parallel.sequence_parallel = layout.sequence_parallel;
   parallel.use_megatron_fsdp = true;
   parallel.data_parallel_sharding_strategy = layout.strategy;
+  parallel.no_fsdp_prefetch = !layout.prefetch;
   parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
                                        model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
   parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
@@ -69,11 +76,21 @@ std::vector<FsdpLayout> layouts_for_world(int world) {
   return {};
 }
 
-}  // namespace
+std::vector<FsdpLayout> param_sharding_layouts_for_world(int world) {
+  if (world == 2) {
+    return {{"FSDP=2 optim_grads_params", 1, false, "optim_grads_params"},
+            {"FSDP=2 optim_grads_params --no-fsdp-prefetch", 1, false, "optim_grads_params", {false}, false}};
+  }
+  if (world == 4) {
+    return {{"FSDP=4 optim_grads_params", 1, false, "optim_grads_params", {false}},
+            {"TP=2 SP x FSDP=2 optim_grads_params", 2, true, "optim_grads_params", {true}}};
+  }
+  return {};
+}
 
-TEST(MegatronFsdp, OptimGradsMatchesOneRankInFp32) {
-  ASSERT_FALSE(layouts_for_world(equivalence::world().size()).empty()) << "no FSDP layouts at this world size";
-  for (const FsdpLayout& layout : layouts_for_world(equivalence::world().size())) {
+void expect_layouts_match_one_rank(const std::vector<FsdpLayout>& layouts) {
+  ASSERT_FALSE(layouts.empty()) << "no FSDP layouts at this world size";
+  for (const FsdpLayout& layout : layouts) {
     for (bool llama : layout.llama_models) {
       SCOPED_TRACE(layout.name + (llama ? ", tiny-llama" : ", tiny-gpt"));
       model::ModelConfig model = mt::testing::trainer_model(llama, 0.1f);
@@ -88,6 +105,111 @@ TEST(MegatronFsdp, OptimGradsMatchesOneRankInFp32) {
       EXPECT_EQ(run.eval_loss.size(), 2u);
     }
   }
+}
+
+// A model whose units span many pages (a transformer layer of about 200k floats), for memory.
+model::ModelConfig paged_model() {
+  model::ModelConfig model = mt::testing::trainer_model(true);
+  model.hidden_size = 128;
+  model.num_attention_heads = 4;
+  model.num_query_groups = 4;
+  model.ffn_hidden_size = 384;
+  model.num_layers = 4;
+  model.vocab_size = 500;
+  return model;
+}
+
+// Peaks of the weights and grads categories of this rank's ledger after one step under `strategy`.
+struct UnitMemory {
+  int64_t weights_peak = 0, grads_peak = 0, grads_live = 0, weights_live = 0;
+  int64_t elements = 0, largest_bucket = 0, root_buckets = 0;
+  int64_t gathers = 0, prefetched = 0;
+};
+
+UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true) {
+  FsdpLayout layout{strategy, 1, false, strategy, {true}, prefetch};
+  const model::ModelConfig model = paged_model();
+  train::TrainConfig config = equivalence::ten_step_config();
+  config.train_iters = 1;
+  config.lr_warmup_iters = 0;
+  const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);
+  const parallel::ParallelConfig parallel = fsdp_config(layout, model, config);
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), backend::cpu_ops(),
+                                       backend::cpu_ops().default_stream());
+  train::Trainer trainer(model, config, *data, backend::cpu_ops(), &groups);
+  trainer.train_step();
+  UnitMemory m;
+  m.weights_peak = trainer.memory().peak(backend::MemoryCategory::weights);
+  m.grads_peak = trainer.memory().peak(backend::MemoryCategory::grads);
+  m.weights_live = trainer.memory().live(backend::MemoryCategory::weights);
+  m.grads_live = trainer.memory().live(backend::MemoryCategory::grads);
+  m.elements = trainer.layout().total_elements;
+  for (const model::GradBucket& bucket : trainer.layout().buckets) {
+    const int64_t size = bucket.padded_end - bucket.begin;
+    if (bucket.first_layer >= 0 && bucket.first_layer < model.num_layers) {
+      m.largest_bucket = std::max(m.largest_bucket, size);
+    } else {
+      m.root_buckets += size;
+    }
+  }
+  if (const optim::UnitParamGatherer* gatherer = trainer.optimizer().unit_params()) {
+    m.gathers = gatherer->gathers();
+    m.prefetched = gatherer->prefetched();
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST(MegatronFsdp, OptimGradsMatchesOneRankInFp32) {
+  expect_layouts_match_one_rank(layouts_for_world(equivalence::world().size()));
+}
+
+TEST(MegatronFsdp, OptimGradsParamsMatchesOneRankInFp32WithAndWithoutPrefetch) {
+  expect_layouts_match_one_rank(param_sharding_layouts_for_world(equivalence::world().size()));
+}
+
+// Released units go back to the OS: the ledger's grads (optim_grads) and weights
+// (optim_grads_params) peaks are the shard plus the units in use, not the whole flat buffer
+// no_shard holds; after the step only the shards are left. Each layer unit is gathered twice per
+// micro-batch (forward, backward), the root once; prefetch starts every layer unit's early.
+TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
+  const int dp = equivalence::world().size();
+  if (dp != 2) GTEST_SKIP() << "run at DP=2 only (CI time)";
+  const int64_t page = backend::ReleasableMemory::page_bytes();
+  const UnitMemory whole = one_step_memory("no_shard");
+  const UnitMemory grads = one_step_memory("optim_grads");
+  const UnitMemory params = one_step_memory("optim_grads_params");
+  const int64_t shard_bytes = whole.elements * 4 / dp;
+  const int64_t slack = 4 * page * static_cast<int64_t>(paged_model().num_layers + 2);  // page edges per bucket
+  // Of a gathered unit (or one whose full-size grads are held) a rank adds what it does not own.
+  auto not_owned = [&](int64_t elements) { return elements * 4 * (dp - 1) / dp; };
+  EXPECT_EQ(whole.grads_peak, whole.elements * 4);
+  // Grads: the shard, plus the root's full-size grads (the head's backward writes the tied
+  // embedding's) and one layer unit's (reduced before the next layer's backward starts).
+  EXPECT_LE(grads.grads_peak, shard_bytes + not_owned(grads.root_buckets + grads.largest_bucket) + slack);
+  EXPECT_GE(grads.grads_peak, shard_bytes + not_owned(grads.largest_bucket));
+  EXPECT_LE(grads.grads_live, shard_bytes + slack);
+  EXPECT_LT(grads.grads_peak, whole.grads_peak * 3 / 4);
+  EXPECT_EQ(grads.weights_peak, whole.weights_peak);
+  // Weights: the shard, the root and two layer units (the one computing and the one prefetched).
+  EXPECT_LE(params.weights_peak, shard_bytes + not_owned(params.root_buckets + 2 * params.largest_bucket) + slack);
+  EXPECT_GE(params.weights_peak, shard_bytes + not_owned(params.root_buckets + 2 * params.largest_bucket) - slack);
+  EXPECT_LE(params.weights_live, shard_bytes + slack);
+  EXPECT_LT(params.weights_peak, whole.weights_peak);
+  EXPECT_LE(params.grads_peak, grads.grads_peak);
+  const model::ModelConfig model = paged_model();
+  const train::TrainConfig config = equivalence::ten_step_config();
+  const int64_t micro_batches = config.global_batch_size / (config.micro_batch_size * dp);
+  const int64_t per_micro_batch = 2 * model.num_layers + 2;  // root: the embedding's and the head's buckets once
+  EXPECT_EQ(params.gathers, per_micro_batch * micro_batches);
+  // Prefetched: every layer unit's gathers (forward after the embedding's or the previous layer's,
+  // backward after the head's or the next layer's); the root's wait.
+  EXPECT_EQ(params.prefetched, 2 * model.num_layers * micro_batches);
+  const UnitMemory waiting = one_step_memory("optim_grads_params", false);
+  EXPECT_EQ(waiting.gathers, params.gathers);
+  EXPECT_EQ(waiting.prefetched, 0);
+  EXPECT_LE(waiting.weights_peak, shard_bytes + not_owned(waiting.root_buckets + waiting.largest_bucket) + slack);
 }
 
 // Megatron-FSDP reduce-scatters a grad-sharding strategy's grads after every micro-batch's
@@ -153,6 +275,17 @@ TEST(MegatronFsdp, FlagsChooseTheStrategyAndRefuseWhatIsNotBuilt) {
   pipelined.data_parallel_sharding_strategy = "optim_grads";
   pipelined.pipeline_model_parallel_size = 2;
   EXPECT_NE(refusal(pipelined, dimensions).find("--pipeline-model-parallel-size 2"), std::string::npos);
+  parallel::ParallelConfig overlapped;
+  overlapped.use_megatron_fsdp = true;
+  overlapped.overlap_grad_reduce = overlapped.overlap_param_gather = true;
+  EXPECT_EQ(refusal(overlapped, dimensions), "");  // Megatron's scripts pass it: FSDP's gathers are prefetched
+  overlapped.no_fsdp_prefetch = true;
+  EXPECT_NE(refusal(overlapped, dimensions).find("--no-fsdp-prefetch with --overlap-param-gather"), std::string::npos);
+  parallel::ParallelConfig unprefetched;
+  unprefetched.use_megatron_fsdp = true;
+  unprefetched.data_parallel_sharding_strategy = "optim_grads";
+  unprefetched.no_fsdp_prefetch = true;
+  EXPECT_NE(refusal(unprefetched, dimensions).find("--no-fsdp-prefetch"), std::string::npos);
   parallel::ModelDimensions experts = dimensions;
   experts.num_experts = 4;
   parallel::ParallelConfig moe;

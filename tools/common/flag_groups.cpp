@@ -299,6 +299,7 @@ void add_parallel_flags(CLI::App& app, parallel::ParallelConfig& c, const std::s
   add("--data-parallel-sharding-strategy", c.data_parallel_sharding_strategy)->capture_default_str();
   add("--num-distributed-optimizer-instances", c.num_distributed_optimizer_instances)->capture_default_str();
   add("--outer-dp-sharding-strategy", c.outer_dp_sharding_strategy);
+  add("--no-fsdp-prefetch", c.no_fsdp_prefetch);
 }
 
 std::vector<std::string> validate_parallel(parallel::ParallelConfig& config, const model::ModelConfig& model,

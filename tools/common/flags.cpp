@@ -288,6 +288,9 @@ const FlagSpec& flag_spec(std::string_view name) {
                 "With --use-megatron-fsdp: no_shard (plain DP), optim (the distributed optimizer), optim_grads "
                 "(+ grads reduce-scattered per unit), optim_grads_params (+ parameters gathered per unit; default)",
                 {"no_shard", "optim", "optim_grads", "optim_grads_params"}),
+      toggle_flag("--no-fsdp-prefetch",
+                  "With optim_grads_params: gather each unit only when it is used, without starting the next "
+                  "unit's gather early (mt's own flag; Megatron-FSDP always prefetches)"),
       integer_flag("--num-distributed-optimizer-instances",
                    "Hybrid sharding: refused above 1 (mt shards over the whole DP x CP group)", at_least(1)),
       text_flag("--outer-dp-sharding-strategy", "Hybrid sharding's outer strategy: refused (no hybrid sharding)",

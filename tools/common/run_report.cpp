@@ -218,14 +218,13 @@ study::TrainingShape training_shape(const RunConfig& c) {
   shape.precision = c.train.precision;
   // Megatron-FSDP (issue 25): optim_grads_params is the study's FSDP (the published rows' switch;
   // Megatron-FSDP forces the distributed optimizer, which Megatron's formula then counts), optim
-  // the distributed optimizer; optim_grads (grads sharded, parameters whole) has no model yet.
+  // the distributed optimizer; optim_grads and optim_grads_params take their weights, grads and
+  // optimizer lines from mt-train's units (study::TrainingShape::fsdp_units).
   if (c.parallel.use_megatron_fsdp) {
     const std::string& strategy = c.parallel.data_parallel_sharding_strategy;
-    if (strategy == "optim_grads") {
-      throw UsageError("--data-parallel-sharding-strategy optim_grads",
-                       "not modelled yet (give optim_grads_params, optim or no_shard)");
-    }
     shape.fsdp = strategy == "optim_grads_params";
+    shape.fsdp_units = c.parallel.shards_grads();
+    shape.fsdp_prefetch = !c.parallel.no_fsdp_prefetch;
     shape.parallel.use_distributed_optimizer = strategy != "no_shard";
   }
   // As mt-train allocates its GEMM copy: bf16 bits where the run's table multiplies bf16 natively

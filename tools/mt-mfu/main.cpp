@@ -121,6 +121,12 @@ Record prediction_record(const mt::tools::RunConfig& config, mt::perf::FlopsConv
                          const std::string& cluster_name) {
   const mt::study::Cluster& cluster = mt::study::find_cluster(cluster_name);
   const mt::study::TrainingShape shape = mt::tools::training_shape(config);
+  // Megatron-FSDP's optim_grads (issue 25): its memory is mt-memreport's; its time is not modelled.
+  if (shape.fsdp_units && !shape.fsdp) {
+    throw mt::UsageError("--data-parallel-sharding-strategy optim_grads",
+                         "not modelled by the time prediction yet (its per-micro-batch reduce-scatters); give "
+                         "optim_grads_params, optim or no_shard");
+  }
   mt::study::RunOptions options;
   options.overlap_grad_reduce = config.parallel.overlap_grad_reduce;
   options.overlap_param_gather = config.parallel.overlap_param_gather;
