@@ -66,7 +66,8 @@ class PrecisionGemm {
     return precision == Precision::fp32 ? 0 : elements;
   }
 
-  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with its scales and feed its amaxes (null: off);
+  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with the scales its phase gives and feed its
+  // amaxes (null: off);
   // their weight-gradient GEMMs too unless its config says --no-fp8-wgrad. Needs the operand
   // buffers (a precision other than fp32).
   void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
@@ -88,10 +89,14 @@ class PrecisionGemm {
 
   // FP8 mode (see the header comment): the FP8 linear at `weight_offset`, or -1.
   int64_t fp8_linear(int64_t weight_offset, int64_t rows, int64_t in_features, int64_t out_features) const;
-  void fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand, uint8_t* codes) const;
+  const float* fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand, uint8_t* codes) const;
   uint8_t* byte_scratch(int slot) const { return reinterpret_cast<uint8_t*>(operands_[slot]); }
+  struct Fp8Codes {
+    const uint8_t* codes = nullptr;
+    const float* scale_inv = nullptr;
+  };
   // W's codes (out, in) in the weight scratch, and with `transposed` their transpose (in, out).
-  const uint8_t* fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
+  Fp8Codes fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
                             bool transposed) const;
   void fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t linear,
                    int64_t out_features, float* y) const;

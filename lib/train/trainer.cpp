@@ -232,6 +232,7 @@ void Trainer::build_parameters() {
   gemm_weights_->refresh(params_.data());
   if (config_.fp8.enabled) {
     fp8_ = std::make_unique<model::Fp8Scaling>(ops_, config_.fp8, layout_, model_config_.num_layers, &memory_);
+    fp8_->set_amax_reduction([this](float* amaxes, int64_t count) { reduce_fp8_amaxes(amaxes, count); });
   }
 }
 
@@ -262,13 +263,13 @@ void Trainer::check_fp8_supported() const {
   }
 }
 
-// The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax
-// reduction group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP,
-// then over DP x CP, gives the same values. Then the next step's scales.
-void Trainer::update_fp8_scales() {
-  tensor_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
-  data_parallel_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
-  fp8_->update_scales();
+// A micro-batch's forward or backward amaxes (Fp8Scaling calls it before each group's update, as
+// TE at fp8_autocast exit and at the end of the backward) reduced as Megatron's amax reduction
+// group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP, then over
+// DP x CP, gives the same values.
+void Trainer::reduce_fp8_amaxes(float* amaxes, int64_t count) {
+  tensor_group_->all_reduce(amaxes, count, DType::f32, comm::ReduceOp::max);
+  data_parallel_group_->all_reduce(amaxes, count, DType::f32, comm::ReduceOp::max);
 }
 
 void Trainer::build_stages_and_pipeline() {
@@ -597,8 +598,8 @@ StepStats Trainer::train_step() {
   stats.global_batch_size = config_.global_batch_size;
 
   optimizer_->begin_grad_sync();
+  if (fp8_) fp8_->start_step();  // each weight quantizes at its first forward of the step
   const StepTokens tokens = run_forward_backward();
-  if (fp8_) update_fp8_scales();
   finalize_grads();
   if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);

@@ -418,7 +418,7 @@ class Trainer {
   parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
   void check_batch_shape();
   void check_fp8_supported() const;
-  void update_fp8_scales();
+  void reduce_fp8_amaxes(float* amaxes, int64_t count);
   void check_memory(int ranks_per_node) const;
   void build_layout_and_schedules(const parallel::RankCoordinates& coordinates);
   void build_parameters();

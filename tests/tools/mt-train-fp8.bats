@@ -57,23 +57,30 @@ tiny() {
 # amaxes are reduced over TP x DP x CP, so every rank quantizes with one rank's scales; the losses
 # then differ by fp32 summation order, which an FP8 rounding can amplify: measured at most 9e-5
 # relative, bound 3e-4 (without the reduction TP's shards take their own scales and drift apart).
+# TE updates the scales after every micro-batch of each rank (amaxes reduced over TP x DP x CP), so
+# DP=2 at micro-batch 2 meets the samples of one rank's micro-batch 4 in each update (Megatron's
+# sampler gives DP rank r the r-th micro-batch of each DP-wide slice), not one rank's micro-batch 2.
 @test "issue23: FP8 under TP=2, DP=2, CP=2 and TP=2 x CP=2 trains one rank's FP8 numbers" {
-  local -a tiny=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 32 --micro-batch-size 2
+  local -a tiny=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 32
                  --global-batch-size 8 --train-iters 10 --lr 3e-3 --lr-warmup-iters 2 --eval-iters 0 --peak-tflops 1
                  --bf16 --fp8-format hybrid --ffn-hidden-size 192)
-  mt-train "${tiny[@]}" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
-  local one
-  one="$(jq -c -s '[.[] | select(.record=="step") | .lm_loss]' "$TMP/one.jsonl")"
-  local -a layouts=("2|--tensor-model-parallel-size 2" "2|" "2|--context-parallel-size 2"
-                    "4|--tensor-model-parallel-size 2 --context-parallel-size 2")
+  local micro
+  for micro in 2 4; do
+    mt-train "${tiny[@]}" --micro-batch-size "$micro" >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+    jq -c -s '[.[] | select(.record=="step") | .lm_loss]' "$TMP/one.jsonl" >"$TMP/one-$micro.json"
+  done
+  local -a layouts=("2|2|--tensor-model-parallel-size 2" "2|4|" "2|2|--context-parallel-size 2"
+                    "4|2|--tensor-model-parallel-size 2 --context-parallel-size 2")
   for entry in "${layouts[@]}"; do
-    local ranks="${entry%%|*}" layout="${entry#*|}"
+    local ranks="${entry%%|*}" rest="${entry#*|}"
+    local one_micro="${rest%%|*}" layout="${rest#*|}" one
+    one="$(cat "$TMP/one-$one_micro.json")"
     # shellcheck disable=SC2086
-    mpirun_n "$ranks" mt-train "${tiny[@]}" $layout >"$TMP/many.jsonl" 2>"$TMP/many.err" ||
+    mpirun_n "$ranks" mt-train "${tiny[@]}" --micro-batch-size 2 $layout >"$TMP/many.jsonl" 2>"$TMP/many.err" ||
       fail "'$layout': $(cat "$TMP/many.err")"
     jq -e -s --argjson one "$one" '[.[] | select(.record=="step") | .lm_loss] | length == 10 and (to_entries
       | all(((.value - $one[.key]) | fabs) <= 3e-4 * $one[.key]))' "$TMP/many.jsonl" >/dev/null ||
-      fail "np $ranks '$layout': $(jq -c -s '[.[] | select(.record=="step") | .lm_loss]' "$TMP/many.jsonl") vs one rank's $one"
+      fail "np $ranks '$layout': $(jq -c -s '[.[] | select(.record=="step") | .lm_loss]' "$TMP/many.jsonl") vs one rank's (micro-batch $one_micro) $one"
   done
 }
 
