@@ -266,7 +266,7 @@ io::Box piece_box(const model::Fp8Scaling::StatePiece& piece) {
 }
 
 // With --fp8-format, fp8/<weight> (3, 2 + history) for every FP8 linear of the model. The state is
-// the same on every rank of a stage after each step's amax reduction over TP x DP x CP, and a
+// the same on every rank of a stage after each amax reduction over TP x DP x CP (per micro-batch), and a
 // linear's scales cover its whole weight (the amaxes are maxima over the shards), so it does not
 // depend on the layout: the stage's rank with TP, DP and CP coordinates 0 writes it.
 void add_fp8_shares(Trainer& trainer, const model::ParamLayout& whole_model, std::vector<TensorShare>& shares) {
