@@ -28,6 +28,7 @@
 // kernels/common/fp8.h (sources and rules in its header).
 // A checkpoint holds each FP8 linear's state (TE's extra_state): state_pieces says where.
 // Tested in tests/unit/model/test_fp8_gemm.cpp, tests/unit/model/test_fp8_state_selection.cpp,
+// tests/unit/model/test_fp8_microbatch_scaling.cpp (the timing against a reference loop of TE's),
 // tests/unit/train/test_fp8_training.cpp and tests/unit/train/test_fp8_state_checkpoint.cpp.
 #pragma once
 
