@@ -80,14 +80,17 @@ float peer_amax(int call, int64_t i) { return 0.25f * static_cast<float>(1 + (ca
 std::vector<float> fp8_product(const std::vector<float>& a, float a_scale, kernels::Fp8Type a_type,
                                const std::vector<float>& b, float b_scale, kernels::Fp8Type b_type, int64_t m,
                                int64_t n, int64_t k) {
+  auto decoded = [](const std::vector<float>& values, float scale, kernels::Fp8Type type) {
+    std::vector<float> out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) out[i] = kernels::fp8_to_fp32(kernels::fp32_to_fp8(values[i] * scale, type), type);
+    return out;
+  };
+  const std::vector<float> a8 = decoded(a, a_scale, a_type), b8 = decoded(b, b_scale, b_type);
   std::vector<float> c(static_cast<size_t>(m * n), 0.0f);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float sum = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        sum += kernels::fp8_to_fp32(kernels::fp32_to_fp8(a[i * k + p] * a_scale, a_type), a_type) *
-               kernels::fp8_to_fp32(kernels::fp32_to_fp8(b[j * k + p] * b_scale, b_type), b_type);
-      }
+      for (int64_t p = 0; p < k; ++p) sum += a8[i * k + p] * b8[j * k + p];
       c[i * n + j] = sum / a_scale / b_scale;
     }
   }
