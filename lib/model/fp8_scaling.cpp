@@ -33,8 +33,13 @@ bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers) {
 }
 
 bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers) {
-  return entry.layer >= 0 && entry.layer < num_layers && entry.local_shape.size() == 2 &&
+  return entry.layer >= 0 && entry.layer < num_layers && entry.local_shape.size() == 2 && !is_moe_router(entry) &&
          layer_runs_in_fp8(config, entry.layer, num_layers);
+}
+
+bool is_moe_router(const ParamEntry& entry) {
+  static const std::string router = ".mlp.router.weight";
+  return entry.name.size() >= router.size() && entry.name.compare(entry.name.size() - router.size(), router.size(), router) == 0;
 }
 
 Fp8Scaling::Fp8Scaling(const backend::Ops& ops, const Fp8Config& config, const ParamLayout& layout, int num_layers,
@@ -86,6 +91,13 @@ std::vector<Fp8Scaling::StatePiece> Fp8Scaling::state_pieces(int64_t linear) {
           StatePiece{2, 1, 1, 1, scale_inv + backward},
           StatePiece{0, 2, 2, history_len, history + forward * history_len},
           StatePiece{2, 1, 2, history_len, history + backward * history_len}};
+}
+
+uint8_t* Fp8Scaling::padding_codes(int64_t bytes) {
+  if (padding_codes_.size() < bytes) {
+    padding_codes_ = backend::DeviceBuffer<uint8_t>(ops_, bytes, backend::MemoryCategory::activations, ledger_);
+  }
+  return padding_codes_.data();
 }
 
 int64_t Fp8Scaling::linear(int64_t weight_offset) const {

@@ -19,7 +19,8 @@
 // push a zero into its history), the output grad with the live backward scale. Evaluation
 // forwards use the live scales and feed no amax (TE updates nothing outside grad mode).
 // What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
-// (qkv, projection, fc1, fc2), not the embedding nor the output layer; with
+// (qkv, projection, fc1, fc2; in a MoE layer each local expert's fc1 and fc2 and the shared
+// expert's, not the router: model/moe/experts.h), not the embedding nor the output layer; with
 // --first-last-layers-bf16 not the first --num-layers-at-start-in-bf16 nor the last
 // --num-layers-at-end-in-bf16 layers either (Megatron's is_first_last_bf16_layer: their GEMMs
 // take the run's bf16/fp16 path and have no FP8 state); with --no-fp8-wgrad a linear's
@@ -29,6 +30,7 @@
 // A checkpoint holds each FP8 linear's state (TE's extra_state): state_pieces says where.
 // Tested in tests/unit/model/test_fp8_gemm.cpp, tests/unit/model/test_fp8_state_selection.cpp,
 // tests/unit/model/test_fp8_microbatch_scaling.cpp (the timing against a reference loop of TE's),
+// tests/unit/model/test_fp8_experts.cpp (MoE experts, the EP amax merge),
 // tests/unit/train/test_fp8_training.cpp and tests/unit/train/test_fp8_state_checkpoint.cpp.
 #pragma once
 
@@ -63,8 +65,12 @@ struct Fp8Config {
 // Whether decoder layer `layer` (global index) of a model of `num_layers` layers runs its linears
 // in FP8: not with --first-last-layers-bf16 when it is among the first or last layers it names.
 bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers);
-// Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer).
+// Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer, not
+// a MoE router's).
 bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers);
+// A MoE layer's router weight (...mlp.router.weight): Megatron's TopKRouter multiplies it in the
+// input dtype or fp32 (a plain parameter, no TE module), never in FP8.
+bool is_moe_router(const ParamEntry& entry);
 
 // The three FP8 tensors of a linear.
 enum class Fp8Operand { input, weight, output_grad };
@@ -100,6 +106,9 @@ class Fp8Scaling {
   uint8_t* weight_codes() { return weight_codes_.data(); }
   uint8_t* weight_codes_transposed() { return weight_codes_.data() + weight_capacity_; }
   int64_t weight_capacity() const { return weight_capacity_; }
+  // Scratch of at least `bytes` bytes for an expert's weight-gradient operands padded to 16 rows
+  // (PrecisionGemm::set_fp8_rows_padded); grows on demand.
+  uint8_t* padding_codes(int64_t bytes);
 
   // The amaxes gathered since the last update of every tensor (forward group, then backward
   // group), one array.
@@ -167,6 +176,7 @@ class Fp8Scaling {
   // (input, weight of each linear), then the backward group (output grads).
   backend::DeviceBuffer<float> state_;
   backend::DeviceBuffer<uint8_t> weight_codes_;
+  backend::DeviceBuffer<uint8_t> padding_codes_;  // empty until an expert's rows need padding
   backend::MemoryLedger* ledger_ = nullptr;
   // The phase's snapshots: the discarded amax, the step's cached weight scale[n] and
   // scale_inv[n], then per activation slot the input scale[n] and scale_inv[n] of its forward.

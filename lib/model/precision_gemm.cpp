@@ -108,7 +108,7 @@ int64_t PrecisionGemm::fp8_linear(int64_t weight_offset, int64_t rows, int64_t i
   if (!fp8_) return -1;
   const int64_t linear = fp8_->linear(weight_offset);
   if (linear < 0) return -1;
-  if (rows % 16 != 0 || in_features % 16 != 0 || out_features % 16 != 0) {
+  if ((!fp8_rows_padded_ && rows % 16 != 0) || in_features % 16 != 0 || out_features % 16 != 0) {
     throw UsageError("--fp8-format", "an FP8 linear's tokens, input and output features must be multiples of 16 "
                                      "(cuBLASLt's FP8 GEMMs); this one is " + std::to_string(rows) + " tokens, " +
                                      std::to_string(in_features) + " -> " + std::to_string(out_features));
@@ -142,6 +142,10 @@ PrecisionGemm::Fp8Codes PrecisionGemm::fp8_weight(int64_t weight_offset, int64_t
 
 void PrecisionGemm::fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
                                 int64_t linear, int64_t out_features, float* y) const {
+  if (rows == 0) {  // an expert without tokens: TE's GroupedLinear still casts its weight (amax, cache)
+    fp8_weight(weight_offset, linear, out_features, in_features, false);
+    return;
+  }
   uint8_t* x_codes = byte_scratch(0);  // (rows, in)
   const float* x_scale_inv = fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
   const Fp8Codes w = fp8_weight(weight_offset, linear, out_features, in_features, false);  // (out, in)
@@ -162,17 +166,28 @@ void PrecisionGemm::fp8_backward_input(const float* dy, int64_t rows, int64_t ou
 
 void PrecisionGemm::fp8_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                         int64_t in_features, int64_t weight_offset, int64_t linear) const {
-  // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.
-  uint8_t* dy_codes = byte_scratch(0);               // (rows, out)
-  uint8_t* dy_codes_t = dy_codes + rows * out_features;  // (out, rows)
+  // The GEMM's depth is the rows: an expert's rows are padded with zero codes (FP8's +0) to a
+  // multiple of 16 (TE's Fp8Padding), in scratch of their own; the quantize sees the real rows only.
+  const int64_t depth = fp8_rows_padded_ ? (rows + 15) / 16 * 16 : rows;
+  uint8_t *dy_codes, *x_codes;
+  if (depth == rows) {
+    // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.
+    dy_codes = byte_scratch(0);
+    x_codes = byte_scratch(1);
+  } else {
+    dy_codes = fp8_->padding_codes(2 * depth * (out_features + in_features));
+    x_codes = dy_codes + 2 * depth * out_features;
+    ops_.zero(dy_codes, depth * out_features, ops_.default_stream());
+    ops_.zero(x_codes, depth * in_features, ops_.default_stream());
+  }
+  uint8_t* dy_codes_t = dy_codes + depth * out_features;  // (out, depth) of dy_codes (depth, out)
+  uint8_t* x_codes_t = x_codes + depth * in_features;     // (in, depth) of x_codes (depth, in)
   const float* dy_scale_inv = fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
-  ops_.fp8_transpose(dy_codes, rows, out_features, dy_codes_t, ops_.default_stream());
-  uint8_t* x_codes = byte_scratch(1);                // (rows, in)
-  uint8_t* x_codes_t = x_codes + rows * in_features;  // (in, rows)
+  ops_.fp8_transpose(dy_codes, depth, out_features, dy_codes_t, ops_.default_stream());
   const float* x_scale_inv = fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
-  ops_.fp8_transpose(x_codes, rows, in_features, x_codes_t, ops_.default_stream());
-  ops_.gemm_fp8(out_features, in_features, rows, 1.0f, dy_codes_t, fp8_->type(Fp8Operand::output_grad), dy_scale_inv,
-                rows, x_codes_t, fp8_->type(Fp8Operand::input), x_scale_inv, rows, 1.0f, grads_ + weight_offset,
+  ops_.fp8_transpose(x_codes, depth, in_features, x_codes_t, ops_.default_stream());
+  ops_.gemm_fp8(out_features, in_features, depth, 1.0f, dy_codes_t, fp8_->type(Fp8Operand::output_grad), dy_scale_inv,
+                depth, x_codes_t, fp8_->type(Fp8Operand::input), x_scale_inv, depth, 1.0f, grads_ + weight_offset,
                 in_features, ops_.default_stream());
 }
 

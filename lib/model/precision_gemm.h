@@ -71,8 +71,17 @@ class PrecisionGemm {
   // their weight-gradient GEMMs too unless its config says --no-fp8-wgrad. Needs the operand
   // buffers (a precision other than fp32).
   void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
+  Fp8Scaling* fp8() const { return fp8_; }
+  // The MoE experts' FP8 GEMMs (TE's Fp8Padding before GroupedLinear): each expert's rows are
+  // padded with zero rows to a multiple of 16, so their count need not be one. Zero rows add
+  // nothing to an amax (a max of |x|) and give zero output rows that Fp8Unpadding drops, so the
+  // forward and data-gradient GEMMs leave them out; the weight-gradient GEMM, whose depth is the
+  // rows, gets them as zero codes (Fp8Scaling::padding_codes). tests/unit/model/test_fp8_experts.cpp
+  // holds the numbers equal to those of rows padded by the caller.
+  void set_fp8_rows_padded(bool padded) { fp8_rows_padded_ = padded; }
 
-  // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`.
+  // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`. An FP8 linear with 0 rows
+  // (an expert no token reached) only quantizes its weight, recording its amax as TE does.
   void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
                       float* y) const;
   // dx (rows, in) = dy (rows, out) . W
@@ -108,6 +117,7 @@ class PrecisionGemm {
   const backend::Ops& ops_;
   const GemmWeights& weights_;
   Fp8Scaling* fp8_ = nullptr;
+  bool fp8_rows_padded_ = false;
   const float* params_ = nullptr;
   float* grads_ = nullptr;
   float* operands_[2] = {nullptr, nullptr};

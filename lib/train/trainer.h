@@ -383,6 +383,10 @@ class Trainer {
   };
   std::vector<ExpertBias> expert_biases() const;
   bool writes_expert_biases() const { return writes_expert_biases_; }
+  // FP8 (issue 23): whether this rank writes the FP8 state of the experts it holds (expert-TP and
+  // expert-DP coordinates 0: one rank per EP coordinate of the stage; the dense linears' state is
+  // written by the writer of the biases).
+  bool writes_expert_fp8_state() const { return writes_expert_fp8_state_; }
   comm::Communicator& world() const { return *world_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
@@ -596,6 +600,7 @@ class Trainer {
   double local_tokens_host_ = 0;
   std::vector<double> eval_sums_host_;
   bool writes_expert_biases_ = false;  // TP, DP and CP coordinates 0: this stage's copy of the biases
+  bool writes_expert_fp8_state_ = false;  // expert-TP and expert-DP coordinates 0 (FP8 block)
   // Multi-token prediction: (loss, tokens) per micro-batch and depth in device memory, their host
   // copy, and the depths' grad scales per micro-batch (host).
   backend::DeviceBuffer<double> mtp_sums_;

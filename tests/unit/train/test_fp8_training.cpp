@@ -128,9 +128,10 @@ TEST(Fp8Training, EachMicroBatchSetsTheScalesFromTheAmaxHistory) {
 TEST(Fp8Training, RefusesWhatItDoesNotRunByName) {
   const model::ModelConfig model = mt::testing::tiny_llama();
   auto data = data::make_mock_data(model.vocab_size, model.seq_length, 5);
-  const auto refusal = [&](const model::ModelConfig& m, const train::TrainConfig& t) -> std::string {
+  const auto refusal = [&](const model::ModelConfig& m, const train::TrainConfig& t,
+                           const backend::Ops& ops = backend::cpu_ops()) -> std::string {
     try {
-      train::Trainer trainer(m, t, *data, backend::cpu_ops());
+      train::Trainer trainer(m, t, *data, ops);
     } catch (const UsageError& e) {
       return e.what();
     }
@@ -141,7 +142,13 @@ TEST(Fp8Training, RefusesWhatItDoesNotRunByName) {
   model::ModelConfig moe = model;
   moe.num_experts = 4;
   moe.moe_router_topk = 2;
-  EXPECT_NE(refusal(moe, train_config(Precision::bf16, true, model::Fp8Format::hybrid)).find("--num-experts"),
+  // MoE runs under FP8 on the CPU (tests/unit/model/test_fp8_experts.cpp); a CUDA table is refused
+  // by name before it is used (a copy of the CPU table that says cuda stands in for it).
+  EXPECT_EQ(refusal(moe, train_config(Precision::bf16, true, model::Fp8Format::hybrid)), "accepted");
+  backend::Ops cuda_named = backend::cpu_ops();
+  cuda_named.device = backend::Device::cuda;
+  EXPECT_NE(refusal(moe, train_config(Precision::bf16, true, model::Fp8Format::hybrid), cuda_named)
+                .find("--fp8-format with --num-experts on --device cuda"),
             std::string::npos);
 }
 
