@@ -2,12 +2,25 @@
 // of the decoder layers. Each such linear has three FP8 tensors: its input and its weight (the
 // forward group, e4m3) and its output grad (the backward group: e5m2 under --fp8-format hybrid,
 // e4m3 under e4m3), each with an amax, a scale, its inverse and an amax history on the device,
-// all in one contiguous buffer so one all-reduce MAX of the amaxes covers a step. PrecisionGemm
-// (model/precision_gemm.h) quantizes with the scales and accumulates the amaxes over a step's
-// micro-batches; the trainer reduces them over TP x DP x CP (max) and calls update_scales once
-// per step.
+// all in one contiguous buffer so one all-reduce MAX covers a group. PrecisionGemm
+// (model/precision_gemm.h) quantizes with the scales the current phase names (quantization()) and
+// accumulates the amaxes.
+// When the scales change is Transformer Engine's timing (TE 1.x fp8.py / 2.x quantization.py
+// FP8GlobalStateManager; Megatron-Core wraps each micro-batch's decoder layers in one
+// fp8_autocast): after every training micro-batch's forward (end_forward: TE's outermost
+// fp8_autocast exit) the forward group's amaxes (inputs, weights) are reduced over the amax group
+// (the trainer's hook: TP x DP x CP) and every forward tensor's history and scale updated; after
+// every micro-batch's backward (end_backward: the end of the first FP8 module's backward, TE's
+// reduce_and_update_bwd_fp8_tensors) the same for the backward group (output grads). What the
+// GEMMs of a micro-batch use, as TE's saved FP8 tensors do: the input codes of its forward (its
+// backward and a recompute quantize with the input scale its forward used, kept per activation
+// slot), the weight codes of the step's first forward of that linear (Megatron passes
+// is_first_microbatch: later micro-batches reuse the cached FP8 weight, record no weight amax and
+// push a zero into its history), the output grad with the live backward scale. Evaluation
+// forwards use the live scales and feed no amax (TE updates nothing outside grad mode).
 // What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
-// (qkv, projection, fc1, fc2), not the embedding nor the output layer; with
+// (qkv, projection, fc1, fc2; in a MoE layer each local expert's fc1 and fc2 and the shared
+// expert's, not the router: model/moe/experts.h), not the embedding nor the output layer; with
 // --first-last-layers-bf16 not the first --num-layers-at-start-in-bf16 nor the last
 // --num-layers-at-end-in-bf16 layers either (Megatron's is_first_last_bf16_layer: their GEMMs
 // take the run's bf16/fp16 path and have no FP8 state); with --no-fp8-wgrad a linear's
@@ -16,10 +29,13 @@
 // kernels/common/fp8.h (sources and rules in its header).
 // A checkpoint holds each FP8 linear's state (TE's extra_state): state_pieces says where.
 // Tested in tests/unit/model/test_fp8_gemm.cpp, tests/unit/model/test_fp8_state_selection.cpp,
+// tests/unit/model/test_fp8_microbatch_scaling.cpp (the timing against a reference loop of TE's),
+// tests/unit/model/test_fp8_experts.cpp (MoE experts, the EP amax merge),
 // tests/unit/train/test_fp8_training.cpp and tests/unit/train/test_fp8_state_checkpoint.cpp.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,11 +65,19 @@ struct Fp8Config {
 // Whether decoder layer `layer` (global index) of a model of `num_layers` layers runs its linears
 // in FP8: not with --first-last-layers-bf16 when it is among the first or last layers it names.
 bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers);
-// Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer).
+// Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer, not
+// a MoE router's).
 bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers);
+// A MoE layer's router weight (...mlp.router.weight): Megatron's TopKRouter multiplies it in the
+// input dtype or fp32 (a plain parameter, no TE module), never in FP8.
+bool is_moe_router(const ParamEntry& entry);
 
 // The three FP8 tensors of a linear.
 enum class Fp8Operand { input, weight, output_grad };
+
+// Which pass the GEMMs run in (see the header comment). `outside`: no phase set (a GEMM called on
+// its own, as the unit tests do): live scales, every amax recorded.
+enum class Fp8Phase { outside, forward, evaluation, recompute, backward };
 
 class Fp8Scaling {
  public:
@@ -82,15 +106,46 @@ class Fp8Scaling {
   uint8_t* weight_codes() { return weight_codes_.data(); }
   uint8_t* weight_codes_transposed() { return weight_codes_.data() + weight_capacity_; }
   int64_t weight_capacity() const { return weight_capacity_; }
+  // Scratch of at least `bytes` bytes for an expert's weight-gradient operands padded to 16 rows
+  // (PrecisionGemm::set_fp8_rows_padded); grows on demand.
+  uint8_t* padding_codes(int64_t bytes);
 
-  // The step's amaxes of every tensor (forward group, then backward group), one array.
+  // The amaxes gathered since the last update of every tensor (forward group, then backward
+  // group), one array.
   float* amaxes() { return state_.data(); }
   int64_t tensors() const { return 3 * linears(); }
-  // Delayed-scaling update of every tensor (the amaxes reduced over micro-batches and ranks);
-  // zeroes the amaxes for the next step.
+  // Delayed-scaling update of every tensor (the amaxes as they stand); zeroes the amaxes.
   void update_scales();
-  // Drops the amaxes gathered since the last update (evaluation's forward passes).
+  // Drops the amaxes gathered since the last update.
   void discard_amaxes();
+
+  // ---- TE's timing (see the header comment) ----
+  // Activation slots a stage keeps in flight (each stage calls it with its count; the largest wins).
+  void reserve_slots(int slots);
+  // Reduces `count` amaxes in place over the amax group (MAX); called before each group's update.
+  // Unset: no reduction (one rank).
+  void set_amax_reduction(std::function<void(float* amaxes, int64_t count)> reduce) { reduce_ = std::move(reduce); }
+  // A training step begins: each weight quantizes afresh (and records its amax) at its next forward.
+  void start_step();
+  // A stage's forward of activation slot `slot` begins; `training` false: an evaluation forward.
+  void begin_forward(int slot, bool training);
+  // The forward ends: a training forward reduces and updates the forward group.
+  void end_forward();
+  // Backward of `slot` begins / ends (the end reduces and updates the backward group).
+  void begin_backward(int slot);
+  void end_backward();
+  // A recompute inside the backward re-runs forwards with the slot's forward scales, recording nothing.
+  void begin_recompute();
+  void end_recompute();
+  Fp8Phase phase() const { return phase_; }
+  // What a GEMM of `linear` quantizes `operand` with now: the scale, its inverse for the GEMM, and
+  // the amax the quantize accumulates into (a scratch float when the phase records nothing).
+  struct Quantization {
+    const float* scale = nullptr;
+    const float* scale_inv = nullptr;
+    float* amax = nullptr;
+  };
+  Quantization quantization(int64_t linear, Fp8Operand operand);
 
   // A linear's state as its checkpoint tensor holds it, a (3, 2 + history_len) matrix: rows input,
   // weight, output grad; columns scale, scale_inv, then the amax history newest first (TE's
@@ -107,6 +162,10 @@ class Fp8Scaling {
 
  private:
   int64_t tensor(int64_t linear, Fp8Operand operand) const;
+  void update_group(bool forward);
+  // Copies one float of device memory (a scale into its snapshot).
+  void copy_float(float* to, const float* from) const;
+  float* snapshot(int64_t offset) { return snapshots_.data() + offset; }
 
   const backend::Ops& ops_;
   Fp8Config config_;
@@ -117,6 +176,17 @@ class Fp8Scaling {
   // (input, weight of each linear), then the backward group (output grads).
   backend::DeviceBuffer<float> state_;
   backend::DeviceBuffer<uint8_t> weight_codes_;
+  backend::DeviceBuffer<uint8_t> padding_codes_;  // empty until an expert's rows need padding
+  backend::MemoryLedger* ledger_ = nullptr;
+  // The phase's snapshots: the discarded amax, the step's cached weight scale[n] and
+  // scale_inv[n], then per activation slot the input scale[n] and scale_inv[n] of its forward.
+  backend::DeviceBuffer<float> snapshots_;
+  int slots_ = 0;
+  std::vector<char> weight_cached_;  // per linear: quantized since start_step
+  std::function<void(float*, int64_t)> reduce_;
+  Fp8Phase phase_ = Fp8Phase::outside;
+  Fp8Phase phase_before_recompute_ = Fp8Phase::outside;
+  int slot_ = 0;
 };
 
 }  // namespace mt::model

@@ -108,7 +108,7 @@ int64_t PrecisionGemm::fp8_linear(int64_t weight_offset, int64_t rows, int64_t i
   if (!fp8_) return -1;
   const int64_t linear = fp8_->linear(weight_offset);
   if (linear < 0) return -1;
-  if (rows % 16 != 0 || in_features % 16 != 0 || out_features % 16 != 0) {
+  if ((!fp8_rows_padded_ && rows % 16 != 0) || in_features % 16 != 0 || out_features % 16 != 0) {
     throw UsageError("--fp8-format", "an FP8 linear's tokens, input and output features must be multiples of 16 "
                                      "(cuBLASLt's FP8 GEMMs); this one is " + std::to_string(rows) + " tokens, " +
                                      std::to_string(in_features) + " -> " + std::to_string(out_features));
@@ -120,58 +120,75 @@ int64_t PrecisionGemm::fp8_linear(int64_t weight_offset, int64_t rows, int64_t i
   return linear;
 }
 
-void PrecisionGemm::fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand,
-                                 uint8_t* codes) const {
-  ops_.fp8_quantize(x, count, fp8_->scale(linear, operand), fp8_->type(operand), codes, fp8_->amax(linear, operand),
-                    ops_.default_stream());
+// Quantizes `count` floats of `x` as `operand` of `linear` with the scale the phase gives; returns
+// the scale inverse the GEMM applies to the codes.
+const float* PrecisionGemm::fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand,
+                                         uint8_t* codes) const {
+  const Fp8Scaling::Quantization q = fp8_->quantization(linear, operand);
+  ops_.fp8_quantize(x, count, q.scale, fp8_->type(operand), codes, q.amax, ops_.default_stream());
+  return q.scale_inv;
 }
 
-const uint8_t* PrecisionGemm::fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features,
-                                         int64_t in_features, bool transposed) const {
+PrecisionGemm::Fp8Codes PrecisionGemm::fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features,
+                                                  int64_t in_features, bool transposed) const {
   uint8_t* codes = fp8_->weight_codes();  // (out, in)
-  fp8_quantize(params_ + weight_offset, out_features * in_features, linear, Fp8Operand::weight, codes);
-  if (!transposed) return codes;
+  const float* scale_inv = fp8_quantize(params_ + weight_offset, out_features * in_features, linear,
+                                        Fp8Operand::weight, codes);
+  if (!transposed) return {codes, scale_inv};
   uint8_t* codes_t = fp8_->weight_codes_transposed();  // (in, out)
   ops_.fp8_transpose(codes, out_features, in_features, codes_t, ops_.default_stream());
-  return codes_t;
+  return {codes_t, scale_inv};
 }
 
 void PrecisionGemm::fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
                                 int64_t linear, int64_t out_features, float* y) const {
+  if (rows == 0) {  // an expert without tokens: TE's GroupedLinear still casts its weight (amax, cache)
+    fp8_weight(weight_offset, linear, out_features, in_features, false);
+    return;
+  }
   uint8_t* x_codes = byte_scratch(0);  // (rows, in)
-  fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
-  const uint8_t* w_codes = fp8_weight(weight_offset, linear, out_features, in_features, false);  // (out, in)
-  ops_.gemm_fp8(rows, out_features, in_features, 1.0f, x_codes, fp8_->type(Fp8Operand::input),
-                fp8_->scale_inv(linear, Fp8Operand::input), in_features, w_codes, fp8_->type(Fp8Operand::weight),
-                fp8_->scale_inv(linear, Fp8Operand::weight), in_features, 0.0f, y, out_features, ops_.default_stream());
+  const float* x_scale_inv = fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
+  const Fp8Codes w = fp8_weight(weight_offset, linear, out_features, in_features, false);  // (out, in)
+  ops_.gemm_fp8(rows, out_features, in_features, 1.0f, x_codes, fp8_->type(Fp8Operand::input), x_scale_inv,
+                in_features, w.codes, fp8_->type(Fp8Operand::weight), w.scale_inv, in_features, 0.0f, y,
+                out_features, ops_.default_stream());
 }
 
 void PrecisionGemm::fp8_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                                        int64_t linear, int64_t in_features, float* dx) const {
   uint8_t* dy_codes = byte_scratch(0);  // (rows, out)
-  fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
-  const uint8_t* w_codes_t = fp8_weight(weight_offset, linear, out_features, in_features, true);  // (in, out)
-  ops_.gemm_fp8(rows, in_features, out_features, 1.0f, dy_codes, fp8_->type(Fp8Operand::output_grad),
-                fp8_->scale_inv(linear, Fp8Operand::output_grad), out_features, w_codes_t,
-                fp8_->type(Fp8Operand::weight), fp8_->scale_inv(linear, Fp8Operand::weight), out_features, 0.0f, dx,
+  const float* dy_scale_inv = fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
+  const Fp8Codes w_t = fp8_weight(weight_offset, linear, out_features, in_features, true);  // (in, out)
+  ops_.gemm_fp8(rows, in_features, out_features, 1.0f, dy_codes, fp8_->type(Fp8Operand::output_grad), dy_scale_inv,
+                out_features, w_t.codes, fp8_->type(Fp8Operand::weight), w_t.scale_inv, out_features, 0.0f, dx,
                 in_features, ops_.default_stream());
 }
 
 void PrecisionGemm::fp8_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                         int64_t in_features, int64_t weight_offset, int64_t linear) const {
-  // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.
-  uint8_t* dy_codes = byte_scratch(0);               // (rows, out)
-  uint8_t* dy_codes_t = dy_codes + rows * out_features;  // (out, rows)
-  fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
-  ops_.fp8_transpose(dy_codes, rows, out_features, dy_codes_t, ops_.default_stream());
-  uint8_t* x_codes = byte_scratch(1);                // (rows, in)
-  uint8_t* x_codes_t = x_codes + rows * in_features;  // (in, rows)
-  fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
-  ops_.fp8_transpose(x_codes, rows, in_features, x_codes_t, ops_.default_stream());
-  ops_.gemm_fp8(out_features, in_features, rows, 1.0f, dy_codes_t, fp8_->type(Fp8Operand::output_grad),
-                fp8_->scale_inv(linear, Fp8Operand::output_grad), rows, x_codes_t, fp8_->type(Fp8Operand::input),
-                fp8_->scale_inv(linear, Fp8Operand::input), rows, 1.0f, grads_ + weight_offset, in_features,
-                ops_.default_stream());
+  // The GEMM's depth is the rows: an expert's rows are padded with zero codes (FP8's +0) to a
+  // multiple of 16 (TE's Fp8Padding), in scratch of their own; the quantize sees the real rows only.
+  const int64_t depth = fp8_rows_padded_ ? (rows + 15) / 16 * 16 : rows;
+  uint8_t *dy_codes, *x_codes;
+  if (depth == rows) {
+    // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.
+    dy_codes = byte_scratch(0);
+    x_codes = byte_scratch(1);
+  } else {
+    dy_codes = fp8_->padding_codes(2 * depth * (out_features + in_features));
+    x_codes = dy_codes + 2 * depth * out_features;
+    ops_.zero(dy_codes, depth * out_features, ops_.default_stream());
+    ops_.zero(x_codes, depth * in_features, ops_.default_stream());
+  }
+  uint8_t* dy_codes_t = dy_codes + depth * out_features;  // (out, depth) of dy_codes (depth, out)
+  uint8_t* x_codes_t = x_codes + depth * in_features;     // (in, depth) of x_codes (depth, in)
+  const float* dy_scale_inv = fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
+  ops_.fp8_transpose(dy_codes, depth, out_features, dy_codes_t, ops_.default_stream());
+  const float* x_scale_inv = fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
+  ops_.fp8_transpose(x_codes, depth, in_features, x_codes_t, ops_.default_stream());
+  ops_.gemm_fp8(out_features, in_features, depth, 1.0f, dy_codes_t, fp8_->type(Fp8Operand::output_grad), dy_scale_inv,
+                depth, x_codes_t, fp8_->type(Fp8Operand::input), x_scale_inv, depth, 1.0f, grads_ + weight_offset,
+                in_features, ops_.default_stream());
 }
 
 }  // namespace mt::model

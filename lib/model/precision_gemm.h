@@ -66,12 +66,22 @@ class PrecisionGemm {
     return precision == Precision::fp32 ? 0 : elements;
   }
 
-  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with its scales and feed its amaxes (null: off);
+  // FP8 mode: the linears `fp8` covers run FP8 GEMMs with the scales its phase gives and feed its
+  // amaxes (null: off);
   // their weight-gradient GEMMs too unless its config says --no-fp8-wgrad. Needs the operand
   // buffers (a precision other than fp32).
   void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
+  Fp8Scaling* fp8() const { return fp8_; }
+  // The MoE experts' FP8 GEMMs (TE's Fp8Padding before GroupedLinear): each expert's rows are
+  // padded with zero rows to a multiple of 16, so their count need not be one. Zero rows add
+  // nothing to an amax (a max of |x|) and give zero output rows that Fp8Unpadding drops, so the
+  // forward and data-gradient GEMMs leave them out; the weight-gradient GEMM, whose depth is the
+  // rows, gets them as zero codes (Fp8Scaling::padding_codes). tests/unit/model/test_fp8_experts.cpp
+  // holds the numbers equal to those of rows padded by the caller.
+  void set_fp8_rows_padded(bool padded) { fp8_rows_padded_ = padded; }
 
-  // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`.
+  // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`. An FP8 linear with 0 rows
+  // (an expert no token reached) only quantizes its weight, recording its amax as TE does.
   void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
                       float* y) const;
   // dx (rows, in) = dy (rows, out) . W
@@ -88,10 +98,14 @@ class PrecisionGemm {
 
   // FP8 mode (see the header comment): the FP8 linear at `weight_offset`, or -1.
   int64_t fp8_linear(int64_t weight_offset, int64_t rows, int64_t in_features, int64_t out_features) const;
-  void fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand, uint8_t* codes) const;
+  const float* fp8_quantize(const float* x, int64_t count, int64_t linear, Fp8Operand operand, uint8_t* codes) const;
   uint8_t* byte_scratch(int slot) const { return reinterpret_cast<uint8_t*>(operands_[slot]); }
+  struct Fp8Codes {
+    const uint8_t* codes = nullptr;
+    const float* scale_inv = nullptr;
+  };
   // W's codes (out, in) in the weight scratch, and with `transposed` their transpose (in, out).
-  const uint8_t* fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
+  Fp8Codes fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
                             bool transposed) const;
   void fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t linear,
                    int64_t out_features, float* y) const;
@@ -103,6 +117,7 @@ class PrecisionGemm {
   const backend::Ops& ops_;
   const GemmWeights& weights_;
   Fp8Scaling* fp8_ = nullptr;
+  bool fp8_rows_padded_ = false;
   const float* params_ = nullptr;
   float* grads_ = nullptr;
   float* operands_[2] = {nullptr, nullptr};

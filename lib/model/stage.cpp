@@ -123,6 +123,7 @@ Stage::Stage(const ModelConfig& config, const ParamLayout& layout, int chunk, co
   StageWorkspace& w = pool_->workspace();
   gemm_.set_operand_buffers(w.operands[0], w.operands[1]);
   gemm_.set_fp8(options_.fp8);
+  if (options_.fp8) options_.fp8->reserve_slots(activation_slots());
 }
 
 // Under context parallelism one ring attention, sized for the micro-batch, serves every layer's
@@ -210,6 +211,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
   float* chunk_output = blocks_.head ? acts.head.final_hidden : acts.output;
   const int layers = static_cast<int>(blocks_.layers.size());
   const float* x = acts.input;
+  if (options_.fp8) options_.fp8->begin_forward(slot, pass.training);  // the decoder's fp8_autocast
   for (int i = 0; i < layers; ++i) {
     const size_t layer = static_cast<size_t>(i);
     float* out;
@@ -227,6 +229,7 @@ StageOutput Stage::forward(int slot, const MicroBatch& batch, const float* input
     after(first_layer_ + i);
     x = out;
   }
+  if (options_.fp8) options_.fp8->end_forward();
   if (layers == 0) {
     ops_.copy(chunk_output, acts.input, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
@@ -283,6 +286,7 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     ops_.copy(w.d_stream[0], d_output, activation_bytes, backend::CopyKind::device_to_device, ctx.stream);
   }
 
+  if (options_.fp8) options_.fp8->begin_backward(slot);
   auto layer_backward = [&](int i, const float* x_in, BlockBuffers& saved) {
     const size_t layer = static_cast<size_t>(i);
     before(first_layer_ + i);
@@ -308,16 +312,19 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     LayerPass rerun = pass;
     rerun.recompute = true;
     for (int j = start; j <= i; ++j) before(first_layer_ + j);
+    if (options_.fp8) options_.fp8->begin_recompute();
     for (int j = start; j <= i; ++j) {
       float* out = j < i ? input_of(j + 1) : w.pingpong[0];  // the last output is not needed
       blocks_.layers[static_cast<size_t>(j)]->forward(ctx, rerun, input_of(j), out,
                                                       *w.recompute_saved[static_cast<size_t>(j)],
                                                       *w.layers[static_cast<size_t>(j)], w.temporaries);
     }
+    if (options_.fp8) options_.fp8->end_recompute();
     for (int j = i; j >= start; --j) layer_backward(j, input_of(j), *w.recompute_saved[static_cast<size_t>(j)]);
     i = start - 1;
   }
 
+  if (options_.fp8) options_.fp8->end_backward();
   float* d_input = w.d_stream[current];
   if (blocks_.embedding) {
     before(kEmbeddingLayer);

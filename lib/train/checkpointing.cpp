@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -244,12 +245,14 @@ void add_expert_bias_shares(Trainer& trainer, std::vector<TensorShare>& shares) 
 
 // ---- FP8 scaling state (issue 23): TE's extra_state of each FP8 linear ----
 
-// The FP8 linears of the whole model, in its layout order (every rank lists them all).
-std::vector<std::string> fp8_weight_names(const model::ParamLayout& whole_model, const model::Fp8Config& fp8,
-                                          int num_layers) {
-  std::vector<std::string> names;
+// The FP8 linears of the whole model, in its layout order (every rank lists them all), each with
+// whether it is a MoE expert's.
+std::vector<std::pair<std::string, bool>> fp8_weight_names(const model::ParamLayout& whole_model,
+                                                           const model::Fp8Config& fp8, int num_layers) {
+  std::vector<std::pair<std::string, bool>> names;
   for (const model::ParamEntry& entry : whole_model.entries) {
-    if (model::is_fp8_weight(fp8, entry, num_layers)) names.push_back(entry.name);
+    if (!model::is_fp8_weight(fp8, entry, num_layers)) continue;
+    names.emplace_back(entry.name, entry.data_parallel_group == model::DataParallelGroup::expert);
   }
   return names;
 }
@@ -266,17 +269,22 @@ io::Box piece_box(const model::Fp8Scaling::StatePiece& piece) {
 }
 
 // With --fp8-format, fp8/<weight> (3, 2 + history) for every FP8 linear of the model. The state is
-// the same on every rank of a stage after each step's amax reduction over TP x DP x CP, and a
+// the same on every rank of a stage after each amax reduction over TP x DP x CP (per micro-batch), and a
 // linear's scales cover its whole weight (the amaxes are maxima over the shards), so it does not
-// depend on the layout: the stage's rank with TP, DP and CP coordinates 0 writes it.
+// depend on the layout: the stage's rank with TP, DP and CP coordinates 0 writes it. A MoE
+// expert's linear is held by the ranks of one EP coordinate (its state is that of every expert
+// sharing its local index, merged by the reduction): the one with expert-TP and expert-DP
+// coordinates 0 writes it.
 void add_fp8_shares(Trainer& trainer, const model::ParamLayout& whole_model, std::vector<TensorShare>& shares) {
   model::Fp8Scaling* fp8 = trainer.fp8_scaling();
   if (!fp8) return;
   const std::unordered_map<std::string, int64_t> local = fp8_linears_by_name(*fp8);
-  for (const std::string& name : fp8_weight_names(whole_model, fp8->config(), trainer.model_config().num_layers)) {
+  for (const auto& [name, expert] :
+       fp8_weight_names(whole_model, fp8->config(), trainer.model_config().num_layers)) {
     TensorShare share{fp8_state_tensor_name(name), {3, fp8->state_columns()}, {}};
     const auto found = local.find(name);
-    if (found != local.end() && trainer.writes_expert_biases()) {
+    const bool writes = expert ? trainer.writes_expert_fp8_state() : trainer.writes_expert_biases();
+    if (found != local.end() && writes) {
       for (const model::Fp8Scaling::StatePiece& piece : fp8->state_pieces(found->second)) {
         share.slices.push_back(io::TensorSlice{piece_box(piece), piece.data});
       }

@@ -156,6 +156,7 @@ parallel::RankCoordinates Trainer::connect_groups(const parallel::ProcessGroups*
     connect_expert_groups(*groups);
   }
   writes_expert_biases_ = coordinates.tp == 0 && coordinates.dp == 0 && coordinates.cp == 0;
+  writes_expert_fp8_state_ = coordinates.expert_tp == 0 && coordinates.expert_dp == 0;
   data_parallel_coordinate_ = coordinates.dp;
   data_parallel_size_ = parallel_config_.data_parallel_size;
   return coordinates;
@@ -241,19 +242,23 @@ void Trainer::build_parameters() {
   gemm_weights_ = std::make_unique<model::GemmWeights>(ops_, config_.precision, layout_.total_elements, &memory_);
   if (config_.fp8.enabled) {
     fp8_ = std::make_unique<model::Fp8Scaling>(ops_, config_.fp8, layout_, model_config_.num_layers, &memory_);
+    fp8_->set_amax_reduction([this](float* amaxes, int64_t count) { reduce_fp8_amaxes(amaxes, count); });
   }
 }
 
-// What FP8 runs in this version: a dense model in bf16 or fp16 (the layers outside FP8 run in it,
-// as Megatron's).
+// What FP8 runs in this version: a dense or MoE model in bf16 or fp16 (the layers outside FP8 run
+// in it, as Megatron's; the experts' FP8 GEMMs: model/moe/experts.h).
 void Trainer::check_fp8_supported() const {
   if (!config_.fp8.enabled) return;
   if (config_.precision == Precision::fp32) {
     throw UsageError("--fp8-format", "needs --bf16 or --fp16 (the layers outside FP8 run in it, as Megatron's)");
   }
-  if (model_config_.num_experts > 0) {
-    throw UsageError("--fp8-format with --num-experts",
-                     "not supported (the experts' grouped GEMMs do not run in FP8 here)");
+  // The experts' FP8 GEMMs leave each expert's rows unpadded (model/precision_gemm.h
+  // set_fp8_rows_padded): cuBLASLt's FP8 GEMMs need the padding itself, which no CUDA entry does yet.
+  if (model_config_.num_experts > 0 && ops_.device == backend::Device::cuda) {
+    throw UsageError("--fp8-format with --num-experts on --device cuda",
+                     "not supported yet (the experts' FP8 GEMMs need each expert's rows padded to 16 on the GPU): "
+                     "run it on the CPU backend");
   }
   // Megatron's bound on --first-last-layers-bf16: each count at most the layers of a pipeline stage.
   const int stage_layers = model_config_.num_layers / parallel_config_.pipeline_model_parallel_size;
@@ -271,13 +276,13 @@ void Trainer::check_fp8_supported() const {
   }
 }
 
-// The step's amaxes (each the max over the step's micro-batches) reduced as Megatron's amax
-// reduction group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP,
-// then over DP x CP, gives the same values. Then the next step's scales.
-void Trainer::update_fp8_scales() {
-  tensor_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
-  data_parallel_group_->all_reduce(fp8_->amaxes(), fp8_->tensors(), DType::f32, comm::ReduceOp::max);
-  fp8_->update_scales();
+// A micro-batch's forward or backward amaxes (Fp8Scaling calls it before each group's update, as
+// TE at fp8_autocast exit and at the end of the backward) reduced as Megatron's amax reduction
+// group does, over TP x DP x CP (not PP: stages hold separate linears): a max over TP, then over
+// DP x CP, gives the same values.
+void Trainer::reduce_fp8_amaxes(float* amaxes, int64_t count) {
+  tensor_group_->all_reduce(amaxes, count, DType::f32, comm::ReduceOp::max);
+  data_parallel_group_->all_reduce(amaxes, count, DType::f32, comm::ReduceOp::max);
 }
 
 void Trainer::build_stages_and_pipeline() {
@@ -658,8 +663,8 @@ StepStats Trainer::train_step() {
   stats.global_batch_size = config_.global_batch_size;
 
   optimizer_->begin_grad_sync();
+  if (fp8_) fp8_->start_step();  // each weight quantizes at its first forward of the step
   const StepTokens tokens = run_forward_backward();
-  if (fp8_) update_fp8_scales();
   finalize_grads();
   if (model_config_.num_experts > 0) stats.moe = finish_moe_layers(static_cast<int>(tokens.micro.size()));
   const int64_t local_zeros = update_parameters(stats, tokens.local);

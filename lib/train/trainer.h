@@ -394,6 +394,10 @@ class Trainer {
   };
   std::vector<ExpertBias> expert_biases() const;
   bool writes_expert_biases() const { return writes_expert_biases_; }
+  // FP8 (issue 23): whether this rank writes the FP8 state of the experts it holds (expert-TP and
+  // expert-DP coordinates 0: one rank per EP coordinate of the stage; the dense linears' state is
+  // written by the writer of the biases).
+  bool writes_expert_fp8_state() const { return writes_expert_fp8_state_; }
   comm::Communicator& world() const { return *world_; }
 
   // Runs the remaining iterations (with evaluations every eval_interval and at the end). Returns
@@ -429,7 +433,7 @@ class Trainer {
   parallel::RankCoordinates connect_groups(const parallel::ProcessGroups* groups);
   void check_batch_shape();
   void check_fp8_supported() const;
-  void update_fp8_scales();
+  void reduce_fp8_amaxes(float* amaxes, int64_t count);
   void check_memory(int ranks_per_node) const;
   void build_layout_and_schedules(const parallel::RankCoordinates& coordinates);
   void build_parameters();
@@ -618,6 +622,7 @@ class Trainer {
   double local_tokens_host_ = 0;
   std::vector<double> eval_sums_host_;
   bool writes_expert_biases_ = false;  // TP, DP and CP coordinates 0: this stage's copy of the biases
+  bool writes_expert_fp8_state_ = false;  // expert-TP and expert-DP coordinates 0 (FP8 block)
   // Multi-token prediction: (loss, tokens) per micro-batch and depth in device memory, their host
   // copy, and the depths' grad scales per micro-batch (host).
   backend::DeviceBuffer<double> mtp_sums_;

@@ -284,7 +284,7 @@ void MoeMlp::size_expert_buffers(const LayerContext& ctx, Saved& s, Workspace& w
 }
 
 ExpertsContext MoeMlp::experts_context(const LayerContext& ctx) const {
-  return ExpertsContext{ctx.ops, ctx.stream, ctx.gemm.weights(), ctx.params, ctx.grads};
+  return ExpertsContext{ctx.ops, ctx.stream, ctx.gemm.weights(), ctx.params, ctx.grads, ctx.gemm.fp8()};
 }
 
 ExpertRows MoeMlp::expert_rows(const Saved& s) const {

@@ -65,12 +65,14 @@ struct ExpertGemms {
     PrecisionGemm gemm(ctx.ops, ctx.weights);
     gemm.bind(ctx.params, ctx.grads);
     gemm.set_operand_buffers(workspace.operands[0], workspace.operands[1]);
+    gemm.set_fp8(ctx.fp8);
+    gemm.set_fp8_rows_padded(true);  // TE's Fp8Padding (see experts.h)
     return gemm;
   }
 
   // y (rows, out) = x (rows, in) W_e^T, each expert on its rows.
   void forward(const ExpertLinear& w, const float* x, float* y) const {
-    if (path == ExpertGemmPath::grouped) {
+    if (path == ExpertGemmPath::grouped && !ctx.fp8) {
       const void* x_operand = activation_operand(ctx, x, rows * w.in, workspace.operands[0]);
       ctx.ops.grouped_gemm(true, experts, counts, w.out, w.in, 1.0f, x_operand, w.in,
                            ctx.weights.operand(ctx.params, w.offset), w.in, w.stride, 0.0f, y, w.out,
@@ -79,7 +81,7 @@ struct ExpertGemms {
     }
     const PrecisionGemm gemm = loop_gemm();
     for (int64_t e = 0, row = 0; e < experts; row += counts[e], ++e) {
-      if (counts[e] == 0) continue;
+      if (counts[e] == 0 && !ctx.fp8) continue;  // FP8: a forward of 0 rows still quantizes the weight
       gemm.linear_forward(x + row * w.in, counts[e], w.in, w.offset + e * w.stride, w.out, y + row * w.out);
     }
   }
@@ -88,7 +90,7 @@ struct ExpertGemms {
   // rows are read before they are written). An expert without rows leaves its grads as they are
   // (the loop skips it: oneDNN refuses a GEMM of depth 0).
   void backward(const ExpertLinear& w, const float* dy, const float* x, float* dx) const {
-    if (path == ExpertGemmPath::grouped) {
+    if (path == ExpertGemmPath::grouped && !ctx.fp8) {
       const DType type = ctx.weights.operand_type();
       const void* dy_operand = activation_operand(ctx, dy, rows * w.out, workspace.operands[0]);
       const void* x_operand = activation_operand(ctx, x, rows * w.in, workspace.operands[1]);
@@ -181,8 +183,14 @@ void LocalExperts::check_call(const ExpertsContext& ctx, const ExpertRows& rows,
 void LocalExperts::forward(const ExpertsContext& ctx, const ExpertRows& rows, const ExpertsSaved& saved,
                            const ExpertsWorkspace& workspace, float* out) const {
   check_call(ctx, rows, saved.capacity_rows, workspace.capacity_rows);
-  if (rows.rows == 0) return;  // no token reached these experts: nothing to write
   const ExpertGemms gemms{ctx, path_, rows.tokens_per_local_expert, shape_.num_local_experts, rows.rows, workspace};
+  if (rows.rows == 0) {  // no token reached these experts: nothing to write
+    if (ctx.fp8) {       // but FP8 casts every expert's weights (GEMMs of 0 rows, see experts.h)
+      gemms.forward(fc1_linear(shape_), rows.x, saved.fc1);
+      gemms.forward(fc2_linear(shape_), workspace.scaled, out);
+    }
+    return;
+  }
   const int ffn = static_cast<int>(shape_.ffn);
   gemms.forward(fc1_linear(shape_), rows.x, saved.fc1);
   ctx.ops.swiglu_forward(saved.fc1, saved.act, rows.rows, ffn, ctx.stream);

@@ -24,7 +24,15 @@
 //
 // Rows: x (R, C) grouped by local expert, tokens_per_local_expert[0] rows of local expert 0 first,
 // then expert 1, ... (the dispatcher's local-expert-major order); counts are HOST int64 (the
-// dispatcher's tokens_per_local_expert), 0 allowed, summing to R. probs (R) fp32.
+// dispatcher's tokens_per_local_expert), 0 allowed, summing to R.
+// FP8 (ctx.fp8 set, issue 23; Megatron's TEGroupedMLP): each local expert's fc1 and fc2 is an FP8
+// linear of its own (TE's GroupedLinear keeps one FP8 state per GEMM; the state of fc1 is that of
+// its gate weight, where the fused GEMM starts), run by PrecisionGemm's FP8 path one expert at a
+// time in both paths (the grouped GEMM entries take no FP8 codes; TE's grouped GEMM is a loop of
+// FP8 GEMMs too). Each expert's rows count as padded with zero rows to a multiple of 16 (TE's
+// Fp8Padding; PrecisionGemm::set_fp8_rows_padded pads where a GEMM's depth is the rows). An expert
+// without rows still quantizes its weights in the forward (their amaxes are recorded, as TE casts
+// every expert's weight). The router is not FP8 (model/fp8_scaling.h). probs (R) fp32.
 // Buffers are sized for a capacity of rows (the most rows a call may bring, e.g. the dispatcher's
 // worst case) and reused by every call with R <= capacity:
 //   saved (forward writes, backward reads):  fc1 (cap, 2 F_local) pre-activation [gate | up],
@@ -39,7 +47,7 @@
 // an expert with no rows leaves its grads as they were. Backends: the CPU and CUDA tables fill
 // the entries this uses; on a table without them forward/backward throw mt::Error naming the
 // entry. Tested in tests/unit/model/test_experts.cpp (against a double loop, finite
-// differences, loop against grouped, empty experts).
+// differences, loop against grouped, empty experts) and tests/unit/model/test_fp8_experts.cpp (FP8).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +82,7 @@ struct ExpertsContext {
   const GemmWeights& weights;  // precision and GEMM operand copy of `params`
   const float* params = nullptr;  // flat fp32 parameters
   float* grads = nullptr;         // flat fp32 main grads (weight grads accumulate here)
+  Fp8Scaling* fp8 = nullptr;      // --fp8-format: the run's FP8 state (null: no FP8)
 };
 
 // The rows of one call, grouped by local expert.
