@@ -11,7 +11,8 @@
 #                      and mt's kernels held to AVX2 (a CPU without AVX-512 must pass too).
 #                      The check jobs run after them and count in the same line (run_checks):
 #                      the fuzz smoke runs, in a clang build directory of their own beside build/.
-#   ./setup.sh checks  install, run only the check jobs (their own build directories, not build/)
+#   ./setup.sh checks [NAME...]  install, run only the check jobs (all, or those named: fuzz, asan,
+#                      tsan), in their own build directories, not build/
 #   ./setup.sh build   install and build only
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 set -euo pipefail
@@ -192,28 +193,44 @@ run_check() {
   echo "checks: $name took $(( $(date +%s) - start )) s" | tee -a "$log_dir/ctest-$name.log"
 }
 
-# Builds and runs the check jobs; their logs and results go to LOG_DIR (counted by count_checks).
+# The check job fuzz into LOG_DIR.
+check_fuzz() {
+  local fuzz_targets=("${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_}" "${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_replay_}")
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_check fuzz "$BUILD_DIR-fuzz" "$1" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMT_FUZZ=ON \
+    -- "${fuzz_targets[@]}" -- -L '^(unit|fuzz)$'
+}
+
 # The sanitizer builds list only the suites built in them: their unbuilt ones are unlabelled
 # (*_NOT_BUILT) and the fuzz replays (label unit) are the fuzz job's.
+CHECK_SANITIZED_SUITES=(-L '^(unit|sanitize_mpi)$' -E '^mt_fuzz_replay_')
+
+# The check job asan into LOG_DIR.
+check_asan() {
+  local targets
+  mapfile -t targets < <(unit_targets --asan "${CHECK_ASAN_UNIT_DIRS[@]}")
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0" \
+    run_check asan "$BUILD_DIR-asan" "$1" -DMT_SANITIZE=address \
+    -- "${targets[@]}" "${CHECK_SANITIZED_MPI_TARGETS[@]}" -- "${CHECK_SANITIZED_SUITES[@]}"
+}
+
+# The check job tsan into LOG_DIR.
+check_tsan() {
+  local targets
+  mapfile -t targets < <(unit_targets "${CHECK_TSAN_UNIT_DIRS[@]}")
+  TSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
+    OMP_NUM_THREADS=1 \
+    run_check tsan "$BUILD_DIR-tsan" "$1" -DMT_SANITIZE=thread \
+    -- "${targets[@]}" "${CHECK_SANITIZED_MPI_TARGETS[@]}" -- "${CHECK_SANITIZED_SUITES[@]}"
+}
+
+# Builds and runs the check jobs of CHECK_NAMES; their logs and results go to LOG_DIR (counted
+# by count_checks).
 run_checks() {
   local log_dir="$1" name
   for name in "${CHECK_NAMES[@]}"; do rm -f "$log_dir/ctest-$name".* "$log_dir/ctest-$name-junit.xml"; done
-  local fuzz_targets=("${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_}" "${CHECK_FUZZ_TARGETS[@]/#/mt_fuzz_replay_}")
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_check fuzz "$BUILD_DIR-fuzz" "$log_dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMT_FUZZ=ON \
-    -- "${fuzz_targets[@]}" -- -L '^(unit|fuzz)$'
-  local sanitized_suites=(-L '^(unit|sanitize_mpi)$' -E '^mt_fuzz_replay_')
-  local asan_targets tsan_targets
-  mapfile -t asan_targets < <(unit_targets --asan "${CHECK_ASAN_UNIT_DIRS[@]}")
-  mapfile -t tsan_targets < <(unit_targets "${CHECK_TSAN_UNIT_DIRS[@]}")
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0" \
-    run_check asan "$BUILD_DIR-asan" "$log_dir" -DMT_SANITIZE=address \
-    -- "${asan_targets[@]}" "${CHECK_SANITIZED_MPI_TARGETS[@]}" -- "${sanitized_suites[@]}"
-  TSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
-    OMP_NUM_THREADS=1 \
-    run_check tsan "$BUILD_DIR-tsan" "$log_dir" -DMT_SANITIZE=thread \
-    -- "${tsan_targets[@]}" "${CHECK_SANITIZED_MPI_TARGETS[@]}" -- "${sanitized_suites[@]}"
+  for name in "${CHECK_NAMES[@]}"; do "check_$name" "$log_dir"; done
 }
 
 # Adds the check jobs' counts (from run_checks' files in LOG_DIR) to the caller's all_passed,
@@ -296,6 +313,16 @@ run_tests() {
   [[ $all_failed -eq 0 ]]
 }
 
+# ./setup.sh checks NAME...: only the check jobs named (each one of CHECK_NAMES).
+select_checks() {
+  [[ $# -eq 0 ]] && return 0
+  local name
+  for name in "$@"; do
+    [[ " ${CHECK_NAMES[*]} " == *" $name "* ]] || { echo "setup: no check job $name (there are: ${CHECK_NAMES[*]})" >&2; exit 2; }
+  done
+  CHECK_NAMES=("$@")
+}
+
 # The check jobs alone (./setup.sh checks), ending with the same kind of line.
 run_checks_only() {
   export_mpi_env
@@ -312,6 +339,6 @@ case "$ACTION" in
   build) install_missing; build ;;
   demo) install_missing; build; export_mpi_env; MT_BIN="$BUILD_DIR/bin" "$ROOT/scripts/demo.sh" ;;
   test) install_missing; build; run_tests ;;
-  checks) install_missing; run_checks_only ;;
-  *) echo "usage: $0 [build|demo|test|checks]" >&2; exit 2 ;;
+  checks) install_missing; select_checks "${@:2}"; run_checks_only ;;
+  *) echo "usage: $0 [build|demo|test|checks [fuzz|asan|tsan]...]" >&2; exit 2 ;;
 esac
