@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -215,4 +216,38 @@ TEST(Checkpointing, RefusesAnotherModelAndMissingState) {
   train::LoadOptions finetune;
   finetune.finetune = true;
   EXPECT_EQ(mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(dir.file("final.h5")), same, finetune); }), "");
+}
+
+// A checkpoint whose config attributes are not JSON, or not the JSON mt writes (a damaged or
+// hand-edited file): --load names the file and the attribute in an mt::Error, never letting
+// nlohmann's parse_error or type_error through with no file named (issue 28). One trainer serves
+// every case: each load is refused before it changes anything.
+TEST(Checkpointing, ConfigAttributesThatAreNotJsonAreNamedWithTheFile) {
+  mt::testing::TempDir dir("mt_test_corrupt_config");
+  const model::ModelConfig c = tiny();
+  auto data = data::make_mock_data(c.vocab_size, c.seq_length, 3);
+  train::Trainer trainer(c, config(4, Precision::fp32), *data, backend::cpu_ops());
+  trainer.train_step();
+  const std::string saved = dir.file("saved.h5"), path = dir.file("damaged.h5");
+  train::save_checkpoint_file(saved, trainer, {});
+  for (const char* attribute : {"model_config", "train_config", "counters_origin"}) {
+    for (const std::string text : {"{\"hidden_size\": 3", "not json", "[1, 2]", "{\"precision\": 3}"}) {
+      std::filesystem::copy_file(saved, path, std::filesystem::copy_options::overwrite_existing);
+      const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(file, 0);
+      H5Adelete(file, attribute);
+      io::write_string_attribute(path, file, attribute, text);
+      H5Fclose(file);
+      const std::string where = std::string(attribute) + " = " + text + ": ";
+      std::string error;
+      try {
+        error = mt::testing::error_text([&] { train::load_checkpoint(io::CheckpointReader(path), trainer, {}); });
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << where << "not an mt::Error: " << e.what();
+        continue;
+      }
+      EXPECT_EQ(error.rfind(path + ": ", 0), 0u) << where << error;
+      EXPECT_NE(error.find(attribute), std::string::npos) << where << error;
+    }
+  }
 }
