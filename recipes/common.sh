@@ -12,7 +12,8 @@
 #   FIRST_STAGE_LAYERS / LAST_STAGE_LAYERS   uneven pipeline stages (optional)
 #   MODEL_ARGS      mt-train model flags of the full-scale model (a preset and overrides)
 #   TRAIN_ARGS      full-scale batch, sequence, precision, recompute and schedule flags
-#   TINY_FAMILY     llama or gpt: which tiny model stands in for it
+#   TINY_FAMILY     llama, gpt or bert: which tiny model stands in for it
+#   DATA_KIND       gpt (default: documents, BPE, mt-shard's cache) or bert (the block "BERT data")
 #   TOKENIZER_ARGS  mt-tokenize flags of the full-scale tokenizer (files under $MT_ROOT)
 #   PEAK_DEVICE, CLUSTER   GPU of perf/peak.h and cluster of study/predict.h it was published on
 #   PUBLISHED, PUBLISHED_SOURCE   the published throughput ("none" where nothing was published)
@@ -88,6 +89,8 @@ tiny_model_args() {
   [[ $TP -le 4 ]] || groups=$TP
   if [[ "$TINY_FAMILY" == llama ]]; then
     printf '%s\n' --model tiny-llama --group-query-attention --num-query-groups "$groups"
+  elif [[ "$TINY_FAMILY" == bert ]]; then
+    printf '%s\n' --model tiny-bert
   else
     printf '%s\n' --model tiny-gpt
   fi
@@ -166,6 +169,7 @@ run_step() {
 prepare_data() {
   mkdir -p "$MT_DATA_DIR"
   if [[ -n "${MT_DATA_PREFIX:-}" ]]; then DATA_PREFIX="$MT_DATA_PREFIX"; return 0; fi
+  if is_bert; then bert_prepare_data; return 0; fi
   local tokenizer=("${TOKENIZER_ARGS[@]}")
   if [[ "$MT_SCALE" == tiny ]]; then
     # A 512-token BPE learned from the corpus stands in for the published tokenizer: a 128K
@@ -194,6 +198,7 @@ prepare_data() {
 # Tiny mode's corpus: tiny shakespeare, one JSONL document per speech (as scripts/demo.sh).
 tiny_corpus() {
   MT_TINY_TEXT="$MT_ROOT/data/demo/tinyshakespeare.txt"
+  if is_bert; then bert_tiny_corpus; return 0; fi
   if [[ -z "${MT_DATA_JSONL:-}" ]]; then
     MT_DATA_JSONL="$MT_DATA_DIR/shakespeare.jsonl"
     if ! outputs_verify "$MT_DATA_DIR/corpus.manifest"; then
@@ -206,6 +211,7 @@ tiny_corpus() {
 }
 
 shard_data() {
+  if is_bert; then say "mt-shard: skipped (mt-train builds BERT's sample index in memory)"; return 0; fi
   local manifest="$MT_DATA_DIR/shard-$RECIPE-$MT_SCALE.manifest"
   if outputs_verify "$manifest"; then
     say "mt-shard: outputs verify, skipped"
@@ -249,8 +255,45 @@ full_scale_args() {
 }
 
 dry_run() {
-  "$MT_BIN/mt-train" "${FULL_ARGS[@]}" --device cuda --data-path "${MT_DATA_PREFIX:-$MT_DATA_DIR/corpus_text_document}" \
+  local device=(--device cuda)
+  ! is_bert || device=("${TOKENIZER_ARGS[@]}" --device cpu)
+  "$MT_BIN/mt-train" "${FULL_ARGS[@]}" "${device[@]}" --data-path "${MT_DATA_PREFIX:-$MT_DATA_DIR/corpus_text_document}" \
     --split 969,30,1 --save "$CKPT_DIR" --dry-run --world-size "$WORLD" --peak-device "$PEAK_DEVICE"
+}
+
+# --- BERT data (DATA_KIND=bert) -----------------------------------------------------------------
+# Pre-split sentences, a JSON list per document, tokenized by WordPiece without [CLS]/[SEP] (the
+# dataset adds them per sample); mt-train builds the sample index itself (no mt-shard, no cache).
+# Its dry run plans the CPU table, since mt-train refuses --device cuda with BERT.
+
+is_bert() { [[ "${DATA_KIND:-gpt}" == bert ]]; }
+
+# Tiny mode's vocabulary, the 3,000 uncased WordPiece tokens learned from tiny shakespeare (and War
+# and Peace) for the tokenizer's goldens, and its sentences: one document per speech of tiny
+# shakespeare, one sentence per line (the speaker's name, then each line of verse or prose).
+bert_tiny_corpus() {
+  TOKENIZER_ARGS=(--tokenizer-type BertWordPieceLowerCase --vocab-file "$MT_ROOT/tests/golden/wordpiece/vocab-uncased.txt")
+  [[ -z "${MT_DATA_JSONL:-}" ]] || return 0
+  MT_DATA_JSONL="$MT_DATA_DIR/shakespeare-sentences.jsonl"
+  outputs_verify "$MT_DATA_DIR/corpus-sentences.manifest" && return 0
+  mkdir -p "$MT_DATA_DIR"
+  jq -R -s -c 'split("\n\n")[] | [split("\n")[] | select(length > 0)] | select(length > 0) | {text: .}' \
+    "$MT_TINY_TEXT" >"$MT_DATA_JSONL.tmp"
+  mv "$MT_DATA_JSONL.tmp" "$MT_DATA_JSONL"
+  write_manifest "$MT_DATA_DIR/corpus-sentences.manifest" "$MT_DATA_JSONL"
+}
+
+# Tokenizes MT_DATA_JSONL's sentences.
+bert_prepare_data() {
+  DATA_PREFIX="$MT_DATA_DIR/corpus_text_document"
+  if outputs_verify "$MT_DATA_DIR/tokenize.manifest"; then
+    say "mt-tokenize: outputs verify, skipped"
+    return 0
+  fi
+  [[ -f "$MT_DATA_JSONL" ]] || refuse "MT_DATA_JSONL=$MT_DATA_JSONL: no such file (documents whose text is a JSON list of sentences)"
+  run_step --output "$MT_RUN_DIR/tokenize.jsonl" -- "$MT_BIN/mt-tokenize" --input "$MT_DATA_JSONL" "${TOKENIZER_ARGS[@]}" \
+    --tokenizer-hf-no-include-special-tokens --workers "${SLURM_CPUS_PER_TASK:-2}" --output-prefix "$MT_DATA_DIR/corpus" --log-interval 0
+  write_manifest "$MT_DATA_DIR/tokenize.manifest" "$DATA_PREFIX.h5"
 }
 
 # --- summary -------------------------------------------------------------------------------------
@@ -336,6 +379,7 @@ mt_recipe_main() {
   tiny_corpus
   prepare_data
   DATA_ARGS=(--data-path "$DATA_PREFIX" --split 98,1,1 --data-cache-path "$MT_DATA_DIR/cache")
+  ! is_bert || DATA_ARGS=(--data-path "$DATA_PREFIX" --split 98,1,1 "${TOKENIZER_ARGS[@]}")
   SHARD_ARGS=(--seq-length 32 --global-batch-size "$gbs" --train-iters "$iters" --eval-interval "$iters" --eval-iters 1)
   shard_data
   RUN_ARGS=("${tiny_model[@]}" "${layout[@]}" "${kept[@]}" "${DATA_ARGS[@]}" --micro-batch-size 1 --global-batch-size "$gbs"
