@@ -1,5 +1,5 @@
 // A data::SampleSource over fixed token rows (a golden's committed ones), shared by the golden
-// suites test_golden.cpp and test_hf_mixtral_logits.cpp: sample i is row i modulo the rows, its
+// suites test_golden.cpp and the HF logits goldens (hf_logits_golden.h): sample i is row i modulo the rows, its
 // label position (the row's last token) 0, as those suites never read labels.
 #pragma once
 
