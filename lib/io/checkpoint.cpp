@@ -701,6 +701,23 @@ std::string checkpoint_path(const std::string& directory, int64_t iteration) {
   return (std::filesystem::path(directory) / name / kFileName).string();
 }
 
+std::optional<std::string> find_checkpoint(const std::string& path, const std::string& subject) {
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  if (!std::filesystem::is_directory(path)) return path;
+  if (const std::optional<int64_t> iteration = read_tracker(path)) {
+    const std::string file = checkpoint_path(path, *iteration);
+    if (!std::filesystem::exists(file)) {
+      throw Error(subject.empty() ? path : subject,
+                  "its tracker " + tracker_path(path) + " names iteration " + std::to_string(*iteration) +
+                      ", but " + file + " does not exist");
+    }
+    return file;
+  }
+  const std::string in_iteration_directory = (std::filesystem::path(path) / kFileName).string();
+  if (std::filesystem::exists(in_iteration_directory)) return in_iteration_directory;
+  return std::nullopt;
+}
+
 std::optional<int64_t> read_tracker(const std::string& directory) {
   const std::string path = tracker_path(directory);
   if (!std::filesystem::exists(path)) return std::nullopt;

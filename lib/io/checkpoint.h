@@ -217,6 +217,13 @@ std::string checkpoint_path(const std::string& directory, int64_t iteration);  /
 // The iteration the tracker names; std::nullopt when there is no tracker. Throws mt::Error naming
 // the tracker when it holds anything but a non-negative iteration (Megatron's "release" too).
 std::optional<int64_t> read_tracker(const std::string& directory);
+// The checkpoint file a user names (mt-train --load, mt-ckpt), whichever of the three forms: a
+// checkpoint file as it is, an iteration directory's (DIR/iter_NNNNNNN) checkpoint.h5, or the one a
+// --save directory's tracker names. std::nullopt for a directory holding neither a tracker nor a
+// checkpoint.h5 (no checkpoint yet) and for a path that does not exist; a tracker naming a missing
+// file is an mt::Error naming both, said of `subject` (the caller's name for the path: "--load DIR"),
+// or of the path when it is empty.
+std::optional<std::string> find_checkpoint(const std::string& path, const std::string& subject = "");
 // Points the tracker at `iteration` (temporary, fsync, rename, directory fsync).
 void write_tracker(const std::string& directory, int64_t iteration);
 // Creates DIR and DIR/iter_NNNNNNN (fsyncing what it creates) and returns the checkpoint path.

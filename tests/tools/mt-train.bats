@@ -455,13 +455,18 @@ trace() { cat "$@" | jq -c 'select(.record == "step" or .record == "eval") | [.r
   [[ "$(ls "$TMP/ck" | wc -l)" -eq 4 ]] || fail "$(ls "$TMP/ck")"
 }
 
-@test "issue14: --load with no checkpoint warns and starts fresh; --exit-on-missing-checkpoint makes it an error" {
-  ckpt_run run --train-iters 2 --load "$TMP/empty" || fail "$(cat "$TMP/run.log")"
+@test "issue14, issue28: --load with no checkpoint is an error, unless it is the --save directory (Megatron's --save DIR --load DIR: warns and starts fresh); --exit-on-missing-checkpoint makes that an error too" {
+  ckpt_run run --train-iters 2 --save "$TMP/empty" --load "$TMP/empty" || fail "$(cat "$TMP/run.log")"
   grep -qx "warning: mt-train: --load $TMP/empty: no checkpoint ($TMP/empty/latest_checkpointed_iteration.txt does not exist); starting from scratch" \
     "$TMP/run.log" || fail "$(cat "$TMP/run.log")"
   [[ "$(trace "$TMP/run.jsonl" | head -n 1)" == '["step",1,'* ]] || fail "$(trace "$TMP/run.jsonl")"
-  run_split ckpt_run run --train-iters 2 --load "$TMP/empty" --exit-on-missing-checkpoint
-  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: --load $TMP/empty: no checkpoint ($TMP/empty/latest_checkpointed_iteration.txt does not exist) and --exit-on-missing-checkpoint" ]] ||
+  mkdir -p "$TMP/other"
+  run_split ckpt_run run --train-iters 2 --load "$TMP/other" --save "$TMP/empty2"
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: --load $TMP/other: no checkpoint ($TMP/other/latest_checkpointed_iteration.txt does not exist): to start from scratch drop --load, or give the same directory as --save (it resumes when a checkpoint is there)" ]] ||
+    fail "$status $(cat "$TMP/run.log")"
+  ckpt_run run --train-iters 2 --load "$TMP/other/" --save "$TMP/./other" || fail "DIR/ and ./DIR are one directory: $(cat "$TMP/run.log")"
+  run_split ckpt_run run --train-iters 2 --load "$TMP/empty3" --save "$TMP/empty3" --exit-on-missing-checkpoint
+  [[ $status -eq 1 && "$(cat "$TMP/run.log")" == "mt-train: error: --load $TMP/empty3: no checkpoint ($TMP/empty3/latest_checkpointed_iteration.txt does not exist) and --exit-on-missing-checkpoint" ]] ||
     fail "$status $(cat "$TMP/run.log")"
   [[ ! -s "$TMP/run.jsonl" ]] || fail "records from a refused run"
 }
@@ -649,8 +654,8 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   [[ "$output" == *"--seq-length 30"*"--context-parallel-size 2"* ]] || fail "$output"
 }
 
-@test "issue28 U2, U3: --load FILE --finetune starts from a --save-final file's weights; an iteration directory is refused naming its parent" {
-  train_tiny --train-iters 4 --save "$TMP/ck" --save-interval 4 --save-final "$TMP/final.h5" || fail "$(cat "$TMP/err.log")"
+@test "issue28 U2, U3: --load FILE --finetune starts from a --save-final file's weights; --load takes the --save directory, an iteration directory and its checkpoint file alike" {
+  train_tiny --train-iters 4 --save "$TMP/ck" --save-interval 2 --save-final "$TMP/final.h5" || fail "$(cat "$TMP/err.log")"
   train_tiny --train-iters 1 --load "$TMP/final.h5" --finetune || fail "$(cat "$TMP/err.log")"
   steps '.lm_loss' >"$TMP/from_file"
   train_tiny --train-iters 1 --load "$TMP/ck" --finetune || fail "$(cat "$TMP/err.log")"
@@ -660,14 +665,24 @@ CRASH=(--model tiny-gpt --hidden-size 256 --num-attention-heads 4 --num-layers 4
   [ "$(cat "$TMP/from_file")" = "$(cat "$TMP/from_dir")" ] || fail "file $(cat "$TMP/from_file") dir $(cat "$TMP/from_dir")"
   [ "$(cat "$TMP/from_file")" != "$(cat "$TMP/from_scratch")" ] || fail "the file's weights were not loaded"
   run train_tiny --train-iters 1 --load "$TMP/final.h5"
-  [ "$status" -eq 2 ]
-  grep -q -- "--load $TMP/final.h5: a checkpoint file loads with --finetune" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
-  for dir in "$TMP/ck/iter_0000004" "$TMP/ck/iter_0000004/"; do
-    run train_tiny --train-iters 1 --load "$dir"
-    [ "$status" -eq 2 ]
-    grep -q -- "an iteration directory (it holds checkpoint.h5): give the --save directory above it, $TMP/ck," "$TMP/err.log" ||
-      fail "$(cat "$TMP/err.log")"
+  [ "$status" -eq 1 ]
+  grep -q -- "$TMP/final.h5: holds parameters only, not a run to resume" "$TMP/err.log" || fail "$(cat "$TMP/err.log")"
+  # Iteration 2 resumed three ways: the tracker moved there, its directory, its file: the same steps 3 and 4.
+  mkdir "$TMP/at2" && cp -r "$TMP/ck/iter_0000002" "$TMP/at2/" && printf 2 >"$TMP/at2/latest_checkpointed_iteration.txt"
+  train_tiny --train-iters 4 --load "$TMP/at2" || fail "$(cat "$TMP/err.log")"
+  steps '[.iteration, .lm_loss, .grad_norm]' >"$TMP/resumed"
+  [ "$(jq -c '.[0][0]' "$TMP/resumed")" = 3 ] || fail "$(cat "$TMP/resumed")"
+  for form in "$TMP/ck/iter_0000002" "$TMP/ck/iter_0000002/" "$TMP/ck/iter_0000002/checkpoint.h5"; do
+    train_tiny --train-iters 4 --load "$form" || fail "$form: $(cat "$TMP/err.log")"
+    [ "$(steps '[.iteration, .lm_loss, .grad_norm]')" = "$(cat "$TMP/resumed")" ] || fail "$form: $(steps '[.iteration, .lm_loss, .grad_norm]')"
   done
+  for form in "$TMP/ck" "$TMP/ck/iter_0000002" "$TMP/ck/iter_0000002/checkpoint.h5"; do
+    mt-ckpt verify "$form" >/dev/null || fail "mt-ckpt verify $form"
+  done
+  mkdir -p "$TMP/empty-dir"
+  run mt-ckpt verify "$TMP/empty-dir"
+  [ "$status" -eq 1 ]
+  [[ "$output" == "mt-ckpt: error: $TMP/empty-dir: holds neither $TMP/empty-dir/latest_checkpointed_iteration.txt nor a checkpoint.h5 (give a --save directory, an iter_NNNNNNN directory or a checkpoint file)" ]] || fail "$output"
 }
 
 @test "issue28 U6, U8: a tracker naming a missing iteration, a missing checkpoint file and --save under a regular file are named as such" {

@@ -395,8 +395,10 @@ const FlagSpec& flag_spec(std::string_view name) {
                 {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"}, {"fsdp_dtensor"}),
       integer_flag("--save-interval", "Iterations between checkpoints (default: only at the end and on a signal)",
                    at_least(1)),
-      text_flag("--load", "Checkpoint directory to resume from (the iteration its tracker names), or with "
-                                "--finetune a checkpoint file (mt-ckpt import/convert, --save-final)"),
+      text_flag("--load", "Checkpoint to resume from: a --save directory (the iteration its tracker names), an "
+                                "iter_NNNNNNN directory or a checkpoint file; with --finetune also a parameters-only "
+                                "file (mt-ckpt import/convert, --save-final). No checkpoint there is an error unless "
+                                "it is the --save directory (then a fresh start)"),
       toggle_flag("--finetune", "Load the parameters only and start at iteration 0 with a fresh optimizer"),
       toggle_flag("--no-load-optim", "Do not load the optimizer state (Adam moments and step, fp16 loss scaler)"),
       toggle_flag("--no-save-optim", "Do not save the optimizer state (such a checkpoint resumes only with "

@@ -55,12 +55,13 @@ struct Options {
   CLI::App* import_ = nullptr;
 };
 
-// A checkpoint file, or the one a --save directory's tracker names.
+// A checkpoint file, an iteration directory's checkpoint.h5, or the one a --save directory's
+// tracker names (io::find_checkpoint, as mt-train --load).
 std::string checkpoint_file(const std::string& path) {
-  if (!std::filesystem::is_directory(path)) return path;
-  const std::optional<int64_t> iteration = mt::io::read_tracker(path);
-  if (!iteration) throw mt::Error(path, "holds no " + mt::io::tracker_path(path) + " (give a checkpoint file)");
-  return mt::io::checkpoint_path(path, *iteration);
+  if (const std::optional<std::string> file = mt::io::find_checkpoint(path)) return *file;
+  if (!std::filesystem::exists(path)) return path;  // the reader names it: "no such file"
+  throw mt::Error(path, "holds neither " + mt::io::tracker_path(path) +
+                            " nor a checkpoint.h5 (give a --save directory, an iter_NNNNNNN directory or a checkpoint file)");
 }
 
 nlohmann::json parsed(const std::string& text, const std::string& path, const char* field) {

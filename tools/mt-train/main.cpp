@@ -550,40 +550,33 @@ std::string utc_time(std::chrono::system_clock::time_point at, double seconds_be
   return buffer;
 }
 
-// The checkpoint --load names: a --save directory through its tracker (none, with a warning as
-// Megatron, when the directory holds no tracker, unless --exit-on-missing-checkpoint), or with
-// --finetune one checkpoint file (mt-ckpt import/convert's OUT.h5, --save-final's file). An
-// iteration directory is refused naming its parent, which is what resumes.
+// The checkpoint --load names, in any of io::find_checkpoint's forms: a --save directory through
+// its tracker, an iteration directory, or a checkpoint file (one that holds parameters only, an
+// mt-ckpt import/convert OUT.h5 or a --save-final file, is refused later unless --finetune). No
+// checkpoint at all is an error, unless --load is the --save directory: Megatron's "--save DIR
+// --load DIR" resumes when DIR holds a checkpoint and starts from scratch, with a warning, when it
+// does not (the first run of a job that requeues itself); --exit-on-missing-checkpoint makes that an
+// error too.
 std::unique_ptr<mt::io::CheckpointReader> open_resume_checkpoint(const mt::tools::CheckpointFlags& ck, bool rank0) {
   if (ck.load.empty()) return nullptr;
-  if (std::filesystem::exists(ck.load) && !std::filesystem::is_directory(ck.load)) {
-    if (!ck.finetune) {
-      throw mt::UsageError("--load " + ck.load, "a checkpoint file loads with --finetune (parameters only); to resume "
-                                                "a run give its --save directory");
-    }
-    return std::make_unique<mt::io::CheckpointReader>(ck.load);
+  if (const std::optional<std::string> file = mt::io::find_checkpoint(ck.load, "--load " + ck.load)) {
+    return std::make_unique<mt::io::CheckpointReader>(*file);
   }
-  const std::optional<int64_t> iteration = mt::io::read_tracker(ck.load);
-  if (!iteration) {
-    const std::filesystem::path directory = std::filesystem::path(ck.load).lexically_normal();
-    if (std::filesystem::exists(directory / "checkpoint.h5")) {
-      const std::filesystem::path parent = directory.has_filename() ? directory.parent_path()
-                                                                    : directory.parent_path().parent_path();
-      throw mt::UsageError("--load " + ck.load, "an iteration directory (it holds checkpoint.h5): give the --save "
-                                                "directory above it, " + (parent.empty() ? std::string(".") : parent.string()) +
-                                                ", whose tracker names the iteration to resume");
-    }
-    const std::string missing = "no checkpoint (" + mt::io::tracker_path(ck.load) + " does not exist)";
-    if (ck.exit_on_missing_checkpoint) throw mt::Error("--load " + ck.load, missing + " and --exit-on-missing-checkpoint");
-    if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
-    return nullptr;
+  const std::string missing = std::filesystem::exists(ck.load)
+                                  ? "no checkpoint (" + mt::io::tracker_path(ck.load) + " does not exist)"
+                                  : "no checkpoint (no such directory)";
+  if (ck.exit_on_missing_checkpoint) throw mt::Error("--load " + ck.load, missing + " and --exit-on-missing-checkpoint");
+  const auto normal = [](const std::string& path) {  // "DIR", "DIR/" and "./DIR" alike, existing or not
+    std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+    return std::filesystem::weakly_canonical(p);
+  };
+  if (ck.save.empty() || normal(ck.load) != normal(ck.save)) {
+    throw mt::Error("--load " + ck.load, missing + ": to start from scratch drop --load, or give the same directory "
+                                                   "as --save (it resumes when a checkpoint is there)");
   }
-  const std::string path = mt::io::checkpoint_path(ck.load, *iteration);
-  if (!std::filesystem::exists(path)) {
-    throw mt::Error("--load " + ck.load, "its tracker " + mt::io::tracker_path(ck.load) + " names iteration " +
-                                             std::to_string(*iteration) + ", but " + path + " does not exist");
-  }
-  return std::make_unique<mt::io::CheckpointReader>(path);
+  if (rank0) mt::log::warn("mt-train: --load " + ck.load + ": " + missing + "; starting from scratch");
+  return nullptr;
 }
 
 // What mt-train runs, checked: the model, the parallel layout and the training settings.

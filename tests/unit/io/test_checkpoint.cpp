@@ -337,6 +337,27 @@ TEST(CheckpointFormat, TheTrackerHoldsAnIterationAndNothingElse) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"latest_checkpointed_iteration.txt"}) << "no temporaries left";
 }
 
+// Issue 28 U3: a checkpoint named in any of its three forms (the --save directory through its
+// tracker, an iteration directory, the file itself) is the same file; a directory holding neither is
+// no checkpoint, and a tracker naming a missing file is an error said of the caller's subject.
+TEST(CheckpointFormat, FindCheckpointTakesTheSaveDirectoryAnIterationDirectoryAndTheFile) {
+  mt::testing::TempDir dir("mt_test_ckpt_find");
+  const std::string d = dir.path().string();
+  EXPECT_EQ(io::find_checkpoint(d), std::nullopt);
+  EXPECT_EQ(io::find_checkpoint(d + "/nonexistent"), std::nullopt);
+  const std::string file = io::prepare_checkpoint_directory(d, 20);
+  std::ofstream(file) << "stands for a checkpoint";
+  EXPECT_EQ(io::find_checkpoint(d), std::nullopt) << "no tracker yet";
+  io::write_tracker(d, 20);
+  EXPECT_EQ(io::find_checkpoint(d), file);
+  EXPECT_EQ(io::find_checkpoint(d + "/iter_0000020"), d + "/iter_0000020/checkpoint.h5");
+  EXPECT_EQ(io::find_checkpoint(file), file);
+  io::write_tracker(d, 30);
+  const std::string error = mt::testing::error_text([&] { io::find_checkpoint(d, "--load " + d); });
+  EXPECT_EQ(error.rfind("--load " + d + ": its tracker", 0), 0u) << error;
+  EXPECT_NE(error.find("iter_0000030/checkpoint.h5 does not exist"), std::string::npos) << error;
+}
+
 // Issue 28 C1: a save whose writes find the disk full (MT_CHECKPOINT_FAULT=mid-tensor:enospc sends
 // HDF5's writes to /dev/full from the middle of the second tensor on) throws one error naming "No
 // space left on device", leaves no temporary (nor the headroom file) and no HDF5 object open: a
