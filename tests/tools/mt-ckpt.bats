@@ -81,7 +81,7 @@ EOF
   run_split mt-ckpt verify "$TMP/train.log"
   [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/train.log: cannot open as HDF5" ]] || fail "$status $err"
   run_split mt-ckpt inspect "$TMP"
-  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP: holds no $TMP/latest_checkpointed_iteration.txt"* ]] || fail "$err"
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP: holds neither $TMP/latest_checkpointed_iteration.txt nor a checkpoint.h5 (give a --save directory, an iter_NNNNNNN directory or a checkpoint file)" ]] || fail "$err"
   run_split mt-ckpt
   [[ $status -eq 2 && "$err" == "mt-ckpt: error: subcommand: one of inspect, verify, diff, convert, export, import is required"* ]] || fail "$status $err"
 }
