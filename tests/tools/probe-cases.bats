@@ -54,7 +54,7 @@ EOF
   cp -r "$TMP/hf" "$TMP/bert"
   jq '.model_type = "bert" | .architectures = ["BertModel"]' "$TMP/hf/config.json" >"$TMP/bert/config.json"
   run_split mt-ckpt import --format hf "$TMP/bert" "$TMP/x2.h5"
-  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/bert/config.json: model_type 'bert' is not imported (mt imports gpt2, llama and mixtral)" ]] \
+  [[ $status -eq 1 && "$err" == "mt-ckpt: error: $TMP/bert/config.json: model_type 'bert' is not imported (mt imports gpt2, llama, mixtral and deepseek_v3)" ]] \
     || fail "$status $err"
 }
 
