@@ -89,7 +89,9 @@ TEST(BackendMemory, ReleasableBuffersHandWholePagesBackAndCountWhatIsResident) {
   pages->release(begin * 4, end * 4);
   EXPECT_EQ(ledger.live(MemoryCategory::grads), (64 - 38) * page);
   EXPECT_EQ(ledger.peak(MemoryCategory::grads), 64 * page);
-  EXPECT_LE(resident_set_bytes(), touched - 36 * page);
+  // 38 pages go back; the bound leaves 8 for what the process maps meanwhile (ASan's own
+  // allocations made the drop 35 pages in the CI's sanitizer job). No madvise: no drop at all.
+  EXPECT_LE(resident_set_bytes(), touched - 30 * page);
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_EQ(buffer.data()[i], i >= begin && i < end ? 0.0f : 1.0f) << "element " << i;
   }
