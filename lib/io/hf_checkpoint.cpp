@@ -297,6 +297,12 @@ std::vector<HfTensor> deepseek_tensors(const ModelConfig& m) {
   auto add = [&](std::string hf, std::string mt, bool vocabulary = false, bool copy = false) {
     t.push_back(HfTensor{std::move(hf), {std::move(mt)}, false, vocabulary, copy});
   };
+  // A SwiGLU MLP: HF's gate/up/down projections under `hf`, mt's fc1 gate/up and fc2 under `mt`.
+  auto add_mlp = [&](const std::string& hf, const std::string& mt) {
+    add(hf + "gate_proj.weight", mt + "linear_fc1_gate.weight");
+    add(hf + "up_proj.weight", mt + "linear_fc1_up.weight");
+    add(hf + "down_proj.weight", mt + "linear_fc2.weight");
+  };
   const std::string output = m.untie_embeddings_and_output_weights ? "output_layer.weight" : "embedding.word_embeddings.weight";
   add("model.embed_tokens.weight", "embedding.word_embeddings.weight", true);
   for (int layer = 0; layer < m.num_layers + m.mtp_num_layers; ++layer) {
@@ -316,22 +322,14 @@ std::vector<HfTensor> deepseek_tensors(const ModelConfig& m) {
     add(hf + "self_attn.o_proj.weight", attention + "linear_proj.weight");
     add(hf + "post_attention_layernorm.weight", mt + "pre_mlp_layernorm.weight");
     if (!m.is_moe_layer(layer)) {
-      add(hf + "mlp.gate_proj.weight", mt + "mlp.linear_fc1_gate.weight");
-      add(hf + "mlp.up_proj.weight", mt + "mlp.linear_fc1_up.weight");
-      add(hf + "mlp.down_proj.weight", mt + "mlp.linear_fc2.weight");
+      add_mlp(hf + "mlp.", mt + "mlp.");
     } else {
       add(hf + "mlp.gate.weight", mt + "mlp.router.weight");
       add(hf + "mlp.gate.e_score_correction_bias", mt + "mlp.router.expert_bias");
       for (int e = 0; e < m.num_experts; ++e) {
-        const std::string hf_expert = hf + "mlp.experts." + std::to_string(e) + ".";
-        const std::string mt_expert = mt + "mlp.experts." + std::to_string(e) + ".";
-        add(hf_expert + "gate_proj.weight", mt_expert + "linear_fc1_gate.weight");
-        add(hf_expert + "up_proj.weight", mt_expert + "linear_fc1_up.weight");
-        add(hf_expert + "down_proj.weight", mt_expert + "linear_fc2.weight");
+        add_mlp(hf + "mlp.experts." + std::to_string(e) + ".", mt + "mlp.experts." + std::to_string(e) + ".");
       }
-      add(hf + "mlp.shared_experts.gate_proj.weight", mt + "mlp.shared_experts.linear_fc1_gate.weight");
-      add(hf + "mlp.shared_experts.up_proj.weight", mt + "mlp.shared_experts.linear_fc1_up.weight");
-      add(hf + "mlp.shared_experts.down_proj.weight", mt + "mlp.shared_experts.linear_fc2.weight");
+      add_mlp(hf + "mlp.shared_experts.", mt + "mlp.shared_experts.");
     }
     if (layer < m.num_layers) continue;
     const std::string depth = "mtp.layers." + std::to_string(layer - m.num_layers) + ".";
