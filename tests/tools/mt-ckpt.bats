@@ -179,6 +179,23 @@ save_final() {
     --peak-tflops 1 --save-final "$TMP/$name.h5" "$@" >/dev/null 2>"$TMP/train.log" || fail "mt-train: $(cat "$TMP/train.log")"
 }
 
+# Two steps fine-tuned from $TMP/NAME.h5 under the flags after NAME, and from $TMP/imported.h5 under
+# the mt_train_flags of the import record $TMP/import.jsonl, both at seed 5; each run's steps through
+# the jq expression STEP go to FROM_ORIGINAL and FROM_IMPORT. Usage: finetune_both NAME STEP FLAGS...
+finetune_both() {
+  local name="$1" step="$2" source
+  shift 2
+  local flags=("$@")
+  for source in "$name" imported; do
+    [[ $source == imported ]] && read -ra flags <<<"$(jq -r -s '.[-1].mt_train_flags' "$TMP/import.jsonl")"
+    mt-train "${flags[@]}" --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 \
+      --eval-iters 0 --peak-tflops 1 --seed 5 --load "$TMP/$source.h5" --finetune >"$TMP/$source.jsonl" \
+      2>"$TMP/$source.log" || fail "$source: $(cat "$TMP/$source.log")"
+  done
+  FROM_ORIGINAL=$(jq -c -s "[.[] | select(.record == \"step\") | $step]" "$TMP/$name.jsonl")
+  FROM_IMPORT=$(jq -c -s "[.[] | select(.record == \"step\") | $step]" "$TMP/imported.jsonl")
+}
+
 @test "export --format hf: config.json and a safetensors file an independent reader accepts, with transformers' names, layout and bytes" {
   save_final gpt --model tiny-gpt --vocab-size 97
   save_final llama --model tiny-llama --vocab-size 97 --group-query-attention --num-query-groups 2
@@ -285,17 +302,8 @@ for name in a:
 PY
   # The original under its own flags, the import under its record's mt_train_flags (tiny-mixtral's
   # unused dense --ffn-hidden-size 176 is not in config.json: the import's is the experts' 32).
-  local source flags=(--model tiny-mixtral --vocab-size 97)
-  for source in mixtral imported; do
-    [[ $source == imported ]] && read -ra flags <<<"$(jq -r -s '.[-1].mt_train_flags' "$TMP/import.jsonl")"
-    mt-train "${flags[@]}" --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 \
-      --eval-iters 0 --peak-tflops 1 --seed 5 --load "$TMP/$source.h5" --finetune >"$TMP/$source.jsonl" \
-      2>"$TMP/$source.log" || fail "$source: $(cat "$TMP/$source.log")"
-  done
-  local original imported
-  original=$(jq -c -s '[.[] | select(.record == "step") | .lm_loss]' "$TMP/mixtral.jsonl")
-  imported=$(jq -c -s '[.[] | select(.record == "step") | .lm_loss]' "$TMP/imported.jsonl")
-  [[ "$original" == "$imported" && "$original" == "["*","*"]" ]] || fail "$original vs $imported"
+  finetune_both mixtral '.lm_loss' --model tiny-mixtral --vocab-size 97
+  [[ "$FROM_ORIGINAL" == "$FROM_IMPORT" && "$FROM_ORIGINAL" == "["*","*"]" ]] || fail "$FROM_ORIGINAL vs $FROM_IMPORT"
   save_final presoftmax --model tiny-mixtral --vocab-size 97 --moe-router-pre-softmax
   run_split mt-ckpt export --format hf "$TMP/presoftmax.h5" "$TMP/x"
   [[ $status -eq 2 && "$err" == *"--moe-router-pre-softmax has no Hugging Face export"* && ! -e "$TMP/x/model.safetensors" ]] \
@@ -337,17 +345,8 @@ for name in a:
         x, y = x[:97], y[:97]
     assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
 PY
-  local source flags=("${model[@]}")
-  for source in deepseek imported; do
-    [[ $source == imported ]] && read -ra flags <<<"$(jq -r -s '.[-1].mt_train_flags' "$TMP/import.jsonl")"
-    mt-train "${flags[@]}" --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 \
-      --eval-iters 0 --peak-tflops 1 --seed 5 --load "$TMP/$source.h5" --finetune >"$TMP/$source.jsonl" \
-      2>"$TMP/$source.log" || fail "$source: $(cat "$TMP/$source.log")"
-  done
-  local original imported
-  original=$(jq -c -s '[.[] | select(.record == "step") | [.lm_loss, .mtp_1_loss]]' "$TMP/deepseek.jsonl")
-  imported=$(jq -c -s '[.[] | select(.record == "step") | [.lm_loss, .mtp_1_loss]]' "$TMP/imported.jsonl")
-  [[ "$original" == "$imported" && "$original" == "[["*","*"]]" ]] || fail "$original vs $imported"
+  finetune_both deepseek '[.lm_loss, .mtp_1_loss]' "${model[@]}"
+  [[ "$FROM_ORIGINAL" == "$FROM_IMPORT" && "$FROM_ORIGINAL" == "[["*","*"]]" ]] || fail "$FROM_ORIGINAL vs $FROM_IMPORT"
   save_final groups --model tiny-deepseek --vocab-size 97
   run_split mt-ckpt export --format hf "$TMP/groups.h5" "$TMP/x"
   [[ $status -eq 2 && "$err" == *"--moe-router-group-topk 2 has no Hugging Face export"* && ! -e "$TMP/x/model.safetensors" ]] \
