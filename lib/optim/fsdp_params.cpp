@@ -11,6 +11,7 @@ namespace mt::optim {
 namespace {
 
 constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -28,7 +29,8 @@ UnitParamGatherer::UnitParamGatherer(const model::ParamLayout& layout, const Red
       first_layer_(layout.first_layer),
       last_layer_(layout.last_layer),
       state_(layout.buckets.size(), State::gathered),
-      requests_(layout.buckets.size()) {
+      requests_(layout.buckets.size()),
+      started_(layout.buckets.size()) {
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const model::GradBucket& bucket = layout_.buckets[b];
     if (bucket.first_layer != bucket.last_layer) {
@@ -112,13 +114,19 @@ void UnitParamGatherer::start_bucket(size_t bucket) {
   state_[bucket] = State::in_flight;
   if (group.size() == 1) return;
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
+  started_[bucket] = Clock::now();
   requests_[bucket] = group.all_gather_async(params_ + shard.begin, params_ + b.begin, shard.end - shard.begin, DType::f32);
+  gather_wait_seconds_ += std::chrono::duration<double>(Clock::now() - started_[bucket]).count();  // the call blocks
 }
 
 void UnitParamGatherer::finish_bucket(size_t bucket) {
   if (requests_[bucket]) {
+    const Clock::time_point waiting = Clock::now();
     requests_[bucket]->wait();
     requests_[bucket].reset();
+    const Clock::time_point done = Clock::now();
+    gather_wait_seconds_ += std::chrono::duration<double>(done - waiting).count();
+    gather_seconds_ += std::chrono::duration<double>(done - started_[bucket]).count();
   }
   state_[bucket] = State::gathered;
   const model::GradBucket& b = layout_.buckets[bucket];

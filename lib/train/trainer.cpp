@@ -655,6 +655,9 @@ StepStats Trainer::train_step() {
   step_timer_->start();
   if (timers_) timers_->reset();
   const double wait_before = communicator_wait_seconds();
+  const optim::UnitParamGatherer* gatherer = optimizer_->unit_params();
+  const double gather_before = gatherer ? gatherer->gather_seconds() : 0;
+  const double gather_wait_before = gatherer ? gatherer->gather_wait_seconds() : 0;
   ++iteration_;
   StepStats stats;
   stats.iteration = iteration_;
@@ -673,6 +676,10 @@ StepStats Trainer::train_step() {
   if (config_.log_params_norm) queue_params_sum_squares();
   consumed_samples_ += config_.global_batch_size;
   record_step_figures(stats, wait_before);
+  if (gatherer) {  // this rank's FSDP parameter gathers in the step (optim/fsdp_params.h)
+    stats.fsdp_gather_ms = (gatherer->gather_seconds() - gather_before) * 1e3;
+    stats.fsdp_gather_wait_ms = (gatherer->gather_wait_seconds() - gather_wait_before) * 1e3;
+  }
   if (config_.log_params_norm || config_.log_num_zeros_in_grad || timers_) gather_observations(stats, local_zeros);
   return stats;
 }

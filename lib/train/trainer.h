@@ -276,6 +276,10 @@ struct StepStats {
   // micro-batches of each one's masked-token mean; sop_loss its sentence-order loss (the binary
   // head only), Megatron's "sop loss".
   std::optional<double> sop_loss;
+  // optim_grads_params only: this rank's unit gathers in the step, from start to done, and the
+  // part of that it was blocked on them (optim/fsdp_params.h); 1 - wait / gather is the share
+  // hidden behind compute.
+  std::optional<double> fsdp_gather_ms, fsdp_gather_wait_ms;
 };
 
 struct EvalStats {

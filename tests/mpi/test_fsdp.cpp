@@ -7,7 +7,8 @@
 // accumulated (2 per DP rank at DP=2); the same for optim_grads_params (parameters sharded,
 // gathered per unit; with prefetch, and at DP=2 without). Also: the unit grad reductions run on
 // every micro-batch (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the unit gathers
-// (twice per layer unit and micro-batch, the root once) and prefetches; the memory the units hand
+// (twice per layer unit and micro-batch, the root once), prefetches and the share of their time
+// hidden (none without prefetch, some with it); the memory the units hand
 // back (the ledger's grads and weights peaks against no_shard's, and the process's resident set
 // shrinking when a unit is released); the strategies the flags choose; and the refusals by name
 // (PP and MoE with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
@@ -124,6 +125,7 @@ struct UnitMemory {
   int64_t weights_peak = 0, grads_peak = 0, grads_live = 0, weights_live = 0;
   int64_t elements = 0, largest_bucket = 0, root_buckets = 0;
   int64_t gathers = 0, prefetched = 0;
+  double gather_seconds = 0, wait_seconds = 0;
 };
 
 UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true) {
@@ -155,6 +157,8 @@ UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true) {
   if (const optim::UnitParamGatherer* gatherer = trainer.optimizer().unit_params()) {
     m.gathers = gatherer->gathers();
     m.prefetched = gatherer->prefetched();
+    m.gather_seconds = gatherer->gather_seconds();
+    m.wait_seconds = gatherer->gather_wait_seconds();
   }
   return m;
 }
@@ -210,6 +214,14 @@ TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
   EXPECT_EQ(waiting.gathers, params.gathers);
   EXPECT_EQ(waiting.prefetched, 0);
   EXPECT_LE(waiting.weights_peak, shard_bytes + not_owned(waiting.root_buckets + waiting.largest_bucket) + slack);
+  // The gathers' time and the rank's time blocked on them: a blocking gather is all wait; a
+  // prefetched one runs during the previous unit's compute, so a share of its time is hidden.
+  const auto hidden = [](const UnitMemory& m) { return 1 - m.wait_seconds / m.gather_seconds; };
+  EXPECT_GT(waiting.gather_seconds, 0);
+  EXPECT_LT(hidden(waiting), 0.05) << waiting.wait_seconds << " s of " << waiting.gather_seconds << " s blocked";
+  EXPECT_GT(params.gather_seconds, 0);
+  EXPECT_LE(params.wait_seconds, params.gather_seconds);
+  EXPECT_GT(hidden(params), hidden(waiting) + 0.05) << params.wait_seconds << " s of " << params.gather_seconds << " s blocked";
 }
 
 // Megatron-FSDP reduce-scatters a grad-sharding strategy's grads after every micro-batch's

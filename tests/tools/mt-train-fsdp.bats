@@ -2,7 +2,8 @@
 # mt-train with Megatron-FSDP's flags (issue 25): --use-megatron-fsdp with
 # --data-parallel-sharding-strategy optim_grads and optim_grads_params (with and without
 # --no-fsdp-prefetch) trains one rank's numbers at DP=2 and CP=2 (the matrix of layouts and models
-# is tests/mpi/test_fsdp.cpp); its checkpoints are the same layout-independent files: saved under
+# is tests/mpi/test_fsdp.cpp), its step records timing the unit gathers (fsdp_gather_ms,
+# fsdp_gather_wait_ms) under optim_grads_params only; its checkpoints are the same layout-independent files: saved under
 # FSDP and loaded under plain DP, TP=2 or one rank, and saved under TP=2 and loaded under FSDP,
 # the next steps equal the unchanged one-rank run within the fp32 bound; optim_grads_params
 # resumed under itself (--ckpt-format fsdp_dtensor and the default) gives the uninterrupted run's
@@ -46,6 +47,16 @@ same_after() {
     mpirun_n 2 mt-train "${CKPT20[@]}" $layout --train-iters 10 >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" \
       || fail "'$layout': $(cat "$TMP/fsdp.err")"
     same_after "$TMP/fsdp.jsonl" "$TMP/one.jsonl" 0 10 2
+    # optim_grads_params' unit gathers in the step records: the time blocked on them within their
+    # time, all of it when every gather blocks.
+    local gathers
+    case "$layout" in
+      *--no-fsdp-prefetch*) gathers='.fsdp_gather_ms > 0 and .fsdp_gather_wait_ms >= 0.9 * .fsdp_gather_ms' ;;
+      *optim_grads_params*) gathers='.fsdp_gather_ms > 0 and .fsdp_gather_wait_ms >= 0 and .fsdp_gather_wait_ms <= .fsdp_gather_ms' ;;
+      *) gathers='has("fsdp_gather_ms") or has("fsdp_gather_wait_ms") | not' ;;
+    esac
+    jq -e -s "[.[] | select(.record == \"step\") | $gathers] | length == 10 and all" "$TMP/fsdp.jsonl" >/dev/null \
+      || fail "'$layout' gathers: $(jq -c 'select(.record == "step") | [.fsdp_gather_ms, .fsdp_gather_wait_ms]' "$TMP/fsdp.jsonl")"
   done
 }
 

@@ -905,6 +905,10 @@ class StepRecords {
     // Megatron's "mtp_<k> loss" as mtp_<k>_loss, one per MTP depth.
     for (size_t k = 0; k < s.mtp_losses.size(); ++k) record["mtp_" + std::to_string(k + 1) + "_loss"] = s.mtp_losses[k];
     if (s.sop_loss) record["sop_loss"] = *s.sop_loss;  // BERT with the binary head
+    if (s.fsdp_gather_ms) {  // FSDP optim_grads_params
+      record["fsdp_gather_ms"] = *s.fsdp_gather_ms;
+      record["fsdp_gather_wait_ms"] = *s.fsdp_gather_wait_ms;
+    }
     writer_.write(record);
     if (first_step) write_memory(s);
   }
