@@ -25,7 +25,7 @@
 // gather is all wait. Host clocks: this times the gather only where waiting blocks the host (the
 // CPU's synchronous table, the only one FSDP's strategies run on).
 // Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with and without
-// prefetch, memory released).
+// prefetch, memory released, the gathers' hidden share with and without prefetch).
 #pragma once
 
 #include <chrono>

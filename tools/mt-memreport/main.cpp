@@ -31,7 +31,7 @@ void define(mt::tools::ToolCli& cli, MemreportOptions& o) {
       "                   sharded with --use-distributed-optimizer; with --use-megatron-fsdp and\n"
       "                   --data-parallel-sharding-strategy optim_grads_params weights, grads and moments\n"
       "                   are FSDP shards plus two gathered layers and one layer's full grads; optim_grads\n"
-      "                   is refused as not modelled), activations kept by the in-flight\n"
+      "                   the same with whole weights), activations kept by the in-flight\n"
       "                   micro-batches, recompute scratch, workspace, head (logits and loss, last stage),\n"
       "                   communication buffers, total. Activations follow docs/accounting.md's formula.\n"
       "  layer            what one layer keeps for backward per micro-batch, by part (recompute aside)\n"
