@@ -65,6 +65,13 @@ void tanh_forward(const float*, float*, int64_t, Stream) {
 void tanh_backward(const float*, const float*, float*, int64_t, Stream) {
   throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
 }
+// Nor an erf GELU kernel (BERT's LM head).
+void gelu_erf_forward(const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
+}
+void gelu_erf_backward(const float*, const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
+}
 
 [[noreturn]] void unsupported_conversion(DType in_type, DType out_type) {
   throw std::invalid_argument(std::string("cuda backend: no conversion from ") + dtype_name(in_type) + " to " +
@@ -283,7 +290,9 @@ bool supports(OpId op, DType dtype) {
     case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
     case OpId::tanh_forward:
-    case OpId::tanh_backward: return false;  // no kernel yet (BERT's pooler)
+    case OpId::tanh_backward:
+    case OpId::gelu_erf_forward:
+    case OpId::gelu_erf_backward: return false;  // no kernel yet (BERT's pooler and LM head)
     case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
     case OpId::grouped_gemm:
     case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;  // as the CPU's
@@ -325,6 +334,8 @@ const Ops& cuda_ops() {
       .rmsnorm_backward = MT_CUDA_KERNEL(rmsnorm_backward),
       .gelu_forward = MT_CUDA_KERNEL(gelu_forward),
       .gelu_backward = MT_CUDA_KERNEL(gelu_backward),
+      .gelu_erf_forward = gelu_erf_forward,
+      .gelu_erf_backward = gelu_erf_backward,
       .tanh_forward = tanh_forward,
       .tanh_backward = tanh_backward,
       .swiglu_forward = MT_CUDA_KERNEL(swiglu_forward),
