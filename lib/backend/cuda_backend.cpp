@@ -138,20 +138,6 @@ void round_through(const float* in, float* out, int64_t n, DType through, Stream
   cuda::round_through(in, out, n, half_type(through), stream.handle);
 }
 
-// ---- YaRN RoPE: no CUDA kernel yet (train/supported.h refuses --rope-type yarn on CUDA first) ----
-[[noreturn]] void refuse_yarn(const char* entry) {
-  throw std::invalid_argument(std::string("cuda backend: ") + entry +
-                              " (--rope-type yarn) has no CUDA kernel yet; run YaRN on the CPU backend");
-}
-
-void rope_yarn_forward(float*, int64_t, int64_t, int, int, const int32_t*, const kernels::YarnRope&, Stream) {
-  refuse_yarn("rope_yarn_forward");
-}
-
-void rope_yarn_backward(float*, int64_t, int64_t, int, int, const int32_t*, const kernels::YarnRope&, Stream) {
-  refuse_yarn("rope_yarn_backward");
-}
-
 // ---- GEMM: native 16-bit operands with fp32 accumulation; f32 operands never through TF32 ----
 DType gemm_operand_type(Precision precision) {
   switch (precision) {
@@ -272,8 +258,6 @@ void fp8_update_scales(float* amax, float* amax_history, float* scale, float* sc
 // transpose on any type, as the CPU.
 bool supports(OpId op, DType dtype) {
   switch (op) {
-    case OpId::rope_yarn_forward:
-    case OpId::rope_yarn_backward: return false;  // no CUDA kernel yet (refused by name)
     case OpId::allocate:
     case OpId::release:
     case OpId::default_stream:
@@ -342,8 +326,8 @@ const Ops& cuda_ops() {
       .swiglu_backward = MT_CUDA_KERNEL(swiglu_backward),
       .rope_forward = MT_CUDA_KERNEL(rope_forward),
       .rope_backward = MT_CUDA_KERNEL(rope_backward),
-      .rope_yarn_forward = rope_yarn_forward,
-      .rope_yarn_backward = rope_yarn_backward,
+      .rope_yarn_forward = MT_CUDA_KERNEL(rope_yarn_forward),
+      .rope_yarn_backward = MT_CUDA_KERNEL(rope_yarn_backward),
       .attention_forward = attention_forward,
       .attention_backward = attention_backward,
       .attention_merge = MT_CUDA_KERNEL(attention_merge),

@@ -106,8 +106,8 @@ class Fp8Scaling {
   uint8_t* weight_codes() { return weight_codes_.data(); }
   uint8_t* weight_codes_transposed() { return weight_codes_.data() + weight_capacity_; }
   int64_t weight_capacity() const { return weight_capacity_; }
-  // Scratch of at least `bytes` bytes for an expert's weight-gradient operands padded to 16 rows
-  // (PrecisionGemm::set_fp8_rows_padded); grows on demand.
+  // Scratch of at least `bytes` bytes for an expert's FP8 operands padded to 16 rows
+  // (PrecisionGemm::set_fp8_rows_padded, model::Fp8RowPadding); grows on demand.
   uint8_t* padding_codes(int64_t bytes);
 
   // The amaxes gathered since the last update of every tensor (forward group, then backward

@@ -22,8 +22,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
                      backend::Device device) {
   // Every parallel layout parallel::validate accepts runs (expert parallelism included).
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  // A setting whose condition names `device` is refused on CUDA only (YaRN, multi-token prediction,
-  // BERT and FSDP's grad sharding have no CUDA path yet); the others on every backend.
+  // A setting whose condition names `device` is refused on CUDA only (multi-token prediction, BERT
+  // and FSDP's grad sharding have no CUDA path yet); the others on every backend.
   const bool moe = model.num_experts > 0;
   parallel::ParallelConfig fsdp = parallel;  // --use-custom-fsdp is --use-megatron-fsdp (validate() folds it later)
   fsdp.use_megatron_fsdp = parallel.use_megatron_fsdp || parallel.use_custom_fsdp;
@@ -34,8 +34,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "mt-train runs the all-to-all dispatcher"},
       {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
        "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
-      {device == backend::Device::cuda && model.rope_type == model::RopeType::yarn, "--rope-type yarn",
-       "the CUDA backend has no YaRN kernel yet: run it on the CPU backend, or --rope-type rope"},
       {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
        "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
        "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},

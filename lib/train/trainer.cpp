@@ -253,13 +253,6 @@ void Trainer::check_fp8_supported() const {
   if (config_.precision == Precision::fp32) {
     throw UsageError("--fp8-format", "needs --bf16 or --fp16 (the layers outside FP8 run in it, as Megatron's)");
   }
-  // The experts' FP8 GEMMs leave each expert's rows unpadded (model/precision_gemm.h
-  // set_fp8_rows_padded): cuBLASLt's FP8 GEMMs need the padding itself, which no CUDA entry does yet.
-  if (model_config_.num_experts > 0 && ops_.device == backend::Device::cuda) {
-    throw UsageError("--fp8-format with --num-experts on --device cuda",
-                     "not supported yet (the experts' FP8 GEMMs need each expert's rows padded to 16 on the GPU): "
-                     "run it on the CPU backend");
-  }
   // Megatron's bound on --first-last-layers-bf16: each count at most the layers of a pipeline stage.
   const int stage_layers = model_config_.num_layers / parallel_config_.pipeline_model_parallel_size;
   const std::pair<const char*, int> bf16_layers[] = {

@@ -85,16 +85,11 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   global.moe_router_load_balancing_type = mt::model::MoeLoadBalancing::global_aux_loss;
   EXPECT_EQ(refusal(global, one_rank), "");
   EXPECT_NO_THROW(check_supported(global, experts, mt::backend::Device::cuda));
-  // YaRN (MLA's --rope-type yarn) runs on the CPU; CUDA has no kernel for it yet.
+  // YaRN (MLA's --rope-type yarn) runs on the CPU and on CUDA (kernels/cuda/elementwise.cu).
   ModelConfig yarn = mt::model::preset("tiny-deepseek");
   yarn.rope_type = mt::model::RopeType::yarn;
   EXPECT_EQ(refusal(yarn, one_rank), "");
-  try {
-    check_supported(yarn, one_rank, mt::backend::Device::cuda);
-    ADD_FAILURE() << "YaRN accepted on cuda";
-  } catch (const mt::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--rope-type yarn: not supported yet", 0), 0u) << e.what();
-  }
+  EXPECT_NO_THROW(check_supported(yarn, one_rank, mt::backend::Device::cuda));
   // Multi-latent attention runs, under context parallelism too (issue 22: ring attention over its
   // zero-padded heads).
   ModelConfig latent = dense;
