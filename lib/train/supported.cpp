@@ -36,9 +36,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
       {device == backend::Device::cuda && model.rope_type == model::RopeType::yarn, "--rope-type yarn",
        "the CUDA backend has no YaRN kernel yet: run it on the CPU backend, or --rope-type rope"},
-      {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
-       "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
-       "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},
       // Under PP the last stage keeps a copy of the word table for the MTP lookups (model/layers/mtp.h);
       // Megatron's last stage would also hold a position table that nothing keeps equal to the first's.
       {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1 &&

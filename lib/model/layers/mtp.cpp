@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/sequence_roll.h"
 
 namespace mt::model {
 
@@ -42,7 +43,8 @@ struct MtpBlock::Workspace : BlockBuffers {
   float* d_a = nullptr;               // (S, C)
   float* d_b = nullptr;               // (S, C)
   float* d_hidden = nullptr;          // (S, C) the grad of h_k carried to the depth before
-  float* dloss = nullptr;             // (N)
+  float* dloss = nullptr;             // (N); the ones of a micro-batch without a loss mask in forward
+  float* roll_boundary = nullptr;     // (4 B) the roll's boundary elements (parallel/sequence_roll.h)
 };
 
 namespace {
@@ -182,6 +184,7 @@ std::unique_ptr<BlockBuffers> MtpBlock::lay_out_workspace(BufferSource& source, 
   w->d_b = source.take(s * c);
   w->d_hidden = source.take(s * c);
   w->dloss = source.take(n);
+  w->roll_boundary = source.take(2 * n);  // >= 4 B: a sample has at least two rows under CP, else no exchange
   return w;
 }
 
@@ -191,26 +194,27 @@ int64_t MtpBlock::widest_gemm_operand() const {
   return widest;
 }
 
-void MtpBlock::roll_batch(const LayerContext& ctx, const LayerPass& pass, int shift, const Depth& d) const {
+void MtpBlock::roll_batch(const LayerContext& ctx, const LayerPass& pass, int k, Saved& a, Workspace& w) const {
   const backend::Ops& ops = ctx.ops;
   const MicroBatch& batch = pass.batch;
-  const int64_t samples = batch.batch, seq = batch.seq, n = pass.rows;
-  // Megatron's roll_tensor: torch.roll left along the sequence, the rolled-in tail set to 0.
-  auto roll = [&](void* out, const void* in, int64_t element) {
-    ops.zero(out, n * element, ctx.stream);
-    if (shift >= seq) return;
-    ops.copy_2d(out, seq * element, static_cast<const char*>(in) + shift * element, seq * element,
-                (seq - shift) * element, samples, backend::CopyKind::device_to_device, ctx.stream);
+  const Depth& d = a.depths[static_cast<size_t>(k)];
+  // Megatron's roll_tensor, once per depth from the depth before (depth 0 from the micro-batch),
+  // across the CP ranks' chunks (parallel/sequence_roll.h).
+  const Depth* before = k > 0 ? &a.depths[static_cast<size_t>(k - 1)] : nullptr;
+  comm::Communicator* cp_group =
+      ctx.parallel.context_parallel_size() > 1 ? &ctx.parallel.context_group() : nullptr;
+  auto roll = [&](void* out, const void* in, DType dtype) {
+    parallel::roll_left_one(ops, ctx.stream, cp_group, in, out, batch.batch, batch.seq, dtype, w.roll_boundary);
   };
-  roll(d.tokens, batch.tokens, sizeof(int32_t));
-  roll(d.positions, batch.positions, sizeof(int32_t));
-  roll(d.labels, batch.labels, sizeof(int32_t));
-  if (batch.loss_mask) {
-    roll(d.loss_mask, batch.loss_mask, sizeof(float));
-  } else {
-    ops.fill(d.loss_mask, n, 1.0f, ctx.stream);  // every token counts: Megatron's ones, rolled
-    roll(d.loss_mask, d.loss_mask, sizeof(float));
+  roll(d.tokens, before ? before->tokens : batch.tokens, DType::i32);
+  roll(d.positions, before ? before->positions : batch.positions, DType::i32);
+  roll(d.labels, before ? before->labels : batch.labels, DType::i32);
+  const float* mask = before ? before->loss_mask : batch.loss_mask;
+  if (!mask) {
+    ops.fill(w.dloss, pass.rows, 1.0f, ctx.stream);  // every token counts: Megatron's ones, rolled
+    mask = w.dloss;
   }
+  roll(d.loss_mask, mask, DType::f32);
 }
 
 void MtpBlock::forward(const LayerContext& ctx, const LayerPass& pass, const float* h, BlockBuffers& saved,
@@ -239,7 +243,7 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   const int64_t row_bytes = c * static_cast<int64_t>(sizeof(float));
   const auto kind = backend::CopyKind::device_to_device;
 
-  roll_batch(ctx, pass, k + 1, d);
+  roll_batch(ctx, pass, k, a, w);
   MicroBatch rolled = pass.batch;
   rolled.tokens = d.tokens;
   rolled.positions = d.positions;
