@@ -246,8 +246,8 @@ void Trainer::build_parameters() {
   }
 }
 
-// What FP8 runs in this version: a dense or MoE model in bf16 or fp16 (the layers outside FP8 run
-// in it, as Megatron's; the experts' FP8 GEMMs: model/moe/experts.h).
+// What FP8 runs in this version: a dense or MoE model, its MTP depths too, in bf16 or fp16 (the
+// layers outside FP8 run in it, as Megatron's; the experts' FP8 GEMMs: model/moe/experts.h).
 void Trainer::check_fp8_supported() const {
   if (!config_.fp8.enabled) return;
   if (config_.precision == Precision::fp32) {
@@ -270,9 +270,6 @@ void Trainer::check_fp8_supported() const {
       throw UsageError(flag, std::to_string(count) + " is not between 0 and the " + std::to_string(stage_layers) +
                                  " layers of a pipeline stage");
     }
-  }
-  if (model_config_.mtp_num_layers > 0) {
-    throw UsageError("--fp8-format with --mtp-num-layers", "not supported yet (the MTP depths' linears have no FP8 state)");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/fp8_scaling.h"
 #include "parallel/sequence_roll.h"
 
 namespace mt::model {
@@ -257,8 +258,12 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   ops.copy_2d(d.concat, 2 * row_bytes, w.e_norm, row_bytes, row_bytes, s, kind, ctx.stream);
   ops.copy_2d(d.concat + c, 2 * row_bytes, w.h_norm, row_bytes, row_bytes, s, kind, ctx.stream);
 
-  // eh_proj (column-parallel), its columns gathered over TP, this rank's rows kept under SP.
+  // eh_proj (column-parallel), its columns gathered over TP, this rank's rows kept under SP; under
+  // FP8 in its own fp8_autocast region, as the depth's layer (fp8_scaling.h).
+  Fp8Scaling* fp8 = ctx.gemm.fp8();
+  if (fp8) fp8->begin_region();
   eh_proj_[index].forward(ctx, pass, d.concat, w.eh_proj, w.projected);
+  if (fp8) fp8->end_region();
   const float* full = w.projected;
   if (w.gathered_columns) {
     const int64_t local_bytes = local_hidden_ * static_cast<int64_t>(sizeof(float));
@@ -271,7 +276,9 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   const float* rows = parallel.scatter_to_sequence_parallel_region(full, n, c);
   ops.copy(d.layer_input, rows, s * row_bytes, kind, ctx.stream);
 
+  if (fp8) fp8->begin_region();
   layers_[index]->forward(ctx, pass, d.layer_input, d.layer_output, *d.layer, *w.layers[index], t);
+  if (fp8) fp8->end_region();
   final_norm_[index].forward(ctx, d.layer_output, d.hidden, d.final_norm.mean, d.final_norm.rstd, s);
   output_.forward(ctx, pass, d.hidden, t.sequence_parallel, d.logits);
   loss_forward(ctx, pass, k, d);
@@ -328,7 +335,12 @@ void MtpBlock::backward_depth(const LayerContext& ctx, const LayerPass& pass, in
   if (d_h) ops.add_inplace(w.d_a, d_h, s * c, ctx.stream);
 
   final_norm_[index].backward(ctx, w.d_a, d.layer_output, d.final_norm.mean, d.final_norm.rstd, w.d_b, s);
+  // Under FP8 each region's backward ends with a backward-group update (TE: after its first
+  // module's backward), the layer's, then eh_proj's.
+  Fp8Scaling* fp8 = ctx.gemm.fp8();
+  if (fp8) fp8->begin_region();
   layers_[index]->backward(ctx, pass, d.layer_input, w.d_b, w.d_a, *d.layer, *w.layers[index], t);
+  if (fp8) fp8->end_region();
 
   // eh_proj: this rank's rows back to full rows (SP), this rank's columns, then the linear.
   const float* d_full = parallel.scatter_to_sequence_parallel_region_backward(
@@ -339,7 +351,9 @@ void MtpBlock::backward_depth(const LayerContext& ctx, const LayerPass& pass, in
     ops.copy_2d(w.projected, local_bytes, d_full + eh_column_offset_, row_bytes, local_bytes, n, kind, ctx.stream);
     d_projected = w.projected;
   }
+  if (fp8) fp8->begin_region();
   eh_proj_[index].backward(ctx, pass, d_projected, d.concat, w.eh_proj, w.d_concat);
+  if (fp8) fp8->end_region();
   ops.copy_2d(w.e_norm, row_bytes, w.d_concat, 2 * row_bytes, row_bytes, s, kind, ctx.stream);
   ops.copy_2d(w.h_norm, row_bytes, w.d_concat + c, 2 * row_bytes, row_bytes, s, kind, ctx.stream);
 
