@@ -34,9 +34,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "mt-train runs the all-to-all dispatcher"},
       {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
        "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
-      {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
-       "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
-       "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},
       // Under PP the last stage keeps a copy of the word table for the MTP lookups (model/layers/mtp.h);
       // Megatron's last stage would also hold a position table that nothing keeps equal to the first's.
       {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1 &&

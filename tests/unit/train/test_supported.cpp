@@ -99,15 +99,13 @@ TEST(Supported, EachEntryIsRefusedByItsFlagAndValue) {
   context.context_parallel_size = 2;
   EXPECT_EQ(refusal(latent, context), "");
   // Multi-token prediction runs (DeepSeek-V3 asks for it), under pipeline parallelism too (the
-  // depths on the last stage) but not with a learned position table there, nor under context
-  // parallelism, nor on CUDA.
+  // depths on the last stage) but not with a learned position table there, and under context
+  // parallelism (the rolls cross the CP ranks), not on CUDA.
   ModelConfig mtp = dense;
   mtp.mtp_num_layers = 1;
   EXPECT_EQ(refusal(mtp, one_rank), "");
   EXPECT_EQ(refusal(mt::model::preset("deepseek-v3"), one_rank), "");
-  EXPECT_EQ(refusal(mtp, context),
-            "--mtp-num-layers with --context-parallel-size 2: not supported yet (mt-train rolls the MTP tokens "
-            "within a rank's sequence, not across CP ranks; mt-mfu and mt-memreport account for it)");
+  EXPECT_EQ(refusal(mtp, context), "");
   ParallelConfig pipeline = one_rank;
   pipeline.pipeline_model_parallel_size = 2;
   EXPECT_EQ(refusal(mtp, pipeline), "");
