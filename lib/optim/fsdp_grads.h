@@ -25,7 +25,8 @@
 // finish() refuses a step in which some unit was reduced a different number of times than another
 // (a missed or repeated reduction). Sums, never averages (the trainer folds 1/DP into the loss
 // scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with
-// experts at EP=2 and EP=2 x expert-DP=2 and with idle experts, memory released) and tests/unit/backend/test_device_memory.cpp (the pages).
+// experts at EP=2 and EP=2 x expert-DP=2 and with idle experts, memory released) and
+// tests/unit/backend/test_device_memory.cpp (the pages).
 #pragma once
 
 #include <cstdint>

@@ -211,8 +211,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // mt-train's Megatron-FSDP units on rank 0 of a one-stage model, dense or MoE (optim/fsdp_grads.h,
 // optim/fsdp_params.h), bytes: the shard (the owned slices of the per-layer buckets: a dense
 // bucket's slice over DP x CP, an expert bucket's over expert-DP) plus what the rank holds beyond
-// it of the units in use (a MoE layer's dense and expert units are held together). Grads: the root's (embedding and head: the head's
-// backward writes the tied embedding's) or the embedding's and one layer's; weights under
+// it of the units in use (a MoE layer's dense and expert units are held together). Grads: the
+// root's (embedding and head: the head's backward writes the tied embedding's) or the
+// embedding's and one layer's; weights under
 // optim_grads_params: the root's and two adjacent layers' (the one computing and the one
 // prefetched; one without prefetch). Page rounding of the released regions (up to a 4 KiB page
 // per bucket edge) is not modelled.

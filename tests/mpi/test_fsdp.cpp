@@ -7,7 +7,8 @@
 // accumulated (2 per DP rank at DP=2); the same for optim_grads_params (parameters sharded,
 // gathered per unit; with prefetch, and at DP=2 without). MoE: tiny-mixtral's routing and
 // tiny-deepseek (dense and MoE layers, a shared expert) at EP=2 (optim_grads_params) and EP=1
-// (optim_grads) on 2 ranks, tiny-mixtral's at EP=2 x expert-DP=2 on 4 (both strategies); and runs in which EP rank 1's experts never receive a token
+// (optim_grads) on 2 ranks, tiny-mixtral's at EP=2 x expert-DP=2 on 4 (both strategies); and
+// runs in which EP rank 1's experts never receive a token
 // (at 4 ranks while their expert-DP peer's do). Also: the unit grad reductions run on
 // every micro-batch (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the unit gathers
 // (twice per layer unit and micro-batch, the root once) and prefetches; the memory the units hand
