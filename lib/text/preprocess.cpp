@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -991,8 +992,17 @@ class PartitionSpool {
 
 constexpr int kPartitionTag = 26;
 
-// A partition's records to rank 0: per record its size, then its bytes; size 0 ends it.
+// Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
+// another's turn would take a core from the ranks still tokenizing.
+void wait_sleeping(comm::Request& request) {
+  while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+// A partition's records to rank 0 once it asks for them: per record its size, then its bytes;
+// size 0 ends it.
 void send_partition(comm::Communicator& world, PartitionSpool& spool) {
+  int64_t turn = 0;
+  wait_sleeping(*world.recv_async(&turn, 1, DType::i64, 0, kPartitionTag));
   spool.drain([&](const std::string& record) {
     const int64_t size = static_cast<int64_t>(record.size());
     world.send(&size, 1, DType::i64, 0, kPartitionTag);
@@ -1002,11 +1012,13 @@ void send_partition(comm::Communicator& world, PartitionSpool& spool) {
   world.send(&end, 1, DType::i64, 0, kPartitionTag);
 }
 
-void receive_partition(comm::Communicator& world, int owner, std::vector<data::TokenDatasetWriter>& writers) {
+void receive_partition(comm::Communicator& world, int owner, int partition, std::vector<data::TokenDatasetWriter>& writers) {
+  const int64_t turn = partition;
+  world.send(&turn, 1, DType::i64, owner, kPartitionTag);
   std::string record;
   for (;;) {
     int64_t size = 0;
-    world.recv(&size, 1, DType::i64, owner, kPartitionTag);
+    wait_sleeping(*world.recv_async(&size, 1, DType::i64, owner, kPartitionTag));
     if (size == 0) return;
     record.resize(static_cast<size_t>(size));
     world.recv(record.data(), size, DType::u8, owner, kPartitionTag);
@@ -1094,7 +1106,7 @@ void write_partitions_in_turn(comm::Communicator& world, std::vector<std::unique
     if (owner == 0) {
       spools[p]->drain([&](const std::string& record) { write_record(record, writers); });
     } else {
-      receive_partition(world, owner, writers);
+      receive_partition(world, owner, static_cast<int>(p), writers);
     }
   }
 }
@@ -1103,7 +1115,7 @@ void write_partitions_in_turn(comm::Communicator& world, std::vector<std::unique
 PreprocessStats sum_over_ranks(comm::Communicator& world, const PreprocessStats& mine) {
   std::vector<int64_t> counts{mine.documents,  mine.empty_documents, mine.sequences, mine.tokens,
                               mine.text_bytes, mine.replaced,        mine.bad_lines, mine.blank_lines};
-  world.all_reduce(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum);
+  wait_sleeping(*world.all_reduce_async(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum));
   PreprocessStats total;
   total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
   total.text_bytes = counts[4], total.replaced = counts[5], total.bad_lines = counts[6], total.blank_lines = counts[7];
@@ -1159,13 +1171,15 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
         if (progress) progress(mine);
       });
   write_partitions_in_turn(world, spools, writers);
+  std::vector<std::string> outputs;
+  for (data::TokenDatasetWriter& writer : writers) {
+    writer.finish();
+    for (const std::string& path : writer.final_paths()) outputs.push_back(path);
+  }
 
   PreprocessStats total = sum_over_ranks(world, mine);
   for (int64_t bytes : plan.bytes) total.input_bytes += bytes;
-  for (data::TokenDatasetWriter& writer : writers) {
-    writer.finish();
-    for (const std::string& path : writer.final_paths()) total.outputs.push_back(path);
-  }
+  total.outputs = std::move(outputs);
   total.partition_files_reused = plan.reused;
   total.partitioned_inputs = plan.inputs;
   total.seconds = seconds_since(start);
