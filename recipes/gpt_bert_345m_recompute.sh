@@ -10,11 +10,11 @@
 # mt-train --dry-run instead. BERT rows train BERT-345M (tiny-bert in tiny mode) on WordPiece
 # sentences (common.sh's DATA_KIND=bert: tiny mode splits the corpus into sentences and tokenizes
 # them with tests/golden/wordpiece/vocab-uncased.txt, learned from the same corpus). What mt-train
-# refuses with BERT the recipe refuses by name: the SP rows (--sequence-parallel: BERT's head has no
-# sequence-parallel path) and a full-scale run (--device cuda: the CUDA attention is causal only);
-# their dry run plans the CPU table's run against the V100's memory (--device cpu --peak-device).
+# refuses with BERT the recipe refuses by name: a full-scale run (--device cuda: the CUDA attention
+# is causal only); BERT's dry run plans the CPU table's run against the V100's memory (--device cpu
+# --peak-device), its SP rows included.
 # MT_SBATCH names the submit command (default sbatch). README "Running a recipe".
-# Tested in tests/slurm/slurm.bats (a GPT row and a BERT row, tiny) and tests/slurm/recipes.bats.
+# Tested in tests/slurm/slurm.bats (a GPT row and a BERT SP row, tiny) and tests/slurm/recipes.bats.
 #SBATCH --signal=B:USR1@120
 #SBATCH --requeue
 #SBATCH --open-mode=append
@@ -52,7 +52,7 @@ run_row() {
   local model tp pp seq mode
   read -r model tp pp seq mode <<<"$(parse_row "$MT_ROW")"
   local refusal
-  refusal="$(bert_refusal "$model" "$mode")"
+  refusal="$(bert_refusal "$model")"
   [[ -z "$refusal" ]] || { echo "gpt_bert_345m_recompute: $MT_ROW: refused: $refusal" >&2; exit 2; }
   RECIPE="gpt_bert_345m_recompute.$MT_ROW"
   WORLD=8 TP=$tp PP=$pp CP=1 SP=0
@@ -80,12 +80,10 @@ run_row() {
   mt_recipe_main
 }
 
-# Why mt-train cannot run a row of MODEL and MODE as asked (empty: it can).
+# Why mt-train cannot run a row of MODEL as asked (empty: it can).
 bert_refusal() {
   [[ $1 == bert ]] || return 0
-  if [[ $2 == sp || $2 == sp-selective ]]; then
-    echo "mt-train refuses BERT under sequence parallelism (--sequence-parallel with BERT: its pooler and LM head have no sequence-parallel path yet)"
-  elif [[ "${MT_SCALE:-full}" == full && "${MT_DRY_RUN:-0}" != 1 ]]; then
+  if [[ "${MT_SCALE:-full}" == full && "${MT_DRY_RUN:-0}" != 1 ]]; then
     echo "mt-train refuses BERT with --device cuda (the CUDA attention is causal only, with no padding mask): MT_SCALE=tiny runs the row on CPU ranks, MT_DRY_RUN=1 plans it"
   fi
 }
@@ -98,7 +96,7 @@ submit_rows() {
     fields="$(parse_row "$row")" || exit 2
     local refusal model tp pp seq mode
     read -r model tp pp seq mode <<<"$fields"
-    refusal="$(bert_refusal "$model" "$mode")"
+    refusal="$(bert_refusal "$model")"
     if [[ -n "$refusal" ]]; then
       echo "gpt_bert_345m_recompute: $row: refused: $refusal" >&2
       refused=$((refused + 1))

@@ -2,9 +2,10 @@
 // (kernels/cuda/elementwise.cu), written as MT_HOST_DEVICE functions so the host can check it,
 // bit for bit, against the CPU kernels it copies (kernels/cpu/impl/elementwise.inc): the Cephes
 // expf, sigmoid, GELU (tanh form through sigmoid), SwiGLU (gate first, up second), the RoPE half
-// rotation with PyTorch's inv_freq, the keyed dropout block and the AdamW step, each in the CPU's
-// order of operations. The CPU kernels keep their own vectorisable copies; this header is the
-// contract the CUDA twins are held to. Tested in tests/unit/kernels/test_cuda_math.cpp.
+// rotation with PyTorch's inv_freq (and YaRN's scaled cos/sin), the keyed dropout block and the
+// AdamW step, each in the CPU's order of operations. The CPU kernels keep their own vectorisable
+// copies; this header is the contract the CUDA twins are held to. Tested in
+// tests/unit/kernels/test_cuda_math.cpp.
 #pragma once
 
 #include <cmath>
@@ -96,6 +97,17 @@ MT_HOST_DEVICE void rope_cos_sin(int64_t position, float inv_freq, float& cos_va
   cos_value = std::cos(angle);
   sin_value = std::sin(angle);
 #endif
+}
+
+// YaRN's cos and sin (kernels/common/yarn_rope.h): those of the angle float(position) * inv_freq
+// at YaRN's inv_freq, each then multiplied by the concentration factor, as the CPU's rope_yarn
+// entries multiply their cos/sin (Megatron multiplies its cos/sin tables). Concentration 1 gives
+// RoPE's values exactly (x * 1.0f is x).
+MT_HOST_DEVICE void rope_cos_sin_scaled(int64_t position, float inv_freq, float concentration, float& cos_value,
+                                        float& sin_value) {
+  rope_cos_sin(position, inv_freq, cos_value, sin_value);
+  cos_value *= concentration;
+  sin_value *= concentration;
 }
 
 // Rotates the pair (first[i], second[i]) = (x1, x2) of a head in half-rotation (GPT-NeoX) layout;

@@ -46,7 +46,7 @@ struct AttentionDropout {
 // every key s with kv_pos0+s < key_lengths[b] (the sample's valid tokens, padding after them, as
 // Megatron's padding_mask; null key_lengths: every key), doc_start must be null. Padded query rows
 // attend the valid keys like any other row (Megatron masks them whole; neither reaches a loss).
-// The CPU kernels run it; the CUDA entries and the ring attention (CP) refuse it.
+// The CPU kernels run it (the ring attention, CP, block by block); the CUDA entries refuse it.
 struct AttentionShape {
   int batch = 1;
   int q_len = 0;

@@ -47,6 +47,9 @@ struct CpuOps {
   // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   void (*gelu_forward)(const float* x, float* y, int64_t n);
   void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n);
+  // GELU, exact (erf) form (PyTorch's F.gelu, BERT's LM head): 0.5 x (1 + erf(x / sqrt(2))).
+  void (*gelu_erf_forward)(const float* x, float* y, int64_t n);
+  void (*gelu_erf_backward)(const float* dy, const float* x, float* dx, int64_t n);
   // y = tanh(x) (BERT's pooler); backward from the forward's output: dx = dy (1 - y^2).
   void (*tanh_forward)(const float* x, float* y, int64_t n);
   void (*tanh_backward)(const float* dy, const float* y, float* dx, int64_t n);

@@ -3,11 +3,13 @@
 // every pointer they touch is 16-byte aligned (bias_add: and cols % 4 == 0), one otherwise; SwiGLU
 // takes an element, RoPE a rotated pair and dropout a Philox block (four columns) per thread.
 // The per-element arithmetic is kernels/common/elementwise_math.h, the CPU kernels'
-// (kernels/cpu/impl/elementwise.inc) formulas in their order: GELU in the tanh form, SwiGLU with the gate half first, RoPE's half rotation with inv_freq computed on the host
-// exactly as the CPU does (passed by value in the launch), dropout keyed by (seed, stream,
-// iteration, global row id, global column) so the same elements drop as on the CPU, AdamW in the
-// CPU's update order with the bf16 copy rounded as half.h. Every entry only queues work on the
-// given stream: no allocation, no copies, no synchronisation; a launch error throws
+// (kernels/cpu/impl/elementwise.inc) formulas in their order: GELU in the tanh form, SwiGLU with
+// the gate half first, RoPE's half rotation with inv_freq computed on the host exactly as the CPU
+// does (passed by value in the launch; YaRN's from yarn_inv_freq, with its concentration factor on
+// cos and sin), dropout keyed by (seed, stream, iteration, global row id, global column) so the
+// same elements drop as on the CPU, AdamW in the CPU's update order with the bf16 copy rounded as
+// half.h. Every entry only queues work on the given stream: no allocation, no copies, no
+// synchronisation; a launch error throws
 // std::runtime_error naming the entry. Tested on a GPU by the op harness
 // (tests/gpu/test_cuda_op_harness.cpp); the shared arithmetic on the CPU by
 // tests/unit/kernels/test_cuda_math.cpp.
@@ -19,6 +21,7 @@
 #include <string>
 
 #include "kernels/common/elementwise_math.h"
+#include "kernels/common/yarn_rope.h"
 #include "kernels/cuda/ops.h"
 
 namespace mt::kernels::cuda {
@@ -118,6 +121,7 @@ __global__ void swiglu_backward_kernel(const float* dy, const float* gate_up, fl
 
 struct RopeFrequencies {
   float inv_freq[kMaxRopeHalf];  // (half)
+  float concentration = 1.0f;    // YaRN's cos/sin multiplier; RoPE's is 1
 };
 
 // One thread per rotated pair (row r, head h, i < half): (first[i], first[half + i]).
@@ -131,23 +135,44 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t row_stride, int head
     const int64_t r = index / half / heads;
     float* first = x + r * row_stride + int64_t(h) * head_dim;
     float cos_value, sin_value;
-    rope_cos_sin(positions[r], frequencies.inv_freq[i], cos_value, sin_value);
+    rope_cos_sin_scaled(positions[r], frequencies.inv_freq[i], frequencies.concentration, cos_value, sin_value);
     rope_rotate(first[i], first[half + i], cos_value, sin_value, transpose);
   }
+}
+
+// The launch parameters for a head of head_dim dims, inv_freq still zero; refuses heads wider
+// than they hold.
+RopeFrequencies rope_frequencies(int head_dim, const char* entry) {
+  if (head_dim / 2 > kMaxRopeHalf)
+    throw std::invalid_argument(std::string("cuda ") + entry + ": head_dim " + std::to_string(head_dim) +
+                                " is above the largest supported, " + std::to_string(2 * kMaxRopeHalf + 1));
+  return RopeFrequencies{};
+}
+
+void rope_launch(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                 const RopeFrequencies& frequencies, bool transpose, void* stream, const char* entry) {
+  rope_kernel<<<blocks_for(rows * heads * (head_dim / 2)), kThreads, 0, as_stream(stream)>>>(
+      x, rows, row_stride, heads, head_dim, positions, frequencies, transpose);
+  check_launch(entry);
 }
 
 void rope_apply(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
                 float base, bool transpose, void* stream, const char* entry) {
   if (rows <= 0 || heads <= 0 || head_dim < 2) return;
-  const int half = head_dim / 2;
-  if (half > kMaxRopeHalf)
-    throw std::invalid_argument(std::string("cuda ") + entry + ": head_dim " + std::to_string(head_dim) +
-                                " is above the largest supported, " + std::to_string(2 * kMaxRopeHalf + 1));
-  RopeFrequencies frequencies{};
-  for (int i = 0; i < half; ++i) frequencies.inv_freq[i] = rope_inv_freq(base, i, head_dim);
-  rope_kernel<<<blocks_for(rows * heads * half), kThreads, 0, as_stream(stream)>>>(
-      x, rows, row_stride, heads, head_dim, positions, frequencies, transpose);
-  check_launch(entry);
+  RopeFrequencies frequencies = rope_frequencies(head_dim, entry);
+  for (int i = 0; i < head_dim / 2; ++i) frequencies.inv_freq[i] = rope_inv_freq(base, i, head_dim);
+  rope_launch(x, rows, row_stride, heads, head_dim, positions, frequencies, transpose, stream, entry);
+}
+
+// YaRN: the same rotation at YaRN's frequencies (yarn_inv_freq, the host function the CPU entries
+// call) with cos and sin times the concentration factor.
+void rope_yarn_apply(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                     const YarnRope& yarn, bool transpose, void* stream, const char* entry) {
+  if (rows <= 0 || heads <= 0 || head_dim < 2) return;
+  RopeFrequencies frequencies = rope_frequencies(head_dim, entry);
+  yarn_inv_freq(yarn, head_dim, frequencies.inv_freq);
+  frequencies.concentration = yarn.concentration;
+  rope_launch(x, rows, row_stride, heads, head_dim, positions, frequencies, transpose, stream, entry);
 }
 
 // --- elementwise, bias ---------------------------------------------------------------------------
@@ -303,6 +328,16 @@ void rope_forward(float* x, int64_t rows, int64_t row_stride, int heads, int hea
 void rope_backward(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
                    float base, void* stream) {
   rope_apply(dx, rows, row_stride, heads, head_dim, positions, base, true, stream, "rope_backward");
+}
+
+void rope_yarn_forward(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                       const YarnRope& yarn, void* stream) {
+  rope_yarn_apply(x, rows, row_stride, heads, head_dim, positions, yarn, false, stream, "rope_yarn_forward");
+}
+
+void rope_yarn_backward(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                        const int32_t* positions, const YarnRope& yarn, void* stream) {
+  rope_yarn_apply(dx, rows, row_stride, heads, head_dim, positions, yarn, true, stream, "rope_yarn_backward");
 }
 
 void add_inplace(float* y, const float* x, int64_t n, void* stream) {

@@ -17,6 +17,7 @@
 #include "kernels/common/moe_router_params.h"
 #include "kernels/common/fp8.h"
 #include "kernels/common/op_params.h"
+#include "kernels/common/yarn_rope.h"
 
 namespace mt::kernels::cuda {
 
@@ -37,6 +38,10 @@ void rope_forward(float* x, int64_t rows, int64_t row_stride, int heads, int hea
                   float base, void* stream);
 void rope_backward(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
                    float base, void* stream);
+void rope_yarn_forward(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,
+                       const YarnRope& yarn, void* stream);
+void rope_yarn_backward(float* dx, int64_t rows, int64_t row_stride, int heads, int head_dim,
+                        const int32_t* positions, const YarnRope& yarn, void* stream);
 void add_inplace(float* y, const float* x, int64_t n, void* stream);
 void scale_inplace(float* x, int64_t n, float s, void* stream);
 void bias_add(float* y, const float* bias, int64_t rows, int cols, void* stream);

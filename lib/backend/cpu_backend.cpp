@@ -293,6 +293,8 @@ const Ops& cpu_ops() {
       .rmsnorm_backward = MT_CPU_KERNEL(rmsnorm_backward),
       .gelu_forward = MT_CPU_KERNEL(gelu_forward),
       .gelu_backward = MT_CPU_KERNEL(gelu_backward),
+      .gelu_erf_forward = MT_CPU_KERNEL(gelu_erf_forward),
+      .gelu_erf_backward = MT_CPU_KERNEL(gelu_erf_backward),
       .tanh_forward = MT_CPU_KERNEL(tanh_forward),
       .tanh_backward = MT_CPU_KERNEL(tanh_backward),
       .swiglu_forward = MT_CPU_KERNEL(swiglu_forward),

@@ -65,6 +65,13 @@ void tanh_forward(const float*, float*, int64_t, Stream) {
 void tanh_backward(const float*, const float*, float*, int64_t, Stream) {
   throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
 }
+// Nor an erf GELU kernel (BERT's LM head).
+void gelu_erf_forward(const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
+}
+void gelu_erf_backward(const float*, const float*, float*, int64_t, Stream) {
+  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
+}
 
 [[noreturn]] void unsupported_conversion(DType in_type, DType out_type) {
   throw std::invalid_argument(std::string("cuda backend: no conversion from ") + dtype_name(in_type) + " to " +
@@ -129,20 +136,6 @@ void convert(const void* in, DType in_type, void* out, DType out_type, int64_t n
 void round_through(const float* in, float* out, int64_t n, DType through, Stream stream) {
   if (!is_half(through)) unsupported_conversion(DType::f32, through);
   cuda::round_through(in, out, n, half_type(through), stream.handle);
-}
-
-// ---- YaRN RoPE: no CUDA kernel yet (train/supported.h refuses --rope-type yarn on CUDA first) ----
-[[noreturn]] void refuse_yarn(const char* entry) {
-  throw std::invalid_argument(std::string("cuda backend: ") + entry +
-                              " (--rope-type yarn) has no CUDA kernel yet; run YaRN on the CPU backend");
-}
-
-void rope_yarn_forward(float*, int64_t, int64_t, int, int, const int32_t*, const kernels::YarnRope&, Stream) {
-  refuse_yarn("rope_yarn_forward");
-}
-
-void rope_yarn_backward(float*, int64_t, int64_t, int, int, const int32_t*, const kernels::YarnRope&, Stream) {
-  refuse_yarn("rope_yarn_backward");
 }
 
 // ---- GEMM: native 16-bit operands with fp32 accumulation; f32 operands never through TF32 ----
@@ -265,8 +258,6 @@ void fp8_update_scales(float* amax, float* amax_history, float* scale, float* sc
 // transpose on any type, as the CPU.
 bool supports(OpId op, DType dtype) {
   switch (op) {
-    case OpId::rope_yarn_forward:
-    case OpId::rope_yarn_backward: return false;  // no CUDA kernel yet (refused by name)
     case OpId::allocate:
     case OpId::release:
     case OpId::default_stream:
@@ -283,7 +274,9 @@ bool supports(OpId op, DType dtype) {
     case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
     case OpId::tanh_forward:
-    case OpId::tanh_backward: return false;  // no kernel yet (BERT's pooler)
+    case OpId::tanh_backward:
+    case OpId::gelu_erf_forward:
+    case OpId::gelu_erf_backward: return false;  // no kernel yet (BERT's pooler and LM head)
     case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
     case OpId::grouped_gemm:
     case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;  // as the CPU's
@@ -325,14 +318,16 @@ const Ops& cuda_ops() {
       .rmsnorm_backward = MT_CUDA_KERNEL(rmsnorm_backward),
       .gelu_forward = MT_CUDA_KERNEL(gelu_forward),
       .gelu_backward = MT_CUDA_KERNEL(gelu_backward),
+      .gelu_erf_forward = gelu_erf_forward,
+      .gelu_erf_backward = gelu_erf_backward,
       .tanh_forward = tanh_forward,
       .tanh_backward = tanh_backward,
       .swiglu_forward = MT_CUDA_KERNEL(swiglu_forward),
       .swiglu_backward = MT_CUDA_KERNEL(swiglu_backward),
       .rope_forward = MT_CUDA_KERNEL(rope_forward),
       .rope_backward = MT_CUDA_KERNEL(rope_backward),
-      .rope_yarn_forward = rope_yarn_forward,
-      .rope_yarn_backward = rope_yarn_backward,
+      .rope_yarn_forward = MT_CUDA_KERNEL(rope_yarn_forward),
+      .rope_yarn_backward = MT_CUDA_KERNEL(rope_yarn_backward),
       .attention_forward = attention_forward,
       .attention_backward = attention_backward,
       .attention_merge = MT_CUDA_KERNEL(attention_merge),

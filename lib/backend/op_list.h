@@ -34,6 +34,8 @@
   X(rmsnorm_backward)              \
   X(gelu_forward)                  \
   X(gelu_backward)                 \
+  X(gelu_erf_forward)              \
+  X(gelu_erf_backward)             \
   X(tanh_forward)                  \
   X(tanh_backward)                 \
   X(swiglu_forward)                \

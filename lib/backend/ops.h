@@ -147,6 +147,8 @@ struct Ops {
                            float* dweight, int64_t rows, int cols, Stream stream);
   void (*gelu_forward)(const float* x, float* y, int64_t n, Stream stream);
   void (*gelu_backward)(const float* dy, const float* x, float* dx, int64_t n, Stream stream);
+  void (*gelu_erf_forward)(const float* x, float* y, int64_t n, Stream stream);
+  void (*gelu_erf_backward)(const float* dy, const float* x, float* dx, int64_t n, Stream stream);
   void (*tanh_forward)(const float* x, float* y, int64_t n, Stream stream);
   void (*tanh_backward)(const float* dy, const float* y, float* dx, int64_t n, Stream stream);
   void (*swiglu_forward)(const float* gate_up, float* y, int64_t rows, int ffn, Stream stream);

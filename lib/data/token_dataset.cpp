@@ -557,12 +557,11 @@ void kill_between_renames_if_asked() {
 
 }  // namespace
 
-void TokenDatasetWriter::append_dataset(const TokenDataset& source, SourceTokens tokens) {
+void TokenDatasetWriter::append_dataset(const TokenDataset& source) {
   State& s = *state_;
   s.check_open();
   const auto runs = contiguous_runs(source);
-  const bool in_vocabulary =
-      tokens == SourceTokens::checked || tokens_in_vocabulary(source.token_storage(), s.dtype, runs, s.vocab_size);
+  const bool in_vocabulary = tokens_in_vocabulary(source.token_storage(), s.dtype, runs, s.vocab_size);
   if (source.dtype() != s.dtype || !in_vocabulary) {
     const auto documents = source.document_indices();
     std::vector<int32_t> tokens;

@@ -78,12 +78,9 @@ class TokenDatasetWriter {
   // document indices, offset by the sequences written so far). When source's dtype is this
   // writer's, its token bytes are copied as they are stored, after one scan checks that every
   // token is in the vocabulary; otherwise (or when that scan finds one outside it) sequence by
-  // sequence, with add_sequence's conversion and error. SourceTokens::checked skips that scan,
-  // for a source this run wrote with a writer of the same vocabulary (a partition of mt-tokenize
-  // --partitions). The bytes of a .bin source are copied by the kernel (copy_file_range) where
-  // it can.
-  enum class SourceTokens { unchecked, checked };
-  void append_dataset(const TokenDataset& source, SourceTokens tokens = SourceTokens::unchecked);
+  // sequence, with add_sequence's conversion and error. The bytes of a .bin source are copied by
+  // the kernel (copy_file_range) where it can.
+  void append_dataset(const TokenDataset& source);
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
   // first so a stale index never pairs with a new .bin: a kill between the renames leaves a .bin

@@ -33,8 +33,11 @@ bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers) {
 }
 
 bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers) {
-  return entry.layer >= 0 && entry.layer < num_layers && entry.local_shape.size() == 2 && !is_moe_router(entry) &&
-         layer_runs_in_fp8(config, entry.layer, num_layers);
+  if (entry.local_shape.size() != 2 || is_moe_router(entry) || entry.layer < 0) return false;
+  if (entry.layer < num_layers) return layer_runs_in_fp8(config, entry.layer, num_layers);
+  // Layer ids L + k: an MTP depth's eh_proj and its layer's linears, not the output layer nor the
+  // word table's copy, which share depth 0's id.
+  return entry.name.rfind("mtp.layers.", 0) == 0 || entry.name.rfind("decoder.layers.", 0) == 0;
 }
 
 bool is_moe_router(const ParamEntry& entry) {
@@ -159,7 +162,7 @@ void Fp8Scaling::begin_forward(int slot, bool training) {
   if (slot < 0 || slot >= slots_) {
     throw Error("FP8 activation slot " + std::to_string(slot), "outside the " + std::to_string(slots_) + " reserved");
   }
-  phase_ = training ? Fp8Phase::forward : Fp8Phase::evaluation;
+  phase_ = last_pass_ = training ? Fp8Phase::forward : Fp8Phase::evaluation;
   slot_ = slot;
 }
 
@@ -173,7 +176,7 @@ void Fp8Scaling::end_forward() {
 
 void Fp8Scaling::begin_backward(int slot) {
   begin_forward(slot, true);
-  phase_ = Fp8Phase::backward;
+  phase_ = last_pass_ = Fp8Phase::backward;
 }
 
 void Fp8Scaling::end_backward() {
@@ -181,6 +184,19 @@ void Fp8Scaling::end_backward() {
   if (linears() == 0) return;
   if (reduce_) reduce_(amaxes() + 2 * linears(), linears());
   update_group(false);
+}
+
+void Fp8Scaling::begin_region() {
+  if (last_pass_ == Fp8Phase::outside) throw Error("FP8 region", "no forward or backward to re-enter");
+  phase_ = last_pass_;
+}
+
+void Fp8Scaling::end_region() {
+  if (phase_ == Fp8Phase::backward) {
+    end_backward();
+  } else {
+    end_forward();
+  }
 }
 
 void Fp8Scaling::begin_recompute() {

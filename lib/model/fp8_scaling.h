@@ -18,9 +18,15 @@
 // is_first_microbatch: later micro-batches reuse the cached FP8 weight, record no weight amax and
 // push a zero into its history), the output grad with the live backward scale. Evaluation
 // forwards use the live scales and feed no amax (TE updates nothing outside grad mode).
+// Multi-token prediction (model/layers/mtp.h) adds two such fp8_autocasts per depth after the
+// decoder's, one around eh_proj and one around the depth's layer, each ending in a forward-group
+// update; in the backward each ends in a backward-group update after the backward of its first
+// FP8 module (the layer's, then eh_proj's), before the decoder's (begin_region, end_region).
 // What runs in FP8 (Megatron with Transformer Engine): the linears of the transformer layers
 // (qkv, projection, fc1, fc2; in a MoE layer each local expert's fc1 and fc2 and the shared
-// expert's, not the router: model/moe/experts.h), not the embedding nor the output layer; with
+// expert's, not the router: model/moe/experts.h) and of the MTP depths (eh_proj and the depth's
+// layer, whatever --first-last-layers-bf16 says: Megatron's MTP takes get_fp8_context without a
+// layer number), not the embedding nor the output layer; with
 // --first-last-layers-bf16 not the first --num-layers-at-start-in-bf16 nor the last
 // --num-layers-at-end-in-bf16 layers either (Megatron's is_first_last_bf16_layer: their GEMMs
 // take the run's bf16/fp16 path and have no FP8 state); with --no-fp8-wgrad a linear's
@@ -66,7 +72,7 @@ struct Fp8Config {
 // in FP8: not with --first-last-layers-bf16 when it is among the first or last layers it names.
 bool layer_runs_in_fp8(const Fp8Config& config, int layer, int num_layers);
 // Whether `entry` of a layout is the weight of an FP8 linear (a 2-D weight of an FP8 layer, not
-// a MoE router's).
+// a MoE router's, or of an MTP depth: mtp.layers.<k>.eh_proj and decoder.layers.<L + k>.).
 bool is_fp8_weight(const Fp8Config& config, const ParamEntry& entry, int num_layers);
 // A MoE layer's router weight (...mlp.router.weight): Megatron's TopKRouter multiplies it in the
 // input dtype or fp32 (a plain parameter, no TE module), never in FP8.
@@ -81,8 +87,8 @@ enum class Fp8Phase { outside, forward, evaluation, recompute, backward };
 
 class Fp8Scaling {
  public:
-  // The decoder layers' 2-D weights of `layout` (layers [0, num_layers)) are the FP8 linears; a
-  // fused group's GEMM starts at one of them. Throws UsageError when `ops` lacks an FP8 entry.
+  // The weights of `layout` that is_fp8_weight names (the decoder layers' and the MTP depths')
+  // are the FP8 linears; a fused group's GEMM starts at one of them. Throws UsageError when `ops` lacks an FP8 entry.
   Fp8Scaling(const backend::Ops& ops, const Fp8Config& config, const ParamLayout& layout, int num_layers,
              backend::MemoryLedger* ledger = nullptr);
 
@@ -106,8 +112,8 @@ class Fp8Scaling {
   uint8_t* weight_codes() { return weight_codes_.data(); }
   uint8_t* weight_codes_transposed() { return weight_codes_.data() + weight_capacity_; }
   int64_t weight_capacity() const { return weight_capacity_; }
-  // Scratch of at least `bytes` bytes for an expert's weight-gradient operands padded to 16 rows
-  // (PrecisionGemm::set_fp8_rows_padded); grows on demand.
+  // Scratch of at least `bytes` bytes for an expert's FP8 operands padded to 16 rows
+  // (PrecisionGemm::set_fp8_rows_padded, model::Fp8RowPadding); grows on demand.
   uint8_t* padding_codes(int64_t bytes);
 
   // The amaxes gathered since the last update of every tensor (forward group, then backward
@@ -134,6 +140,12 @@ class Fp8Scaling {
   // Backward of `slot` begins / ends (the end reduces and updates the backward group).
   void begin_backward(int slot);
   void end_backward();
+  // Megatron's MTP layer runs eh_proj and the depth's layer each in an fp8_autocast of its own
+  // (transformer/multi_token_prediction.py): a region re-enters the pass of the last begin_forward
+  // or begin_backward (its slot; training, evaluation or backward), and its end closes it as
+  // end_forward or end_backward would (a training pass's group reduced and updated).
+  void begin_region();
+  void end_region();
   // A recompute inside the backward re-runs forwards with the slot's forward scales, recording nothing.
   void begin_recompute();
   void end_recompute();
@@ -186,6 +198,7 @@ class Fp8Scaling {
   std::function<void(float*, int64_t)> reduce_;
   Fp8Phase phase_ = Fp8Phase::outside;
   Fp8Phase phase_before_recompute_ = Fp8Phase::outside;
+  Fp8Phase last_pass_ = Fp8Phase::outside;  // what begin_region re-enters
   int slot_ = 0;
 };
 

@@ -103,6 +103,14 @@ void PrecisionGemm::linear_backward_weight(const float* dy, const float* x, int6
 
 // ---- FP8 mode ------------------------------------------------------------------------------
 
+Fp8RowPadding fp8_row_padding(int64_t rows) {
+  Fp8RowPadding padding;
+  padding.rows = rows;
+  padding.body = rows / Fp8RowPadding::kBlock * Fp8RowPadding::kBlock;
+  padding.padded = (rows + Fp8RowPadding::kBlock - 1) / Fp8RowPadding::kBlock * Fp8RowPadding::kBlock;
+  return padding;
+}
+
 int64_t PrecisionGemm::fp8_linear(int64_t weight_offset, int64_t rows, int64_t in_features,
                                   int64_t out_features) const {
   if (!fp8_) return -1;
@@ -140,35 +148,58 @@ PrecisionGemm::Fp8Codes PrecisionGemm::fp8_weight(int64_t weight_offset, int64_t
   return {codes_t, scale_inv};
 }
 
+uint8_t* PrecisionGemm::fp8_row_codes(const Fp8RowPadding& padding, int64_t cols, int64_t n) const {
+  if (padding.tail() == 0) return byte_scratch(0);  // (rows, cols): no padding
+  uint8_t* codes = fp8_->padding_codes(padding.scratch_bytes(cols, n));  // (padded, cols), then (16, n) fp32
+  ops_.zero(codes + padding.rows * cols, (padding.padded - padding.rows) * cols, ops_.default_stream());
+  return codes;
+}
+
+void PrecisionGemm::fp8_gemm_rows(const Fp8RowPadding& padding, int64_t n, int64_t k, uint8_t* a,
+                                  kernels::Fp8Type a_type, const float* a_scale_inv, const Fp8Codes& b,
+                                  kernels::Fp8Type b_type, float* c) const {
+  const backend::Stream stream = ops_.default_stream();
+  if (padding.body > 0) {
+    ops_.gemm_fp8(padding.body, n, k, 1.0f, a, a_type, a_scale_inv, k, b.codes, b_type, b.scale_inv, k, 0.0f, c, n,
+                  stream);
+  }
+  if (padding.tail() == 0) return;
+  float* tail_out = reinterpret_cast<float*>(a + padding.tail_output_offset(k));  // (16, n)
+  ops_.gemm_fp8(Fp8RowPadding::kBlock, n, k, 1.0f, a + padding.body * k, a_type, a_scale_inv, k, b.codes, b_type,
+                b.scale_inv, k, 0.0f, tail_out, n, stream);
+  ops_.copy(c + padding.body * n, tail_out, padding.tail() * n * static_cast<int64_t>(sizeof(float)),
+            backend::CopyKind::device_to_device, stream);
+}
+
 void PrecisionGemm::fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
                                 int64_t linear, int64_t out_features, float* y) const {
   if (rows == 0) {  // an expert without tokens: TE's GroupedLinear still casts its weight (amax, cache)
     fp8_weight(weight_offset, linear, out_features, in_features, false);
     return;
   }
-  uint8_t* x_codes = byte_scratch(0);  // (rows, in)
+  const Fp8RowPadding padding = fp8_row_padding(rows);
+  uint8_t* x_codes = fp8_row_codes(padding, in_features, out_features);  // (rows, in), padded
   const float* x_scale_inv = fp8_quantize(x, rows * in_features, linear, Fp8Operand::input, x_codes);
   const Fp8Codes w = fp8_weight(weight_offset, linear, out_features, in_features, false);  // (out, in)
-  ops_.gemm_fp8(rows, out_features, in_features, 1.0f, x_codes, fp8_->type(Fp8Operand::input), x_scale_inv,
-                in_features, w.codes, fp8_->type(Fp8Operand::weight), w.scale_inv, in_features, 0.0f, y,
-                out_features, ops_.default_stream());
+  fp8_gemm_rows(padding, out_features, in_features, x_codes, fp8_->type(Fp8Operand::input), x_scale_inv, w,
+                fp8_->type(Fp8Operand::weight), y);
 }
 
 void PrecisionGemm::fp8_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                                        int64_t linear, int64_t in_features, float* dx) const {
-  uint8_t* dy_codes = byte_scratch(0);  // (rows, out)
+  const Fp8RowPadding padding = fp8_row_padding(rows);
+  uint8_t* dy_codes = fp8_row_codes(padding, out_features, in_features);  // (rows, out), padded
   const float* dy_scale_inv = fp8_quantize(dy, rows * out_features, linear, Fp8Operand::output_grad, dy_codes);
   const Fp8Codes w_t = fp8_weight(weight_offset, linear, out_features, in_features, true);  // (in, out)
-  ops_.gemm_fp8(rows, in_features, out_features, 1.0f, dy_codes, fp8_->type(Fp8Operand::output_grad), dy_scale_inv,
-                out_features, w_t.codes, fp8_->type(Fp8Operand::weight), w_t.scale_inv, out_features, 0.0f, dx,
-                in_features, ops_.default_stream());
+  fp8_gemm_rows(padding, in_features, out_features, dy_codes, fp8_->type(Fp8Operand::output_grad), dy_scale_inv, w_t,
+                fp8_->type(Fp8Operand::weight), dx);
 }
 
 void PrecisionGemm::fp8_backward_weight(const float* dy, const float* x, int64_t rows, int64_t out_features,
                                         int64_t in_features, int64_t weight_offset, int64_t linear) const {
   // The GEMM's depth is the rows: an expert's rows are padded with zero codes (FP8's +0) to a
   // multiple of 16 (TE's Fp8Padding), in scratch of their own; the quantize sees the real rows only.
-  const int64_t depth = fp8_rows_padded_ ? (rows + 15) / 16 * 16 : rows;
+  const int64_t depth = fp8_row_padding(rows).padded;
   uint8_t *dy_codes, *x_codes;
   if (depth == rows) {
     // Each scratch buffer holds rows * widest floats: room for an operand's codes and their transpose.

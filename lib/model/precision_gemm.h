@@ -3,7 +3,8 @@
 // fp32; bf16 bits where the backend's GEMM takes bf16; else fp32 values rounded through bf16 or
 // fp16), one per rank over its whole flat buffer. PrecisionGemm runs a layer's linear products,
 // converting activations into one of two operand buffers the same way. Tested through
-// tests/unit/model/test_model_gradients.cpp (bf16 stays near fp32) and tests/unit/train/test_golden.cpp.
+// tests/unit/model/test_model_gradients.cpp (bf16 stays near fp32) and tests/unit/train/test_golden.cpp;
+// FP8 in tests/unit/model/test_fp8_gemm.cpp, its MoE row padding in test_fp8_experts.cpp.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,29 @@ class GemmWeights {
 // The element type activations are rounded through for a precision (bf16, f16; f32 for fp32).
 DType precision_dtype(Precision precision);
 
+// TE's Fp8Padding of one MoE expert's rows for its FP8 GEMMs (PrecisionGemm::set_fp8_rows_padded):
+// cuBLASLt's FP8 GEMMs take rows in multiples of 16 only. Zero rows change no output row, gradient
+// or amax, so a GEMM whose M is the rows (the forward, the data gradient) multiplies the `body`
+// rows in whole 16-row blocks straight into its output and the `tail` rows (rows % 16) as one
+// 16-row block whose codes past them are zero, into a 16-row fp32 scratch whose first `tail` rows
+// are copied out; a GEMM whose depth is the rows (the weight gradient) takes all `padded` rows, the
+// padding as zero codes. Host arithmetic only: the device sees sizes and offsets.
+struct Fp8RowPadding {
+  static constexpr int64_t kBlock = 16;     // cuBLASLt's FP8 multiple
+  static constexpr int64_t kAlign = 256;    // the tail's fp32 block within the scratch
+  int64_t rows = 0;
+  int64_t body = 0;    // rows / 16 * 16
+  int64_t padded = 0;  // rows rounded up to a multiple of 16
+  int64_t tail() const { return rows - body; }
+  // The padding scratch of an operand (padded, k) of codes followed by the tail's output (16, n)
+  // fp32 at tail_output_offset(k) bytes: the bytes it takes.
+  int64_t tail_output_offset(int64_t k) const { return (padded * k + kAlign - 1) / kAlign * kAlign; }
+  int64_t scratch_bytes(int64_t k, int64_t n) const {
+    return tail_output_offset(k) + kBlock * n * static_cast<int64_t>(sizeof(float));
+  }
+};
+Fp8RowPadding fp8_row_padding(int64_t rows);
+
 class PrecisionGemm {
  public:
   PrecisionGemm(const backend::Ops& ops, const GemmWeights& weights) : ops_(ops), weights_(weights) {}
@@ -73,11 +97,11 @@ class PrecisionGemm {
   void set_fp8(Fp8Scaling* fp8) { fp8_ = fp8; }
   Fp8Scaling* fp8() const { return fp8_; }
   // The MoE experts' FP8 GEMMs (TE's Fp8Padding before GroupedLinear): each expert's rows are
-  // padded with zero rows to a multiple of 16, so their count need not be one. Zero rows add
-  // nothing to an amax (a max of |x|) and give zero output rows that Fp8Unpadding drops, so the
-  // forward and data-gradient GEMMs leave them out; the weight-gradient GEMM, whose depth is the
-  // rows, gets them as zero codes (Fp8Scaling::padding_codes). tests/unit/model/test_fp8_experts.cpp
-  // holds the numbers equal to those of rows padded by the caller.
+  // padded with zero rows to a multiple of 16 (Fp8RowPadding, in Fp8Scaling::padding_codes), so
+  // their count need not be one and every FP8 GEMM takes rows in multiples of 16, as cuBLASLt
+  // needs; the same calls run on every backend. Zero rows add nothing to an amax (a max of |x|)
+  // and give zero output rows that Fp8Unpadding drops. tests/unit/model/test_fp8_experts.cpp holds
+  // the numbers equal to those of rows padded by the caller and checks every GEMM's shape.
   void set_fp8_rows_padded(bool padded) { fp8_rows_padded_ = padded; }
 
   // y (rows, out) = x (rows, in) . W^T, W (out, in) at `weight_offset`. An FP8 linear with 0 rows
@@ -107,6 +131,12 @@ class PrecisionGemm {
   // W's codes (out, in) in the weight scratch, and with `transposed` their transpose (in, out).
   Fp8Codes fp8_weight(int64_t weight_offset, int64_t linear, int64_t out_features, int64_t in_features,
                             bool transposed) const;
+  // The codes scratch of an operand of `rows` rows of `cols` (padded rows with zero codes past
+  // `rows` when set_fp8_rows_padded asks for padding).
+  uint8_t* fp8_row_codes(const Fp8RowPadding& padding, int64_t cols, int64_t n) const;
+  // c (rows, n) = scaled a (rows, k) . b (n, k)^T, a's codes in fp8_row_codes's scratch.
+  void fp8_gemm_rows(const Fp8RowPadding& padding, int64_t n, int64_t k, uint8_t* a, kernels::Fp8Type a_type,
+                     const float* a_scale_inv, const Fp8Codes& b, kernels::Fp8Type b_type, float* c) const;
   void fp8_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t linear,
                    int64_t out_features, float* y) const;
   void fp8_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset, int64_t linear,

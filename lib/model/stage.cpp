@@ -274,6 +274,8 @@ const float* Stage::backward(int slot, const float* d_output, float dloss_scale)
     before(head_layer(config_));
     // The MTP depths' grads first (depths k > 0 signal L + k); their grad of the final norm's
     // output joins the head's before its norm, and the head's signal covers depth 0.
+    // Under FP8 the depths' regions re-enter this slot's backward (Fp8Scaling::begin_region).
+    if (options_.fp8 && blocks_.mtp) options_.fp8->begin_backward(slot);
     const float* d_final_norm =
         blocks_.mtp ? blocks_.mtp->backward(ctx, pass, acts.head.final_norm, *acts.mtp, *w.mtp, w.temporaries, signal)
                     : nullptr;

@@ -5,7 +5,11 @@
 // optim_grads and optim_grads_params; no_shard and optim wait for the last micro-batch). A unit is
 // one transformer layer; the root unit holds the embedding and the head (the layout gives each
 // layer id a bucket of its own: model::BucketOptions::bucket_per_layer), so a unit's buckets are
-// those of its layer id and are final once backward signals that layer (model/stage.h).
+// those of its layer id and are final once backward signals that layer (model/stage.h). With MoE
+// a layer id has a dense bucket and an expert bucket, each its own unit over its own reduction
+// group (DP x CP; expert-DP for the experts): both reduced from the layer's signal, after its
+// whole backward (both all-to-alls), dense first, in one order on every rank; a bucket is
+// reduced whole, so an expert that received no token reduces its zero grads with its peers.
 //
 // The grad shard lives in place, in the owned slices of the flat grad buffer (the slices AdamW,
 // the grad norm and the zero count read). Per micro-batch and unit: the sequence-parallel partial
@@ -20,8 +24,9 @@
 // marked resident, so the ledger's grads follow the owned slices plus the units in backward.
 // finish() refuses a step in which some unit was reduced a different number of times than another
 // (a missed or repeated reduction). Sums, never averages (the trainer folds 1/DP into the loss
-// scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, memory
-// released) and tests/unit/backend/test_device_memory.cpp (the pages).
+// scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with
+// experts at EP=2 and EP=2 x expert-DP=2 and with idle experts, memory released) and
+// tests/unit/backend/test_device_memory.cpp (the pages).
 #pragma once
 
 #include <cstdint>

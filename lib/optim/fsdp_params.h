@@ -8,7 +8,8 @@
 // root unit (the embedding, the head and the multi-token-prediction depths), which stays gathered
 // from the embedding's forward to the embedding's backward (the head reads the tied embedding in
 // its forward and backward; a forward-only pass leaves it gathered until the next step or
-// checkpoint releases every unit, since the optimizer updates only the shard).
+// checkpoint releases every unit, since the optimizer updates only the shard). A MoE layer's
+// experts are a unit of their own, sharded and gathered over expert-DP with the layer's signals.
 // Released, a unit's parameters outside the shard read as zeros: with releasable memory
 // (backend/memory.h) their whole pages go back to the OS, else they are zeroed, so a missed gather
 // computes with zeros and fails the equivalence tests. Each gather refreshes the unit's range of

@@ -186,8 +186,9 @@ void check_experts(const ParallelConfig& c, const ModelDimensions& model, std::v
 }
 
 // Megatron-FSDP (issue 25): the alias folded in with Megatron's warning, the strategy's name, and
-// what mt's FSDP does not run refused by name.
-void check_megatron_fsdp(ParallelConfig& c, const ModelDimensions& model, std::vector<std::string>& warnings) {
+// what mt's FSDP does not run refused by name. MoE runs under every strategy: a layer's expert
+// tensors are a unit of their own, sharded over expert-DP (optim/fsdp_grads.h).
+void check_megatron_fsdp(ParallelConfig& c, std::vector<std::string>& warnings) {
   if (c.use_custom_fsdp) {
     warnings.push_back("--use-custom-fsdp is deprecated and will be removed in future versions; "
                        "use --use-megatron-fsdp instead");
@@ -223,15 +224,11 @@ void check_megatron_fsdp(ParallelConfig& c, const ModelDimensions& model, std::v
     }
     return;
   }
-  if (!c.shards_grads()) return;  // no_shard and optim: today's data parallelism, PP and MoE included
+  if (!c.shards_grads()) return;  // no_shard and optim: today's data parallelism, PP included
   const std::string fsdp = "--use-megatron-fsdp with --data-parallel-sharding-strategy " + strategy;
   if (c.pipeline_model_parallel_size > 1) {
     reject(fsdp + " and " + flag(kPp, c.pipeline_model_parallel_size),
            "not supported yet (FSDP units run on one pipeline stage; use no_shard or optim with PP)");
-  }
-  if (model.num_experts > 0) {
-    reject(fsdp + " and " + flag("--num-experts", model.num_experts),
-           "not supported yet (FSDP with experts needs expert-DP units; use no_shard or optim with MoE)");
   }
 }
 
@@ -290,7 +287,7 @@ std::vector<std::string> validate(ParallelConfig& config, const ModelDimensions&
   check_pipeline(config, model);
   check_batch_and_schedule(config, model, batch, warnings);
   check_experts(config, model, warnings);
-  check_megatron_fsdp(config, model, warnings);
+  check_megatron_fsdp(config, warnings);
   check_data_parallel(config, warnings);
   return warnings;
 }

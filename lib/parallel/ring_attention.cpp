@@ -26,9 +26,6 @@ void wait_all(std::vector<std::unique_ptr<comm::Request>>& requests) {
 RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_group,
                              const kernels::AttentionShape& local, backend::MemoryLedger* ledger)
     : ops_(ops), group_(cp_group), local_(local), cp_size_(cp_group.size()), cp_rank_(cp_group.rank()) {
-  if (!local.causal) {
-    throw Error("ring attention", "non-causal attention (BERT's padding mask) under context parallelism is not supported");
-  }
   if (local.q_len != local.kv_len || local.q_len % 2 != 0) {
     throw Error("ring attention", "each rank needs two equal chunks of queries and keys, got " +
                                       std::to_string(local.q_len) + " queries and " + std::to_string(local.kv_len) +
@@ -36,6 +33,7 @@ RingAttention::RingAttention(const backend::Ops& ops, comm::Communicator& cp_gro
   }
   chunk_ = local.q_len / 2;
   capacity_batch_ = local.batch;
+  local_.key_lengths = nullptr;  // set_key_lengths' (device memory)
   for (auto& block : travelling_) {
     block = backend::DeviceBuffer<float>(ops, 4 * kv_block_floats(), backend::MemoryCategory::comm_buffers, ledger);
   }
@@ -56,6 +54,8 @@ void RingAttention::set_batch(int batch) {
 }
 
 void RingAttention::set_dropout(const kernels::AttentionDropout& dropout) { local_.dropout = dropout; }
+
+void RingAttention::set_key_lengths(const int32_t* key_lengths) { local_.key_lengths = key_lengths; }
 
 int64_t RingAttention::kv_block_floats() const {
   return int64_t(local_.batch) * local_.kv_len * local_.kv_heads * local_.head_dim;
@@ -84,7 +84,8 @@ void RingAttention::for_each_visible_pair(int kv_owner, PairFn&& pair) const {
       for (int kv_chunk = 0; kv_chunk < 2; ++kv_chunk) {
         shape.q_pos0 = q_chunks[size_t(q_chunk)].first;
         shape.kv_pos0 = kv_chunks[size_t(kv_chunk)].first;
-        if (shape.kv_pos0 > shape.q_pos0 + chunk_ - 1) continue;  // every key after every query
+        if (local_.causal && shape.kv_pos0 > shape.q_pos0 + chunk_ - 1) continue;  // every key after every query
+        if (local_.key_lengths) shape.key_lengths = local_.key_lengths + b;  // non-causal: the sample's valid keys
         if (local_.dropout.row_ids) {
           shape.dropout.row_ids = local_.dropout.row_ids + int64_t(b) * local_.q_len + int64_t(q_chunk) * chunk_;
         }

@@ -1,8 +1,10 @@
-// Ring attention: causal self-attention over a sequence split across the ranks of a context-
-// parallel group (context_parallel.h: rank i holds chunks i and 2 CP - 1 - i of each sample).
+// Ring attention: self-attention over a sequence split across the ranks of a context-parallel
+// group (context_parallel.h: rank i holds chunks i and 2 CP - 1 - i of each sample).
 // Forward: CP steps; at step j a rank holds the keys and values of rank (i - j) mod CP, attends
 // its two query chunks to the two key chunks that causality lets them see (the backend's attention
-// kernel with global positions, so document masks work across chunks) and merges the partial
+// kernel with global positions, so document masks work across chunks; non-causal, BERT's padding
+// mask: to both, each sample's global key length masking the padding wherever it lies, a chunk of
+// padding only giving an lse of -inf that the merge ignores) and merges the partial
 // outputs by log-sum-exp (attention_merge), while the key/value block moves on to rank i + 1
 // (non-blocking, overlapped with the compute). Backward: the same ring, with the block's dK, dV
 // travelling along and accumulated by every rank (the kernel's accumulate_grads), and one last
@@ -27,11 +29,10 @@ class RingAttention {
  public:
   // `local` describes this rank's tensors: batch samples of q_len = kv_len = seq_length / CP
   // tokens each (the two chunks, early one first), heads, head_dim, strides and scale; its
-  // positions and accumulate_grads are ignored. Buffers (two travelling key/value/grad blocks and
-  // one partial output) are allocated here, counted in `ledger` when given. A non-causal `local`
-  // (BERT's padding mask) is refused (mt::Error). `cp_group` is a data
-  // communicator bound to ops' default stream (a control communicator works on the synchronous
-  // CPU table only).
+  // positions, key_lengths and accumulate_grads are ignored. Buffers (two travelling key/value/grad
+  // blocks and one partial output) are allocated here, counted in `ledger` when given. `cp_group`
+  // is a data communicator bound to ops' default stream (a control communicator works on the
+  // synchronous CPU table only).
   RingAttention(const backend::Ops& ops, comm::Communicator& cp_group, const kernels::AttentionShape& local,
                 backend::MemoryLedger* ledger = nullptr);
 
@@ -45,6 +46,10 @@ class RingAttention {
   // global token ids of the local query rows (batch, local tokens); p = 0 turns it off. Each
   // chunk pair draws with its global key positions, so the mask is that of the full sequence.
   void set_dropout(const kernels::AttentionDropout& dropout);
+
+  // A non-causal `local`'s valid keys per sample of the next passes: (batch) device int32, the
+  // whole sequence's counts (the micro-batch's key_lengths, which CP does not split); null: all.
+  void set_key_lengths(const int32_t* key_lengths);
 
   // out (rows, o_stride) and lse of the local queries over the whole sequence's keys.
   // doc_start (batch, local tokens) nullable: global first position of each token's document.

@@ -208,25 +208,29 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// mt-train's Megatron-FSDP units on DP x CP rank 0 of a one-stage dense model (optim/fsdp_grads.h,
-// optim/fsdp_params.h), bytes: the shard (the owned slices of the per-layer buckets) plus what the
-// rank holds beyond it of the units in use. Grads: the root's (embedding and head: the head's
-// backward writes the tied embedding's) or the embedding's and one layer's; weights under
+// mt-train's Megatron-FSDP units on rank 0 of a one-stage model, dense or MoE (optim/fsdp_grads.h,
+// optim/fsdp_params.h), bytes: the shard (the owned slices of the per-layer buckets: a dense
+// bucket's slice over DP x CP, an expert bucket's over expert-DP) plus what the rank holds beyond
+// it of the units in use (a MoE layer's dense and expert units are held together). Grads: the
+// root's (embedding and head: the head's backward writes the tied embedding's) or the
+// embedding's and one layer's; weights under
 // optim_grads_params: the root's and two adjacent layers' (the one computing and the one
 // prefetched; one without prefetch). Page rounding of the released regions (up to a 4 KiB page
 // per bucket edge) is not modelled.
 bool fsdp_unit_memory(const ModelConfig& m, const TrainingShape& shape, RankMemory& r) {
-  if (!shape.fsdp_units || m.num_experts > 0 || m.multi_latent_attention || m.mtp_num_layers > 0) return false;
+  if (!shape.fsdp_units || m.multi_latent_attention || m.mtp_num_layers > 0) return false;
   const parallel::ParallelConfig& parallel = shape.parallel;
   const model::ParamLayout layout = model::build_layout(m, parallel, parallel::RankCoordinates{},
                                                         model::pipeline_chunks(m, parallel, 0),
                                                         optim::DistributedOptimizer::bucket_options(parallel));
-  const int group = parallel.data_parallel_size * parallel.context_parallel_size;
+  const int dense_group = parallel.data_parallel_size * parallel.context_parallel_size;
+  const int expert_group = parallel.expert_data_parallel_size();
   const int head = layout.last_layer;
   int64_t owned = 0, root = 0, embedding = 0;
   std::vector<int64_t> layer_extra(static_cast<size_t>(std::max(0, head)), 0);  // beyond the shard, per layer
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     const model::GradBucket& bucket = layout.buckets[b];
+    const int group = bucket.group == model::DataParallelGroup::expert ? expert_group : dense_group;
     const model::FlatRange shard = layout.bucket_shard(static_cast<int>(b), 0, group);
     const int64_t extra = (bucket.padded_end - bucket.begin) - (shard.end - shard.begin);
     owned += shard.end - shard.begin;

@@ -5,15 +5,20 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -25,11 +30,14 @@ namespace mt::text {
 namespace {
 
 // Whole lines of one input file, or (too_long) no bytes for the one line first_line, which
-// was longer than max_line_bytes and was read past without being kept.
+// was longer than max_line_bytes and was read past without being kept. The lines are the file's
+// lines first_line, first_line + line_stride, ... (a stride above 1 for the lines of a file dealt
+// round robin to partitions).
 struct LineBatch {
   std::string bytes;
   std::string file;
   int64_t first_line = 1;
+  int64_t line_stride = 1;
   bool too_long = false;
 };
 
@@ -218,6 +226,15 @@ struct KeyOutput {
   std::vector<int32_t> sequences_per_document;
 };
 
+// A KeyOutput's arrays, wherever they are held (a batch, or a spooled record).
+struct KeyOutputView {
+  std::span<const int32_t> tokens, sequence_lengths, sequences_per_document;
+  KeyOutputView(std::span<const int32_t> t, std::span<const int32_t> l, std::span<const int32_t> d)
+      : tokens(t), sequence_lengths(l), sequences_per_document(d) {}
+  KeyOutputView(const KeyOutput& out)  // NOLINT(google-explicit-constructor): a view of it
+      : KeyOutputView(out.tokens, out.sequence_lengths, out.sequences_per_document) {}
+};
+
 struct TokenizedBatch {
   LineBatch lines;
   std::vector<KeyOutput> keys;  // one per json key
@@ -249,7 +266,7 @@ void for_each_line(const LineBatch& batch, PreprocessStats& stats, LineFn&& line
       return;
     }
     start = end + 1;
-    ++line_number;
+    line_number += batch.line_stride;
   }
 }
 
@@ -329,6 +346,20 @@ void tokenize_batch(const Tokenizer& tokenizer, ParserPool& pool, const Preproce
   pool.release(std::move(parser));
 }
 
+// The documents of `out` (one key of a batch), in order.
+void write_documents(const KeyOutputView& out, data::TokenDatasetWriter& writer) {
+  const int32_t* tokens = out.tokens.data();
+  size_t sequence = 0;
+  for (int32_t count : out.sequences_per_document) {
+    for (int32_t s = 0; s < count; ++s, ++sequence) {
+      const size_t length = static_cast<size_t>(out.sequence_lengths[sequence]);
+      writer.add_sequence({tokens, length});
+      tokens += length;
+    }
+    writer.end_document();
+  }
+}
+
 void add_counts(PreprocessStats& total, const PreprocessStats& part) {
   total.documents += part.documents;
   total.empty_documents += part.empty_documents;
@@ -357,6 +388,25 @@ void check_workers(int workers) {
   if (workers < 1) throw UsageError("--workers", "must be at least 1");
 }
 
+// The EOD id --append-eod appends (refused for a tokenizer without one); checks the output prefix.
+std::optional<int32_t> checked_eod(const Tokenizer& tokenizer, const PreprocessOptions& options) {
+  if (options.output_prefix.empty()) throw UsageError("--output-prefix", "is required");
+  const std::optional<int32_t> eod = tokenizer.eod_id();
+  if (options.append_eod && !eod) throw UsageError("--append-eod", "the tokenizer " + tokenizer.name() + " has no end-of-document token");
+  return eod;
+}
+
+// One writer per --json-keys key: `<output_prefix>_<key>_document`.
+std::vector<data::TokenDatasetWriter> create_writers(const Tokenizer& tokenizer, const PreprocessOptions& options) {
+  std::vector<data::TokenDatasetWriter> writers;
+  for (const std::string& key : options.json_keys) {
+    writers.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document",
+                                                       options.output_format, tokenizer.vocab_size(),
+                                                       dataset_metadata(tokenizer)));
+  }
+  return writers;
+}
+
 }  // namespace
 
 std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes) {
@@ -379,37 +429,17 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
                                  const PreprocessProgress& progress) {
   const auto start = std::chrono::steady_clock::now();
   check_workers(options.workers);
-  if (options.output_prefix.empty()) throw UsageError("--output-prefix", "is required");
-  const std::optional<int32_t> eod = tokenizer.eod_id();
-  if (options.append_eod && !eod) throw UsageError("--append-eod", "the tokenizer " + tokenizer.name() + " has no end-of-document token");
+  const std::optional<int32_t> eod = checked_eod(tokenizer, options);
   ParserPool pool(options.json_keys);
   LineReader reader(options.input);
-
-  const data::TokenDatasetMetadata metadata = dataset_metadata(tokenizer);
-  std::vector<data::TokenDatasetWriter> writers;
-  for (const std::string& key : options.json_keys) {
-    writers.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document", options.output_format,
-                                                 tokenizer.vocab_size(), metadata));
-  }
+  std::vector<data::TokenDatasetWriter> writers = create_writers(tokenizer, options);
 
   PreprocessStats total;
   run_ordered_pipeline<TokenizedBatch>(
       options.workers, [&](TokenizedBatch& batch) { return reader.next(batch.lines); },
       [&](TokenizedBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
       [&](TokenizedBatch& batch) {
-        for (size_t k = 0; k < writers.size(); ++k) {
-          const KeyOutput& out = batch.keys[k];
-          const int32_t* tokens = out.tokens.data();
-          size_t sequence = 0;
-          for (int32_t count : out.sequences_per_document) {
-            for (int32_t s = 0; s < count; ++s, ++sequence) {
-              const size_t length = static_cast<size_t>(out.sequence_lengths[sequence]);
-              writers[k].add_sequence({tokens, length});
-              tokens += length;
-            }
-            writers[k].end_document();
-          }
-        }
+        for (size_t k = 0; k < writers.size(); ++k) write_documents(batch.keys[k], writers[k]);
         if (!batch.error.empty()) throw Error(batch.error, "");
         add_counts(total, batch.stats);
         total.input_bytes = reader.input_bytes();
@@ -544,64 +574,132 @@ std::string partition_file_name(const std::string& pattern, int index) {
 
 namespace {
 
-// Calls line_fn(line) for each line of `path` as Python's text mode reads it: LF, CRLF and a lone
-// CR end a line, and the line is passed with a LF in their place. A last line without an end
-// gets a LF too (Megatron writes it bare, so the next line dealt to its partition joins it and
-// that partition fails as malformed JSON).
-template <typename LineFn>
-void for_each_python_line(const std::string& path, LineFn&& line_fn) {
-  if (path.ends_with(".gz")) {
-    throw UsageError("--input " + path, "gzip input is not supported (Megatron reads it); decompress it first");
-  }
-  std::FILE* file = open_input_file(path, "--input");
-  char* buffer = nullptr;
-  size_t capacity = 0;
-  ssize_t length;
-  std::string line;
-  while ((length = ::getline(&buffer, &capacity, file)) >= 0) {
-    std::string_view rest(buffer, static_cast<size_t>(length));
-    if (rest.back() == '\n' && std::memchr(buffer, '\r', rest.size()) == nullptr) {
-      line_fn(rest);  // the common case: one LF-ended line, passed without a copy
-      continue;
+// One file's lines as Python's text mode reads them (universal newlines: LF, CRLF and a lone CR
+// end a line; a last line without an end is a line too). A UTF-8 byte order mark at the file's
+// start is dropped, as for every mt-tokenize input (Python keeps it and Megatron's json.loads then
+// fails on that line). A line longer than max_line_bytes is read past in chunks and never held
+// whole, so memory stays about max_line_bytes + one chunk.
+class PythonLines {
+ public:
+  struct Line {
+    std::string_view text;  // without its end; valid until the next call
+    bool too_long = false;  // read past: `text` is empty
+  };
+
+  PythonLines(const std::string& path, size_t max_line_bytes) : path_(path), max_line_bytes_(max_line_bytes) {
+    if (path.ends_with(".gz")) {
+      throw UsageError("--input " + path, "gzip input is not supported (Megatron reads it); decompress it first");
     }
-    while (!rest.empty()) {
-      const size_t end = rest.find_first_of("\r\n");
-      if (end == std::string_view::npos) {
-        line.assign(rest);
-        line.push_back('\n');
-        line_fn(std::string_view(line));
-        break;
+    fd_ = open_input_fd(path, "--input");
+  }
+  ~PythonLines() { ::close(fd_); }
+  PythonLines(const PythonLines&) = delete;
+  PythonLines& operator=(const PythonLines&) = delete;
+
+  int64_t bytes_read() const { return bytes_read_; }
+
+  // The next line; false after the last.
+  bool next(Line& line) {
+    bool too_long = false;
+    for (;;) {
+      if (skip_lf_) {  // the previous line ended with a CR: a LF right after it is part of that end
+        if (begin_ == end_ && !eof_) {
+          fill();
+          continue;
+        }
+        if (begin_ < end_ && buffer_[begin_] == '\n') ++begin_;
+        skip_lf_ = false;
       }
-      line.assign(rest.substr(0, end));
-      line.push_back('\n');
-      line_fn(std::string_view(line));
-      const size_t skip = rest[end] == '\r' && end + 1 < rest.size() && rest[end + 1] == '\n' ? 2 : 1;
-      rest.remove_prefix(end + skip);
+      const char* data = buffer_.data();
+      const size_t stop = std::min(next_of('\n', lf_), next_of('\r', cr_));
+      if (stop < end_ || eof_) {
+        if (stop == end_ && begin_ == end_ && !too_long) return false;  // eof after the last line's end
+        line.text = too_long ? std::string_view() : std::string_view(data + begin_, stop - begin_);
+        line.too_long = too_long;
+        skip_lf_ = stop < end_ && data[stop] == '\r';
+        begin_ = std::min(stop + 1, end_);
+        return true;
+      }
+      if (end_ - begin_ > max_line_bytes_) {  // drop the head of a line too long to keep
+        too_long = true;
+        begin_ = end_;
+      }
+      fill();
     }
   }
-  const bool failed = std::ferror(file) != 0;
-  std::free(buffer);
-  std::fclose(file);
-  if (failed) throw Error("--input " + path, "read failed");
-}
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 20;
+
+  // Where the next `c` at or after begin_ is (end_ when none is buffered), searched once per fill
+  // and byte: lines ended by one kind of end do not rescan the buffer for the other.
+  struct Next {
+    size_t at = 0;
+    bool known = false;
+  };
+  size_t next_of(char c, Next& next) {
+    if (!next.known || next.at < begin_) {
+      const void* found = std::memchr(buffer_.data() + begin_, c, end_ - begin_);
+      next.at = found != nullptr ? static_cast<size_t>(static_cast<const char*>(found) - buffer_.data()) : end_;
+      next.known = true;
+    }
+    return next.at;
+  }
+
+  // Moves the unread bytes to the front and reads one more chunk after them.
+  void fill() {
+    lf_.known = cr_.known = false;
+    if (begin_ > 0) {
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buffer_.size() < end_ + kChunk) buffer_.resize(end_ + kChunk);
+    ssize_t got;
+    do {
+      got = ::read(fd_, buffer_.data() + end_, kChunk);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) throw Error("--input " + path_, std::string("read failed: ") + std::strerror(errno));
+    eof_ = got == 0;
+    end_ += static_cast<size_t>(got);
+    bytes_read_ += got;
+    if (at_start_ && end_ > 0) {
+      at_start_ = false;
+      if (std::string_view(buffer_.data(), end_).starts_with("\xEF\xBB\xBF")) begin_ = 3;
+    }
+  }
+
+  std::string path_;
+  size_t max_line_bytes_;
+  int fd_ = -1;
+  std::string buffer_;
+  size_t begin_ = 0, end_ = 0;  // unread bytes: buffer_[begin_, end_)
+  bool eof_ = false, skip_lf_ = false, at_start_ = true;
+  Next lf_, cr_;
+  int64_t bytes_read_ = 0;
+};
 
 // Megatron counts each file's lines with `for fc, _ in enumerate(fin)`; an empty file leaves fc
 // as the previous file's (or undefined), so an empty file is refused rather than miscounted.
-int64_t count_lines(const std::vector<std::string>& files) {
-  int64_t total = 0;
+std::vector<int64_t> count_lines(const std::vector<std::string>& files) {
+  std::vector<int64_t> counts;
   for (const std::string& file : files) {
     int64_t lines = 0;
-    for_each_python_line(file, [&](std::string_view) { ++lines; });
+    PythonLines reader(file, size_t{1} << 20);
+    for (PythonLines::Line line; reader.next(line);) ++lines;
     if (lines == 0) {
       throw UsageError("--keep-sequential-samples",
                        file + " is empty: Megatron counts it as the previous file's lines (or fails); remove it");
     }
-    total += lines;
+    counts.push_back(lines);
   }
-  return total;
+  return counts;
 }
 
-std::string partition_temporary(const std::string& path) { return path + ".tmp"; }
+int64_t file_bytes(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : -1;
+}
 
 }  // namespace
 
@@ -615,149 +713,414 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
   }
   if (existing.size() == static_cast<size_t>(partitions.partitions)) {
     plan.reused = true;
+    for (const std::string& path : plan.paths) plan.bytes.push_back(file_bytes(path));
     return plan;
   }
   plan.inputs = expand_input_glob(pattern);
   for (const std::string& file : plan.inputs) {
     if (std::find(existing.begin(), existing.end(), file) != existing.end()) {
       throw UsageError("--input " + pattern, "matches " + file +
-                                                 ", a partition file of this run left by an earlier one; remove it");
+                                                 ", a partition file left by an earlier run; remove it");
     }
+    plan.bytes.push_back(file_bytes(file));
   }
   if (partitions.keep_sequential) {
-    plan.lines_per_partition = (count_lines(plan.inputs) + partitions.partitions - 1) / partitions.partitions;
+    plan.lines = count_lines(plan.inputs);
+    int64_t total = 0;
+    for (int64_t lines : plan.lines) total += lines;
+    plan.lines_per_partition = (total + partitions.partitions - 1) / partitions.partitions;
   }
   return plan;
 }
 
 namespace {
 
-// Deals every line of the plan's inputs and writes those of partitions `which` (indices into
-// plan.paths) to their temporaries.
-void write_partition_temporaries(const PartitionFiles& plan, const PartitionOptions& partitions,
-                                 const std::vector<int>& which) {
-  std::vector<std::FILE*> outputs(plan.paths.size(), nullptr);
-  auto close_all = [&] {
-    for (std::FILE*& out : outputs) {
-      if (out != nullptr) std::fclose(out);
-      out = nullptr;
-    }
-  };
-  for (int i : which) {
-    const std::string temporary = partition_temporary(plan.paths.at(static_cast<size_t>(i)));
-    outputs[static_cast<size_t>(i)] = std::fopen(temporary.c_str(), "wb");
-    if (outputs[static_cast<size_t>(i)] == nullptr) {
-      const std::string reason = std::strerror(errno);
-      close_all();
-      throw Error(temporary, "cannot create: " + reason);
+// A batch of one partition's lines (a pipeline item) and, once tokenized, its documents.
+struct PartitionBatch : TokenizedBatch {
+  int partition = 0;
+};
+
+// Deals the lines of a plan's files to the partitions as Megatron does and hands out batches of
+// the partitions this rank holds: each partition's lines in its order, in batches of whole lines
+// of one file (about LineInputOptions::batch_bytes; a too-long line alone, with no bytes).
+// Dealt: line j of the matched files (counted across them, blank lines included) goes to
+// partition j % N, or to j / lines_per_partition with keep_sequential (files and lines before
+// the rank's first block are counted from the plan, not read; reading stops after its last);
+// reused: partition i's lines are its file's.
+class PartitionDealer {
+ public:
+  PartitionDealer(const PartitionFiles& plan, const PartitionOptions& partitions, std::vector<bool> held,
+                  const LineInputOptions& input)
+      : plan_(plan), partitions_(partitions), held_(std::move(held)), open_(held_.size()), input_(input) {
+    const auto first = std::find(held_.begin(), held_.end(), true);
+    const auto last = std::find(held_.rbegin(), held_.rend(), true);
+    if (first == held_.end()) {
+      next_file_ = files().size();  // nothing to read
+    } else if (partitions_.keep_sequential && !plan_.reused) {
+      first_line_ = (first - held_.begin()) * plan_.lines_per_partition;
+      end_line_ = (held_.rend() - last) * plan_.lines_per_partition;
     }
   }
-  size_t index = 0;
-  int64_t line_count = 0;
-  bool write_failed = false;
-  try {
-    for (const std::string& file : plan.inputs) {
-      for_each_python_line(file, [&](std::string_view line) {
-        std::FILE* out = outputs[index];
-        if (out != nullptr && std::fwrite(line.data(), 1, line.size(), out) != line.size()) write_failed = true;
-        if (partitions.keep_sequential) {
-          if (++line_count % plan.lines_per_partition == 0) ++index;
-        } else {
-          index = (index + 1) % outputs.size();
+
+  // Bytes of the files read so far.
+  int64_t bytes_read() const { return bytes_read_ + (reader_ ? reader_->bytes_read() : 0); }
+
+  // The next batch of a held partition; false once every line is dealt.
+  bool next(PartitionBatch& batch) {
+    while (ready_.empty()) {
+      if (!reader_ && !open_next()) return false;
+      deal_one_batch();
+    }
+    batch.partition = ready_.front().first;
+    batch.lines = std::move(ready_.front().second);
+    ready_.pop_front();
+    return true;
+  }
+
+ private:
+  const std::vector<std::string>& files() const { return plan_.reused ? plan_.paths : plan_.inputs; }
+
+  bool open_next() {
+    for (; next_file_ < files().size(); ++next_file_) {
+      const size_t f = next_file_;
+      if (plan_.reused && !held_[f]) continue;
+      if (!plan_.lines.empty()) {  // keep_sequential: skip what lies before or after the rank's blocks
+        if (line_ >= end_line_) break;
+        if (line_ + plan_.lines[f] <= first_line_) {
+          line_ += plan_.lines[f];
+          continue;
         }
-      });
+      }
+      reader_.emplace(files()[f], input_.max_line_bytes);
+      file_line_ = 1;
+      ++next_file_;
+      return true;
     }
-  } catch (...) {
-    close_all();
-    throw;
+    next_file_ = files().size();
+    return false;
   }
-  for (int i : which) {
-    write_failed = std::fclose(outputs[static_cast<size_t>(i)]) != 0 || write_failed;
-    outputs[static_cast<size_t>(i)] = nullptr;
+
+  int partition_of_line() const {
+    if (plan_.reused) return static_cast<int>(next_file_ - 1);
+    if (partitions_.keep_sequential) {
+      return static_cast<int>(std::min<int64_t>(line_ / plan_.lines_per_partition, partitions_.partitions - 1));
+    }
+    return static_cast<int>(line_ % partitions_.partitions);
   }
-  if (write_failed) throw Error(partition_temporary(plan.paths.at(static_cast<size_t>(which.front()))), "write failed");
+
+  // Deals lines until a batch is ready or the file ends (its open batches then become ready).
+  void deal_one_batch() {
+    const std::string& file = files()[next_file_ - 1];
+    const int64_t stride = plan_.reused || partitions_.keep_sequential ? 1 : partitions_.partitions;
+    PythonLines::Line line;
+    while (ready_.empty()) {
+      if ((!plan_.lines.empty() && line_ >= end_line_) || !reader_->next(line)) {
+        bytes_read_ += reader_->bytes_read();
+        reader_.reset();
+        for (size_t p = 0; p < open_.size(); ++p) make_ready(static_cast<int>(p));
+        return;
+      }
+      const int p = partition_of_line();
+      ++line_;
+      const int64_t number = file_line_++;
+      if (!held_[static_cast<size_t>(p)]) continue;
+      LineBatch& batch = open_[static_cast<size_t>(p)];
+      if (line.too_long) {
+        make_ready(p);
+        ready_.emplace_back(p, LineBatch{"", file, number, 1, true});
+        continue;
+      }
+      if (batch.bytes.empty()) {
+        batch.file = file;
+        batch.first_line = number;
+        batch.line_stride = stride;
+      }
+      batch.bytes.append(line.text);
+      batch.bytes.push_back('\n');
+      if (batch.bytes.size() >= input_.batch_bytes) make_ready(p);
+    }
+  }
+
+  void make_ready(int p) {
+    LineBatch& batch = open_[static_cast<size_t>(p)];
+    if (batch.bytes.empty()) return;
+    ready_.emplace_back(p, std::move(batch));
+    batch = LineBatch{};
+  }
+
+  const PartitionFiles& plan_;
+  const PartitionOptions& partitions_;
+  std::vector<bool> held_;
+  std::vector<LineBatch> open_;  // per partition: lines dealt, not yet a batch
+  std::deque<std::pair<int, LineBatch>> ready_;
+  const LineInputOptions& input_;
+  std::optional<PythonLines> reader_;
+  size_t next_file_ = 0;
+  int64_t line_ = 0;       // lines dealt so far, across files
+  int64_t file_line_ = 1;  // the next line's number in its file
+  int64_t bytes_read_ = 0;  // of the files done
+  int64_t first_line_ = 0, end_line_ = INT64_MAX;  // keep_sequential: the rank's lines
+};
+
+// One tokenized batch as bytes: per key its document, sequence and token counts (int64), then
+// per key the documents' sequence counts, the sequence lengths and the tokens (int32).
+std::string encode_record(const std::vector<KeyOutput>& keys) {
+  size_t bytes = keys.size() * 3 * sizeof(int64_t);
+  for (const KeyOutput& out : keys) {
+    bytes += (out.sequences_per_document.size() + out.sequence_lengths.size() + out.tokens.size()) * sizeof(int32_t);
+  }
+  std::string record;
+  record.reserve(bytes);
+  auto append = [&record](const void* data, size_t size) { record.append(static_cast<const char*>(data), size); };
+  for (const KeyOutput& out : keys) {
+    const int64_t counts[3] = {static_cast<int64_t>(out.sequences_per_document.size()),
+                               static_cast<int64_t>(out.sequence_lengths.size()), static_cast<int64_t>(out.tokens.size())};
+    append(counts, sizeof counts);
+  }
+  for (const KeyOutput& out : keys) {
+    append(out.sequences_per_document.data(), out.sequences_per_document.size() * sizeof(int32_t));
+    append(out.sequence_lengths.data(), out.sequence_lengths.size() * sizeof(int32_t));
+    append(out.tokens.data(), out.tokens.size() * sizeof(int32_t));
+  }
+  return record;
 }
 
-void rename_partition_temporaries(const PartitionFiles& plan, const std::vector<int>& which) {
-  for (int i : which) {
-    const std::string& path = plan.paths.at(static_cast<size_t>(i));
-    if (std::rename(partition_temporary(path).c_str(), path.c_str()) != 0) {
-      throw Error(path, std::string("cannot rename into place: ") + std::strerror(errno));
-    }
+// Writes a record's documents, key k's to writers[k]. `record` is a heap string (aligned for
+// int32, as operator new aligns) made by encode_record, on this rank or another.
+void write_record(const std::string& record, std::vector<data::TokenDatasetWriter>& writers) {
+  const size_t header = writers.size() * 3 * sizeof(int64_t);
+  if (record.size() < header) throw Error("partition record", "shorter than its header");
+  size_t offset = header;
+  auto array = [&](int64_t count) {
+    const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);
+    if (count < 0 || offset + bytes > record.size()) throw Error("partition record", "shorter than its counts say");
+    const std::span<const int32_t> items(reinterpret_cast<const int32_t*>(record.data() + offset), static_cast<size_t>(count));
+    offset += bytes;
+    return items;
+  };
+  for (size_t k = 0; k < writers.size(); ++k) {
+    int64_t counts[3];
+    std::memcpy(counts, record.data() + k * sizeof counts, sizeof counts);
+    const auto documents = array(counts[0]), lengths = array(counts[1]), tokens = array(counts[2]);
+    write_documents(KeyOutputView(tokens, lengths, documents), writers[k]);
   }
 }
 
-// Rank 0's plan on every rank: the reuse decision, the sequential block size and the matched
-// inputs (broadcast as text: the flag, the size, then the file names each ended by a NUL).
+// The records of a partition that waits for the partitions before it, in order: in memory while
+// the rank's budget lasts, then appended to a spool file beside the output, unlinked as soon as
+// it is made (nothing is left behind, whatever stops the run).
+class PartitionSpool {
+ public:
+  PartitionSpool(std::string output_prefix, size_t& budget) : output_prefix_(std::move(output_prefix)), budget_(budget) {}
+  ~PartitionSpool() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PartitionSpool(const PartitionSpool&) = delete;
+  PartitionSpool& operator=(const PartitionSpool&) = delete;
+
+  void add(std::string record) {
+    if (fd_ < 0 && record.size() <= budget_) {
+      budget_ -= record.size();
+      memory_.push_back(std::move(record));
+      return;
+    }
+    if (fd_ < 0) open_file();
+    const int64_t size = static_cast<int64_t>(record.size());
+    write_all(&size, sizeof size);
+    write_all(record.data(), record.size());
+    ++file_records_;
+  }
+
+  // Calls record_fn(record) for each record in order, releasing them.
+  template <class RecordFn>
+  void drain(RecordFn&& record_fn) {
+    for (std::string& record : memory_) {
+      record_fn(record);
+      budget_ += record.size();
+      std::string().swap(record);
+    }
+    std::string record;
+    off_t offset = 0;
+    for (int64_t i = 0; i < file_records_; ++i) {
+      int64_t size = 0;
+      read_all(&size, sizeof size, offset);
+      record.resize(static_cast<size_t>(size));
+      read_all(record.data(), record.size(), offset + static_cast<off_t>(sizeof size));
+      offset += static_cast<off_t>(sizeof size) + static_cast<off_t>(size);
+      record_fn(record);
+    }
+  }
+
+ private:
+  void open_file() {
+    path_ = output_prefix_ + ".spool-XXXXXX";
+    fd_ = ::mkstemp(path_.data());
+    if (fd_ < 0) {
+      throw Error(path_, std::string("cannot create a spool file for partition tokens beside --output-prefix: ") +
+                             std::strerror(errno));
+    }
+    ::unlink(path_.c_str());
+  }
+  void write_all(const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t wrote = ::write(fd_, p, bytes);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) throw Error(path_, std::string("spool file: write failed: ") + std::strerror(errno));
+      p += wrote;
+      bytes -= static_cast<size_t>(wrote);
+    }
+  }
+  void read_all(void* data, size_t bytes, off_t offset) const {
+    char* p = static_cast<char*>(data);
+    while (bytes > 0) {
+      const ssize_t got = ::pread(fd_, p, bytes, offset);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) throw Error(path_, std::string("spool file: read failed: ") + std::strerror(errno));
+      p += got;
+      offset += got;
+      bytes -= static_cast<size_t>(got);
+    }
+  }
+
+  std::string output_prefix_, path_;
+  size_t& budget_;
+  std::vector<std::string> memory_;
+  int fd_ = -1;
+  int64_t file_records_ = 0;
+};
+
+constexpr int kPartitionTag = 26;
+
+// Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
+// another's turn would take a core from the ranks still tokenizing.
+void wait_sleeping(comm::Request& request) {
+  while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+// A partition's records to rank 0 once it asks for them: per record its size, then its bytes;
+// size 0 ends it.
+void send_partition(comm::Communicator& world, PartitionSpool& spool) {
+  int64_t turn = 0;
+  wait_sleeping(*world.recv_async(&turn, 1, DType::i64, 0, kPartitionTag));
+  spool.drain([&](const std::string& record) {
+    const int64_t size = static_cast<int64_t>(record.size());
+    world.send(&size, 1, DType::i64, 0, kPartitionTag);
+    world.send(record.data(), size, DType::u8, 0, kPartitionTag);
+  });
+  const int64_t end = 0;
+  world.send(&end, 1, DType::i64, 0, kPartitionTag);
+}
+
+void receive_partition(comm::Communicator& world, int owner, int partition, std::vector<data::TokenDatasetWriter>& writers) {
+  const int64_t turn = partition;
+  world.send(&turn, 1, DType::i64, owner, kPartitionTag);
+  std::string record;
+  for (;;) {
+    int64_t size = 0;
+    wait_sleeping(*world.recv_async(&size, 1, DType::i64, owner, kPartitionTag));
+    if (size == 0) return;
+    record.resize(static_cast<size_t>(size));
+    world.recv(record.data(), size, DType::u8, owner, kPartitionTag);
+    write_record(record, writers);
+  }
+}
+
+// Rank 0's plan on every rank (broadcast as text: the reuse flag and block size, then per file
+// of the plan its name, size and line count, each ended by a NUL).
 void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const std::string& pattern,
                           int partitions) {
   if (world.size() == 1) return;
   std::string text;
   if (world.rank() == 0) {
     text = std::string(plan.reused ? "1" : "0") + std::to_string(plan.lines_per_partition) + '\0';
-    for (const std::string& input : plan.inputs) text += input + '\0';
+    const std::vector<std::string>& files = plan.reused ? plan.paths : plan.inputs;
+    for (size_t f = 0; f < files.size(); ++f) {
+      text += files[f] + '\0' + std::to_string(plan.bytes[f]) + '\0' +
+              std::to_string(plan.lines.empty() ? -1 : plan.lines[f]) + '\0';
+    }
   }
   comm::broadcast_text(world, text, 0);
   if (world.rank() == 0) return;
   plan = PartitionFiles{};
   for (int i = 0; i < partitions; ++i) plan.paths.push_back(partition_file_name(pattern, i));
   plan.reused = text.at(0) == '1';
-  size_t start = text.find('\0');
-  plan.lines_per_partition = std::stoll(text.substr(1, start - 1));
-  for (size_t end; (end = text.find('\0', start + 1)) != std::string::npos; start = end) {
-    plan.inputs.push_back(text.substr(start + 1, end - start - 1));
+  std::vector<std::string> fields;
+  for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
+    fields.push_back(text.substr(start, end - start));
+  }
+  plan.lines_per_partition = std::stoll(fields.at(0).substr(1));
+  for (size_t i = 1; i + 2 < fields.size(); i += 3) {
+    if (!plan.reused) plan.inputs.push_back(fields[i]);
+    plan.bytes.push_back(std::stoll(fields[i + 1]));
+    if (fields[i + 2] != "-1") plan.lines.push_back(std::stoll(fields[i + 2]));
   }
 }
 
-// The partitions a rank writes: partition i by rank (i + 1) % size, so with several ranks every
-// rank tokenizes a file another rank wrote and a filesystem that is not shared shows before any
-// tokenizing, naming the partition that rank cannot see.
-std::vector<int> partitions_written_by(const comm::Communicator& world, int partitions) {
-  std::vector<int> mine;
-  for (int i = 0; i < partitions; ++i) {
-    if ((i + 1) % world.size() == world.rank()) mine.push_back(i);
+// On a rank other than 0: every file it is to read exists and has the size rank 0 saw, so ranks
+// on nodes without a shared filesystem stop, naming the file, rather than deal different lines.
+void check_partition_files(const comm::Communicator& world, const PartitionFiles& plan, const std::vector<bool>& held) {
+  if (world.rank() == 0) return;
+  const std::vector<std::string>& files = plan.reused ? plan.paths : plan.inputs;
+  const std::string rank = std::to_string(world.rank());
+  for (size_t f = 0; f < files.size(); ++f) {
+    if (plan.reused && !held[f]) continue;
+    const int64_t bytes = file_bytes(files[f]);
+    if (bytes < 0) {
+      throw Error(files[f], "not found on rank " + rank +
+                                ": --partitions under MPI reads the input on every rank; put it on a filesystem they share");
+    }
+    if (bytes != plan.bytes[f]) {
+      throw Error(files[f], "is " + std::to_string(bytes) + " bytes on rank " + rank + " but " +
+                                std::to_string(plan.bytes[f]) + " on rank 0: --partitions under MPI needs the same "
+                                "input on every rank (a filesystem they share)");
+    }
   }
-  return mine;
 }
 
-// Rank 0's merge of the partition outputs into `<output_prefix>_<key>_document` (what
-// data::merge_token_datasets writes for them: the tokenizer's metadata and vocabulary): the
-// partitions are appended in order as they become ready, each from its .bin where there is one
-// (copied by the kernel) without a second scan of tokens this run's writers checked.
-class PartitionMerge {
- public:
-  PartitionMerge(const Tokenizer& tokenizer, const PreprocessOptions& options) : options_(options) {
-    for (const std::string& key : options.json_keys) {
-      writers_.push_back(data::TokenDatasetWriter::create(options.output_prefix + "_" + key + "_document",
-                                                          options.output_format, tokenizer.vocab_size(),
-                                                          dataset_metadata(tokenizer)));
-    }
+void check_partition_options(const PreprocessOptions& options, int partitions) {
+  check_workers(options.workers);
+  if (partitions < 2) throw UsageError("--partitions", "a partitioned run needs at least 2");
+  if (options.workers % partitions != 0) {
+    throw UsageError("--workers " + std::to_string(options.workers),
+                     "must be divisible by --partitions " + std::to_string(partitions) +
+                         " (as Megatron: each partition gets workers / partitions)");
   }
-  // Appends partitions next_partition_, ..., end - 1.
-  void append_through(int end) {
-    const char* extension = options_.output_format == data::TokenDatasetFormat::hdf5 ? ".h5" : ".bin";
-    for (; next_partition_ < end; ++next_partition_) {
-      for (size_t k = 0; k < writers_.size(); ++k) {
-        const std::string part = options_.output_prefix + "_" + std::to_string(next_partition_) + "_" +
-                                 options_.json_keys[k] + "_document" + extension;
-        writers_[k].append_dataset(data::TokenDataset::open(part), data::TokenDatasetWriter::SourceTokens::checked);
-      }
-    }
+  if (options.input.inputs.size() != 1 || options.input.inputs[0] == "-") {
+    throw UsageError("--input", "--partitions takes one input file or glob pattern (not stdin)");
   }
-  std::vector<std::string> finish() {
-    std::vector<std::string> outputs;
-    for (data::TokenDatasetWriter& writer : writers_) {
-      writer.finish();
-      for (const std::string& path : writer.final_paths()) outputs.push_back(path);
-    }
-    return outputs;
-  }
+}
 
- private:
-  const PreprocessOptions& options_;
-  std::vector<data::TokenDatasetWriter> writers_;
-  int next_partition_ = 0;
-};
+// After the tokenizing: rank 0 writes partitions 1, 2, ... in turn, its own from their spools and
+// the others' as the ranks holding them send them, in the same order.
+void write_partitions_in_turn(comm::Communicator& world, std::vector<std::unique_ptr<PartitionSpool>>& spools,
+                              std::vector<data::TokenDatasetWriter>& writers) {
+  if (world.rank() != 0) {
+    for (const auto& spool : spools) {
+      if (spool) send_partition(world, *spool);
+    }
+    return;
+  }
+  for (size_t p = 1; p < spools.size(); ++p) {
+    const int owner = static_cast<int>(p % static_cast<size_t>(world.size()));
+    if (owner == 0) {
+      spools[p]->drain([&](const std::string& record) { write_record(record, writers); });
+    } else {
+      receive_partition(world, owner, static_cast<int>(p), writers);
+    }
+  }
+}
+
+// The counts of every rank's partitions, summed.
+PreprocessStats sum_over_ranks(comm::Communicator& world, const PreprocessStats& mine) {
+  std::vector<int64_t> counts{mine.documents,  mine.empty_documents, mine.sequences, mine.tokens,
+                              mine.text_bytes, mine.replaced,        mine.bad_lines, mine.blank_lines};
+  wait_sleeping(*world.all_reduce_async(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum));
+  PreprocessStats total;
+  total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
+  total.text_bytes = counts[4], total.replaced = counts[5], total.bad_lines = counts[6], total.blank_lines = counts[7];
+  return total;
+}
 
 }  // namespace
 
@@ -765,67 +1128,60 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress) {
   const auto start = std::chrono::steady_clock::now();
-  check_workers(options.workers);
-  if (partitions.partitions < 2) throw UsageError("--partitions", "a partitioned run needs at least 2");
-  if (options.workers % partitions.partitions != 0) {
-    throw UsageError("--workers " + std::to_string(options.workers),
-                     "must be divisible by --partitions " + std::to_string(partitions.partitions) +
-                         " (as Megatron: each partition gets workers / partitions)");
-  }
-  if (options.input.inputs.size() != 1 || options.input.inputs[0] == "-") {
-    throw UsageError("--input", "--partitions takes one input file or glob pattern (not stdin)");
-  }
+  const int n = partitions.partitions;
+  check_partition_options(options, n);
+  const std::optional<int32_t> eod = checked_eod(tokenizer, options);
+  ParserPool pool(options.json_keys);
   const std::string& pattern = options.input.inputs[0];
-  PartitionFiles files;
-  if (world.rank() == 0) files = plan_partition_files(pattern, partitions);
-  share_partition_plan(world, files, pattern, partitions.partitions);
-  // Every rank deals the lines and writes its share of the partition files (all of them in a
-  // world of one), under temporary names renamed once every rank has written its share.
-  const std::vector<int> written = files.reused ? std::vector<int>{} : partitions_written_by(world, partitions.partitions);
-  if (!written.empty()) write_partition_temporaries(files, partitions, written);
-  world.barrier();
-  rename_partition_temporaries(files, written);
-  world.barrier();
+  PartitionFiles plan;
+  if (world.rank() == 0) plan = plan_partition_files(pattern, partitions);
+  share_partition_plan(world, plan, pattern, n);
+  std::vector<bool> held(static_cast<size_t>(n));
+  int held_count = 0;
+  for (int p = world.rank(); p < n; p += world.size()) {
+    held[static_cast<size_t>(p)] = true;
+    ++held_count;
+  }
+  check_partition_files(world, plan, held);
 
-  std::vector<int> mine;
-  for (int i = world.rank(); i < partitions.partitions; i += world.size()) mine.push_back(i);
-  PreprocessStats total;
-  for (int i : mine) {
-    PreprocessOptions part = options;
-    part.input.inputs = {partition_file_name(pattern, i)};
-    if (!path_exists(part.input.inputs[0])) {
-      throw Error(part.input.inputs[0], "not found on rank " + std::to_string(world.rank()) +
-                                            ": --partitions under MPI needs the input's directory on a filesystem every rank shares");
-    }
-    part.output_prefix = options.output_prefix + "_" + std::to_string(i);
-    part.workers = options.workers / partitions.partitions * static_cast<int>(mine.size());
-    const PreprocessStats stats = preprocess_jsonl(tokenizer, part, progress);
-    add_counts(total, stats);
-    total.input_bytes += stats.input_bytes;
+  // Rank 0 writes the outputs, partition 0 as it is tokenized; every later partition a rank
+  // holds waits in a spool for its turn.
+  std::vector<data::TokenDatasetWriter> writers;
+  if (world.rank() == 0) writers = create_writers(tokenizer, options);
+  size_t budget = partitions.spool_memory_bytes;
+  std::vector<std::unique_ptr<PartitionSpool>> spools(static_cast<size_t>(n));
+  for (int p = 1; p < n; ++p) {
+    if (held[static_cast<size_t>(p)]) spools[static_cast<size_t>(p)] = std::make_unique<PartitionSpool>(options.output_prefix, budget);
   }
-  // Rank 0 merges: the partitions it tokenized first (in a world of one, all of them) now, the
-  // others once every rank has finished (the all-reduce below).
-  std::optional<PartitionMerge> merge;
-  if (world.rank() == 0) {
-    merge.emplace(tokenizer, options);
-    int finished = 0;
-    while (finished < partitions.partitions && finished % world.size() == 0) ++finished;
-    merge->append_through(finished);
+  PartitionDealer dealer(plan, partitions, held, options.input);
+  PreprocessStats mine;
+  run_ordered_pipeline<PartitionBatch>(
+      options.workers / n * held_count, [&](PartitionBatch& batch) { return dealer.next(batch); },
+      [&](PartitionBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
+      [&](PartitionBatch& batch) {
+        if (batch.partition == 0) {
+          for (size_t k = 0; k < writers.size(); ++k) write_documents(batch.keys[k], writers[k]);
+        } else {
+          spools[static_cast<size_t>(batch.partition)]->add(encode_record(batch.keys));
+        }
+        if (!batch.error.empty()) throw Error(batch.error, "");
+        add_counts(mine, batch.stats);
+        mine.input_bytes = dealer.bytes_read();
+        mine.seconds = seconds_since(start);
+        if (progress) progress(mine);
+      });
+  write_partitions_in_turn(world, spools, writers);
+  std::vector<std::string> outputs;
+  for (data::TokenDatasetWriter& writer : writers) {
+    writer.finish();
+    for (const std::string& path : writer.final_paths()) outputs.push_back(path);
   }
-  std::vector<int64_t> counts{total.documents, total.empty_documents, total.sequences, total.tokens, total.input_bytes,
-                              total.text_bytes,  total.replaced,        total.bad_lines, total.blank_lines};
-  world.all_reduce(counts.data(), static_cast<int64_t>(counts.size()), DType::i64, comm::ReduceOp::sum);
-  total = PreprocessStats{};
-  total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
-  total.input_bytes = counts[4], total.text_bytes = counts[5], total.replaced = counts[6], total.bad_lines = counts[7];
-  total.blank_lines = counts[8];
-  if (merge) {
-    merge->append_through(partitions.partitions);
-    total.outputs = merge->finish();
-  }
-  world.barrier();
-  total.partition_files_reused = files.reused;
-  total.partitioned_inputs = files.inputs;
+
+  PreprocessStats total = sum_over_ranks(world, mine);
+  for (int64_t bytes : plan.bytes) total.input_bytes += bytes;
+  total.outputs = std::move(outputs);
+  total.partition_files_reused = plan.reused;
+  total.partitioned_inputs = plan.inputs;
   total.seconds = seconds_since(start);
   return total;
 }

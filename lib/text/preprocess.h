@@ -59,7 +59,7 @@ struct PreprocessStats {
   double seconds = 0;
   std::vector<std::string> outputs;  // final file paths
   // preprocess_partitions on rank 0: the files the --input pattern matched, in order, and
-  // whether the existing partition files were reused instead.
+  // whether partition files an earlier run left were read instead.
   std::vector<std::string> partitioned_inputs;
   bool partition_files_reused = false;
 };
@@ -98,17 +98,21 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 
 // --partitions N as Megatron's preprocess_data.py runs it (N > 1). `--input` is one pattern
 // expanded as Python's glob.glob does (not sorted: the directory's listing order, as Megatron).
-// The lines of the matching files (Python's universal newlines: LF, CRLF and CR end a line and
-// are written as LF; a last line without one gets one) are dealt to partition files
-// `<input root>_<i><ext>` (os.path.splitext of the pattern): line j to partition j % N, or with
-// keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process).
-// Partition i is tokenized into `<output_prefix>_<i>_<key>_document`, then partitions 0, 1, ...
-// are merged (data::merge_token_datasets, as `merge`) into `<output_prefix>_<key>_document`.
-// Partition files and per-partition outputs are kept, as Megatron keeps them, and existing
-// partition files are reused (see plan_partition_files).
+// The lines of the matching files (Python's universal newlines: LF, CRLF and CR end a line; a
+// last line without one is a line) are dealt to the partitions: line j to partition j % N, or with
+// keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process). The
+// output `<output_prefix>_<key>_document` holds partition 0's documents, then partition 1's, ...:
+// the bytes Megatron's merge of its per-partition outputs writes. Unlike Megatron, no partition
+// file and no per-partition output is written: every rank deals the lines in memory and
+// tokenizes those of its partitions (see preprocess_partitions). Partition files an earlier run
+// (Megatron's) left are read instead of the input when all N exist, as Megatron does.
 struct PartitionOptions {
   int partitions = 2;
   bool keep_sequential = false;
+  // Per rank: the tokens of partitions that wait for earlier ones (all but partition 0) are kept
+  // in memory up to this many bytes (4 per token, 4 per sequence and per document), then in a
+  // spool file beside the output, unlinked once made.
+  size_t spool_memory_bytes = size_t{256} << 20;
 };
 
 // Python's glob.glob(pattern) without recursion: *, ? and [...] (with ! and ranges) in the last
@@ -123,29 +127,31 @@ bool fnmatch_case(std::string_view name, std::string_view pattern);
 // `<root>_<index><ext>` for os.path.splitext(pattern) = (root, ext).
 std::string partition_file_name(const std::string& pattern, int index);
 
-// The partition files of a run. plan_partition_files decides, as Megatron: when all N partition
-// files exist they are reused as they are; when only some exist and the pattern matches one of
-// them (a rerun with another N would read a file while rewriting it) it throws naming that file;
-// otherwise it expands the pattern (and, with keep_sequential, counts the lines). Each rank then
-// deals every line of the inputs and writes its share of the partitions (see
-// preprocess_partitions), each under a temporary name renamed once every rank has written.
+// What a partitioned run reads, decided by rank 0. When all N partition files exist they are
+// reused as they are (Megatron's rule: partition i is its file's lines); when only some exist and
+// the pattern matches one of them (it would be read as input) it throws naming that file;
+// otherwise it expands the pattern and, with keep_sequential, counts each file's lines.
 struct PartitionFiles {
-  std::vector<std::string> paths;   // partition 0 first
+  std::vector<std::string> paths;   // the partition files' names, partition 0 first (read when reused)
   std::vector<std::string> inputs;  // the files the pattern matched, in the order read (none when reused)
+  std::vector<int64_t> bytes;       // the size of each file read (inputs, or paths when reused)
+  std::vector<int64_t> lines;       // keep_sequential: the lines of each input
   bool reused = false;
   int64_t lines_per_partition = 0;  // keep_sequential: ceil(lines / N); 0 for round robin
 };
 PartitionFiles plan_partition_files(const std::string& pattern, const PartitionOptions& partitions);
 
-// The whole partitioned run over `world` (a world of one without MPI): rank 0 plans the partition
-// files, every rank deals the lines and writes partition i when it is rank (i + 1) % size (each
-// rank then tokenizes a file another rank wrote: a filesystem that is not shared shows before any
-// tokenizing); rank r tokenizes partitions r, r + size, ... with
-// options.workers / partitions threads per partition it holds (options.workers is the job's
-// total, as Megatron's --workers; it must be divisible by the partitions); rank 0 merges after
-// a barrier. Every file is read by path, so all ranks must share the output and input
-// directories: a rank that cannot see a partition file throws saying so. Returns on rank 0 the
-// merged outputs' counts (documents, sequences, tokens, outputs) plus the summed input counts.
+// The whole partitioned run over `world` (a world of one without MPI). Rank 0 plans (above) and
+// tells the others, which check that every file they read is there with rank 0's size (a rank
+// without the input, or with another copy of it, throws naming the file). Rank r holds partitions
+// r, r + size, ... and tokenizes them with options.workers / partitions threads per partition it
+// holds (options.workers is the job's total, as Megatron's --workers; it must be divisible by the
+// partitions): it reads the input once, dealing every line and batching those of its partitions
+// (memory: a batch per partition held and the pipeline's few in flight, whatever the input).
+// Rank 0 alone writes the outputs: partition 0's documents as they are tokenized, then those of
+// partitions 1, 2, ... in turn, its own from their spools (PartitionOptions::spool_memory_bytes)
+// and the others' sent by their ranks (point to point, in batches). Only rank 0 needs the output
+// directory; every rank reads the input by path. Returns on rank 0 the outputs' counts and paths.
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress = {});

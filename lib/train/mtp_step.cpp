@@ -3,17 +3,23 @@
 
 #include <cstddef>
 
+#include "parallel/context_parallel.h"
+
 namespace mt::train {
 
 std::vector<double> mtp_rolled_token_counts(const float* loss_mask, int micro_batches, int samples, int seq,
-                                            int depths) {
+                                            int depths, int cp_size, int cp_rank) {
+  const auto chunks = parallel::context_parallel_chunks(seq, cp_size, cp_rank);
+  const int64_t local_seq = chunks[0].length + chunks[1].length;
   std::vector<double> counts(static_cast<size_t>(micro_batches) * depths, 0.0);
   for (int m = 0; m < micro_batches; ++m) {
     for (int b = 0; b < samples; ++b) {
-      const float* row = loss_mask + (static_cast<ptrdiff_t>(m) * samples + b) * seq;
-      for (int k = 0; k < depths; ++k) {
-        double& count = counts[static_cast<size_t>(m) * depths + k];
-        for (int t = k + 1; t < seq; ++t) count += row[t];
+      const float* row = loss_mask + (static_cast<ptrdiff_t>(m) * samples + b) * local_seq;
+      for (const parallel::SequenceChunk& chunk : chunks) {
+        for (int64_t t = chunk.first; t < chunk.end(); ++t, ++row) {
+          // Depth k's rolled mask holds position t at t - k - 1, inside the sequence for t > k.
+          for (int k = 0; k < depths && k < t; ++k) counts[static_cast<size_t>(m) * depths + k] += *row;
+        }
       }
     }
   }

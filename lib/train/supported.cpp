@@ -22,8 +22,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
                      backend::Device device) {
   // Every parallel layout parallel::validate accepts runs (expert parallelism included).
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  // A setting whose condition names `device` is refused on CUDA only (YaRN, multi-token prediction,
-  // BERT and FSDP's grad sharding have no CUDA path yet); the others on every backend.
+  // A setting whose condition names `device` is refused on CUDA only (multi-token prediction, BERT
+  // and FSDP's grad sharding have no CUDA path yet); the others on every backend.
   const bool moe = model.num_experts > 0;
   parallel::ParallelConfig fsdp = parallel;  // --use-custom-fsdp is --use-megatron-fsdp (validate() folds it later)
   fsdp.use_megatron_fsdp = parallel.use_megatron_fsdp || parallel.use_custom_fsdp;
@@ -34,11 +34,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
        "mt-train runs the all-to-all dispatcher"},
       {moe && model.moe_router_load_balancing_type == model::MoeLoadBalancing::sinkhorn,
        "--moe-router-load-balancing-type sinkhorn", "mt-train runs aux_loss, seq_aux_loss, global_aux_loss or none"},
-      {device == backend::Device::cuda && model.rope_type == model::RopeType::yarn, "--rope-type yarn",
-       "the CUDA backend has no YaRN kernel yet: run it on the CPU backend, or --rope-type rope"},
-      {model.mtp_num_layers > 0 && parallel.context_parallel_size > 1,
-       "--mtp-num-layers with --context-parallel-size " + std::to_string(parallel.context_parallel_size),
-       "mt-train rolls the MTP tokens within a rank's sequence, not across CP ranks" + accounted},
       // Under PP the last stage keeps a copy of the word table for the MTP lookups (model/layers/mtp.h);
       // Megatron's last stage would also hold a position table that nothing keeps equal to the first's.
       {model.mtp_num_layers > 0 && parallel.pipeline_model_parallel_size > 1 &&
@@ -50,15 +45,14 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {model.mtp_num_layers > 0 && device == backend::Device::cuda, "--mtp-num-layers with --device cuda",
        "multi-token prediction runs on the CPU table; it has not run on a GPU yet"},
       // BERT (issue 25): the model (lib/model, checked against Megatron-Core's BertModel) trains on
-      // BERT's masked samples on the CPU table under TP, DP and PP; the CUDA attention is causal
-      // only, ring attention too, and the BERT head has no sequence-parallel path.
+      // BERT's masked samples on the CPU table under TP (with or without SP), DP and PP; the CUDA
+      // attention is causal only; under CP the ring attention runs non-causal but the head does not.
       {model.bert && device == backend::Device::cuda, "--device cuda with BERT (--model " + model.name + ")",
        "the CUDA attention kernels are causal only and have no padding mask; BERT runs on the CPU table"},
       {model.bert && parallel.context_parallel_size > 1,
        "--context-parallel-size " + std::to_string(parallel.context_parallel_size) + " with BERT",
-       "the ring attention is causal only: BERT's bidirectional padding mask has no balanced CP split yet"},
-      {model.bert && parallel.sequence_parallel, "--sequence-parallel with BERT (--model " + model.name + ")",
-       "BERT's head (pooler and LM head) has no sequence-parallel path yet: tensor parallelism without it runs"},
+       "the ring attention runs BERT's padding mask, but the pooler, token types and per-micro-batch losses are "
+       "not split over CP ranks yet (Megatron's pretrain_bert.py does not split BERT over CP either)"},
       // Megatron-FSDP (issue 25): the strategies mt's optimizer shards by (optim/distributed_optimizer.h).
       {fsdp.shards_grads() && device != backend::Device::cpu,
        "--use-megatron-fsdp with --data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy +

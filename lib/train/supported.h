@@ -1,6 +1,6 @@
 // What mt-train does not run yet, in one list: the model features (multi-token prediction under
-// context or pipeline parallelism and on CUDA; BERT: on CUDA, under CP and with SP; YaRN on
-// CUDA), the mixture-of-experts settings (the fp64 router, the flex dispatcher, sinkhorn balancing)
+// context or pipeline parallelism and on CUDA; BERT: on CUDA, under CP and with SP), the
+// mixture-of-experts settings (the fp64 router, the flex dispatcher, sinkhorn balancing)
 // and Megatron-FSDP's grad and parameter sharding on CUDA, that mt-train's flag handling and the Trainer refuse by
 // flag, before anything is built. Mixture of experts with expert parallelism runs on the CPU and on
 // CUDA (kernels/cuda/moe_*.cu). mt-mfu and mt-memreport never call it: they account for all of
@@ -18,7 +18,7 @@ namespace mt::train {
 // Throws mt::UsageError naming the flag (and value) of the first setting mt-train cannot run yet,
 // "<flag>: not supported yet (<what mt-train runs instead>)", e.g. "--mtp-num-layers with
 // --pipeline-model-parallel-size 2: not supported yet (...)". `device`: the backend the run uses
-// (multi-token prediction, BERT and --rope-type yarn are refused on CUDA).
+// (multi-token prediction and BERT are refused on CUDA).
 void check_supported(const model::ModelConfig& model, const parallel::ParallelConfig& parallel,
                      backend::Device device = backend::Device::cpu);
 

@@ -246,19 +246,12 @@ void Trainer::build_parameters() {
   }
 }
 
-// What FP8 runs in this version: a dense or MoE model in bf16 or fp16 (the layers outside FP8 run
-// in it, as Megatron's; the experts' FP8 GEMMs: model/moe/experts.h).
+// What FP8 runs in this version: a dense or MoE model, its MTP depths too, in bf16 or fp16 (the
+// layers outside FP8 run in it, as Megatron's; the experts' FP8 GEMMs: model/moe/experts.h).
 void Trainer::check_fp8_supported() const {
   if (!config_.fp8.enabled) return;
   if (config_.precision == Precision::fp32) {
     throw UsageError("--fp8-format", "needs --bf16 or --fp16 (the layers outside FP8 run in it, as Megatron's)");
-  }
-  // The experts' FP8 GEMMs leave each expert's rows unpadded (model/precision_gemm.h
-  // set_fp8_rows_padded): cuBLASLt's FP8 GEMMs need the padding itself, which no CUDA entry does yet.
-  if (model_config_.num_experts > 0 && ops_.device == backend::Device::cuda) {
-    throw UsageError("--fp8-format with --num-experts on --device cuda",
-                     "not supported yet (the experts' FP8 GEMMs need each expert's rows padded to 16 on the GPU): "
-                     "run it on the CPU backend");
   }
   // Megatron's bound on --first-last-layers-bf16: each count at most the layers of a pipeline stage.
   const int stage_layers = model_config_.num_layers / parallel_config_.pipeline_model_parallel_size;
@@ -270,9 +263,6 @@ void Trainer::check_fp8_supported() const {
       throw UsageError(flag, std::to_string(count) + " is not between 0 and the " + std::to_string(stage_layers) +
                                  " layers of a pipeline stage");
     }
-  }
-  if (model_config_.mtp_num_layers > 0) {
-    throw UsageError("--fp8-format with --mtp-num-layers", "not supported yet (the MTP depths' linears have no FP8 state)");
   }
 }
 
@@ -869,8 +859,13 @@ BertLosses Trainer::finish_bert_losses(const double* sums, int micro_batches) {
 
 void Trainer::prepare_mtp_losses(const StepTokens& tokens) {
   const int micro_batches = static_cast<int>(tokens.micro.size()), depths = model_config_.mtp_num_layers;
-  const std::vector<double> counts = mtp_rolled_token_counts(staged_.loss_mask.data(), micro_batches,
-                                                             config_.micro_batch_size, model_config_.seq_length, depths);
+  // Whole sequences' counts: each CP rank counts its chunks, summed over CP as the LM loss's are.
+  std::vector<double> counts =
+      mtp_rolled_token_counts(staged_.loss_mask.data(), micro_batches, config_.micro_batch_size,
+                              model_config_.seq_length, depths, context_group_->size(), context_group_->rank());
+  if (context_control_->size() > 1) {
+    context_control_->all_reduce(counts.data(), static_cast<int64_t>(counts.size()), DType::f64, comm::ReduceOp::sum);
+  }
   mtp_grad_scales_ = mtp_loss_grad_scales(counts, depths, model_config_.mtp_loss_scaling_factor, scaler_.scale(),
                                           static_cast<double>(micro_batches) * data_parallel_size_,
                                           config_.calculate_per_token_loss, tokens.step);
@@ -885,7 +880,12 @@ std::vector<double> Trainer::finish_mtp_losses(int micro_batches) {
                                                          static_cast<int64_t>(sizeof(double)),
             backend::CopyKind::device_to_host, stream);
   ops_.synchronize(stream);
-  // The last stage's figures (other stages add 0), averaged over DP as MTPLossLoggingHelper does.
+  // The whole sequences' sums (over CP), then the last stage's figures (other stages add 0),
+  // averaged over DP as MTPLossLoggingHelper does.
+  if (context_control_->size() > 1) {
+    context_control_->all_reduce(mtp_sums_host_.data(), 2 * static_cast<int64_t>(micro_batches) * depths, DType::f64,
+                                 comm::ReduceOp::sum);
+  }
   std::vector<double> losses = mtp_logged_losses(mtp_sums_host_, micro_batches, depths);
   if (pipeline_control_->size() > 1) pipeline_control_->all_reduce(losses.data(), depths, DType::f64, comm::ReduceOp::sum);
   if (data_parallel_control_->size() > 1) {

@@ -528,6 +528,8 @@ const Ops& table() {
       .rmsnorm_backward = MT_QUEUED(rmsnorm_backward),
       .gelu_forward = MT_QUEUED(gelu_forward),
       .gelu_backward = MT_QUEUED(gelu_backward),
+      .gelu_erf_forward = MT_QUEUED(gelu_erf_forward),
+      .gelu_erf_backward = MT_QUEUED(gelu_erf_backward),
       .tanh_forward = MT_QUEUED(tanh_forward),
       .tanh_backward = MT_QUEUED(tanh_backward),
       .swiglu_forward = MT_QUEUED(swiglu_forward),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # mt-tokenize --partitions: 2 MPI ranks x 1 worker (--partitions 2 --workers 2 under mpirun -np 2)
 # against 1 rank x 2 workers (--workers 2, no partitions, no mpirun) on the same cores and corpus,
-# GPT-2, Megatron .bin/.idx out. The partitioned time includes mpirun's start, dealing the lines to
-# the partition files (removed before each run, so they are written every time) and the merge.
+# GPT-2, Megatron .bin/.idx out. The partitioned time includes mpirun's start, dealing the lines
+# (in memory; a build that writes partition files, as a --baseline before issue 26's in-memory
+# dealing does, has them removed before each run so that it writes them every time) and putting
+# the partitions together in order on rank 0.
 # Partitions exist to spread a corpus over nodes; one machine cannot measure that, only that the
 # extra steps cost little on the same cores. A benchmark, not a test: for each size it prints the
 # median of --repeat runs' wall seconds (process start included) and the speed ratio (1-rank time /

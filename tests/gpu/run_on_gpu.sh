@@ -8,6 +8,8 @@
 #              hold this machine's build paths); mt_gpu_fp8_tests prints the FP8-vs-bf16 GEMM
 #              TFLOP/s at 8192^3 ("[fp8] speed"), copied into summary.txt
 #   training   mt_gpu_training_tests: 10 fp32 steps (TF32 off), CUDA table against the CPU table
+#              (dense, MLA with RoPE and YaRN, MoE), and 10 FP8 steps against the CPU emulation
+#              (dense, MoE)
 #   bench      mt-train --device cuda and mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp),
 #              then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
 #   sanitize   (only when named) compute-sanitizer memcheck over the op-harness families matching
@@ -34,7 +36,7 @@ while (($#)); do
     --archive) ARCHIVE="$2"; shift 2 ;;
     --unpacked) UNPACKED="$2"; shift 2 ;;
     selftest | training | bench | sanitize) PARTS+=("$1"); shift ;;
-    -h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_on_gpu.sh: unknown argument '$1' (parts: selftest training bench sanitize)" >&2; exit 2 ;;
   esac
 done
@@ -179,7 +181,7 @@ part_selftest() {
 
 part_training() {
   [[ -x $PACK/tests/mt_gpu_training_tests ]] || { STATUS=1; note "training: FAILED: mt_gpu_training_tests not packed"; return; }
-  run_gtests training "$OUT/training.log" 120 "$OUT/training.xml" "$PACK/tests/mt_gpu_training_tests"
+  run_gtests training "$OUT/training.log" 180 "$OUT/training.xml" "$PACK/tests/mt_gpu_training_tests"
 }
 
 # mt-train's dense bf16 peak for this GPU (its --peak-device names), or nothing.

@@ -4,18 +4,21 @@
 // documents, run in this process by two Trainers, one per table (no mt-train binary, no files).
 // Every step's loss and grad norm must be within 1e-5 relative of the CPU's, and within the fp32
 // equivalence bound the layout tests use (tests/mpi/training_equivalence.h), which stays below
-// 1e-5 at these learning rates. The mixture-of-experts block at the end does the same for two
-// tiny-mixtral variants (moe::CudaMoeTraining), and the FP8 block compares --fp8-format hybrid runs
-// with the CPU emulation (fp8::CudaFp8Training, its own bound). Skipped, never passed, when no CUDA device is
-// usable or the CUDA table is not built.
+// 1e-5 at these learning rates; so do a tiny multi-latent attention model with RoPE and with YaRN
+// (CudaMlaTraining). The mixture-of-experts block at the end does the same for two tiny-mixtral
+// variants (moe::CudaMoeTraining), and the FP8 block compares --fp8-format hybrid runs, dense and
+// with experts, with the CPU emulation (fp8::CudaFp8Training, fp8::CudaFp8MoeTraining, its own
+// bound). Skipped, never passed, when no CUDA device is usable or the CUDA table is not built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backend/registry.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "tests/mpi/training_equivalence.h"
 #include "tests/unit/tiny_models.h"
@@ -80,30 +83,52 @@ equivalence::RunNumbers train_on(const backend::Ops& ops, const model::ModelConf
 
 class CudaTraining : public ::testing::TestWithParam<bool> {};  // LLaMA-style or GPT-2-style
 
+// Each step's loss and grad norm of `gpu` within kRelative of `cpu`'s, and the equivalence bound;
+// every step printed with `label`.
+void expect_steps_match(const equivalence::RunNumbers& cpu, const equivalence::RunNumbers& gpu, const char* label) {
+  ASSERT_EQ(cpu.loss.size(), 10u);
+  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
+  for (size_t i = 0; i < cpu.loss.size(); ++i) {
+    std::printf("%s step %2zu  loss cpu %.9g cuda %.9g  grad norm cpu %.9g cuda %.9g\n", label, i + 1, cpu.loss[i],
+                gpu.loss[i], cpu.grad_norm[i], gpu.grad_norm[i]);
+    EXPECT_LE(std::fabs(gpu.loss[i] - cpu.loss[i]), kRelative * std::fabs(cpu.loss[i]))
+        << label << ": lm loss at step " << i + 1 << ": cuda " << gpu.loss[i] << ", cpu " << cpu.loss[i];
+    EXPECT_LE(std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]), kRelative * std::fabs(cpu.grad_norm[i]))
+        << label << ": grad norm at step " << i + 1 << ": cuda " << gpu.grad_norm[i] << ", cpu " << cpu.grad_norm[i];
+  }
+  const auto difference = equivalence::first_difference(gpu, cpu, fp32_config().adam.eps);
+  EXPECT_FALSE(difference.has_value()) << label << ": " << *difference;
+}
+
 TEST_P(CudaTraining, TenFp32StepsMatchTheCpu) {
   std::string missing;
   const backend::Ops* cuda = cuda_ops(missing);
   if (!cuda) GTEST_SKIP() << missing;
   const model::ModelConfig model = mt::testing::trainer_model(GetParam());
-  const equivalence::RunNumbers cpu = train_on(backend::cpu_ops(), model);
-  const equivalence::RunNumbers gpu = train_on(*cuda, model);
-  ASSERT_EQ(cpu.loss.size(), 10u);
-  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
-  for (size_t i = 0; i < cpu.loss.size(); ++i) {
-    std::printf("step %2zu  loss cpu %.9g cuda %.9g  grad norm cpu %.9g cuda %.9g\n", i + 1, cpu.loss[i], gpu.loss[i],
-                cpu.grad_norm[i], gpu.grad_norm[i]);
-    EXPECT_LE(std::fabs(gpu.loss[i] - cpu.loss[i]), kRelative * std::fabs(cpu.loss[i]))
-        << "lm loss at step " << i + 1 << ": cuda " << gpu.loss[i] << ", cpu " << cpu.loss[i];
-    EXPECT_LE(std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]), kRelative * std::fabs(cpu.grad_norm[i]))
-        << "grad norm at step " << i + 1 << ": cuda " << gpu.grad_norm[i] << ", cpu " << cpu.grad_norm[i];
-  }
-  const auto difference = equivalence::first_difference(gpu, cpu, fp32_config().adam.eps);
-  EXPECT_FALSE(difference.has_value()) << *difference;
+  expect_steps_match(train_on(backend::cpu_ops(), model), train_on(*cuda, model),
+                     GetParam() ? "llama_style" : "gpt2_style");
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaTraining, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "llama_style" : "gpt2_style");
+                         });
+
+// Multi-latent attention (issue 22) with RoPE and with YaRN (issue 23: the CUDA rope_yarn
+// entries, kernels/cuda/elementwise.cu): mt::testing::tiny_mla, the same 10 fp32 steps and bound.
+class CudaMlaTraining : public ::testing::TestWithParam<bool> {};  // YaRN or RoPE
+
+TEST_P(CudaMlaTraining, TenFp32StepsMatchTheCpu) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  const model::ModelConfig model = mt::testing::tiny_mla(GetParam());
+  expect_steps_match(train_on(backend::cpu_ops(), model), train_on(*cuda, model), GetParam() ? "mla yarn" : "mla rope");
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMla, CudaMlaTraining, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "yarn" : "rope");
                          });
 
 }  // namespace
@@ -228,33 +253,69 @@ equivalence::RunNumbers train_fp8_on(const backend::Ops& ops, const model::Model
 
 class CudaFp8Training : public ::testing::TestWithParam<bool> {};  // LLaMA-style or GPT-2-style
 
+// Each step of `gpu` within 2e-3 relative of `cpu` in loss and 2e-2 in grad norm (printed with
+// `label`); returns the worst gaps.
+std::pair<double, double> expect_near_emulation(const equivalence::RunNumbers& cpu,
+                                                const equivalence::RunNumbers& gpu, const char* label) {
+  EXPECT_EQ(cpu.loss.size(), 10u);
+  EXPECT_EQ(gpu.loss.size(), cpu.loss.size());
+  double worst_loss = 0, worst_norm = 0;
+  for (size_t i = 0; i < std::min(cpu.loss.size(), gpu.loss.size()); ++i) {
+    const double loss_gap = std::fabs(gpu.loss[i] - cpu.loss[i]) / std::fabs(cpu.loss[i]);
+    const double norm_gap = std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]) / std::fabs(cpu.grad_norm[i]);
+    worst_loss = std::max(worst_loss, loss_gap);
+    worst_norm = std::max(worst_norm, norm_gap);
+    std::printf("fp8 %s step %2zu  loss cpu %.9g cuda %.9g (%.2e)  grad norm cpu %.9g cuda %.9g (%.2e)\n", label,
+                i + 1, cpu.loss[i], gpu.loss[i], loss_gap, cpu.grad_norm[i], gpu.grad_norm[i], norm_gap);
+    EXPECT_LE(loss_gap, 2e-3) << label << ": lm loss at step " << i + 1;
+    EXPECT_LE(norm_gap, 2e-2) << label << ": grad norm at step " << i + 1;
+  }
+  return {worst_loss, worst_norm};
+}
+
 TEST_P(CudaFp8Training, TenHybridStepsStayNearTheCpuEmulation) {
   std::string missing;
   const backend::Ops* cuda = cuda_ops(missing);
   if (!cuda) GTEST_SKIP() << missing;
   const model::ModelConfig model = mt::testing::trainer_model(GetParam());
-  const equivalence::RunNumbers cpu = train_fp8_on(backend::cpu_ops(), model);
-  const equivalence::RunNumbers gpu = train_fp8_on(*cuda, model);
-  ASSERT_EQ(cpu.loss.size(), 10u);
-  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
-  double worst_loss = 0, worst_norm = 0;
-  for (size_t i = 0; i < cpu.loss.size(); ++i) {
-    const double loss_gap = std::fabs(gpu.loss[i] - cpu.loss[i]) / std::fabs(cpu.loss[i]);
-    const double norm_gap = std::fabs(gpu.grad_norm[i] - cpu.grad_norm[i]) / std::fabs(cpu.grad_norm[i]);
-    worst_loss = std::max(worst_loss, loss_gap);
-    worst_norm = std::max(worst_norm, norm_gap);
-    std::printf("fp8 step %2zu  loss cpu %.9g cuda %.9g (%.2e)  grad norm cpu %.9g cuda %.9g (%.2e)\n", i + 1,
-                cpu.loss[i], gpu.loss[i], loss_gap, cpu.grad_norm[i], gpu.grad_norm[i], norm_gap);
-    EXPECT_LE(loss_gap, 2e-3) << "lm loss at step " << i + 1;
-    EXPECT_LE(norm_gap, 2e-2) << "grad norm at step " << i + 1;
-  }
+  const char* name = GetParam() ? "llama_style" : "gpt2_style";
+  const auto [worst_loss, worst_norm] =
+      expect_near_emulation(train_fp8_on(backend::cpu_ops(), model), train_fp8_on(*cuda, model), name);
   std::printf("[fp8] training %s: worst relative gap, cuda against the cpu emulation: loss %.2e, grad norm %.2e\n",
-              GetParam() ? "llama_style" : "gpt2_style", worst_loss, worst_norm);
+              name, worst_loss, worst_norm);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaFp8Training, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "llama_style" : "gpt2_style");
+                         });
+
+// FP8 with mixture of experts (issue 23): the two tiny-mixtral variants (moe::CudaMoeTraining's)
+// under the same FP8 schedule, CUDA against the CPU emulation, the same bounds. Each expert's rows
+// are padded to 16 in device scratch (model/precision_gemm.h Fp8RowPadding), so every FP8 GEMM
+// can take cuBLASLt; how many took gemm_fp8's plain kernel instead is printed (the weights of
+// experts and the tails' 16-row blocks included), not asserted.
+class CudaFp8MoeTraining : public ::testing::TestWithParam<bool> {};  // DeepSeek-V3's router or Mixtral's
+
+TEST_P(CudaFp8MoeTraining, TenHybridStepsStayNearTheCpuEmulation) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  const model::ModelConfig model = mt::testing::trainer_moe_model(GetParam());
+  const equivalence::RunNumbers cpu = train_fp8_on(backend::cpu_ops(), model);
+  const int64_t fallbacks_before = kernels::cuda::gemm_fp8_fallback_calls();
+  const equivalence::RunNumbers gpu = train_fp8_on(*cuda, model);
+  const int64_t fallbacks = kernels::cuda::gemm_fp8_fallback_calls() - fallbacks_before;
+  const char* name = GetParam() ? "deepseek_router_grouped_gemm" : "mixtral";
+  const auto [worst_loss, worst_norm] = expect_near_emulation(cpu, gpu, name);
+  std::printf("[fp8] training moe %s: worst relative gap, cuda against the cpu emulation: loss %.2e, grad norm %.2e; "
+              "%lld FP8 GEMMs took the plain kernel\n",
+              name, worst_loss, worst_norm, static_cast<long long>(fallbacks));
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMixtral, CudaFp8MoeTraining, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "deepseek_router_grouped_gemm" : "mixtral");
                          });
 
 }  // namespace fp8

@@ -1,10 +1,12 @@
 // Cases of the activation and rotary entries (see op_cases.h): GELU (tanh) and SwiGLU forward and
-// backward against the reference, tanh (BERT's pooler) against std::tanh and central differences, including saturated inputs where exp over- or underflows inside a
-// kernel, backward against central differences; RoPE forward and backward against the reference
+// backward against the reference, tanh (BERT's pooler) and the erf GELU (BERT's LM head) against
+// std::tanh / std::erf and central differences, including saturated inputs where exp over- or
+// underflows inside a kernel, backward against central differences; RoPE forward and backward against the reference
 // on heads inside wider rows and at positions past any cached table, backward the transpose of
 // forward and its inverse.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +17,27 @@
 
 namespace mt::harness {
 namespace {
+
+using UnaryEntry = decltype(&backend::Ops::gelu_forward);
+using Reference = std::vector<double> (*)(const std::vector<double>&);
+
+// y = entry(x) against `reference` in double, over the (lazily made) inputs.
+OpCase unary_forward_case(OpId op, UnaryEntry entry, Reference reference, std::string name,
+                          std::function<std::vector<float>()> inputs) {
+  return {.op = op, .mode = CaseMode::forward, .name = std::move(name), .body = [=](CaseContext& c) {
+            const auto x = inputs();
+            const auto n = static_cast<int64_t>(x.size());
+            const DeviceArray<float> y = c.filled(n, kNaN);
+            (c.ops().*entry)(c.upload(x).data, y.data, n, c.stream());
+            c.expect_close("y", c.download(y, "y"), reference(to_double(x)), tolerances(DType::f32).reference);
+          }};
+}
+
+std::vector<double> ref_tanh_all(const std::vector<double>& x) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = std::tanh(x[i]);
+  return out;
+}
 
 void add_gelu(std::vector<OpCase>& cases) {
   for (int64_t n : {1, 5, 67, 100003}) {
@@ -29,16 +52,8 @@ void add_gelu(std::vector<OpCase>& cases) {
       }
       return x;
     };
-    cases.push_back({.op = OpId::gelu_forward,
-                     .mode = CaseMode::forward,
-                     .name = shape_text({{"n", n}}) + (n > 8 ? " with saturated tails" : ""),
-                     .body = [n, inputs](CaseContext& c) {
-                       const auto x = inputs();
-                       const DeviceArray<float> y = c.filled(n, kNaN);
-                       c.ops().gelu_forward(c.upload(x).data, y.data, n, c.stream());
-                       c.expect_close("y", c.download(y, "y"), ref_gelu_all(to_double(x)),
-                                      tolerances(DType::f32).reference);
-                     }});
+    cases.push_back(unary_forward_case(OpId::gelu_forward, &backend::Ops::gelu_forward, ref_gelu_all,
+                                       shape_text({{"n", n}}) + (n > 8 ? " with saturated tails" : ""), inputs));
     cases.push_back({.op = OpId::gelu_backward,
                      .mode = CaseMode::backward,
                      .name = shape_text({{"n", n}}) + (n > 8 ? " with saturated tails" : ""),
@@ -52,21 +67,14 @@ void add_gelu(std::vector<OpCase>& cases) {
                        c.expect_close("dx", c.download(dx, "dx"), expected, tolerances(DType::f32).reference);
                      }});
   }
-  cases.push_back({.op = OpId::tanh_forward,
-                   .mode = CaseMode::forward,
-                   .name = shape_text({{"n", 67}}) + " with saturated tails",
-                   .body = [](CaseContext& c) {
-                     const int64_t n = 67;
-                     auto x = random_floats(n, 44, -4.0f, 4.0f);
-                     x[0] = -30.0f;
-                     x[1] = 30.0f;
-                     x[2] = 0.0f;
-                     const DeviceArray<float> y = c.filled(n, kNaN);
-                     c.ops().tanh_forward(c.upload(x).data, y.data, n, c.stream());
-                     std::vector<double> expected(n);
-                     for (int64_t i = 0; i < n; ++i) expected[i] = std::tanh(double(x[i]));
-                     c.expect_close("y", c.download(y, "y"), expected, tolerances(DType::f32).reference);
-                   }});
+  cases.push_back(unary_forward_case(OpId::tanh_forward, &backend::Ops::tanh_forward, ref_tanh_all,
+                                     shape_text({{"n", 67}}) + " with saturated tails", [] {
+                                       auto x = random_floats(67, 44, -4.0f, 4.0f);
+                                       x[0] = -30.0f;
+                                       x[1] = 30.0f;
+                                       x[2] = 0.0f;
+                                       return x;
+                                     }));
   cases.push_back({.op = OpId::tanh_backward,
                    .mode = CaseMode::grad,
                    .name = shape_text({{"n", 67}}),
@@ -77,12 +85,8 @@ void add_gelu(std::vector<OpCase>& cases) {
                      for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
                      const DeviceArray<float> dx = c.filled(n, kNaN);
                      c.ops().tanh_backward(c.upload(dy).data, c.upload(y).data, dx.data, n, c.stream());
-                     const auto tanh_all = [](const std::vector<double>& v) {
-                       std::vector<double> out(v.size());
-                       for (size_t i = 0; i < v.size(); ++i) out[i] = std::tanh(v[i]);
-                       return out;
-                     };
-                     c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(tanh_all, to_double(x), to_double(dy)),
+                     c.expect_close("dx", c.download(dx, "dx"),
+                                    numeric_gradient(ref_tanh_all, to_double(x), to_double(dy)),
                                     tolerances(DType::f32).finite_difference);
                    }});
   cases.push_back(
@@ -94,6 +98,36 @@ void add_gelu(std::vector<OpCase>& cases) {
          c.expect_close("dx", c.download(dx, "dx"), numeric_gradient(ref_gelu_all, to_double(x), to_double(dy)),
                         tolerances(DType::f32).finite_difference);
        }});
+}
+
+// The erf form against std::erf in double, where the tanh form is off by up to ~5e-4 (x near
+// +-2: far outside the tolerance), and its backward against central differences of that.
+void add_gelu_erf(std::vector<OpCase>& cases) {
+  const auto inputs = [](int64_t n) {
+    auto x = random_floats(n, 47, -6.0f, 6.0f);
+    x[0] = -100.0f;  // erf saturates to -1, the backward's exp underflows
+    x[1] = 100.0f;
+    x[2] = 0.0f;
+    x[3] = 1.0f;    // 0.8413447460685429
+    x[4] = -2.0f;   // -0.04550026389635842
+    return x;
+  };
+  for (int64_t n : {67, 100003}) {
+    cases.push_back(unary_forward_case(OpId::gelu_erf_forward, &backend::Ops::gelu_erf_forward, ref_gelu_erf_all,
+                                       shape_text({{"n", n}}) + " with saturated tails", [n, inputs] { return inputs(n); }));
+  }
+  cases.push_back({.op = OpId::gelu_erf_backward,
+                   .mode = CaseMode::grad,
+                   .name = shape_text({{"n", 67}}) + " with saturated tails",
+                   .body = [inputs](CaseContext& c) {
+                     const int64_t n = 67;
+                     const auto x = inputs(n), dy = random_floats(n, 48);
+                     const DeviceArray<float> dx = c.filled(n, kNaN);
+                     c.ops().gelu_erf_backward(c.upload(dy).data, c.upload(x).data, dx.data, n, c.stream());
+                     c.expect_close("dx", c.download(dx, "dx"),
+                                    numeric_gradient(ref_gelu_erf_all, to_double(x), to_double(dy)),
+                                    tolerances(DType::f32).finite_difference);
+                   }});
 }
 
 void add_swiglu(std::vector<OpCase>& cases) {
@@ -319,6 +353,7 @@ void add_rope_yarn(std::vector<OpCase>& cases) {
 
 void add_activation_cases(std::vector<OpCase>& cases) {
   add_gelu(cases);
+  add_gelu_erf(cases);
   add_swiglu(cases);
   add_rope(cases);
   add_rope_yarn(cases);

@@ -52,6 +52,8 @@ const char* op_family(OpId op) {
     case OpId::rmsnorm_backward: return "norms";
     case OpId::gelu_forward:
     case OpId::gelu_backward:
+    case OpId::gelu_erf_forward:
+    case OpId::gelu_erf_backward:
     case OpId::tanh_forward:
     case OpId::tanh_backward:
     case OpId::swiglu_forward:

@@ -130,6 +130,12 @@ std::vector<double> ref_gelu_all(const std::vector<double>& x) {
   return out;
 }
 
+std::vector<double> ref_gelu_erf_all(const std::vector<double>& x) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0)));
+  return out;
+}
+
 double ref_silu(double x) { return x / (1.0 + std::exp(-x)); }
 
 std::vector<double> ref_swiglu(const std::vector<double>& gate_up, int64_t rows, int ffn) {

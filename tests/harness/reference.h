@@ -54,6 +54,7 @@ LayerNormGrads ref_layernorm_backward(const std::vector<float>& x, const std::ve
 double ref_gelu(double x);             // tanh approximation
 double ref_gelu_derivative(double x);  // d gelu / dx
 std::vector<double> ref_gelu_all(const std::vector<double>& x);
+std::vector<double> ref_gelu_erf_all(const std::vector<double>& x);  // exact: 0.5 x (1 + erf(x / sqrt 2))
 double ref_silu(double x);
 // y (rows, ffn) = silu(gate) * up over packed (rows, 2 ffn) gate | up rows.
 std::vector<double> ref_swiglu(const std::vector<double>& gate_up, int64_t rows, int ffn);

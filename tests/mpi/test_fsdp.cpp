@@ -5,17 +5,22 @@
 // grads complete only after the embedding's backward, and tiny LLaMA, untied), DP=4 (tiny GPT) and
 // TP=2 SP x DP=2 (tiny LLaMA) at 4 ranks, EOD-masked loss and hidden dropout 0.1, micro-batches
 // accumulated (2 per DP rank at DP=2); the same for optim_grads_params (parameters sharded,
-// gathered per unit; with prefetch, and at DP=2 without). Also: the unit grad reductions run on
+// gathered per unit; with prefetch, and at DP=2 without). MoE: tiny-mixtral's routing and
+// tiny-deepseek (dense and MoE layers, a shared expert) at EP=2 (optim_grads_params) and EP=1
+// (optim_grads) on 2 ranks, tiny-mixtral's at EP=2 x expert-DP=2 on 4 (both strategies); and
+// runs in which EP rank 1's experts never receive a token
+// (at 4 ranks while their expert-DP peer's do). Also: the unit grad reductions run on
 // every micro-batch (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the unit gathers
 // (twice per layer unit and micro-batch, the root once), prefetches and the share of their time
 // hidden (none without prefetch, some with it); the memory the units hand
 // back (the ledger's grads and weights peaks against no_shard's, and the process's resident set
 // shrinking when a unit is released); the strategies the flags choose; and the refusals by name
-// (PP and MoE with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
+// (PP with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
 // or with --overlap-param-gather).
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +48,7 @@ struct FsdpLayout {
   std::string strategy = "optim_grads";
   std::vector<bool> llama_models{false, true};  // tiny GPT (tied embedding) and tiny LLaMA
   bool prefetch = true;                         // optim_grads_params: --no-fsdp-prefetch when false
+  int ep = 1;                                   // --expert-model-parallel-size (MoE models)
 };
 
 parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::ModelConfig& model,
@@ -53,9 +59,8 @@ parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::Mode
   parallel.use_megatron_fsdp = true;
   parallel.data_parallel_sharding_strategy = layout.strategy;
   parallel.no_fsdp_prefetch = !layout.prefetch;
-  parallel::ModelDimensions dimensions{model.num_layers, model.num_attention_heads, model.query_groups(),
-                                       model.ffn_hidden_size, model.padded_vocab_size(), model.seq_length, 0};
-  parallel::validate(parallel, dimensions, {config.micro_batch_size, config.global_batch_size},
+  parallel.expert_model_parallel_size = layout.ep;
+  parallel::validate(parallel, model::parallel_dimensions(model), {config.micro_batch_size, config.global_batch_size},
                      equivalence::world().size());
   return parallel;
 }
@@ -65,6 +70,16 @@ data::LoaderOptions eod_masked() {
   data::LoaderOptions options;
   options.eod_mask_loss = true;
   return options;
+}
+
+// The run of `layout` (its process groups over the world), `prepare` applied before it trains.
+equivalence::RunNumbers fsdp_numbers(const FsdpLayout& layout, const model::ModelConfig& model,
+                                     const train::TrainConfig& config, const data::SampleSource& data,
+                                     const equivalence::PrepareTrainer& prepare = {}) {
+  const parallel::ParallelConfig parallel = fsdp_config(layout, model, config);
+  const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), backend::cpu_ops(),
+                                       backend::cpu_ops().default_stream());
+  return equivalence::train_numbers(model, config, data, &groups, prepare);
 }
 
 std::vector<FsdpLayout> layouts_for_world(int world) {
@@ -97,14 +112,51 @@ void expect_layouts_match_one_rank(const std::vector<FsdpLayout>& layouts) {
       model::ModelConfig model = mt::testing::trainer_model(llama, 0.1f);
       const train::TrainConfig config = equivalence::ten_step_config();
       const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, eod_masked());
-      const parallel::ParallelConfig parallel = fsdp_config(layout, model, config);
-      const parallel::ProcessGroups groups(equivalence::world(), parallel::RankGrid(parallel), backend::cpu_ops(),
-                                           backend::cpu_ops().default_stream());
       const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
-      const equivalence::RunNumbers run = equivalence::train_numbers(model, config, data, &groups);
+      const equivalence::RunNumbers run = fsdp_numbers(layout, model, config, data);
       equivalence::expect_same_numbers(run, reference, config);
       EXPECT_EQ(run.eval_loss.size(), 2u);
     }
+  }
+}
+
+// FSDP with experts: tiny-mixtral's routing on the trainer model (every layer MoE) and, at 2
+// ranks (CI time), tiny-deepseek (MLA, the first layer dense, the second MoE with a shared expert
+// and the expert bias) at the suite's sizes.
+std::vector<model::ModelConfig> moe_models(int world) {
+  if (world != 2) return {mt::testing::trainer_moe_model(false)};
+  model::ModelConfig deepseek = model::preset("tiny-deepseek");
+  const model::ModelConfig small = mt::testing::trainer_model(true);
+  deepseek.vocab_size = small.vocab_size;
+  deepseek.make_vocab_size_divisible_by = small.make_vocab_size_divisible_by;
+  deepseek.seq_length = deepseek.max_position_embeddings = small.seq_length;
+  return {mt::testing::trainer_moe_model(false), deepseek};
+}
+
+// At 2 ranks EP=2 (expert-DP 1: each rank its experts whole) and EP=1 (the experts sharded over
+// DP=2 like the dense tensors); at 4 ranks EP=2 x expert-DP=2 beside DP=4.
+std::vector<FsdpLayout> moe_layouts_for_world(int world) {
+  if (world == 2) {
+    return {{"EP=2 x FSDP=2 optim_grads_params", 1, false, "optim_grads_params", {}, true, 2},
+            {"EP=1 x FSDP=2 optim_grads", 1, false, "optim_grads", {}, true, 1}};
+  }
+  if (world == 4) {
+    return {{"EP=2 x expert-DP=2 (FSDP=4) optim_grads_params", 1, false, "optim_grads_params", {}, true, 2},
+            {"EP=2 x expert-DP=2 (FSDP=4) optim_grads", 1, false, "optim_grads", {}, true, 2}};
+  }
+  return {};
+}
+
+// The expert bias of every MoE layer set so that experts [E/2, E) (EP rank 1's at EP=2) are
+// never chosen: sigmoid scores are below 1, the bias -1000 (and no bias update).
+void bias_out_upper_experts(train::Trainer& trainer) {
+  for (const train::Trainer::ExpertBias& bias : trainer.expert_biases()) {
+    const int experts = trainer.model_config().num_experts;
+    std::vector<float> host(static_cast<size_t>(experts), 0.0f);
+    std::fill(host.begin() + experts / 2, host.end(), -1000.0f);
+    trainer.ops().copy(bias.data, host.data(), experts * static_cast<int64_t>(sizeof(float)),
+                       backend::CopyKind::host_to_device, trainer.ops().default_stream());
+    trainer.ops().synchronize(trainer.ops().default_stream());
   }
 }
 
@@ -171,6 +223,53 @@ TEST(MegatronFsdp, OptimGradsMatchesOneRankInFp32) {
 
 TEST(MegatronFsdp, OptimGradsParamsMatchesOneRankInFp32WithAndWithoutPrefetch) {
   expect_layouts_match_one_rank(param_sharding_layouts_for_world(equivalence::world().size()));
+}
+
+// FSDP with experts (issue 25): a layer's expert tensors are a unit of their own, sharded and
+// reduce-scattered over expert-DP, its dense tensors over DP x CP, each after the layer's
+// backward (both all-to-alls done): the same numbers as one rank.
+TEST(MegatronFsdp, MoeUnderExpertParallelismMatchesOneRankInFp32) {
+  const std::vector<FsdpLayout> layouts = moe_layouts_for_world(equivalence::world().size());
+  ASSERT_FALSE(layouts.empty()) << "no FSDP layouts at this world size";
+  const train::TrainConfig config = equivalence::ten_step_config();
+  for (const model::ModelConfig& model : moe_models(equivalence::world().size())) {
+    const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, eod_masked());
+    const equivalence::RunNumbers reference = equivalence::one_rank_numbers(model, config, data);
+    for (const FsdpLayout& layout : layouts) {
+      SCOPED_TRACE(layout.name + ", " + model.name);
+      equivalence::expect_same_numbers(fsdp_numbers(layout, model, config, data), reference, config);
+    }
+  }
+}
+
+// Experts that receive no token still reduce-scatter their zero grads with their expert-DP peers:
+// the steps neither hang nor differ. At 2 ranks (EP=2) every rank biases experts [E/2, E) out, so
+// EP rank 1 receives nothing, as one rank routes; at 4 ranks (EP=2 x expert-DP=2) only world
+// ranks 0 and 1 (expert-DP rank 0's EP group) do, so world rank 1's experts receive nothing while
+// their expert-DP peer, world rank 3, receives tokens: one rank cannot route that way, so the
+// reference is the same layout under optim (the distributed optimizer, no FSDP units).
+TEST(MegatronFsdp, MoeWithIdleExpertsAndAnIdleExpertRankMatchesTheRunWithoutFsdp) {
+  const int world = equivalence::world().size();
+  const FsdpLayout layout = moe_layouts_for_world(world).front();  // optim_grads_params at EP=2
+  model::ModelConfig model = mt::testing::trainer_moe_model(true);  // sigmoid scores with the expert bias
+  model.moe_router_bias_update_rate = 0.0f;
+  train::TrainConfig config = equivalence::ten_step_config();
+  config.train_iters = 4;
+  config.eval_iters = 0;
+  const equivalence::DocumentMockData data(model.vocab_size, model.seq_length, 7, eod_masked());
+  const auto prepare = [world](train::Trainer& trainer) {
+    if (world == 2 || equivalence::world().rank() < 2) bias_out_upper_experts(trainer);
+  };
+  FsdpLayout without_units = layout;
+  without_units.strategy = "optim";
+  const equivalence::RunNumbers reference = world == 2 ? equivalence::one_rank_numbers(model, config, data, prepare)
+                                                       : fsdp_numbers(without_units, model, config, data, prepare);
+  const equivalence::RunNumbers run = fsdp_numbers(layout, model, config, data, prepare);
+  equivalence::expect_same_numbers(run, reference, config);
+  ASSERT_EQ(run.fewest_expert_tokens.size(), 4u);
+  if (world == 2) {
+    for (int64_t fewest : run.fewest_expert_tokens) EXPECT_EQ(fewest, 0);
+  }
 }
 
 // Released units go back to the OS: the ledger's grads (optim_grads) and weights
@@ -303,7 +402,11 @@ TEST(MegatronFsdp, FlagsChooseTheStrategyAndRefuseWhatIsNotBuilt) {
   parallel::ParallelConfig moe;
   moe.use_megatron_fsdp = true;
   moe.data_parallel_sharding_strategy = "optim_grads";
-  EXPECT_NE(refusal(moe, experts).find("--num-experts 4"), std::string::npos);
+  moe.expert_model_parallel_size = world;
+  EXPECT_EQ(refusal(moe, experts), "");
+  moe.pipeline_model_parallel_size = world;
+  moe.expert_model_parallel_size = 1;
+  EXPECT_NE(refusal(moe, experts).find("--pipeline-model-parallel-size"), std::string::npos);
   parallel::ParallelConfig bad;
   bad.use_megatron_fsdp = true;
   bad.data_parallel_sharding_strategy = "zero3";

@@ -25,26 +25,6 @@ namespace {
 
 const auto* const g_environment = ::testing::AddGlobalTestEnvironment(new equivalence::WorldEnvironment);
 
-model::ModelConfig tiny_mla(bool yarn) {
-  model::ModelConfig c = mt::testing::trainer_model(true);
-  c.num_query_groups = c.num_attention_heads;
-  c.multi_latent_attention = true;
-  c.q_lora_rank = 8;
-  c.kv_lora_rank = 6;
-  c.qk_head_dim = 4;
-  c.qk_pos_emb_head_dim = 4;
-  c.v_head_dim = 6;
-  c.qk_layernorm = true;
-  if (yarn) {
-    c.rope_type = model::RopeType::yarn;
-    c.rotary_scaling_factor = 4.0;
-    c.original_max_position_embeddings = 8;
-    c.mscale_all_dim = 0.707;
-  }
-  c.validate();
-  return c;
-}
-
 struct Layout {
   std::string name;
   int tp = 1;
@@ -56,7 +36,7 @@ struct Layout {
 };
 
 void expect_layout_matches_one_rank(const Layout& layout, model::RecomputeGranularity recompute) {
-  const model::ModelConfig model = tiny_mla(layout.yarn);
+  const model::ModelConfig model = mt::testing::tiny_mla(layout.yarn);
   train::TrainConfig config = equivalence::ten_step_config();
   config.recompute = {recompute, model::RecomputeMethod::uniform, 1};
   const auto data = data::make_mock_data(model.vocab_size, model.seq_length, 77);

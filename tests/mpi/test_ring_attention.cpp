@@ -1,8 +1,9 @@
 // Ring attention under mpirun (2 and 4 ranks, the world as the context-parallel group): each
 // rank's output, lse and grads equal its part of the full-sequence attention within 1e-5, with
-// and without document masks, for several samples with GQA in the packed q|k|v layout; on the CPU
-// table and on the asynchronous CPU table (tests/backend/async_cpu_ops.h: device memory the host
-// cannot touch, ops and messages queued on a worker), each over the world's data communicator
+// and without document masks, non-causal with padding (BERT), for several samples with GQA in the
+// packed q|k|v layout; on the CPU table and on the asynchronous CPU table
+// (tests/backend/async_cpu_ops.h: device memory the host cannot touch, ops and messages queued on
+// a worker), each over the world's data communicator
 // (MPI bound to the table's stream), so the ring needs no stream synchronisation of its own.
 #include <gtest/gtest.h>
 
@@ -52,6 +53,12 @@ TEST_P(RingAttentionOn, MultiHeadAttentionAndLongerChunks) {
   c.kv_heads = c.q_heads;
   c.documents = true;
   expect_equal_to_full(c, 13);
+}
+
+TEST_P(RingAttentionOn, NonCausalWithPaddingEqualsFullSequenceAttention) {
+  ring_check::RingCase c;
+  c.bidirectional = true;
+  expect_equal_to_full(c, 14);
 }
 
 MT_INSTANTIATE_ON_EACH_TABLE(RingAttentionOn);

@@ -11,9 +11,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -116,6 +119,9 @@ struct RunNumbers {
   std::vector<double> loss, grad_norm, lr;
   std::vector<double> eval_loss;
   std::vector<int64_t> eval_iteration;
+  // A MoE model's: per step, the fewest tokens any expert of any layer received (this run only,
+  // not broadcast by one_rank_numbers).
+  std::vector<int64_t> fewest_expert_tokens;
 };
 
 // The first number of `got` outside the bound around `want` (whose learning rates set it), as a
@@ -154,15 +160,25 @@ inline std::optional<std::string> first_difference(const RunNumbers& got, const 
   return std::nullopt;
 }
 
+// What a test does to a trainer before it runs (e.g. sets the expert biases).
+using PrepareTrainer = std::function<void(train::Trainer&)>;
+
 inline RunNumbers train_numbers(const model::ModelConfig& model, const train::TrainConfig& config,
-                                const data::SampleSource& data, const parallel::ProcessGroups* groups) {
+                                const data::SampleSource& data, const parallel::ProcessGroups* groups,
+                                const PrepareTrainer& prepare = {}) {
   train::Trainer trainer(model, config, data, groups ? groups->ops() : backend::cpu_ops(), groups);
+  if (prepare) prepare(trainer);
   RunNumbers numbers;
   train::TrainObservers observers;
   observers.on_step = [&](const train::StepStats& s) {
     numbers.loss.push_back(s.lm_loss);
     numbers.grad_norm.push_back(s.grad_norm);
     numbers.lr.push_back(s.lr);
+    if (s.moe) {
+      int64_t fewest = std::numeric_limits<int64_t>::max();
+      for (const train::MoeLayerStats& layer : s.moe->layers) fewest = std::min(fewest, layer.tokens_min);
+      numbers.fewest_expert_tokens.push_back(fewest);
+    }
   };
   observers.on_eval = [&](const train::EvalStats& e) {
     numbers.eval_loss.push_back(e.lm_loss);
@@ -174,9 +190,9 @@ inline RunNumbers train_numbers(const model::ModelConfig& model, const train::Tr
 
 // The one-rank run, trained on world rank 0 and sent to every rank.
 inline RunNumbers one_rank_numbers(const model::ModelConfig& model, const train::TrainConfig& config,
-                                   const data::SampleSource& data) {
+                                   const data::SampleSource& data, const PrepareTrainer& prepare = {}) {
   RunNumbers numbers;
-  if (world().rank() == 0) numbers = train_numbers(model, config, data, nullptr);
+  if (world().rank() == 0) numbers = train_numbers(model, config, data, nullptr, prepare);
   std::vector<double> eval_iteration(numbers.eval_iteration.begin(), numbers.eval_iteration.end());
   for (std::vector<double>* series : {&numbers.loss, &numbers.grad_norm, &numbers.lr, &numbers.eval_loss, &eval_iteration}) {
     int64_t size = static_cast<int64_t>(series->size());

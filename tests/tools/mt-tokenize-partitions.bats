@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
 # mt-tokenize --partitions (Megatron's preprocess_data.py with --partitions N and a glob --input):
-# the partition files and the merged .bin/.idx/.h5 equal an independent restatement of Megatron's
-# dealing (tests/tools/partition_reference.py, Python's glob and universal newlines) tokenized by
-# one plain mt-tokenize process; --keep-sequential-samples equals one process over the files in
-# glob order; 2 and 3 MPI ranks give the same bytes as one; a rank without a shared filesystem
-# stops naming it; bad input is a one-line error.
+# the .bin/.idx/.h5 equal an independent restatement of Megatron's dealing
+# (tests/tools/partition_reference.py, Python's glob and universal newlines) tokenized by one plain
+# mt-tokenize process, and no partition file or per-partition output is written; partition files
+# an earlier run left are read instead; --keep-sequential-samples equals one process over the files
+# in glob order; 2 and 3 MPI ranks give those bytes, with two keys and pre-split sentences too; a
+# rank without the input (no shared filesystem) or with another copy stops naming it; bad input is
+# a one-line error.
 
 setup() {
   load common
@@ -26,8 +28,8 @@ setup() {
 
 teardown() { rm -rf "$TMP"; }
 
-# `reference_run N [sequential]`: the reference files for N partitions, tokenized by one plain
-# process into $TMP/ref/one_text_document.* (run before mt's partition files join the glob).
+# `reference_run N [sequential]`: the reference's partition files for N partitions ($TMP/ref,
+# outside the glob), tokenized by one plain process into $TMP/ref/one_text_document.*.
 reference_run() {
   local partitions="$1" mode="$2"
   REF_FILES="$(python3 "$MT_ROOT/tests/tools/partition_reference.py" "$TMP/in/*.jsonl" "$partitions" "$TMP/ref" $mode)"
@@ -42,17 +44,24 @@ same_outputs() {
   done
 }
 
-@test "issue26 partitions: round robin equals Megatron's dealing, merged in partition order" {
+# No partition file (`<root>_<i><ext>`) nor per-partition output beside the merged one.
+no_partition_files() {
+  local left
+  left="$(cd "$TMP" && ls in/*_[0-9]*.jsonl out/*_[0-9]*_document.* 2>/dev/null)" || true
+  [[ -z "$left" ]] || fail "partition files were written: $left"
+}
+
+@test "issue26 partitions: round robin equals Megatron's dealing, written in partition order, no partition files" {
   mkdir "$TMP/ref1"
   python3 "$MT_ROOT/tests/tools/partition_reference.py" "$TMP/in/*.jsonl" 1 "$TMP/ref1" >/dev/null
   reference_run 3
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 3 --workers 3 --append-eod \
     --output-prefix "$TMP/out/p" --output-format both
   [[ $status -eq 0 ]] || fail "$err"
-  for i in 0 1 2; do cmp "$TMP/in/*_$i.jsonl" "$TMP/ref/ref_$i.jsonl" || fail "partition file $i"; done
   same_outputs "$TMP/out/p"
-  for i in 0 1 2; do [[ -f "$TMP/out/p_${i}_text_document.idx" ]] || fail "partition output $i missing"; done
-  [[ "$(jq -c 'select(.record=="summary") | [.documents, .partitions, .ranks]' <<<"$out")" == "[16,3,1]" ]] || fail "$out"
+  no_partition_files
+  [[ "$(jq -c 'select(.record=="summary") | [.documents, .partitions, .ranks, .bytes]' <<<"$out")" == \
+     "[16,3,1,$(cat "$TMP"/in/*.jsonl | wc -c)]" ]] || fail "$out"
   # Round robin reorders documents: the merged file differs from one process in glob order.
   mt-tokenize "${GPT2[@]}" --input "$TMP/ref1/ref_0.jsonl" \
     --output-prefix "$TMP/ref/plain" --output-format megatron --append-eod >/dev/null
@@ -64,27 +73,60 @@ same_outputs() {
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 4 --workers 4 --keep-sequential-samples \
     --append-eod --output-prefix "$TMP/out/s" --output-format both
   [[ $status -eq 0 ]] || fail "$err"
-  for i in 0 1 2 3; do cmp "$TMP/in/*_$i.jsonl" "$TMP/ref/ref_$i.jsonl" || fail "partition file $i"; done
   same_outputs "$TMP/out/s"
-  # A rerun with all partition files present reuses them, as Megatron does, and says so.
+  no_partition_files
+}
+
+@test "issue26 partitions: partition files an earlier run left are read instead of the input, as Megatron does" {
+  # Megatron's partition files of a round-robin run, left beside the input: a sequential run then
+  # reads them (Megatron's rule: all N present), so it writes the round-robin order.
+  reference_run 4
+  for i in 0 1 2 3; do cp "$TMP/ref/ref_$i.jsonl" "$TMP/in/*_$i.jsonl"; done
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 4 --workers 4 --keep-sequential-samples \
     --append-eod --output-prefix "$TMP/out/s" --output-format both
-  [[ $status -eq 0 && "$err" == *"reused the existing partition files"* ]] || fail "$status $err"
+  [[ $status -eq 0 && "$err" == *"read the partition files $TMP/in/*_0.jsonl ... an earlier run left"* ]] || fail "$status $err"
   same_outputs "$TMP/out/s"
+  [[ "$(jq -c 'select(.record=="summary") | .inputs' <<<"$out")" == "[]" ]] || fail "$out"
 }
 
 @test "issue26 partitions: 2 and 3 MPI ranks write the same files as one" {
-  mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 3 --workers 3 --append-eod \
-    --output-prefix "$TMP/out/one" --output-format both >/dev/null
-  rm "$TMP"/in/*_?.jsonl
+  reference_run 3
   for ranks in 2 3; do
     run_split mpirun_n "$ranks" mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 3 --workers 3 \
       --append-eod --output-prefix "$TMP/out/r$ranks" --output-format both
     [[ $status -eq 0 ]] || fail "$ranks ranks: $err"
     [[ "$(jq -c 'select(.record=="summary") | [.documents, .ranks]' <<<"$out")" == "[16,$ranks]" ]] || fail "$out"
-    for ext in bin idx h5; do cmp "$TMP/out/r${ranks}_text_document.$ext" "$TMP/out/one_text_document.$ext" || fail "$ranks ranks .$ext"; done
-    rm "$TMP"/in/*_?.jsonl
+    same_outputs "$TMP/out/r$ranks"
   done
+  no_partition_files
+}
+
+@test "issue26 partitions: under MPI two keys and pre-split sentences keep every document and sequence boundary" {
+  # Documents of 0 to 3 sentences (a sentence that encodes to nothing is dropped, as Megatron
+  # drops it) and a title; 5 partitions over 2 ranks, so rank 0 spools partitions 2 and 4 and rank
+  # 1 sends 1 and 3; one rank writes the same bytes.
+  rm "$TMP"/in/*
+  for i in $(seq 1 40); do
+    sentences="$(for s in $(seq 1 $((i % 4))); do printf '"sentence %d of %d.",' "$s" "$i"; done)"
+    printf '{"text": [%s""], "title": "title %d"}\n' "$sentences" "$i"
+  done >"$TMP/in/sentences.jsonl"
+  REF_FILES="$(python3 "$MT_ROOT/tests/tools/partition_reference.py" "$TMP/in/*.jsonl" 5 "$TMP/ref")"
+  # shellcheck disable=SC2086 # REF_FILES is a list of paths without spaces
+  mt-tokenize "${GPT2[@]}" --input $REF_FILES --json-keys text title --output-prefix "$TMP/ref/one" \
+    --output-format both --append-eod >/dev/null
+  for ranks in 1 2; do
+    run_split mpirun_n "$ranks" mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 5 --workers 5 \
+      --json-keys text title --append-eod --output-prefix "$TMP/out/k$ranks" --output-format both
+    [[ $status -eq 0 ]] || fail "$ranks ranks: $err"
+    for key in text title; do
+      for ext in bin idx h5; do
+        cmp "$TMP/out/k${ranks}_${key}_document.$ext" "$TMP/ref/one_${key}_document.$ext" || fail "$ranks ranks: $key .$ext"
+      done
+    done
+  done
+  [[ "$(jq -c 'select(.record=="summary") | [.documents, .empty_documents, .sequences]' <<<"$out")" == "[40,10,100]" ]] ||
+    fail "$out"
+  no_partition_files
 }
 
 @test "issue26 partitions: bad input is a one-line error" {
@@ -104,10 +146,11 @@ same_outputs() {
     --output-prefix "$TMP/out/p"
   [[ $status -ne 0 && "$err" == *"empty.jsonl is empty"* ]] || fail "$err"
   rm "$TMP/in/empty.jsonl"
-  # Partition files of another count are inputs the glob matches: refused, never overwritten while read.
-  mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 2 --workers 2 --output-prefix "$TMP/out/p" >/dev/null
+  # Partition files of another count (Megatron's, of --partitions 2) are inputs the glob matches: refused.
+  python3 "$MT_ROOT/tests/tools/partition_reference.py" "$TMP/in/*.jsonl" 2 "$TMP/ref" >/dev/null
+  for i in 0 1; do cp "$TMP/ref/ref_$i.jsonl" "$TMP/in/*_$i.jsonl"; done
   run_split mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 3 --workers 3 --output-prefix "$TMP/out/p"
-  [[ $status -ne 0 && "$err" == *"a partition file of this run left by an earlier one"* ]] || fail "$err"
+  [[ $status -ne 0 && "$err" == *"*_0.jsonl, a partition file left by an earlier run; remove it"* ]] || fail "$err"
   run_split mpirun_n 2 mt-tokenize "${GPT2[@]}" --input "$TMP/in/alpha.jsonl" --output-prefix "$TMP/out/m"
   [[ $status -ne 0 && "$err" == *"several MPI ranks need --partitions 2 or more"* ]] || fail "$err"
   ls "$TMP/out" | grep -q '^m_' && fail "an output was left: $(ls "$TMP/out")" || true
@@ -121,19 +164,29 @@ same_outputs() {
     [[ $status -eq 0 ]] || fail "$pattern: $err"
     [[ "$(jq -c 'select(.record=="summary") | .inputs' <<<"$out")" == "$(jq -c . <<<"$expected")" ]] ||
       fail "$pattern: $out vs $expected"
-    python3 -c 'import os,sys; r,e=os.path.splitext(sys.argv[1]); [os.remove(f"{r}_{i}{e}") for i in (0,1)]' "$TMP/in/$pattern"
   done
 }
 
-@test "issue26 partitions: a rank that cannot see the partition files (no shared filesystem) says so" {
-  # Two working directories stand for two nodes' local disks: rank 1 never sees rank 0's files.
+@test "issue26 partitions: without a shared filesystem a rank needs the same input; one without it, or with another, says so" {
+  # Two working directories stand for two nodes' local disks. Rank 0 alone writes the output.
   mkdir -p "$TMP/node0/in" "$TMP/node0/out" "$TMP/node1/in" "$TMP/node1/out"
   cp "$TMP/in/alpha.jsonl" "$TMP/node0/in/a.jsonl"
-  cp "$TMP/in/alpha.jsonl" "$TMP/node1/in/a.jsonl"
-  local args=("${GPT2[@]}" --input 'in/*.jsonl' --partitions 2 --workers 2 --output-prefix out/x)
-  run_split timeout 120 mpirun -np 1 --wdir "$TMP/node0" mt-tokenize "${args[@]}" : -np 1 --wdir "$TMP/node1" mt-tokenize "${args[@]}"
-  [[ $status -ne 0 ]] || fail "a rank without the partition files succeeded"
-  [[ "$err$out" == *"[rank 1] mt-tokenize: error: in/*_1.jsonl: not found on rank 1: --partitions under MPI needs the input's directory on a filesystem every rank shares"* ]] ||
+  local args=("${GPT2[@]}" --input 'in/*.jsonl' --partitions 2 --workers 2 --output-format both)
+  two_nodes() { timeout 120 mpirun -np 1 --wdir "$TMP/node0" mt-tokenize "$@" : -np 1 --wdir "$TMP/node1" mt-tokenize "$@"; }
+  run_split two_nodes "${args[@]}" --output-prefix out/x
+  [[ $status -ne 0 ]] || fail "a rank without the input succeeded"
+  [[ "$err$out" == *"[rank 1] mt-tokenize: error: in/a.jsonl: not found on rank 1: --partitions under MPI reads the input on every rank; put it on a filesystem they share"* ]] ||
     fail "$err"
-  [[ ! -e "$TMP/node0/out/x_text_document.h5" ]] || fail "rank 0 merged without rank 1's partition"
+  [[ ! -e "$TMP/node0/out/x_text_document.h5" ]] || fail "rank 0 wrote an output without rank 1's partition"
+  head -n 6 "$TMP/in/alpha.jsonl" >"$TMP/node1/in/a.jsonl"
+  run_split two_nodes "${args[@]}" --output-prefix out/x
+  [[ $status -ne 0 && "$err$out" == *"in/a.jsonl: is $(wc -c <"$TMP/node1/in/a.jsonl") bytes on rank 1 but $(wc -c <"$TMP/in/alpha.jsonl") on rank 0"* ]] ||
+    fail "$err"
+  # The same copy on each node: the output equals one rank's, and only rank 0's disk has it.
+  cp "$TMP/in/alpha.jsonl" "$TMP/node1/in/a.jsonl"
+  run_split two_nodes "${args[@]}" --output-prefix out/x
+  [[ $status -eq 0 ]] || fail "$err"
+  (cd "$TMP/node1" && mt-tokenize "${args[@]}" --output-prefix out/one >/dev/null)
+  for ext in bin idx h5; do cmp "$TMP/node0/out/x_text_document.$ext" "$TMP/node1/out/one_text_document.$ext" || fail ".$ext"; done
+  [[ "$(ls "$TMP/node1/out")" != *x_* ]] || fail "rank 1 wrote an output: $(ls "$TMP/node1/out")"
 }

@@ -4,8 +4,9 @@
 # (no [CLS]/[SEP] around each sentence: the dataset adds them), then tiny-bert trained on Megatron's
 # masked samples with pretrain_bert.py's flags: lm loss and sop loss in the step and eval records
 # and in Megatron's log lines, --bert-no-binary-head without the sop loss, a checkpoint that
-# resumes bit for bit, TP = 2, DP = 2 and PP = 2 under mpirun equal to one rank, mt-mfu's FLOPs and
-# mt-memreport's memory of BERT, and what BERT does not run with refused by name. The losses against the model run outside the trainer are
+# resumes bit for bit, TP = 2 (with and without sequence parallelism), DP = 2 and PP = 2 under
+# mpirun equal to one rank, mt-mfu's FLOPs and mt-memreport's memory of BERT, and what BERT does
+# not run with refused by name. The losses against the model run outside the trainer are
 # tests/unit/train/test_bert_training.cpp; the samples against Megatron's tests/unit/data/test_bert_data.cpp.
 
 setup_file() {
@@ -104,9 +105,10 @@ same_numbers() {
   [[ "$whole" == "$resumed" ]] || fail "resumed $resumed, whole $whole"
 }
 
-@test "issue25: TP=2, DP=2 and PP=2 under mpirun train one rank's BERT numbers" {
+@test "issue25: TP=2 (with and without SP), DP=2 and PP=2 under mpirun train one rank's BERT numbers" {
   bert >"$TMP/one.jsonl" 2>"$TMP/err.log" || fail "$(cat "$TMP/err.log")"
-  for layout in "" "--tensor-model-parallel-size 2" "--pipeline-model-parallel-size 2"; do
+  for layout in "" "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" \
+    "--pipeline-model-parallel-size 2"; do
     # shellcheck disable=SC2086
     mpirun_n 2 mt-train "${BERT[@]}" --data-path "$DATA/bert_text_document" --vocab-file "$DATA/vocab.txt" $layout \
       >"$TMP/two.jsonl" 2>"$TMP/err.log" || fail "'$layout': $(cat "$TMP/err.log")"
@@ -127,9 +129,9 @@ same_numbers() {
 }
 
 @test "issue25: what BERT does not run with is refused by name" {
-  run bert --tensor-model-parallel-size 2 --sequence-parallel --dry-run --world-size 2
+  run bert --context-parallel-size 2 --dry-run --world-size 2
   [[ $status -eq 2 ]] || fail "status $status: $output"
-  [[ "$output" == *"--sequence-parallel with BERT (--model tiny-bert): not supported yet"* ]] || fail "$output"
+  [[ "$output" == *"--context-parallel-size 2 with BERT: not supported yet"* ]] || fail "$output"
   run mt-train "${BERT[@]}" --data-path "$DATA/bert_text_document"
   [[ $status -eq 2 && "$output" == *"--vocab-file"* ]] || fail "no vocab file: status $status: $output"
   run mt-train --model tiny-bert --mock-data --train-iters 1

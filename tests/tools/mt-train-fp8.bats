@@ -223,3 +223,52 @@ fp8_state() {
   resumed="$(jq -c -s "$losses" "$TMP/resumed.jsonl")"
   [[ "$resumed" == "$straight" && "$resumed" != "[]" ]] || fail "EP=2 resumed $resumed, straight $straight"
 }
+
+# FP8 with multi-token prediction (Megatron-Core's MTP layer: eh_proj and the depth's layer each in
+# an fp8_autocast of its own, two more scale updates per depth and micro-batch): the depth's linears
+# have FP8 state (checkpointed, moved off 1), DP=2 at micro-batch 2 gives one rank's micro-batch 4
+# numbers (LM and mtp_1 losses, within 1e-6 as the dense DP case), TP=2 + SP one rank's within the
+# TP bound, a resume at step 2 gives the straight run's steps 3-4 bit for bit, and a weight's amax
+# history shows the three updates a micro-batch.
+@test "issue23: FP8 with MTP trains, equals one rank under DP=2 and TP=2, checkpoints the depth's FP8 state and resumes bit for bit" {
+  local -a mtp=(--model tiny-llama --mock-data --vocab-size 97 --seq-length 32 --global-batch-size 8 --lr 3e-3
+                --lr-decay-iters 4 --eval-iters 0 --peak-tflops 1 --bf16 --fp8-format hybrid --ffn-hidden-size 192
+                --fp8-amax-history-len 16 --fp8-amax-compute-algo max --mtp-num-layers 1 --train-iters 4)
+  local steps='[.[] | select(.record=="step") | [.lm_loss, .mtp_1_loss]]'
+  local full='[.[] | select(.record=="step") | [.iteration, .lm_loss, .mtp_1_loss, .grad_norm]]'
+  mt-train "${mtp[@]}" --micro-batch-size 4 >"$TMP/one4.jsonl" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+  mt-train "${mtp[@]}" --micro-batch-size 2 >"$TMP/one2.jsonl" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+  jq -e -s "$steps | length == 4 and all(.[]; .[1] > 0)" "$TMP/one2.jsonl" >/dev/null || fail "$(cat "$TMP/one2.jsonl")"
+  # layout|ranks|one rank's run|bound
+  local -a layouts=("|2|one4|1e-6" "--tensor-model-parallel-size 2 --sequence-parallel|2|one2|3e-4")
+  for entry in "${layouts[@]}"; do
+    local layout ranks one bound
+    IFS='|' read -r layout ranks one bound <<<"$entry"
+    # shellcheck disable=SC2086
+    mpirun_n "$ranks" mt-train "${mtp[@]}" --micro-batch-size 2 $layout >"$TMP/many.jsonl" 2>"$TMP/err" ||
+      fail "'$layout': $(cat "$TMP/err")"
+    jq -e -n --argjson a "$(jq -c -s "$steps" "$TMP/many.jsonl")" --argjson b "$(jq -c -s "$steps" "$TMP/$one.jsonl")" \
+      --argjson bound "$bound" '($a | length) == 4 and ([range(4) as $i | range(2) as $j |
+        (($a[$i][$j] - $b[$i][$j]) | fabs) <= $bound * $b[$i][$j]] | all)' >/dev/null ||
+      fail "'$layout': $(jq -c -s "$steps" "$TMP/many.jsonl") vs one rank's $(jq -c -s "$steps" "$TMP/$one.jsonl")"
+  done
+  mt-train "${mtp[@]}" --micro-batch-size 2 --exit-interval 2 --save "$TMP/ck" --save-interval 2 >"$TMP/first.jsonl" \
+    2>"$TMP/err" || [[ $? -eq 75 ]] || fail "$(cat "$TMP/err")"
+  mt-train "${mtp[@]}" --micro-batch-size 2 --load "$TMP/ck" >"$TMP/second.jsonl" 2>"$TMP/err" || fail "$(cat "$TMP/err")"
+  [[ "$(jq -c -s "$full" "$TMP/first.jsonl" "$TMP/second.jsonl")" == "$(jq -c -s "$full" "$TMP/one2.jsonl")" ]] ||
+    fail "resumed $(jq -c -s "$full" "$TMP/first.jsonl" "$TMP/second.jsonl"), straight $(jq -c -s "$full" "$TMP/one2.jsonl")"
+  local name saved
+  for name in mtp.layers.0.eh_proj.weight decoder.layers.2.mlp.linear_fc2.weight; do
+    saved="$(h5dump -d "/fp8/$name" "$TMP/ck/iter_0000002/checkpoint.h5")" || fail "no FP8 state for $name"
+    [[ "$saved" == *"(0,0): "* && "$saved" != *"(0,0): 1,"* ]] || fail "$name's saved input scale is still 1: $saved"
+  done
+  # Three forward-group updates a micro-batch (the decoder's, eh_proj's, the depth's layer's), 4
+  # micro-batches a step: a decoder weight's amax, recorded at the step's first forward only, is 11
+  # updates old in its history (newest first) when step 2 ends; one update a micro-batch would leave it 3.
+  /usr/bin/python3 - "$TMP/ck/iter_0000002/checkpoint.h5" <<'PY' || fail "the weight's amax history"
+import sys, h5py
+state = h5py.File(sys.argv[1], "r")["fp8/decoder.layers.0.mlp.linear_fc2.weight"][()]
+history = state[1][2:]  # row 1: the weight; columns scale, scale_inv, then the history newest first
+assert [i for i, v in enumerate(history) if v != 0] == [11], list(history)
+PY
+}

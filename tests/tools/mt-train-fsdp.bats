@@ -9,8 +9,9 @@
 # resumed under itself (--ckpt-format fsdp_dtensor and the default) gives the uninterrupted run's
 # records exactly. The flags refused by name: --use-torch-fsdp2, hybrid sharding, PP with grad
 # sharding, --no-fsdp-prefetch without optim_grads_params, --ckpt-format other than fsdp_dtensor
-# or without FSDP; --use-custom-fsdp warns. mt-memreport's FSDP prediction against mt-train's
-# measured memory at DP=2 and DP=4.
+# or without FSDP; --use-custom-fsdp warns. tiny-mixtral under optim_grads_params x EP=2 trains one
+# rank's numbers and its checkpoint loads under one rank. mt-memreport's FSDP prediction against
+# mt-train's measured memory at DP=2 and DP=4, and for tiny-mixtral at EP=2 x expert-DP=2.
 
 setup() {
   load common
@@ -95,6 +96,21 @@ same_after() {
   done
 }
 
+MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
+         --lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 20 --eval-interval 5 --eval-iters 1 --peak-tflops 1)
+
+@test "issue25: tiny-mixtral under FSDP optim_grads_params x EP=2 trains one rank's numbers; saved at step 10 it loads under one rank and the next 10 steps equal the unchanged run" {
+  mt-train "${MIXTRAL[@]}" --train-iters 20 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
+  mpirun_n 2 mt-train "${MIXTRAL[@]}" "${PARAMS[@]}" --expert-model-parallel-size 2 --train-iters 10 --save "$TMP/ck" \
+    >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" || fail "$(cat "$TMP/fsdp.err")"
+  same_after "$TMP/fsdp.jsonl" "$TMP/one.jsonl" 0 10 2
+  h5ls -r "$TMP/ck/iter_0000010/checkpoint.h5" | grep -q "decoder.layers.1.mlp.experts.7.linear_fc2.weight" \
+    || fail "no global expert 7 in the checkpoint: $(h5ls -r "$TMP/ck/iter_0000010/checkpoint.h5")"
+  mt-train "${MIXTRAL[@]}" --train-iters 20 --load "$TMP/ck" >"$TMP/load.jsonl" 2>"$TMP/load.err" \
+    || fail "$(cat "$TMP/load.err")"
+  same_after "$TMP/load.jsonl" "$TMP/one.jsonl" 10 10 2
+}
+
 @test "issue25: FSDP settings mt does not run are refused by name; --use-custom-fsdp warns as Megatron does" {
   local -a cases=(
     "--use-torch-fsdp2|--use-torch-fsdp2"
@@ -133,25 +149,34 @@ same_after() {
 }
 
 # mt-memreport's prediction of mt-train's FSDP units against the ledger's high-water marks of
-# mt-train's step record (the largest over the ranks), at DP=2 and DP=4: weights, grads and
-# optimizer bytes; the prediction leaves out the page rounding of the released regions, so the
-# measured bytes are at least the predicted ones and at most two 4 KiB pages per bucket (one
-# bucket per layer id: 6 layers and the root's 2) above them.
-@test "issue25: mt-memreport predicts mt-train's FSDP memory (optim_grads, optim_grads_params) at DP=2 and DP=4 within two pages per bucket" {
+# mt-train's step record (the largest over the ranks), at DP=2 and DP=4, and for tiny-mixtral with
+# 3 layers at EP=2 x expert-DP=2 (4 ranks; the experts' buckets sliced over expert-DP, the rest
+# over DP=4): weights, grads and optimizer bytes; the prediction leaves out the page rounding of
+# the released regions, so the measured bytes are at least the predicted ones and at most two
+# 4 KiB pages per bucket (one bucket per layer id and reduction group: 6 layers and the root's 2,
+# or 3 layers' dense and expert buckets and the root's 2) above them.
+@test "issue25: mt-memreport predicts mt-train's FSDP memory (optim_grads, optim_grads_params) at DP=2 and DP=4, and with experts, within two pages per bucket" {
   local -a run=(--model tiny-llama --num-layers 6 --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8)
   local slack=$((2 * 4096 * 8))
+  fsdp_memory_matches() {
+    local ranks="$1" strategy="$2"
+    shift 2
+    local predicted measured
+    predicted="$(mt-memreport "$@" --world-size "$ranks" --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" |
+      jq -c 'select(.record == "memory") | [.weights_bytes, .grads_bytes, .optimizer_bytes]')"
+    measured="$(mpirun_n "$ranks" mt-train "$@" --mock-data --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
+      --peak-tflops 1 --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" 2>"$TMP/err" |
+      jq -c 'select(.record == "step") | [.mem_weights_bytes, .mem_grads_bytes, .mem_optim_bytes]')" \
+      || fail "$ranks $strategy $*: $(cat "$TMP/err")"
+    jq -e -n --argjson p "$predicted" --argjson m "$measured" --argjson s "$slack" \
+      '[range(3)] | all(. as $i | $m[$i] >= $p[$i] and $m[$i] <= $p[$i] + $s)' >/dev/null \
+      || fail "$ranks ranks $strategy $*: predicted $predicted, measured $measured"
+  }
   for ranks in 2 4; do
     for strategy in optim_grads optim_grads_params; do
-      local predicted measured
-      predicted="$(mt-memreport "${run[@]}" --world-size "$ranks" --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" |
-        jq -c 'select(.record == "memory") | [.weights_bytes, .grads_bytes, .optimizer_bytes]')"
-      measured="$(mpirun_n "$ranks" mt-train "${run[@]}" --mock-data --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
-        --peak-tflops 1 --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" 2>"$TMP/err" |
-        jq -c 'select(.record == "step") | [.mem_weights_bytes, .mem_grads_bytes, .mem_optim_bytes]')" \
-        || fail "$ranks $strategy: $(cat "$TMP/err")"
-      jq -e -n --argjson p "$predicted" --argjson m "$measured" --argjson s "$slack" \
-        '[range(3)] | all(. as $i | $m[$i] >= $p[$i] and $m[$i] <= $p[$i] + $s)' >/dev/null \
-        || fail "DP=$ranks $strategy: predicted $predicted, measured $measured"
+      fsdp_memory_matches "$ranks" "$strategy" "${run[@]}"
     done
   done
+  fsdp_memory_matches 4 optim_grads_params --model tiny-mixtral --num-layers 3 --vocab-size 97 --seq-length 16 \
+    --micro-batch-size 2 --global-batch-size 8 --expert-model-parallel-size 2
 }

@@ -1,6 +1,7 @@
 // The tiny models the model, trainer and MPI suites run, defined once: GPT-2-shaped (tied
 // embeddings, LayerNorm, learned positions) or LLaMA-shaped (untied, RMSNorm, RoPE, GQA with 2
-// query groups). Used by tests/unit/model, tests/unit/train and tests/mpi.
+// query groups), with mixture-of-experts or multi-latent attention variants. Used by
+// tests/unit/model, tests/unit/train, tests/mpi and tests/gpu.
 #pragma once
 
 #include "model/config.h"
@@ -50,6 +51,31 @@ inline model::ModelConfig trainer_moe_model(bool deepseek_router) {
     c.moe_router_topk_scaling_factor = 2.5f;
     c.moe_router_load_balancing_type = model::MoeLoadBalancing::seq_aux_loss;
   }
+  return c;
+}
+
+// The LLaMA-shaped trainer model with multi-latent attention (4 heads, --q-lora-rank 8
+// --kv-lora-rank 6 --qk-head-dim 4 --qk-pos-emb-head-dim 4 --v-head-dim 6 --qk-layernorm); yarn
+// adds --rope-type yarn at factor 4 over an original context of 8 with a concentration factor other
+// than 1 (mscale_all_dim 0.707). Used by tests/mpi/test_mla_training.cpp and
+// tests/gpu/test_cuda_training.cpp.
+inline model::ModelConfig tiny_mla(bool yarn) {
+  model::ModelConfig c = trainer_model(true);
+  c.num_query_groups = c.num_attention_heads;
+  c.multi_latent_attention = true;
+  c.q_lora_rank = 8;
+  c.kv_lora_rank = 6;
+  c.qk_head_dim = 4;
+  c.qk_pos_emb_head_dim = 4;
+  c.v_head_dim = 6;
+  c.qk_layernorm = true;
+  if (yarn) {
+    c.rope_type = model::RopeType::yarn;
+    c.rotary_scaling_factor = 4.0;
+    c.original_max_position_embeddings = 8;
+    c.mscale_all_dim = 0.707;
+  }
+  c.validate();
   return c;
 }
 

@@ -282,7 +282,8 @@ const FlagSpec& flag_spec(std::string_view name) {
       // Megatron-FSDP (issue 25)
       toggle_flag("--use-megatron-fsdp",
                   "Megatron-FSDP: --data-parallel-sharding-strategy decides what DP x CP shards (units: one "
-                  "transformer layer each, the root the embedding and the head)"),
+                  "transformer layer each, a MoE layer's experts their own over expert-DP, the root the "
+                  "embedding and the head)"),
       toggle_flag("--use-custom-fsdp", "Deprecated alias of --use-megatron-fsdp (with Megatron's warning)"),
       text_flag("--data-parallel-sharding-strategy",
                 "With --use-megatron-fsdp: no_shard (plain DP), optim (the distributed optimizer), optim_grads "

@@ -70,7 +70,8 @@ const FlagSpec max_line_bytes = integer_flag("--max-line-bytes", "Longest input 
 const FlagSpec partitions =
     integer_flag("--partitions",
                  "Megatron's input partitions: --input is a glob whose lines are dealt round robin to N "
-                 "partition files, each tokenized (by the MPI ranks in turn), then merged in order",
+                 "partitions, tokenized by the MPI ranks in turn and written in partition order (Megatron's "
+                 "bytes; dealt in memory: no partition files or per-partition outputs are written)",
                  mt::tools::at_least(1));
 const FlagSpec log_interval =
     integer_flag("--log-interval", "Progress line on stderr every N documents (0: none)", mt::tools::at_least(0));
@@ -186,8 +187,9 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options) {
   }
   if (world->rank() != 0) return 0;
   if (stats.partition_files_reused) {
-    std::fprintf(stderr, "mt-tokenize: note: reused the existing partition files %s ... (as Megatron does); delete them "
-                 "to split the input again\n", mt::text::partition_file_name(options.inputs[0], 0).c_str());
+    std::fprintf(stderr, "mt-tokenize: note: read the partition files %s ... an earlier run left instead of the input "
+                 "(as Megatron does); delete them to deal the input again\n",
+                 mt::text::partition_file_name(options.inputs[0], 0).c_str());
   }
   mt::tools::RecordWriter writer(cli.output_format());
   writer.write_run(mt::tools::run_record(cli));

@@ -140,21 +140,19 @@ kernels::AttentionDropout SelfAttention::dropout_of(const LayerContext& ctx, con
   return dropout;
 }
 
-void SelfAttention::check_mask(const LayerContext& ctx, const LayerPass& pass) const {
+void SelfAttention::check_mask(const LayerPass& pass) const {
   if (causal_) return;
-  if (ctx.ring_attention) {
-    throw Error("BERT's bidirectional attention", "is not supported under context parallelism");
-  }
   if (pass.batch.doc_start) throw Error("BERT's bidirectional attention", "takes no document masks");
 }
 
 void SelfAttention::core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv,
                                  const Core& core) const {
   const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = static_cast<int64_t>(kv_heads_) * head_dim_;
-  check_mask(ctx, pass);
+  check_mask(pass);
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
     ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->set_key_lengths(causal_ ? nullptr : pass.batch.key_lengths);
     ctx.ring_attention->forward(qkv, qkv + q, qkv + q + kv, pass.batch.doc_start, core.attn, core.lse);
     return;
   }
@@ -193,6 +191,7 @@ void SelfAttention::backward(const LayerContext& ctx, const LayerPass& pass, con
   if (ctx.ring_attention) {
     ctx.ring_attention->set_batch(pass.batch.batch);
     ctx.ring_attention->set_dropout(dropout_of(ctx, pass));
+    ctx.ring_attention->set_key_lengths(causal_ ? nullptr : pass.batch.key_lengths);
     ctx.ring_attention->backward(saved.qkv, saved.qkv + q, saved.qkv + q + kv, pass.batch.doc_start, core.attn,
                                  w.d_attn, core.lse, w.d_qkv, w.d_qkv + q, w.d_qkv + q + kv);
   } else {

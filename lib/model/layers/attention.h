@@ -12,8 +12,8 @@
 // token ids of the micro-batch, the global head (TP rank * local heads + local head) and the
 // iteration (kernels/common/op_params.h, AttentionDropout): no mask is stored, and a recomputed
 // forward (selective or full recompute) and the backward draw the same mask. Non-causal (BERT):
-// every query sees its sample's valid keys (the micro-batch's key_lengths); refused under context
-// parallelism and with document masks. Tested through the
+// every query sees its sample's valid keys (the micro-batch's key_lengths), under CP too (the
+// ring passes them on); refused with document masks. Tested through the
 // model's finite differences, the PyTorch goldens, the TP = 2 stage test and, under CP, by
 // tests/mpi/test_context_parallel_training.cpp.
 #pragma once
@@ -63,8 +63,8 @@ class SelfAttention : public AttentionVariant {
   static Core core_of(const Saved& saved, const Workspace& workspace);
   // The attention-probability dropout of this pass (p = 0 outside training).
   kernels::AttentionDropout dropout_of(const LayerContext& ctx, const LayerPass& pass) const;
-  // Non-causal mode: mt::Error under CP or with document masks.
-  void check_mask(const LayerContext& ctx, const LayerPass& pass) const;
+  // Non-causal mode: mt::Error with document masks.
+  void check_mask(const LayerPass& pass) const;
   // The core attention from the saved q/k/v into `core`.
   void core_forward(const LayerContext& ctx, const LayerPass& pass, const float* qkv, const Core& core) const;
 

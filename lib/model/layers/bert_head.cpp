@@ -105,22 +105,25 @@ HeadActivations BertHead::lay_out_activations(BufferSource& source, const Activa
 void BertHead::forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& a,
                        const HeadWorkspace& w) const {
   if (!pass.batch.loss_sums) throw Error("BERT's head", "the micro-batch has no device loss sums to add to");
-  if (ctx.parallel.sequence_parallel()) throw Error("BERT's head", "sequence parallelism is not supported yet");
+  if (ctx.parallel.context_parallel_size() > 1) {
+    throw Error("BERT's head", "context parallelism is not supported yet (the pooler's buffers hold a micro-batch "
+                               "of whole sequences)");
+  }
   Buffers& b = static_cast<Buffers&>(*a.variant);
   const backend::Ops& ops = ctx.ops;
   const int64_t s = pass.sequence_rows;
   norm_.forward(ctx, a.final_hidden, a.final_norm, a.final_mean, a.final_rstd, s);
   ctx.gemm.linear_forward(a.final_norm, s, hidden_, dense_weight_, hidden_, b.dense);
   ops.bias_add(b.dense, ctx.params + dense_bias_, s, static_cast<int>(hidden_), ctx.stream);
-  ops.gelu_forward(b.dense, b.act, s * hidden_, ctx.stream);
+  ops.gelu_erf_forward(b.dense, b.act, s * hidden_, ctx.stream);  // BertLMHead's F.gelu: the erf form
   lm_norm_.forward(ctx, b.act, b.lm, b.lm_statistics.mean, b.lm_statistics.rstd, s);
   output_.forward(ctx, pass, b.lm, w.sequence_parallel, a.logits);  // + the vocabulary bias
   cross_entropy_forward(ctx, pass, a);
-  if (binary_head_) binary_forward(ctx, pass, a, b);
+  if (binary_head_) binary_forward(ctx, pass, a, w, b);
 }
 
 void BertHead::binary_forward(const LayerContext& ctx, const LayerPass& pass, const HeadActivations& a,
-                              Buffers& b) const {
+                              const HeadWorkspace& w, Buffers& b) const {
   const MicroBatch& batch = pass.batch;
   if (!batch.sop_sums || !batch.sentence_order) {
     throw Error("BERT's binary head", "the micro-batch has no sentence-order targets or sop loss sums");
@@ -131,7 +134,11 @@ void BertHead::binary_forward(const LayerContext& ctx, const LayerPass& pass, co
   }
   const backend::Ops& ops = ctx.ops;
   const int64_t samples = batch.batch, row_bytes = static_cast<int64_t>(sizeof(float)) * hidden_;
-  ops.copy_2d(b.pool_in, row_bytes, a.final_norm, row_bytes * batch.seq, row_bytes, samples,
+  // Under SP each sample's first row lives on one rank: Megatron's Pooler gathers the whole
+  // sequence first, and every TP rank runs the pooler on the same rows.
+  const float* final_norm =  // (N, C)
+      ctx.parallel.gather_from_sequence_parallel_region(a.final_norm, w.sequence_parallel.gathered, pass.rows, hidden_);
+  ops.copy_2d(b.pool_in, row_bytes, final_norm, row_bytes * batch.seq, row_bytes, samples,
               backend::CopyKind::device_to_device, ctx.stream);
   ctx.gemm.linear_forward(b.pool_in, samples, hidden_, pooler_weight_, hidden_, b.d_pool);
   ops.bias_add(b.d_pool, ctx.params + pooler_bias_, samples, static_cast<int>(hidden_), ctx.stream);
@@ -155,16 +162,15 @@ void BertHead::backward(const LayerContext& ctx, const LayerPass& pass, HeadActi
   output_.backward(ctx, pass, a.logits, b.lm, w.sequence_parallel, w.d_norm);  // d_lm
   // d_hidden and b.dense serve as scratch until the final norm's backward writes d_hidden.
   lm_norm_.backward(ctx, w.d_norm, b.act, b.lm_statistics.mean, b.lm_statistics.rstd, d_hidden, s);  // d_act
-  ops.gelu_backward(d_hidden, b.dense, b.act, s * hidden_, ctx.stream);  // d_dense into act
+  ops.gelu_erf_backward(d_hidden, b.dense, b.act, s * hidden_, ctx.stream);  // d_dense into act
   ops.bias_backward(b.act, ctx.grads + dense_bias_, s, static_cast<int>(hidden_), ctx.stream);
   ctx.gemm.linear_backward_weight(b.act, a.final_norm, s, hidden_, hidden_, dense_weight_);
   ctx.gemm.linear_backward_input(b.act, s, hidden_, dense_weight_, hidden_, w.d_norm);  // d_final_norm
-  if (binary_head_) binary_backward(ctx, pass, a, b, w.d_norm);
+  if (binary_head_) binary_backward(ctx, pass, b, w.d_norm);
   norm_.backward(ctx, w.d_norm, a.final_hidden, a.final_mean, a.final_rstd, d_hidden, s);
 }
 
-void BertHead::binary_backward(const LayerContext& ctx, const LayerPass& pass, const HeadActivations& a, Buffers& b,
-                               float* d_norm) const {
+void BertHead::binary_backward(const LayerContext& ctx, const LayerPass& pass, Buffers& b, float* d_norm) const {
   const MicroBatch& batch = pass.batch;
   const backend::Ops& ops = ctx.ops;
   const int64_t samples = batch.batch;
@@ -179,8 +185,13 @@ void BertHead::binary_backward(const LayerContext& ctx, const LayerPass& pass, c
   ops.bias_backward(b.d_pool, ctx.grads + pooler_bias_, samples, static_cast<int>(hidden_), ctx.stream);
   ctx.gemm.linear_backward_weight(b.d_pool, b.pool_in, samples, hidden_, hidden_, pooler_weight_);
   ctx.gemm.linear_backward_input(b.d_pool, samples, hidden_, pooler_weight_, hidden_, b.pooled);  // d_pool_in
+  // The gather's backward is a split (Megatron's tensor_parallel_output_grad=False): every TP
+  // rank holds the same d_pool_in, and each adds the rows of the samples whose first token it holds.
+  const int64_t first = ctx.parallel.sequence_row_offset(pass.rows);
   for (int64_t sample = 0; sample < samples; ++sample) {
-    ops.add_inplace(d_norm + sample * batch.seq * hidden_, b.pooled + sample * hidden_, hidden_, ctx.stream);
+    const int64_t row = sample * batch.seq - first;
+    if (row < 0 || row >= pass.sequence_rows) continue;
+    ops.add_inplace(d_norm + row * hidden_, b.pooled + sample * hidden_, hidden_, ctx.stream);
   }
 }
 

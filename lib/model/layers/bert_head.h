@@ -9,8 +9,14 @@
 // Backward: the LM loss with dloss_scale per masked token (as the base head), the sop loss with
 // LayerPass::sop_loss_grad_factor over the micro-batch's samples (Megatron's per-micro-batch mean).
 // The dense, pooler and binary weights start N(0, init_method_std), biases 0, the norm 1 and 0.
-// GELU is mt's (the tanh form; Megatron's BertLMHead calls the erf form, tests/golden/bert/README.md).
-// Sequence parallelism is refused by name (not built yet).
+// The LM head's GELU is the erf form, as BertLMHead's torch.nn.functional.gelu (the encoder's MLP
+// keeps the tanh form of Megatron's fused bias-GELU).
+// Under sequence parallelism (as Megatron-Core's BertModel) the LM head's dense, GELU and LayerNorm
+// run on this rank's sequence rows (their weights' grads summed over TP, as the encoder's norms),
+// the output layer gathers its input like any column-parallel linear, and the pooler gathers the
+// final norm's rows and runs on every TP rank alike (its weights' grads are not summed: full_rows).
+// Context parallelism is refused by name (the encoder's ring attention runs non-causal, the head
+// is not built for it yet).
 // Tested in tests/unit/model/test_bert.cpp (against Megatron-Core's BertModel: tests/golden/bert).
 #pragma once
 
@@ -27,7 +33,7 @@ class BertHead : public OutputHead {
   HeadActivations lay_out_activations(BufferSource& source, const ActivationRows& rows) const override;
 
   // Logits and the LM loss sums (batch.loss_sums); with the binary head the sop loss sums
-  // (batch.sop_sums). mt::Error when the batch lacks them, or under sequence parallelism.
+  // (batch.sop_sums). mt::Error when the batch lacks them, or under context parallelism.
   void forward(const LayerContext& ctx, const LayerPass& pass, HeadActivations& acts,
                const HeadWorkspace& work) const override;
   // `d_final_norm` must be null: BERT has no multi-token prediction (ModelConfig::validate_bert).
@@ -37,10 +43,9 @@ class BertHead : public OutputHead {
  private:
   struct Buffers;
   void binary_forward(const LayerContext& ctx, const LayerPass& pass, const HeadActivations& acts,
-                      Buffers& b) const;
-  // Adds the sop loss's grad of the pooled rows into d_norm (S, C).
-  void binary_backward(const LayerContext& ctx, const LayerPass& pass, const HeadActivations& acts, Buffers& b,
-                       float* d_norm) const;
+                      const HeadWorkspace& work, Buffers& b) const;
+  // Adds the sop loss's grad of the pooled rows held here into d_norm (S, C).
+  void binary_backward(const LayerContext& ctx, const LayerPass& pass, Buffers& b, float* d_norm) const;
 
   bool binary_head_;
   int seq_length_;  // samples per micro-batch of `rows` tokens: rows / seq_length

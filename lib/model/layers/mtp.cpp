@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/fp8_scaling.h"
+#include "parallel/sequence_roll.h"
 
 namespace mt::model {
 
@@ -42,7 +44,8 @@ struct MtpBlock::Workspace : BlockBuffers {
   float* d_a = nullptr;               // (S, C)
   float* d_b = nullptr;               // (S, C)
   float* d_hidden = nullptr;          // (S, C) the grad of h_k carried to the depth before
-  float* dloss = nullptr;             // (N)
+  float* dloss = nullptr;             // (N); the ones of a micro-batch without a loss mask in forward
+  float* roll_boundary = nullptr;     // (4 B) the roll's boundary elements (parallel/sequence_roll.h)
 };
 
 namespace {
@@ -182,6 +185,7 @@ std::unique_ptr<BlockBuffers> MtpBlock::lay_out_workspace(BufferSource& source, 
   w->d_b = source.take(s * c);
   w->d_hidden = source.take(s * c);
   w->dloss = source.take(n);
+  w->roll_boundary = source.take(2 * n);  // >= 4 B: a sample has at least two rows under CP, else no exchange
   return w;
 }
 
@@ -191,26 +195,27 @@ int64_t MtpBlock::widest_gemm_operand() const {
   return widest;
 }
 
-void MtpBlock::roll_batch(const LayerContext& ctx, const LayerPass& pass, int shift, const Depth& d) const {
+void MtpBlock::roll_batch(const LayerContext& ctx, const LayerPass& pass, int k, Saved& a, Workspace& w) const {
   const backend::Ops& ops = ctx.ops;
   const MicroBatch& batch = pass.batch;
-  const int64_t samples = batch.batch, seq = batch.seq, n = pass.rows;
-  // Megatron's roll_tensor: torch.roll left along the sequence, the rolled-in tail set to 0.
-  auto roll = [&](void* out, const void* in, int64_t element) {
-    ops.zero(out, n * element, ctx.stream);
-    if (shift >= seq) return;
-    ops.copy_2d(out, seq * element, static_cast<const char*>(in) + shift * element, seq * element,
-                (seq - shift) * element, samples, backend::CopyKind::device_to_device, ctx.stream);
+  const Depth& d = a.depths[static_cast<size_t>(k)];
+  // Megatron's roll_tensor, once per depth from the depth before (depth 0 from the micro-batch),
+  // across the CP ranks' chunks (parallel/sequence_roll.h).
+  const Depth* before = k > 0 ? &a.depths[static_cast<size_t>(k - 1)] : nullptr;
+  comm::Communicator* cp_group =
+      ctx.parallel.context_parallel_size() > 1 ? &ctx.parallel.context_group() : nullptr;
+  auto roll = [&](void* out, const void* in, DType dtype) {
+    parallel::roll_left_one(ops, ctx.stream, cp_group, in, out, batch.batch, batch.seq, dtype, w.roll_boundary);
   };
-  roll(d.tokens, batch.tokens, sizeof(int32_t));
-  roll(d.positions, batch.positions, sizeof(int32_t));
-  roll(d.labels, batch.labels, sizeof(int32_t));
-  if (batch.loss_mask) {
-    roll(d.loss_mask, batch.loss_mask, sizeof(float));
-  } else {
-    ops.fill(d.loss_mask, n, 1.0f, ctx.stream);  // every token counts: Megatron's ones, rolled
-    roll(d.loss_mask, d.loss_mask, sizeof(float));
+  roll(d.tokens, before ? before->tokens : batch.tokens, DType::i32);
+  roll(d.positions, before ? before->positions : batch.positions, DType::i32);
+  roll(d.labels, before ? before->labels : batch.labels, DType::i32);
+  const float* mask = before ? before->loss_mask : batch.loss_mask;
+  if (!mask) {
+    ops.fill(w.dloss, pass.rows, 1.0f, ctx.stream);  // every token counts: Megatron's ones, rolled
+    mask = w.dloss;
   }
+  roll(d.loss_mask, mask, DType::f32);
 }
 
 void MtpBlock::forward(const LayerContext& ctx, const LayerPass& pass, const float* h, BlockBuffers& saved,
@@ -239,7 +244,7 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   const int64_t row_bytes = c * static_cast<int64_t>(sizeof(float));
   const auto kind = backend::CopyKind::device_to_device;
 
-  roll_batch(ctx, pass, k + 1, d);
+  roll_batch(ctx, pass, k, a, w);
   MicroBatch rolled = pass.batch;
   rolled.tokens = d.tokens;
   rolled.positions = d.positions;
@@ -253,8 +258,12 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   ops.copy_2d(d.concat, 2 * row_bytes, w.e_norm, row_bytes, row_bytes, s, kind, ctx.stream);
   ops.copy_2d(d.concat + c, 2 * row_bytes, w.h_norm, row_bytes, row_bytes, s, kind, ctx.stream);
 
-  // eh_proj (column-parallel), its columns gathered over TP, this rank's rows kept under SP.
+  // eh_proj (column-parallel), its columns gathered over TP, this rank's rows kept under SP; under
+  // FP8 in its own fp8_autocast region, as the depth's layer (fp8_scaling.h).
+  Fp8Scaling* fp8 = ctx.gemm.fp8();
+  if (fp8) fp8->begin_region();
   eh_proj_[index].forward(ctx, pass, d.concat, w.eh_proj, w.projected);
+  if (fp8) fp8->end_region();
   const float* full = w.projected;
   if (w.gathered_columns) {
     const int64_t local_bytes = local_hidden_ * static_cast<int64_t>(sizeof(float));
@@ -267,7 +276,9 @@ void MtpBlock::forward_depth(const LayerContext& ctx, const LayerPass& pass, int
   const float* rows = parallel.scatter_to_sequence_parallel_region(full, n, c);
   ops.copy(d.layer_input, rows, s * row_bytes, kind, ctx.stream);
 
+  if (fp8) fp8->begin_region();
   layers_[index]->forward(ctx, pass, d.layer_input, d.layer_output, *d.layer, *w.layers[index], t);
+  if (fp8) fp8->end_region();
   final_norm_[index].forward(ctx, d.layer_output, d.hidden, d.final_norm.mean, d.final_norm.rstd, s);
   output_.forward(ctx, pass, d.hidden, t.sequence_parallel, d.logits);
   loss_forward(ctx, pass, k, d);
@@ -324,7 +335,12 @@ void MtpBlock::backward_depth(const LayerContext& ctx, const LayerPass& pass, in
   if (d_h) ops.add_inplace(w.d_a, d_h, s * c, ctx.stream);
 
   final_norm_[index].backward(ctx, w.d_a, d.layer_output, d.final_norm.mean, d.final_norm.rstd, w.d_b, s);
+  // Under FP8 each region's backward ends with a backward-group update (TE: after its first
+  // module's backward), the layer's, then eh_proj's.
+  Fp8Scaling* fp8 = ctx.gemm.fp8();
+  if (fp8) fp8->begin_region();
   layers_[index]->backward(ctx, pass, d.layer_input, w.d_b, w.d_a, *d.layer, *w.layers[index], t);
+  if (fp8) fp8->end_region();
 
   // eh_proj: this rank's rows back to full rows (SP), this rank's columns, then the linear.
   const float* d_full = parallel.scatter_to_sequence_parallel_region_backward(
@@ -335,7 +351,9 @@ void MtpBlock::backward_depth(const LayerContext& ctx, const LayerPass& pass, in
     ops.copy_2d(w.projected, local_bytes, d_full + eh_column_offset_, row_bytes, local_bytes, n, kind, ctx.stream);
     d_projected = w.projected;
   }
+  if (fp8) fp8->begin_region();
   eh_proj_[index].backward(ctx, pass, d_projected, d.concat, w.eh_proj, w.d_concat);
+  if (fp8) fp8->end_region();
   ops.copy_2d(w.e_norm, row_bytes, w.d_concat, 2 * row_bytes, row_bytes, s, kind, ctx.stream);
   ops.copy_2d(w.h_norm, row_bytes, w.d_concat + c, 2 * row_bytes, row_bytes, s, kind, ctx.stream);
 

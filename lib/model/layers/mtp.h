@@ -3,13 +3,16 @@
 // that holds the head. Depth k = 0 .. D-1, from h_{-1} = the decoder's output after its final norm
 // (the head's final_norm):
 //
-//   tokens_k   = the micro-batch's tokens rolled left k + 1 times per sample, zeros rolled in
-//                (Megatron's roll_tensor; positions likewise, read only by a learned position table)
+//   tokens_k   = tokens_{k-1} (the micro-batch's for k = 0) rolled left once per sample, a zero
+//                rolled in (Megatron's roll_tensor; positions likewise, read only by a learned
+//                position table); under context parallelism the roll runs along the whole
+//                sequence across the CP ranks' chunks (parallel/sequence_roll.h)
 //   e_k        = enorm_k(embedding(tokens_k))          the shared word embedding (and positions)
 //   x_k        = eh_proj_k([e_k | hnorm_k(h_{k-1})])    embedding first, 2h -> h, no bias
 //   h_k        = final_layernorm_k(layer_k(x_k))        a decoder layer of global index L + k
 //   loss_k     = cross-entropy of the shared output layer on h_k against the labels rolled
-//                left k + 1 times, under the loss mask rolled the same way
+//                left k + 1 times, under the loss mask rolled the same way (its last k + 1
+//                positions of each sequence 0)
 //
 // The next depth starts from h_k (after its final norm, as Megatron chains them). Each training
 // forward adds (sum of mask_k * loss_k, sum of mask_k) to batch.mtp_loss_sums; backward starts
@@ -27,8 +30,9 @@
 // mtp.layers.<k>.transformer_layer.), all with layer id L + k: depth 0 shares the head's id, whose
 // grads-ready signal follows this block's backward; depths k > 0 signal L + k after theirs.
 // The block keeps all its activations (no recompute of MTP layers: Megatron's full recompute of
-// them changes memory, not numbers). Context parallelism is refused before this block is built
-// (train/supported.h).
+// them changes memory, not numbers). Under context parallelism each depth's layer runs ring
+// attention as the decoder's do, and the rolls exchange one element per chunk and sample with the
+// neighbouring CP ranks.
 // Under pipeline parallelism the block sits after the decoder on the last stage (Megatron-Core's
 // mtp_process stage), which then holds a copy of the word embedding as a tied output layer does:
 // declared here (`embedding_copy` with an untied output layer; the head declares it when tied)
@@ -89,9 +93,9 @@ class MtpBlock {
   struct Depth;
   struct Saved;
   struct Workspace;
-  // The micro-batch's tokens, positions, labels and loss mask rolled left `shift` times per sample
-  // into depth buffers (zeros rolled in).
-  void roll_batch(const LayerContext& ctx, const LayerPass& pass, int shift, const Depth& d) const;
+  // Depth k's tokens, positions, labels and loss mask: depth k - 1's (the micro-batch's for k = 0)
+  // rolled left once per sample along the whole sequence, across the CP ranks, zeros rolled in.
+  void roll_batch(const LayerContext& ctx, const LayerPass& pass, int k, Saved& a, Workspace& w) const;
   void forward_depth(const LayerContext& ctx, const LayerPass& pass, int k, const float* h_prev, Saved& a,
                      Workspace& w, const LayerTemporaries& t) const;
   void loss_forward(const LayerContext& ctx, const LayerPass& pass, int k, const Depth& d) const;

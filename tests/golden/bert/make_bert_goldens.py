@@ -20,10 +20,9 @@ Made by hand in a venv outside the repository (CI never runs this script):
 What had to be done around Megatron's code (all on one CPU process):
 - torch.cuda.current_device is patched to return "cpu", and the CUDA RNG tracker DotProductAttention
   forks around its attention dropout (p = 0 here) is a no-op.
-- GELU: Megatron's training runs the encoder MLP with bias_activation_fusion (bias_gelu_impl, the
-  tanh form) and BertLMHead with torch.nn.functional.gelu (the erf form). mt has one GELU, the tanh
-  form, so the MLP's activation_func and the LM head's gelu are set to F.gelu(approximate="tanh").
-  That is the one deviation from Megatron's modules (the erf form differs by < 1e-3 pointwise).
+- GELU as Megatron trains BERT: the encoder MLP with bias_activation_fusion on (--bias-gelu-fusion,
+  the default: bias_gelu_impl, the tanh form) and BertLMHead's own torch.nn.functional.gelu (the
+  erf form), both Megatron's code unchanged.
 - vocab_size is the padded vocabulary (Megatron's BertModel takes the padded size); the cases have
   no padding columns, so Megatron's softmax over them and mt's exclusion of them agree.
 - Names: Megatron's encoder.* are mt's decoder.*; Megatron's fused linear_qkv (per query group:
@@ -84,10 +83,6 @@ def one_rank_groups():
     parallel_state.initialize_model_parallel(1, 1)
 
 
-def tanh_gelu(x):
-    return F.gelu(x, approximate="tanh")
-
-
 def build(case):
     from megatron.core.models.bert.bert_layer_specs import bert_layer_local_spec
     from megatron.core.models.bert.bert_model import BertModel
@@ -95,15 +90,14 @@ def build(case):
 
     config = TransformerConfig(
         num_layers=case["layers"], hidden_size=case["hidden"], num_attention_heads=case["heads"],
-        ffn_hidden_size=case["ffn"], activation_func=tanh_gelu, layernorm_epsilon=1e-5, add_bias_linear=True,
+        ffn_hidden_size=case["ffn"], activation_func=F.gelu, layernorm_epsilon=1e-5, add_bias_linear=True,
         attention_dropout=0.0, hidden_dropout=0.0, params_dtype=torch.float32, use_cpu_initialization=True,
-        bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
+        bias_activation_fusion=True, bias_dropout_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False)
     model = BertModel(config=config, num_tokentypes=2 if case["binary_head"] else 0,
                       transformer_layer_spec=bert_layer_local_spec, vocab_size=case["vocab"],
                       max_sequence_length=case["max_pos"], share_embeddings_and_output_weights=True,
                       add_binary_head=case["binary_head"], parallel_output=True)
-    model.lm_head.gelu = tanh_gelu
     return model
 
 

@@ -1,8 +1,8 @@
 // The per-element arithmetic the CUDA elementwise kernels run (kernels/common/elementwise_math.h),
 // checked on the host, bit for bit, against the CPU kernels (kernels/cpu/impl/elementwise.inc) at
-// the x86-64-v2 level, which like this file is built without FMA contraction: GELU, SwiGLU, RoPE,
-// keyed dropout (the same elements dropped, the same scale) and AdamW with its bf16 copy. Each loop
-// below walks the elements the way the CUDA kernel's threads do (kernels/cuda/elementwise.cu).
+// the x86-64-v2 level, which like this file is built without FMA contraction: GELU, SwiGLU, RoPE
+// and YaRN, keyed dropout (the same elements dropped, the same scale) and AdamW with its bf16 copy.
+// Each loop below walks the elements the way the CUDA kernel's threads do (kernels/cuda/elementwise.cu).
 // Also the GEMM's row-major to column-major mapping (kernels/cuda/gemm_layout.h), run through a
 // column-major BLAS loop. No GPU needed; the GPU itself is checked by the op harness
 // (tests/gpu/test_cuda_op_harness.cpp).
@@ -14,9 +14,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/elementwise_math.h"
+#include "kernels/common/yarn_rope.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/gemm_layout.h"
 
@@ -101,43 +103,84 @@ TEST(CudaMath, SwigluMatchesCpuBitForBit) {
   expect_same_bits(got_d, want_d, "swiglu_backward");
 }
 
-// RoPE as the CUDA kernel runs it: inv_freq on the host, one thread per (row, head, pair).
+// RoPE as the CUDA kernel runs it: inv_freq from the host (`inv_freq`), one thread per (row, head,
+// pair), cos and sin times `concentration` (YaRN's; 1 for RoPE).
 std::vector<float> rope_as_cuda(std::vector<float> x, int64_t rows, int64_t row_stride, int heads, int head_dim,
-                                const std::vector<int32_t>& positions, float base, bool transpose) {
+                                const std::vector<int32_t>& positions, const std::vector<float>& inv_freq,
+                                float concentration, bool transpose) {
   const int half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(base, i, head_dim);
   for (int64_t index = 0; index < rows * heads * half; ++index) {
     const int i = static_cast<int>(index % half);
     const int h = static_cast<int>(index / half % heads);
     const int64_t r = index / half / heads;
     float* first = x.data() + r * row_stride + static_cast<int64_t>(h) * head_dim;
     float cos_value, sin_value;
-    rope_cos_sin(positions[r], inv_freq[i], cos_value, sin_value);
+    rope_cos_sin_scaled(positions[r], inv_freq[i], concentration, cos_value, sin_value);
     rope_rotate(first[i], first[half + i], cos_value, sin_value, transpose);
   }
   return x;
 }
 
+struct RopeShape {
+  int64_t rows;
+  int heads, head_dim;
+  int64_t row_stride;
+  float base;
+};
+
+std::vector<int32_t> rope_test_positions(int64_t rows) {
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r * 9973 % 70000);
+  return positions;
+}
+
 TEST(CudaMath, RopeMatchesCpuBitForBit) {
-  struct Shape {
-    int64_t rows;
-    int heads, head_dim;
-    int64_t row_stride;
-    float base;
-  };
   // Odd head_dim leaves its last element alone; positions past the CPU's cos/sin table included.
-  for (const Shape s : {Shape{7, 3, 6, 20, 10000.0f}, Shape{4, 2, 9, 19, 500000.0f}, Shape{3, 1, 128, 130, 10000.0f}}) {
-    std::vector<int32_t> positions(s.rows);
-    for (int64_t r = 0; r < s.rows; ++r) positions[r] = static_cast<int32_t>(r * 9973 % 70000);
+  for (const RopeShape s :
+       {RopeShape{7, 3, 6, 20, 10000.0f}, RopeShape{4, 2, 9, 19, 500000.0f}, RopeShape{3, 1, 128, 130, 10000.0f}}) {
+    const std::vector<int32_t> positions = rope_test_positions(s.rows);
     const std::vector<float> x = random_values(s.rows * s.row_stride, 3.0f, 5);
+    std::vector<float> inv_freq(s.head_dim / 2);
+    for (int i = 0; i < s.head_dim / 2; ++i) inv_freq[i] = rope_inv_freq(s.base, i, s.head_dim);
     for (const bool transpose : {false, true}) {
       std::vector<float> want = x;
       const auto rope = transpose ? reference_ops().rope_backward : reference_ops().rope_forward;
       rope(want.data(), s.rows, s.row_stride, s.heads, s.head_dim, positions.data(), s.base);
-      expect_same_bits(rope_as_cuda(x, s.rows, s.row_stride, s.heads, s.head_dim, positions, s.base, transpose), want,
-                       std::string(transpose ? "rope_backward" : "rope_forward") + " head_dim " +
-                           std::to_string(s.head_dim));
+      expect_same_bits(
+          rope_as_cuda(x, s.rows, s.row_stride, s.heads, s.head_dim, positions, inv_freq, 1.0f, transpose), want,
+          std::string(transpose ? "rope_backward" : "rope_forward") + " head_dim " + std::to_string(s.head_dim));
+    }
+  }
+}
+
+// YaRN (kernels/cuda/elementwise.cu's rope_yarn entries): yarn_inv_freq's frequencies, the
+// concentration factor on cos and sin, against the CPU's rope_yarn entries: DeepSeek-V3's settings
+// on a 64-dim rotary head, and a narrow odd head with a concentration other than 1 and positions
+// far past the original context.
+TEST(CudaMath, YarnMatchesCpuBitForBit) {
+  YarnRope deepseek;
+  deepseek.scaling_factor = 40.0;
+  YarnRope narrow;
+  narrow.scaling_factor = 4.0;
+  narrow.original_max_position_embeddings = 64;
+  narrow.concentration = yarn_concentration(4.0, 1.0, 0.707);
+  ASSERT_NE(narrow.concentration, 1.0f);
+  const std::pair<RopeShape, YarnRope> cases[] = {{RopeShape{9, 3, 64, 200, 10000.0f}, deepseek},
+                                                  {RopeShape{7, 2, 7, 16, 10000.0f}, narrow}};
+  for (const auto& [s, yarn] : cases) {
+    const std::vector<int32_t> positions = rope_test_positions(s.rows);
+    const std::vector<float> x = random_values(s.rows * s.row_stride, 3.0f, 6);
+    std::vector<float> inv_freq(s.head_dim / 2);
+    yarn_inv_freq(yarn, s.head_dim, inv_freq.data());
+    for (const bool transpose : {false, true}) {
+      std::vector<float> want = x;
+      const auto rope = transpose ? reference_ops().rope_yarn_backward : reference_ops().rope_yarn_forward;
+      rope(want.data(), s.rows, s.row_stride, s.heads, s.head_dim, positions.data(), yarn);
+      expect_same_bits(
+          rope_as_cuda(x, s.rows, s.row_stride, s.heads, s.head_dim, positions, inv_freq, yarn.concentration,
+                       transpose),
+          want, std::string(transpose ? "rope_yarn_backward" : "rope_yarn_forward") + " head_dim " +
+                    std::to_string(s.head_dim));
     }
   }
 }

@@ -7,8 +7,8 @@
 // positions, sentence order) with pretrain_bert.py's loss (lm loss = masked-token mean, plus the
 // sop loss's sample mean with the binary head), and compares the lm and sop losses and every
 // weight grad; the same on two tensor-parallel ranks (threads over an in-process communicator),
-// each grad against its shard of Megatron's; on two pipeline stages (the head's own copy of the
-// tied embedding); sequence parallelism refused by name. Beside it: the
+// each grad against its shard of Megatron's, with and without sequence parallelism; on two
+// pipeline stages (the head's own copy of the tied embedding). Beside it: the
 // presets' shapes and parameter counts, and the refusals.
 #include <gtest/gtest.h>
 
@@ -219,8 +219,13 @@ std::vector<float> shard_of(const ParamEntry& shard, const ParamEntry& whole, co
 
 // Tensor parallelism over two threads: each rank's losses are Megatron's, and its grads are its
 // shard of Megatron's (the replicated LM head, pooler and binary head whole on both; the word
-// embedding, its vocabulary bias and the heads split).
-void expect_tensor_parallel_matches_megatron(const std::string& name) {
+// embedding, its vocabulary bias and the heads split). With sequence parallelism each rank holds
+// half of the rows from the embedding to the LM head's LayerNorm (sample 1's first token on rank
+// 0 of the binary-head case's 18 rows each, sample 2's on rank 1), so the replicated tensors the
+// layout sums over TP (norms, biases of row-parallel linears, the LM head's dense) are compared
+// as the two ranks' sum, as Megatron's finalize_model_grads all-reduces them; the pooler and
+// the binary head (gathered rows) and the position and token-type tables (full rows) whole on each.
+void expect_tensor_parallel_matches_megatron(const std::string& name, bool sequence_parallel) {
   const json& g = golden_case(name);
   const ModelConfig config = config_of(g);
   const GoldenBatch golden(g, config);
@@ -239,9 +244,10 @@ void expect_tensor_parallel_matches_megatron(const std::string& name) {
     threads.emplace_back([&, r] {
       try {
         ThreadCommunicator tensor_group(group, r);
-        const ParallelContext parallel(&tensor_group, false);
+        const ParallelContext parallel(&tensor_group, sequence_parallel);
         parallel::ParallelConfig layout_config;
         layout_config.tensor_model_parallel_size = 2;
+        layout_config.sequence_parallel = sequence_parallel;
         parallel::RankCoordinates rank;
         rank.tp = r;
         const ParamLayout layout = build_layout(config, layout_config, rank, {{0, config.num_layers, true, true}});
@@ -260,24 +266,45 @@ void expect_tensor_parallel_matches_megatron(const std::string& name) {
   for (auto& failure : failures) {
     if (failure) std::rethrow_exception(failure);
   }
+  const std::string what = sequence_parallel ? " grad (TP 2, SP)" : " grad (TP 2)";
+  int summed = 0;
   for (const BertRun& run : runs) {
     EXPECT_NEAR(run.lm_loss, g["lm_loss"].get<double>(), 1e-5 * g["lm_loss"].get<double>());
     if (config.bert_binary_head) {
       EXPECT_NEAR(run.sop_loss, g["sop_loss"].get<double>(), 1e-5 * g["sop_loss"].get<double>());
     }
     for (const ParamEntry& e : run.layout.entries) {
-      expect_close(e.name + " grad (TP 2)", run.grad_of(e.name), shard_of(e, whole.find(e.name), whole_grads), 1e-4,
-                   1e-2);
+      std::vector<float> grad = run.grad_of(e.name);
+      if (e.reduce_over_tensor_parallel) {
+        const std::vector<float> other = runs[&run == &runs[0] ? 1 : 0].grad_of(e.name);
+        for (size_t i = 0; i < grad.size(); ++i) grad[i] += other[i];
+        ++summed;
+      }
+      expect_close(e.name + what, grad, shard_of(e, whole.find(e.name), whole_grads), 1e-4, 1e-2);
     }
+  }
+  if (sequence_parallel) {
+    EXPECT_TRUE(runs[0].layout.find("lm_head.dense.weight").reduce_over_tensor_parallel);
+    EXPECT_GT(summed, 0);
+  } else {
+    EXPECT_EQ(summed, 0);
   }
 }
 
 TEST(BertMegatron, TensorParallelOverTwoRanksMatchesMegatronWithTheBinaryHead) {
-  expect_tensor_parallel_matches_megatron("binary_head");
+  expect_tensor_parallel_matches_megatron("binary_head", false);
 }
 
 TEST(BertMegatron, TensorParallelOverTwoRanksMatchesMegatronWithoutTheBinaryHead) {
-  expect_tensor_parallel_matches_megatron("no_binary_head");
+  expect_tensor_parallel_matches_megatron("no_binary_head", false);
+}
+
+TEST(BertMegatron, SequenceParallelOverTwoRanksMatchesMegatronWithTheBinaryHead) {
+  expect_tensor_parallel_matches_megatron("binary_head", true);
+}
+
+TEST(BertMegatron, SequenceParallelOverTwoRanksMatchesMegatronWithoutTheBinaryHead) {
+  expect_tensor_parallel_matches_megatron("no_binary_head", true);
 }
 
 // Pipeline parallelism: layer 0 with the embedding on one stage, layer 1 with the head (and its
@@ -354,37 +381,6 @@ TEST(BertMegatron, PipelineOfTwoStagesMatchesMegatronWithTheBinaryHead) {
 
 TEST(BertMegatron, PipelineOfTwoStagesMatchesMegatronWithoutTheBinaryHead) {
   expect_pipeline_matches_megatron("no_binary_head");
-}
-
-TEST(BertMegatron, SequenceParallelIsRefusedByName) {
-  const json& g = golden_case("binary_head");
-  const ModelConfig config = config_of(g);
-  const GoldenBatch golden(g, config);
-  ThreadGroup group(2);
-  std::string messages[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      ThreadCommunicator tensor_group(group, r);
-      const ParallelContext parallel(&tensor_group, true);
-      parallel::ParallelConfig layout_config;
-      layout_config.tensor_model_parallel_size = 2;
-      layout_config.sequence_parallel = true;
-      parallel::RankCoordinates rank;
-      rank.tp = r;
-      const ParamLayout layout = build_layout(config, layout_config, rank, {{0, config.num_layers, true, true}});
-      try {
-        run_stage(config, layout, std::vector<float>(static_cast<size_t>(layout.total_elements), 0.01f), parallel,
-                  golden);
-      } catch (const Error& e) {
-        messages[r] = e.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (const std::string& message : messages) {
-    EXPECT_NE(message.find("sequence parallelism is not supported yet"), std::string::npos) << message;
-  }
 }
 
 TEST(BertConfig, PresetsHaveMegatronsShapesAndTheirParameterCountsAreTheLayouts) {

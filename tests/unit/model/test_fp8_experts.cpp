@@ -1,7 +1,8 @@
 // FP8 for a MoE layer's local experts (model/moe/experts.h with ctx.fp8, issue 23): each expert's
 // fc1 and fc2 an FP8 linear of its own and the router none; both paths near an fp32 run within
 // FP8's error; TE's padding of each expert's rows to a multiple of 16 changes no number (the same
-// call on rows padded with zero rows gives the same bits and amaxes); and expert parallelism as
+// call on rows padded with zero rows gives the same bits and amaxes, and every FP8 GEMM then takes
+// rows in multiples of 16, as cuBLASLt does); and expert parallelism as
 // Megatron runs it, checked against an independent EP=1 run of the same rows: two EP ranks, each
 // holding two of four experts, give EP=1's outputs at the first step (every scale still 1), and
 // after the amax reduction over the ranks (the trainer's TP x DP x CP all-reduce MAX, EP inside
@@ -11,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -100,8 +103,8 @@ struct Result {
 // Forward and backward of the experts in `precision`, FP8 when `fp8` is given (the caller drives
 // its phases around the two calls through `between`: called after the forward).
 template <typename Between>
-Result run(const Problem& p, ExpertGemmPath path, Precision precision, Fp8Scaling* fp8, Between between) {
-  const backend::Ops& ops = cpu();
+Result run(const Problem& p, ExpertGemmPath path, Precision precision, Fp8Scaling* fp8, Between between,
+           const backend::Ops& ops = cpu()) {
   const LocalExperts experts(p.shape, path);
   GemmWeights weights(ops, precision, static_cast<int64_t>(p.params.size()));
   weights.refresh(p.params.data());
@@ -211,9 +214,10 @@ TEST(Fp8Experts, BothPathsStayNearFp32WithinFp8Error) {
 }
 
 // TE's Fp8Padding: the same experts on rows padded with zero rows (and zero output grads) to a
-// multiple of 16 give the same outputs, grads and amaxes, bit for bit.
+// multiple of 16 give the same outputs, grads and amaxes, bit for bit. The experts' counts take
+// every case of Fp8RowPadding: a tail only (5), none (0), whole blocks and a tail (21, 37).
 TEST(Fp8Experts, PaddingEachExpertsRowsTo16ChangesNoNumber) {
-  const Problem p = random_problem({5, 0, 11, 16});
+  const Problem p = random_problem({5, 0, 21, 37});
   std::vector<int64_t> padded_counts;
   std::vector<float> x, probs, d_out;
   std::vector<int64_t> padded_row_of;  // the padded row of each real row
@@ -248,6 +252,73 @@ TEST(Fp8Experts, PaddingEachExpertsRowsTo16ChangesNoNumber) {
     const std::vector<float> amaxes(fp8.amaxes(), fp8.amaxes() + fp8.tensors()),
         padded_amaxes(fp8_padded.amaxes(), fp8_padded.amaxes() + fp8_padded.tensors());
     EXPECT_EQ(amaxes, padded_amaxes);
+  }
+}
+
+// Fp8RowPadding's sizes: whole 16-row blocks and a tail, the padded count, and a scratch that
+// holds the padded codes and, 256-byte aligned after them, the tail's fp32 output block.
+TEST(Fp8Experts, RowPaddingSplitsRowsIntoWholeBlocksAndATail) {
+  for (int64_t rows = 0; rows <= 50; ++rows) {
+    const Fp8RowPadding padding = fp8_row_padding(rows);
+    EXPECT_EQ(padding.rows, rows);
+    EXPECT_EQ(padding.body % 16, 0) << rows;
+    EXPECT_EQ(padding.padded % 16, 0) << rows;
+    EXPECT_TRUE(padding.body <= rows && rows < padding.body + 16) << rows;
+    EXPECT_EQ(padding.tail(), rows % 16) << rows;
+    EXPECT_EQ(padding.padded, padding.tail() == 0 ? rows : padding.body + 16) << rows;
+    for (const auto& [k, n] : {std::pair<int64_t, int64_t>{16, 32}, {48, 16}, {7168, 4096}}) {
+      const int64_t offset = padding.tail_output_offset(k);
+      EXPECT_EQ(offset % 256, 0) << rows << " rows, k " << k;
+      EXPECT_GE(offset, padding.padded * k) << rows << " rows, k " << k;
+      EXPECT_LT(offset, padding.padded * k + 256) << rows << " rows, k " << k;
+      EXPECT_EQ(padding.scratch_bytes(k, n), offset + 16 * n * 4) << rows << " rows, k " << k;
+    }
+  }
+}
+
+// Every FP8 GEMM the experts run takes M, N and K in multiples of 16 and A and B on 16-byte
+// boundaries (what cuBLASLt's FP8 kernels take; on CUDA anything else falls to a plain kernel),
+// whatever the experts' counts: a CPU table whose gemm_fp8 records each call's shape first.
+struct Fp8GemmCall {
+  int64_t m, n, k, lda, ldb;
+  bool aligned;
+};
+std::vector<Fp8GemmCall>& fp8_gemm_calls() {
+  static std::vector<Fp8GemmCall> calls;
+  return calls;
+}
+void recording_gemm_fp8(int64_t m, int64_t n, int64_t k, float alpha, const uint8_t* a, kernels::Fp8Type a_type,
+                        const float* a_scale_inv, int64_t lda, const uint8_t* b, kernels::Fp8Type b_type,
+                        const float* b_scale_inv, int64_t ldb, float beta, float* c, int64_t ldc,
+                        backend::Stream stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  fp8_gemm_calls().push_back({m, n, k, lda, ldb, aligned});
+  cpu().gemm_fp8(m, n, k, alpha, a, a_type, a_scale_inv, lda, b, b_type, b_scale_inv, ldb, beta, c, ldc, stream);
+}
+
+TEST(Fp8Experts, EveryFp8GemmTakesRowsInMultiplesOf16) {
+  backend::Ops recording = cpu();
+  recording.gemm_fp8 = recording_gemm_fp8;
+  const Problem p = random_problem({5, 0, 21, 37});
+  for (ExpertGemmPath path : {ExpertGemmPath::loop, ExpertGemmPath::grouped}) {
+    SCOPED_TRACE(expert_gemm_path_name(path));
+    fp8_gemm_calls().clear();
+    Fp8Scaling fp8(cpu(), fp8_config(), p.layout(), 1);
+    const Result recorded = run(p, path, Precision::bf16, &fp8, [] {}, recording);
+    // Per expert with rows: fc1 and fc2 forward, weight gradient and data gradient, each one GEMM
+    // per 16-row body and one for a tail: 5 -> tail, 21 and 37 -> body and tail.
+    EXPECT_EQ(fp8_gemm_calls().size(), 2u * (1 + 2 + 2) + 2u * 3 + 2u * (1 + 2 + 2));
+    for (const Fp8GemmCall& call : fp8_gemm_calls()) {
+      EXPECT_TRUE(call.m % 16 == 0 && call.n % 16 == 0 && call.k % 16 == 0 && call.lda % 16 == 0 &&
+                  call.ldb % 16 == 0 && call.aligned)
+          << "gemm_fp8 m " << call.m << " n " << call.n << " k " << call.k << " lda " << call.lda << " ldb "
+          << call.ldb << (call.aligned ? "" : ", A or B off a 16-byte boundary");
+    }
+    Fp8Scaling fp8_plain(cpu(), fp8_config(), p.layout(), 1);
+    const Result plain = run(p, path, Precision::bf16, &fp8_plain);
+    EXPECT_EQ(recorded.out, plain.out);
+    EXPECT_EQ(recorded.d_x, plain.d_x);
+    EXPECT_EQ(recorded.grads, plain.grads);
   }
 }
 

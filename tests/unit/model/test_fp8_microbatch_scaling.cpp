@@ -9,6 +9,8 @@
 // values), so the test also checks which amaxes are reduced when. Source of the rule: TE
 // transformer_engine/pytorch/fp8.py (1.x) and quantization.py (2.x) FP8GlobalStateManager
 // (autocast exit, reduce_and_update_fp8_tensors), module/linear.py (reduce_and_update_bwd_fp8_tensors).
+// Multi-token prediction's two fp8_autocasts per depth (Megatron-Core multi_token_prediction.py)
+// against the same reference with three linears: each region's end updates all of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,6 +257,174 @@ TEST(Fp8MicroBatchScaling, ScalesAndHistoriesFollowTransformerEnginesRuleUnderMa
 
 TEST(Fp8MicroBatchScaling, ScalesAndHistoriesFollowTransformerEnginesRuleUnderMostRecent) {
   run_against_reference(kernels::Fp8AmaxAlgo::most_recent);
+}
+
+// ---- multi-token prediction: two more fp8_autocasts per depth -----------------------------------
+
+// A decoder linear (layer 0 of a 1-layer model), then an MTP depth's eh_proj and its layer's
+// linear (layer id 1 = L + 0), each (kOut, kIn).
+model::ParamLayout mtp_layout() {
+  model::ParamLayout layout;
+  for (const char* name : {"decoder.layers.0.mlp.linear_fc1.weight", "mtp.layers.0.eh_proj.weight",
+                           "decoder.layers.1.mlp.linear_fc1.weight"}) {
+    model::ParamEntry entry;
+    entry.name = name;
+    entry.layer = layout.entries.empty() ? 0 : 1;
+    entry.local_shape = {kOut, kIn};
+    entry.numel = kOut * kIn;
+    entry.offset = layout.total_elements;
+    layout.entries.push_back(entry);
+    layout.total_elements += entry.numel;
+  }
+  return layout;
+}
+
+// One linear of the reference: its three TE tensors and what its step's GEMMs quantized with.
+struct TeLinear {
+  TeTensor input, weight, grad;
+  bool weight_quantized = false;
+  float weight_scale_of_step = 0;
+  float input_scale_of[kMicroBatches] = {};
+};
+
+// Megatron's MTP (multi_token_prediction.py): per micro-batch the decoder's fp8_autocast, then one
+// around eh_proj and one around the depth's layer; TE's global buffer holds every linear of the
+// rank, so each region's exit updates all of them (the ones it did not run push a zero), and each
+// region's first module's backward updates all output grads. Fp8Scaling driven as the stage and
+// the MTP block drive it (begin_region / end_region) against that reference.
+TEST(Fp8MicroBatchScaling, MtpDepthRegionsUpdateEveryLinearAsTransformerEngineDoes) {
+  const backend::Ops& ops = backend::cpu_ops();
+  model::Fp8Config config;
+  config.enabled = true;
+  config.format = model::Fp8Format::hybrid;
+  config.amax_history_len = kHistory;
+  config.amax_compute_algo = kernels::Fp8AmaxAlgo::max;
+  const model::ParamLayout layout = mtp_layout();
+  model::Fp8Scaling scaling(ops, config, layout, 1);
+  ASSERT_EQ(scaling.linears(), 3);
+  scaling.reserve_slots(2);
+  int reductions = 0;
+  scaling.set_amax_reduction([&](float* amaxes, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) amaxes[i] = std::max(amaxes[i], peer_amax(reductions, i));
+    ++reductions;
+  });
+  std::vector<float> weights_all = random_values(layout.total_elements, 0.05f, 21);
+  model::GemmWeights weights{ops, Precision::bf16, layout.total_elements};
+  std::vector<float> grads(weights_all.size(), 0.0f);
+  std::vector<float> operands0(static_cast<size_t>(kRows * kIn * 2)), operands1(operands0.size());
+  model::PrecisionGemm gemm(ops, weights);
+  gemm.bind(weights_all.data(), grads.data());
+  gemm.set_operand_buffers(operands0.data(), operands1.data());
+  gemm.set_fp8(&scaling);
+
+  TeLinear te[3];
+  for (TeLinear& linear : te) linear.grad.fp8_max = 57344.0f;
+  int reference_reductions = 0;
+  auto update_reference = [&](bool forward) {  // TE's reduce_and_update_fp8_tensors over the global buffer
+    std::vector<TeTensor*> group;
+    for (TeLinear& linear : te) {
+      if (forward) {
+        group.push_back(&linear.input);
+        group.push_back(&linear.weight);
+      }
+    }
+    for (TeLinear& linear : te) {
+      if (!forward) group.push_back(&linear.grad);
+    }
+    for (size_t i = 0; i < group.size(); ++i) group[i]->record(peer_amax(reference_reductions, static_cast<int64_t>(i)));
+    ++reference_reductions;
+    for (TeTensor* tensor : group) tensor->update(true);
+  };
+  auto expect_state = [&](const std::string& when) {
+    for (int64_t l = 0; l < 3; ++l) {
+      const TeLinear& r = te[l];
+      const std::pair<model::Fp8Operand, const TeTensor*> tensors[] = {
+          {model::Fp8Operand::input, &r.input}, {model::Fp8Operand::weight, &r.weight}, {model::Fp8Operand::output_grad, &r.grad}};
+      for (const auto& [operand, tensor] : tensors) {
+        const std::string what = when + ", linear " + std::to_string(l) + " operand " + std::to_string(static_cast<int>(operand));
+        EXPECT_EQ(*scaling.scale(l, operand), tensor->scale) << what;
+        const std::vector<float> past = tensor->past_newest_first();
+        EXPECT_EQ(std::vector<float>(scaling.amax_history(l, operand), scaling.amax_history(l, operand) + past.size()), past)
+            << what;
+      }
+    }
+  };
+  auto weight_of = [&](int64_t l) {
+    return std::vector<float>(weights_all.begin() + l * kOut * kIn, weights_all.begin() + (l + 1) * kOut * kIn);
+  };
+
+  for (int step = 0; step < 2; ++step) {
+    for (float& w : weights_all) w *= 1.0f + 0.3f * static_cast<float>(step);
+    weights.refresh(weights_all.data());
+    scaling.start_step();
+    for (TeLinear& linear : te) linear.weight_quantized = false;
+    std::vector<float> x[kMicroBatches][3], dy[kMicroBatches][3];
+    for (int m = 0; m < 2; ++m) {
+      for (int64_t l = 0; l < 3; ++l) {
+        const float size = 1.0f + static_cast<float>((step + m + l) % 4);
+        x[m][l] = random_values(kRows * kIn, size, static_cast<uint32_t>(300 + 30 * step + 3 * m + l));
+        dy[m][l] = random_values(kRows * kOut, 1e-3f * size, static_cast<uint32_t>(400 + 30 * step + 3 * m + l));
+      }
+    }
+    // One linear's GEMM inside a region: the forward against TE's quantization, or the backward.
+    auto forward_gemm = [&](int m, int64_t l, const std::string& when) {
+      std::vector<float> y(static_cast<size_t>(kRows * kOut), 0.0f);
+      gemm.linear_forward(x[m][l].data(), kRows, kIn, l * kOut * kIn, kOut, y.data());
+      TeLinear& r = te[l];
+      r.input_scale_of[m] = r.input.scale;
+      r.input.record(abs_max(x[m][l]));
+      if (!r.weight_quantized) {
+        r.weight_quantized = true;
+        r.weight_scale_of_step = r.weight.scale;
+        r.weight.record(abs_max(weight_of(l)));
+      }
+      expect_near_all(y, fp8_product(x[m][l], r.input_scale_of[m], kernels::Fp8Type::e4m3, weight_of(l),
+                                     r.weight_scale_of_step, kernels::Fp8Type::e4m3, kRows, kOut, kIn),
+                      when + ": y of linear " + std::to_string(l));
+    };
+    auto backward_gemm = [&](int m, int64_t l, const std::string& when) {
+      std::vector<float> dx(static_cast<size_t>(kRows * kIn), 0.0f);
+      gemm.linear_backward_input(dy[m][l].data(), kRows, kOut, l * kOut * kIn, kIn, dx.data());
+      TeLinear& r = te[l];
+      expect_near_all(dx, fp8_product(dy[m][l], r.grad.scale, kernels::Fp8Type::e5m2, transposed(weight_of(l), kOut, kIn),
+                                      r.weight_scale_of_step, kernels::Fp8Type::e4m3, kRows, kIn, kOut),
+                      when + ": dx of linear " + std::to_string(l));
+      r.grad.record(abs_max(dy[m][l]));
+    };
+    for (const Event& event : {Event{true, 0}, Event{true, 1}, Event{false, 0}, Event{false, 1}}) {
+      const int m = event.micro_batch;
+      const std::string when = "step " + std::to_string(step) + (event.forward ? " forward " : " backward ") + std::to_string(m);
+      if (event.forward) {
+        scaling.begin_forward(m, true);  // the decoder's fp8_autocast
+        forward_gemm(m, 0, when);
+        scaling.end_forward();
+        update_reference(true);
+        for (int64_t l : {1, 2}) {  // eh_proj's fp8_autocast, then the depth's layer's
+          scaling.begin_region();
+          forward_gemm(m, l, when);
+          scaling.end_region();
+          update_reference(true);
+          expect_state(when + " region " + std::to_string(l));
+        }
+      } else {
+        scaling.begin_backward(m);
+        for (int64_t l : {2, 1}) {  // the depth's layer, then eh_proj, before the decoder
+          scaling.begin_region();
+          backward_gemm(m, l, when);
+          scaling.end_region();
+          update_reference(false);
+          expect_state(when + " region " + std::to_string(l));
+        }
+        scaling.begin_backward(m);
+        backward_gemm(m, 0, when);
+        scaling.end_backward();
+        update_reference(false);
+      }
+      expect_state(when);
+    }
+  }
+  EXPECT_EQ(reductions, reference_reductions);
+  EXPECT_EQ(reductions, 2 * 2 * 3 * 2);  // steps x micro-batches x regions x (forward, backward)
 }
 
 // An evaluation forward uses the live scales and changes no amax, scale or history.

@@ -83,6 +83,30 @@ TEST(Fp8Selection, FirstLastLayersBf16LeavesThoseLayersWithoutFp8State) {
             "--num-layers-at-end-in-bf16: 6 is not between 0 and the model's 5 layers");
 }
 
+// Multi-token prediction: an MTP depth's eh_proj and its layer's linears (layer id L + k) have FP8
+// state whatever --first-last-layers-bf16 says (Megatron's MTP takes get_fp8_context without a
+// layer number); the output layer and the word table's copy, which share depth 0's id, do not.
+TEST(Fp8Selection, MtpDepthsLinearsRunInFp8ButNotTheOutputLayer) {
+  model::ParamLayout layout = layered_layout(2);  // decoder layers 0 and 1 of a 1-layer model + 1 depth
+  layout.entries[1].name = "decoder.layers.1.mlp.linear_fc1.weight";
+  for (const char* name : {"mtp.layers.0.eh_proj.weight", "output_layer.weight", "embedding.word_embeddings.weight",
+                           "mtp.layers.0.enorm.weight"}) {
+    model::ParamEntry entry = layout.entries[1];
+    entry.name = name;
+    if (entry.name.find("enorm") != std::string::npos) entry.local_shape = {kIn};
+    layout.entries.push_back(entry);
+  }
+  model::Fp8Config config = fp8_config();
+  config.first_last_layers_bf16 = true;
+  config.num_layers_at_start_in_bf16 = 0;
+  config.num_layers_at_end_in_bf16 = 1;  // the model's one decoder layer in bf16, the depth still FP8
+  std::vector<std::string> fp8;
+  for (const model::ParamEntry& entry : layout.entries) {
+    if (model::is_fp8_weight(config, entry, 1)) fp8.push_back(entry.name);
+  }
+  EXPECT_EQ(fp8, (std::vector<std::string>{"decoder.layers.1.mlp.linear_fc1.weight", "mtp.layers.0.eh_proj.weight"}));
+}
+
 // Three PrecisionGemms over the same weight and inputs: FP8 with FP8 wgrad, FP8 with --no-fp8-wgrad,
 // and no FP8 (the bf16 path).
 struct WgradCase {

@@ -1,6 +1,7 @@
 // Shared by tests/unit/parallel/test_ring_attention.cpp (one rank) and
 // tests/mpi/test_ring_attention.cpp (CP ranks): every rank builds the same full-sequence problem
-// (packed q|k|v rows as the model stores them, GQA, optional documents crossing chunk borders),
+// (packed q|k|v rows as the model stores them, GQA, optional documents crossing chunk borders, or
+// non-causal with padding that fills whole chunks),
 // runs the CPU table's attention on the whole sequence (the reference), runs RingAttention on the
 // table under test over its context-parallel part in that table's memory (copied in, and back
 // after one synchronize of the stream), and measures how far its out, lse, dq, dk, dv are from
@@ -31,6 +32,9 @@ struct RingCase {
   int kv_heads = 2;
   int head_dim = 8;
   bool documents = false;
+  // Non-causal (BERT's padding mask): sample b's valid keys are seq_length - 3 (b even) or
+  // 5/12 of it (b odd: at CP 2 and 4 whole chunks of padding), keys past them masked everywhere.
+  bool bidirectional = false;
 };
 
 // Largest |ring - full| over the largest |full| (at least 0.1); lse absolute. NaN propagates.
@@ -78,7 +82,12 @@ inline RingErrors ring_attention_errors(const mt::backend::Ops& ops, mt::comm::C
     for (int t = 0; t < c.seq_length; ++t) doc_start[size_t(b * c.seq_length + t)] = t / (7 + 4 * b) * (7 + 4 * b);
   }
 
+  std::vector<int32_t> key_lengths(size_t(c.batch));
+  for (int b = 0; b < c.batch; ++b) key_lengths[size_t(b)] = b % 2 == 0 ? c.seq_length - 3 : c.seq_length * 5 / 12;
+
   mt::kernels::AttentionShape full;
+  full.causal = !c.bidirectional;
+  full.key_lengths = c.bidirectional ? key_lengths.data() : nullptr;
   full.batch = c.batch;
   full.q_len = full.kv_len = c.seq_length;
   full.q_heads = c.q_heads;
@@ -123,12 +132,13 @@ inline RingErrors ring_attention_errors(const mt::backend::Ops& ops, mt::comm::C
     return device;
   };
   const auto d_qkv = on_device(local_qkv), d_dout = on_device(local_dout);
-  const auto d_docs = on_device(local_docs);
+  const auto d_docs = on_device(local_docs), d_key_lengths = on_device(key_lengths);
   auto d_out = nan_filled(local_rows * q_width), d_lse = nan_filled(ring.lse_size());
   auto d_grad = nan_filled(int64_t(local_qkv.size()));
   const float* q = d_qkv.data();
   float* g = d_grad.data();
   const int32_t* docs = c.documents ? d_docs.data() : nullptr;
+  ring.set_key_lengths(c.bidirectional ? d_key_lengths.data() : nullptr);
   ring.forward(q, q + q_width, q + q_width + kv_width, docs, d_out.data(), d_lse.data());
   ring.backward(q, q + q_width, q + q_width + kv_width, docs, d_out.data(), d_dout.data(), d_lse.data(), g,
                 g + q_width, g + q_width + kv_width);

@@ -2,8 +2,10 @@
 // semantics (a document per line, a sequence per string or list element, empty text written
 // as an empty document, --append-eod on the last sequence, one dataset per key), output files
 // byte-identical for every worker count and for inputs split across files, bad lines reported
-// by file and line in input order or skipped and counted, no output left by a failed run, and
-// raw-text split points that never change a pre-tokenizer piece.
+// by file and line in input order or skipped and counted, no output left by a failed run,
+// raw-text split points that never change a pre-tokenizer piece, and --partitions in a world of
+// one: every line dealt as Megatron deals it (none dropped, none moved), written in partition
+// order, spooled or not. Under MPI: tests/tools/mt-tokenize-partitions.bats.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,10 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "text/preprocess.h"
 #include "data/token_dataset.h"
@@ -402,6 +407,146 @@ TEST(Partitions, FileNamesFollowOsPathSplitext) {
   EXPECT_EQ(partition_file_name(".hidden", 2), ".hidden_2");
   EXPECT_EQ(partition_file_name("x/..jsonl", 0), "x/..jsonl_0");
   EXPECT_EQ(partition_file_name("a.tar.gz", 3), "a.tar_3.gz");
+}
+
+// --partitions in a world of one, against Megatron's dealing restated here: line j of the files
+// in glob order (blank lines included) to partition j % N, or to j / ceil(lines / N); the output
+// holds partition 0's documents, then partition 1's, ... Each line names itself, so a dropped,
+// repeated or moved line shows as the document at its place.
+class PartitionTest : public PreprocessTest {
+ protected:
+  // Three files whose lines are documents "<file>.<line>" with two sentences of text and a title:
+  // LF, CRLF and lone CR ends, blank lines, a BOM and a last line without an end.
+  void SetUp() override {
+    PreprocessTest::SetUp();
+    fs::create_directories(dir_ / "in");
+    const std::vector<std::string> ends = {"\n", "\r\n", "\r"};
+    for (const auto& [name, count] : std::vector<std::pair<std::string, int>>{{"a", 37}, {"b", 101}, {"c", 8}}) {
+      std::string content = name == "b" ? "\xEF\xBB\xBF" : "";
+      std::vector<std::string>& ids = ids_[path("in/" + name + ".jsonl")];
+      for (int i = 1; i <= count; ++i) {
+        const std::string id = name + "." + std::to_string(i);
+        const bool blank = i % 10 == 4;
+        ids.push_back(blank ? "" : id);
+        content += blank ? "  " : R"({"text": [")" + id + R"( one", ")" + id + R"( two"], "title": "t)" + id + R"("})";
+        if (name != "c" || i < count) content += ends[static_cast<size_t>(i) % ends.size()];
+      }
+      write("in/" + name + ".jsonl", content);
+    }
+  }
+
+  // The document ids in Megatron's merged order (blank lines dealt, then skipped).
+  std::vector<std::string> megatron_order(int n, bool sequential) {
+    std::vector<std::string> lines;
+    for (const std::string& file : expand_input_glob(path("in/*.jsonl"))) {  // readdir's order, as glob.glob
+      lines.insert(lines.end(), ids_.at(file).begin(), ids_.at(file).end());
+    }
+    const size_t parts = static_cast<size_t>(n), block = (lines.size() + parts - 1) / parts;
+    std::vector<std::vector<std::string>> dealt(parts);
+    for (size_t j = 0; j < lines.size(); ++j) dealt[sequential ? j / block : j % parts].push_back(lines[j]);
+    std::vector<std::string> order;
+    for (const auto& part : dealt) {
+      for (const std::string& id : part) {
+        if (!id.empty()) order.push_back(id);
+      }
+    }
+    return order;
+  }
+
+  PreprocessStats run(int n, bool sequential, int workers, size_t spool_bytes, const std::string& prefix,
+                      const std::string& pattern = "in/*.jsonl") {
+    PreprocessOptions o = options({path(pattern)}, prefix);
+    o.json_keys = {"text", "title"};
+    o.workers = workers;
+    o.input.batch_bytes = 200;  // many batches per partition
+    PartitionOptions partitions;
+    partitions.partitions = n;
+    partitions.keep_sequential = sequential;
+    partitions.spool_memory_bytes = spool_bytes;
+    auto world = mt::comm::make_single_communicator();
+    return preprocess_partitions(tokenizer_, o, partitions, *world);
+  }
+
+  // Each document of `prefix`'s outputs names its id: text "<id> one", "<id> two"; title "t<id>".
+  void expect_documents(const std::string& prefix, const std::vector<std::string>& order) {
+    const TokenDataset text = TokenDataset::open(path(prefix + "_text_document"));
+    const TokenDataset title = TokenDataset::open(path(prefix + "_title_document.bin"));
+    ASSERT_EQ(text.document_count(), static_cast<int64_t>(order.size()));
+    ASSERT_EQ(title.document_count(), static_cast<int64_t>(order.size()));
+    for (size_t d = 0; d < order.size(); ++d) {
+      const int64_t first = text.document_indices()[d];
+      ASSERT_EQ(text.document_indices()[d + 1] - first, 2) << "document " << d;
+      EXPECT_EQ(text.get(first), ids(order[d] + " one")) << "document " << d;
+      EXPECT_EQ(text.get(first + 1), ids(order[d] + " two")) << "document " << d;
+      EXPECT_EQ(title.get(title.document_indices()[d]), ids("t" + order[d])) << "document " << d;
+    }
+  }
+
+  std::map<std::string, std::vector<std::string>> ids_;  // per file, per line: its id ("" when blank)
+};
+
+TEST_F(PartitionTest, EveryLineIsDealtAsMegatronDealsItAndWrittenInPartitionOrder) {
+  const int64_t input_bytes = static_cast<int64_t>(fs::file_size(path("in/a.jsonl")) + fs::file_size(path("in/b.jsonl")) +
+                                                   fs::file_size(path("in/c.jsonl")));
+  for (const bool sequential : {false, true}) {
+    for (const int n : {2, 3, 7}) {
+      for (const size_t spool : {size_t{256} << 20, size_t{0}}) {  // in memory, or every record in the spool file
+        const std::string prefix = std::string(sequential ? "s" : "r") + std::to_string(n) + (spool ? "m" : "f");
+        SCOPED_TRACE(prefix);
+        const PreprocessStats stats = run(n, sequential, n * (spool ? 1 : 2), spool, prefix);
+        expect_documents(prefix, megatron_order(n, sequential));
+        EXPECT_EQ(stats.documents, 146 - 15);
+        EXPECT_EQ(stats.blank_lines, 15);  // lines 4, 14, ... of each file
+        EXPECT_EQ(stats.input_bytes, input_bytes);
+      }
+    }
+  }
+  // Only the outputs: no partition file, per-partition output or spool file is left.
+  for (const std::string& name : files()) {
+    EXPECT_TRUE(name == "in" || std::regex_match(name, std::regex("[rs][237][mf]_(text|title)_document\\.(h5|bin|idx)")))
+        << name;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(path("in")), fs::directory_iterator()), 3);
+}
+
+// The reader takes 1 MiB at a time: a CRLF cut by that boundary is one line end, not two.
+TEST_F(PartitionTest, ALineEndAcrossTheReadBoundaryIsOneEnd) {
+  const auto line = [](const std::string& id) { return R"({"text": [")" + id + R"( one", ")" + id + R"( two"], "title": "t)" + id + "\""; };
+  fs::create_directories(dir_ / "edge");
+  std::string first = line("x.1");
+  first += std::string((size_t{1} << 20) - 1 - first.size() - 1, ' ') + "}";  // its CR is the chunk's last byte
+  write("edge/x.jsonl", first + "\r\n" + line("x.2") + "}\r" + line("x.3") + "}\r\n");
+  ASSERT_EQ(bytes_of(path("edge/x.jsonl"))[(size_t{1} << 20) - 1], '\r');
+  const PreprocessStats stats = run(2, false, 2, 0, "edge", "edge/*.jsonl");
+  EXPECT_EQ(stats.blank_lines, 0);
+  expect_documents("edge", {"x.1", "x.3", "x.2"});  // a second end would deal x.2 to partition 0
+}
+
+TEST_F(PartitionTest, ABadLineIsNamedByItsInputFileAndLine) {
+  std::string b = bytes_of(path("in/b.jsonl"));
+  b.replace(b.find(R"({"text": ["b.17 one")"), 1, "[");  // line 17 of b: not an object
+  write("in/b.jsonl", b);
+  for (const bool sequential : {false, true}) {
+    try {
+      run(3, sequential, 3, 0, "bad");
+      ADD_FAILURE() << "the bad line was not found";
+    } catch (const mt::Error& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with(path("in/b.jsonl") + ":17: ")) << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(path("bad_text_document.bin")));
+}
+
+TEST_F(PartitionTest, PartitionFilesAnEarlierRunLeftAreReadInsteadOfTheInput) {
+  write("in/*_0.jsonl", "{\"text\": [\"x.1 one\", \"x.1 two\"], \"title\": \"tx.1\"}\n");
+  write("in/*_1.jsonl", "{\"text\": [\"y.1 one\", \"y.1 two\"], \"title\": \"ty.1\"}\r\n"
+                        "{\"text\": [\"y.2 one\", \"y.2 two\"], \"title\": \"ty.2\"}");
+  const PreprocessStats stats = run(2, false, 2, 0, "reused");
+  EXPECT_TRUE(stats.partition_files_reused);
+  expect_documents("reused", {"x.1", "y.1", "y.2"});
+  // Only some of them: the pattern would read one as input, so the run is refused.
+  fs::remove(path("in/*_1.jsonl"));
+  EXPECT_THROW(run(2, false, 2, 0, "some"), mt::UsageError);
 }
 
 }  // namespace

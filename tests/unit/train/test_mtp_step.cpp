@@ -1,10 +1,11 @@
 // Multi-token prediction's step arithmetic (lib/train/mtp_step.h) against hand-counted values:
-// the rolled masks' token counts, the grad scales in both normalisations, and the logged mean over
+// the rolled masks' token counts (also split over CP ranks), the grad scales in both normalisations, and the logged mean over
 // micro-batches of each micro-batch's masked mean.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "parallel/context_parallel.h"
 #include "train/mtp_step.h"
 
 using namespace mt::train;
@@ -17,6 +18,23 @@ TEST(MtpStep, CountsTheMaskRolledLeftOncePerDepth) {
   EXPECT_EQ(mtp_rolled_token_counts(mask.data(), 2, 1, 4, 2), (std::vector<double>{2, 2, 2, 1}));
   // One micro-batch of both samples.
   EXPECT_EQ(mtp_rolled_token_counts(mask.data(), 1, 2, 4, 1), (std::vector<double>{4}));
+}
+
+TEST(MtpStep, ContextParallelRanksCountsSumToTheWholeSequencesCounts) {
+  // One micro-batch of two samples of 8 tokens; CP = 2 holds chunks of 2: rank 0 positions
+  // 0, 1, 6, 7, rank 1 positions 2..5, so depth 2's positions 1 and 2 are on different ranks.
+  const std::vector<float> mask = {1, 1, 0, 1, 1, 1, 0, 1,  //
+                                   0, 1, 1, 1, 1, 0, 1, 1};
+  const std::vector<double> whole = mtp_rolled_token_counts(mask.data(), 1, 2, 8, 3);
+  EXPECT_EQ(whole, (std::vector<double>{11, 9, 8}));
+  std::vector<double> summed(3, 0.0);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<float> local(8);
+    mt::parallel::split_for_context_parallel(mask.data(), local.data(), 2, 8, 1, 2, rank);
+    const std::vector<double> part = mtp_rolled_token_counts(local.data(), 1, 2, 8, 3, 2, rank);
+    for (size_t k = 0; k < part.size(); ++k) summed[k] += part[k];
+  }
+  EXPECT_EQ(summed, whole);
 }
 
 TEST(MtpStep, GradScalesAreLambdaOverDepthsTimesTheLmLossScale) {
