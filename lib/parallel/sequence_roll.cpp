@@ -52,7 +52,7 @@ void roll_left_one(const backend::Ops& ops, backend::Stream stream, comm::Commun
     send_counts[static_cast<size_t>(rank + 1)] = b;
     send_offsets[static_cast<size_t>(rank + 1)] = b;
     recv_counts[static_cast<size_t>(rank + 1)] = b;
-      }
+  }
   cp_group->all_to_allv(early_first, send_counts.data(), send_offsets.data(), early_last, recv_counts.data(),
                         recv_offsets.data(), dtype);
   if (rank == 0) ops.zero(late_last, b * e, stream);  // the sequence's last position
