@@ -48,6 +48,18 @@ TINY_8B=(--nodes=1 --ntasks=8 --ntasks-per-node=8 --gpus-per-node=0 --cpus-per-t
 
 submit() { sbatch --parsable "$@"; }
 
+# scancel JOB, asked again if slurmctld's answer timed out (the request may have been done then:
+# "already completing or completed" after a timeout counts as cancelled). Only for plain cancels: a
+# signal sent twice would be a second signal to mt-train.
+cancel_job() {
+  local tries=3 err
+  until err="$(scancel "$1" 2>&1)"; do
+    if [[ "$err" == *"already completing or completed"* && $tries -lt 3 ]]; then return 0; fi
+    [[ "$err" == *"timed out"* && $((tries -= 1)) -gt 0 ]] || { echo "scancel $1: $err" >&2; return 1; }
+    sleep 2
+  done
+}
+
 job_field() { scontrol show job -o "$1" | grep -o "$2=[^ ]*" | cut -d= -f2; }
 
 # A requeued job is held about 2 minutes; released at once, it can reach slurmd before its last
@@ -162,7 +174,7 @@ check_finished_run() {
   [[ "$stopped_at" -ge 1 ]] || fail "no step before the time-limit warning: $(cat "$LAB/8b-limit.out")"
   wait_job "$id" 300 RUNNING
   wait_for_step "$out/run/train.restart-1.jsonl" $((stopped_at + 3)) 300
-  scancel "$id"
+  cancel_job "$id"
   wait_job "$id" 120 CANCELLED  # scancel ends the job: mt-train saves on SIGTERM, but it is not requeued
   jq -e -s 'map(select(.record=="summary"))[0].stopped_by == "SIGUSR1"' "$out/run/train.restart-0.jsonl" >/dev/null \
     || fail "$(tail -2 "$out/run/train.restart-0.jsonl")"
@@ -172,7 +184,7 @@ check_finished_run() {
   sid="$(MT_OUT="$straight" MT_TRAIN_ITERS=$iters MT_SAVE_INTERVAL=$iters submit "${TINY_8B[@]}" -o "$LAB/8b-straight.out" \
     "$MT_ROOT/recipes/llama8b_cp2.sh")"
   wait_for_step "$straight/run/train.restart-0.jsonl" $((stopped_at + 3)) 300
-  scancel "$sid"
+  cancel_job "$sid"
   local resumed expected
   resumed="$(step_numbers "$out"/run/train.restart-{0,1}.jsonl | head -n $((stopped_at + 3)))"
   expected="$(step_numbers "$straight/run/train.restart-0.jsonl" | head -n $((stopped_at + 3)))"
