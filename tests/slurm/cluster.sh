@@ -113,7 +113,7 @@ down() {
 # command line names the state directory or its SLURM_CONF is the cluster's.
 leftovers() {
   local state="$1" pid found=0
-  for pid in $(pgrep -x 'munged|slurmctld|slurmd|slurmstepd' || true); do
+  for pid in $(pgrep -x '(munged|slurmctld|slurmd|slurmstepd)' 2>/dev/null || true); do
     if { tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$state"; } 2>/dev/null ||
       { tr '\0' '\n' <"/proc/$pid/environ" | grep -q "^SLURM_CONF=$state/"; } 2>/dev/null; then
       echo "cluster.sh: left behind: $pid $(tr '\0' ' ' <"/proc/$pid/cmdline")" >&2

@@ -232,7 +232,7 @@ check_finished_run() {
 @test "teardown stops every daemon: none is left" {
   "$MT_ROOT/tests/slurm/cluster.sh" down "$LAB/state"
   local pid
-  for pid in $(pgrep -x 'munged|slurmctld|slurmd|slurmstepd|slurmscriptd' || true); do
+  for pid in $(pgrep -x '(munged|slurmctld|slurmd|slurmstepd|slurmscriptd)' 2>/dev/null || true); do
     if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q "^SLURM_CONF=$LAB/" ||
       tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$LAB/"; then
       fail "left behind: $pid $(tr '\0' ' ' <"/proc/$pid/cmdline")"
