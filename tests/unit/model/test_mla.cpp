@@ -20,6 +20,7 @@
 #include "model/init.h"
 #include "model/layers/mla_attention.h"
 #include "model/stage.h"
+#include "../random_samples.h"
 #include "../thread_communicator.h"
 #include "../tiny_models.h"
 
@@ -27,6 +28,9 @@ using namespace mt;
 using namespace mt::model;
 
 namespace {
+
+using mt::testing::make_samples;
+using mt::testing::Samples;
 
 // Two MLA layers on the LLaMA-shaped gradient model (hidden 16, 4 heads, sequences of 9).
 // `wide_values`: no --q-lora-rank and d_v = 6 > d_n + d_r = 4 (q and k padded); else q-lora rank 6,
@@ -51,28 +55,6 @@ ModelConfig mla_model(bool wide_values) {
   }
   c.validate();
   return c;
-}
-
-struct Samples {
-  std::vector<int32_t> tokens, labels, positions;
-  std::vector<float> mask;
-  std::vector<int64_t> row_ids;
-  MicroBatch micro_batch(int batch, int seq) const {
-    return MicroBatch{batch, seq, tokens.data(), labels.data(), mask.data(), positions.data(), nullptr, row_ids.data()};
-  }
-};
-
-Samples make_samples(const ModelConfig& c, int samples, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Samples s;
-  for (int r = 0; r < samples * c.seq_length; ++r) {
-    s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.labels.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.positions.push_back(r % c.seq_length);
-    s.mask.push_back(r % 7 == 3 ? 0.0f : 1.0f);
-    s.row_ids.push_back(r);
-  }
-  return s;
 }
 
 ParamLayout layout_of(const ModelConfig& c, int tp = 1, int tp_rank = 0, bool sequence_parallel = false) {
@@ -154,7 +136,7 @@ TEST(MlaAttention, BackwardMatchesCentralDifferences) {
     const ParallelContext single;
     RankModel model(c, layout_of(c), single);
     const Samples samples = make_samples(c, 2, 5);
-    const MicroBatch batch = samples.micro_batch(2, c.seq_length);
+    const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
     model.forward_backward(batch);
     const double h = 5e-3;
     int checked = 0;
@@ -187,7 +169,7 @@ TEST(MlaAttention, BackwardMatchesCentralDifferences) {
 TEST(MlaAttention, RecomputeGivesTheSameGrads) {
   const ModelConfig c = mla_model(false);
   const Samples samples = make_samples(c, 2, 7);
-  const MicroBatch batch = samples.micro_batch(2, c.seq_length);
+  const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
   const ParallelContext single;
   RankModel plain(c, layout_of(c), single);
   const double loss = plain.forward_backward(batch);
@@ -234,7 +216,7 @@ void expect_tensor_parallel_matches_single_rank(bool wide_values, bool sequence_
   ModelConfig c = mla_model(wide_values);
   c.vocab_size = 45;
   const Samples samples = make_samples(c, 2, 6);
-  const MicroBatch batch = samples.micro_batch(2, c.seq_length);
+  const MicroBatch batch = samples.micro_batch(0, 2, c.seq_length);
   const ParallelContext single;
   RankModel reference(c, layout_of(c), single, recompute);
   const double expected = reference.forward_backward(batch);

@@ -19,6 +19,7 @@
 #include "model/init.h"
 #include "model/layers/moe_mlp.h"
 #include "model/stage.h"
+#include "../random_samples.h"
 #include "../thread_communicator.h"
 #include "../tiny_models.h"
 
@@ -27,24 +28,8 @@ using namespace mt::model;
 
 namespace {
 
-struct Samples {
-  std::vector<int32_t> tokens, labels, positions;
-  std::vector<float> mask;
-  std::vector<int64_t> row_ids;
-};
-
-Samples make_samples(const ModelConfig& c, int samples, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Samples s;
-  for (int r = 0; r < samples * c.seq_length; ++r) {
-    s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.labels.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.positions.push_back(r % c.seq_length);
-    s.mask.push_back(r % 7 == 3 ? 0.0f : 1.0f);
-    s.row_ids.push_back(r);
-  }
-  return s;
-}
+using mt::testing::make_samples;
+using mt::testing::Samples;
 
 ParamLayout rank_layout(const ModelConfig& c, int tp, int tp_rank, bool sequence_parallel) {
   parallel::ParallelConfig parallel;

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "model/init.h"
 #include "model/stage.h"
+#include "../random_samples.h"
 #include "../thread_communicator.h"
 #include "../tiny_models.h"
 
@@ -29,32 +30,10 @@ using namespace mt::model;
 
 namespace {
 
+using mt::testing::make_samples;
+using mt::testing::Samples;
+
 ModelConfig tiny(bool llama, int layers = 4) { return mt::testing::gradient_model(llama, layers, 0.1f); }
-
-struct Samples {
-  std::vector<int32_t> tokens, labels, positions;
-  std::vector<float> mask;
-  std::vector<int64_t> row_ids;
-  // Micro-batch `index` of `batch` samples.
-  MicroBatch micro_batch(int index, int batch, int seq) const {
-    const size_t row0 = static_cast<size_t>(index) * batch * seq;
-    return MicroBatch{batch, seq, tokens.data() + row0, labels.data() + row0, mask.data() + row0,
-                      positions.data() + row0, nullptr, row_ids.data() + row0};
-  }
-};
-
-Samples make_samples(const ModelConfig& c, int samples, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Samples s;
-  for (int r = 0; r < samples * c.seq_length; ++r) {
-    s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.labels.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-    s.positions.push_back(r % c.seq_length);
-    s.mask.push_back(r % 7 == 3 ? 0.0f : 1.0f);
-    s.row_ids.push_back(r);
-  }
-  return s;
-}
 
 // A rank's model: its layout, parameters, grads, GEMM weight copy and one stage per chunk.
 struct RankModel {
