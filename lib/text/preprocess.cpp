@@ -25,6 +25,7 @@
 #include "core/input_file.h"
 #include "core/ordered_pipeline.h"
 #include "text/jsonl.h"
+#include "text/record_queue.h"
 #include "text/unicode.h"
 
 namespace mt::text {
@@ -967,91 +968,6 @@ void write_record(const std::string& record, std::vector<data::TokenDatasetWrite
   }
 }
 
-// Records (each tagged with its segment) that wait for their turn, first in first out: in memory
-// while the budget lasts, then appended to a spool file beside the output, unlinked as soon as it
-// is made (nothing is left behind, whatever stops the run), emptied whenever the queue is.
-class RecordQueue {
- public:
-  RecordQueue(std::string output_prefix, size_t& budget) : output_prefix_(std::move(output_prefix)), budget_(budget) {}
-  ~RecordQueue() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RecordQueue(const RecordQueue&) = delete;
-  RecordQueue& operator=(const RecordQueue&) = delete;
-
-  bool empty() const { return memory_.empty() && in_file_.empty(); }
-  int64_t front_segment() const { return memory_.empty() ? in_file_.front().first : memory_.front().first; }
-
-  void push(int64_t segment, std::string record) {
-    if (in_file_.empty() && record.size() <= budget_) {
-      budget_ -= record.size();
-      memory_.emplace_back(segment, std::move(record));
-      return;
-    }
-    if (fd_ < 0) open_file();
-    write_all(record.data(), record.size(), write_offset_);
-    write_offset_ += static_cast<off_t>(record.size());
-    in_file_.emplace_back(segment, record.size());
-  }
-
-  std::string pop() {
-    std::string record;
-    if (!memory_.empty()) {
-      record = std::move(memory_.front().second);
-      budget_ += record.size();
-      memory_.pop_front();
-      return record;
-    }
-    record.resize(in_file_.front().second);
-    read_all(record.data(), record.size(), read_offset_);
-    read_offset_ += static_cast<off_t>(record.size());
-    in_file_.pop_front();
-    if (in_file_.empty()) {  // give the disk back
-      read_offset_ = write_offset_ = 0;
-      if (::ftruncate(fd_, 0) != 0) throw Error(path_, std::string("spool file: truncate failed: ") + std::strerror(errno));
-    }
-    return record;
-  }
-
- private:
-  void open_file() {
-    path_ = output_prefix_ + ".spool-XXXXXX";
-    fd_ = ::mkstemp(path_.data());
-    if (fd_ < 0) {
-      throw Error(path_, std::string("cannot create a spool file for partition tokens beside --output-prefix: ") +
-                             std::strerror(errno));
-    }
-    ::unlink(path_.c_str());
-  }
-  void write_all(const char* p, size_t bytes, off_t offset) {
-    while (bytes > 0) {
-      const ssize_t wrote = ::pwrite(fd_, p, bytes, offset);
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote <= 0) throw Error(path_, std::string("spool file: write failed: ") + std::strerror(errno));
-      p += wrote;
-      offset += wrote;
-      bytes -= static_cast<size_t>(wrote);
-    }
-  }
-  void read_all(char* p, size_t bytes, off_t offset) const {
-    while (bytes > 0) {
-      const ssize_t got = ::pread(fd_, p, bytes, offset);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) throw Error(path_, std::string("spool file: read failed: ") + std::strerror(errno));
-      p += got;
-      offset += got;
-      bytes -= static_cast<size_t>(got);
-    }
-  }
-
-  std::string output_prefix_, path_;
-  size_t& budget_;
-  std::deque<std::pair<int64_t, std::string>> memory_;
-  std::deque<std::pair<int64_t, size_t>> in_file_;  // segment and size of each record in the file
-  int fd_ = -1;
-  off_t read_offset_ = 0, write_offset_ = 0;
-};
-
 constexpr int kPartitionTag = 26;
 
 // Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
@@ -1120,7 +1036,7 @@ class SegmentWriter {
     while (next_ < layout_.segments()) {
       const size_t q = static_cast<size_t>(layout_.owner_of_segment(next_));
       RecordQueue& queue = *queues_[q];
-      if (!queue.empty() && queue.front_segment() == next_) {
+      if (!queue.empty() && queue.front_tag() == next_) {
         write_record(queue.pop(), writers_);
       } else if (finished_[q] > next_) {
         ++next_;
