@@ -1057,8 +1057,9 @@ class SegmentWriter {
   std::vector<std::unique_ptr<RecordQueue>> queues_;
 };
 
-// A rank other than 0: sends each record to rank 0 as it is made (rank 0 takes them in at once,
-// so at most a few are in flight), then a header saying it is done.
+// A rank other than 0: sends each record to rank 0 as it is made, then a header saying it is
+// done. Rank 0 takes records in whenever it is between batches; while it is not (a long line),
+// at most kMaxInFlight bytes wait here before this rank waits too.
 class SegmentSender {
  public:
   explicit SegmentSender(comm::Communicator& world) : world_(world) {}
@@ -1069,7 +1070,16 @@ class SegmentSender {
     sent.header = {segment, static_cast<int64_t>(sent.record.size())};
     sent.header_request = world_.send_async(sent.header.data(), 2, DType::i64, 0, kPartitionTag);
     sent.record_request = world_.send_async(sent.record.data(), sent.header[1], DType::u8, 0, kPartitionTag);
-    while (!in_flight_.empty() && in_flight_.front().header_request->test() && in_flight_.front().record_request->test()) {
+    bytes_ += sent.record.size();
+    while (!in_flight_.empty()) {
+      InFlight& oldest = in_flight_.front();
+      if (bytes_ > kMaxInFlight) {
+        wait_sleeping(*oldest.header_request);
+        wait_sleeping(*oldest.record_request);
+      } else if (!oldest.header_request->test() || !oldest.record_request->test()) {
+        break;
+      }
+      bytes_ -= oldest.record.size();
       in_flight_.pop_front();
     }
   }
@@ -1091,8 +1101,10 @@ class SegmentSender {
     std::string record;
     std::unique_ptr<comm::Request> header_request, record_request;
   };
+  static constexpr size_t kMaxInFlight = size_t{64} << 20;
   comm::Communicator& world_;
   std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
+  size_t bytes_ = 0;
 };
 
 // Rank 0's plan on every rank (broadcast as text: the reuse flag, then per file of the plan its
@@ -1142,17 +1154,18 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
 }
 
 // Round robin: the index of each chunk's first line across the files, from the lines each rank
-// counts in its own chunks (summed over the ranks).
+// counts in its own chunks (summed over the ranks). Every mode sums them (zeros without round
+// robin): no rank goes on, and rank 0 makes no output, before every rank has checked its input.
 std::vector<int64_t> chunk_first_lines(comm::Communicator& world, const PartitionLayout& layout) {
-  if (!layout.round_robin) return {};
   std::vector<int64_t> counts(static_cast<size_t>(layout.chunks));
   for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
-    if (layout.owner(chunk) != world.rank()) continue;
+    if (!layout.round_robin || layout.owner(chunk) != world.rank()) continue;
     layout.for_each_part(chunk, [&](size_t f, int64_t from, int64_t to) {
       counts[static_cast<size_t>(chunk)] += count_lines(layout.files[f], from, to);
     });
   }
   if (world.size() > 1) wait_sleeping(*world.all_reduce_async(counts.data(), layout.chunks, DType::i64, comm::ReduceOp::sum));
+  if (!layout.round_robin) return {};
   std::vector<int64_t> first(counts.size());
   for (size_t j = 1; j < counts.size(); ++j) first[j] = first[j - 1] + counts[j - 1];
   return first;
