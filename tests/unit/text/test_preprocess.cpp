@@ -456,7 +456,7 @@ class PartitionTest : public PreprocessTest {
     return order;
   }
 
-  PreprocessStats run(int n, bool sequential, int workers, size_t spool_bytes, const std::string& prefix,
+  PreprocessStats run(int n, bool sequential, int workers, const std::string& prefix,
                       const std::string& pattern = "in/*.jsonl") {
     PreprocessOptions o = options({path(pattern)}, prefix);
     o.json_keys = {"text", "title"};
@@ -465,7 +465,6 @@ class PartitionTest : public PreprocessTest {
     PartitionOptions partitions;
     partitions.partitions = n;
     partitions.keep_sequential = sequential;
-    partitions.spool_memory_bytes = spool_bytes;
     auto world = mt::comm::make_single_communicator();
     return preprocess_partitions(tokenizer_, o, partitions, *world);
   }
@@ -493,10 +492,10 @@ TEST_F(PartitionTest, EveryLineIsDealtAsMegatronDealsItAndWrittenInPartitionOrde
                                                    fs::file_size(path("in/c.jsonl")));
   for (const bool sequential : {false, true}) {
     for (const int n : {2, 3, 7}) {
-      for (const size_t spool : {size_t{256} << 20, size_t{0}}) {  // in memory, or every record in the spool file
-        const std::string prefix = std::string(sequential ? "s" : "r") + std::to_string(n) + (spool ? "m" : "f");
+      for (const int threads : {1, 2}) {  // per partition: inline, or worker threads
+        const std::string prefix = std::string(sequential ? "s" : "r") + std::to_string(n) + (threads == 1 ? "i" : "t");
         SCOPED_TRACE(prefix);
-        const PreprocessStats stats = run(n, sequential, n * (spool ? 1 : 2), spool, prefix);
+        const PreprocessStats stats = run(n, sequential, n * threads, prefix);
         expect_documents(prefix, megatron_order(n, sequential));
         EXPECT_EQ(stats.documents, 146 - 15);
         EXPECT_EQ(stats.blank_lines, 15);  // lines 4, 14, ... of each file
@@ -506,7 +505,7 @@ TEST_F(PartitionTest, EveryLineIsDealtAsMegatronDealsItAndWrittenInPartitionOrde
   }
   // Only the outputs: no partition file, per-partition output or spool file is left.
   for (const std::string& name : files()) {
-    EXPECT_TRUE(name == "in" || std::regex_match(name, std::regex("[rs][237][mf]_(text|title)_document\\.(h5|bin|idx)")))
+    EXPECT_TRUE(name == "in" || std::regex_match(name, std::regex("[rs][237][it]_(text|title)_document\\.(h5|bin|idx)")))
         << name;
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(path("in")), fs::directory_iterator()), 3);
@@ -520,7 +519,7 @@ TEST_F(PartitionTest, ALineEndAcrossTheReadBoundaryIsOneEnd) {
   first += std::string((size_t{1} << 20) - 1 - first.size() - 1, ' ') + "}";  // its CR is the chunk's last byte
   write("edge/x.jsonl", first + "\r\n" + line("x.2") + "}\r" + line("x.3") + "}\r\n");
   ASSERT_EQ(bytes_of(path("edge/x.jsonl"))[(size_t{1} << 20) - 1], '\r');
-  const PreprocessStats stats = run(2, false, 2, 0, "edge", "edge/*.jsonl");
+  const PreprocessStats stats = run(2, false, 2, "edge", "edge/*.jsonl");
   EXPECT_EQ(stats.blank_lines, 0);
   expect_documents("edge", {"x.1", "x.3", "x.2"});  // a second end would deal x.2 to partition 0
 }
@@ -531,7 +530,7 @@ TEST_F(PartitionTest, ABadLineIsNamedByItsInputFileAndLine) {
   write("in/b.jsonl", b);
   for (const bool sequential : {false, true}) {
     try {
-      run(3, sequential, 3, 0, "bad");
+      run(3, sequential, 3, "bad");
       ADD_FAILURE() << "the bad line was not found";
     } catch (const mt::Error& e) {
       EXPECT_TRUE(std::string(e.what()).starts_with(path("in/b.jsonl") + ":17: ")) << e.what();
@@ -544,12 +543,12 @@ TEST_F(PartitionTest, PartitionFilesAnEarlierRunLeftAreReadInsteadOfTheInput) {
   write("in/*_0.jsonl", "{\"text\": [\"x.1 one\", \"x.1 two\"], \"title\": \"tx.1\"}\n");
   write("in/*_1.jsonl", "{\"text\": [\"y.1 one\", \"y.1 two\"], \"title\": \"ty.1\"}\r\n"
                         "{\"text\": [\"y.2 one\", \"y.2 two\"], \"title\": \"ty.2\"}");
-  const PreprocessStats stats = run(2, false, 2, 0, "reused");
+  const PreprocessStats stats = run(2, false, 2, "reused");
   EXPECT_TRUE(stats.partition_files_reused);
   expect_documents("reused", {"x.1", "y.1", "y.2"});
   // Only some of them: the pattern would read one as input, so the run is refused.
   fs::remove(path("in/*_1.jsonl"));
-  EXPECT_THROW(run(2, false, 2, 0, "some"), mt::UsageError);
+  EXPECT_THROW(run(2, false, 2, "some"), mt::UsageError);
 }
 
 // Chunk boundaries at every 100th byte (3200 bytes, 2 partitions: 32 chunks): a CRLF whose LF is
@@ -585,7 +584,7 @@ TEST_F(PartitionTest, ChunkBoundariesCutNoLineAndMoveNoLine) {
       }
     }
     const std::string prefix = sequential ? "edge_s" : "edge_r";
-    const PreprocessStats stats = run(2, sequential, 2, size_t{256} << 20, prefix, "edge/*.jsonl");
+    const PreprocessStats stats = run(2, sequential, 2, prefix, "edge/*.jsonl");
     expect_documents(prefix, order);
     EXPECT_EQ(stats.blank_lines, 1);
   }
@@ -596,11 +595,11 @@ TEST_F(PartitionTest, ChunkBoundariesCutNoLineAndMoveNoLine) {
 TEST_F(PartitionTest, AnEmptyFileDealsNoLineAndSequentialRefusesIt) {
   write("in/e.jsonl", "");
   ids_[path("in/e.jsonl")] = {};
-  run(3, false, 3, size_t{256} << 20, "empty");
+  run(3, false, 3, "empty");
   expect_documents("empty", megatron_order(3, false));
-  EXPECT_THROW(run(3, true, 3, size_t{256} << 20, "empty_s"), mt::UsageError);
+  EXPECT_THROW(run(3, true, 3, "empty_s"), mt::UsageError);
   write("in/e.jsonl", "\xEF\xBB\xBF");
-  EXPECT_THROW(run(3, true, 3, size_t{256} << 20, "bom_s"), mt::UsageError);
+  EXPECT_THROW(run(3, true, 3, "bom_s"), mt::UsageError);
 }
 
 // A bad line in a chunk that starts inside its file is still named by its line in the file.
@@ -609,7 +608,7 @@ TEST_F(PartitionTest, ABadLineDeepInAFileIsNamedByItsLineInTheFile) {
   b.replace(b.find(R"({"text": ["b.97 one")"), 1, "[");
   write("in/b.jsonl", b);
   try {
-    run(2, false, 2, 0, "bad97");
+    run(2, false, 2, "bad97");
     ADD_FAILURE() << "the bad line was not found";
   } catch (const mt::Error& e) {
     EXPECT_TRUE(std::string(e.what()).starts_with(path("in/b.jsonl") + ":97: ")) << e.what();
