@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "core/input_file.h"
 #include "core/ordered_pipeline.h"
 #include "text/jsonl.h"
+#include "text/record_queue.h"
 #include "text/unicode.h"
 
 namespace mt::text {
@@ -32,13 +34,15 @@ namespace {
 // Whole lines of one input file, or (too_long) no bytes for the one line first_line, which
 // was longer than max_line_bytes and was read past without being kept. The lines are the file's
 // lines first_line, first_line + line_stride, ... (a stride above 1 for the lines of a file dealt
-// round robin to partitions).
+// round robin to partitions), counted from the line starting at byte lines_from of the file (a
+// partitioned run's share of a file: the lines before it are counted only for an error message).
 struct LineBatch {
   std::string bytes;
   std::string file;
   int64_t first_line = 1;
   int64_t line_stride = 1;
   bool too_long = false;
+  int64_t lines_from = 0;
 };
 
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
@@ -235,11 +239,19 @@ struct KeyOutputView {
       : KeyOutputView(out.tokens, out.sequence_lengths, out.sequences_per_document) {}
 };
 
+// A line that is not a document: malformed, too long, a value of the wrong type.
+struct BadLine {
+  std::string file;
+  int64_t line = 0;
+  std::string reason;
+  std::string message() const { return file + ":" + std::to_string(line) + ": " + reason; }
+};
+
 struct TokenizedBatch {
   LineBatch lines;
-  std::vector<KeyOutput> keys;  // one per json key
-  PreprocessStats stats;        // documents, empty, sequences, tokens, text bytes, replaced, bad lines
-  std::string error;            // "<file>:<line>: <reason>" of the first bad line (not skipping)
+  std::vector<KeyOutput> keys;   // one per json key
+  PreprocessStats stats;         // documents, empty, sequences, tokens, text bytes, replaced, bad lines
+  std::optional<BadLine> error;  // the first bad line (not skipping)
 };
 
 bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
@@ -271,28 +283,28 @@ void for_each_line(const LineBatch& batch, PreprocessStats& stats, LineFn&& line
 }
 
 // Parses one JSONL line into `texts` and adds its replacements to `stats`; a bad line (malformed,
-// too long, wrong value type) returns its "<file>:<line>: <reason>" message instead.
-std::optional<std::string> parse_line(JsonlLineParser& parser, std::string_view line, const std::string& file,
-                                      int64_t line_number, size_t max_line_bytes, std::vector<KeyTexts>& texts,
-                                      PreprocessStats& stats) {
+// too long, wrong value type) returns it instead.
+std::optional<BadLine> parse_line(JsonlLineParser& parser, std::string_view line, const std::string& file,
+                                  int64_t line_number, size_t max_line_bytes, std::vector<KeyTexts>& texts,
+                                  PreprocessStats& stats) {
   try {
     if (line.size() > max_line_bytes) throw Error(too_long_message(max_line_bytes), "");
     stats.replaced += static_cast<int64_t>(parser.parse(line, texts));
     return std::nullopt;
   } catch (const Error& e) {
-    return file + ":" + std::to_string(line_number) + ": " + e.what();
+    return BadLine{file, line_number, e.what()};
   }
 }
 
-// A line the reader skipped as too long: counted with skip_bad_lines, else its error message.
-std::optional<std::string> too_long_line(const LineBatch& batch, size_t max_line_bytes, bool skip_bad_lines,
-                                         PreprocessStats& stats) {
+// A line the reader skipped as too long: counted with skip_bad_lines, else returned.
+std::optional<BadLine> too_long_line(const LineBatch& batch, size_t max_line_bytes, bool skip_bad_lines,
+                                     PreprocessStats& stats) {
   if (!batch.too_long) return std::nullopt;
   if (skip_bad_lines) {
     ++stats.bad_lines;
     return std::nullopt;
   }
-  return batch.file + ":" + std::to_string(batch.first_line) + ": " + too_long_message(max_line_bytes);
+  return BadLine{batch.file, batch.first_line, too_long_message(max_line_bytes)};
 }
 
 // Tokenizes every line of `batch`: per key, Megatron's sequences and documents.
@@ -440,7 +452,7 @@ PreprocessStats preprocess_jsonl(const Tokenizer& tokenizer, const PreprocessOpt
       [&](TokenizedBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
       [&](TokenizedBatch& batch) {
         for (size_t k = 0; k < writers.size(); ++k) write_documents(batch.keys[k], writers[k]);
-        if (!batch.error.empty()) throw Error(batch.error, "");
+        if (batch.error) throw Error(batch.error->message(), "");
         add_counts(total, batch.stats);
         total.input_bytes = reader.input_bytes();
         total.seconds = seconds_since(start);
@@ -575,22 +587,35 @@ std::string partition_file_name(const std::string& pattern, int index) {
 namespace {
 
 // One file's lines as Python's text mode reads them (universal newlines: LF, CRLF and a lone CR
-// end a line; a last line without an end is a line too). A UTF-8 byte order mark at the file's
-// start is dropped, as for every mt-tokenize input (Python keeps it and Megatron's json.loads then
-// fails on that line). A line longer than max_line_bytes is read past in chunks and never held
-// whole, so memory stays about max_line_bytes + one chunk.
+// end a line; a last line without an end is a line too), from the first line that starts at or
+// after byte `from` (a line starts at the file's start or just after a line end; the LF of a CRLF
+// is no start). A UTF-8 byte order mark at the file's start is dropped, as for every mt-tokenize
+// input (Python keeps it and Megatron's json.loads then fails on that line). A line longer than
+// max_line_bytes is read past in chunks and never held whole, so memory stays about
+// max_line_bytes + one chunk.
 class PythonLines {
  public:
   struct Line {
     std::string_view text;  // without its end; valid until the next call
     bool too_long = false;  // read past: `text` is empty
+    int64_t start = 0;      // the file offset where it starts (0 for the first, a BOM or not)
   };
 
-  PythonLines(const std::string& path, size_t max_line_bytes) : path_(path), max_line_bytes_(max_line_bytes) {
+  PythonLines(const std::string& path, size_t max_line_bytes, int64_t from = 0)
+      : path_(path), max_line_bytes_(max_line_bytes) {
     if (path.ends_with(".gz")) {
       throw UsageError("--input " + path, "gzip input is not supported (Megatron reads it); decompress it first");
     }
     fd_ = open_input_fd(path, "--input");
+    if (from > 0) {  // the line holding byte from - 1 started before `from`: read past it
+      if (::lseek(fd_, from - 1, SEEK_SET) < 0) {
+        throw Error("--input " + path_, std::string("seek failed: ") + std::strerror(errno));
+      }
+      buffer_offset_ = from - 1;
+      at_start_ = false;
+      Line before;
+      next(before);
+    }
   }
   ~PythonLines() { ::close(fd_); }
   PythonLines(const PythonLines&) = delete;
@@ -601,6 +626,7 @@ class PythonLines {
   // The next line; false after the last.
   bool next(Line& line) {
     bool too_long = false;
+    int64_t start = -1;
     for (;;) {
       if (skip_lf_) {  // the previous line ended with a CR: a LF right after it is part of that end
         if (begin_ == end_ && !eof_) {
@@ -610,12 +636,14 @@ class PythonLines {
         if (begin_ < end_ && buffer_[begin_] == '\n') ++begin_;
         skip_lf_ = false;
       }
+      if (start < 0) start = buffer_offset_ + static_cast<int64_t>(begin_);
       const char* data = buffer_.data();
       const size_t stop = std::min(next_of('\n', lf_), next_of('\r', cr_));
       if (stop < end_ || eof_) {
         if (stop == end_ && begin_ == end_ && !too_long) return false;  // eof after the last line's end
         line.text = too_long ? std::string_view() : std::string_view(data + begin_, stop - begin_);
         line.too_long = too_long;
+        line.start = start;
         skip_lf_ = stop < end_ && data[stop] == '\r';
         begin_ = std::min(stop + 1, end_);
         return true;
@@ -651,6 +679,7 @@ class PythonLines {
     lf_.known = cr_.known = false;
     if (begin_ > 0) {
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      buffer_offset_ += static_cast<int64_t>(begin_);
       end_ -= begin_;
       begin_ = 0;
     }
@@ -674,31 +703,34 @@ class PythonLines {
   int fd_ = -1;
   std::string buffer_;
   size_t begin_ = 0, end_ = 0;  // unread bytes: buffer_[begin_, end_)
+  int64_t buffer_offset_ = 0;   // the file offset of buffer_[0]
   bool eof_ = false, skip_lf_ = false, at_start_ = true;
   Next lf_, cr_;
   int64_t bytes_read_ = 0;
 };
 
-// Megatron counts each file's lines with `for fc, _ in enumerate(fin)`; an empty file leaves fc
-// as the previous file's (or undefined), so an empty file is refused rather than miscounted.
-std::vector<int64_t> count_lines(const std::vector<std::string>& files) {
-  std::vector<int64_t> counts;
-  for (const std::string& file : files) {
-    int64_t lines = 0;
-    PythonLines reader(file, size_t{1} << 20);
-    for (PythonLines::Line line; reader.next(line);) ++lines;
-    if (lines == 0) {
-      throw UsageError("--keep-sequential-samples",
-                       file + " is empty: Megatron counts it as the previous file's lines (or fails); remove it");
-    }
-    counts.push_back(lines);
-  }
-  return counts;
+// The lines of `path` that start in bytes [from, to).
+int64_t count_lines(const std::string& path, int64_t from, int64_t to) {
+  if (from >= to) return 0;
+  int64_t lines = 0;
+  PythonLines reader(path, size_t{1} << 20, from);
+  for (PythonLines::Line line; reader.next(line) && line.start < to;) ++lines;
+  return lines;
 }
 
 int64_t file_bytes(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : -1;
+}
+
+// Megatron counts each file's lines with `for fc, _ in enumerate(fin)`; an empty file leaves fc
+// as the previous file's (or undefined), so an empty file (no bytes, or only a byte order mark,
+// which mt drops) is refused rather than miscounted.
+void refuse_empty_for_sequential(const std::string& file, int64_t bytes) {
+  if (bytes == 0 || (bytes == 3 && count_lines(file, 0, bytes) == 0)) {
+    throw UsageError("--keep-sequential-samples",
+                     file + " is empty: Megatron counts it as the previous file's lines (or fails); remove it");
+  }
 }
 
 }  // namespace
@@ -723,143 +755,173 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
                                                  ", a partition file left by an earlier run; remove it");
     }
     plan.bytes.push_back(file_bytes(file));
-  }
-  if (partitions.keep_sequential) {
-    plan.lines = count_lines(plan.inputs);
-    int64_t total = 0;
-    for (int64_t lines : plan.lines) total += lines;
-    plan.lines_per_partition = (total + partitions.partitions - 1) / partitions.partitions;
+    if (partitions.keep_sequential) refuse_empty_for_sequential(file, plan.bytes.back());
   }
   return plan;
 }
 
 namespace {
 
-// A batch of one partition's lines (a pipeline item) and, once tokenized, its documents.
-struct PartitionBatch : TokenizedBatch {
-  int partition = 0;
+// How a partitioned run splits its work. The files' bytes, one after another, are cut into
+// `chunks` equal byte ranges; a line belongs to the range holding its first byte, and chunk j is
+// read by rank (j % partitions) % ranks, so each rank reads a share of the bytes in proportion to
+// the partitions it holds (r, r + ranks, ...) and no line is read twice. The output is a sequence
+// of segments, each the lines of one chunk that one pass takes: round robin makes one pass per
+// partition (pass p takes the lines whose index across the files, j, has j % N == p, so the
+// segments in order give partition 0's lines in order, then partition 1's, ...: Megatron's merged
+// order); with contiguous blocks (--keep-sequential-samples, or partition files reused, partition
+// i being file i) the merged order is the lines' own, one pass taking every line. Chunks are
+// interleaved between the ranks so that rank 0, which writes the segments in order, has each
+// one's records soon after they are made, not only once every rank is done.
+struct PartitionLayout {
+  std::vector<std::string> files;
+  std::vector<int64_t> starts;  // files[f]'s first byte in the whole; starts.back() is the total
+  int64_t chunks = 1;
+  int partitions = 2, ranks = 1, passes = 1;
+  bool round_robin = false;
+
+  PartitionLayout(const PartitionFiles& plan, const PartitionOptions& options, int world_size)
+      : files(plan.reused ? plan.paths : plan.inputs), partitions(options.partitions), ranks(world_size) {
+    starts.push_back(0);
+    for (int64_t bytes : plan.bytes) starts.push_back(starts.back() + bytes);
+    round_robin = !plan.reused && !options.keep_sequential;
+    passes = round_robin ? partitions : 1;
+    // 16 chunks per partition (tiny ones for a tiny input), more for a big input: at most 64 MiB each.
+    const int64_t per_partition = std::max<int64_t>(16, (starts.back() / partitions >> 26) + 1);
+    chunks = per_partition * partitions;
+  }
+  int64_t begin(int64_t chunk) const {
+    return static_cast<int64_t>(static_cast<__int128>(starts.back()) * chunk / chunks);
+  }
+  int owner(int64_t chunk) const { return static_cast<int>(chunk % partitions % ranks); }
+  int64_t segments() const { return chunks * passes; }
+  int64_t chunk_of(int64_t segment) const { return segment % chunks; }
+  int owner_of_segment(int64_t segment) const { return owner(chunk_of(segment)); }
+
+  // Calls part_fn(file, from, to) for each file's part of the chunk: its bytes [from, to), in order.
+  template <class PartFn>
+  void for_each_part(int64_t chunk, PartFn&& part_fn) const {
+    const int64_t first = begin(chunk), end = begin(chunk + 1);
+    auto f = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end() - 1, first) - starts.begin()) - 1;
+    for (; f < files.size() && starts[f] < end; ++f) {
+      const int64_t from = std::max<int64_t>(first - starts[f], 0);
+      const int64_t to = std::min(end, starts[f + 1]) - starts[f];
+      if (from < to) part_fn(f, from, to);
+    }
+  }
 };
 
-// Deals the lines of a plan's files to the partitions as Megatron does and hands out batches of
-// the partitions this rank holds: each partition's lines in its order, in batches of whole lines
-// of one file (about LineInputOptions::batch_bytes; a too-long line alone, with no bytes).
-// Dealt: line j of the matched files (counted across them, blank lines included) goes to
-// partition j % N, or to j / lines_per_partition with keep_sequential (files and lines before
-// the rank's first block are counted from the plan, not read; reading stops after its last);
-// reused: partition i's lines are its file's.
-class PartitionDealer {
+// A batch of one segment's lines (a pipeline item) and, once tokenized, its documents.
+struct PartitionBatch : TokenizedBatch {
+  int64_t segment = 0;
+};
+
+// Hands out this rank's segments in order, in batches of whole lines of one file (about
+// LineInputOptions::batch_bytes; a too-long line alone, with no bytes). Round robin needs each
+// chunk's first line index (`first_lines`, from the ranks' counts); each pass reads the rank's
+// chunks again.
+class SegmentDealer {
  public:
-  PartitionDealer(const PartitionFiles& plan, const PartitionOptions& partitions, std::vector<bool> held,
-                  const LineInputOptions& input)
-      : plan_(plan), partitions_(partitions), held_(std::move(held)), open_(held_.size()), input_(input) {
-    const auto first = std::find(held_.begin(), held_.end(), true);
-    const auto last = std::find(held_.rbegin(), held_.rend(), true);
-    if (first == held_.end()) {
-      next_file_ = files().size();  // nothing to read
-    } else if (partitions_.keep_sequential && !plan_.reused) {
-      first_line_ = (first - held_.begin()) * plan_.lines_per_partition;
-      end_line_ = (held_.rend() - last) * plan_.lines_per_partition;
+  SegmentDealer(const PartitionLayout& layout, std::vector<int64_t> first_lines, int rank, const LineInputOptions& input)
+      : layout_(layout), first_lines_(std::move(first_lines)), input_(input) {
+    for (int64_t segment = 0; segment < layout_.segments(); ++segment) {
+      if (layout_.owner_of_segment(segment) == rank) segments_.push_back(segment);
     }
   }
 
   // Bytes of the files read so far.
   int64_t bytes_read() const { return bytes_read_ + (reader_ ? reader_->bytes_read() : 0); }
 
-  // The next batch of a held partition; false once every line is dealt.
+  // The next batch of this rank's segments; false after the last.
   bool next(PartitionBatch& batch) {
     while (ready_.empty()) {
       if (!reader_ && !open_next()) return false;
       deal_one_batch();
     }
-    batch.partition = ready_.front().first;
+    batch.segment = ready_.front().first;
     batch.lines = std::move(ready_.front().second);
     ready_.pop_front();
     return true;
   }
 
  private:
-  const std::vector<std::string>& files() const { return plan_.reused ? plan_.paths : plan_.inputs; }
-
+  // Opens the next file part of the current segment, or of the next segment with one.
   bool open_next() {
-    for (; next_file_ < files().size(); ++next_file_) {
-      const size_t f = next_file_;
-      if (plan_.reused && !held_[f]) continue;
-      if (!plan_.lines.empty()) {  // keep_sequential: skip what lies before or after the rank's blocks
-        if (line_ >= end_line_) break;
-        if (line_ + plan_.lines[f] <= first_line_) {
-          line_ += plan_.lines[f];
-          continue;
-        }
-      }
-      reader_.emplace(files()[f], input_.max_line_bytes);
-      file_line_ = 1;
-      ++next_file_;
-      return true;
-    }
-    next_file_ = files().size();
-    return false;
-  }
-
-  int partition_of_line() const {
-    if (plan_.reused) return static_cast<int>(next_file_ - 1);
-    if (partitions_.keep_sequential) {
-      return static_cast<int>(std::min<int64_t>(line_ / plan_.lines_per_partition, partitions_.partitions - 1));
-    }
-    return static_cast<int>(line_ % partitions_.partitions);
-  }
-
-  // Deals lines until a batch is ready or the file ends (its open batches then become ready).
-  void deal_one_batch() {
-    const std::string& file = files()[next_file_ - 1];
-    const int64_t stride = plan_.reused || partitions_.keep_sequential ? 1 : partitions_.partitions;
-    PythonLines::Line line;
-    while (ready_.empty()) {
-      if ((!plan_.lines.empty() && line_ >= end_line_) || !reader_->next(line)) {
-        bytes_read_ += reader_->bytes_read();
-        reader_.reset();
-        for (size_t p = 0; p < open_.size(); ++p) make_ready(static_cast<int>(p));
-        return;
-      }
-      const int p = partition_of_line();
-      ++line_;
-      const int64_t number = file_line_++;
-      if (!held_[static_cast<size_t>(p)]) continue;
-      LineBatch& batch = open_[static_cast<size_t>(p)];
-      if (line.too_long) {
-        make_ready(p);
-        ready_.emplace_back(p, LineBatch{"", file, number, 1, true});
+    for (;;) {
+      if (next_part_ == parts_.size()) {
+        if (next_segment_ == segments_.size()) return false;
+        segment_ = segments_[next_segment_++];
+        parts_.clear();
+        layout_.for_each_part(layout_.chunk_of(segment_),
+                              [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
+        next_part_ = 0;
+        chunk_line_ = 0;
         continue;
       }
-      if (batch.bytes.empty()) {
-        batch.file = file;
-        batch.first_line = number;
-        batch.line_stride = stride;
-      }
-      batch.bytes.append(line.text);
-      batch.bytes.push_back('\n');
-      if (batch.bytes.size() >= input_.batch_bytes) make_ready(p);
+      part_ = parts_[next_part_++];
+      reader_.emplace(layout_.files[part_.file], input_.max_line_bytes, part_.from);
+      part_line_ = 0;
+      return true;
     }
   }
 
-  void make_ready(int p) {
-    LineBatch& batch = open_[static_cast<size_t>(p)];
-    if (batch.bytes.empty()) return;
-    ready_.emplace_back(p, std::move(batch));
-    batch = LineBatch{};
+  bool takes(int64_t chunk_line) const {
+    if (!layout_.round_robin) return true;
+    const int64_t index = first_lines_[static_cast<size_t>(layout_.chunk_of(segment_))] + chunk_line;
+    return index % layout_.partitions == segment_ / layout_.chunks;
   }
 
-  const PartitionFiles& plan_;
-  const PartitionOptions& partitions_;
-  std::vector<bool> held_;
-  std::vector<LineBatch> open_;  // per partition: lines dealt, not yet a batch
-  std::deque<std::pair<int, LineBatch>> ready_;
+  // Reads lines until a batch is ready or the file part ends (its open batch then becomes ready).
+  void deal_one_batch() {
+    const std::string& file = layout_.files[part_.file];
+    const int64_t stride = layout_.round_robin ? layout_.partitions : 1;
+    PythonLines::Line line;
+    while (ready_.empty()) {
+      if (!reader_->next(line) || line.start >= part_.to) {
+        bytes_read_ += reader_->bytes_read();
+        reader_.reset();
+        make_ready();
+        return;
+      }
+      const int64_t number = ++part_line_;
+      if (!takes(chunk_line_++)) continue;
+      if (line.too_long) {
+        make_ready();
+        ready_.emplace_back(segment_, LineBatch{"", file, number, 1, true, part_.from});
+        continue;
+      }
+      if (open_.bytes.empty()) open_ = LineBatch{"", file, number, stride, false, part_.from};
+      open_.bytes.append(line.text);
+      open_.bytes.push_back('\n');
+      if (open_.bytes.size() >= input_.batch_bytes) make_ready();
+    }
+  }
+
+  void make_ready() {
+    if (open_.bytes.empty()) return;
+    ready_.emplace_back(segment_, std::move(open_));
+    open_ = LineBatch{};
+  }
+
+  struct Part {
+    size_t file = 0;
+    int64_t from = 0, to = 0;
+  };
+  const PartitionLayout& layout_;
+  std::vector<int64_t> first_lines_;  // round robin: per chunk, the index of its first line
   const LineInputOptions& input_;
+  std::vector<int64_t> segments_;  // this rank's, in order
+  size_t next_segment_ = 0;
+  int64_t segment_ = 0;
+  std::vector<Part> parts_;  // the current segment's chunk, per file
+  size_t next_part_ = 0;
+  Part part_;
   std::optional<PythonLines> reader_;
-  size_t next_file_ = 0;
-  int64_t line_ = 0;       // lines dealt so far, across files
-  int64_t file_line_ = 1;  // the next line's number in its file
-  int64_t bytes_read_ = 0;  // of the files done
-  int64_t first_line_ = 0, end_line_ = INT64_MAX;  // keep_sequential: the rank's lines
+  int64_t chunk_line_ = 0;  // lines of the chunk read so far
+  int64_t part_line_ = 0;   // lines of the file part read so far
+  LineBatch open_;          // lines taken, not yet a batch
+  std::deque<std::pair<int64_t, LineBatch>> ready_;
+  int64_t bytes_read_ = 0;  // of the file parts done
 };
 
 // One tokenized batch as bytes: per key its document, sequence and token counts (int64), then
@@ -906,139 +968,155 @@ void write_record(const std::string& record, std::vector<data::TokenDatasetWrite
   }
 }
 
-// The records of a partition that waits for the partitions before it, in order: in memory while
-// the rank's budget lasts, then appended to a spool file beside the output, unlinked as soon as
-// it is made (nothing is left behind, whatever stops the run).
-class PartitionSpool {
- public:
-  PartitionSpool(std::string output_prefix, size_t& budget) : output_prefix_(std::move(output_prefix)), budget_(budget) {}
-  ~PartitionSpool() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  PartitionSpool(const PartitionSpool&) = delete;
-  PartitionSpool& operator=(const PartitionSpool&) = delete;
-
-  void add(std::string record) {
-    if (fd_ < 0 && record.size() <= budget_) {
-      budget_ -= record.size();
-      memory_.push_back(std::move(record));
-      return;
-    }
-    if (fd_ < 0) open_file();
-    const int64_t size = static_cast<int64_t>(record.size());
-    write_all(&size, sizeof size);
-    write_all(record.data(), record.size());
-    ++file_records_;
-  }
-
-  // Calls record_fn(record) for each record in order, releasing them.
-  template <class RecordFn>
-  void drain(RecordFn&& record_fn) {
-    for (std::string& record : memory_) {
-      record_fn(record);
-      budget_ += record.size();
-      std::string().swap(record);
-    }
-    std::string record;
-    off_t offset = 0;
-    for (int64_t i = 0; i < file_records_; ++i) {
-      int64_t size = 0;
-      read_all(&size, sizeof size, offset);
-      record.resize(static_cast<size_t>(size));
-      read_all(record.data(), record.size(), offset + static_cast<off_t>(sizeof size));
-      offset += static_cast<off_t>(sizeof size) + static_cast<off_t>(size);
-      record_fn(record);
-    }
-  }
-
- private:
-  void open_file() {
-    path_ = output_prefix_ + ".spool-XXXXXX";
-    fd_ = ::mkstemp(path_.data());
-    if (fd_ < 0) {
-      throw Error(path_, std::string("cannot create a spool file for partition tokens beside --output-prefix: ") +
-                             std::strerror(errno));
-    }
-    ::unlink(path_.c_str());
-  }
-  void write_all(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t wrote = ::write(fd_, p, bytes);
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote <= 0) throw Error(path_, std::string("spool file: write failed: ") + std::strerror(errno));
-      p += wrote;
-      bytes -= static_cast<size_t>(wrote);
-    }
-  }
-  void read_all(void* data, size_t bytes, off_t offset) const {
-    char* p = static_cast<char*>(data);
-    while (bytes > 0) {
-      const ssize_t got = ::pread(fd_, p, bytes, offset);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) throw Error(path_, std::string("spool file: read failed: ") + std::strerror(errno));
-      p += got;
-      offset += got;
-      bytes -= static_cast<size_t>(got);
-    }
-  }
-
-  std::string output_prefix_, path_;
-  size_t& budget_;
-  std::vector<std::string> memory_;
-  int fd_ = -1;
-  int64_t file_records_ = 0;
-};
-
 constexpr int kPartitionTag = 26;
 
 // Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
-// another's turn would take a core from the ranks still tokenizing.
+// another would take a core from the ranks still tokenizing.
 void wait_sleeping(comm::Request& request) {
   while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
-// A partition's records to rank 0 once it asks for them: per record its size, then its bytes;
-// size 0 ends it.
-void send_partition(comm::Communicator& world, PartitionSpool& spool) {
-  int64_t turn = 0;
-  wait_sleeping(*world.recv_async(&turn, 1, DType::i64, 0, kPartitionTag));
-  spool.drain([&](const std::string& record) {
-    const int64_t size = static_cast<int64_t>(record.size());
-    world.send(&size, 1, DType::i64, 0, kPartitionTag);
-    world.send(record.data(), size, DType::u8, 0, kPartitionTag);
-  });
-  const int64_t end = 0;
-  world.send(&end, 1, DType::i64, 0, kPartitionTag);
-}
-
-void receive_partition(comm::Communicator& world, int owner, int partition, std::vector<data::TokenDatasetWriter>& writers) {
-  const int64_t turn = partition;
-  world.send(&turn, 1, DType::i64, owner, kPartitionTag);
-  std::string record;
-  for (;;) {
-    int64_t size = 0;
-    wait_sleeping(*world.recv_async(&size, 1, DType::i64, owner, kPartitionTag));
-    if (size == 0) return;
-    record.resize(static_cast<size_t>(size));
-    world.recv(record.data(), size, DType::u8, owner, kPartitionTag);
-    write_record(record, writers);
+// Rank 0: writes the segments in order, each as its rank makes it: its own batches as they are
+// tokenized and the other ranks' records as they arrive (per record a header {segment, size},
+// then its bytes; a header of size -1 says the rank is done). A record whose turn has not come
+// waits in its rank's queue. A rank has finished every segment before the last one it sent.
+class SegmentWriter {
+ public:
+  SegmentWriter(comm::Communicator& world, const PartitionLayout& layout, std::vector<data::TokenDatasetWriter>& writers,
+                const std::string& output_prefix, size_t& budget)
+      : world_(world), layout_(layout), writers_(writers), finished_(static_cast<size_t>(world.size())),
+        headers_(static_cast<size_t>(world.size())), pending_(static_cast<size_t>(world.size())) {
+    for (int r = 0; r < world.size(); ++r) {
+      queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
+      if (r > 0) listen(r);
+    }
   }
-}
 
-// Rank 0's plan on every rank (broadcast as text: the reuse flag and block size, then per file
-// of the plan its name, size and line count, each ended by a NUL).
+  // One of rank 0's batches of `segment` (its segments come in order).
+  void add_own(int64_t segment, const std::vector<KeyOutput>& keys) {
+    finished_[0] = segment;
+    receive();
+    if (next_ == segment) {
+      for (size_t k = 0; k < writers_.size(); ++k) write_documents(keys[k], writers_[k]);
+    } else {
+      queues_[0]->push(segment, encode_record(keys));
+    }
+  }
+
+  // Writes everything once rank 0 has made all its batches.
+  void finish() {
+    finished_[0] = layout_.segments();
+    while (!receive()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+
+ private:
+  void listen(int rank) {
+    pending_[static_cast<size_t>(rank)] =
+        world_.recv_async(headers_[static_cast<size_t>(rank)].data(), 2, DType::i64, rank, kPartitionTag);
+  }
+
+  // Takes in what has arrived and writes what is due; true once every segment is written.
+  bool receive() {
+    for (int r = 1; r < world_.size(); ++r) {
+      const size_t q = static_cast<size_t>(r);
+      while (pending_[q] && pending_[q]->test()) {
+        const auto [segment, size] = headers_[q];
+        pending_[q].reset();
+        if (size < 0) {
+          finished_[q] = layout_.segments();
+          break;
+        }
+        std::string record(static_cast<size_t>(size), '\0');
+        world_.recv(record.data(), size, DType::u8, r, kPartitionTag);
+        finished_[q] = segment;
+        queues_[q]->push(segment, std::move(record));
+        listen(r);
+      }
+    }
+    while (next_ < layout_.segments()) {
+      const size_t q = static_cast<size_t>(layout_.owner_of_segment(next_));
+      RecordQueue& queue = *queues_[q];
+      if (!queue.empty() && queue.front_tag() == next_) {
+        write_record(queue.pop(), writers_);
+      } else if (finished_[q] > next_) {
+        ++next_;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  comm::Communicator& world_;
+  const PartitionLayout& layout_;
+  std::vector<data::TokenDatasetWriter>& writers_;
+  int64_t next_ = 0;                // the segment being written
+  std::vector<int64_t> finished_;   // per rank: all its segments before this one are made
+  std::vector<std::array<int64_t, 2>> headers_;
+  std::vector<std::unique_ptr<comm::Request>> pending_;
+  std::vector<std::unique_ptr<RecordQueue>> queues_;
+};
+
+// A rank other than 0: sends each record to rank 0 as it is made, then a header saying it is
+// done. Rank 0 takes records in whenever it is between batches; while it is not (a long line),
+// at most kMaxInFlight bytes wait here before this rank waits too.
+class SegmentSender {
+ public:
+  explicit SegmentSender(comm::Communicator& world) : world_(world) {}
+
+  void send(int64_t segment, std::string record) {
+    InFlight& sent = in_flight_.emplace_back();
+    sent.record = std::move(record);
+    sent.header = {segment, static_cast<int64_t>(sent.record.size())};
+    sent.header_request = world_.send_async(sent.header.data(), 2, DType::i64, 0, kPartitionTag);
+    sent.record_request = world_.send_async(sent.record.data(), sent.header[1], DType::u8, 0, kPartitionTag);
+    bytes_ += sent.record.size();
+    while (!in_flight_.empty()) {
+      InFlight& oldest = in_flight_.front();
+      if (bytes_ > kMaxInFlight) {
+        wait_sleeping(*oldest.header_request);
+        wait_sleeping(*oldest.record_request);
+      } else if (!oldest.header_request->test() || !oldest.record_request->test()) {
+        break;
+      }
+      bytes_ -= oldest.record.size();
+      in_flight_.pop_front();
+    }
+  }
+
+  void finish() {
+    InFlight& done = in_flight_.emplace_back();
+    done.header = {0, -1};
+    done.header_request = world_.send_async(done.header.data(), 2, DType::i64, 0, kPartitionTag);
+    for (InFlight& sent : in_flight_) {
+      wait_sleeping(*sent.header_request);
+      if (sent.record_request) wait_sleeping(*sent.record_request);
+    }
+    in_flight_.clear();
+  }
+
+ private:
+  struct InFlight {
+    std::array<int64_t, 2> header{};
+    std::string record;
+    std::unique_ptr<comm::Request> header_request, record_request;
+  };
+  static constexpr size_t kMaxInFlight = size_t{64} << 20;
+  comm::Communicator& world_;
+  std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
+  size_t bytes_ = 0;
+};
+
+// Rank 0's plan on every rank (broadcast as text: the reuse flag, then per file of the plan its
+// name and size, each ended by a NUL).
 void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const std::string& pattern,
                           int partitions) {
   if (world.size() == 1) return;
   std::string text;
   if (world.rank() == 0) {
-    text = std::string(plan.reused ? "1" : "0") + std::to_string(plan.lines_per_partition) + '\0';
+    text = std::string(plan.reused ? "1" : "0") + '\0';
     const std::vector<std::string>& files = plan.reused ? plan.paths : plan.inputs;
-    for (size_t f = 0; f < files.size(); ++f) {
-      text += files[f] + '\0' + std::to_string(plan.bytes[f]) + '\0' +
-              std::to_string(plan.lines.empty() ? -1 : plan.lines[f]) + '\0';
-    }
+    for (size_t f = 0; f < files.size(); ++f) text += files[f] + '\0' + std::to_string(plan.bytes[f]) + '\0';
   }
   comm::broadcast_text(world, text, 0);
   if (world.rank() == 0) return;
@@ -1049,22 +1127,19 @@ void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const
   for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
     fields.push_back(text.substr(start, end - start));
   }
-  plan.lines_per_partition = std::stoll(fields.at(0).substr(1));
-  for (size_t i = 1; i + 2 < fields.size(); i += 3) {
+  for (size_t i = 1; i + 1 < fields.size(); i += 2) {
     if (!plan.reused) plan.inputs.push_back(fields[i]);
     plan.bytes.push_back(std::stoll(fields[i + 1]));
-    if (fields[i + 2] != "-1") plan.lines.push_back(std::stoll(fields[i + 2]));
   }
 }
 
-// On a rank other than 0: every file it is to read exists and has the size rank 0 saw, so ranks
-// on nodes without a shared filesystem stop, naming the file, rather than deal different lines.
-void check_partition_files(const comm::Communicator& world, const PartitionFiles& plan, const std::vector<bool>& held) {
+// On a rank other than 0: every file of the plan exists and has the size rank 0 saw, so ranks on
+// nodes without a shared filesystem stop, naming the file, rather than read different lines.
+void check_partition_files(const comm::Communicator& world, const PartitionFiles& plan) {
   if (world.rank() == 0) return;
   const std::vector<std::string>& files = plan.reused ? plan.paths : plan.inputs;
   const std::string rank = std::to_string(world.rank());
   for (size_t f = 0; f < files.size(); ++f) {
-    if (plan.reused && !held[f]) continue;
     const int64_t bytes = file_bytes(files[f]);
     if (bytes < 0) {
       throw Error(files[f], "not found on rank " + rank +
@@ -1076,6 +1151,24 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
                                 "input on every rank (a filesystem they share)");
     }
   }
+}
+
+// Round robin: the index of each chunk's first line across the files, from the lines each rank
+// counts in its own chunks (summed over the ranks). Every mode sums them (zeros without round
+// robin): no rank goes on, and rank 0 makes no output, before every rank has checked its input.
+std::vector<int64_t> chunk_first_lines(comm::Communicator& world, const PartitionLayout& layout) {
+  std::vector<int64_t> counts(static_cast<size_t>(layout.chunks));
+  for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
+    if (!layout.round_robin || layout.owner(chunk) != world.rank()) continue;
+    layout.for_each_part(chunk, [&](size_t f, int64_t from, int64_t to) {
+      counts[static_cast<size_t>(chunk)] += count_lines(layout.files[f], from, to);
+    });
+  }
+  if (world.size() > 1) wait_sleeping(*world.all_reduce_async(counts.data(), layout.chunks, DType::i64, comm::ReduceOp::sum));
+  if (!layout.round_robin) return {};
+  std::vector<int64_t> first(counts.size());
+  for (size_t j = 1; j < counts.size(); ++j) first[j] = first[j - 1] + counts[j - 1];
+  return first;
 }
 
 void check_partition_options(const PreprocessOptions& options, int partitions) {
@@ -1091,26 +1184,6 @@ void check_partition_options(const PreprocessOptions& options, int partitions) {
   }
 }
 
-// After the tokenizing: rank 0 writes partitions 1, 2, ... in turn, its own from their spools and
-// the others' as the ranks holding them send them, in the same order.
-void write_partitions_in_turn(comm::Communicator& world, std::vector<std::unique_ptr<PartitionSpool>>& spools,
-                              std::vector<data::TokenDatasetWriter>& writers) {
-  if (world.rank() != 0) {
-    for (const auto& spool : spools) {
-      if (spool) send_partition(world, *spool);
-    }
-    return;
-  }
-  for (size_t p = 1; p < spools.size(); ++p) {
-    const int owner = static_cast<int>(p % static_cast<size_t>(world.size()));
-    if (owner == 0) {
-      spools[p]->drain([&](const std::string& record) { write_record(record, writers); });
-    } else {
-      receive_partition(world, owner, static_cast<int>(p), writers);
-    }
-  }
-}
-
 // The counts of every rank's partitions, summed.
 PreprocessStats sum_over_ranks(comm::Communicator& world, const PreprocessStats& mine) {
   std::vector<int64_t> counts{mine.documents,  mine.empty_documents, mine.sequences, mine.tokens,
@@ -1120,6 +1193,13 @@ PreprocessStats sum_over_ranks(comm::Communicator& world, const PreprocessStats&
   total.documents = counts[0], total.empty_documents = counts[1], total.sequences = counts[2], total.tokens = counts[3];
   total.text_bytes = counts[4], total.replaced = counts[5], total.bad_lines = counts[6], total.blank_lines = counts[7];
   return total;
+}
+
+// A bad line's number in its file: a batch from a file part that does not start the file counts
+// its lines from there, so the lines before it are counted now.
+BadLine numbered_in_file(BadLine bad, const LineBatch& lines) {
+  bad.line += count_lines(lines.file, 0, lines.lines_from);
+  return bad;
 }
 
 }  // namespace
@@ -1136,45 +1216,48 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   PartitionFiles plan;
   if (world.rank() == 0) plan = plan_partition_files(pattern, partitions);
   share_partition_plan(world, plan, pattern, n);
-  std::vector<bool> held(static_cast<size_t>(n));
-  int held_count = 0;
-  for (int p = world.rank(); p < n; p += world.size()) {
-    held[static_cast<size_t>(p)] = true;
-    ++held_count;
-  }
-  check_partition_files(world, plan, held);
+  check_partition_files(world, plan);
+  int held = 0;  // partitions r, r + size, ...: workers / N threads each
+  for (int p = world.rank(); p < n; p += world.size()) ++held;
 
-  // Rank 0 writes the outputs, partition 0 as it is tokenized; every later partition a rank
-  // holds waits in a spool for its turn.
+  const PartitionLayout layout(plan, partitions, world.size());
+  SegmentDealer dealer(layout, chunk_first_lines(world, layout), world.rank(), options.input);
+  // Rank 0 writes the outputs, every segment in turn; the other ranks send it theirs.
   std::vector<data::TokenDatasetWriter> writers;
-  if (world.rank() == 0) writers = create_writers(tokenizer, options);
   size_t budget = partitions.spool_memory_bytes;
-  std::vector<std::unique_ptr<PartitionSpool>> spools(static_cast<size_t>(n));
-  for (int p = 1; p < n; ++p) {
-    if (held[static_cast<size_t>(p)]) spools[static_cast<size_t>(p)] = std::make_unique<PartitionSpool>(options.output_prefix, budget);
+  std::optional<SegmentWriter> writer;
+  std::optional<SegmentSender> sender;
+  if (world.rank() == 0) {
+    writers = create_writers(tokenizer, options);
+    writer.emplace(world, layout, writers, options.output_prefix, budget);
+  } else {
+    sender.emplace(world);
   }
-  PartitionDealer dealer(plan, partitions, held, options.input);
   PreprocessStats mine;
   run_ordered_pipeline<PartitionBatch>(
-      options.workers / n * held_count, [&](PartitionBatch& batch) { return dealer.next(batch); },
+      options.workers / n * held, [&](PartitionBatch& batch) { return dealer.next(batch); },
       [&](PartitionBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
       [&](PartitionBatch& batch) {
-        if (batch.partition == 0) {
-          for (size_t k = 0; k < writers.size(); ++k) write_documents(batch.keys[k], writers[k]);
+        if (batch.error) throw Error(numbered_in_file(*batch.error, batch.lines).message(), "");
+        if (writer) {
+          writer->add_own(batch.segment, batch.keys);
         } else {
-          spools[static_cast<size_t>(batch.partition)]->add(encode_record(batch.keys));
+          sender->send(batch.segment, encode_record(batch.keys));
         }
-        if (!batch.error.empty()) throw Error(batch.error, "");
         add_counts(mine, batch.stats);
         mine.input_bytes = dealer.bytes_read();
         mine.seconds = seconds_since(start);
         if (progress) progress(mine);
       });
-  write_partitions_in_turn(world, spools, writers);
   std::vector<std::string> outputs;
-  for (data::TokenDatasetWriter& writer : writers) {
-    writer.finish();
-    for (const std::string& path : writer.final_paths()) outputs.push_back(path);
+  if (writer) {
+    writer->finish();
+    for (data::TokenDatasetWriter& out : writers) {
+      out.finish();
+      for (const std::string& path : out.final_paths()) outputs.push_back(path);
+    }
+  } else {
+    sender->finish();
   }
 
   PreprocessStats total = sum_over_ranks(world, mine);
@@ -1256,7 +1339,7 @@ PreprocessStats encode_stream(const Tokenizer& tokenizer, const EncodeOptions& o
           emit({tokens, length}, true);
           tokens += length;
         }
-        if (!batch.error.empty()) throw Error(batch.error, "");
+        if (batch.error) throw Error(batch.error->message(), "");
         add_counts(total, batch.stats);
         total.input_bytes = reader.input_bytes();
         total.seconds = seconds_since(start);
@@ -1279,10 +1362,10 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
     std::vector<KeyTexts> texts;
     LineBatch batch;
     while (reader.next(batch)) {
-      if (auto error = too_long_line(batch, input.max_line_bytes, skip_bad_lines, total)) throw Error(*error, "");
+      if (auto error = too_long_line(batch, input.max_line_bytes, skip_bad_lines, total)) throw Error(error->message(), "");
       for_each_line(batch, total, [&](std::string_view line, int64_t line_number) {
         if (auto error = parse_line(parser, line, batch.file, line_number, input.max_line_bytes, texts, total)) {
-          if (!skip_bad_lines) throw Error(*error, "");
+          if (!skip_bad_lines) throw Error(error->message(), "");
           ++total.bad_lines;
           return true;
         }

@@ -103,15 +103,16 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process). The
 // output `<output_prefix>_<key>_document` holds partition 0's documents, then partition 1's, ...:
 // the bytes Megatron's merge of its per-partition outputs writes. Unlike Megatron, no partition
-// file and no per-partition output is written: every rank deals the lines in memory and
-// tokenizes those of its partitions (see preprocess_partitions). Partition files an earlier run
-// (Megatron's) left are read instead of the input when all N exist, as Megatron does.
+// file and no per-partition output is written: the ranks split the files' bytes between them,
+// read only their share and send rank 0 the tokens in the merged order (see
+// preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
+// the input when all N exist, as Megatron does.
 struct PartitionOptions {
   int partitions = 2;
   bool keep_sequential = false;
-  // Per rank: the tokens of partitions that wait for earlier ones (all but partition 0) are kept
-  // in memory up to this many bytes (4 per token, 4 per sequence and per document), then in a
-  // spool file beside the output, unlinked once made.
+  // On rank 0: tokens that arrive before their turn in the output (4 bytes per token, 4 per
+  // sequence and per document) are kept in memory up to this many bytes, then in a spool file
+  // beside the output, unlinked once made.
   size_t spool_memory_bytes = size_t{256} << 20;
 };
 
@@ -130,28 +131,33 @@ std::string partition_file_name(const std::string& pattern, int index);
 // What a partitioned run reads, decided by rank 0. When all N partition files exist they are
 // reused as they are (Megatron's rule: partition i is its file's lines); when only some exist and
 // the pattern matches one of them (it would be read as input) it throws naming that file;
-// otherwise it expands the pattern and, with keep_sequential, counts each file's lines.
+// otherwise it expands the pattern (with keep_sequential an empty file is refused: Megatron
+// miscounts it).
 struct PartitionFiles {
   std::vector<std::string> paths;   // the partition files' names, partition 0 first (read when reused)
   std::vector<std::string> inputs;  // the files the pattern matched, in the order read (none when reused)
   std::vector<int64_t> bytes;       // the size of each file read (inputs, or paths when reused)
-  std::vector<int64_t> lines;       // keep_sequential: the lines of each input
   bool reused = false;
-  int64_t lines_per_partition = 0;  // keep_sequential: ceil(lines / N); 0 for round robin
 };
 PartitionFiles plan_partition_files(const std::string& pattern, const PartitionOptions& partitions);
 
 // The whole partitioned run over `world` (a world of one without MPI). Rank 0 plans (above) and
-// tells the others, which check that every file they read is there with rank 0's size (a rank
-// without the input, or with another copy of it, throws naming the file). Rank r holds partitions
-// r, r + size, ... and tokenizes them with options.workers / partitions threads per partition it
-// holds (options.workers is the job's total, as Megatron's --workers; it must be divisible by the
-// partitions): it reads the input once, dealing every line and batching those of its partitions
-// (memory: a batch per partition held and the pipeline's few in flight, whatever the input).
-// Rank 0 alone writes the outputs: partition 0's documents as they are tokenized, then those of
-// partitions 1, 2, ... in turn, its own from their spools (PartitionOptions::spool_memory_bytes)
-// and the others' sent by their ranks (point to point, in batches). Only rank 0 needs the output
-// directory; every rank reads the input by path. Returns on rank 0 the outputs' counts and paths.
+// tells the others, which check that every file is there with rank 0's size (a rank without the
+// input, or with another copy of it, throws naming the file). Rank r holds partitions r, r + size,
+// ... and runs options.workers / partitions threads per partition it holds (options.workers is
+// the job's total, as Megatron's --workers; it must be divisible by the partitions). The files'
+// bytes, one after another, are cut into 16 or more chunks per partition (64 MiB at most; a line
+// belongs to the chunk holding its first byte, found as Python's universal newlines end lines),
+// interleaved between the ranks in proportion to the partitions they hold; a rank reads only its
+// chunks. Round robin first counts each chunk's lines (every rank its own, summed over the ranks)
+// so that each line's index, and so its partition, is known; then a rank reads its chunks once
+// per partition, taking that partition's lines, so it makes its tokens in the merged order:
+// partition 0's lines chunk by chunk, then partition 1's, ... Contiguous blocks (and reused
+// partition files) are the lines' own order, read once. Each rank sends rank 0 its tokens as
+// they are made (point to point, a batch at a time) and rank 0 alone writes the outputs, every
+// chunk's share in turn as soon as it is complete; tokens that arrive before their turn wait on
+// rank 0 (PartitionOptions::spool_memory_bytes). Only rank 0 needs the output directory; every
+// rank reads the input by path. Returns on rank 0 the outputs' counts and paths.
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress = {});

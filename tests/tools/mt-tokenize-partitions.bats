@@ -4,9 +4,9 @@
 # (tests/tools/partition_reference.py, Python's glob and universal newlines) tokenized by one plain
 # mt-tokenize process, and no partition file or per-partition output is written; partition files
 # an earlier run left are read instead; --keep-sequential-samples equals one process over the files
-# in glob order; 2 and 3 MPI ranks give those bytes, with two keys and pre-split sentences too; a
-# rank without the input (no shared filesystem) or with another copy stops naming it; bad input is
-# a one-line error.
+# in glob order; 2 and 3 MPI ranks give those bytes (each reading its byte-range chunks), with
+# two keys and pre-split sentences too, and with more ranks than lines; a rank without the input
+# (no shared filesystem) or with another copy stops naming it; bad input is a one-line error.
 
 setup() {
   load common
@@ -99,12 +99,36 @@ no_partition_files() {
     same_outputs "$TMP/out/r$ranks"
   done
   no_partition_files
+  # A corpus big enough (2 MB, War and Peace's paragraphs) that the ranks race: rank 0 must hold a
+  # chunk's tokens that arrive, or that it makes, before their turn.
+  mkdir "$TMP/big"
+  tr -d '\r' <"$MT_ROOT/data/corpus/war_and_peace_pg2600.txt" | head -c 2000000 |
+    jq -R -s -c 'split("\n\n")[] | select(length > 0) | {text: .}' >"$TMP/big/w.jsonl"
+  mt-tokenize "${GPT2[@]}" --input "$TMP/big/*.jsonl" --partitions 3 --workers 3 --append-eod \
+    --output-prefix "$TMP/out/big1" --output-format megatron >/dev/null
+  for ranks in 2 3; do
+    run_split mpirun_n "$ranks" mt-tokenize "${GPT2[@]}" --input "$TMP/big/*.jsonl" --partitions 3 --workers 3 \
+      --append-eod --output-prefix "$TMP/out/big$ranks" --output-format megatron
+    [[ $status -eq 0 ]] || fail "$ranks ranks, 2 MB: $err"
+    for ext in bin idx; do cmp "$TMP/out/big${ranks}_text_document.$ext" "$TMP/out/big1_text_document.$ext" || fail "2 MB, $ranks ranks: .$ext"; done
+  done
+  # More ranks than lines (and than partitions: rank 2 holds none): chunks and ranks without a
+  # line start have nothing to send.
+  mkdir "$TMP/few" "$TMP/ref_few"
+  head -n 2 "$TMP/in/alpha.jsonl" >"$TMP/few/a.jsonl"
+  REF_FILES="$(python3 "$MT_ROOT/tests/tools/partition_reference.py" "$TMP/few/*.jsonl" 2 "$TMP/ref_few")"
+  # shellcheck disable=SC2086 # REF_FILES is a list of paths without spaces
+  mt-tokenize "${GPT2[@]}" --input $REF_FILES --output-prefix "$TMP/ref_few/one" --output-format megatron --append-eod >/dev/null
+  run_split mpirun_n 3 mt-tokenize "${GPT2[@]}" --input "$TMP/few/*.jsonl" --partitions 2 --workers 2 \
+    --append-eod --output-prefix "$TMP/out/few" --output-format megatron
+  [[ $status -eq 0 ]] || fail "3 ranks, 2 lines: $err"
+  for ext in bin idx; do cmp "$TMP/out/few_text_document.$ext" "$TMP/ref_few/one_text_document.$ext" || fail "few .$ext"; done
 }
 
 @test "issue26 partitions: under MPI two keys and pre-split sentences keep every document and sequence boundary" {
   # Documents of 0 to 3 sentences (a sentence that encodes to nothing is dropped, as Megatron
-  # drops it) and a title; 5 partitions over 2 ranks, so rank 0 spools partitions 2 and 4 and rank
-  # 1 sends 1 and 3; one rank writes the same bytes.
+  # drops it) and a title; 5 partitions over 2 ranks (rank 0 reads 3 chunks in 5, rank 1 sends
+  # its tokens of every partition); one rank writes the same bytes.
   rm "$TMP"/in/*
   for i in $(seq 1 40); do
     sentences="$(for s in $(seq 1 $((i % 4))); do printf '"sentence %d of %d.",' "$s" "$i"; done)"

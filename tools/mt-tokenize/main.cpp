@@ -70,8 +70,9 @@ const FlagSpec max_line_bytes = integer_flag("--max-line-bytes", "Longest input 
 const FlagSpec partitions =
     integer_flag("--partitions",
                  "Megatron's input partitions: --input is a glob whose lines are dealt round robin to N "
-                 "partitions, tokenized by the MPI ranks in turn and written in partition order (Megatron's "
-                 "bytes; dealt in memory: no partition files or per-partition outputs are written)",
+                 "partitions and written in partition order (Megatron's bytes); under MPI each rank reads "
+                 "its share of the input's bytes and rank 0 writes (no partition files or per-partition "
+                 "outputs are written)",
                  mt::tools::at_least(1));
 const FlagSpec log_interval =
     integer_flag("--log-interval", "Progress line on stderr every N documents (0: none)", mt::tools::at_least(0));

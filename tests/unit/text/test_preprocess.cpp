@@ -5,7 +5,9 @@
 // by file and line in input order or skipped and counted, no output left by a failed run,
 // raw-text split points that never change a pre-tokenizer piece, and --partitions in a world of
 // one: every line dealt as Megatron deals it (none dropped, none moved), written in partition
-// order, spooled or not. Under MPI: tests/tools/mt-tokenize-partitions.bats.
+// order, whatever the byte-range chunk boundaries cut (a CRLF, a line, a range with no line
+// start); the record queue that holds tokens arriving before their turn, in memory then in a
+// spool file. Under MPI: tests/tools/mt-tokenize-partitions.bats.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "text/preprocess.h"
+#include "text/record_queue.h"
 #include "data/token_dataset.h"
 
 using namespace mt::text;
@@ -453,7 +456,7 @@ class PartitionTest : public PreprocessTest {
     return order;
   }
 
-  PreprocessStats run(int n, bool sequential, int workers, size_t spool_bytes, const std::string& prefix,
+  PreprocessStats run(int n, bool sequential, int workers, const std::string& prefix,
                       const std::string& pattern = "in/*.jsonl") {
     PreprocessOptions o = options({path(pattern)}, prefix);
     o.json_keys = {"text", "title"};
@@ -462,7 +465,6 @@ class PartitionTest : public PreprocessTest {
     PartitionOptions partitions;
     partitions.partitions = n;
     partitions.keep_sequential = sequential;
-    partitions.spool_memory_bytes = spool_bytes;
     auto world = mt::comm::make_single_communicator();
     return preprocess_partitions(tokenizer_, o, partitions, *world);
   }
@@ -490,10 +492,10 @@ TEST_F(PartitionTest, EveryLineIsDealtAsMegatronDealsItAndWrittenInPartitionOrde
                                                    fs::file_size(path("in/c.jsonl")));
   for (const bool sequential : {false, true}) {
     for (const int n : {2, 3, 7}) {
-      for (const size_t spool : {size_t{256} << 20, size_t{0}}) {  // in memory, or every record in the spool file
-        const std::string prefix = std::string(sequential ? "s" : "r") + std::to_string(n) + (spool ? "m" : "f");
+      for (const int threads : {1, 2}) {  // per partition: inline, or worker threads
+        const std::string prefix = std::string(sequential ? "s" : "r") + std::to_string(n) + (threads == 1 ? "i" : "t");
         SCOPED_TRACE(prefix);
-        const PreprocessStats stats = run(n, sequential, n * (spool ? 1 : 2), spool, prefix);
+        const PreprocessStats stats = run(n, sequential, n * threads, prefix);
         expect_documents(prefix, megatron_order(n, sequential));
         EXPECT_EQ(stats.documents, 146 - 15);
         EXPECT_EQ(stats.blank_lines, 15);  // lines 4, 14, ... of each file
@@ -503,7 +505,7 @@ TEST_F(PartitionTest, EveryLineIsDealtAsMegatronDealsItAndWrittenInPartitionOrde
   }
   // Only the outputs: no partition file, per-partition output or spool file is left.
   for (const std::string& name : files()) {
-    EXPECT_TRUE(name == "in" || std::regex_match(name, std::regex("[rs][237][mf]_(text|title)_document\\.(h5|bin|idx)")))
+    EXPECT_TRUE(name == "in" || std::regex_match(name, std::regex("[rs][237][it]_(text|title)_document\\.(h5|bin|idx)")))
         << name;
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(path("in")), fs::directory_iterator()), 3);
@@ -517,7 +519,7 @@ TEST_F(PartitionTest, ALineEndAcrossTheReadBoundaryIsOneEnd) {
   first += std::string((size_t{1} << 20) - 1 - first.size() - 1, ' ') + "}";  // its CR is the chunk's last byte
   write("edge/x.jsonl", first + "\r\n" + line("x.2") + "}\r" + line("x.3") + "}\r\n");
   ASSERT_EQ(bytes_of(path("edge/x.jsonl"))[(size_t{1} << 20) - 1], '\r');
-  const PreprocessStats stats = run(2, false, 2, 0, "edge", "edge/*.jsonl");
+  const PreprocessStats stats = run(2, false, 2, "edge", "edge/*.jsonl");
   EXPECT_EQ(stats.blank_lines, 0);
   expect_documents("edge", {"x.1", "x.3", "x.2"});  // a second end would deal x.2 to partition 0
 }
@@ -528,7 +530,7 @@ TEST_F(PartitionTest, ABadLineIsNamedByItsInputFileAndLine) {
   write("in/b.jsonl", b);
   for (const bool sequential : {false, true}) {
     try {
-      run(3, sequential, 3, 0, "bad");
+      run(3, sequential, 3, "bad");
       ADD_FAILURE() << "the bad line was not found";
     } catch (const mt::Error& e) {
       EXPECT_TRUE(std::string(e.what()).starts_with(path("in/b.jsonl") + ":17: ")) << e.what();
@@ -541,12 +543,105 @@ TEST_F(PartitionTest, PartitionFilesAnEarlierRunLeftAreReadInsteadOfTheInput) {
   write("in/*_0.jsonl", "{\"text\": [\"x.1 one\", \"x.1 two\"], \"title\": \"tx.1\"}\n");
   write("in/*_1.jsonl", "{\"text\": [\"y.1 one\", \"y.1 two\"], \"title\": \"ty.1\"}\r\n"
                         "{\"text\": [\"y.2 one\", \"y.2 two\"], \"title\": \"ty.2\"}");
-  const PreprocessStats stats = run(2, false, 2, 0, "reused");
+  const PreprocessStats stats = run(2, false, 2, "reused");
   EXPECT_TRUE(stats.partition_files_reused);
   expect_documents("reused", {"x.1", "y.1", "y.2"});
   // Only some of them: the pattern would read one as input, so the run is refused.
   fs::remove(path("in/*_1.jsonl"));
-  EXPECT_THROW(run(2, false, 2, 0, "some"), mt::UsageError);
+  EXPECT_THROW(run(2, false, 2, "some"), mt::UsageError);
+}
+
+// Chunk boundaries at every 100th byte (3200 bytes, 2 partitions: 32 chunks): a CRLF whose LF is
+// a boundary's byte, a line after a lone CR starting exactly on one, a 799-byte line over seven
+// chunks that hold no line start, a line straddling one, a blank line, the last line without an end.
+TEST_F(PartitionTest, ChunkBoundariesCutNoLineAndMoveNoLine) {
+  const auto line = [](const std::string& id, size_t bytes) {
+    std::string text = R"({"text": [")" + id + R"( one", ")" + id + R"( two"], "title": "t)" + id + "\"";
+    return text + std::string(bytes - text.size() - 1, ' ') + "}";
+  };
+  std::string content = line("x.1", 99) + "\r\n" + line("x.2", 98) + "\r" + line("x.3", 799) + "\n" + line("x.4", 149) + "\n";
+  std::vector<std::string> ids = {"x.1", "x.2", "x.3", "x.4", ""};
+  content += "   \n";
+  const std::vector<std::string> ends = {"\n", "\r\n", "\r"};
+  for (int i = 5; content.size() + 60 < 3200 - 60; ++i) {
+    const std::string& end = ends[static_cast<size_t>(i) % ends.size()];
+    ids.push_back("x." + std::to_string(i));
+    content += line(ids.back(), 60 - end.size()) + end;
+  }
+  ids.push_back("x.last");
+  content += line(ids.back(), 3200 - content.size());
+  ASSERT_EQ(content.size(), 3200u);
+  ASSERT_EQ(content.substr(99, 2), "\r\n");  // the LF is byte 100, chunk 1's first
+  ASSERT_EQ(content[199], '\r');              // x.3 starts at byte 200, chunk 2's first
+  ASSERT_EQ(content[999], '\n');              // chunks 3 to 9 ([300, 1000)) start no line
+  fs::create_directories(dir_ / "edge");
+  write("edge/x.jsonl", content);
+  for (const bool sequential : {false, true}) {
+    std::vector<std::string> order;
+    for (const int part : {0, 1}) {
+      for (size_t j = 0; j < ids.size(); ++j) {
+        if (!ids[j].empty() && (sequential ? part == 0 : j % 2 == static_cast<size_t>(part))) order.push_back(ids[j]);
+      }
+    }
+    const std::string prefix = sequential ? "edge_s" : "edge_r";
+    const PreprocessStats stats = run(2, sequential, 2, prefix, "edge/*.jsonl");
+    expect_documents(prefix, order);
+    EXPECT_EQ(stats.blank_lines, 1);
+  }
+}
+
+// An empty file among the inputs deals no line (round robin); with --keep-sequential-samples an
+// empty one, or one holding only a byte order mark, is refused (Megatron miscounts it).
+TEST_F(PartitionTest, AnEmptyFileDealsNoLineAndSequentialRefusesIt) {
+  write("in/e.jsonl", "");
+  ids_[path("in/e.jsonl")] = {};
+  run(3, false, 3, "empty");
+  expect_documents("empty", megatron_order(3, false));
+  EXPECT_THROW(run(3, true, 3, "empty_s"), mt::UsageError);
+  write("in/e.jsonl", "\xEF\xBB\xBF");
+  EXPECT_THROW(run(3, true, 3, "bom_s"), mt::UsageError);
+}
+
+// A bad line in a chunk that starts inside its file is still named by its line in the file.
+TEST_F(PartitionTest, ABadLineDeepInAFileIsNamedByItsLineInTheFile) {
+  std::string b = bytes_of(path("in/b.jsonl"));
+  b.replace(b.find(R"({"text": ["b.97 one")"), 1, "[");
+  write("in/b.jsonl", b);
+  try {
+    run(2, false, 2, "bad97");
+    ADD_FAILURE() << "the bad line was not found";
+  } catch (const mt::Error& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with(path("in/b.jsonl") + ":97: ")) << e.what();
+  }
+}
+
+// Records leave in the order they came, from memory while the shared budget lasts, then from the
+// spool file (unlinked: never seen in the directory), which is emptied when the queue is.
+TEST_F(PreprocessTest, RecordQueueKeepsTheOrderInMemoryAndInItsSpoolFile) {
+  size_t budget = 250;
+  RecordQueue queue(path("out"), budget), other(path("out"), budget);
+  other.push(9, std::string(100, 'o'));
+  EXPECT_EQ(budget, 150u);
+  queue.push(1, std::string(100, 'a'));
+  queue.push(1, std::string(100, 'b'));  // over the budget: to the file
+  queue.push(2, std::string(10, 'c'));   // fits, but follows b into the file
+  EXPECT_EQ(queue.records_in_file(), 2u);
+  EXPECT_EQ(budget, 50u);
+  for (const std::string& name : files()) EXPECT_EQ(name.find("spool"), std::string::npos) << name;
+  const std::vector<std::pair<int64_t, std::string>> expected = {
+      {1, std::string(100, 'a')}, {1, std::string(100, 'b')}, {2, std::string(10, 'c')}};
+  for (const auto& [tag, record] : expected) {
+    ASSERT_FALSE(queue.empty());
+    EXPECT_EQ(queue.front_tag(), tag);
+    EXPECT_EQ(queue.pop(), record);
+  }
+  EXPECT_TRUE(queue.empty());
+  EXPECT_EQ(budget, 150u);
+  queue.push(3, std::string(120, 'd'));  // the file is empty again: memory
+  EXPECT_EQ(queue.records_in_file(), 0u);
+  EXPECT_EQ(queue.pop(), std::string(120, 'd'));
+  EXPECT_EQ(other.pop(), std::string(100, 'o'));
+  EXPECT_EQ(budget, 250u);
 }
 
 }  // namespace
