@@ -12,13 +12,13 @@
 // prefaulted mmap per run and zeroed, unless the caller overwrites the range; the pool grows only
 // when it has no page free) and hands whole pages of a range back when done (release: the pages
 // back to the pool, the range mapped back to zeros; the range's bytes on pages it shares with the
-// rest are zeroed instead). Pages are
-// never returned to the OS while the buffer lives, so the pool grows to the most pages ever in use
-// at once and stays there: the ledger counts the pool (what the process holds), its peak the most
-// pages in use at once, as when released pages went back to the OS, but without a page fault per
-// page per reuse (issue 25: refaulting them cost FSDP about a third of its step on 2 cores). The
-// CUDA analogue would map and unmap pooled physical pages into one virtual range (cuMemMap /
-// cuMemUnmap); it is not built: a releasable buffer on another backend is refused by name. Tested in tests/unit/backend/test_device_memory.cpp.
+// rest are zeroed instead). Pages are never returned to the OS while the buffer lives, so the
+// pool grows to the most pages ever in use at once and stays there: the ledger counts the pool
+// (what the process holds), so its peak is the most pages in use at once, as when released pages
+// went back to the OS, but reusing a page costs no page fault (issue 25: refaulting them cost
+// FSDP about a third of its step on 2 cores). The CUDA analogue would map and unmap pooled
+// physical pages into one virtual range (cuMemMap / cuMemUnmap); it is not built: a releasable
+// buffer on another backend is refused by name. Tested in tests/unit/backend/test_device_memory.cpp.
 #pragma once
 
 #include <cstdint>

@@ -31,10 +31,11 @@
 // flight, holding its full-size grads one unit longer. A unit whose grads are about to be written
 // again (its before-backward signal: the next micro-batch, or the head writing the tied
 // embedding's) and finish() complete what is in flight first. The numbers are the same either way.
-// Timed as the gathers are: from start to done, and the rank's blocking on them. Sums, never averages (the trainer folds 1/DP into the loss
-// scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with
-// experts at EP=2 and EP=2 x expert-DP=2 and with idle experts, memory released) and
-// tests/unit/backend/test_device_memory.cpp (the pages).
+// Timed as the gathers are: from start to done, and the rank's blocking on them.
+// Sums, never averages (the trainer folds 1/DP into the loss scale). Tested in
+// tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with experts at EP=2 and
+// EP=2 x expert-DP=2 and with idle experts, overlapped at DP=2, TP=2 x DP=2 and with experts,
+// memory released) and tests/unit/backend/test_device_memory.cpp (the pages).
 #pragma once
 
 #include <chrono>

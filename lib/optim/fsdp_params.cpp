@@ -114,7 +114,8 @@ void UnitParamGatherer::start_bucket(size_t bucket) {
   if (group.size() == 1) return;  // the shard is the whole bucket
   // The gather writes every element of the bucket: its pages need not be zeroed first.
   if (param_pages_) {
-    param_pages_->make_resident(b.begin * kFloat, b.padded_end * kFloat, backend::ReleasableMemory::Contents::overwritten);
+    param_pages_->make_resident(b.begin * kFloat, b.padded_end * kFloat,
+                                backend::ReleasableMemory::Contents::overwritten);
   }
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
   started_[bucket] = Clock::now();

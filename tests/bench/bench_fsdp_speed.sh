@@ -14,7 +14,8 @@
 # (rank 0's host time blocked on the gathers against their time from start to done, per step),
 # and the prefetched run's time blocked on them against the blocking gathers' of the run without
 # prefetch; and rank 0's unit grad reduce-scatters per step, fsdp_reduce_ms / fsdp_reduce_wait_ms
-# (all wait unless overlapped; the wait includes the other ranks' lateness). A benchmark, not a test: quote the figures, never assert on them.
+# (all wait unless overlapped; the wait includes the other ranks' lateness). A benchmark, not a
+# test: quote the figures, never assert on them.
 # Usage: tests/bench/bench_fsdp_speed.sh [rounds] [steps]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

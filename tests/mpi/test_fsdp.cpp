@@ -17,9 +17,9 @@
 // (twice per layer unit and micro-batch, the root once), prefetches and the share of their time
 // hidden (none without prefetch, some with it); the memory the units hand
 // back to their page pools (the ledger's grads and weights peaks against no_shard's, also with
-// --overlap-grad-reduce; tests/unit/backend/test_device_memory.cpp tests the pool); the strategies the flags choose; and the refusals by name
-// (PP with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
-// or with --overlap-param-gather).
+// --overlap-grad-reduce; tests/unit/backend/test_device_memory.cpp tests the pool); the
+// strategies the flags choose; and the refusals by name (PP with grad sharding, hybrid sharding,
+// --no-fsdp-prefetch without optim_grads_params or with --overlap-param-gather).
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -317,7 +317,8 @@ TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
   EXPECT_LE(params.grads_peak, grads.grads_peak);
   // Overlapped: a layer unit's reduce-scatter runs during the next one's backward, both held.
   const UnitMemory overlapped = one_step_memory("optim_grads", true, true);
-  EXPECT_LE(overlapped.grads_peak, shard_bytes + not_owned(overlapped.root_buckets + 2 * overlapped.largest_bucket) + slack);
+  EXPECT_LE(overlapped.grads_peak,
+            shard_bytes + not_owned(overlapped.root_buckets + 2 * overlapped.largest_bucket) + slack);
   EXPECT_GE(overlapped.grads_peak, shard_bytes + not_owned(2 * overlapped.largest_bucket) - slack);
   EXPECT_GT(overlapped.grads_peak, grads.grads_peak);
   EXPECT_EQ(overlapped.grads_live, overlapped.grads_peak);

@@ -4,8 +4,8 @@
 # --no-fsdp-prefetch, and with --overlap-grad-reduce) trains one rank's numbers at DP=2 and CP=2
 # (the matrix of layouts and models is tests/mpi/test_fsdp.cpp), its step records timing the unit
 # gathers (fsdp_gather_ms, fsdp_gather_wait_ms) under optim_grads_params only and the unit grad
-# reduce-scatters (fsdp_reduce_ms, fsdp_reduce_wait_ms) under both; its checkpoints are the same layout-independent files: saved under
-# FSDP and loaded under plain DP, TP=2 or one rank, and saved under TP=2 and loaded under FSDP,
+# reduce-scatters (fsdp_reduce_ms, fsdp_reduce_wait_ms) under both; its checkpoints are the same
+# layout-independent files: saved under FSDP and loaded under plain DP, TP=2 or one rank, and saved under TP=2 and loaded under FSDP,
 # the next steps equal the unchanged one-rank run within the fp32 bound; optim_grads_params
 # resumed under itself (--ckpt-format fsdp_dtensor and the default) gives the uninterrupted run's
 # records exactly. The flags refused by name: --use-torch-fsdp2, hybrid sharding, PP with grad
