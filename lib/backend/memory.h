@@ -5,17 +5,24 @@
 // sec. 4) read measured bytes, per stage and per rank, never estimates. Allocation happens at
 // set-up on one thread; ledgers are not thread-safe.
 // A buffer made releasable (Residency::releasable, the CPU backend only: Megatron-FSDP's unit
-// buffers, optim/fsdp_grads.h and optim/fsdp_params.h) is anonymous memory mapped page by page:
-// it starts with no page resident, its owner marks the byte ranges it is about to write resident
-// (make_resident) and hands whole pages of a range back to the OS when done (release:
-// madvise(MADV_DONTNEED), after which they read as zeros; the range's bytes on pages it shares
-// with the rest are zeroed instead). The ledger counts the pages marked resident, so its peaks
-// follow what the owner holds. The CUDA analogue would map and unmap physical pages of one
-// virtual range (cuMemMap / cuMemUnmap); it is not built: a releasable buffer on another backend
-// is refused by name. Tested in tests/unit/backend/test_device_memory.cpp.
+// buffers, optim/fsdp_grads.h and optim/fsdp_params.h) is a virtual range whose pages come from a
+// pool of physical pages it owns (a memfd), as Megatron-FSDP keeps persistent unit buffers rather
+// than allocating per unit: it starts with no page in use (reading as zeros), its owner marks the
+// byte ranges it is about to write in use (make_resident: pool pages mapped there in one
+// prefaulted mmap per run and zeroed, unless the caller overwrites the range; the pool grows only
+// when it has no page free) and hands whole pages of a range back when done (release: the pages
+// back to the pool, the range mapped back to zeros; the range's bytes on pages it shares with the
+// rest are zeroed instead). Pages are never returned to the OS while the buffer lives, so the
+// pool grows to the most pages ever in use at once and stays there: the ledger counts the pool
+// (what the process holds), so its peak is the most pages in use at once, as when released pages
+// went back to the OS, but reusing a page costs no page fault (issue 25: refaulting them cost
+// FSDP about a third of its step on 2 cores). The CUDA analogue would map and unmap pooled
+// physical pages into one virtual range (cuMemMap / cuMemUnmap); it is not built: a releasable
+// buffer on another backend is refused by name. Tested in tests/unit/backend/test_device_memory.cpp.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -52,10 +59,10 @@ class MemoryLedger {
   int64_t live_count_ = 0;
 };
 
-// Page-granular memory that can go back to the OS while it lives (see the header comment).
+// Page-granular memory whose pages return to a pool while it lives (see the header comment).
 class ReleasableMemory {
  public:
-  // `bytes` of zeros, no page resident; reports its resident pages to `ledger` (nullable).
+  // `bytes` of zeros, no page in use; reports its pool's pages to `ledger` (nullable).
   ReleasableMemory(int64_t bytes, MemoryCategory category, MemoryLedger* ledger);
   ~ReleasableMemory();
   ReleasableMemory(const ReleasableMemory&) = delete;
@@ -64,22 +71,34 @@ class ReleasableMemory {
   static int64_t page_bytes();
   void* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
-  // Marks the pages under bytes [begin, end) resident (counted from now on).
-  void make_resident(int64_t begin, int64_t end);
-  // Bytes [begin, end) become zeros: the whole pages inside go back to the OS, the bytes on
-  // pages partly outside the range are zeroed (those pages stay resident).
+  // What make_resident leaves in [begin, end) on the pages it maps: zeros, or whatever the pool
+  // page held (the caller overwrites every byte of the range: a parameter unit's gather). Bytes
+  // outside the range on those pages are zeros either way.
+  enum class Contents { zeros, overwritten };
+  // The pages under bytes [begin, end) in use, from the pool; pages in use already are untouched.
+  void make_resident(int64_t begin, int64_t end, Contents contents = Contents::zeros);
+  // Bytes [begin, end) become zeros: the whole pages inside go back to the pool, the bytes on
+  // pages partly outside the range are zeroed (those pages stay in use).
   void release(int64_t begin, int64_t end);
-  int64_t resident_bytes() const { return resident_pages_ * page_bytes(); }
+  int64_t resident_bytes() const { return resident_pages_ * page_bytes(); }  // in use
+  int64_t pool_bytes() const { return pool_pages_ * page_bytes(); }           // held: in use and free
 
  private:
   void check_range(int64_t begin, int64_t end) const;
+  // `count` pool pages for the range's pages (the pool grown by what it lacks), as runs.
+  void take_pool_pages(int64_t count, std::vector<std::pair<int64_t, int64_t>>& runs);
+  void map_run(int64_t page, int64_t pool_page, int64_t count);
+  void give_back(int64_t first, int64_t count);  // pool pages free again
 
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   int64_t mapped_bytes_ = 0;  // whole pages
   MemoryCategory category_;
   MemoryLedger* ledger_;
-  std::vector<bool> resident_;  // per page
+  int pool_fd_ = -1;
+  int64_t pool_pages_ = 0;                  // the pool file's pages
+  std::vector<int64_t> pool_page_;          // per page of the range: its pool page, -1 when not in use
+  std::map<int64_t, int64_t> free_runs_;    // the pool's free pages: first -> count, coalesced
   int64_t resident_pages_ = 0;
 };
 

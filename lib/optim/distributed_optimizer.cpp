@@ -95,7 +95,8 @@ DistributedOptimizer::DistributedOptimizer(const model::ParamLayout& layout, con
   // FSDP's root unit ends with the head, whose layer id closes the rank's layers (no PP under FSDP).
   const int head_layer = layout.last_layer;
   if (units) {
-    unit_grads_ = std::make_unique<UnitGradReducer>(layout, groups, ops, grads, grad_pages, head_layer, ledger);
+    unit_grads_ = std::make_unique<UnitGradReducer>(layout, groups, ops, grads, grad_pages, head_layer, ledger,
+                                                    options_.overlap_grad_reduce);
   }
   if (options_.sharding == ShardingStrategy::optim_grads_params) {
     unit_params_ = std::make_unique<UnitParamGatherer>(layout, groups, ops, params, param_pages, gemm_weights,

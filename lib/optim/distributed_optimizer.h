@@ -11,7 +11,7 @@
 //   unit's backward on every micro-batch into a grad shard (optim/fsdp_grads.h; one bucket per
 //   layer id); optim_grads_params also keeps only the parameter shard between uses, gathering each
 //   unit before its forward and its backward (optim/fsdp_params.h). With releasable flat buffers
-//   (backend/memory.h) the units' full-size grads and parameters go back to the OS when released.
+//   (backend/memory.h) the units' full-size grads and parameters go back to page pools when released.
 // - Bucket options for the layout (bucket_options): Megatron's bucket size, and per reduction
 //   group the multiple its bucket ends are padded to: lcm(group size, 128) elements when the
 //   strategy needs equal slices, else the 16-element alignment.
@@ -128,6 +128,8 @@ class DistributedOptimizer {
   int64_t unit_grad_reductions() const { return unit_grads_ ? unit_grads_->reductions() : 0; }
   // optim_grads_params: the parameter shard's gathers (optim/fsdp_params.h), null otherwise.
   const UnitParamGatherer* unit_params() const { return unit_params_.get(); }
+  // optim_grads(_params): the unit grad reductions (optim/fsdp_grads.h), null otherwise.
+  const UnitGradReducer* unit_grads() const { return unit_grads_.get(); }
   // The stage's after-forward and before-backward signals (FSDP's units: their parameters
   // released after a forward and gathered for a backward, their grad pages marked resident).
   void after_forward(int layer);

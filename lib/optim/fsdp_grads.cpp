@@ -11,6 +11,10 @@ namespace {
 
 constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
 bool in_root(int layer, int head_layer) { return layer == model::kEmbeddingLayer || layer >= head_layer; }
 
 }  // namespace
@@ -26,14 +30,17 @@ std::vector<size_t> unit_buckets(const model::ParamLayout& layout, int layer, in
 
 UnitGradReducer::UnitGradReducer(const model::ParamLayout& layout, const ReductionGroups& groups,
                                  const backend::Ops& ops, float* grads, backend::ReleasableMemory* grad_pages,
-                                 int head_layer, backend::MemoryLedger* ledger)
+                                 int head_layer, backend::MemoryLedger* ledger, bool overlap)
     : layout_(layout),
       groups_(groups),
       ops_(ops),
       grads_(grads),
       grad_pages_(grad_pages),
       head_layer_(head_layer),
-      reductions_(layout.buckets.size(), 0) {
+      reductions_(layout.buckets.size(), 0),
+      overlap_(overlap),
+      requests_(layout.buckets.size()),
+      started_(layout.buckets.size()) {
   if (!groups_.tensor_parallel) throw Error("FSDP grad sync", "no tensor-parallel communicator");
   const bool tensor_parallel = groups_.tensor_parallel->size() > 1;
   int64_t side = 0;
@@ -77,8 +84,12 @@ void UnitGradReducer::begin_step() {
 }
 
 void UnitGradReducer::before_backward(int layer) {
+  const std::vector<size_t> buckets = unit_buckets(layout_, layer, head_layer_);
+  for (size_t b : buckets) {
+    if (std::find(in_flight_.begin(), in_flight_.end(), b) != in_flight_.end()) complete_in_flight();
+  }
   if (!grad_pages_) return;
-  for (size_t b : unit_buckets(layout_, layer, head_layer_)) {
+  for (size_t b : buckets) {
     const model::GradBucket& bucket = layout_.buckets[b];
     // The embedding's backward writes its own grads only (the head's were reduced already).
     if (layer == model::kEmbeddingLayer && bucket.first_layer != layer) continue;
@@ -87,6 +98,7 @@ void UnitGradReducer::before_backward(int layer) {
 }
 
 void UnitGradReducer::layer_ready(int layer) {
+  complete_in_flight();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     if (layout_.buckets[b].first_layer == layer) reduce_bucket(b);
   }
@@ -105,14 +117,39 @@ void UnitGradReducer::reduce_bucket(size_t bucket) {
   }
   const model::FlatRange shard = owned_range(static_cast<int>(bucket));
   comm::Communicator& group = groups_.of(b.group);
-  if (group.size() > 1) {
-    group.reduce_scatter(grads_ + b.begin, grads_ + shard.begin, shard.end - shard.begin, DType::f32,
-                         comm::ReduceOp::sum);
-  }
-  release_outside_shard(bucket);
-  if (tensor_parallel.size() > 1) keep_aside(bucket);
   ++reductions_[bucket];
   ++reductions_total_;
+  in_flight_.push_back(bucket);
+  if (group.size() > 1) {
+    started_[bucket] = Clock::now();
+    if (overlap_) {
+      requests_[bucket] = group.reduce_scatter_async(grads_ + b.begin, grads_ + shard.begin, shard.end - shard.begin,
+                                                     DType::f32, comm::ReduceOp::sum);
+    } else {
+      group.reduce_scatter(grads_ + b.begin, grads_ + shard.begin, shard.end - shard.begin, DType::f32,
+                           comm::ReduceOp::sum);
+      reduce_seconds_ += seconds_since(started_[bucket]);
+    }
+    reduce_wait_seconds_ += seconds_since(started_[bucket]);  // the call blocks
+  }
+  if (!overlap_) complete_in_flight();
+}
+
+void UnitGradReducer::complete_in_flight() {
+  for (size_t bucket : in_flight_) complete_bucket(bucket);
+  in_flight_.clear();
+}
+
+void UnitGradReducer::complete_bucket(size_t bucket) {
+  if (requests_[bucket]) {
+    const Clock::time_point waiting = Clock::now();
+    requests_[bucket]->wait();
+    requests_[bucket].reset();
+    reduce_wait_seconds_ += seconds_since(waiting);
+    reduce_seconds_ += seconds_since(started_[bucket]);
+  }
+  release_outside_shard(bucket);
+  if (groups_.tensor_parallel->size() > 1) keep_aside(bucket);
 }
 
 // The unit's full-size grads outside the shard are spent: the next micro-batch's backward starts
@@ -152,6 +189,7 @@ void UnitGradReducer::keep_aside(size_t bucket) {
 }
 
 void UnitGradReducer::finish() {
+  complete_in_flight();
   const auto [fewest, most] = std::minmax_element(reductions_.begin(), reductions_.end());
   if (!reductions_.empty() && *fewest != *most) {
     throw Error("FSDP grad sync", "units were reduced between " + std::to_string(*fewest) + " and " +

@@ -17,19 +17,30 @@
 // group (each rank's owned slice holds the shard accumulated so far plus this micro-batch's local
 // grads, the other ranks' copies of that slice only their local grads, so the sum over the group
 // is the new shard), then the rest of the unit's full-size grads released: with releasable grad
-// memory (backend/memory.h) its whole pages go back to the OS and read as zeros for the next
-// micro-batch, else it is zeroed. Under TP, the owned part of a tensor reduced over TP is kept
+// memory (backend/memory.h) its whole pages go back to the buffer's page pool and read as zeros
+// for the next micro-batch, else it is zeroed. Under TP, the owned part of a tensor reduced over TP is kept
 // aside between reductions (an all-reduce over TP would otherwise add every TP rank's copy of the
 // shard). Before a unit's backward (the stage's before-backward signal) its full-size pages are
 // marked resident, so the ledger's grads follow the owned slices plus the units in backward.
 // finish() refuses a step in which some unit was reduced a different number of times than another
-// (a missed or repeated reduction). Sums, never averages (the trainer folds 1/DP into the loss
-// scale). Tested in tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with
-// experts at EP=2 and EP=2 x expert-DP=2 and with idle experts, memory released) and
-// tests/unit/backend/test_device_memory.cpp (the pages).
+// (a missed or repeated reduction).
+//
+// Overlap (--overlap-grad-reduce, as Megatron-FSDP's overlap_grad_reduce): a unit's reduce-scatter
+// starts non-blocking when its backward is done and completes (waited, the rest released) when the
+// next unit's grads are ready, so it runs during that unit's backward; at most one unit's is in
+// flight, holding its full-size grads one unit longer. A unit whose grads are about to be written
+// again (its before-backward signal: the next micro-batch, or the head writing the tied
+// embedding's) and finish() complete what is in flight first. The numbers are the same either way.
+// Timed as the gathers are: from start to done, and the rank's blocking on them.
+// Sums, never averages (the trainer folds 1/DP into the loss scale). Tested in
+// tests/mpi/test_fsdp.cpp (training against one rank at DP=2 and DP=4, with experts at EP=2 and
+// EP=2 x expert-DP=2 and with idle experts, overlapped at DP=2, TP=2 x DP=2 and with experts,
+// memory released) and tests/unit/backend/test_device_memory.cpp (the pages).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/memory.h"
@@ -50,8 +61,11 @@ class UnitGradReducer {
   // flat `grads` (its pages in `grad_pages` when releasable, else nullptr) and its reduction
   // groups; the TP side buffer reports to `ledger` (nullable) as grads. `head_layer` is the
   // model's head layer id. Everything must outlive the reducer.
+  // `overlap` (--overlap-grad-reduce): a unit's reduce-scatter runs non-blocking during the next
+  // unit's backward (see above).
   UnitGradReducer(const model::ParamLayout& layout, const ReductionGroups& groups, const backend::Ops& ops,
-                  float* grads, backend::ReleasableMemory* grad_pages, int head_layer, backend::MemoryLedger* ledger);
+                  float* grads, backend::ReleasableMemory* grad_pages, int head_layer, backend::MemoryLedger* ledger,
+                  bool overlap);
 
   // Before a step's first backward: the owned slices zeroed, the reduction counts cleared.
   void begin_step();
@@ -67,6 +81,10 @@ class UnitGradReducer {
   int64_t shard_elements() const { return shard_elements_; }
   // Unit reductions run this step (every bucket once per micro-batch).
   int64_t reductions() const { return reductions_total_; }
+  // Seconds of the reduce-scatters since construction from start to done, and of the rank's
+  // blocking on them (in the call, or in the wait when overlapped); host clocks, as the gathers'.
+  double reduce_seconds() const { return reduce_seconds_; }
+  double reduce_wait_seconds() const { return reduce_wait_seconds_; }
 
  private:
   // The owned part of a tensor reduced over TP: flat elements [flat, flat + count), kept at
@@ -76,6 +94,9 @@ class UnitGradReducer {
     int64_t flat = 0, count = 0, side = 0;
   };
   void reduce_bucket(size_t bucket);
+  // The bucket's reduce-scatter done (waited when in flight), the rest of its full-size grads released.
+  void complete_bucket(size_t bucket);
+  void complete_in_flight();
   void release_outside_shard(size_t bucket);
   void restore_side(size_t bucket);
   void keep_aside(size_t bucket);
@@ -90,6 +111,12 @@ class UnitGradReducer {
   std::vector<SidePiece> side_pieces_;
   backend::DeviceBuffer<float> side_;  // TP > 1 only
   std::vector<int64_t> reductions_;    // per bucket, this step
+  bool overlap_;
+  std::vector<size_t> in_flight_;                         // buckets whose reduce-scatter is not completed
+  std::vector<std::unique_ptr<comm::Request>> requests_;  // per bucket, overlapped only
+  std::vector<std::chrono::steady_clock::time_point> started_;  // per bucket
+  double reduce_seconds_ = 0;
+  double reduce_wait_seconds_ = 0;
   int64_t reductions_total_ = 0;
 };
 

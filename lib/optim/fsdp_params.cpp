@@ -109,10 +109,14 @@ void UnitParamGatherer::gather(int layer, bool wait) {
 
 void UnitParamGatherer::start_bucket(size_t bucket) {
   const model::GradBucket& b = layout_.buckets[bucket];
-  if (param_pages_) param_pages_->make_resident(b.begin * kFloat, b.padded_end * kFloat);
   comm::Communicator& group = groups_.of(b.group);
   state_[bucket] = State::in_flight;
-  if (group.size() == 1) return;
+  if (group.size() == 1) return;  // the shard is the whole bucket
+  // The gather writes every element of the bucket: its pages need not be zeroed first.
+  if (param_pages_) {
+    param_pages_->make_resident(b.begin * kFloat, b.padded_end * kFloat,
+                                backend::ReleasableMemory::Contents::overwritten);
+  }
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
   started_[bucket] = Clock::now();
   requests_[bucket] = group.all_gather_async(params_ + shard.begin, params_ + b.begin, shard.end - shard.begin, DType::f32);

@@ -11,8 +11,9 @@
 // checkpoint releases every unit, since the optimizer updates only the shard). A MoE layer's
 // experts are a unit of their own, sharded and gathered over expert-DP with the layer's signals.
 // Released, a unit's parameters outside the shard read as zeros: with releasable memory
-// (backend/memory.h) their whole pages go back to the OS, else they are zeroed, so a missed gather
-// computes with zeros and fails the equivalence tests. Each gather refreshes the unit's range of
+// (backend/memory.h) their whole pages go back to the buffer's page pool, else they are zeroed, so
+// a missed gather computes with zeros and fails the equivalence tests. A gather takes pool pages
+// unzeroed: it overwrites the whole bucket. Each gather refreshes the unit's range of
 // the GEMM weight copy (model::GemmWeights).
 //
 // Prefetch: with `prefetch`, gathering a unit also starts (non-blocking) the gather of the unit

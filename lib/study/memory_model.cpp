@@ -213,10 +213,12 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // bucket's slice over DP x CP, an expert bucket's over expert-DP) plus what the rank holds beyond
 // it of the units in use (a MoE layer's dense and expert units are held together). Grads: the
 // root's (embedding and head: the head's backward writes the tied embedding's) or the
-// embedding's and one layer's; weights under
+// embedding's and one layer's (with --overlap-grad-reduce one more layer's, the unit whose
+// reduce-scatter is in flight); weights under
 // optim_grads_params: the root's and two adjacent layers' (the one computing and the one
-// prefetched; one without prefetch). Page rounding of the released regions (up to a 4 KiB page
-// per bucket edge) is not modelled.
+// prefetched; one without prefetch). Released pages stay in each buffer's page pool
+// (backend/memory.h), so these peaks are also what the buffers hold from the first step on. Page
+// rounding of the released regions (up to a 4 KiB page per bucket edge) is not modelled.
 bool fsdp_unit_memory(const ModelConfig& m, const TrainingShape& shape, RankMemory& r) {
   if (!shape.fsdp_units || m.multi_latent_attention || m.mtp_num_layers > 0) return false;
   const parallel::ParallelConfig& parallel = shape.parallel;
@@ -250,7 +252,11 @@ bool fsdp_unit_memory(const ModelConfig& m, const TrainingShape& shape, RankMemo
   r.parameters = layout.total_elements;
   r.parameter_source = "layout table";
   r.weights = 4 * (params ? owned + root + (shape.fsdp_prefetch ? two_layers : one_layer) : layout.total_elements);
-  r.grads = 4 * (owned + std::max(root, embedding + one_layer));
+  // Overlapped (--overlap-grad-reduce), a unit's full-size grads are held until the next unit's
+  // backward is done: the head's beside the last layer's, two adjacent layers' beside the embedding's.
+  const int64_t last_layer = layer_extra.empty() ? 0 : layer_extra.back();
+  r.grads = 4 * (owned + (parallel.overlap_grad_reduce ? std::max(root + last_layer, embedding + two_layers)
+                                                       : std::max(root, embedding + one_layer)));
   r.optimizer = 8 * owned;
   return true;
 }

@@ -57,7 +57,7 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
       {fsdp.shards_grads() && device != backend::Device::cpu,
        "--use-megatron-fsdp with --data-parallel-sharding-strategy " + parallel.data_parallel_sharding_strategy +
            " on --device cuda",
-       "FSDP's per-unit reduce-scatter and gathers, and the unit buffers handed back to the OS (madvise), run on "
+       "FSDP's per-unit reduce-scatter and gathers, and the unit buffers' page pools mapped per unit, run on "
        "the CPU backend only; CUDA would need cuMemMap/cuMemUnmap"},
   };
   for (const Unsupported& setting : list) {

@@ -648,6 +648,9 @@ StepStats Trainer::train_step() {
   const optim::UnitParamGatherer* gatherer = optimizer_->unit_params();
   const double gather_before = gatherer ? gatherer->gather_seconds() : 0;
   const double gather_wait_before = gatherer ? gatherer->gather_wait_seconds() : 0;
+  const optim::UnitGradReducer* reducer = optimizer_->unit_grads();
+  const double reduce_before = reducer ? reducer->reduce_seconds() : 0;
+  const double reduce_wait_before = reducer ? reducer->reduce_wait_seconds() : 0;
   ++iteration_;
   StepStats stats;
   stats.iteration = iteration_;
@@ -669,6 +672,10 @@ StepStats Trainer::train_step() {
   if (gatherer) {  // this rank's FSDP parameter gathers in the step (optim/fsdp_params.h)
     stats.fsdp_gather_ms = (gatherer->gather_seconds() - gather_before) * 1e3;
     stats.fsdp_gather_wait_ms = (gatherer->gather_wait_seconds() - gather_wait_before) * 1e3;
+  }
+  if (reducer) {  // this rank's FSDP grad reduce-scatters in the step (optim/fsdp_grads.h)
+    stats.fsdp_reduce_ms = (reducer->reduce_seconds() - reduce_before) * 1e3;
+    stats.fsdp_reduce_wait_ms = (reducer->reduce_wait_seconds() - reduce_wait_before) * 1e3;
   }
   if (config_.log_params_norm || config_.log_num_zeros_in_grad || timers_) gather_observations(stats, local_zeros);
   return stats;

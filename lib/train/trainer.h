@@ -280,6 +280,9 @@ struct StepStats {
   // part of that it was blocked on them (optim/fsdp_params.h); 1 - wait / gather is the share
   // hidden behind compute.
   std::optional<double> fsdp_gather_ms, fsdp_gather_wait_ms;
+  // optim_grads and optim_grads_params: the same for this rank's unit grad reduce-scatters
+  // (optim/fsdp_grads.h; overlapped with --overlap-grad-reduce, else all wait).
+  std::optional<double> fsdp_reduce_ms, fsdp_reduce_wait_ms;
 };
 
 struct EvalStats {

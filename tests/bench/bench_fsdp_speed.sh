@@ -4,7 +4,8 @@
 # parameters, fp32) on 2
 # and on 4 ranks (1 thread each; 4 ranks oversubscribe this 2-core machine), data-parallel with
 # the distributed optimizer (the baseline) against --use-megatron-fsdp optim_grads_params with and
-# without prefetch (--no-fsdp-prefetch). Per layout: the median step (steps after the first
+# without prefetch (--no-fsdp-prefetch) and with the unit reduce-scatters overlapped
+# (--overlap-grad-reduce). Per layout: the median step (steps after the first
 # WARMUP excluded; the median over interleaved rounds of each run's median), tokens/s and its
 # ratio to the baseline's; the peak memory per rank (the ledger's largest high-water mark over the
 # ranks, mem_peak_bytes) and its ratio to the baseline's beside mt-memreport's predicted ratio of
@@ -12,7 +13,9 @@
 # gathers hidden behind compute, 1 - fsdp_gather_wait_ms / fsdp_gather_ms of the step records
 # (rank 0's host time blocked on the gathers against their time from start to done, per step),
 # and the prefetched run's time blocked on them against the blocking gathers' of the run without
-# prefetch. A benchmark, not a test: quote the figures, never assert on them.
+# prefetch; and rank 0's unit grad reduce-scatters per step, fsdp_reduce_ms / fsdp_reduce_wait_ms
+# (all wait unless overlapped; the wait includes the other ranks' lateness). A benchmark, not a
+# test: quote the figures, never assert on them.
 # Usage: tests/bench/bench_fsdp_speed.sh [rounds] [steps]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -30,8 +33,8 @@ SHAPE=(--model tiny-llama --num-layers 6 --hidden-size 256 --num-attention-heads
        --micro-batch-size 2 --global-batch-size "$GLOBAL")
 MODEL=("${SHAPE[@]}" --mock-data --train-iters "$STEPS" --eval-iters 0 --log-interval 1000 --peak-tflops 1)
 FSDP="--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
-NAMES=("DP, distributed optimizer" "FSDP optim_grads_params" "FSDP, --no-fsdp-prefetch")
-LAYOUTS=("--use-distributed-optimizer" "$FSDP" "$FSDP --no-fsdp-prefetch")
+NAMES=("DP, distributed optimizer" "FSDP optim_grads_params" "FSDP, --no-fsdp-prefetch" "FSDP, --overlap-grad-reduce")
+LAYOUTS=("--use-distributed-optimizer" "$FSDP" "$FSDP --no-fsdp-prefetch" "$FSDP --overlap-grad-reduce")
 RANK_COUNTS=(2 4)
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
@@ -62,8 +65,8 @@ predicted() {
     jq -s '[.[] | select(.record == "memory") | .total_bytes] | max'
 }
 
-printf '%-5s %-26s %8s %9s %6s %8s %6s %9s %6s %9s %8s %7s\n' ranks layout "step ms" tokens/s "vs DP" "peak MB" \
-  "vs DP" predicted bound "gather ms" "wait ms" hidden
+printf '%-5s %-28s %8s %9s %6s %8s %6s %9s %6s %9s %8s %7s %10s\n' ranks layout "step ms" tokens/s "vs DP" "peak MB" \
+  "vs DP" predicted bound "gather ms" "wait ms" hidden "reduce/wait"
 for ranks in "${RANK_COUNTS[@]}"; do
   for i in "${!NAMES[@]}"; do
     ms="$(of_runs "$ranks" "$i" '[.[].step_ms] | sort | .[(length - 1) / 2 | floor]')"
@@ -72,17 +75,19 @@ for ranks in "${RANK_COUNTS[@]}"; do
     total="$(predicted "$ranks" "$i")"
     if [[ $i -eq 0 ]]; then
       base_tps="$tps" base_peak="$peak" base_total="$total"
-      gather="-" wait="-" hidden="-"
+      gather="-" wait="-" hidden="-" reduce="-"
     else
+      reduce="$(printf '%.1f/%.1f' "$(of_runs "$ranks" "$i" '[.[].fsdp_reduce_ms] | add / length')" \
+        "$(of_runs "$ranks" "$i" '[.[].fsdp_reduce_wait_ms] | add / length')")"
       gather="$(of_runs "$ranks" "$i" '[.[].fsdp_gather_ms] | add / length')"
       wait="$(of_runs "$ranks" "$i" '[.[].fsdp_gather_wait_ms] | add / length')"
       hidden="$(printf '%.0f%%' "$(jq -n "(1 - $wait / $gather) * 100")")"
       gather="$(printf '%.1f' "$gather")" wait="$(printf '%.1f' "$wait")"
     fi
     ratio="$(jq -n "$peak / $base_peak")" predicted_ratio="$(jq -n "$total / $base_total")"
-    printf '%-5s %-26s %8.1f %9.1f %5.2fx %8.1f %5.2fx %8.2fx %5.2fx %9s %8s %7s\n' "$ranks" "${NAMES[$i]}" "$ms" "$tps" \
-      "$(jq -n "$tps / $base_tps")" "$(jq -n "$peak / 1048576")" "$ratio" "$predicted_ratio" \
-      "$(jq -n "$predicted_ratio + 0.05")" "$gather" "$wait" "$hidden"
+    printf '%-5s %-28s %8.1f %9.1f %5.2fx %8.1f %5.2fx %8.2fx %5.2fx %9s %8s %7s %10s\n' "$ranks" "${NAMES[$i]}" "$ms" \
+      "$tps" "$(jq -n "$tps / $base_tps")" "$(jq -n "$peak / 1048576")" "$ratio" "$predicted_ratio" \
+      "$(jq -n "$predicted_ratio + 0.05")" "$gather" "$wait" "$hidden" "$reduce"
   done
   # Against the blocking gathers' cost: the prefetched run's wait over the run whose every gather blocks.
   blocked="$(of_runs "$ranks" 2 '[.[].fsdp_gather_wait_ms] | add / length')"
@@ -92,4 +97,5 @@ for ranks in "${RANK_COUNTS[@]}"; do
 done
 echo "(LLaMA-shaped, 6 layers, hidden 256, fp32, T=$SEQ, global batch $GLOBAL, micro-batch 2; 1 thread per rank,"
 echo " 4 ranks oversubscribe 2 cores; $ROUNDS interleaved rounds of $STEPS steps, the first $WARMUP of each run"
-echo " excluded; medians. Target: FSDP >= 0.85x DP's tokens/s, peak ratio <= bound. gather/wait: rank 0's ms per step)"
+echo " excluded; medians. Target: FSDP >= 0.85x DP's tokens/s, peak ratio <= bound. gather/wait, reduce/wait: rank 0's"
+echo " ms per step)"

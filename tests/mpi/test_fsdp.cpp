@@ -5,18 +5,21 @@
 // grads complete only after the embedding's backward, and tiny LLaMA, untied), DP=4 (tiny GPT) and
 // TP=2 SP x DP=2 (tiny LLaMA) at 4 ranks, EOD-masked loss and hidden dropout 0.1, micro-batches
 // accumulated (2 per DP rank at DP=2); the same for optim_grads_params (parameters sharded,
-// gathered per unit; with prefetch, and at DP=2 without). MoE: tiny-mixtral's routing and
+// gathered per unit; with prefetch, and at DP=2 without) and with --overlap-grad-reduce (each
+// unit's reduce-scatter non-blocking during the next unit's backward: optim_grads_params at DP=2
+// and TP=2 SP x DP=2, the MoE optim_grads layouts below). MoE: tiny-mixtral's routing and
 // tiny-deepseek (dense and MoE layers, a shared expert) at EP=2 (optim_grads_params) and EP=1
-// (optim_grads) on 2 ranks, tiny-mixtral's at EP=2 x expert-DP=2 on 4 (both strategies); and
+// (optim_grads, overlapped) on 2 ranks, tiny-mixtral's at EP=2 x expert-DP=2 on 4 (both
+// strategies, optim_grads overlapped); and
 // runs in which EP rank 1's experts never receive a token
 // (at 4 ranks while their expert-DP peer's do). Also: the unit grad reductions run on
 // every micro-batch (Megatron-FSDP's grad_reduce_every_bprop), one per unit each; the unit gathers
 // (twice per layer unit and micro-batch, the root once), prefetches and the share of their time
 // hidden (none without prefetch, some with it); the memory the units hand
-// back (the ledger's grads and weights peaks against no_shard's, and the process's resident set
-// shrinking when a unit is released); the strategies the flags choose; and the refusals by name
-// (PP with grad sharding, hybrid sharding, --no-fsdp-prefetch without optim_grads_params
-// or with --overlap-param-gather).
+// back to their page pools (the ledger's grads and weights peaks against no_shard's, also with
+// --overlap-grad-reduce; tests/unit/backend/test_device_memory.cpp tests the pool); the
+// strategies the flags choose; and the refusals by name (PP with grad sharding, hybrid sharding,
+// --no-fsdp-prefetch without optim_grads_params or with --overlap-param-gather).
 // Run under mpirun at 2 and 4 ranks (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
@@ -49,6 +52,7 @@ struct FsdpLayout {
   std::vector<bool> llama_models{false, true};  // tiny GPT (tied embedding) and tiny LLaMA
   bool prefetch = true;                         // optim_grads_params: --no-fsdp-prefetch when false
   int ep = 1;                                   // --expert-model-parallel-size (MoE models)
+  bool overlap_grad_reduce = false;             // --overlap-grad-reduce: unit reduce-scatters overlapped
 };
 
 parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::ModelConfig& model,
@@ -60,6 +64,7 @@ parallel::ParallelConfig fsdp_config(const FsdpLayout& layout, const model::Mode
   parallel.data_parallel_sharding_strategy = layout.strategy;
   parallel.no_fsdp_prefetch = !layout.prefetch;
   parallel.expert_model_parallel_size = layout.ep;
+  parallel.overlap_grad_reduce = layout.overlap_grad_reduce;
   parallel::validate(parallel, model::parallel_dimensions(model), {config.micro_batch_size, config.global_batch_size},
                      equivalence::world().size());
   return parallel;
@@ -95,11 +100,15 @@ std::vector<FsdpLayout> layouts_for_world(int world) {
 std::vector<FsdpLayout> param_sharding_layouts_for_world(int world) {
   if (world == 2) {
     return {{"FSDP=2 optim_grads_params", 1, false, "optim_grads_params"},
-            {"FSDP=2 optim_grads_params --no-fsdp-prefetch", 1, false, "optim_grads_params", {false}, false}};
+            {"FSDP=2 optim_grads_params --no-fsdp-prefetch", 1, false, "optim_grads_params", {false}, false},
+            {"FSDP=2 optim_grads_params --overlap-grad-reduce", 1, false, "optim_grads_params", {false, true}, true, 1,
+             true}};
   }
   if (world == 4) {
     return {{"FSDP=4 optim_grads_params", 1, false, "optim_grads_params", {false}},
-            {"TP=2 SP x FSDP=2 optim_grads_params", 2, true, "optim_grads_params", {true}}};
+            {"TP=2 SP x FSDP=2 optim_grads_params", 2, true, "optim_grads_params", {true}},
+            {"TP=2 SP x FSDP=2 optim_grads_params --overlap-grad-reduce", 2, true, "optim_grads_params", {true}, true, 1,
+             true}};
   }
   return {};
 }
@@ -138,11 +147,12 @@ std::vector<model::ModelConfig> moe_models(int world) {
 std::vector<FsdpLayout> moe_layouts_for_world(int world) {
   if (world == 2) {
     return {{"EP=2 x FSDP=2 optim_grads_params", 1, false, "optim_grads_params", {}, true, 2},
-            {"EP=1 x FSDP=2 optim_grads", 1, false, "optim_grads", {}, true, 1}};
+            {"EP=1 x FSDP=2 optim_grads --overlap-grad-reduce", 1, false, "optim_grads", {}, true, 1, true}};
   }
   if (world == 4) {
     return {{"EP=2 x expert-DP=2 (FSDP=4) optim_grads_params", 1, false, "optim_grads_params", {}, true, 2},
-            {"EP=2 x expert-DP=2 (FSDP=4) optim_grads", 1, false, "optim_grads", {}, true, 2}};
+            {"EP=2 x expert-DP=2 (FSDP=4) optim_grads --overlap-grad-reduce", 1, false, "optim_grads", {}, true, 2,
+             true}};
   }
   return {};
 }
@@ -176,12 +186,12 @@ model::ModelConfig paged_model() {
 struct UnitMemory {
   int64_t weights_peak = 0, grads_peak = 0, grads_live = 0, weights_live = 0;
   int64_t elements = 0, largest_bucket = 0, root_buckets = 0;
-  int64_t gathers = 0, prefetched = 0;
+  int64_t gathers = 0, prefetched = 0, gathered_buckets = 0;
   double gather_seconds = 0, wait_seconds = 0;
 };
 
-UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true) {
-  FsdpLayout layout{strategy, 1, false, strategy, {true}, prefetch};
+UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true, bool overlap_grad_reduce = false) {
+  FsdpLayout layout{strategy, 1, false, strategy, {true}, prefetch, 1, overlap_grad_reduce};
   const model::ModelConfig model = paged_model();
   train::TrainConfig config = equivalence::ten_step_config();
   config.train_iters = 1;
@@ -211,6 +221,7 @@ UnitMemory one_step_memory(const std::string& strategy, bool prefetch = true) {
     m.prefetched = gatherer->prefetched();
     m.gather_seconds = gatherer->gather_seconds();
     m.wait_seconds = gatherer->gather_wait_seconds();
+    m.gathered_buckets = gatherer->resident_buckets();
   }
   return m;
 }
@@ -221,7 +232,7 @@ TEST(MegatronFsdp, OptimGradsMatchesOneRankInFp32) {
   expect_layouts_match_one_rank(layouts_for_world(equivalence::world().size()));
 }
 
-TEST(MegatronFsdp, OptimGradsParamsMatchesOneRankInFp32WithAndWithoutPrefetch) {
+TEST(MegatronFsdp, OptimGradsParamsMatchesOneRankInFp32WithAndWithoutPrefetchAndOverlappedReduction) {
   expect_layouts_match_one_rank(param_sharding_layouts_for_world(equivalence::world().size()));
 }
 
@@ -272,9 +283,11 @@ TEST(MegatronFsdp, MoeWithIdleExpertsAndAnIdleExpertRankMatchesTheRunWithoutFsdp
   }
 }
 
-// Released units go back to the OS: the ledger's grads (optim_grads) and weights
-// (optim_grads_params) peaks are the shard plus the units in use, not the whole flat buffer
-// no_shard holds; after the step only the shards are left. Each layer unit is gathered twice per
+// Released units go back to their buffer's page pool (backend/memory.h): the ledger's grads
+// (optim_grads) and weights (optim_grads_params) peaks are the shard plus the units in use, not the
+// whole flat buffer no_shard holds; after the step no unit is gathered and the pools hold those
+// peaks, no more (they grow only when more pages are in use at once than before). Overlapped
+// reductions hold one more layer unit's full-size grads. Each layer unit is gathered twice per
 // micro-batch (forward, backward), the root once; prefetch starts every layer unit's early.
 TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
   const int dp = equivalence::world().size();
@@ -292,15 +305,23 @@ TEST(MegatronFsdp, UnitBuffersAreReleasedAndTheLedgerCountsWhatIsHeld) {
   // embedding's) and one layer unit's (reduced before the next layer's backward starts).
   EXPECT_LE(grads.grads_peak, shard_bytes + not_owned(grads.root_buckets + grads.largest_bucket) + slack);
   EXPECT_GE(grads.grads_peak, shard_bytes + not_owned(grads.largest_bucket));
-  EXPECT_LE(grads.grads_live, shard_bytes + slack);
+  EXPECT_EQ(grads.grads_live, grads.grads_peak);
   EXPECT_LT(grads.grads_peak, whole.grads_peak * 3 / 4);
   EXPECT_EQ(grads.weights_peak, whole.weights_peak);
   // Weights: the shard, the root and two layer units (the one computing and the one prefetched).
   EXPECT_LE(params.weights_peak, shard_bytes + not_owned(params.root_buckets + 2 * params.largest_bucket) + slack);
   EXPECT_GE(params.weights_peak, shard_bytes + not_owned(params.root_buckets + 2 * params.largest_bucket) - slack);
-  EXPECT_LE(params.weights_live, shard_bytes + slack);
+  EXPECT_EQ(params.weights_live, params.weights_peak);
+  EXPECT_EQ(params.gathered_buckets, 0);
   EXPECT_LT(params.weights_peak, whole.weights_peak);
   EXPECT_LE(params.grads_peak, grads.grads_peak);
+  // Overlapped: a layer unit's reduce-scatter runs during the next one's backward, both held.
+  const UnitMemory overlapped = one_step_memory("optim_grads", true, true);
+  EXPECT_LE(overlapped.grads_peak,
+            shard_bytes + not_owned(overlapped.root_buckets + 2 * overlapped.largest_bucket) + slack);
+  EXPECT_GE(overlapped.grads_peak, shard_bytes + not_owned(2 * overlapped.largest_bucket) - slack);
+  EXPECT_GT(overlapped.grads_peak, grads.grads_peak);
+  EXPECT_EQ(overlapped.grads_live, overlapped.grads_peak);
   const model::ModelConfig model = paged_model();
   const train::TrainConfig config = equivalence::ten_step_config();
   const int64_t micro_batches = config.global_batch_size / (config.micro_batch_size * dp);

@@ -1,17 +1,19 @@
 #!/usr/bin/env bats
 # mt-train with Megatron-FSDP's flags (issue 25): --use-megatron-fsdp with
 # --data-parallel-sharding-strategy optim_grads and optim_grads_params (with and without
-# --no-fsdp-prefetch) trains one rank's numbers at DP=2 and CP=2 (the matrix of layouts and models
-# is tests/mpi/test_fsdp.cpp), its step records timing the unit gathers (fsdp_gather_ms,
-# fsdp_gather_wait_ms) under optim_grads_params only; its checkpoints are the same layout-independent files: saved under
-# FSDP and loaded under plain DP, TP=2 or one rank, and saved under TP=2 and loaded under FSDP,
+# --no-fsdp-prefetch, and with --overlap-grad-reduce) trains one rank's numbers at DP=2 and CP=2
+# (the matrix of layouts and models is tests/mpi/test_fsdp.cpp), its step records timing the unit
+# gathers (fsdp_gather_ms, fsdp_gather_wait_ms) under optim_grads_params only and the unit grad
+# reduce-scatters (fsdp_reduce_ms, fsdp_reduce_wait_ms) under both; its checkpoints are the same
+# layout-independent files: saved under FSDP and loaded under plain DP, TP=2 or one rank, and saved under TP=2 and loaded under FSDP,
 # the next steps equal the unchanged one-rank run within the fp32 bound; optim_grads_params
 # resumed under itself (--ckpt-format fsdp_dtensor and the default) gives the uninterrupted run's
 # records exactly. The flags refused by name: --use-torch-fsdp2, hybrid sharding, PP with grad
 # sharding, --no-fsdp-prefetch without optim_grads_params, --ckpt-format other than fsdp_dtensor
 # or without FSDP; --use-custom-fsdp warns. tiny-mixtral under optim_grads_params x EP=2 trains one
 # rank's numbers and its checkpoint loads under one rank. mt-memreport's FSDP prediction against
-# mt-train's measured memory at DP=2 and DP=4, and for tiny-mixtral at EP=2 x expert-DP=2.
+# mt-train's measured memory at DP=2 and DP=4 (and with --overlap-grad-reduce), and for
+# tiny-mixtral at EP=2 x expert-DP=2.
 
 setup() {
   load common
@@ -43,7 +45,7 @@ same_after() {
 @test "issue25: FSDP (optim_grads, optim_grads_params) at DP=2 and over CP=2 (DP x CP shards) trains one rank's numbers" {
   mt-train "${CKPT20[@]}" --train-iters 10 >"$TMP/one.jsonl" 2>"$TMP/one.err" || fail "$(cat "$TMP/one.err")"
   for layout in "${FSDP[*]}" "${FSDP[*]} --context-parallel-size 2" "${PARAMS[*]}" \
-                "${PARAMS[*]} --context-parallel-size 2" "${PARAMS[*]} --no-fsdp-prefetch"; do
+                "${PARAMS[*]} --context-parallel-size 2" "${PARAMS[*]} --no-fsdp-prefetch" "${PARAMS[*]} --overlap-grad-reduce"; do
     # shellcheck disable=SC2086
     mpirun_n 2 mt-train "${CKPT20[@]}" $layout --train-iters 10 >"$TMP/fsdp.jsonl" 2>"$TMP/fsdp.err" \
       || fail "'$layout': $(cat "$TMP/fsdp.err")"
@@ -58,6 +60,13 @@ same_after() {
     esac
     jq -e -s "[.[] | select(.record == \"step\") | $gathers] | length == 10 and all" "$TMP/fsdp.jsonl" >/dev/null \
       || fail "'$layout' gathers: $(jq -c 'select(.record == "step") | [.fsdp_gather_ms, .fsdp_gather_wait_ms]' "$TMP/fsdp.jsonl")"
+    # The unit grad reduce-scatters likewise: all wait unless overlapped (--overlap-grad-reduce).
+    local reduces='.fsdp_reduce_ms > 0 and .fsdp_reduce_wait_ms >= 0.9 * .fsdp_reduce_ms'
+    if [[ "$layout" == *--overlap-grad-reduce* ]]; then
+      reduces='.fsdp_reduce_ms > 0 and .fsdp_reduce_wait_ms <= .fsdp_reduce_ms'
+    fi
+    jq -e -s "[.[] | select(.record == \"step\") | $reduces] | length == 10 and all" "$TMP/fsdp.jsonl" >/dev/null \
+      || fail "'$layout' reductions: $(jq -c 'select(.record == "step") | [.fsdp_reduce_ms, .fsdp_reduce_wait_ms]' "$TMP/fsdp.jsonl")"
   done
 }
 
@@ -177,6 +186,7 @@ MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micr
       fsdp_memory_matches "$ranks" "$strategy" "${run[@]}"
     done
   done
+  fsdp_memory_matches 2 optim_grads_params "${run[@]}" --overlap-grad-reduce
   fsdp_memory_matches 4 optim_grads_params --model tiny-mixtral --num-layers 3 --vocab-size 97 --seq-length 16 \
     --micro-batch-size 2 --global-batch-size 8 --expert-model-parallel-size 2
 }

@@ -276,7 +276,9 @@ const FlagSpec& flag_spec(std::string_view name) {
       integer_flag("--microbatch-group-size-per-virtual-pipeline-stage",
                    "Micro-batches per group of the interleaved schedule (default: PP)", at_least(1)),
       toggle_flag("--use-distributed-optimizer", "Shard optimizer states over data-parallel ranks (ZeRO-1)"),
-      toggle_flag("--overlap-grad-reduce", "Overlap the grad reduction with backward"),
+      toggle_flag("--overlap-grad-reduce",
+                  "Overlap the grad reduction with backward (Megatron-FSDP: each unit's reduce-scatter with the next "
+                  "unit's backward)"),
       toggle_flag("--overlap-param-gather", "Overlap the parameter all-gather with forward"),
       integer_flag("--ddp-bucket-size", "Elements per data-parallel grad bucket", at_least(1)),
       // Megatron-FSDP (issue 25)

@@ -910,6 +910,10 @@ class StepRecords {
       record["fsdp_gather_ms"] = *s.fsdp_gather_ms;
       record["fsdp_gather_wait_ms"] = *s.fsdp_gather_wait_ms;
     }
+    if (s.fsdp_reduce_ms) {  // FSDP optim_grads and optim_grads_params
+      record["fsdp_reduce_ms"] = *s.fsdp_reduce_ms;
+      record["fsdp_reduce_wait_ms"] = *s.fsdp_reduce_wait_ms;
+    }
     writer_.write(record);
     if (first_step) write_memory(s);
   }
