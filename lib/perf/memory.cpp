@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "backend/ops.h"
@@ -82,6 +83,43 @@ int64_t optimizer_state_elements(const model::ParamLayout& layout, const paralle
   return elements;
 }
 
+FsdpResidentElements fsdp_resident_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel,
+                                            bool prefetch) {
+  const int dense_group = parallel.data_parallel_size * parallel.context_parallel_size;
+  const int expert_group = parallel.expert_data_parallel_size();
+  const int head = layout.last_layer;
+  int64_t owned = 0, root = 0, embedding = 0;
+  std::vector<int64_t> layer_extra(static_cast<size_t>(std::max(0, head)), 0);  // beyond the shard, per layer
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const model::GradBucket& bucket = layout.buckets[b];
+    const int group = bucket.group == model::DataParallelGroup::expert ? expert_group : dense_group;
+    const model::FlatRange shard = layout.bucket_shard(static_cast<int>(b), 0, group);
+    const int64_t extra = (bucket.padded_end - bucket.begin) - (shard.end - shard.begin);
+    owned += shard.end - shard.begin;
+    if (bucket.first_layer == model::kEmbeddingLayer) embedding += extra;
+    if (bucket.first_layer == model::kEmbeddingLayer || bucket.first_layer >= head) {
+      root += extra;
+    } else {
+      layer_extra[static_cast<size_t>(bucket.first_layer)] += extra;
+    }
+  }
+  int64_t one_layer = 0, two_layers = 0;
+  for (size_t i = 0; i < layer_extra.size(); ++i) {
+    one_layer = std::max(one_layer, layer_extra[i]);
+    two_layers = std::max(two_layers, layer_extra[i] + (i + 1 < layer_extra.size() ? layer_extra[i + 1] : 0));
+  }
+  const bool params = parallel.data_parallel_sharding_strategy == "optim_grads_params";
+  FsdpResidentElements held;
+  held.weights = params ? owned + root + (prefetch ? two_layers : one_layer) : layout.total_elements;
+  // Overlapped (--overlap-grad-reduce), a unit's full-size grads are held until the next unit's
+  // backward is done: the head's beside the last layer's, two adjacent layers' beside the embedding's.
+  const int64_t last_layer = layer_extra.empty() ? 0 : layer_extra.back();
+  held.grads = owned + (parallel.overlap_grad_reduce ? std::max(root + last_layer, embedding + two_layers)
+                                                     : std::max(root, embedding + one_layer));
+  held.optimizer = owned;
+  return held;
+}
+
 TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions& options) {
   model.validate();
   const Wide params = model::parameter_count_wide(model, true);
@@ -123,14 +161,20 @@ TrainingMemory memory_floor(const model::ModelConfig& model, const MemoryOptions
   const Wide optimizer_share = optimizer_shards(options.parallel);
   TrainingMemory floor;
   bool overflow = false;
-  floor.weights = saturate(params / tp * (4 + copy), overflow);
-  floor.grads = saturate(params / tp * 4, overflow);
+  // Megatron-FSDP keeps at least its DP x CP shard of the grads, and of the fp32 weights under
+  // optim_grads_params (the GEMM copy stays whole-size).
+  const bool fsdp_grads = options.parallel.shards_grads();
+  const Wide grad_share = fsdp_grads ? optimizer_share : 1;
+  const Wide weight_share =
+      fsdp_grads && options.parallel.data_parallel_sharding_strategy == "optim_grads_params" ? optimizer_share : 1;
+  floor.weights = saturate(params / tp * (4 / weight_share + copy), overflow);
+  floor.grads = saturate(params / tp * 4 / grad_share, overflow);
   floor.optimizer = saturate(params / tp / optimizer_share * 8, overflow);
   floor.activations = saturate(activation_elements * 4 / activation_share, overflow);
   floor.other = saturate(
       layers * kHostBytesPerLayer + static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken,
       overflow);
-  floor.exact_total = params / tp * (8 + copy + 8 / optimizer_share) + activation_elements * 4 / activation_share +
+  floor.exact_total = params / tp * (4 / weight_share + copy + 4 / grad_share + 8 / optimizer_share) + activation_elements * 4 / activation_share +
                       layers * kHostBytesPerLayer +
                       static_cast<Wide>(options.staged_samples) * model.seq_length * kStagedBytesPerToken;
   floor.overflow = overflow || floor.exact_total > kLargestPlannable;
@@ -164,9 +208,16 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
     const int64_t optimizer_elements = optimizer_state_elements(layout, parallel);
     const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
     TrainingMemory rank_plan;  // this stage's
+    // The GEMM copy of the weights stays whole-size under Megatron-FSDP too.
     rank_plan.weights = elements * 4 + model::GemmWeights::bytes(*options.ops, options.precision, elements);
     rank_plan.grads = elements * 4;
     rank_plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
+    if (parallel.shards_grads()) {
+      const FsdpResidentElements held = fsdp_resident_elements(layout, parallel, !parallel.no_fsdp_prefetch);
+      rank_plan.weights += (held.weights - elements) * 4;
+      rank_plan.grads = held.grads * 4;
+      rank_plan.optimizer = held.optimizer * 8;
+    }
     for (int c = 0; c < chunks; ++c) {
       rank_plan.activations += model::planned_activation_bytes(model, layout, c, rows, sequence_split, options.precision,
                                                                recompute, parallel::pipeline_activation_slots(actions, c));

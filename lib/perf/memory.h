@@ -71,6 +71,26 @@ int optimizer_shards(const parallel::ParallelConfig& parallel);
 // owned ranges). mt-memreport's prediction (study/memory_model.h) takes it from here too.
 int64_t optimizer_state_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel);
 
+// Elements one Megatron-FSDP rank (rank 0) holds of `layout`, a one-stage model dense or MoE
+// (optim/fsdp_grads.h, optim/fsdp_params.h): the shard is the owned slices of the per-layer
+// buckets (a dense bucket's slice over DP x CP, an expert bucket's over expert-DP), plus what the
+// rank holds beyond it of the units in use (a MoE layer's dense and expert units are held
+// together). Grads: the root's (embedding and head: the head's backward writes the tied
+// embedding's) or the embedding's and one layer's (with --overlap-grad-reduce one more layer's,
+// the unit whose reduce-scatter is in flight). Weights: under optim_grads_params the root's and two
+// adjacent layers' beside the shard (the one computing and the one prefetched; one without
+// `prefetch`), under optim_grads the whole table. Released pages stay in each buffer's page pool
+// (backend/memory.h), so these peaks are also what the buffers hold from the first step on. Page
+// rounding of the released regions (up to a 4 KiB page per bucket edge) is not counted. Used by
+// planned_memory (mt-train's check) and mt-memreport's prediction (study/memory_model.h).
+struct FsdpResidentElements {
+  int64_t weights = 0;    // fp32 master weights
+  int64_t grads = 0;      // fp32 grads
+  int64_t optimizer = 0;  // the shard, whose Adam moments the rank keeps
+};
+FsdpResidentElements fsdp_resident_elements(const model::ParamLayout& layout, const parallel::ParallelConfig& parallel,
+                                            bool prefetch);
+
 // MemAvailable of /proc/meminfo in bytes, -1 when unknown.
 int64_t available_memory_bytes();
 

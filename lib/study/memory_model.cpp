@@ -208,56 +208,20 @@ bool layout_elements(const ModelConfig& m, const TrainingShape& shape, int stage
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// mt-train's Megatron-FSDP units on rank 0 of a one-stage model, dense or MoE (optim/fsdp_grads.h,
-// optim/fsdp_params.h), bytes: the shard (the owned slices of the per-layer buckets: a dense
-// bucket's slice over DP x CP, an expert bucket's over expert-DP) plus what the rank holds beyond
-// it of the units in use (a MoE layer's dense and expert units are held together). Grads: the
-// root's (embedding and head: the head's backward writes the tied embedding's) or the
-// embedding's and one layer's (with --overlap-grad-reduce one more layer's, the unit whose
-// reduce-scatter is in flight); weights under
-// optim_grads_params: the root's and two adjacent layers' (the one computing and the one
-// prefetched; one without prefetch). Released pages stay in each buffer's page pool
-// (backend/memory.h), so these peaks are also what the buffers hold from the first step on. Page
-// rounding of the released regions (up to a 4 KiB page per bucket edge) is not modelled.
+// mt-train's Megatron-FSDP units on rank 0 of a one-stage model, dense or MoE, as
+// perf::fsdp_resident_elements counts them (mt-train's own check counts the same).
 bool fsdp_unit_memory(const ModelConfig& m, const TrainingShape& shape, RankMemory& r) {
   if (!shape.fsdp_units || m.multi_latent_attention || m.mtp_num_layers > 0) return false;
   const parallel::ParallelConfig& parallel = shape.parallel;
   const model::ParamLayout layout = model::build_layout(m, parallel, parallel::RankCoordinates{},
                                                         model::pipeline_chunks(m, parallel, 0),
                                                         optim::DistributedOptimizer::bucket_options(parallel));
-  const int dense_group = parallel.data_parallel_size * parallel.context_parallel_size;
-  const int expert_group = parallel.expert_data_parallel_size();
-  const int head = layout.last_layer;
-  int64_t owned = 0, root = 0, embedding = 0;
-  std::vector<int64_t> layer_extra(static_cast<size_t>(std::max(0, head)), 0);  // beyond the shard, per layer
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    const model::GradBucket& bucket = layout.buckets[b];
-    const int group = bucket.group == model::DataParallelGroup::expert ? expert_group : dense_group;
-    const model::FlatRange shard = layout.bucket_shard(static_cast<int>(b), 0, group);
-    const int64_t extra = (bucket.padded_end - bucket.begin) - (shard.end - shard.begin);
-    owned += shard.end - shard.begin;
-    if (bucket.first_layer == model::kEmbeddingLayer) embedding += extra;
-    if (bucket.first_layer == model::kEmbeddingLayer || bucket.first_layer >= head) {
-      root += extra;
-    } else {
-      layer_extra[static_cast<size_t>(bucket.first_layer)] += extra;
-    }
-  }
-  int64_t one_layer = 0, two_layers = 0;
-  for (size_t i = 0; i < layer_extra.size(); ++i) {
-    one_layer = std::max(one_layer, layer_extra[i]);
-    two_layers = std::max(two_layers, layer_extra[i] + (i + 1 < layer_extra.size() ? layer_extra[i + 1] : 0));
-  }
-  const bool params = parallel.data_parallel_sharding_strategy == "optim_grads_params";
+  const perf::FsdpResidentElements held = perf::fsdp_resident_elements(layout, parallel, shape.fsdp_prefetch);
   r.parameters = layout.total_elements;
   r.parameter_source = "layout table";
-  r.weights = 4 * (params ? owned + root + (shape.fsdp_prefetch ? two_layers : one_layer) : layout.total_elements);
-  // Overlapped (--overlap-grad-reduce), a unit's full-size grads are held until the next unit's
-  // backward is done: the head's beside the last layer's, two adjacent layers' beside the embedding's.
-  const int64_t last_layer = layer_extra.empty() ? 0 : layer_extra.back();
-  r.grads = 4 * (owned + (parallel.overlap_grad_reduce ? std::max(root + last_layer, embedding + two_layers)
-                                                       : std::max(root, embedding + one_layer)));
-  r.optimizer = 8 * owned;
+  r.weights = 4 * held.weights;
+  r.grads = 4 * held.grads;
+  r.optimizer = 8 * held.optimizer;
   return true;
 }
 

@@ -157,20 +157,21 @@ MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micr
     >/dev/null || fail "FSDP $fsdp against plain $plain"
 }
 
-# mt-memreport's prediction of mt-train's FSDP units against the ledger's high-water marks of
+# mt-memreport's prediction of mt-train's FSDP units, and mt-train's own plan before it allocates
+# (the --dry-run record's per-rank memory), against the ledger's high-water marks of
 # mt-train's step record (the largest over the ranks), at DP=2 and DP=4, and for tiny-mixtral with
 # 3 layers at EP=2 x expert-DP=2 (4 ranks; the experts' buckets sliced over expert-DP, the rest
 # over DP=4): weights, grads and optimizer bytes; the prediction leaves out the page rounding of
 # the released regions, so the measured bytes are at least the predicted ones and at most two
 # 4 KiB pages per bucket (one bucket per layer id and reduction group: 6 layers and the root's 2,
 # or 3 layers' dense and expert buckets and the root's 2) above them.
-@test "issue25: mt-memreport predicts mt-train's FSDP memory (optim_grads, optim_grads_params) at DP=2 and DP=4, and with experts, within two pages per bucket" {
+@test "issue25: mt-memreport and mt-train's own check (--dry-run) predict mt-train's FSDP memory (optim_grads, optim_grads_params) at DP=2 and DP=4, and with experts, within two pages per bucket" {
   local -a run=(--model tiny-llama --num-layers 6 --vocab-size 97 --seq-length 16 --micro-batch-size 2 --global-batch-size 8)
   local slack=$((2 * 4096 * 8))
   fsdp_memory_matches() {
     local ranks="$1" strategy="$2"
     shift 2
-    local predicted measured
+    local predicted measured planned
     predicted="$(mt-memreport "$@" --world-size "$ranks" --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" |
       jq -c 'select(.record == "memory") | [.weights_bytes, .grads_bytes, .optimizer_bytes]')"
     measured="$(mpirun_n "$ranks" mt-train "$@" --mock-data --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
@@ -180,6 +181,13 @@ MIXTRAL=(--model tiny-mixtral --mock-data --vocab-size 97 --seq-length 16 --micr
     jq -e -n --argjson p "$predicted" --argjson m "$measured" --argjson s "$slack" \
       '[range(3)] | all(. as $i | $m[$i] >= $p[$i] and $m[$i] <= $p[$i] + $s)' >/dev/null \
       || fail "$ranks ranks $strategy $*: predicted $predicted, measured $measured"
+    # mt-train's own check before it allocates (its --dry-run record) counts the same.
+    planned="$(mt-train "$@" --mock-data --train-iters 1 --use-megatron-fsdp --data-parallel-sharding-strategy "$strategy" \
+      --dry-run --world-size "$ranks" 2>"$TMP/err" | jq -c '.memory.per_rank | [.weights_bytes, .grads_bytes, .optim_bytes]')" \
+      || fail "dry run $ranks $strategy $*: $(cat "$TMP/err")"
+    jq -e -n --argjson p "$planned" --argjson m "$measured" --argjson s "$slack" \
+      '[range(3)] | all(. as $i | $m[$i] >= $p[$i] and $m[$i] <= $p[$i] + $s)' >/dev/null \
+      || fail "$ranks ranks $strategy $*: mt-train --dry-run planned $planned, measured $measured"
   }
   for ranks in 2 4; do
     for strategy in optim_grads optim_grads_params; do
