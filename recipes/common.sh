@@ -98,12 +98,17 @@ tiny_model_args() {
     --seq-length 32 --max-position-embeddings 32
 }
 
-# The published run's precision and recompute flags, which tiny mode keeps.
+uses_megatron_fsdp() { [[ " ${TRAIN_ARGS[*]} " == *" --use-megatron-fsdp "* ]]; }
+
+# The published run's precision and recompute flags, which tiny mode keeps, and its Megatron-FSDP
+# flags (with FSDP, --overlap-grad-reduce too).
 kept_train_flags() {
   local i=0
   while [[ $i -lt ${#TRAIN_ARGS[@]} ]]; do
     case "${TRAIN_ARGS[$i]}" in
-      --bf16|--fp16) echo "${TRAIN_ARGS[$i]}" ;;
+      --bf16|--fp16|--use-megatron-fsdp) echo "${TRAIN_ARGS[$i]}" ;;
+      --overlap-grad-reduce) ! uses_megatron_fsdp || echo "${TRAIN_ARGS[$i]}" ;;
+      --data-parallel-sharding-strategy) echo "${TRAIN_ARGS[$i]}"; i=$((i + 1)); echo "${TRAIN_ARGS[$i]}" ;;
       --recompute-granularity|--recompute-method|--recompute-num-layers) echo "${TRAIN_ARGS[$i]}"; i=$((i + 1)); echo "${TRAIN_ARGS[$i]}" ;;
     esac
     i=$((i + 1))
@@ -254,9 +259,15 @@ full_scale_args() {
   FULL_ARGS=("${MODEL_ARGS[@]}" "${layout[@]}" "${TRAIN_ARGS[@]}")
 }
 
+# mt-train refuses --device cuda with BERT and with FSDP's grad sharding: their dry runs plan the
+# CPU table.
 dry_run() {
   local device=(--device cuda)
-  ! is_bert || device=("${TOKENIZER_ARGS[@]}" --device cpu)
+  if is_bert; then
+    device=("${TOKENIZER_ARGS[@]}" --device cpu)
+  elif uses_megatron_fsdp; then
+    device=(--device cpu)
+  fi
   "$MT_BIN/mt-train" "${FULL_ARGS[@]}" "${device[@]}" --data-path "${MT_DATA_PREFIX:-$MT_DATA_DIR/corpus_text_document}" \
     --split 969,30,1 --save "$CKPT_DIR" --dry-run --world-size "$WORLD" --peak-device "$PEAK_DEVICE"
 }

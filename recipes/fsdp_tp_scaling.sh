@@ -5,11 +5,15 @@
 # The rows, their layouts, batches and published figures are data/perf/published_runs.csv's
 # fsdp-* rows (sources there). A driver: `bash recipes/fsdp_tp_scaling.sh [ROW...]` submits one
 # job per row with that row's resources (this file again, with MT_ROW set); no ROW: every row.
-# Rows with FSDP (dp_shard) are refused by name: mt has no fully sharded data parallelism yet.
+# Rows with FSDP (dp_shard) train with Megatron-FSDP's --use-megatron-fsdp
+# --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce over the row's DP ranks
+# (the study's FSDP2 shards parameters, grads and optimizer state alike); mt-train has no CUDA path
+# for FSDP's grad sharding yet, so at full scale those rows are refused by name: MT_SCALE=tiny runs
+# them on CPU ranks and MT_DRY_RUN=1 plans them (on the CPU table).
 # MT_SCALE=tiny submits each row on CPU ranks of one node (its world: at most 4 ranks here);
 # MT_DRY_RUN=1 runs each row's full-scale mt-train --dry-run instead of submitting.
 # MT_SBATCH names the submit command (default sbatch). README "Running a recipe".
-# Tested in tests/slurm/slurm.bats (a TP row, tiny) and tests/slurm/recipes.bats (refusals, dry runs).
+# Tested in tests/slurm/slurm.bats (a TP row and a TP + FSDP row, tiny) and tests/slurm/recipes.bats (refusals, dry runs).
 #SBATCH --signal=B:USR1@120
 #SBATCH --requeue
 #SBATCH --open-mode=append
@@ -44,10 +48,11 @@ all_rows() { python3 -c 'import csv,sys; print(*[r["id"] for r in csv.DictReader
 
 # --- one row: the job ------------------------------------------------------------------------------
 run_row() {
-  local gpus tp fsdp micro global seq model overrides mfu tokens fields
+  local gpus tp fsdp micro global seq model overrides mfu tokens fields refusal
   fields="$(row_fields "$MT_ROW")" || exit 2
   read -r gpus tp fsdp micro global seq model overrides mfu tokens <<<"$fields"
-  [[ $fsdp -eq 0 ]] || { echo "fsdp_tp_scaling: $MT_ROW: refused: FSDP (dp_shard) is not built in mt yet" >&2; exit 2; }
+  refusal="$(fsdp_refusal "$fsdp")"
+  [[ -z "$refusal" ]] || { echo "fsdp_tp_scaling: $MT_ROW: refused: $refusal" >&2; exit 2; }
   RECIPE="fsdp_tp_scaling.$MT_ROW"
   WORLD=$gpus TP=$tp PP=1 CP=1 SP=0
   MODEL_ARGS=(--model "$model")
@@ -59,6 +64,7 @@ run_row() {
               --train-iters 20 --lr 3e-4 --lr-warmup-iters 5 --lr-decay-style constant --clip-grad 1.0 --seed 42 --bf16
               --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
               --flops-convention 6N+12LCT --eval-interval 20 --eval-iters 1 --log-interval 1)
+  [[ $fsdp -eq 0 ]] || TRAIN_ARGS+=(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce)
   TINY_FAMILY=llama
   TOKENIZER_ARGS=(--tokenizer-type TikTokenizer --tokenizer-model "$MT_ROOT/data/tokenizers/llama3/tokenizer.model")
   PEAK_DEVICE=h200 CLUSTER=h200-4gpu-nodes
@@ -68,16 +74,25 @@ run_row() {
   mt_recipe_main
 }
 
+# Why a row with FSDP (its fsdp field, $1, not 0) cannot run where it is asked to; nothing if it can.
+fsdp_refusal() {
+  [[ $1 -ne 0 ]] || return 0
+  if [[ "${MT_SCALE:-full}" == full && "${MT_DRY_RUN:-0}" != 1 ]]; then
+    echo "mt-train refuses FSDP's grad sharding with --device cuda (no CUDA path for its unit reduce-scatters and page pools yet): MT_SCALE=tiny runs the row on CPU ranks, MT_DRY_RUN=1 plans it"
+  fi
+}
+
 # --- the driver: one job per row ---------------------------------------------------------------------
 submit_rows() {
   local rows=("$@") row refused=0 submitted=0 dry_failed=0
   [[ ${#rows[@]} -gt 0 ]] || read -r -a rows <<<"$(all_rows)"
   for row in "${rows[@]}"; do
-    local gpus tp fsdp rest fields
+    local gpus tp fsdp rest fields refusal
     fields="$(row_fields "$row")" || exit 2
     read -r gpus tp fsdp rest <<<"$fields"
-    if [[ $fsdp -ne 0 ]]; then
-      echo "fsdp_tp_scaling: $row: refused: FSDP (dp_shard) is not built in mt yet" >&2
+    refusal="$(fsdp_refusal "$fsdp")"
+    if [[ -n "$refusal" ]]; then
+      echo "fsdp_tp_scaling: $row: refused: $refusal" >&2
       refused=$((refused + 1))
       continue
     fi

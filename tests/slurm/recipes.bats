@@ -3,9 +3,10 @@
 # for its published layout and world size (MT_DRY_RUN=1; a layout that does not fit the published
 # GPU at mt's memory is refused naming the memory and passes on the GPU its NEEDS_GPU names); tiny
 # mode keeps every degree that fits in 32 ranks and otherwise lowers PP, printing what changed; the
-# suite drivers submit one job per row with that row's resources and refuse by name FSDP rows and
-# the BERT rows mt-train refuses (a full-scale run on CUDA), while BERT's rows dry-run BERT-345M on
-# the CPU table against the V100's memory, its SP rows too. The runs under Slurm are
+# suite drivers submit one job per row with that row's resources and refuse by name the FSDP and
+# BERT rows mt-train refuses at full scale (a run on CUDA), while those rows dry-run on the CPU
+# table against the published GPU's memory (BERT-345M and its SP rows on V100s, the FSDP rows with
+# optim_grads_params on H200s) and, in tiny mode, are submitted. The runs under Slurm are
 # tests/slurm/slurm.bats.
 
 setup() {
@@ -42,9 +43,25 @@ recipe_var() { grep -o "\b$2=[^ ]*" "$MT_ROOT/recipes/$1.sh" | head -1 | cut -d=
   done
 }
 
-@test "every row of the suites passes mt-train --dry-run (BERT's SP rows too), FSDP rows are refused by name" {
-  run_split env MT_DRY_RUN=1 bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-tp4 fsdp-7b-tp2
-  [[ $status -eq 0 && "$(grep -c '"verdict":"runs"' <<<"$out")" -eq 2 ]] || fail "exited $status: $out $err"
+@test "every row of the suites passes mt-train --dry-run (BERT's SP rows and the FSDP rows too) but two FSDP-study rows mt's memory does not fit; at full scale BERT and FSDP rows are refused by name" {
+  # Two of the FSDP study's 14 rows do not fit an H200 at mt's memory, and the dry run says so:
+  # fsdp-7b-1gpu (fp32 master weights and grads and Adam's fp32 moments, where the study keeps bf16
+  # parameters and AdamW states) and fsdp-13b-fsdp8 (planned on the CPU table, whose GEMM copy of
+  # bf16 weights is fp32-sized and whole, beside 49 GiB of activations at micro-batch 4).
+  run_split env MT_DRY_RUN=1 bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh"
+  [[ $status -eq 2 && "$(grep -c '"verdict":"runs"' <<<"$out")" -eq 12 ]] || fail "exited $status: $out $err"
+  [[ "$(grep -c 'dry run exit 2' <<<"$err")" -eq 2 && "$err" == *"fsdp-7b-1gpu: dry run exit 2"* &&
+     "$err" == *"fsdp-13b-fsdp8: dry run exit 2"* && "$err" == *"but only 141.00 GiB is available"* ]] || fail "$err"
+  ! grep -q ': refused: ' <<<"$err" || fail "a row refused: $err"
+  # The 11 FSDP rows: optim_grads_params with overlapped reduce-scatters over the row's DP ranks,
+  # planned on the CPU table (no CUDA path yet) for H200s, the 70B one fitting (its shard, not
+  # the whole model's weights and grads, is counted).
+  jq -e -s '[.[] | select(.parallel.use_megatron_fsdp)] | length == 11 and all(.device == "cpu"
+    and .parallel.data_parallel_sharding_strategy == "optim_grads_params" and .parallel.overlap_grad_reduce
+    and (.memory.checked_against | startswith("h200")))
+    and any(.model.name == "llama3-70b" and .world_size == 32 and .parallel.data_parallel_size == 8 and .verdict == "runs")' \
+    <<<"$out" >/dev/null \
+    || fail "$(jq -c '[.model.name, .device, .world_size, .parallel.use_megatron_fsdp, .verdict, .memory.per_rank.total_bytes]' <<<"$out")"
   run_split env MT_DRY_RUN=1 bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh"
   [[ $status -eq 0 && "$(grep -c '"verdict":"runs"' <<<"$out")" -eq 80 ]] || fail "exited $status: $err"
   ! grep -q ': refused: ' <<<"$err" || fail "a row refused: $err"
@@ -58,7 +75,7 @@ recipe_var() { grep -o "\b$2=[^ ]*" "$MT_ROOT/recipes/$1.sh" | head -1 | cut -d=
   run_split bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" bert-tp2pp2-s512-baseline
   [[ $status -eq 2 && "$err" == *"bert-tp2pp2-s512-baseline: refused: mt-train refuses BERT with --device cuda"* ]] || fail "$status $err"
   run_split bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-fsdp2
-  [[ $status -eq 2 && "$err" == "fsdp_tp_scaling: fsdp-7b-fsdp2: refused: FSDP (dp_shard) is not built in mt yet" ]] || fail "$status $err"
+  [[ $status -eq 2 && "$err" == "fsdp_tp_scaling: fsdp-7b-fsdp2: refused: mt-train refuses FSDP's grad sharding with --device cuda"* ]] || fail "$status $err"
   run_split bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-9b
   [[ $status -eq 2 && "$err" == "fsdp_tp_scaling: fsdp-9b: no such row (data/perf/published_runs.csv's fsdp-* rows)" ]] || fail "$status $err"
   run_split bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" gpt-tp2pp2-s512-full
@@ -70,9 +87,14 @@ recipe_var() { grep -o "\b$2=[^ ]*" "$MT_ROOT/recipes/$1.sh" | head -1 | cut -d=
   chmod +x "$TMP/sbatch"
   run_split env MT_SBATCH="$TMP/sbatch" bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-tp4 fsdp-7b-tp2 fsdp-7b-fsdp4
   [[ $status -eq 0 && "$out" == $'fsdp_tp_scaling: fsdp-7b-tp4: 77\nfsdp_tp_scaling: fsdp-7b-tp2: 77' ]] || fail "$status $out $err"
-  [[ "$err" == *"fsdp-7b-fsdp4: refused: FSDP"* ]] || fail "$err"
+  [[ "$err" == *"fsdp-7b-fsdp4: refused: mt-train refuses FSDP's grad sharding with --device cuda"* ]] || fail "$err"
   grep -q -- '--nodes=1 --ntasks=4 --ntasks-per-node=4 --gpus-per-node=4 .*--export=ALL,MT_ROW=fsdp-7b-tp4,' "$TMP/submitted" || fail "$(cat "$TMP/submitted")"
   grep -q -- '--nodes=1 --ntasks=2 --ntasks-per-node=2 --gpus-per-node=2 .*--export=ALL,MT_ROW=fsdp-7b-tp2,' "$TMP/submitted" || fail "$(cat "$TMP/submitted")"
+  : >"$TMP/submitted"
+  run_split env MT_SCALE=tiny MT_SBATCH="$TMP/sbatch" bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-fsdp4 fsdp-13b-tp4-fsdp8
+  [[ $status -eq 0 ]] && grep -q -- '--nodes=1 --ntasks=4 --cpus-per-task=1 .*MT_ROW=fsdp-7b-fsdp4,' "$TMP/submitted" \
+    && grep -q -- '--nodes=1 --ntasks=32 --cpus-per-task=1 .*MT_ROW=fsdp-13b-tp4-fsdp8,' "$TMP/submitted" \
+    && [[ "$(wc -l <"$TMP/submitted")" -eq 2 ]] || fail "$status $err $(cat "$TMP/submitted")"
   : >"$TMP/submitted"
   run_split env MT_SCALE=tiny MT_SBATCH="$TMP/sbatch" bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" gpt-tp8pp1-s2048-sp \
     bert-tp4pp2-s512-full bert-tp2pp2-s512-sp

@@ -6,7 +6,8 @@
 # provenance files; `scancel --signal=USR1 --batch` makes it save, exit 75, requeue itself and
 # resume to the straight run's numbers; a job reaching its time limit (--time=2, warned by
 # --signal=B:USR1@60) does the same; every other dense recipe's tiny mode runs (one row of each suite,
-# and the 345M study's BERT row bert-tp2pp2-s512-sp-selective);
+# the FSDP study's TP + FSDP row fsdp-7b-tp2-fsdp2 and the 345M study's BERT row
+# bert-tp2pp2-s512-sp-selective);
 # teardown leaves no daemon behind. Needs root: skipped with a message without it, a failure under
 # CI=true. Slurm holds a requeued job for about 2 minutes before it may start again; the tests cut
 # that short with `scontrol update StartTime=now` (a cluster would simply wait).
@@ -204,6 +205,8 @@ check_finished_run() {
   local line
   line="$(MT_OUT="$LAB/fsdp-7b-tp4" bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-tp4)"
   jobs[fsdp-7b-tp4]="${line##* }"
+  line="$(MT_OUT="$LAB/fsdp-7b-tp2-fsdp2" bash "$MT_ROOT/recipes/fsdp_tp_scaling.sh" fsdp-7b-tp2-fsdp2)"
+  jobs[fsdp-7b-tp2-fsdp2]="${line##* }"
   line="$(MT_OUT="$LAB/gpt-tp4pp2-s512-sp-selective" bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" gpt-tp4pp2-s512-sp-selective)"
   jobs[gpt-tp4pp2-s512-sp-selective]="${line##* }"
   line="$(MT_OUT="$LAB/bert-tp2pp2-s512-sp-selective" bash "$MT_ROOT/recipes/gpt_bert_345m_recompute.sh" bert-tp2pp2-s512-sp-selective)"
@@ -221,6 +224,13 @@ check_finished_run() {
   grep -q "^published  *432.8 TFLOP/s per GPU, 44% MFU" "$LAB/gpt_177b_weak_scaling.out" || fail "177B: no published figure"
   jq -e -s '.[0].train.recompute_granularity == "selective" and .[0].parallel.sequence_parallel == true' \
     "$LAB/gpt-tp4pp2-s512-sp-selective/run/train.restart-0.jsonl" >/dev/null || fail "345M row: $(head -1 "$LAB/gpt-tp4pp2-s512-sp-selective/run/train.restart-0.jsonl")"
+  # The TP + FSDP row: TP 2 x DP 2 with optim_grads_params and overlapped reduce-scatters, its
+  # gathers and reduce-scatters timed in each step.
+  jq -e -s '.[0].parallel.tensor_model_parallel_size == 2 and .[0].parallel.data_parallel_size == 2
+    and .[0].parallel.use_megatron_fsdp and .[0].parallel.data_parallel_sharding_strategy == "optim_grads_params"
+    and .[0].parallel.overlap_grad_reduce
+    and ([.[] | select(.record == "step")] | length == 4 and all(.fsdp_gather_ms > 0 and .fsdp_reduce_ms > 0))' \
+    "$LAB/fsdp-7b-tp2-fsdp2/run/train.restart-0.jsonl" >/dev/null || fail "FSDP row: $(head -1 "$LAB/fsdp-7b-tp2-fsdp2/run/train.restart-0.jsonl")"
   # The BERT row: tiny-bert on WordPiece sentences at TP2 PP2 DP2 with SP, lm loss and sop loss in each step.
   jq -e -s '.[0].model.bert == true and .[0].model.vocab_size == 3000 and .[0].parallel.tensor_model_parallel_size == 2
     and .[0].parallel.pipeline_model_parallel_size == 2 and .[0].train.recompute_granularity == "selective"
