@@ -151,6 +151,42 @@ TEST(Memory, ARanksShareIsItsShardAndTheNodeCountsEveryRank) {
   }
 }
 
+// Megatron-FSDP: the floor stays below the plan for every grad-sharding strategy, prefetch and
+// overlap; the plan counts the grad shard (and under optim_grads_params the weight shard) plus the
+// units in use, so a layout the distributed optimizer alone does not fit passes under FSDP. (The
+// plan against the measured ledger: tests/tools/mt-train-fsdp.bats.)
+TEST(Memory, MegatronFsdpCountsItsShardAndTheUnitsInUse) {
+  model::ModelConfig c = model::preset("tiny-llama");
+  c.num_layers = 8;
+  perf::MemoryOptions optim;
+  optim.parallel.data_parallel_size = 4;
+  optim.parallel.use_distributed_optimizer = true;
+  const perf::TrainingMemory distributed = perf::planned_memory(c, optim);
+  for (const char* strategy : {"optim_grads", "optim_grads_params"}) {
+    for (bool overlap : {false, true}) {
+      for (bool no_prefetch : {false, true}) {
+        perf::MemoryOptions fsdp = optim;
+        fsdp.parallel.use_megatron_fsdp = true;
+        fsdp.parallel.data_parallel_sharding_strategy = strategy;
+        fsdp.parallel.overlap_grad_reduce = overlap;
+        fsdp.parallel.no_fsdp_prefetch = no_prefetch && std::string(strategy) == "optim_grads_params";
+        SCOPED_TRACE(std::string(strategy) + (overlap ? " overlapped" : "") + (no_prefetch ? " no prefetch" : ""));
+        expect_floor_below_plan(c, fsdp);
+        const perf::TrainingMemory plan = perf::planned_memory(c, fsdp);
+        EXPECT_LT(2 * plan.grads, distributed.grads);  // a quarter and two layers' worth, not the whole table
+        EXPECT_EQ(plan.optimizer, distributed.optimizer);
+        if (std::string(strategy) == "optim_grads_params") {
+          EXPECT_LT(2 * plan.weights, distributed.weights);
+          EXPECT_NO_THROW(perf::check_training_memory(c, fsdp, (distributed.total() + plan.total()) / 2));
+          EXPECT_THROW(perf::check_training_memory(c, optim, (distributed.total() + plan.total()) / 2), Error);
+        } else {
+          EXPECT_EQ(plan.weights, distributed.weights);
+        }
+      }
+    }
+  }
+}
+
 TEST(Memory, ARanksActivationsAreItsStagesTensorAndSequenceParallelShare) {
   model::ModelConfig c = model::preset("tiny-llama");
   c.num_layers = 4;
