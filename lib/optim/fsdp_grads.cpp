@@ -85,9 +85,8 @@ void UnitGradReducer::begin_step() {
 
 void UnitGradReducer::before_backward(int layer) {
   const std::vector<size_t> buckets = unit_buckets(layout_, layer, head_layer_);
-  for (size_t b : buckets) {
-    if (std::find(in_flight_.begin(), in_flight_.end(), b) != in_flight_.end()) complete_in_flight();
-  }
+  const auto is_in_flight = [&](size_t b) { return std::find(in_flight_.begin(), in_flight_.end(), b) != in_flight_.end(); };
+  if (std::any_of(buckets.begin(), buckets.end(), is_in_flight)) complete_in_flight();
   if (!grad_pages_) return;
   for (size_t b : buckets) {
     const model::GradBucket& bucket = layout_.buckets[b];

@@ -205,19 +205,16 @@ TrainingMemory planned_memory(const model::ModelConfig& model, const MemoryOptio
         model, parallel, rank, model::pipeline_chunks(model, parallel, stage),
         optim::DistributedOptimizer::bucket_options(parallel));
     const int64_t elements = layout.total_elements;
-    const int64_t optimizer_elements = optimizer_state_elements(layout, parallel);
+    // Whole fp32 weights and grads and the optimizer's shard, or what Megatron-FSDP's units hold.
+    const FsdpResidentElements held =
+        parallel.shards_grads() ? fsdp_resident_elements(layout, parallel, !parallel.no_fsdp_prefetch)
+                                : FsdpResidentElements{elements, elements, optimizer_state_elements(layout, parallel)};
     const std::vector<parallel::PipelineAction> actions = parallel::pipeline_actions(schedule, stage);
     TrainingMemory rank_plan;  // this stage's
     // The GEMM copy of the weights stays whole-size under Megatron-FSDP too.
-    rank_plan.weights = elements * 4 + model::GemmWeights::bytes(*options.ops, options.precision, elements);
-    rank_plan.grads = elements * 4;
-    rank_plan.optimizer = optimizer_elements * 8;  // Adam's exp_avg and exp_avg_sq, fp32
-    if (parallel.shards_grads()) {
-      const FsdpResidentElements held = fsdp_resident_elements(layout, parallel, !parallel.no_fsdp_prefetch);
-      rank_plan.weights += (held.weights - elements) * 4;
-      rank_plan.grads = held.grads * 4;
-      rank_plan.optimizer = held.optimizer * 8;
-    }
+    rank_plan.weights = held.weights * 4 + model::GemmWeights::bytes(*options.ops, options.precision, elements);
+    rank_plan.grads = held.grads * 4;
+    rank_plan.optimizer = held.optimizer * 8;  // Adam's exp_avg and exp_avg_sq, fp32
     for (int c = 0; c < chunks; ++c) {
       rank_plan.activations += model::planned_activation_bytes(model, layout, c, rows, sequence_split, options.precision,
                                                                recompute, parallel::pipeline_activation_slots(actions, c));
