@@ -763,16 +763,17 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 namespace {
 
 // How a partitioned run splits its work. The files' bytes, one after another, are cut into
-// `chunks` equal byte ranges; a line belongs to the range holding its first byte, and chunk j is
-// read by rank (j % partitions) % ranks, so each rank reads a share of the bytes in proportion to
-// the partitions it holds (r, r + ranks, ...) and no line is read twice. The output is a sequence
-// of segments, each the lines of one chunk that one pass takes: round robin makes one pass per
-// partition (pass p takes the lines whose index across the files, j, has j % N == p, so the
-// segments in order give partition 0's lines in order, then partition 1's, ...: Megatron's merged
-// order); with contiguous blocks (--keep-sequential-samples, or partition files reused, partition
-// i being file i) the merged order is the lines' own, one pass taking every line. Chunks are
-// interleaved between the ranks so that rank 0, which writes the segments in order, has each
-// one's records soon after they are made, not only once every rank is done.
+// `chunks` equal byte ranges; a line belongs to the range holding its first byte. The output is a
+// sequence of segments, each the lines of one chunk that one pass takes: round robin makes one
+// pass per partition (pass p takes the lines whose index across the files, j, has j % N == p, so
+// the segments in order give partition 0's lines in order, then partition 1's, ...: Megatron's
+// merged order); with contiguous blocks (--keep-sequential-samples, or partition files reused,
+// partition i being file i) the merged order is the lines' own, one pass taking every line.
+// Round robin's line count of chunk j is made by rank (j % partitions) % ranks, in proportion to
+// the partitions a rank holds (r, r + ranks, ...). Segments are tokenized by whichever rank claims
+// them first, in order (SegmentWriter::claim), so a rank that is slower, holds fewer threads or,
+// as rank 0, also writes takes fewer, and rank 0, which writes the segments in order, has each
+// one's records soon after they are made.
 struct PartitionLayout {
   std::vector<std::string> files;
   std::vector<int64_t> starts;  // files[f]'s first byte in the whole; starts.back() is the total
@@ -793,10 +794,9 @@ struct PartitionLayout {
   int64_t begin(int64_t chunk) const {
     return static_cast<int64_t>(static_cast<__int128>(starts.back()) * chunk / chunks);
   }
-  int owner(int64_t chunk) const { return static_cast<int>(chunk % partitions % ranks); }
+  int line_counter(int64_t chunk) const { return static_cast<int>(chunk % partitions % ranks); }
   int64_t segments() const { return chunks * passes; }
   int64_t chunk_of(int64_t segment) const { return segment % chunks; }
-  int owner_of_segment(int64_t segment) const { return owner(chunk_of(segment)); }
 
   // Calls part_fn(file, from, to) for each file's part of the chunk: its bytes [from, to), in order.
   template <class PartFn>
@@ -816,18 +816,15 @@ struct PartitionBatch : TokenizedBatch {
   int64_t segment = 0;
 };
 
-// Hands out this rank's segments in order, in batches of whole lines of one file (about
-// LineInputOptions::batch_bytes; a too-long line alone, with no bytes). Round robin needs each
-// chunk's first line index (`first_lines`, from the ranks' counts); each pass reads the rank's
-// chunks again.
+// Hands out the segments this rank claims (`claim`: the next one, in increasing order, or -1
+// when none is left), in batches of whole lines of one file (about LineInputOptions::batch_bytes;
+// a too-long line alone, with no bytes). Round robin needs each chunk's first line index
+// (`first_lines`, from the ranks' counts); each pass reads a chunk again.
 class SegmentDealer {
  public:
-  SegmentDealer(const PartitionLayout& layout, std::vector<int64_t> first_lines, int rank, const LineInputOptions& input)
-      : layout_(layout), first_lines_(std::move(first_lines)), input_(input) {
-    for (int64_t segment = 0; segment < layout_.segments(); ++segment) {
-      if (layout_.owner_of_segment(segment) == rank) segments_.push_back(segment);
-    }
-  }
+  SegmentDealer(const PartitionLayout& layout, std::vector<int64_t> first_lines, std::function<int64_t()> claim,
+                const LineInputOptions& input)
+      : layout_(layout), first_lines_(std::move(first_lines)), claim_(std::move(claim)), input_(input) {}
 
   // Bytes of the files read so far.
   int64_t bytes_read() const { return bytes_read_ + (reader_ ? reader_->bytes_read() : 0); }
@@ -849,8 +846,12 @@ class SegmentDealer {
   bool open_next() {
     for (;;) {
       if (next_part_ == parts_.size()) {
-        if (next_segment_ == segments_.size()) return false;
-        segment_ = segments_[next_segment_++];
+        if (claimed_all_) return false;
+        segment_ = claim_();
+        if (segment_ < 0) {
+          claimed_all_ = true;
+          return false;
+        }
         parts_.clear();
         layout_.for_each_part(layout_.chunk_of(segment_),
                               [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
@@ -909,9 +910,9 @@ class SegmentDealer {
   };
   const PartitionLayout& layout_;
   std::vector<int64_t> first_lines_;  // round robin: per chunk, the index of its first line
+  std::function<int64_t()> claim_;
   const LineInputOptions& input_;
-  std::vector<int64_t> segments_;  // this rank's, in order
-  size_t next_segment_ = 0;
+  bool claimed_all_ = false;
   int64_t segment_ = 0;
   std::vector<Part> parts_;  // the current segment's chunk, per file
   size_t next_part_ = 0;
@@ -969,27 +970,61 @@ void write_record(const std::string& record, std::vector<data::TokenDatasetWrite
 }
 
 constexpr int kPartitionTag = 26;
+constexpr int kClaimTag = 27;
 
 // Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
 // another would take a core from the ranks still tokenizing.
+constexpr auto kPollInterval = std::chrono::microseconds(200);
 void wait_sleeping(comm::Request& request) {
-  while (!request.test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  while (!request.test()) std::this_thread::sleep_for(kPollInterval);
 }
 
-// Rank 0: writes the segments in order, each as its rank makes it: its own batches as they are
-// tokenized and the other ranks' records as they arrive (per record a header {segment, size},
-// then its bytes; a header of size -1 says the rank is done). A record whose turn has not come
-// waits in its rank's queue. A rank has finished every segment before the last one it sent.
+// Rank 0: hands out the segments and writes them in order, each as its rank makes it: its own
+// batches as they are tokenized and the other ranks' records as they arrive (per record a header
+// {segment, size}, then its bytes; a header of size -1 says the rank is done). A record whose
+// turn has not come waits in its rank's queue. A rank makes its segments in the order it claimed
+// them, so it has finished every segment before the last one it sent. Claims from the other ranks
+// (SegmentClaimer) are answered whenever rank 0 is between batches.
 class SegmentWriter {
  public:
   SegmentWriter(comm::Communicator& world, const PartitionLayout& layout, std::vector<data::TokenDatasetWriter>& writers,
                 const std::string& output_prefix, size_t& budget)
-      : world_(world), layout_(layout), writers_(writers), finished_(static_cast<size_t>(world.size())),
-        headers_(static_cast<size_t>(world.size())), pending_(static_cast<size_t>(world.size())) {
+      : world_(world), layout_(layout), writers_(writers), owner_(static_cast<size_t>(layout.segments()), -1),
+        finished_(static_cast<size_t>(world.size())), headers_(static_cast<size_t>(world.size())),
+        pending_(static_cast<size_t>(world.size())), claim_asks_(static_cast<size_t>(world.size())),
+        claim_pending_(static_cast<size_t>(world.size())) {
     for (int r = 0; r < world.size(); ++r) {
       queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
-      if (r > 0) listen(r);
+      if (r == 0) continue;
+      listen(r);
+      if (r < layout_.partitions) listen_for_claim(r);  // a rank holding no partition claims nothing
     }
+  }
+
+  // After an error on rank 0 (a bad line, a failed write) the other ranks are told there is
+  // nothing more to claim and their records are taken in, never written, until each is done, so that
+  // no rank waits for rank 0 and no receive is left posted; the error then stops the job.
+  ~SegmentWriter() {
+    try {
+      next_claim_ = layout_.segments();
+      finished_[0] = layout_.segments();
+      while (!every_rank_done()) {
+        answer_claims();
+        take_in_records();
+        std::this_thread::sleep_for(kPollInterval);
+      }
+      for (Answer& answer : answers_) wait_sleeping(*answer.request);
+    } catch (...) {  // a destructor cannot throw: the error already on its way stops the job
+    }
+  }
+  SegmentWriter(const SegmentWriter&) = delete;
+  SegmentWriter& operator=(const SegmentWriter&) = delete;
+
+  // The next segment for `rank`, or -1 when every segment is claimed.
+  int64_t claim(int rank) {
+    if (next_claim_ == layout_.segments()) return -1;
+    owner_[static_cast<size_t>(next_claim_)] = rank;
+    return next_claim_++;
   }
 
   // One of rank 0's batches of `segment` (its segments come in order).
@@ -1003,20 +1038,69 @@ class SegmentWriter {
     }
   }
 
-  // Writes everything once rank 0 has made all its batches.
+  // Writes everything once rank 0 has made all its batches, answering claims until every rank is done.
   void finish() {
     finished_[0] = layout_.segments();
-    while (!receive()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    while (!receive() || !every_rank_done()) std::this_thread::sleep_for(kPollInterval);
+    for (Answer& answer : answers_) wait_sleeping(*answer.request);
+    answers_.clear();
   }
 
  private:
+  // A claim's answer on its way to a rank (std::deque: elements stay where they are while sent).
+  struct Answer {
+    int64_t segment = -1;
+    std::unique_ptr<comm::Request> request;
+  };
+
   void listen(int rank) {
     pending_[static_cast<size_t>(rank)] =
         world_.recv_async(headers_[static_cast<size_t>(rank)].data(), 2, DType::i64, rank, kPartitionTag);
   }
+  void listen_for_claim(int rank) {
+    claim_pending_[static_cast<size_t>(rank)] =
+        world_.recv_async(&claim_asks_[static_cast<size_t>(rank)], 1, DType::i64, rank, kClaimTag);
+  }
 
-  // Takes in what has arrived and writes what is due; true once every segment is written.
+  // Answers the claims that have arrived; a rank told -1 asks no more.
+  void answer_claims() {
+    while (!answers_.empty() && answers_.front().request->test()) answers_.pop_front();
+    for (int r = 1; r < world_.size(); ++r) {
+      std::unique_ptr<comm::Request>& pending = claim_pending_[static_cast<size_t>(r)];
+      if (!pending || !pending->test()) continue;
+      Answer& answer = answers_.emplace_back();
+      answer.segment = claim(r);
+      answer.request = world_.send_async(&answer.segment, 1, DType::i64, r, kClaimTag);
+      pending.reset();
+      if (answer.segment >= 0) listen_for_claim(r);
+    }
+  }
+
+  bool every_rank_done() const {
+    return std::all_of(finished_.begin(), finished_.end(), [&](int64_t f) { return f == layout_.segments(); });
+  }
+
+  // Answers claims, takes in what has arrived and writes what is due; true once every segment is written.
   bool receive() {
+    answer_claims();
+    take_in_records();
+    while (next_ < layout_.segments()) {
+      const int owner = owner_[static_cast<size_t>(next_)];
+      if (owner < 0) return false;  // not claimed yet
+      RecordQueue& queue = *queues_[static_cast<size_t>(owner)];
+      if (!queue.empty() && queue.front_tag() == next_) {
+        write_record(queue.pop(), writers_);
+      } else if (finished_[static_cast<size_t>(owner)] > next_) {
+        ++next_;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Queues the records that have arrived from the other ranks and notes the ranks that are done.
+  void take_in_records() {
     for (int r = 1; r < world_.size(); ++r) {
       const size_t q = static_cast<size_t>(r);
       while (pending_[q] && pending_[q]->test()) {
@@ -1033,28 +1117,72 @@ class SegmentWriter {
         listen(r);
       }
     }
-    while (next_ < layout_.segments()) {
-      const size_t q = static_cast<size_t>(layout_.owner_of_segment(next_));
-      RecordQueue& queue = *queues_[q];
-      if (!queue.empty() && queue.front_tag() == next_) {
-        write_record(queue.pop(), writers_);
-      } else if (finished_[q] > next_) {
-        ++next_;
-      } else {
-        return false;
-      }
-    }
-    return true;
   }
 
   comm::Communicator& world_;
   const PartitionLayout& layout_;
   std::vector<data::TokenDatasetWriter>& writers_;
+  std::vector<int> owner_;          // per segment: the rank that claimed it, -1 before
+  int64_t next_claim_ = 0;          // the first segment not claimed
   int64_t next_ = 0;                // the segment being written
   std::vector<int64_t> finished_;   // per rank: all its segments before this one are made
   std::vector<std::array<int64_t, 2>> headers_;
   std::vector<std::unique_ptr<comm::Request>> pending_;
+  std::vector<int64_t> claim_asks_;  // per rank: the claim being received (its value is unused)
+  std::vector<std::unique_ptr<comm::Request>> claim_pending_;
+  std::deque<Answer> answers_;
   std::vector<std::unique_ptr<RecordQueue>> queues_;
+};
+
+// A rank other than 0: claims its segments from rank 0, one ahead of the one it is reading, so
+// it seldom waits for an answer (rank 0 answers between its batches).
+class SegmentClaimer {
+ public:
+  explicit SegmentClaimer(comm::Communicator& world) : world_(world) {}
+
+  // The next segment this rank claimed, or -1 when none is left.
+  int64_t next() {
+    for (;;) {
+      if (answer_ && answer_->test()) take_answer();
+      if (!claimed_.empty()) {
+        const int64_t segment = claimed_.front();
+        claimed_.pop_front();
+        ask();
+        return segment;
+      }
+      if (no_more_) {
+        if (ask_sent_) wait_sleeping(*ask_sent_);
+        ask_sent_.reset();
+        return -1;
+      }
+      ask();
+      wait_sleeping(*answer_);
+    }
+  }
+
+ private:
+  // Asks for one more segment unless one is claimed or asked for already.
+  void ask() {
+    if (answer_ || no_more_ || !claimed_.empty()) return;
+    if (ask_sent_) wait_sleeping(*ask_sent_);
+    ask_sent_ = world_.send_async(&ask_, 1, DType::i64, 0, kClaimTag);
+    answer_ = world_.recv_async(&answered_, 1, DType::i64, 0, kClaimTag);
+  }
+
+  void take_answer() {
+    answer_.reset();
+    if (answered_ < 0) {
+      no_more_ = true;
+    } else {
+      claimed_.push_back(answered_);
+    }
+  }
+
+  comm::Communicator& world_;
+  int64_t ask_ = 1, answered_ = -1;
+  std::unique_ptr<comm::Request> ask_sent_, answer_;
+  std::deque<int64_t> claimed_;
+  bool no_more_ = false;
 };
 
 // A rank other than 0: sends each record to rank 0 as it is made, then a header saying it is
@@ -1159,7 +1287,7 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
 std::vector<int64_t> chunk_first_lines(comm::Communicator& world, const PartitionLayout& layout) {
   std::vector<int64_t> counts(static_cast<size_t>(layout.chunks));
   for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
-    if (!layout.round_robin || layout.owner(chunk) != world.rank()) continue;
+    if (!layout.round_robin || layout.line_counter(chunk) != world.rank()) continue;
     layout.for_each_part(chunk, [&](size_t f, int64_t from, int64_t to) {
       counts[static_cast<size_t>(chunk)] += count_lines(layout.files[f], from, to);
     });
@@ -1221,18 +1349,27 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   for (int p = world.rank(); p < n; p += world.size()) ++held;
 
   const PartitionLayout layout(plan, partitions, world.size());
-  SegmentDealer dealer(layout, chunk_first_lines(world, layout), world.rank(), options.input);
-  // Rank 0 writes the outputs, every segment in turn; the other ranks send it theirs.
+  std::vector<int64_t> first_lines = chunk_first_lines(world, layout);
+  // Rank 0 hands out the segments and writes the outputs, every segment in turn; the other ranks
+  // claim theirs from it and send it their tokens.
   std::vector<data::TokenDatasetWriter> writers;
   size_t budget = partitions.spool_memory_bytes;
   std::optional<SegmentWriter> writer;
   std::optional<SegmentSender> sender;
+  std::optional<SegmentClaimer> claimer;
+  std::function<int64_t()> claim = [] { return int64_t{-1}; };  // a rank holding no partition
   if (world.rank() == 0) {
     writers = create_writers(tokenizer, options);
     writer.emplace(world, layout, writers, options.output_prefix, budget);
+    claim = [&] { return writer->claim(0); };
   } else {
     sender.emplace(world);
+    if (held > 0) {
+      claimer.emplace(world);
+      claim = [&] { return claimer->next(); };
+    }
   }
+  SegmentDealer dealer(layout, std::move(first_lines), claim, options.input);
   PreprocessStats mine;
   run_ordered_pipeline<PartitionBatch>(
       options.workers / n * held, [&](PartitionBatch& batch) { return dealer.next(batch); },

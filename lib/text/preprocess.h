@@ -103,9 +103,8 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process). The
 // output `<output_prefix>_<key>_document` holds partition 0's documents, then partition 1's, ...:
 // the bytes Megatron's merge of its per-partition outputs writes. Unlike Megatron, no partition
-// file and no per-partition output is written: the ranks split the files' bytes between them,
-// read only their share and send rank 0 the tokens in the merged order (see
-// preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
+// file and no per-partition output is written: the ranks claim the files' chunks as they need
+// them and send rank 0 the tokens in the merged order (see preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
 // the input when all N exist, as Megatron does.
 struct PartitionOptions {
   int partitions = 2;
@@ -147,13 +146,15 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // ... and runs options.workers / partitions threads per partition it holds (options.workers is
 // the job's total, as Megatron's --workers; it must be divisible by the partitions). The files'
 // bytes, one after another, are cut into 16 or more chunks per partition (64 MiB at most; a line
-// belongs to the chunk holding its first byte, found as Python's universal newlines end lines),
-// interleaved between the ranks in proportion to the partitions they hold; a rank reads only its
-// chunks. Round robin first counts each chunk's lines (every rank its own, summed over the ranks)
-// so that each line's index, and so its partition, is known; then a rank reads its chunks once
-// per partition, taking that partition's lines, so it makes its tokens in the merged order:
-// partition 0's lines chunk by chunk, then partition 1's, ... Contiguous blocks (and reused
-// partition files) are the lines' own order, read once. Each rank sends rank 0 its tokens as
+// belongs to the chunk holding its first byte, found as Python's universal newlines end lines).
+// Round robin first counts each chunk's lines (each chunk by one rank, in proportion to the
+// partitions the ranks hold, summed over the ranks) so that each line's index, and so its
+// partition, is known. The output is a sequence of segments, a chunk's lines of one partition
+// (partition 0's lines chunk by chunk, then partition 1's, ...; contiguous blocks and reused
+// partition files: the lines' own order, one segment per chunk); a rank holding a partition claims
+// the next unclaimed segment from rank 0 whenever it needs one (one ahead of the one it reads), so
+// a slower rank, one with fewer threads, or rank 0, which also writes, takes fewer, and reads only
+// the chunks of its segments. Each rank makes its segments in order and sends rank 0 its tokens as
 // they are made (point to point, a batch at a time) and rank 0 alone writes the outputs, every
 // chunk's share in turn as soon as it is complete; tokens that arrive before their turn wait on
 // rank 0 (PartitionOptions::spool_memory_bytes). Only rank 0 needs the output directory; every

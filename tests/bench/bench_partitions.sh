@@ -8,9 +8,10 @@
 # Partitions exist to spread a corpus over nodes; one machine cannot measure that, only that the
 # extra steps cost little on the same cores. A benchmark, not a test: for each size it prints the
 # median of --repeat runs' wall seconds (process start included) and the speed ratio (1-rank time /
-# 2-rank time; issue 26's target is at least 0.95), the CPU seconds (user + system, same runs) and
-# the load average before and after; it asserts nothing but that the outputs of this build and of
-# the baseline build are byte-identical.
+# 2-rank time; issue 26's target is at least 0.95), the same ratio without the fixed costs (both
+# modes timed on 20 lines first: the ratio a corpus far bigger than these sizes tends to), the CPU
+# seconds (user + system, same runs) and the load average before and after; it asserts nothing but
+# that the outputs of this build and of the baseline build are byte-identical.
 # Usage: tests/bench/bench_partitions.sh [--sizes 20,60,150] [--repeat 3] [--baseline BIN_DIR] [corpus.txt]
 #   --sizes: corpus sizes in MB (the corpus repeated to about each; default 20)
 #   --repeat: runs per figure (default 3; the median is printed)
@@ -66,6 +67,18 @@ two_ranks() {
 
 printf '%s cores (%s); %s runs per figure, medians; ratio = 1-rank wall / 2-rank wall (target >= 0.95)\n' \
   "$(nproc)" "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$RUNS"
+# Fixed costs: the same runs on 20 lines (process start, mpirun and MPI_Init, the tokenizer load,
+# writing and syncing the outputs), taken out of each size's walls for the per-byte ratio.
+head -n 20 "$work/one.jsonl" >"$work/in/corpus.jsonl"
+fixed_one=() fixed_two=() fixed_ob1=()
+for _ in $(seq "$RUNS"); do
+  read -r w _ < <(one_rank "$MT_BIN" one); fixed_one+=("$w")
+  read -r w _ < <(two_ranks "$MT_BIN" two); fixed_two+=("$w")
+  read -r w _ < <(OMPI_MCA_pml=ob1 two_ranks "$MT_BIN" two); fixed_ob1+=("$w")
+done
+f1=$(median "${fixed_one[@]}") f2=$(median "${fixed_two[@]}")
+printf 'fixed cost (20 lines): 1 rank %.2f s, 2 ranks %.2f s (%.2f s with OMPI_MCA_pml=ob1: OpenMPI then skips probing UCX and OFI at MPI_Init)\n' \
+  "$f1" "$f2" "$(median "${fixed_ob1[@]}")"
 for mb in ${SIZES//,/ }; do
   : >"$work/in/corpus.jsonl"
   while (($(stat -c %s "$work/in/corpus.jsonl") < mb * 1000000)); do cat "$work/one.jsonl" >>"$work/in/corpus.jsonl"; done
@@ -82,6 +95,7 @@ for mb in ${SIZES//,/ }; do
   printf '%6.1f MB: 1 rank x 2 workers %6.2f s (cpu %5.2f); 2 ranks x 1 worker %6.2f s (cpu %5.2f) ratio %.3f' \
     "$(echo "scale=1; $(stat -c %s "$work/in/corpus.jsonl") / 1000000" | bc)" "$t1" "$(median "${one_cpu[@]}")" \
     "$t2" "$(median "${two_cpu[@]}")" "$(echo "$t1 / $t2" | bc -l)"
+  printf ', without the fixed costs %.3f' "$(echo "($t1 - $f1) / ($t2 - $f2)" | bc -l)"
   if [[ -n "$BASELINE_BIN" ]]; then
     tb=$(median "${base_wall[@]}")
     printf '; baseline 2 ranks %6.2f s (cpu %5.2f) ratio %.3f' "$tb" "$(median "${base_cpu[@]}")" "$(echo "$t1 / $tb" | bc -l)"

@@ -180,6 +180,23 @@ no_partition_files() {
   ls "$TMP/out" | grep -q '^m_' && fail "an output was left: $(ls "$TMP/out")" || true
 }
 
+@test "issue26 partitions: under MPI a bad line stops the job, naming its file and line, whichever rank reads it" {
+  # Rank 0 claims the first segment itself, so line 2 is its; the last line goes to whichever rank
+  # claims the last segment. Rank 0 failing must not leave rank 1 waiting for a claim (it hung once).
+  rm "$TMP"/in/*
+  for where in 2 3000; do
+    for i in $(seq 1 3000); do
+      if ((i == where)); then echo '{"text": broken}'; else printf '{"text": "line %d"}\n' "$i"; fi
+    done >"$TMP/in/bad.jsonl"
+    SECONDS=0
+    run_split mpirun_n 2 mt-tokenize "${GPT2[@]}" --input "$TMP/in/*.jsonl" --partitions 2 --workers 2 \
+      --output-prefix "$TMP/out/bad"
+    [[ $status -ne 0 && $status -ne 124 && "$err" == *"bad.jsonl:$where: malformed JSON"* ]] || fail "line $where: $status $err"
+    ((SECONDS < 60)) || fail "line $where: $SECONDS s to stop"
+    ls "$TMP/out" | grep -q '^bad_' && fail "line $where: an output was left: $(ls "$TMP/out")" || true
+  done
+}
+
 @test "issue26 partitions: glob expansion equals Python's glob.glob, in its (unsorted) order" {
   for name in zeta alpha2 mid beta2 '[x]'; do cp "$TMP/in/alpha.jsonl" "$TMP/in/$name.jsonl"; done
   for pattern in '*.jsonl' '[ab]*.jsonl' '[!a]*' '?eta*.jsonl' '.*' 'alpha.jsonl' '*a*[.]jsonl' '[[]x].jsonl' '*[0-9]*'; do

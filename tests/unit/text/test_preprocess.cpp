@@ -26,6 +26,7 @@
 #include "text/preprocess.h"
 #include "text/record_queue.h"
 #include "data/token_dataset.h"
+#include "byte_tokenizer.h"
 
 using namespace mt::text;
 using namespace mt::data;
@@ -33,34 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every byte is its own id; "<|endoftext|>" is 256 when special tokens are allowed.
-class ByteTokenizer : public Tokenizer {
- public:
-  void encode(std::string_view text, std::vector<int32_t>& out, bool allow_special) const override {
-    const std::string_view special = "<|endoftext|>";
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (allow_special && text.substr(i, special.size()) == special) {
-        out.push_back(256);
-        i += special.size() - 1;
-      } else {
-        out.push_back(static_cast<unsigned char>(text[i]));
-      }
-    }
-  }
-  std::string decode(std::span<const int32_t> ids) const override {
-    std::string text;
-    for (int32_t id : ids) text += token_bytes(id);
-    return text;
-  }
-  std::string token_bytes(int32_t id) const override { return id == 256 ? "<|endoftext|>" : std::string(1, char(id)); }
-  int64_t vocab_size() const override { return 257; }
-  std::optional<int32_t> eod_id() const override { return 256; }
-  std::optional<int32_t> special_token_id(std::string_view text) const override {
-    return text == "<|endoftext|>" ? std::optional<int32_t>(256) : std::nullopt;
-  }
-  std::string name() const override { return "bytes"; }
-  std::string hash() const override { return "0"; }
-};
 
 class PreprocessTest : public ::testing::Test {
  protected:
@@ -96,7 +69,7 @@ class PreprocessTest : public ::testing::Test {
     return o;
   }
 
-  ByteTokenizer tokenizer_;
+  mt::testing::ByteTokenizer tokenizer_;
   fs::path dir_;
 };
 
@@ -340,7 +313,7 @@ TEST_F(PreprocessTest, Issue11Case21BlankLinesAndByteOrderMarks) {
 }
 
 // A tokenizer with a post-processor template: 257 before each sequence, 258 after it.
-class TemplateByteTokenizer : public ByteTokenizer {
+class TemplateByteTokenizer : public mt::testing::ByteTokenizer {
  public:
   int64_t vocab_size() const override { return 259; }
   std::span<const int32_t> sequence_prefix() const override { return prefix_; }
