@@ -187,6 +187,21 @@ void check_gemm_bias_gelu(CaseContext& c, const EpilogueShape& s, DType dtype) {
                  5 * tolerances(dtype).reference, 1.0);
 }
 
+// A refusal case: `call` runs `op` on `refused` operands (one: 4 ones, out: 8 floats), which it
+// must refuse by name.
+using RefusedCall = void (*)(CaseContext& c, const float* one, float* out, DType refused);
+OpCase operand_refusal(OpId op, DType refused, RefusedCall call) {
+  return {.op = op,
+          .dtype = refused,
+          .mode = CaseMode::refusal,
+          .name = std::string(dtype_name(refused)) + " operands are refused by name",
+          .body = [op, refused, call](CaseContext& c) {
+            const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(8, 0.0f);
+            expect_refusal(c, backend::op_name(op), dtype_name(refused),
+                           [&] { call(c, one.data, out.data, refused); });
+          }};
+}
+
 }  // namespace
 
 void add_gemm_cases(std::vector<OpCase>& cases) {
@@ -230,43 +245,19 @@ void add_gemm_cases(std::vector<OpCase>& cases) {
                        .body = [shape, dtype](CaseContext& c) { check_gemm_bias_gelu(c, shape, dtype); }});
     }
   }
+  // Each GEMM entry refuses other operand types by name (2 x 2 ones; pre and y are out's halves).
   for (DType refused : {DType::i32, DType::f16}) {
-    cases.push_back({.op = OpId::gemm_bias,
-                     .dtype = refused,
-                     .mode = CaseMode::refusal,
-                     .name = std::string(dtype_name(refused)) + " operands are refused by name",
-                     .body = [refused](CaseContext& c) {
-                       const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
-                       expect_refusal(c, "gemm_bias", dtype_name(refused), [&] {
-                         c.ops().gemm_bias(false, false, 2, 2, 2, one.data, 2, one.data, 2, one.data, out.data, refused,
-                                           c.stream());
-                       });
-                     }});
-    cases.push_back({.op = OpId::gemm_bias_gelu,
-                     .dtype = refused,
-                     .mode = CaseMode::refusal,
-                     .name = std::string(dtype_name(refused)) + " operands are refused by name",
-                     .body = [refused](CaseContext& c) {
-                       const DeviceArray<float> one = c.filled(4, 1.0f), pre = c.filled(4, 0.0f),
-                                                y = c.filled(4, 0.0f);
-                       expect_refusal(c, "gemm_bias_gelu", dtype_name(refused), [&] {
-                         c.ops().gemm_bias_gelu(false, false, 2, 2, 2, one.data, 2, one.data, 2, one.data, pre.data,
-                                                y.data, refused, c.stream());
-                       });
-                     }});
-  }
-  for (DType refused : {DType::i32, DType::f16}) {
-    cases.push_back({.op = OpId::gemm,
-                     .dtype = refused,
-                     .mode = CaseMode::refusal,
-                     .name = std::string(dtype_name(refused)) + " operands are refused by name",
-                     .body = [refused](CaseContext& c) {
-                       const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
-                       expect_refusal(c, "gemm", dtype_name(refused), [&] {
-                         c.ops().gemm(false, false, 2, 2, 2, 1.0f, one.data, 2, one.data, 2, 0.0f, out.data, 2, refused,
-                                      c.stream());
-                       });
-                     }});
+    cases.push_back(operand_refusal(OpId::gemm, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+      c.ops().gemm(false, false, 2, 2, 2, 1.0f, one, 2, one, 2, 0.0f, out, 2, type, c.stream());
+    }));
+    cases.push_back(
+        operand_refusal(OpId::gemm_bias, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+          c.ops().gemm_bias(false, false, 2, 2, 2, one, 2, one, 2, one, out, type, c.stream());
+        }));
+    cases.push_back(
+        operand_refusal(OpId::gemm_bias_gelu, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+          c.ops().gemm_bias_gelu(false, false, 2, 2, 2, one, 2, one, 2, one, out, out + 4, type, c.stream());
+        }));
   }
 }
 
