@@ -21,14 +21,28 @@
 // scales C by beta as BLAS does (beta = 0 writes zeros); m = 0 or n = 0 does nothing, as
 // kernels/cpu/gemm.cpp.
 //
-// No epilogue fusion: the backend op table has no bias+GELU GEMM entry today, so bias and
-// activation stay separate kernels (elementwise.cu). Tested on a GPU by the op harness
-// (tests/gpu/test_cuda_op_harness.cpp) against double-precision references on odd shapes.
+// Epilogues (gemm_bias, gemm_bias_gelu): the same plans with cuBLASLt's CUBLASLT_EPILOGUE_BIAS,
+// _GELU_AUX_BIAS or _GELU_AUX (no bias), alpha 1 and beta 0; the bias is fp32 (the output's type,
+// cuBLASLt's default) and GELU_AUX writes the GELU's input, the pre-activation gelu_backward
+// takes, as the aux matrix in the output's layout. The plan key holds the epilogue and the bias
+// and aux pointers' alignments (the heuristic reads them); a call points the cached descriptor at
+// its own bias and aux while it holds the state's lock, until cublasLtMatmul has queued the work.
+// cuBLASLt's documentation and cublasLt.h name no GELU formula; its GELU is taken to be the tanh
+// approximation (gelu_forward's: published cuBLASLt outputs give gelu(1) = 0.841194, tanh's
+// 0.841192, not erf's 0.841345), and the op harness holds the epilogue's output to the tanh GELU
+// of its own pre-activation within 5e-5 of max(|y|, 1), which erf's GELU misses by up to 4.7e-4,
+// so a GPU run settles it. Where no epilogue runs (the GELU's aux leading dimension n not a
+// multiple of 8: cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD; k = 0; no algorithm from the
+// heuristic; an algorithm cuBLASLt then turns down; a shape first met under stream capture) the
+// call runs gemm, bias_add and gelu_forward (elementwise.cu) instead and counts itself
+// (gemm_epilogue_fallback_calls): it never fails for want of an epilogue. Tested on a GPU by the op harness (tests/gpu/test_cuda_op_harness.cpp) against
+// double-precision references on odd shapes, fused and fallen back.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -79,8 +93,31 @@ uint32_t pointer_alignment(const void* pointer) {
 
 cublasOperation_t op_of(const ColumnMajorMatrix& matrix) { return matrix.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// The epilogue a GEMM ends with (cuBLASLt's CUBLASLT_EPILOGUE_ of the same name).
+enum class Epilogue : int { none, bias, gelu_aux, gelu_aux_bias };
+
+// One call's epilogue and its device buffers: bias (n floats) and aux (the GELU's input, laid out
+// as the output).
+struct EpilogueCall {
+  Epilogue kind = Epilogue::none;
+  const float* bias = nullptr;
+  float* aux = nullptr;
+};
+
+cublasLtEpilogue_t lt_epilogue(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  }
+  throw std::invalid_argument("cuda gemm: unknown epilogue");
+}
+
+// Transposes, m, n, k, lds, operand type, the operands' alignments, workspace or not, then the
+// epilogue and its bias and aux alignments (0 without).
 using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t,
-                           uint32_t, uint32_t, bool>;
+                           uint32_t, uint32_t, bool, int, uint32_t, uint32_t>;
 
 // Descriptors of one shape and the heuristic's algorithm for it (has_algorithm false: fall back).
 struct Plan {
@@ -141,6 +178,24 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const ColumnMajorMatrix&
   return layout;
 }
 
+void set_attribute(cublasLtMatmulDesc_t operation, cublasLtMatmulDescAttributes_t attribute, const void* value,
+                   size_t size, const char* what) {
+  check_blas(cublasLtMatmulDescSetAttribute(operation, attribute, value, size), what);
+}
+
+// Points `operation` at the call's bias and aux buffers. Caller holds state.mutex when the
+// descriptor is a cached plan's.
+void set_epilogue_pointers(cublasLtMatmulDesc_t operation, const EpilogueCall& epilogue) {
+  if (epilogue.bias) {
+    set_attribute(operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias, sizeof epilogue.bias,
+                  "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
+  if (epilogue.aux) {
+    set_attribute(operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux, sizeof epilogue.aux,
+                  "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+  }
+}
+
 void set_alignment(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
                    uint32_t alignment) {
   check_blas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof alignment),
@@ -150,7 +205,8 @@ void set_alignment(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferen
 // Builds the descriptors of `problem` and asks the heuristic for one algorithm that respects the
 // operands' actual pointer alignments.
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorGemm& problem, GemmOperand operand,
-                                uint32_t align_a, uint32_t align_b, uint32_t align_c, uint64_t max_workspace_bytes) {
+                                const EpilogueCall& epilogue, uint32_t align_a, uint32_t align_b, uint32_t align_c,
+                                uint64_t max_workspace_bytes) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t type = data_type(operand);
   check_blas(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -160,6 +216,17 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t lt, const ColumnMajorGemm& prob
   check_blas(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                             sizeof op_second),
              "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (epilogue.kind != Epilogue::none) {
+    const cublasLtEpilogue_t kind = lt_epilogue(epilogue.kind);
+    set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &kind, sizeof kind,
+                  "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    if (epilogue.aux) {
+      const int64_t aux_ld = problem.out.ld;  // the aux matrix is laid out as the output
+      set_attribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld,
+                    "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+    }
+    set_epilogue_pointers(plan->operation, epilogue);  // the heuristic reads their alignments
+  }
   plan->first = make_layout(type, problem.first);
   plan->second = make_layout(type, problem.second);
   plan->out = make_layout(CUDA_R_32F, problem.out);
@@ -247,6 +314,67 @@ void check_shape(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, in
   if (ldc < std::max<int64_t>(1, n)) fail("ldc smaller than a row of C");
 }
 
+// Queues D = alpha op(A) op(B) + beta C (C = D = c) with `epilogue` through cuBLASLt's cached
+// plan for the shape. False, with nothing queued, where there is none: the heuristic offered no
+// algorithm, cuBLASLt turned the offered one down (remembered for the shape), or the shape is
+// first met while the stream captures (cuBLASLt's heuristic may fail then, CUDA 13: its plan is
+// made by its first uncaptured call).
+bool lt_matmul(DeviceState& state, const ColumnMajorGemm& problem, float alpha, const void* a, const void* b,
+               float beta, float* c, GemmOperand operand, const EpilogueCall& epilogue, void* stream) {
+  const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
+  const uint32_t align_bias = epilogue.bias ? pointer_alignment(epilogue.bias) : 0;
+  const uint32_t align_aux = epilogue.aux ? pointer_alignment(epilogue.aux) : 0;
+  // problem is column-major: rows n, cols m, first = the B buffer, second = the A buffer.
+  const bool trans_a = problem.second.transposed, trans_b = problem.first.transposed;
+  std::unique_lock<std::mutex> lock(state.mutex);
+  void* workspace = stream_workspace(state, stream);
+  const PlanKey key{trans_a,       trans_b,  problem.cols,    problem.rows, problem.inner,
+                    problem.second.ld, problem.first.ld, problem.out.ld, static_cast<int>(operand),
+                    align_a,       align_b,  align_c,         workspace != nullptr,
+                    static_cast<int>(epilogue.kind), align_bias, align_aux};
+  std::unique_ptr<Plan>& plan = state.plans[key];
+  if (!plan && capturing(stream)) {
+    state.plans.erase(key);
+    return false;
+  }
+  if (!plan) {
+    plan = make_plan(state.lt, problem, operand, epilogue, align_a, align_b, align_c, workspace_bytes(workspace));
+  }
+  if (!plan->has_algorithm) return false;
+  Plan* const cached = plan.get();  // map nodes stay put
+  const Plan ready = *cached;       // descriptors live as long as the cache
+  if (epilogue.kind == Epilogue::none) {
+    lock.unlock();  // a plain plan's descriptor is never written again: queued unlocked
+  } else {
+    set_epilogue_pointers(ready.operation, epilogue);  // held until queued: the descriptor is shared
+  }
+  const cublasStatus_t status =
+      cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
+                     ready.out, &ready.algorithm, workspace, workspace_bytes(workspace), as_stream(stream));
+  if (status == CUBLAS_STATUS_SUCCESS) return true;
+  // An algorithm the heuristic offered but the shape turns down queues nothing: this shape
+  // takes the fallback from now on.
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) check_blas(status, "cublasLtMatmul");
+  if (!lock.owns_lock()) lock.lock();
+  cached->has_algorithm = false;
+  return false;
+}
+
+std::atomic<int64_t> epilogue_fallbacks{0};
+
+// out (m, n, contiguous) = op(A) op(B) with `epilogue`, alpha 1 and beta 0, through cuBLASLt:
+// false, with nothing queued, where no epilogue runs (the caller runs the unfused kernels).
+bool fused_epilogue(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const EpilogueCall& epilogue, float* out, GemmOperand operand,
+                    void* stream) {
+  if (m == 0 || n == 0) return true;
+  check_shape(trans_a, trans_b, m, n, k, lda, ldb, n);
+  // The GELU's aux leading dimension (n, column-major) must be a multiple of 8 (cublasLt.h).
+  if (k == 0 || (epilogue.aux && n % 8 != 0)) return false;
+  return lt_matmul(device_state(), column_major_gemm(trans_a, trans_b, m, n, k, lda, ldb, n), 1.0f, a, b, 0.0f, out,
+                   operand, epilogue, stream);
+}
+
 }  // namespace
 
 LtStreamContext lt_stream_context(void* stream) {
@@ -266,36 +394,34 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
   DeviceState& state = device_state();
   const ColumnMajorGemm problem = column_major_gemm(trans_a, trans_b, m, n, k, lda, ldb, ldc);
-  const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
-  std::unique_lock<std::mutex> lock(state.mutex);
-  void* workspace = stream_workspace(state, stream);
-  const PlanKey key{trans_a, trans_b, m,       n,       k,       lda, ldb, ldc, static_cast<int>(operand),
-                    align_a, align_b, align_c, workspace != nullptr};
-  std::unique_ptr<Plan>& plan = state.plans[key];
-  if (!plan && capturing(stream)) {
-    // cuBLASLt's heuristic may fail while a stream captures (CUDA 13): a shape first met under
-    // capture takes the fallback, and its plan is made by its first uncaptured call.
-    state.plans.erase(key);
-    gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
-    return;
-  }
-  if (!plan) plan = make_plan(state.lt, problem, operand, align_a, align_b, align_c, workspace_bytes(workspace));
-  if (!plan->has_algorithm) {
-    gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
-    return;
-  }
-  const Plan ready = *plan;  // descriptors live as long as the cache; the copy is read unlocked
-  lock.unlock();
-  const cublasStatus_t status =
-      cublasLtMatmul(state.lt, ready.operation, &alpha, b, ready.first, a, ready.second, &beta, c, ready.out, c,
-                     ready.out, &ready.algorithm, workspace, workspace_bytes(workspace), as_stream(stream));
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  // An algorithm the heuristic offered but the shape turns down queues nothing: this shape
-  // takes the fallback from now on.
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) check_blas(status, "cublasLtMatmul");
-  lock.lock();
-  plan->has_algorithm = false;
-  gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, workspace);
+  if (lt_matmul(state, problem, alpha, a, b, beta, c, operand, EpilogueCall{}, stream)) return;
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  gemm_ex(state, problem, alpha, a, b, beta, c, operand, stream, stream_workspace(state, stream));
 }
+
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+               int64_t ldb, const float* bias, float* c, GemmOperand operand, void* stream) {
+  if (!bias) throw std::invalid_argument("cuda gemm_bias: the bias is null");
+  if (fused_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, EpilogueCall{Epilogue::bias, bias, nullptr}, c,
+                     operand, stream)) {
+    return;
+  }
+  ++epilogue_fallbacks;
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n, operand, stream);
+  bias_add(c, bias, m, static_cast<int>(n), stream);
+}
+
+void gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* pre, float* y, GemmOperand operand,
+                    void* stream) {
+  const EpilogueCall epilogue{bias ? Epilogue::gelu_aux_bias : Epilogue::gelu_aux, bias, pre};
+  if (fused_epilogue(trans_a, trans_b, m, n, k, a, lda, b, ldb, epilogue, y, operand, stream)) return;
+  ++epilogue_fallbacks;
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, pre, n, operand, stream);
+  if (bias) bias_add(pre, bias, m, static_cast<int>(n), stream);
+  gelu_forward(pre, y, m * n, stream);
+}
+
+int64_t gemm_epilogue_fallback_calls() { return epilogue_fallbacks.load(); }
 
 }  // namespace mt::kernels::cuda

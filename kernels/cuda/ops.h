@@ -28,6 +28,16 @@ enum class GemmOperand { f32, bf16, f16 };
 // C = alpha op(A) op(B) + beta C, row-major, as backend::Ops::gemm.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
           const void* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmOperand operand, void* stream);
+// The fused entries, as backend::Ops::gemm_bias and gemm_bias_gelu: cuBLASLt's BIAS and
+// GELU_AUX(_BIAS) epilogues, or gemm then bias_add (then gelu_forward) where cuBLASLt turns the
+// shape down (see gemm.cu).
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+               int64_t ldb, const float* bias, float* c, GemmOperand operand, void* stream);
+void gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* pre, float* y, GemmOperand operand,
+                    void* stream);
+// How many gemm_bias / gemm_bias_gelu calls so far ran the unfused kernels instead of an epilogue.
+int64_t gemm_epilogue_fallback_calls();
 
 // --- activations, RoPE, elementwise, dropout, AdamW (elementwise.cu) -----------------------------
 void gelu_forward(const float* x, float* y, int64_t n, void* stream);

@@ -1,6 +1,7 @@
 // The CPU backend's op table (see ops.h): host memory, memcpy copies, kernels/cpu conversions and
 // fused kernels at the active ISA level, oneDNN GEMMs on f32 and bf16 operands; synchronous, so
-// host functions run at once and events read the host clock.
+// host functions run at once and events read the host clock. The fused GEMM entries are gemm
+// followed by the fused kernels, so CPU numbers do not change with them.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +158,22 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
 }
 
+// ---- the fused GEMM entries: gemm, then the kernels a CUDA epilogue fuses, one after another
+// (the same bits as the layers' separate calls).
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+               const void* b, int64_t ldb, const float* bias, float* c, DType operand_type, Stream stream) {
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n, operand_type, stream);
+  kernels::cpu::cpu_ops().bias_add(c, bias, m, static_cast<int>(n));
+}
+
+void gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* pre, float* y, DType operand_type,
+                    Stream stream) {
+  gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, pre, n, operand_type, stream);
+  if (bias) kernels::cpu::cpu_ops().bias_add(pre, bias, m, static_cast<int>(n));
+  kernels::cpu::cpu_ops().gelu_forward(pre, y, m * n);
+}
+
 // ---- MoE experts: grouped GEMMs over the local experts (kernels/cpu/grouped_gemm.h) and the
 // probs' row scaling (kernels/cpu/moe_expert_ops.h).
 [[noreturn]] void unsupported_grouped_gemm(DType operand_type) {
@@ -202,7 +219,7 @@ void moe_scale_rows_backward(const float* dy, const float* x, const float* scale
 }
 // ---- end of MoE experts
 
-// What the CPU runs (see Ops::supports): GEMMs (grouped too) on f32 and bf16 operands (bf16 natively or widened
+// What the CPU runs (see Ops::supports): GEMMs (grouped and fused too) on f32 and bf16 operands (bf16 natively or widened
 // to fp32, kernels/cpu/gemm.h), conversions between f32 and bf16/f16, the fused kernels on f32.
 bool supports(OpId op, DType dtype) {
   switch (op) {
@@ -222,6 +239,8 @@ bool supports(OpId op, DType dtype) {
     case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
     case OpId::gemm:
+    case OpId::gemm_bias:
+    case OpId::gemm_bias_gelu:
     case OpId::grouped_gemm:
     case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;
     case OpId::convert:
@@ -287,6 +306,8 @@ const Ops& cpu_ops() {
       .round_through = round_through,
       .gemm_operand_type = gemm_operand_type,
       .gemm = gemm,
+      .gemm_bias = gemm_bias,
+      .gemm_bias_gelu = gemm_bias_gelu,
       .layernorm_forward = MT_CPU_KERNEL(layernorm_forward),
       .layernorm_backward = MT_CPU_KERNEL(layernorm_backward),
       .rmsnorm_forward = MT_CPU_KERNEL(rmsnorm_forward),

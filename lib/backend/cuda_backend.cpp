@@ -1,8 +1,9 @@
 // The CUDA backend's op table (see ops.h): memory, streams, events, copies and conversions from
 // kernels/cuda/runtime.h, the GEMM and fused kernels as thin adapters onto kernels/cuda/ops.h (the
 // stream handle passed as the cudaStream_t it holds). Asynchronous: entries queue work on their
-// stream and return. GEMMs take native bf16/f16 operands for --bf16/--fp16 with fp32 accumulation,
-// activations stay fp32 as on the CPU (DESIGN.md, "CUDA backend"). Compiled only with the CUDA
+// stream and return. GEMMs (with cuBLASLt's bias and GELU epilogues too) take native bf16/f16
+// operands for --bf16/--fp16 with fp32 accumulation, activations stay fp32 as on the CPU
+// (DESIGN.md, "CUDA backend"). Compiled only with the CUDA
 // backend (MT_WITH_CUDA), into the object library mt_cuda (backend/cuda_link.h), which installs
 // it; backend/registry.cpp hands this table out when a device is usable.
 // Tested on a GPU by tests/gpu/test_cuda_runtime.cpp and the op harness (CTest label gpu).
@@ -164,6 +165,22 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, operand, stream.handle);
 }
 
+// The fused GEMMs: cuBLASLt's epilogues, or the unfused kernels where it turns a shape down (gemm.cu).
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+               const void* b, int64_t ldb, const float* bias, float* c, DType operand_type, Stream stream) {
+  const cuda::GemmOperand operand = gemm_operand(operand_type);
+  cuda::bind_selected_device();
+  cuda::gemm_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, operand, stream.handle);
+}
+
+void gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* pre, float* y, DType operand_type,
+                    Stream stream) {
+  const cuda::GemmOperand operand = gemm_operand(operand_type);
+  cuda::bind_selected_device();
+  cuda::gemm_bias_gelu(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, pre, y, operand, stream.handle);
+}
+
 // ---- reductions into device memory (their signatures differ from the CPU kernels' return values) ----
 void xent_loss_sums(const float* row_max, const float* row_sumexp, const float* target_logit, const float* loss_mask,
                     int64_t rows, double* loss_sum, double* mask_sum, Stream stream) {
@@ -277,7 +294,9 @@ bool supports(OpId op, DType dtype) {
     case OpId::tanh_backward:
     case OpId::gelu_erf_forward:
     case OpId::gelu_erf_backward: return false;  // no kernel yet (BERT's pooler and LM head)
-    case OpId::gemm: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+    case OpId::gemm:
+    case OpId::gemm_bias:
+    case OpId::gemm_bias_gelu: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
     case OpId::grouped_gemm:
     case OpId::grouped_gemm_ragged_k: return dtype == DType::f32 || dtype == DType::bf16;  // as the CPU's
     case OpId::convert:
@@ -312,6 +331,8 @@ const Ops& cuda_ops() {
       .round_through = round_through,
       .gemm_operand_type = gemm_operand_type,
       .gemm = gemm,
+      .gemm_bias = gemm_bias,
+      .gemm_bias_gelu = gemm_bias_gelu,
       .layernorm_forward = MT_CUDA_KERNEL(layernorm_forward),
       .layernorm_backward = MT_CUDA_KERNEL(layernorm_backward),
       .rmsnorm_forward = MT_CUDA_KERNEL(rmsnorm_forward),

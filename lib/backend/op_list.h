@@ -28,6 +28,8 @@
   X(round_through)                 \
   X(gemm_operand_type)             \
   X(gemm)                          \
+  X(gemm_bias)                     \
+  X(gemm_bias_gelu)                \
   X(layernorm_forward)             \
   X(layernorm_backward)            \
   X(rmsnorm_forward)               \

@@ -134,6 +134,19 @@ struct Ops {
   // (f32 values or bf16/f16 bits), C fp32 with fp32 accumulation.
   void (*gemm)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
                const void* b, int64_t ldb, float beta, float* c, int64_t ldc, DType operand_type, Stream stream);
+  // GEMMs with the linear layers' epilogues fused (CUDA: cuBLASLt's BIAS and GELU_AUX(_BIAS)
+  // epilogues where its heuristic offers an algorithm, else gemm, bias_add and gelu_forward; the
+  // CPU: those three entries one after another, so its numbers are theirs bit for bit). Operands
+  // and operand types as gemm's, alpha 1, beta 0 (outputs written, their old values not read);
+  // outputs fp32, contiguous (leading dimension n); bias (n) fp32, added to every row.
+  // C (m, n) = op(A) op(B) + bias; bias not null.
+  void (*gemm_bias)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* c, DType operand_type, Stream stream);
+  // pre (m, n) = op(A) op(B) + bias (null bias: none), y (m, n) = gelu(pre): gelu_forward's tanh
+  // approximation; pre is the input gelu_backward takes. pre and y do not overlap.
+  void (*gemm_bias_gelu)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                         const void* b, int64_t ldb, const float* bias, float* pre, float* y, DType operand_type,
+                         Stream stream);
 
   // --- fused kernels (contracts: kernels/cpu/ops.h) ------------------------------------------
   void (*layernorm_forward)(const float* x, const float* weight, const float* bias, float* y, float* mean,

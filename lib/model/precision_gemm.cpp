@@ -82,6 +82,34 @@ void PrecisionGemm::linear_forward(const float* x, int64_t rows, int64_t in_feat
        weights_.operand(params_, weight_offset), in_features, 0.0f, y, out_features);
 }
 
+void PrecisionGemm::linear_forward_bias(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
+                                        int64_t out_features, const float* bias, float* y) const {
+  const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
+  if (linear >= 0) {
+    fp8_forward(x, rows, in_features, weight_offset, linear, out_features, y);
+    ops_.bias_add(y, bias, rows, static_cast<int>(out_features), ops_.default_stream());
+    return;
+  }
+  ops_.gemm_bias(false, true, rows, out_features, in_features, activation_operand(x, rows * in_features, 0),
+                 in_features, weights_.operand(params_, weight_offset), in_features, bias, y,
+                 weights_.operand_type(), ops_.default_stream());
+}
+
+void PrecisionGemm::linear_forward_bias_gelu(const float* x, int64_t rows, int64_t in_features,
+                                             int64_t weight_offset, int64_t out_features, const float* bias,
+                                             float* pre, float* y) const {
+  const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);
+  if (linear >= 0) {
+    fp8_forward(x, rows, in_features, weight_offset, linear, out_features, pre);
+    if (bias) ops_.bias_add(pre, bias, rows, static_cast<int>(out_features), ops_.default_stream());
+    ops_.gelu_forward(pre, y, rows * out_features, ops_.default_stream());
+    return;
+  }
+  ops_.gemm_bias_gelu(false, true, rows, out_features, in_features, activation_operand(x, rows * in_features, 0),
+                      in_features, weights_.operand(params_, weight_offset), in_features, bias, pre, y,
+                      weights_.operand_type(), ops_.default_stream());
+}
+
 void PrecisionGemm::linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                                           int64_t in_features, float* dx) const {
   const int64_t linear = fp8_linear(weight_offset, rows, in_features, out_features);

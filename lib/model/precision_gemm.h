@@ -108,6 +108,14 @@ class PrecisionGemm {
   // (an expert no token reached) only quantizes its weight, recording its amax as TE does.
   void linear_forward(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset, int64_t out_features,
                       float* y) const;
+  // y (rows, out) = x (rows, in) . W^T + bias (out), one fused entry (Ops::gemm_bias); an FP8
+  // linear runs its FP8 GEMM, then bias_add.
+  void linear_forward_bias(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
+                           int64_t out_features, const float* bias, float* y) const;
+  // pre (rows, out) = x . W^T + bias (null: none), y (rows, out) = gelu(pre), one fused entry
+  // (Ops::gemm_bias_gelu); an FP8 linear runs its FP8 GEMM, then bias_add and gelu_forward.
+  void linear_forward_bias_gelu(const float* x, int64_t rows, int64_t in_features, int64_t weight_offset,
+                                int64_t out_features, const float* bias, float* pre, float* y) const;
   // dx (rows, in) = dy (rows, out) . W
   void linear_backward_input(const float* dy, int64_t rows, int64_t out_features, int64_t weight_offset,
                              int64_t in_features, float* dx) const;

@@ -463,6 +463,19 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   Queued<"gemm", &Ops::gemm, decltype(Ops::gemm)>::run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, operand_type, stream);
 }
 
+void gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+               const void* b, int64_t ldb, const float* bias, float* c, DType operand_type, Stream stream) {
+  if (!supports(backend::OpId::gemm_bias, operand_type)) refuse(std::string("no GEMM on ") + dtype_name(operand_type) + " operands");
+  Queued<"gemm_bias", &Ops::gemm_bias, decltype(Ops::gemm_bias)>::run(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, operand_type, stream);
+}
+
+void gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, const float* bias, float* pre, float* y, DType operand_type,
+                    Stream stream) {
+  if (!supports(backend::OpId::gemm_bias_gelu, operand_type)) refuse(std::string("no GEMM on ") + dtype_name(operand_type) + " operands");
+  Queued<"gemm_bias_gelu", &Ops::gemm_bias_gelu, decltype(Ops::gemm_bias_gelu)>::run(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, pre, y, operand_type, stream);
+}
+
 // The MoE experts' grouped GEMMs: their counts are host memory (backend/ops.h), copied when the op
 // is queued, as a device backend copies them before it returns; the operands are device memory.
 void check_grouped_gemm(const char* entry, backend::OpId op, DType operand_type, const int64_t* counts, const void* a,
@@ -522,6 +535,8 @@ const Ops& table() {
       .round_through = round_through,
       .gemm_operand_type = gemm_operand_type,
       .gemm = gemm,
+      .gemm_bias = gemm_bias,
+      .gemm_bias_gelu = gemm_bias_gelu,
       .layernorm_forward = MT_QUEUED(layernorm_forward),
       .layernorm_backward = MT_QUEUED(layernorm_backward),
       .rmsnorm_forward = MT_QUEUED(rmsnorm_forward),

@@ -12,7 +12,9 @@
 // not captured; the coverage table, printed when the binary ends, marks them ("waits"). The
 // capture check is itself checked on entries broken on purpose (CaptureCheck.*). The MoE aux
 // kernels' deferred row-id error is checked to reach only its own stream's synchronize
-// (CudaTable.AuxRowIdErrorBelongsToItsStream). Every test is skipped, never passed, when no CUDA
+// (CudaTable.AuxRowIdErrorBelongsToItsStream); the fused GEMMs' choice between cuBLASLt's GELU
+// epilogue and the unfused kernels by the fallback counter (CudaTable.GeluEpilogueFusesOrFallsBack).
+// Every test is skipped, never passed, when no CUDA
 // device is usable or the CUDA table is not built.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -32,6 +34,7 @@
 #include "backend/registry.h"
 #include "harness/op_cases.h"
 #include "harness/op_harness.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 
 namespace {
@@ -380,6 +383,37 @@ TEST(CudaTable, AuxRowIdErrorBelongsToItsStream) {
   ops.release(device_logits, logits_bytes, category);
   ops.release(device_ids, ids_bytes, category);
   check_cuda(cudaStreamDestroy(created), "cudaStreamDestroy");
+}
+
+// --- the fused GEMMs: epilogue or fallback -----------------------------------------------------
+
+// gemm_bias_gelu runs cuBLASLt's GELU epilogue where it takes the shape (bf16 operands, n = 64)
+// and the unfused kernels where the aux leading dimension is not a multiple of 8 (n = 13): the
+// fallback counter tells which ran (the op harness's gemm family checks the numbers of both).
+// Whether f32 and f16 operands get an epilogue is printed, not required.
+TEST(CudaTable, GeluEpilogueFusesOrFallsBack) {
+  MT_REQUIRE_CUDA_TABLE();
+  const Ops& ops = *cuda_table().ops;
+  const Stream stream = ops.default_stream();
+  const int64_t m = 32, k = 64, widest = 64;
+  const auto category = mt::backend::MemoryCategory::activations;
+  const int64_t bytes[] = {m * k * 4, widest * k * 4, widest * 4, m * widest * 4, m * widest * 4};
+  void* buffers[5] = {};
+  for (int i = 0; i < 5; ++i) buffers[i] = ops.allocate(bytes[i], category);  // zero-filled
+  const auto fallbacks = [&](int64_t n, mt::DType type) {
+    const int64_t before = mt::kernels::cuda::gemm_epilogue_fallback_calls();
+    ops.gemm_bias_gelu(false, true, m, n, k, buffers[0], k, buffers[1], k, static_cast<const float*>(buffers[2]),
+                       static_cast<float*>(buffers[3]), static_cast<float*>(buffers[4]), type, stream);
+    ops.synchronize(stream);
+    return mt::kernels::cuda::gemm_epilogue_fallback_calls() - before;
+  };
+  EXPECT_EQ(fallbacks(13, mt::DType::bf16), 1) << "n = 13 cannot take the GELU epilogue's aux";
+  EXPECT_EQ(fallbacks(widest, mt::DType::bf16), 0) << "bf16 operands, n = 64: no GELU epilogue";
+  for (mt::DType type : {mt::DType::f32, mt::DType::f16}) {
+    std::cout << "[epilogue] gemm_bias_gelu on " << mt::dtype_name(type) << " operands, n = 64: "
+              << (fallbacks(widest, type) == 0 ? "cuBLASLt epilogue" : "unfused fallback") << "\n";
+  }
+  for (int i = 0; i < 5; ++i) ops.release(buffers[i], bytes[i], category);
 }
 
 // --- the capture check on entries broken on purpose ----------------------------------------------

@@ -2,7 +2,11 @@
 // rows and columns that are not multiples of a vector), leading dimensions wider than the matrix,
 // alpha and beta, on f32, bf16 and f16 operands against the reference over the operands' rounded
 // values; the operand type each training precision asks for is one the backend's GEMM supports;
-// other operand types are refused by name.
+// other operand types are refused by name. The fused entries (gemm_bias, gemm_bias_gelu) on the
+// same dtypes: the product plus bias against the reference, and the GELU output against the tanh
+// GELU of the entry's own pre-activation (tight enough that erf's GELU fails), at shapes a CUDA
+// epilogue takes and shapes it turns down (the GELU's n not a multiple of 8), with and without a
+// bias; old output values are never read (NaN-filled).
 #include <cstdint>
 #include <random>
 #include <string>
@@ -97,6 +101,107 @@ const std::vector<GemmShape>& gemm_shapes() {
   return shapes;
 }
 
+// ---- the fused entries --------------------------------------------------------------------------
+
+struct EpilogueShape {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t extra_lda, extra_ldb;
+  bool bias;
+  uint32_t seed;
+};
+
+std::string describe(const EpilogueShape& s) {
+  return std::string(s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N") + " " +
+         shape_text({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"lda+", s.extra_lda}, {"ldb+", s.extra_ldb}}) +
+         (s.bias ? " bias" : " no bias") + (s.n % 8 != 0 ? " (no CUDA GELU epilogue)" : "");
+}
+
+// The linear layers' form (x W^T: NT) first; n = 13 is a shape CUDA's GELU epilogue cannot take
+// (it runs the unfused kernels there), and odd leading dimensions (7) of 16-bit operands are
+// ones cuBLASLt's heuristic may turn down.
+const std::vector<EpilogueShape>& epilogue_shapes() {
+  static const std::vector<EpilogueShape> shapes = {
+      {false, true, 33, 64, 65, 0, 0, true, 51}, {false, true, 7, 13, 29, 0, 0, true, 54},
+      {false, false, 17, 24, 31, 3, 1, true, 57}, {true, true, 5, 40, 1, 2, 3, true, 60},
+      {false, true, 9, 24, 7, 0, 0, true, 63},   {false, true, 20, 32, 19, 0, 0, false, 66},
+  };
+  return shapes;
+}
+
+// The operands of an epilogue case, the reference product plus bias (m, n) and the bias.
+struct EpilogueProblem {
+  Operand a, b;
+  std::vector<float> bias;
+  std::vector<double> pre;  // op(A) op(B) + bias
+};
+
+EpilogueProblem epilogue_problem(const EpilogueShape& s, DType dtype) {
+  const int64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
+  const int64_t b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
+  EpilogueProblem p{make_operand(random_floats(a_rows * (a_cols + s.extra_lda), s.seed), dtype),
+                    make_operand(random_floats(b_rows * (b_cols + s.extra_ldb), s.seed + 1), dtype),
+                    s.bias ? random_floats(s.n, s.seed + 2) : std::vector<float>{},
+                    {}};
+  p.pre = ref_gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0, p.a.values, a_cols + s.extra_lda, p.b.values,
+                   b_cols + s.extra_ldb, 0.0, std::vector<float>(s.m * s.n, 0.0f), s.n);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) p.pre[i * s.n + j] += s.bias ? p.bias[j] : 0.0f;
+  return p;
+}
+
+int64_t lda_of(const EpilogueShape& s) { return (s.trans_a ? s.m : s.k) + s.extra_lda; }
+int64_t ldb_of(const EpilogueShape& s) { return (s.trans_b ? s.k : s.n) + s.extra_ldb; }
+
+// Every element within the GEMM's absolute tolerance of the reference.
+void expect_gemm_close(CaseContext& c, const std::string& what, const std::vector<float>& actual,
+                       const std::vector<double>& expected, DType dtype) {
+  const double tol = tolerances(dtype).gemm;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (!(std::abs(actual[i] - expected[i]) <= tol)) {
+      return c.fail(what + "[" + std::to_string(i) + "] = " + std::to_string(actual[i]) + ", expected " +
+                    std::to_string(expected[i]));
+    }
+  }
+}
+
+void check_gemm_bias(CaseContext& c, const EpilogueShape& s, DType dtype) {
+  const EpilogueProblem p = epilogue_problem(s, dtype);
+  const DeviceArray<float> out = c.filled(s.m * s.n, kNaN);
+  c.ops().gemm_bias(s.trans_a, s.trans_b, s.m, s.n, s.k, device_operand(c, p.a, dtype), lda_of(s),
+                    device_operand(c, p.b, dtype), ldb_of(s), c.upload(p.bias).data, out.data, dtype, c.stream());
+  expect_gemm_close(c, "c", c.download(out, "c"), p.pre, dtype);
+}
+
+void check_gemm_bias_gelu(CaseContext& c, const EpilogueShape& s, DType dtype) {
+  const EpilogueProblem p = epilogue_problem(s, dtype);
+  const DeviceArray<float> pre = c.filled(s.m * s.n, kNaN), y = c.filled(s.m * s.n, kNaN);
+  c.ops().gemm_bias_gelu(s.trans_a, s.trans_b, s.m, s.n, s.k, device_operand(c, p.a, dtype), lda_of(s),
+                         device_operand(c, p.b, dtype), ldb_of(s), s.bias ? c.upload(p.bias).data : nullptr,
+                         pre.data, y.data, dtype, c.stream());
+  const std::vector<float> pre_out = c.download(pre, "pre");
+  expect_gemm_close(c, "pre", pre_out, p.pre, dtype);
+  // y against the tanh GELU of the entry's own pre-activation: fp32 rounding of the GELU only
+  // (5e-5 of max(|y|, 1)); erf's GELU differs from it by up to 4.7e-4 near |x| = 2.
+  c.expect_close("y = gelu(pre)", c.download(y, "y"), ref_gelu_all(std::vector<double>(pre_out.begin(), pre_out.end())),
+                 5 * tolerances(dtype).reference, 1.0);
+}
+
+// A refusal case: `call` runs `op` on `refused` operands (one: 4 ones, out: 8 floats), which it
+// must refuse by name.
+using RefusedCall = void (*)(CaseContext& c, const float* one, float* out, DType refused);
+OpCase operand_refusal(OpId op, DType refused, RefusedCall call) {
+  return {.op = op,
+          .dtype = refused,
+          .mode = CaseMode::refusal,
+          .name = std::string(dtype_name(refused)) + " operands are refused by name",
+          .body = [op, refused, call](CaseContext& c) {
+            const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(8, 0.0f);
+            expect_refusal(c, backend::op_name(op), dtype_name(refused),
+                           [&] { call(c, one.data, out.data, refused); });
+          }};
+}
+
 }  // namespace
 
 void add_gemm_cases(std::vector<OpCase>& cases) {
@@ -124,18 +229,35 @@ void add_gemm_cases(std::vector<OpCase>& cases) {
                        .body = [shape, dtype](CaseContext& c) { check_gemm(c, shape, dtype); }});
     }
   }
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const EpilogueShape& shape : epilogue_shapes()) {
+      if (shape.bias) {
+        cases.push_back({.op = OpId::gemm_bias,
+                         .dtype = dtype,
+                         .mode = CaseMode::forward,
+                         .name = describe(shape),
+                         .body = [shape, dtype](CaseContext& c) { check_gemm_bias(c, shape, dtype); }});
+      }
+      cases.push_back({.op = OpId::gemm_bias_gelu,
+                       .dtype = dtype,
+                       .mode = CaseMode::forward,
+                       .name = describe(shape),
+                       .body = [shape, dtype](CaseContext& c) { check_gemm_bias_gelu(c, shape, dtype); }});
+    }
+  }
+  // Each GEMM entry refuses other operand types by name (2 x 2 ones; pre and y are out's halves).
   for (DType refused : {DType::i32, DType::f16}) {
-    cases.push_back({.op = OpId::gemm,
-                     .dtype = refused,
-                     .mode = CaseMode::refusal,
-                     .name = std::string(dtype_name(refused)) + " operands are refused by name",
-                     .body = [refused](CaseContext& c) {
-                       const DeviceArray<float> one = c.filled(4, 1.0f), out = c.filled(4, 0.0f);
-                       expect_refusal(c, "gemm", dtype_name(refused), [&] {
-                         c.ops().gemm(false, false, 2, 2, 2, 1.0f, one.data, 2, one.data, 2, 0.0f, out.data, 2, refused,
-                                      c.stream());
-                       });
-                     }});
+    cases.push_back(operand_refusal(OpId::gemm, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+      c.ops().gemm(false, false, 2, 2, 2, 1.0f, one, 2, one, 2, 0.0f, out, 2, type, c.stream());
+    }));
+    cases.push_back(
+        operand_refusal(OpId::gemm_bias, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+          c.ops().gemm_bias(false, false, 2, 2, 2, one, 2, one, 2, one, out, type, c.stream());
+        }));
+    cases.push_back(
+        operand_refusal(OpId::gemm_bias_gelu, refused, [](CaseContext& c, const float* one, float* out, DType type) {
+          c.ops().gemm_bias_gelu(false, false, 2, 2, 2, one, 2, one, 2, one, out, out + 4, type, c.stream());
+        }));
   }
 }
 

@@ -45,7 +45,9 @@ const char* op_family(OpId op) {
     case OpId::convert:
     case OpId::round_through: return "conversions";
     case OpId::gemm_operand_type:
-    case OpId::gemm: return "gemm";
+    case OpId::gemm:
+    case OpId::gemm_bias:
+    case OpId::gemm_bias_gelu: return "gemm";
     case OpId::layernorm_forward:
     case OpId::layernorm_backward:
     case OpId::rmsnorm_forward:

@@ -18,7 +18,7 @@ const char* op_family(OpId op);
 // Each family's cases (the files they are written in).
 void add_memory_cases(std::vector<OpCase>& cases);         // cases_memory.cpp: memory, stream, copies, fill, zero
 void add_conversion_cases(std::vector<OpCase>& cases);     // cases_memory.cpp: convert, round_through
-void add_gemm_cases(std::vector<OpCase>& cases);           // cases_gemm.cpp
+void add_gemm_cases(std::vector<OpCase>& cases);           // cases_gemm.cpp: gemm, gemm_bias, gemm_bias_gelu
 void add_norm_cases(std::vector<OpCase>& cases);           // cases_norms.cpp: layernorm, rmsnorm
 void add_activation_cases(std::vector<OpCase>& cases);     // cases_activations.cpp: gelu, swiglu, rope
 void add_attention_cases(std::vector<OpCase>& cases);      // cases_attention.cpp

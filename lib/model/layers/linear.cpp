@@ -13,9 +13,18 @@ const float* ColumnParallelLinear::full_input(const LayerContext& ctx, const Lay
 
 void ColumnParallelLinear::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
                                    const SequenceParallelBuffers& buffers, float* y) const {
-  ctx.gemm.linear_forward(full_input(ctx, pass, x_seq, buffers), pass.rows, p_.in_features, p_.weight,
-                          p_.out_features, y);
-  if (p_.bias >= 0) ctx.ops.bias_add(y, ctx.params + p_.bias, pass.rows, static_cast<int>(p_.out_features), ctx.stream);
+  const float* x = full_input(ctx, pass, x_seq, buffers);
+  if (p_.bias >= 0) {
+    ctx.gemm.linear_forward_bias(x, pass.rows, p_.in_features, p_.weight, p_.out_features, ctx.params + p_.bias, y);
+  } else {
+    ctx.gemm.linear_forward(x, pass.rows, p_.in_features, p_.weight, p_.out_features, y);
+  }
+}
+
+void ColumnParallelLinear::forward_gelu(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
+                                        const SequenceParallelBuffers& buffers, float* pre, float* y) const {
+  ctx.gemm.linear_forward_bias_gelu(full_input(ctx, pass, x_seq, buffers), pass.rows, p_.in_features, p_.weight,
+                                    p_.out_features, p_.bias >= 0 ? ctx.params + p_.bias : nullptr, pre, y);
 }
 
 void ColumnParallelLinear::backward(const LayerContext& ctx, const LayerPass& pass, const float* dy,

@@ -6,7 +6,8 @@
 //     stays split (Megatron's gather_output=False).
 //   RowParallelLinear: input features split over TP. The partial products leave through
 //     reduce_scatter_to_sequence_parallel_region (SP) or reduce_from_tensor_parallel_region;
-//     the bias is added after the reduction.
+//     the bias is added after the reduction (so it stays a separate bias_add, never the GEMM's
+//     epilogue: the GEMM makes partial sums).
 // Backward accumulates dW (and db) and writes the input grad. Tested through the model's finite
 // differences and the TP = 2 stage test (tests/unit/model/test_stage.cpp).
 #pragma once
@@ -39,9 +40,14 @@ class ColumnParallelLinear {
   int64_t out_features() const { return p_.out_features; }
   int64_t in_features() const { return p_.in_features; }
 
-  // y (rows, out) = x W^T + b for x_seq (sequence rows, in).
+  // y (rows, out) = x W^T + b for x_seq (sequence rows, in): the bias in the GEMM's epilogue
+  // (Ops::gemm_bias), as it is added right after the local product.
   void forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
                const SequenceParallelBuffers& buffers, float* y) const;
+  // pre (rows, out) = x W^T + b, y (rows, out) = gelu(pre) (tanh GELU): one fused GEMM
+  // (Ops::gemm_bias_gelu), pre kept for gelu_backward.
+  void forward_gelu(const LayerContext& ctx, const LayerPass& pass, const float* x_seq,
+                    const SequenceParallelBuffers& buffers, float* pre, float* y) const;
   // dy (rows, out): dW += dy^T x, db += sum dy, dx_seq (sequence rows, in) = the input grad,
   // summed over TP. Under SP the input is gathered again (Megatron keeps only the shard).
   void backward(const LayerContext& ctx, const LayerPass& pass, const float* dy, const float* x_seq,

@@ -97,11 +97,11 @@ int64_t Mlp::widest_gemm_operand() const {
 void Mlp::forward(const LayerContext& ctx, const LayerPass& pass, const float* x_seq, BlockBuffers& saved_buffers,
                   BlockBuffers&, const SequenceParallelBuffers& full_rows, float* out_seq) const {
   const Saved& saved = static_cast<const Saved&>(saved_buffers);
-  fc1_.forward(ctx, pass, x_seq, full_rows, saved.fc1);
   if (swiglu_) {
+    fc1_.forward(ctx, pass, x_seq, full_rows, saved.fc1);
     ctx.ops.swiglu_forward(saved.fc1, saved.act, pass.rows, static_cast<int>(ffn()), ctx.stream);
   } else {
-    ctx.ops.gelu_forward(saved.fc1, saved.act, pass.rows * ffn(), ctx.stream);
+    fc1_.forward_gelu(ctx, pass, x_seq, full_rows, saved.fc1, saved.act);  // fc1, its bias and GELU: one GEMM
   }
   fc2_.forward(ctx, pass, saved.act, full_rows, out_seq);
 }

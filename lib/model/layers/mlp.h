@@ -1,8 +1,9 @@
 // The dense MLP (Megatron's MLP), the MlpKind::dense variant: a column-parallel fc1 (GELU:
 // linear_fc1; SwiGLU: separate global linear_fc1_gate and linear_fc1_up, adjacent locally so fc1
-// is one GEMM whose output rows are [gate | up] of this rank's ffn columns), the activation, and a
-// row-parallel fc2, at the ffn width of its MlpSpec (layers may differ). Init: fc1
-// N(0, init_method_std), fc2 N(0, init_method_std / sqrt(2 num_layers)), biases 0. Tested through
+// is one GEMM whose output rows are [gate | up] of this rank's ffn columns), the activation (GELU:
+// fused into fc1's GEMM as its epilogue with the bias, Ops::gemm_bias_gelu), and a row-parallel
+// fc2, at the ffn width of its MlpSpec (layers may differ). Init: fc1 N(0, init_method_std), fc2
+// N(0, init_method_std / sqrt(2 num_layers)), biases 0. Tested through
 // the model's finite differences, the PyTorch goldens, the TP = 2 stage test and the mixed-width
 // chunk of tests/unit/model/test_spec.cpp.
 #pragma once

@@ -4,8 +4,9 @@
 // on one thread and must give the same bits; the memory-measuring case runs first in its test's
 // process. Beside the list: every entry has cases and the CPU fills every entry (the coverage
 // table is printed), the CPU runs every case but those on dtypes it says it lacks (each refused by
-// name), the CPU table's fused entries run the kernels of the active ISA level, and bf16 GEMM
-// operands only where oneDNN has a native bf16 matmul.
+// name), the CPU table's fused entries run the kernels of the active ISA level, the fused GEMM
+// entries give the bits of gemm, bias_add and gelu_forward called in turn, and bf16 GEMM operands
+// only where oneDNN has a native bf16 matmul.
 //   mt_test_op_harness --coverage   runs every case at every level and prints the coverage table
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -13,6 +14,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <iostream>
 #include <set>
 #include <string>
@@ -218,10 +221,27 @@ void pinned_all_finite(const float* x, int64_t n, int32_t* finite, mt::backend::
   if (!mt::kernels::cpu::cpu_ops(pinned_level).all_finite(x, n)) *finite = 0;
 }
 
+// The fused GEMM entries: the table's gemm, then the level's kernels (as the CPU table composes them).
+void pinned_gemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                      const void* b, int64_t ldb, const float* bias, float* c, DType operand_type,
+                      mt::backend::Stream stream) {
+  mt::backend::cpu_ops().gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n, operand_type, stream);
+  mt::kernels::cpu::cpu_ops(pinned_level).bias_add(c, bias, m, static_cast<int>(n));
+}
+void pinned_gemm_bias_gelu(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                           const void* b, int64_t ldb, const float* bias, float* pre, float* y, DType operand_type,
+                           mt::backend::Stream stream) {
+  mt::backend::cpu_ops().gemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, pre, n, operand_type, stream);
+  if (bias) mt::kernels::cpu::cpu_ops(pinned_level).bias_add(pre, bias, m, static_cast<int>(n));
+  mt::kernels::cpu::cpu_ops(pinned_level).gelu_forward(pre, y, m * n);
+}
+
 // backend::cpu_ops() with every fused entry calling the kernels of `isa` directly.
 mt::backend::Ops pinned_table(CpuIsa isa) {
   pinned_level = isa;
   mt::backend::Ops table = mt::backend::cpu_ops();
+  table.gemm_bias = pinned_gemm_bias;
+  table.gemm_bias_gelu = pinned_gemm_bias_gelu;
   MT_PIN(layernorm_forward);
   MT_PIN(layernorm_backward);
   MT_PIN(rmsnorm_forward);
@@ -280,9 +300,48 @@ TEST(CpuBackend, FusedEntriesRunTheKernelsOfTheActiveLevel) {
       EXPECT_EQ(table.status, CaseStatus::passed) << "the case fails on the CPU table";
       for (const std::string& difference : mt::harness::compare_results(table, kernels)) ADD_FAILURE() << difference;
     }
-    EXPECT_EQ(done.size(), 35u);
+    EXPECT_EQ(done.size(), 37u);
   }
   mt::kernels::set_active_isa(cpu_levels().back());
+}
+
+// The fused GEMM entries give the bits of gemm, bias_add and gelu_forward called one after
+// another, as the layers called them before the entries existed: CPU training numbers do not move.
+TEST(CpuBackend, FusedGemmEntriesAreTheUnfusedEntriesBitForBit) {
+  const mt::backend::Ops& ops = mt::backend::cpu_ops();
+  const mt::backend::Stream stream = ops.default_stream();
+  const int64_t m = 37, n = 29, k = 45;  // x (m, k) . W^T, W (n, k): the linears' NT form
+  std::vector<float> x(m * k), w(n * k), bias(n);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)) * 1.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.53f * float(i)) * 0.4f;
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * float(i) - 1.2f;
+  for (DType type : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(mt::dtype_name(type));
+    std::vector<uint16_t> x_bits(x.size()), w_bits(w.size());
+    const void* a = x.data();
+    const void* b = w.data();
+    if (type == DType::bf16) {
+      ops.convert(x.data(), DType::f32, x_bits.data(), DType::bf16, m * k, stream);
+      ops.convert(w.data(), DType::f32, w_bits.data(), DType::bf16, n * k, stream);
+      a = x_bits.data();
+      b = w_bits.data();
+    }
+    std::vector<float> unfused(m * n), unfused_y(m * n), fused(m * n), fused_y(m * n);
+    for (const bool with_bias : {true, false}) {
+      ops.gemm(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, unfused.data(), n, type, stream);
+      if (with_bias) ops.bias_add(unfused.data(), bias.data(), m, static_cast<int>(n), stream);
+      ops.gelu_forward(unfused.data(), unfused_y.data(), m * n, stream);
+      ops.gemm_bias_gelu(false, true, m, n, k, a, k, b, k, with_bias ? bias.data() : nullptr, fused.data(),
+                         fused_y.data(), type, stream);
+      EXPECT_EQ(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)), 0) << "pre, bias " << with_bias;
+      EXPECT_EQ(std::memcmp(fused_y.data(), unfused_y.data(), fused_y.size() * sizeof(float)), 0)
+          << "gelu, bias " << with_bias;
+    }
+    ops.gemm(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, unfused.data(), n, type, stream);
+    ops.bias_add(unfused.data(), bias.data(), m, static_cast<int>(n), stream);
+    ops.gemm_bias(false, true, m, n, k, a, k, b, k, bias.data(), fused.data(), type, stream);
+    EXPECT_EQ(std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)), 0) << "gemm_bias";
+  }
 }
 
 // bf16 operands go to the GEMM as bf16 bits only at the AVX512-BF16 level and where oneDNN builds
