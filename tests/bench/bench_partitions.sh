@@ -11,7 +11,9 @@
 # 2-rank time; issue 26's target is at least 0.95), the same ratio without the fixed costs (both
 # modes timed on 20 lines first: the ratio a corpus far bigger than these sizes tends to), the CPU
 # seconds (user + system, same runs) and the load average before and after; it asserts nothing but
-# that the outputs of this build and of the baseline build are byte-identical.
+# that the outputs of this build and of the baseline build are byte-identical. For each size it also
+# times the corpus's two halves tokenized at once by two processes of one worker each, without MPI
+# (the bound for any split of the work over two processes on these cores).
 # Usage: tests/bench/bench_partitions.sh [--sizes 20,60,150] [--repeat 3] [--baseline BIN_DIR] [corpus.txt]
 #   --sizes: corpus sizes in MB (the corpus repeated to about each; default 20)
 #   --repeat: runs per figure (default 3; the median is printed)
@@ -19,7 +21,7 @@
 #     the same loop, alternating with this build's, and its outputs compared with this build's
 #   corpus.txt: default data/corpus/war_and_peace_pg2600.txt (one JSONL document per paragraph)
 # Env: MT_BIN (default build/bin); MT_BENCH_MB and MT_BASELINE_BIN as --sizes and --baseline.
-# About 2.5 minutes on 2 quiet cores for --sizes 20,60,150 --repeat 3 --baseline DIR.
+# About 4 minutes on 2 quiet cores for --sizes 150,450 --repeat 5 --baseline DIR.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
@@ -65,6 +67,23 @@ two_ranks() {
     --workers 2 --output-prefix "$work/out/$2"
 }
 
+# The bound for any split over two processes on these cores: each half of the corpus (by lines)
+# tokenized by its own process with one worker, both at once, each writing its own output: no
+# MPI, no sending, no merging.
+halves() {
+  local TIMEFORMAT='%R %U %S' t lines
+  lines=$(wc -l <"$work/in/corpus.jsonl")
+  head -n $((lines / 2)) "$work/in/corpus.jsonl" >"$work/in/half_a.jsonl"
+  tail -n +$((lines / 2 + 1)) "$work/in/corpus.jsonl" >"$work/in/half_b.jsonl"
+  t="$({ time {
+    "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_a.jsonl" --output-prefix "$work/out/half_a" >/dev/null &
+    "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_b.jsonl" --output-prefix "$work/out/half_b" >/dev/null
+    wait
+  }; } 2>&1)"
+  rm -f "$work"/in/half_?.jsonl
+  awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }' <<<"$t"
+}
+
 printf '%s cores (%s); %s runs per figure, medians; ratio = 1-rank wall / 2-rank wall (target >= 0.95)\n' \
   "$(nproc)" "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" "$RUNS"
 # Fixed costs: the same runs on 20 lines (process start, mpirun and MPI_Init, the tokenizer load,
@@ -83,10 +102,11 @@ for mb in ${SIZES//,/ }; do
   : >"$work/in/corpus.jsonl"
   while (($(stat -c %s "$work/in/corpus.jsonl") < mb * 1000000)); do cat "$work/one.jsonl" >>"$work/in/corpus.jsonl"; done
   load_before="$(cut -d' ' -f1 /proc/loadavg)"
-  one_wall=() one_cpu=() two_wall=() two_cpu=() base_wall=() base_cpu=()
+  one_wall=() one_cpu=() two_wall=() two_cpu=() base_wall=() base_cpu=() half_wall=()
   for _ in $(seq "$RUNS"); do
     read -r w c < <(one_rank "$MT_BIN" one); one_wall+=("$w"); one_cpu+=("$c")
     read -r w c < <(two_ranks "$MT_BIN" two); two_wall+=("$w"); two_cpu+=("$c")
+    read -r w _ < <(halves); half_wall+=("$w")
     if [[ -n "$BASELINE_BIN" ]]; then
       read -r w c < <(two_ranks "$BASELINE_BIN" base); base_wall+=("$w"); base_cpu+=("$c")
     fi
@@ -96,6 +116,8 @@ for mb in ${SIZES//,/ }; do
     "$(echo "scale=1; $(stat -c %s "$work/in/corpus.jsonl") / 1000000" | bc)" "$t1" "$(median "${one_cpu[@]}")" \
     "$t2" "$(median "${two_cpu[@]}")" "$(echo "$t1 / $t2" | bc -l)"
   printf ', without the fixed costs %.3f' "$(echo "($t1 - $f1) / ($t2 - $f2)" | bc -l)"
+  th=$(median "${half_wall[@]}")
+  printf '; its halves in two processes without MPI %6.2f s ratio %.3f' "$th" "$(echo "$t1 / $th" | bc -l)"
   if [[ -n "$BASELINE_BIN" ]]; then
     tb=$(median "${base_wall[@]}")
     printf '; baseline 2 ranks %6.2f s (cpu %5.2f) ratio %.3f' "$tb" "$(median "${base_cpu[@]}")" "$(echo "$t1 / $tb" | bc -l)"
