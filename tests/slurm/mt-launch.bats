@@ -105,7 +105,10 @@ fake_slurm() {
     rm -rf "$TMP/ck" "$TMP/run.jsonl"
     env --default-signal "$LAUNCH" --ranks 2 --output "$TMP/run.jsonl" -- "${run[@]}" --save "$TMP/ck" 2>"$TMP/err" &
     local launcher=$!
-    for _ in $(seq 300); do grep -q '"record":"step"' "$TMP/run.jsonl" 2>/dev/null && break; sleep 0.1; done
+    # The signal must find training running (before MPI_Init ends a rank has no checkpoint to
+    # save and exits at once); under CI's load the first step once took over 30 s to come.
+    for _ in $(seq 1200); do grep -q '"record":"step"' "$TMP/run.jsonl" 2>/dev/null && break; sleep 0.1; done
+    grep -q '"record":"step"' "$TMP/run.jsonl" || fail "SIG$signal: no step record after 120 s: $(cat "$TMP/err")"
     kill "-$signal" "$launcher"
     local status=0
     wait "$launcher" || status=$?
