@@ -70,18 +70,20 @@ two_ranks() {
 # The bound for any split over two processes on these cores: each half of the corpus (by lines)
 # tokenized by its own process with one worker, both at once, each writing its own output: no
 # MPI, no sending, no merging.
+tokenize_halves() {
+  "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_a.jsonl" --output-prefix "$work/out/half_a" &
+  local first=$!
+  "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_b.jsonl" --output-prefix "$work/out/half_b" || return 1
+  wait "$first"
+}
 halves() {
-  local TIMEFORMAT='%R %U %S' t lines
+  local lines times
   lines=$(wc -l <"$work/in/corpus.jsonl")
   head -n $((lines / 2)) "$work/in/corpus.jsonl" >"$work/in/half_a.jsonl"
   tail -n +$((lines / 2 + 1)) "$work/in/corpus.jsonl" >"$work/in/half_b.jsonl"
-  t="$({ time {
-    "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_a.jsonl" --output-prefix "$work/out/half_a" >/dev/null &
-    "$MT_BIN/mt-tokenize" "${GPT2[@]}" --input "$work/in/half_b.jsonl" --output-prefix "$work/out/half_b" >/dev/null
-    wait
-  }; } 2>&1)"
+  times="$(timed tokenize_halves)"
   rm -f "$work"/in/half_?.jsonl
-  awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }' <<<"$t"
+  echo "$times"
 }
 
 printf '%s cores (%s); %s runs per figure, medians; ratio = 1-rank wall / 2-rank wall (target >= 0.95)\n' \
