@@ -482,9 +482,10 @@ int main(int argc, char** argv) {
         // Preprocessing loads its tokenizer (0.25 s for GPT-2's) on a thread of its own as soon as
         // the flags are parsed, while tool_main starts MPI: MPI_Init mostly waits (0.3 s of a
         // 2-rank mpirun here, 0.06 s of it on a core), so a partitioned run's ranks load meanwhile.
+        // Started whenever no subcommand is given, the only way to run_preprocess, which takes it;
+        // a load whose flags the run then refuses (no --tokenizer-type, say) is never asked for.
         app.final_callback([&] {
           if (encode->parsed() || decode->parsed() || train->parsed() || merge->parsed()) return;
-          if (options.tokenizer.type.empty()) return;
           tokenizer_load = std::async(std::launch::async, [&] { return mt::text::Tokenizer::load(options.tokenizer); });
         });
       },
