@@ -96,6 +96,58 @@ struct GeluBackward {
   }
 };
 
+// GELU, erf form (BERT's LM head), and tanh (BERT's pooler): the CPU's formulas
+// (kernels/cpu/impl/elementwise.inc) on CUDA's erff, expf and tanhf, each within 2 ulp of the
+// exact value as the CPU's libm is.
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+struct GeluErfValue {
+  __device__ float operator()(float v) const { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
+};
+// dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+struct GeluErfGradient {
+  __device__ float operator()(float dy, float v) const {
+    const float cdf = 0.5f * (1.0f + erff(v * kInvSqrt2));
+    return dy * (cdf + v * kInvSqrt2Pi * expf(-0.5f * v * v));
+  }
+};
+struct TanhValue {
+  __device__ float operator()(float v) const { return tanhf(v); }
+};
+// From the forward's output y: dy (1 - y^2).
+struct TanhGradient {
+  __device__ float operator()(float dy, float y) const { return dy * (1.0f - y * y); }
+};
+
+// out[i] = f(in[i]).
+template <typename F>
+struct UnaryMap {
+  const float* in;
+  float* out;
+  F f;
+  __device__ void operator()(int64_t i) const { out[i] = f(in[i]); }
+  __device__ void vec4(int64_t j) const {
+    const float4 v = reinterpret_cast<const float4*>(in)[j];
+    reinterpret_cast<float4*>(out)[j] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
+  }
+};
+
+// out[i] = f(dy[i], saved[i]): a gradient from the upstream gradient and the forward's input or output.
+template <typename F>
+struct GradientMap {
+  const float* dy;
+  const float* saved;
+  float* out;
+  F f;
+  __device__ void operator()(int64_t i) const { out[i] = f(dy[i], saved[i]); }
+  __device__ void vec4(int64_t j) const {
+    const float4 g = reinterpret_cast<const float4*>(dy)[j];
+    const float4 v = reinterpret_cast<const float4*>(saved)[j];
+    reinterpret_cast<float4*>(out)[j] = make_float4(f(g.x, v.x), f(g.y, v.y), f(g.z, v.z), f(g.w, v.w));
+  }
+};
+
 // Element (r, c) of y (rows, ffn) from gate_up (rows, 2 ffn): gate at column c, up at ffn + c.
 __global__ void swiglu_forward_kernel(const float* gate_up, float* y, int64_t rows, int ffn) {
   const int64_t total = rows * ffn;
@@ -305,6 +357,24 @@ void gelu_forward(const float* x, float* y, int64_t n, void* stream) {
 
 void gelu_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream) {
   launch_map(GeluBackward{dy, x, dx}, n, aligned16(dy) && aligned16(x) && aligned16(dx), stream, "gelu_backward");
+}
+
+void gelu_erf_forward(const float* x, float* y, int64_t n, void* stream) {
+  launch_map(UnaryMap<GeluErfValue>{x, y, {}}, n, aligned16(x) && aligned16(y), stream, "gelu_erf_forward");
+}
+
+void gelu_erf_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream) {
+  launch_map(GradientMap<GeluErfGradient>{dy, x, dx, {}}, n, aligned16(dy) && aligned16(x) && aligned16(dx), stream,
+             "gelu_erf_backward");
+}
+
+void tanh_forward(const float* x, float* y, int64_t n, void* stream) {
+  launch_map(UnaryMap<TanhValue>{x, y, {}}, n, aligned16(x) && aligned16(y), stream, "tanh_forward");
+}
+
+void tanh_backward(const float* dy, const float* y, float* dx, int64_t n, void* stream) {
+  launch_map(GradientMap<TanhGradient>{dy, y, dx, {}}, n, aligned16(dy) && aligned16(y) && aligned16(dx), stream,
+             "tanh_backward");
 }
 
 void swiglu_forward(const float* gate_up, float* y, int64_t rows, int ffn, void* stream) {

@@ -42,6 +42,10 @@ int64_t gemm_epilogue_fallback_calls();
 // --- activations, RoPE, elementwise, dropout, AdamW (elementwise.cu) -----------------------------
 void gelu_forward(const float* x, float* y, int64_t n, void* stream);
 void gelu_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream);
+void gelu_erf_forward(const float* x, float* y, int64_t n, void* stream);
+void gelu_erf_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream);
+void tanh_forward(const float* x, float* y, int64_t n, void* stream);
+void tanh_backward(const float* dy, const float* y, float* dx, int64_t n, void* stream);
 void swiglu_forward(const float* gate_up, float* y, int64_t rows, int ffn, void* stream);
 void swiglu_backward(const float* dy, const float* gate_up, float* d_gate_up, int64_t rows, int ffn, void* stream);
 void rope_forward(float* x, int64_t rows, int64_t row_stride, int heads, int head_dim, const int32_t* positions,

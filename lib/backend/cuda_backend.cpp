@@ -59,21 +59,6 @@ void attention_backward(const AttentionShape& shape, const float* q, const float
       shape, q, k, v, doc_start, out, dout, lse, dq, dk, dv, stream);
 }
 
-// No CUDA tanh kernel yet (BERT's pooler, which the CUDA path refuses before it runs).
-void tanh_forward(const float*, float*, int64_t, Stream) {
-  throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
-}
-void tanh_backward(const float*, const float*, float*, int64_t, Stream) {
-  throw std::invalid_argument("cuda backend: tanh (BERT's pooler) is not implemented");
-}
-// Nor an erf GELU kernel (BERT's LM head).
-void gelu_erf_forward(const float*, float*, int64_t, Stream) {
-  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
-}
-void gelu_erf_backward(const float*, const float*, float*, int64_t, Stream) {
-  throw std::invalid_argument("cuda backend: the erf GELU (BERT's LM head) is not implemented");
-}
-
 [[noreturn]] void unsupported_conversion(DType in_type, DType out_type) {
   throw std::invalid_argument(std::string("cuda backend: no conversion from ") + dtype_name(in_type) + " to " +
                               dtype_name(out_type));
@@ -271,7 +256,7 @@ void fp8_update_scales(float* amax, float* amax_history, float* scale, float* sc
 }
 
 // What CUDA runs (see Ops::supports): GEMMs on f32, bf16 and f16 operands; conversions between f32
-// and bf16/f16; fill and the fused kernels on f32 (not tanh: no kernel yet); the FP8 byte
+// and bf16/f16; fill and the fused kernels on f32; the FP8 byte
 // transpose on any type, as the CPU.
 bool supports(OpId op, DType dtype) {
   switch (op) {
@@ -290,10 +275,6 @@ bool supports(OpId op, DType dtype) {
     case OpId::zero:
     case OpId::fp8_transpose:
     case OpId::gemm_operand_type: return true;
-    case OpId::tanh_forward:
-    case OpId::tanh_backward:
-    case OpId::gelu_erf_forward:
-    case OpId::gelu_erf_backward: return false;  // no kernel yet (BERT's pooler and LM head)
     case OpId::gemm:
     case OpId::gemm_bias:
     case OpId::gemm_bias_gelu: return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
@@ -339,10 +320,10 @@ const Ops& cuda_ops() {
       .rmsnorm_backward = MT_CUDA_KERNEL(rmsnorm_backward),
       .gelu_forward = MT_CUDA_KERNEL(gelu_forward),
       .gelu_backward = MT_CUDA_KERNEL(gelu_backward),
-      .gelu_erf_forward = gelu_erf_forward,
-      .gelu_erf_backward = gelu_erf_backward,
-      .tanh_forward = tanh_forward,
-      .tanh_backward = tanh_backward,
+      .gelu_erf_forward = MT_CUDA_KERNEL(gelu_erf_forward),
+      .gelu_erf_backward = MT_CUDA_KERNEL(gelu_erf_backward),
+      .tanh_forward = MT_CUDA_KERNEL(tanh_forward),
+      .tanh_backward = MT_CUDA_KERNEL(tanh_backward),
       .swiglu_forward = MT_CUDA_KERNEL(swiglu_forward),
       .swiglu_backward = MT_CUDA_KERNEL(swiglu_backward),
       .rope_forward = MT_CUDA_KERNEL(rope_forward),
