@@ -22,8 +22,8 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
                      backend::Device device) {
   // Every parallel layout parallel::validate accepts runs (expert parallelism included).
   const std::string accounted = "; mt-mfu and mt-memreport account for it";
-  // A setting whose condition names `device` is refused on CUDA only (multi-token prediction, BERT
-  // and FSDP's grad sharding have no CUDA path yet); the others on every backend.
+  // A setting whose condition names `device` is refused on CUDA only (BERT and FSDP's grad sharding
+  // have no CUDA path yet); the others on every backend.
   const bool moe = model.num_experts > 0;
   parallel::ParallelConfig fsdp = parallel;  // --use-custom-fsdp is --use-megatron-fsdp (validate() folds it later)
   fsdp.use_megatron_fsdp = parallel.use_megatron_fsdp || parallel.use_custom_fsdp;
@@ -42,8 +42,6 @@ void check_supported(const model::ModelConfig& model, const parallel::ParallelCo
            " and --position-embedding-type learned_absolute",
        "the last stage keeps a copy of the word table for the MTP lookups, not of the learned position table: "
        "use rope, or PP 1" + accounted},
-      {model.mtp_num_layers > 0 && device == backend::Device::cuda, "--mtp-num-layers with --device cuda",
-       "multi-token prediction runs on the CPU table; it has not run on a GPU yet"},
       // BERT (issue 25): the model (lib/model, checked against Megatron-Core's BertModel) trains on
       // BERT's masked samples on the CPU table under TP (with or without SP), DP and PP; the CUDA
       // attention is causal only; under CP the ring attention runs non-causal but the head does not.

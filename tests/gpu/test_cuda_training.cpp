@@ -5,10 +5,10 @@
 // Every step's loss and grad norm must be within 1e-5 relative of the CPU's, and within the fp32
 // equivalence bound the layout tests use (tests/mpi/training_equivalence.h), which stays below
 // 1e-5 at these learning rates; so do a tiny multi-latent attention model with RoPE and with YaRN
-// (CudaMlaTraining). The mixture-of-experts block at the end does the same for two tiny-mixtral
+// (CudaMlaTraining) and multi-token prediction after each (CudaMtpTraining). The mixture-of-experts block at the end does the same for two tiny-mixtral
 // variants (moe::CudaMoeTraining), and the FP8 block compares --fp8-format hybrid runs, dense and
-// with experts, with the CPU emulation (fp8::CudaFp8Training, fp8::CudaFp8MoeTraining, its own
-// bound). Skipped, never passed, when no CUDA device is usable or the CUDA table is not built.
+// with experts and with a multi-token-prediction depth, with the CPU emulation
+// (fp8::CudaFp8Training, fp8::CudaFp8MoeTraining, fp8::CudaFp8MtpTraining, its own bound). Skipped, never passed, when no CUDA device is usable or the CUDA table is not built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +129,26 @@ TEST_P(CudaMlaTraining, TenFp32StepsMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(TinyMla, CudaMlaTraining, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "yarn" : "rope");
+                         });
+
+// Multi-token prediction (DeepSeek-V3's, model/layers/mtp.h): two depths after a tiny LLaMA-style
+// decoder and one after the tiny MLA model with YaRN; their losses reach the grad norm through
+// --mtp-loss-scaling-factor, so a depth that goes wrong on CUDA moves it. Same steps and bound.
+class CudaMtpTraining : public ::testing::TestWithParam<bool> {};  // MLA with YaRN or LLaMA-style
+
+TEST_P(CudaMtpTraining, TenFp32StepsMatchTheCpu) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  model::ModelConfig model = GetParam() ? mt::testing::tiny_mla(true) : mt::testing::trainer_model(true);
+  model.mtp_num_layers = GetParam() ? 1 : 2;
+  expect_steps_match(train_on(backend::cpu_ops(), model), train_on(*cuda, model),
+                     GetParam() ? "mtp mla yarn" : "mtp llama_style");
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMtp, CudaMtpTraining, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "mla_yarn" : "llama_style");
                          });
 
 }  // namespace
@@ -289,6 +309,21 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaFp8Training, ::testing::Values(false, t
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "llama_style" : "gpt2_style");
                          });
+
+// FP8 with one multi-token-prediction depth (eh_proj and the depth's layer in FP8 regions of their
+// own, as on the CPU): the tiny LLaMA-style model, the same schedule and bounds.
+TEST(CudaFp8MtpTraining, TenHybridStepsStayNearTheCpuEmulation) {
+  std::string missing;
+  const backend::Ops* cuda = cuda_ops(missing);
+  if (!cuda) GTEST_SKIP() << missing;
+  model::ModelConfig model = mt::testing::trainer_model(true);
+  model.mtp_num_layers = 1;
+  const auto [worst_loss, worst_norm] =
+      expect_near_emulation(train_fp8_on(backend::cpu_ops(), model), train_fp8_on(*cuda, model), "mtp llama_style");
+  std::printf("[fp8] training mtp llama_style: worst relative gap, cuda against the cpu emulation: loss %.2e, grad "
+              "norm %.2e\n",
+              worst_loss, worst_norm);
+}
 
 // FP8 with mixture of experts (issue 23): the two tiny-mixtral variants (moe::CudaMoeTraining's)
 // under the same FP8 schedule, CUDA against the CPU emulation, the same bounds. Each expert's rows
