@@ -10,8 +10,10 @@
 #   training   mt_gpu_training_tests: 10 fp32 steps (TF32 off), CUDA table against the CPU table
 #              (dense, MLA with RoPE and YaRN, MoE), and 10 FP8 steps against the CPU emulation
 #              (dense, MoE)
-#   bench      mt-train --device cuda and mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp),
-#              then tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
+#   bench      mt-train --device cuda (GPT-2 124M in bf16 and with FP8, a LLaMA-3-8B-shaped stack) and
+#              mt_bench_gpu_attention (tests/bench/gpu_bench_attention.cpp), then
+#              tests/bench/gpu_bench_torch.py (PyTorch on the same GPU)
+#   bench-mt   (only when named) the bench part without PyTorch's runs
 #   sanitize   (only when named) compute-sanitizer memcheck over the op-harness families matching
 #              MT_GPU_SANITIZE_FILTER (a gtest filter; default the MoE and FP8 families), then
 #              racecheck over the same: a memory error or hazard fails the part (sanitize.log)
@@ -22,7 +24,7 @@
 # ends within 6 minutes: each binary and benchmark has a time limit, cut to what is left of a
 # 350-second budget (MT_GPU_BUDGET_S); a run the budget no longer fits is reported as skipped.
 # The benchmarks run cheapest first (attention, eager, then torch.compile).
-#   tests/gpu/run_on_gpu.sh [--archive FILE | --unpacked DIR] [selftest] [training] [bench]
+#   tests/gpu/run_on_gpu.sh [--archive FILE | --unpacked DIR] [selftest] [training] [bench] [bench-mt] [sanitize]
 # Tested by hand on a machine without a GPU (README "Running on a GPU").
 set -uo pipefail
 
@@ -35,9 +37,9 @@ while (($#)); do
   case "$1" in
     --archive) ARCHIVE="$2"; shift 2 ;;
     --unpacked) UNPACKED="$2"; shift 2 ;;
-    selftest | training | bench | sanitize) PARTS+=("$1"); shift ;;
-    -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "run_on_gpu.sh: unknown argument '$1' (parts: selftest training bench sanitize)" >&2; exit 2 ;;
+    selftest | training | bench | bench-mt | sanitize) PARTS+=("$1"); shift ;;
+    -h | --help) sed -n '2,/^# Tested by hand/p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "run_on_gpu.sh: unknown argument '$1' (parts: selftest training bench bench-mt sanitize)" >&2; exit 2 ;;
   esac
 done
 ((${#PARTS[@]})) || PARTS=(selftest training bench)
@@ -284,32 +286,49 @@ for r in rows:
 PY
 }
 
-part_bench() {
+# mt's own benchmark runs (the bench part's first four, the whole bench-mt part); how many failed.
+bench_mt_runs() {
+  local failures=0
+  bench_mt gpt2 --model gpt2-124m --seq-length 1024 --micro-batch-size 16 --global-batch-size 16 --train-iters 12 ||
+    failures=$((failures + 1))
+  bench_mt gpt2-fp8 --model gpt2-124m --seq-length 1024 --micro-batch-size 16 --global-batch-size 16 --train-iters 5 \
+    --fp8-format hybrid || failures=$((failures + 1))
+  bench_mt llama --model llama3-8b --num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 \
+    --train-iters 5 || failures=$((failures + 1))
+  bench_mt_attention || failures=$((failures + 1))
+  return "$failures"
+}
+
+# Runs the benchmarks (with PyTorch's beside mt's unless `mt_only` is 1) and writes their table.
+run_benchmarks() {
+  local mt_only="$1" part="$2"
   if ((!HAVE_GPU)); then
-    note "bench: skipped (no GPU)"
+    note "$part: skipped (no GPU)"
     return
   fi
   BENCH_LOG="$OUT/bench.log"
   BENCH_JSONL="$OUT/bench.jsonl"
   : >"$BENCH_LOG"
   : >"$BENCH_JSONL"
-  local failures=0
-  bench_mt gpt2 --model gpt2-124m --seq-length 1024 --micro-batch-size 16 --global-batch-size 16 --train-iters 12 ||
-    failures=$((failures + 1))
-  bench_mt llama --model llama3-8b --num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 \
-    --train-iters 5 || failures=$((failures + 1))
-  bench_mt_attention || failures=$((failures + 1))
-  bench_torch 30 --attention || failures=$((failures + 1))
-  bench_torch 45 --model gpt2 --mode eager --steps 10 || failures=$((failures + 1))
-  bench_torch 60 --model llama --mode eager --steps 4 --warmup 2 || failures=$((failures + 1))
-  bench_torch 100 --model gpt2 --mode compile --steps 10 || failures=$((failures + 1))
-  bench_torch 100 --model llama --mode compile --steps 4 --warmup 2 || failures=$((failures + 1))
+  local failures=0 runs=4
+  bench_mt_runs || failures=$?
+  if ((!mt_only)); then
+    runs=9
+    bench_torch 30 --attention || failures=$((failures + 1))
+    bench_torch 45 --model gpt2 --mode eager --steps 10 || failures=$((failures + 1))
+    bench_torch 60 --model llama --mode eager --steps 4 --warmup 2 || failures=$((failures + 1))
+    bench_torch 100 --model gpt2 --mode compile --steps 10 || failures=$((failures + 1))
+    bench_torch 100 --model llama --mode compile --steps 4 --warmup 2 || failures=$((failures + 1))
+  fi
   bench_table | tee -a "$SUMMARY"
   if ((failures)); then
     STATUS=1
-    note "bench: $failures of 8 runs FAILED (bench.log says how)"
+    note "$part: $failures of $runs runs FAILED (bench.log says how)"
   fi
 }
+
+part_bench() { run_benchmarks 0 bench; }
+part_bench-mt() { run_benchmarks 1 bench-mt; }
 
 part_sanitize() {
   if ((!HAVE_GPU)); then
