@@ -475,6 +475,83 @@ void TokenDatasetWriter::end_document() {
   state_->document_indices.push_back(static_cast<int64_t>(state_->sequence_lengths.size()));
 }
 
+int64_t TokenDatasetWriter::reserve_documents(std::span<const int32_t> sequence_lengths,
+                                              std::span<const int32_t> sequences_per_document) {
+  State& s = *state_;
+  s.check_open();
+  int64_t sequences = 0, tokens = 0;
+  for (int32_t count : sequences_per_document) {
+    if (count < 0) throw Error(s.prefix, "a reserved document has a negative sequence count");
+    sequences += count;
+  }
+  if (sequences != static_cast<int64_t>(sequence_lengths.size())) {
+    throw Error(s.prefix, "reserved documents hold " + std::to_string(sequences) + " sequences but " +
+                              std::to_string(sequence_lengths.size()) + " lengths were given");
+  }
+  for (int32_t length : sequence_lengths) {
+    if (length < 0) throw Error(s.prefix, "a reserved sequence has a negative length");
+    tokens += length;
+  }
+  const int64_t item = static_cast<int64_t>(dtype_size(s.dtype));
+  const int64_t offset = s.tokens * item;
+  if (fseeko(s.spool, static_cast<off_t>((s.tokens + tokens) * item), SEEK_SET) != 0) {
+    throw Error(s.prefix, "cannot move past the reserved tokens in " + s.spool_path + ": " + errno_text());
+  }
+  size_t sequence = 0;
+  for (int32_t count : sequences_per_document) {
+    for (int32_t i = 0; i < count; ++i) s.sequence_lengths.push_back(sequence_lengths[sequence++]);
+    s.document_indices.push_back(static_cast<int64_t>(s.sequence_lengths.size()));
+  }
+  s.tokens += tokens;
+  return offset;
+}
+
+const std::string& TokenDatasetWriter::token_spool_path() const { return state_->spool_path; }
+
+TokenSpoolWriter::TokenSpoolWriter(const std::string& spool_path, int64_t vocab_size)
+    : path_(spool_path), vocab_size_(vocab_size), dtype_(optimal_token_dtype(vocab_size)) {
+  fd_ = ::open(spool_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(spool_path, "cannot open for writing: " + errno_text());
+}
+
+TokenSpoolWriter::~TokenSpoolWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TokenSpoolWriter::write_at(int64_t byte_offset, std::span<const int32_t> tokens) {
+  if (fd_ < 0) throw Error(path_, "token writer used after close()");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
+      throw Error(path_, "token " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+                             std::to_string(vocab_size_) + ")");
+    }
+  }
+  const char* bytes = reinterpret_cast<const char*>(tokens.data());
+  size_t size = tokens.size() * sizeof(int32_t);
+  if (dtype_ == DType::u16) {
+    narrow_.assign(tokens.begin(), tokens.end());
+    bytes = reinterpret_cast<const char*>(narrow_.data());
+    size = narrow_.size() * sizeof(uint16_t);
+  }
+  while (size > 0) {
+    const ssize_t written = ::pwrite(fd_, bytes, size, static_cast<off_t>(byte_offset));
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) throw Error(path_, "cannot write: " + errno_text());
+    bytes += written;
+    size -= static_cast<size_t>(written);
+    byte_offset += written;
+  }
+}
+
+void TokenSpoolWriter::close() {
+  if (fd_ < 0) return;
+  const bool synced = ::fdatasync(fd_) == 0;
+  const std::string failure = errno_text();
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!synced || !closed) throw Error(path_, "cannot write: " + (synced ? errno_text() : failure));
+}
+
 namespace {
 
 // The sequences of `source` as runs of adjacent storage: (first token, token count) each.
@@ -598,9 +675,16 @@ void TokenDatasetWriter::finish() {
   if (static_cast<int64_t>(s.sequence_lengths.size()) != s.document_indices.back()) end_document();
   const bool flushed = std::fflush(s.spool) == 0 && fsync(fileno(s.spool)) == 0;
   const std::string failure = errno_text();
+  struct stat spool_stat {};
+  const bool measured = fstat(fileno(s.spool), &spool_stat) == 0;
   const bool closed = std::fclose(s.spool) == 0;
   s.spool = nullptr;
-  if (!flushed || !closed) throw Error(s.prefix, "cannot write " + s.spool_path + ": " + failure);
+  if (!flushed || !closed || !measured) throw Error(s.prefix, "cannot write " + s.spool_path + ": " + failure);
+  const int64_t expected = s.tokens * static_cast<int64_t>(dtype_size(s.dtype));
+  if (static_cast<int64_t>(spool_stat.st_size) != expected) {
+    throw Error(s.spool_path, "is " + std::to_string(spool_stat.st_size) + " bytes but its " + std::to_string(s.tokens) +
+                                  " tokens take " + std::to_string(expected) + ": tokens reserved for another writer never arrived");
+  }
 
   if (s.writes_megatron()) s.write_idx();
   if (s.writes_hdf5()) s.write_hdf5();

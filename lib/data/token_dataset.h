@@ -81,6 +81,15 @@ class TokenDatasetWriter {
   // sequence, with add_sequence's conversion and error. The bytes of a .bin source are copied by
   // the kernel (copy_file_range) where it can.
   void append_dataset(const TokenDataset& source);
+  // Documents whose tokens another process writes (mt-tokenize --partitions under MPI,
+  // text/preprocess.cpp): appends their index entries as add_sequence and end_document would
+  // (`sequences_per_document[d]` sequences of `sequence_lengths` each), and returns the byte offset
+  // in token_spool_path() where their tokens go, one after another, for a TokenSpoolWriter to
+  // write there; this writer's own tokens go after them. Throws mt::Error for counts that do not
+  // add up. finish() refuses a token file shorter than the tokens it holds.
+  int64_t reserve_documents(std::span<const int32_t> sequence_lengths, std::span<const int32_t> sequences_per_document);
+  // The temporary file the tokens go into (the .bin's temporary, or a spool beside the .h5's).
+  const std::string& token_spool_path() const;
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
   // first so a stale index never pairs with a new .bin: a kill between the renames leaves a .bin
@@ -98,6 +107,29 @@ class TokenDatasetWriter {
   struct State;
   explicit TokenDatasetWriter(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
+};
+
+// Writes tokens into another process's TokenDatasetWriter token file, at the offsets that writer
+// reserved (reserve_documents), in the dataset's dtype (optimal_token_dtype(vocab_size)) and
+// checked against the vocabulary as add_sequence checks them. close() makes them durable
+// (fdatasync) and closes the file: the writer's finish() must come after every close().
+class TokenSpoolWriter {
+ public:
+  // Throws mt::Error naming the file when it cannot be opened for writing.
+  TokenSpoolWriter(const std::string& spool_path, int64_t vocab_size);
+  TokenSpoolWriter(const TokenSpoolWriter&) = delete;
+  TokenSpoolWriter& operator=(const TokenSpoolWriter&) = delete;
+  ~TokenSpoolWriter();  // closes the file without syncing it (a run that failed)
+
+  void write_at(int64_t byte_offset, std::span<const int32_t> tokens);
+  void close();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t vocab_size_ = 0;
+  DType dtype_ = DType::i32;
+  std::vector<uint16_t> narrow_;
 };
 
 // A read-only token dataset with its tokens memory-mapped. open(X) looks for `X.h5`, then for

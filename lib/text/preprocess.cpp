@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/log.h"
 #include "core/ordered_pipeline.h"
 #include "text/jsonl.h"
 #include "text/record_queue.h"
@@ -926,32 +927,35 @@ class SegmentDealer {
 };
 
 // One tokenized batch as bytes: per key its document, sequence and token counts (int64), then
-// per key the documents' sequence counts, the sequence lengths and the tokens (int32).
-std::string encode_record(const std::vector<KeyOutput>& keys) {
+// per key the documents' sequence counts, the sequence lengths and the tokens (int32). Without
+// `tokens` the record is the batch's index only (its token counts 0, no token bytes).
+std::string encode_record(const std::vector<KeyOutput>& keys, bool tokens = true) {
   size_t bytes = keys.size() * 3 * sizeof(int64_t);
   for (const KeyOutput& out : keys) {
-    bytes += (out.sequences_per_document.size() + out.sequence_lengths.size() + out.tokens.size()) * sizeof(int32_t);
+    bytes += (out.sequences_per_document.size() + out.sequence_lengths.size() + (tokens ? out.tokens.size() : 0)) *
+             sizeof(int32_t);
   }
   std::string record;
   record.reserve(bytes);
   auto append = [&record](const void* data, size_t size) { record.append(static_cast<const char*>(data), size); };
   for (const KeyOutput& out : keys) {
     const int64_t counts[3] = {static_cast<int64_t>(out.sequences_per_document.size()),
-                               static_cast<int64_t>(out.sequence_lengths.size()), static_cast<int64_t>(out.tokens.size())};
+                               static_cast<int64_t>(out.sequence_lengths.size()),
+                               tokens ? static_cast<int64_t>(out.tokens.size()) : 0};
     append(counts, sizeof counts);
   }
   for (const KeyOutput& out : keys) {
     append(out.sequences_per_document.data(), out.sequences_per_document.size() * sizeof(int32_t));
     append(out.sequence_lengths.data(), out.sequence_lengths.size() * sizeof(int32_t));
-    append(out.tokens.data(), out.tokens.size() * sizeof(int32_t));
+    if (tokens) append(out.tokens.data(), out.tokens.size() * sizeof(int32_t));
   }
   return record;
 }
 
-// Writes a record's documents, key k's to writers[k]. `record` is a heap string (aligned for
-// int32, as operator new aligns) made by encode_record, on this rank or another.
-void write_record(const std::string& record, std::vector<data::TokenDatasetWriter>& writers) {
-  const size_t header = writers.size() * 3 * sizeof(int64_t);
+// A record's arrays, one view per key. `record` is a heap string (aligned for int32, as operator
+// new aligns) made by encode_record, on this rank or another; the views point into it.
+std::vector<KeyOutputView> decode_record(const std::string& record, size_t keys) {
+  const size_t header = keys * 3 * sizeof(int64_t);
   if (record.size() < header) throw Error("partition record", "shorter than its header");
   size_t offset = header;
   auto array = [&](int64_t count) {
@@ -961,16 +965,38 @@ void write_record(const std::string& record, std::vector<data::TokenDatasetWrite
     offset += bytes;
     return items;
   };
-  for (size_t k = 0; k < writers.size(); ++k) {
+  std::vector<KeyOutputView> views;
+  for (size_t k = 0; k < keys; ++k) {
     int64_t counts[3];
     std::memcpy(counts, record.data() + k * sizeof counts, sizeof counts);
     const auto documents = array(counts[0]), lengths = array(counts[1]), tokens = array(counts[2]);
-    write_documents(KeyOutputView(tokens, lengths, documents), writers[k]);
+    views.emplace_back(tokens, lengths, documents);
   }
+  return views;
+}
+
+// Writes a record's documents, key k's to writers[k].
+void write_record(const std::string& record, std::vector<data::TokenDatasetWriter>& writers) {
+  const std::vector<KeyOutputView> views = decode_record(record, writers.size());
+  for (size_t k = 0; k < writers.size(); ++k) write_documents(views[k], writers[k]);
+}
+
+// Adds an index record's documents to the outputs, key k's to writers[k], without their tokens:
+// {segment, then per key the byte offset in its token file where they go}, for the rank that
+// holds them.
+std::vector<int64_t> reserve_record(int64_t segment, const std::string& record,
+                                    std::vector<data::TokenDatasetWriter>& writers) {
+  const std::vector<KeyOutputView> views = decode_record(record, writers.size());
+  std::vector<int64_t> placement{segment};
+  for (size_t k = 0; k < writers.size(); ++k) {
+    placement.push_back(writers[k].reserve_documents(views[k].sequence_lengths, views[k].sequences_per_document));
+  }
+  return placement;
 }
 
 constexpr int kPartitionTag = 26;
 constexpr int kClaimTag = 27;
+constexpr int kPlacementTag = 28;
 
 // Waits for `request`, sleeping between polls: MPI's blocking calls spin, and a rank waiting for
 // another would take a core from the ranks still tokenizing.
@@ -979,17 +1005,22 @@ void wait_sleeping(comm::Request& request) {
   while (!request.test()) std::this_thread::sleep_for(kPollInterval);
 }
 
-// Rank 0: hands out the segments and writes them in order, each as its rank makes it: its own
-// batches as they are tokenized and the other ranks' records as they arrive (per record a header
-// {segment, size}, then its bytes; a header of size -1 says the rank is done). A record whose
-// turn has not come waits in its rank's queue. A rank makes its segments in the order it claimed
-// them, so it has finished every segment before the last one it sent. Claims from the other ranks
+// Rank 0: hands out the segments and writes the outputs' index in segment order, each batch as
+// its rank makes it: its own batches with their tokens as they are tokenized, the other ranks'
+// as their index records arrive (per record a header {segment, size}, then its bytes; a header of
+// size -1 says the rank is done). For another rank's batch it reserves the tokens' place in each
+// output's token file (TokenDatasetWriter::reserve_documents) and sends the rank that place
+// ({segment, byte offset per key}, kPlacementTag; -1 for "drop them", after an error), and that
+// rank writes them there (SegmentSender), so tokens never cross MPI. A record whose turn has not
+// come waits in its rank's queue. A rank makes its segments in the order it claimed them, so it
+// has finished every segment before the last one it sent. Claims from the other ranks
 // (SegmentClaimer) are answered whenever rank 0 is between batches.
 class SegmentWriter {
  public:
+  // `placing`: per rank, whether it writes its own tokens (SegmentSender) or sends whole records.
   SegmentWriter(comm::Communicator& world, const PartitionLayout& layout, std::vector<data::TokenDatasetWriter>& writers,
-                const std::string& output_prefix, size_t& budget)
-      : world_(world), layout_(layout), writers_(writers), owner_(static_cast<size_t>(layout.segments()), -1),
+                std::vector<bool> placing, const std::string& output_prefix, size_t& budget)
+      : world_(world), layout_(layout), writers_(writers), placing_(std::move(placing)), owner_(static_cast<size_t>(layout.segments()), -1),
         finished_(static_cast<size_t>(world.size())), headers_(static_cast<size_t>(world.size())),
         pending_(static_cast<size_t>(world.size())), claim_asks_(static_cast<size_t>(world.size())),
         claim_pending_(static_cast<size_t>(world.size())) {
@@ -1011,9 +1042,10 @@ class SegmentWriter {
       while (!every_rank_done()) {
         answer_claims();
         take_in_records();
+        drop_other_ranks_records();
         std::this_thread::sleep_for(kPollInterval);
       }
-      for (Answer& answer : answers_) wait_sleeping(*answer.request);
+      wait_for_sends();
     } catch (...) {  // a destructor cannot throw: the error already on its way stops the job
     }
   }
@@ -1038,12 +1070,12 @@ class SegmentWriter {
     }
   }
 
-  // Writes everything once rank 0 has made all its batches, answering claims until every rank is done.
+  // Writes everything once rank 0 has made all its batches, answering claims until every rank is
+  // done (has written its tokens where it was told).
   void finish() {
     finished_[0] = layout_.segments();
     while (!receive() || !every_rank_done()) std::this_thread::sleep_for(kPollInterval);
-    for (Answer& answer : answers_) wait_sleeping(*answer.request);
-    answers_.clear();
+    wait_for_sends();
   }
 
  private:
@@ -1052,6 +1084,42 @@ class SegmentWriter {
     int64_t segment = -1;
     std::unique_ptr<comm::Request> request;
   };
+  // A batch's place in the token files on its way to the rank that holds its tokens.
+  struct Placement {
+    std::vector<int64_t> values;  // {segment, byte offset per key}
+    std::unique_ptr<comm::Request> request;
+  };
+
+  void send_placement(int rank, std::vector<int64_t> values) {
+    while (!placements_.empty() && placements_.front().request->test()) placements_.pop_front();
+    Placement& placement = placements_.emplace_back();
+    placement.values = std::move(values);
+    placement.request = world_.send_async(placement.values.data(), static_cast<int64_t>(placement.values.size()),
+                                          DType::i64, rank, kPlacementTag);
+  }
+
+  void wait_for_sends() {
+    for (Answer& answer : answers_) wait_sleeping(*answer.request);
+    answers_.clear();
+    for (Placement& placement : placements_) wait_sleeping(*placement.request);
+    placements_.clear();
+  }
+
+  // After an error: the other ranks' records are dropped, and a rank holding tokens for one is
+  // told to drop them.
+  void drop_other_ranks_records() {
+    for (int r = 1; r < world_.size(); ++r) {
+      RecordQueue& queue = *queues_[static_cast<size_t>(r)];
+      while (!queue.empty()) {
+        const int64_t segment = queue.front_tag();
+        queue.pop();
+        if (!placing_[static_cast<size_t>(r)]) continue;
+        std::vector<int64_t> drop(writers_.size() + 1, -1);
+        drop[0] = segment;
+        send_placement(r, std::move(drop));
+      }
+    }
+  }
 
   void listen(int rank) {
     pending_[static_cast<size_t>(rank)] =
@@ -1089,7 +1157,11 @@ class SegmentWriter {
       if (owner < 0) return false;  // not claimed yet
       RecordQueue& queue = *queues_[static_cast<size_t>(owner)];
       if (!queue.empty() && queue.front_tag() == next_) {
-        write_record(queue.pop(), writers_);
+        if (!placing_[static_cast<size_t>(owner)]) {
+          write_record(queue.pop(), writers_);
+        } else {
+          send_placement(owner, reserve_record(next_, queue.pop(), writers_));
+        }
       } else if (finished_[static_cast<size_t>(owner)] > next_) {
         ++next_;
       } else {
@@ -1122,6 +1194,7 @@ class SegmentWriter {
   comm::Communicator& world_;
   const PartitionLayout& layout_;
   std::vector<data::TokenDatasetWriter>& writers_;
+  std::vector<bool> placing_;       // per rank: it writes its own tokens, sending index records
   std::vector<int> owner_;          // per segment: the rank that claimed it, -1 before
   int64_t next_claim_ = 0;          // the first segment not claimed
   int64_t next_ = 0;                // the segment being written
@@ -1131,7 +1204,8 @@ class SegmentWriter {
   std::vector<int64_t> claim_asks_;  // per rank: the claim being received (its value is unused)
   std::vector<std::unique_ptr<comm::Request>> claim_pending_;
   std::deque<Answer> answers_;
-  std::vector<std::unique_ptr<RecordQueue>> queues_;
+  std::deque<Placement> placements_;
+  std::vector<std::unique_ptr<RecordQueue>> queues_;  // per rank: whole records, or index records (placing_)
 };
 
 // A rank other than 0: claims its segments from rank 0, one ahead of the one it is reading, so
@@ -1185,41 +1259,47 @@ class SegmentClaimer {
   bool no_more_ = false;
 };
 
-// A rank other than 0: sends each record to rank 0 as it is made, then a header saying it is
-// done. Rank 0 takes records in whenever it is between batches; while it is not (a long line),
-// at most kMaxInFlight bytes wait here before this rank waits too.
+// A rank other than 0: sends each batch to rank 0 as it is made. Where it can open rank 0's
+// outputs' token files (a filesystem the ranks share), it sends the batch's index record only
+// (encode_record without tokens), keeps the tokens until rank 0, which writes the index in
+// segment order, sends their place in each token file (SegmentWriter), and writes them there
+// itself (data::TokenSpoolWriter), so tokens never cross MPI; otherwise it sends whole records and
+// rank 0 writes them. Rank 0 answers whenever it is between batches; while it is not (a long
+// line), at most kMaxHeld bytes of records and tokens wait here before this rank waits too.
+// finish() writes the rest, makes the writes durable and closes the files, then sends a header
+// saying this rank is done.
 class SegmentSender {
  public:
-  explicit SegmentSender(comm::Communicator& world) : world_(world) {}
+  // `outputs`: per key, a writer into rank 0's token file; none when this rank sends whole records.
+  SegmentSender(comm::Communicator& world, std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs)
+      : world_(world), outputs_(std::move(outputs)), placement_(outputs_.size() + 1) {}
 
-  void send(int64_t segment, std::string record) {
+  void send(int64_t segment, std::vector<KeyOutput>& keys) {
+    const bool places_tokens = !outputs_.empty();
     InFlight& sent = in_flight_.emplace_back();
-    sent.record = std::move(record);
+    sent.record = encode_record(keys, !places_tokens);
     sent.header = {segment, static_cast<int64_t>(sent.record.size())};
     sent.header_request = world_.send_async(sent.header.data(), 2, DType::i64, 0, kPartitionTag);
     sent.record_request = world_.send_async(sent.record.data(), sent.header[1], DType::u8, 0, kPartitionTag);
-    bytes_ += sent.record.size();
-    while (!in_flight_.empty()) {
-      InFlight& oldest = in_flight_.front();
-      if (bytes_ > kMaxInFlight) {
-        wait_sleeping(*oldest.header_request);
-        wait_sleeping(*oldest.record_request);
-      } else if (!oldest.header_request->test() || !oldest.record_request->test()) {
-        break;
+    held_bytes_ += sent.record.size();
+    if (places_tokens) {
+      Held& held = held_.emplace_back();
+      held.segment = segment;
+      for (KeyOutput& out : keys) {
+        held_bytes_ += out.tokens.size() * sizeof(int32_t);
+        held.tokens.push_back(std::move(out.tokens));
       }
-      bytes_ -= oldest.record.size();
-      in_flight_.pop_front();
     }
+    drain(false);
   }
 
   void finish() {
+    drain(true);
+    for (const auto& output : outputs_) output->close();
     InFlight& done = in_flight_.emplace_back();
     done.header = {0, -1};
     done.header_request = world_.send_async(done.header.data(), 2, DType::i64, 0, kPartitionTag);
-    for (InFlight& sent : in_flight_) {
-      wait_sleeping(*sent.header_request);
-      if (sent.record_request) wait_sleeping(*sent.record_request);
-    }
+    wait_sleeping(*done.header_request);
     in_flight_.clear();
   }
 
@@ -1229,10 +1309,62 @@ class SegmentSender {
     std::string record;
     std::unique_ptr<comm::Request> header_request, record_request;
   };
-  static constexpr size_t kMaxInFlight = size_t{64} << 20;
+  struct Held {
+    int64_t segment = 0;
+    std::vector<std::vector<int32_t>> tokens;  // per key
+  };
+
+  // Lets go of the records sent and writes the held batches whose place has come, oldest first
+  // (rank 0 places them in the order they were sent); waits while more than kMaxHeld bytes are
+  // held, or, with `all`, until nothing is.
+  void drain(bool all) {
+    while (!in_flight_.empty()) {
+      InFlight& oldest = in_flight_.front();
+      if (all || held_bytes_ > kMaxHeld) {
+        wait_sleeping(*oldest.header_request);
+        wait_sleeping(*oldest.record_request);
+      } else if (!oldest.header_request->test() || !oldest.record_request->test()) {
+        break;
+      }
+      held_bytes_ -= oldest.record.size();
+      in_flight_.pop_front();
+    }
+    while (!held_.empty()) {
+      if (!placed_) {
+        placed_ = world_.recv_async(placement_.data(), static_cast<int64_t>(placement_.size()), DType::i64, 0,
+                                    kPlacementTag);
+      }
+      if (all || held_bytes_ > kMaxHeld) {
+        wait_sleeping(*placed_);
+      } else if (!placed_->test()) {
+        return;
+      }
+      placed_.reset();
+      write_oldest();
+    }
+  }
+
+  void write_oldest() {
+    Held& oldest = held_.front();
+    if (placement_[0] != oldest.segment) {
+      throw Error("partition placement", "for segment " + std::to_string(placement_[0]) + " came while segment " +
+                                             std::to_string(oldest.segment) + " waits");
+    }
+    for (size_t k = 0; k < outputs_.size(); ++k) {
+      if (placement_[k + 1] >= 0) outputs_[k]->write_at(placement_[k + 1], oldest.tokens[k]);
+      held_bytes_ -= oldest.tokens[k].size() * sizeof(int32_t);
+    }
+    held_.pop_front();
+  }
+
+  static constexpr size_t kMaxHeld = size_t{64} << 20;
   comm::Communicator& world_;
+  std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs_;  // per key; none: whole records are sent
   std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
-  size_t bytes_ = 0;
+  std::deque<Held> held_;
+  size_t held_bytes_ = 0;  // of the records in flight and the tokens held
+  std::vector<int64_t> placement_;  // the place being received: {segment, byte offset per key}
+  std::unique_ptr<comm::Request> placed_;
 };
 
 // Rank 0's plan on every rank (broadcast as text: the reuse flag, then per file of the plan its
@@ -1279,6 +1411,46 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
                                 "input on every rank (a filesystem they share)");
     }
   }
+}
+
+// Rank 0's outputs' token files (TokenDatasetWriter::token_spool_path), on every rank.
+std::vector<std::string> share_token_files(comm::Communicator& world, const std::vector<data::TokenDatasetWriter>& writers) {
+  std::string text;
+  for (const data::TokenDatasetWriter& out : writers) text += out.token_spool_path() + '\0';
+  if (world.size() > 1) comm::broadcast_text(world, text, 0);
+  std::vector<std::string> paths;
+  for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
+    paths.push_back(text.substr(start, end - start));
+  }
+  return paths;
+}
+
+// On a rank other than 0 that holds partitions: its writers into rank 0's token files, or none
+// (a warning on stderr) where it cannot open them: no filesystem shared with rank 0, whose
+// outputs then take this rank's tokens over MPI.
+std::vector<std::unique_ptr<data::TokenSpoolWriter>> open_token_files(const comm::Communicator& world,
+                                                                     const std::vector<std::string>& paths, int held,
+                                                                     int64_t vocab_size) {
+  std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs;
+  if (held == 0 || world.rank() == 0) return outputs;
+  for (const std::string& path : paths) {
+    try {
+      outputs.push_back(std::make_unique<data::TokenSpoolWriter>(path, vocab_size));
+    } catch (const Error& e) {
+      log::warn(std::string("--partitions: ") + e.what() +
+                ": no filesystem shared with rank 0's outputs, so this rank sends its tokens to rank 0");
+      return {};
+    }
+  }
+  return outputs;
+}
+
+// Per rank, whether it writes its own tokens into rank 0's token files (every rank learns all).
+std::vector<bool> ranks_placing_tokens(comm::Communicator& world, bool places_tokens) {
+  std::vector<int64_t> flags(static_cast<size_t>(world.size()));
+  flags[static_cast<size_t>(world.rank())] = places_tokens ? 1 : 0;
+  if (world.size() > 1) wait_sleeping(*world.all_reduce_async(flags.data(), world.size(), DType::i64, comm::ReduceOp::sum));
+  return std::vector<bool>(flags.begin(), flags.end());
 }
 
 // Round robin: the index of each chunk's first line across the files, from the lines each rank
@@ -1350,20 +1522,23 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
 
   const PartitionLayout layout(plan, partitions, world.size());
   std::vector<int64_t> first_lines = chunk_first_lines(world, layout);
-  // Rank 0 hands out the segments and writes the outputs, every segment in turn; the other ranks
-  // claim theirs from it and send it their tokens.
+  // Rank 0 hands out the segments and writes the outputs' index, every segment in turn; the other
+  // ranks claim theirs from it, send it their index and write their tokens where it says.
   std::vector<data::TokenDatasetWriter> writers;
+  if (world.rank() == 0) writers = create_writers(tokenizer, options);
+  std::vector<std::unique_ptr<data::TokenSpoolWriter>> token_outputs =
+      open_token_files(world, share_token_files(world, writers), held, tokenizer.vocab_size());
+  const std::vector<bool> placing = ranks_placing_tokens(world, !token_outputs.empty());
   size_t budget = partitions.spool_memory_bytes;
   std::optional<SegmentWriter> writer;
   std::optional<SegmentSender> sender;
   std::optional<SegmentClaimer> claimer;
   std::function<int64_t()> claim = [] { return int64_t{-1}; };  // a rank holding no partition
   if (world.rank() == 0) {
-    writers = create_writers(tokenizer, options);
-    writer.emplace(world, layout, writers, options.output_prefix, budget);
+    writer.emplace(world, layout, writers, placing, options.output_prefix, budget);
     claim = [&] { return writer->claim(0); };
   } else {
-    sender.emplace(world);
+    sender.emplace(world, std::move(token_outputs));
     if (held > 0) {
       claimer.emplace(world);
       claim = [&] { return claimer->next(); };
@@ -1379,7 +1554,7 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
         if (writer) {
           writer->add_own(batch.segment, batch.keys);
         } else {
-          sender->send(batch.segment, encode_record(batch.keys));
+          sender->send(batch.segment, batch.keys);
         }
         add_counts(mine, batch.stats);
         mine.input_bytes = dealer.bytes_read();

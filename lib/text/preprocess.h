@@ -104,14 +104,16 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // output `<output_prefix>_<key>_document` holds partition 0's documents, then partition 1's, ...:
 // the bytes Megatron's merge of its per-partition outputs writes. Unlike Megatron, no partition
 // file and no per-partition output is written: the ranks claim the files' chunks as they need
-// them and send rank 0 the tokens in the merged order (see preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
+// them and write their tokens into the outputs at the places rank 0 gives them, in the merged
+// order (see preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
 // the input when all N exist, as Megatron does.
 struct PartitionOptions {
   int partitions = 2;
   bool keep_sequential = false;
-  // On rank 0: tokens that arrive before their turn in the output (4 bytes per token, 4 per
-  // sequence and per document) are kept in memory up to this many bytes, then in a spool file
-  // beside the output, unlinked once made.
+  // On rank 0: batches made before their turn in the output (rank 0's own with their tokens, 4
+  // bytes per token, and 4 per sequence and per document; another rank's index, or whole batch
+  // when it sends its tokens) are kept in memory up to this many bytes, then in a spool file beside
+  // the output, unlinked once made.
   size_t spool_memory_bytes = size_t{256} << 20;
 };
 
@@ -154,11 +156,14 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // partition files: the lines' own order, one segment per chunk); a rank holding a partition claims
 // the next unclaimed segment from rank 0 whenever it needs one (one ahead of the one it reads), so
 // a slower rank, one with fewer threads, or rank 0, which also writes, takes fewer, and reads only
-// the chunks of its segments. Each rank makes its segments in order and sends rank 0 its tokens as
-// they are made (point to point, a batch at a time) and rank 0 alone writes the outputs, every
-// chunk's share in turn as soon as it is complete; tokens that arrive before their turn wait on
-// rank 0 (PartitionOptions::spool_memory_bytes). Only rank 0 needs the output directory; every
-// rank reads the input by path. Returns on rank 0 the outputs' counts and paths.
+// the chunks of its segments. Each rank makes its segments in order and sends rank 0 each batch's
+// index as it is made (point to point); rank 0 writes the outputs' index, every chunk's share in
+// turn as soon as it is complete, and sends the rank the place of the batch's tokens in each
+// output's token file, where the rank writes them (data::TokenSpoolWriter); batches that arrive
+// before their turn wait on rank 0 (PartitionOptions::spool_memory_bytes). A rank that cannot open
+// rank 0's token files (no shared filesystem) warns on stderr and sends its tokens with the index
+// for rank 0 to write. Every rank reads the input by path. Returns on rank 0 the outputs' counts
+// and paths.
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress = {});

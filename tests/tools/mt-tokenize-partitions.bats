@@ -110,6 +110,8 @@ no_partition_files() {
     run_split mpirun_n "$ranks" mt-tokenize "${GPT2[@]}" --input "$TMP/big/*.jsonl" --partitions 3 --workers 3 \
       --append-eod --output-prefix "$TMP/out/big$ranks" --output-format megatron
     [[ $status -eq 0 ]] || fail "$ranks ranks, 2 MB: $err"
+    # On one filesystem every rank writes its own tokens into the outputs (none sends them).
+    [[ "$err" != *"sends its tokens to rank 0"* ]] || fail "$ranks ranks, 2 MB: $err"
     for ext in bin idx; do cmp "$TMP/out/big${ranks}_text_document.$ext" "$TMP/out/big1_text_document.$ext" || fail "2 MB, $ranks ranks: .$ext"; done
   done
   # More ranks than lines (and than partitions: rank 2 holds none): chunks and ranks without a
@@ -223,10 +225,13 @@ no_partition_files() {
   run_split two_nodes "${args[@]}" --output-prefix out/x
   [[ $status -ne 0 && "$err$out" == *"in/a.jsonl: is $(wc -c <"$TMP/node1/in/a.jsonl") bytes on rank 1 but $(wc -c <"$TMP/in/alpha.jsonl") on rank 0"* ]] ||
     fail "$err"
-  # The same copy on each node: the output equals one rank's, and only rank 0's disk has it.
+  # The same copy on each node: the output equals one rank's, and only rank 0's disk has it (rank 1,
+  # which cannot open rank 0's token files, sends its tokens to rank 0 and says so).
   cp "$TMP/in/alpha.jsonl" "$TMP/node1/in/a.jsonl"
   run_split two_nodes "${args[@]}" --output-prefix out/x
   [[ $status -eq 0 ]] || fail "$err"
+  [[ "$err" == *"[rank 1] warning: --partitions: out/x_text_document.bin.tmp-"*": cannot open for writing: No such file or directory: no filesystem shared with rank 0's outputs, so this rank sends its tokens to rank 0"* ]] ||
+    fail "$err"
   (cd "$TMP/node1" && mt-tokenize "${args[@]}" --output-prefix out/one >/dev/null)
   for ext in bin idx h5; do cmp "$TMP/node0/out/x_text_document.$ext" "$TMP/node1/out/one_text_document.$ext" || fail ".$ext"; done
   [[ "$(ls "$TMP/node1/out")" != *x_* ]] || fail "rank 1 wrote an output: $(ls "$TMP/node1/out")"

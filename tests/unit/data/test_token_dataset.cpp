@@ -2,7 +2,8 @@
 // uint16 and int32 tokens, byte-for-byte agreement with Megatron's layout built here by hand, an
 // independent numpy reader (tests/data/read_megatron_idx.py) reading what the writer wrote, every
 // kind of corrupt file refused with mt::Error, no file left behind by an unfinished writer, and
-// appending whole datasets (the merge) equal to adding their sequences.
+// appending whole datasets (the merge) equal to adding their sequences, and documents whose tokens
+// another writer places (reserve_documents, TokenSpoolWriter) equal to adding them.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -325,6 +326,85 @@ TEST(TokenDataset, AppendingRefusesTokensOutsideTheVocabularyAsAddSequenceDoes) 
               std::string::npos)
         << e.what();
   }
+}
+
+// mt-tokenize --partitions under MPI: documents whose index the writer takes (reserve_documents)
+// while another process writes their tokens at the offset it returns (TokenSpoolWriter), between
+// and after documents the writer writes itself, in every format and token width, give the same
+// files as one writer adding every sequence in order.
+TEST(TokenDataset, ReservedDocumentsWrittenElsewhereEqualAddingTheirSequences) {
+  for (const int64_t vocab_size : {1000, 100000}) {
+    for (const TokenDatasetFormat format : {TokenDatasetFormat::megatron, TokenDatasetFormat::hdf5, TokenDatasetFormat::both}) {
+      TempDir dir;
+      const Corpus corpus = make_corpus(static_cast<int32_t>(vocab_size));  // 5 documents
+      TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("placed"), format, vocab_size);
+      TokenSpoolWriter elsewhere(writer.token_spool_path(), vocab_size);
+      // Documents 1-2 and 4 are written elsewhere (4 is the last: the file ends with its tokens).
+      const auto reserve = [&](size_t first, size_t end) {
+        std::vector<int32_t> lengths, per_document, tokens;
+        for (size_t d = first; d < end; ++d) {
+          per_document.push_back(static_cast<int32_t>(corpus.documents[d].size()));
+          for (const auto& sequence : corpus.documents[d]) {
+            lengths.push_back(static_cast<int32_t>(sequence.size()));
+            tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+          }
+        }
+        return std::make_pair(writer.reserve_documents(lengths, per_document), tokens);
+      };
+      const auto add = [&](size_t d) {
+        for (const auto& sequence : corpus.documents[d]) writer.add_sequence(sequence);
+        writer.end_document();
+      };
+      add(0);
+      const auto [middle_offset, middle_tokens] = reserve(1, 3);
+      add(3);
+      const auto [last_offset, last_tokens] = reserve(4, 5);
+      elsewhere.write_at(last_offset, last_tokens);  // in any order
+      elsewhere.write_at(middle_offset, middle_tokens);
+      elsewhere.close();
+      writer.finish();
+
+      write_corpus(dir.file("added"), format, vocab_size, corpus);
+      std::vector<std::string> extensions{".bin", ".idx", ".h5"};
+      if (format == TokenDatasetFormat::megatron) extensions.pop_back();
+      if (format == TokenDatasetFormat::hdf5) extensions = {".h5"};
+      for (const std::string& extension : extensions) {
+        EXPECT_EQ(read_bytes(dir.file("placed") + extension), read_bytes(dir.file("added") + extension))
+            << extension << " vocab " << vocab_size;
+      }
+    }
+  }
+}
+
+TEST(TokenDataset, ReservedTokensThatNeverArriveOrDoNotFitAreRefused) {
+  TempDir dir;
+  TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("short"), TokenDatasetFormat::megatron, 1000);
+  writer.add_sequence(std::vector<int32_t>{1, 2});
+  writer.end_document();
+  const std::vector<int32_t> lengths{3}, per_document{1};
+  EXPECT_EQ(writer.reserve_documents(lengths, per_document), 4);  // 2 uint16 tokens before
+  try {
+    writer.finish();
+    FAIL() << "a token file without its reserved tokens was finished";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is 4 bytes but its 5 tokens take 10: tokens reserved for another writer never arrived"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.file("short.bin")));
+  EXPECT_FALSE(fs::exists(dir.file("short.idx")));
+
+  TokenDatasetWriter counted = TokenDatasetWriter::create(dir.file("counts"), TokenDatasetFormat::megatron, 1000);
+  const std::vector<int32_t> two_lengths{1, 2};
+  EXPECT_THROW(counted.reserve_documents(two_lengths, per_document), Error);  // 1 sequence counted, 2 lengths
+  TokenSpoolWriter elsewhere(counted.token_spool_path(), 1000);
+  try {
+    elsewhere.write_at(0, std::vector<int32_t>{5, 1000});
+    FAIL() << "token 1000 written for a vocabulary of 1000";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 1000 is outside the vocabulary [0, 1000)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(TokenSpoolWriter(dir.file("no_such_file"), 1000), Error);
 }
 
 TEST(TokenDataset, MegatronFilesEqualTheLayoutBuiltByHand) {
