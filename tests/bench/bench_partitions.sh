@@ -4,7 +4,8 @@
 # GPT-2, Megatron .bin/.idx out. The partitioned time includes mpirun's start, dealing the lines
 # (in memory; a build that writes partition files, as a --baseline before issue 26's in-memory
 # dealing does, has them removed before each run so that it writes them every time) and putting
-# the partitions together in order on rank 0.
+# the partitions together in order (rank 0 writes the index; each rank its tokens, or, in a build
+# before that, rank 0 all of them).
 # Partitions exist to spread a corpus over nodes; one machine cannot measure that, only that the
 # extra steps cost little on the same cores. A benchmark, not a test: for each size it prints the
 # median of --repeat runs' wall seconds (process start included) and the speed ratio (1-rank time /
