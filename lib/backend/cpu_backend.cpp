@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "core/clock.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/gemm.h"
@@ -82,7 +83,7 @@ double elapsed_seconds(Event start, Event end) {
   const auto& from = static_cast<const CpuEvent*>(start.handle)->recorded;
   const auto& to = static_cast<const CpuEvent*>(end.handle)->recorded;
   if (!from || !to) throw std::logic_error("cpu backend: elapsed_seconds between events not both recorded");
-  return std::chrono::duration<double>(*to - *from).count();
+  return seconds_between(*from, *to);
 }
 // ---- end of stream order
 

@@ -17,6 +17,7 @@
 #include "comm/arguments.h"
 #include "comm/mpi_runtime.h"
 #include "comm/progress_thread.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "kernels/common/half.h"
 
@@ -244,7 +245,7 @@ class BlockedTime {
  public:
   explicit BlockedTime(Group& group) : group_(group), start_(Clock::now()) {}
   ~BlockedTime() {
-    const double blocked = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double blocked = seconds_since(start_);
     group_.wait_seconds.store(group_.wait_seconds.load(std::memory_order_relaxed) + blocked, std::memory_order_relaxed);
   }
   BlockedTime(const BlockedTime&) = delete;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/arguments.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace mt::comm {
@@ -188,7 +189,7 @@ class NcclHandle {
       }
       std::this_thread::yield();
     }
-    wait_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    wait_seconds_ += seconds_since(start);
     return state;
   }
 

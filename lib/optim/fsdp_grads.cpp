@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace mt::optim {
@@ -13,7 +14,6 @@ constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 bool in_root(int layer, int head_layer) { return layer == model::kEmbeddingLayer || layer >= head_layer; }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "optim/fsdp_grads.h"
 
@@ -120,7 +121,7 @@ void UnitParamGatherer::start_bucket(size_t bucket) {
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
   started_[bucket] = Clock::now();
   requests_[bucket] = group.all_gather_async(params_ + shard.begin, params_ + b.begin, shard.end - shard.begin, DType::f32);
-  gather_wait_seconds_ += std::chrono::duration<double>(Clock::now() - started_[bucket]).count();  // the call blocks
+  gather_wait_seconds_ += seconds_since(started_[bucket]);  // the call blocks
 }
 
 void UnitParamGatherer::finish_bucket(size_t bucket) {
@@ -129,8 +130,8 @@ void UnitParamGatherer::finish_bucket(size_t bucket) {
     requests_[bucket]->wait();
     requests_[bucket].reset();
     const Clock::time_point done = Clock::now();
-    gather_wait_seconds_ += std::chrono::duration<double>(done - waiting).count();
-    gather_seconds_ += std::chrono::duration<double>(done - started_[bucket]).count();
+    gather_wait_seconds_ += seconds_between(waiting, done);
+    gather_seconds_ += seconds_between(started_[bucket], done);
   }
   state_[bucket] = State::gathered;
   const model::GradBucket& b = layout_.buckets[bucket];

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/memory.h"
+#include "core/clock.h"
 
 namespace mt::perf {
 
@@ -39,7 +40,7 @@ double measure_gemm_flops(const backend::Ops& ops, Precision precision) {
     const auto start = std::chrono::steady_clock::now();
     run();
     ops.synchronize(stream);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_since(start);
     best = std::max(best, 2.0 * n * n * n / seconds);
   }
   return best;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "kernels/cpu/fma_probe.h"
 
@@ -80,7 +81,7 @@ CpuPeak measure_cpu_peak(Precision precision, int cores) {
     for (int round = 0; round < kRounds; ++round) {
       const auto start = std::chrono::steady_clock::now();
       const double flops = kernels::cpu::run_fma_probe(isa, arithmetic, kIterations);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double seconds = seconds_since(start);
       best[static_cast<size_t>(thread)] = std::max(best[static_cast<size_t>(thread)], flops / seconds);
     }
   }

@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/log.h"
@@ -382,10 +383,6 @@ void add_counts(PreprocessStats& total, const PreprocessStats& part) {
   total.replaced += part.replaced;
   total.bad_lines += part.bad_lines;
   total.blank_lines += part.blank_lines;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // What an HDF5 token dataset records about `tokenizer`.

@@ -1,5 +1,6 @@
 // A first-in first-out queue of byte records, each tagged with a number (mt-tokenize
-// --partitions: rank 0's tokens of a segment that arrive before its turn). Records are kept in
+// --partitions: on rank 0, the batches of a segment made before its turn, whole or their index
+// only). Records are kept in
 // memory while a budget (shared by several queues) lasts, then appended to a spool file beside
 // an output prefix, unlinked as soon as it is made (nothing is left behind, whatever stops the
 // run) and emptied whenever the queue is; once a record is in the file, later ones follow it

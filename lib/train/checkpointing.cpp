@@ -27,6 +27,7 @@
 #include "backend/memory.h"
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -459,7 +460,7 @@ SaveResult parallel_save(Trainer& trainer, const SaveOptions& options, const std
   world.all_reduce(&mine, 1, DType::i64, comm::ReduceOp::max);
   result.writers = static_cast<int>(writers);
   result.largest_share_bytes = mine;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = seconds_since(start);
   return result;
 }
 
