@@ -73,53 +73,6 @@ void launch_map(const Op& op, int64_t n, bool vectorised, void* stream, const ch
 
 // --- activations -------------------------------------------------------------------------------
 
-struct GeluForward {
-  const float* x;
-  float* y;
-  __device__ void operator()(int64_t i) const { y[i] = gelu_value(x[i]); }
-  __device__ void vec4(int64_t j) const {
-    const float4 v = reinterpret_cast<const float4*>(x)[j];
-    reinterpret_cast<float4*>(y)[j] = make_float4(gelu_value(v.x), gelu_value(v.y), gelu_value(v.z), gelu_value(v.w));
-  }
-};
-
-struct GeluBackward {
-  const float* dy;
-  const float* x;
-  float* dx;
-  __device__ void operator()(int64_t i) const { dx[i] = gelu_gradient(dy[i], x[i]); }
-  __device__ void vec4(int64_t j) const {
-    const float4 g = reinterpret_cast<const float4*>(dy)[j];
-    const float4 v = reinterpret_cast<const float4*>(x)[j];
-    reinterpret_cast<float4*>(dx)[j] = make_float4(gelu_gradient(g.x, v.x), gelu_gradient(g.y, v.y),
-                                                   gelu_gradient(g.z, v.z), gelu_gradient(g.w, v.w));
-  }
-};
-
-// GELU, erf form (BERT's LM head), and tanh (BERT's pooler): the CPU's formulas
-// (kernels/cpu/impl/elementwise.inc) on CUDA's erff, expf and tanhf, each within 2 ulp of the
-// exact value as the CPU's libm is.
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-struct GeluErfValue {
-  __device__ float operator()(float v) const { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
-};
-// dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-struct GeluErfGradient {
-  __device__ float operator()(float dy, float v) const {
-    const float cdf = 0.5f * (1.0f + erff(v * kInvSqrt2));
-    return dy * (cdf + v * kInvSqrt2Pi * expf(-0.5f * v * v));
-  }
-};
-struct TanhValue {
-  __device__ float operator()(float v) const { return tanhf(v); }
-};
-// From the forward's output y: dy (1 - y^2).
-struct TanhGradient {
-  __device__ float operator()(float dy, float y) const { return dy * (1.0f - y * y); }
-};
-
 // out[i] = f(in[i]).
 template <typename F>
 struct UnaryMap {
@@ -146,6 +99,38 @@ struct GradientMap {
     const float4 v = reinterpret_cast<const float4*>(saved)[j];
     reinterpret_cast<float4*>(out)[j] = make_float4(f(g.x, v.x), f(g.y, v.y), f(g.z, v.z), f(g.w, v.w));
   }
+};
+
+// GELU, tanh form (GPT-2's; kernels/common/elementwise_math.h, bit for bit the CPU's).
+struct GeluValue {
+  __device__ float operator()(float v) const { return gelu_value(v); }
+};
+struct GeluGradient {
+  __device__ float operator()(float dy, float v) const { return gelu_gradient(dy, v); }
+};
+
+// GELU, erf form (BERT's LM head), and tanh (BERT's pooler): the CPU's formulas
+// (kernels/cpu/impl/elementwise.inc) on CUDA's erff, expf and tanhf, each within 2 ulp of the
+// exact value as the CPU's libm is.
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+struct GeluErfValue {
+  __device__ float operator()(float v) const { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
+};
+// dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+struct GeluErfGradient {
+  __device__ float operator()(float dy, float v) const {
+    const float cdf = 0.5f * (1.0f + erff(v * kInvSqrt2));
+    return dy * (cdf + v * kInvSqrt2Pi * expf(-0.5f * v * v));
+  }
+};
+struct TanhValue {
+  __device__ float operator()(float v) const { return tanhf(v); }
+};
+// From the forward's output y: dy (1 - y^2).
+struct TanhGradient {
+  __device__ float operator()(float dy, float y) const { return dy * (1.0f - y * y); }
 };
 
 // Element (r, c) of y (rows, ffn) from gate_up (rows, 2 ffn): gate at column c, up at ffn + c.
@@ -352,11 +337,12 @@ struct AdamWStep {
 }  // namespace
 
 void gelu_forward(const float* x, float* y, int64_t n, void* stream) {
-  launch_map(GeluForward{x, y}, n, aligned16(x) && aligned16(y), stream, "gelu_forward");
+  launch_map(UnaryMap<GeluValue>{x, y, {}}, n, aligned16(x) && aligned16(y), stream, "gelu_forward");
 }
 
 void gelu_backward(const float* dy, const float* x, float* dx, int64_t n, void* stream) {
-  launch_map(GeluBackward{dy, x, dx}, n, aligned16(dy) && aligned16(x) && aligned16(dx), stream, "gelu_backward");
+  launch_map(GradientMap<GeluGradient>{dy, x, dx, {}}, n, aligned16(dy) && aligned16(x) && aligned16(dx), stream,
+             "gelu_backward");
 }
 
 void gelu_erf_forward(const float* x, float* y, int64_t n, void* stream) {
