@@ -128,6 +128,21 @@ bool write_items(FILE* file, const void* data, size_t item_size, size_t count) {
   return count == 0 || std::fwrite(data, item_size, count, file) == count;
 }
 
+// The index of the first token outside [0, vocab_size), or tokens.size() when every one is inside.
+size_t first_outside_vocabulary(std::span<const int32_t> tokens, int64_t vocab_size) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) return i;
+  }
+  return tokens.size();
+}
+
+// `tokens` as `dtype` stores them: their own bytes for int32, narrowed into `narrow` for uint16.
+std::span<const std::byte> stored_bytes(std::span<const int32_t> tokens, DType dtype, std::vector<uint16_t>& narrow) {
+  if (dtype != DType::u16) return std::as_bytes(tokens);
+  narrow.assign(tokens.begin(), tokens.end());
+  return std::as_bytes(std::span<const uint16_t>(narrow));
+}
+
 // memcpy that accepts empty copies from or to null pointers.
 void copy_bytes(void* destination, const void* source, size_t bytes) {
   if (bytes > 0) std::memcpy(destination, source, bytes);
@@ -451,21 +466,15 @@ void TokenDatasetWriter::add_sequence(std::span<const int32_t> tokens) {
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     throw Error(s.prefix, "sequence of " + std::to_string(tokens.size()) + " tokens is longer than int32 allows");
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= s.vocab_size) {
-      throw Error(s.prefix, "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                                " of sequence " + std::to_string(s.sequence_lengths.size()) +
-                                " is outside the vocabulary [0, " + std::to_string(s.vocab_size) + ")");
-    }
+  if (const size_t i = first_outside_vocabulary(tokens, s.vocab_size); i < tokens.size()) {
+    throw Error(s.prefix, "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                              " of sequence " + std::to_string(s.sequence_lengths.size()) +
+                              " is outside the vocabulary [0, " + std::to_string(s.vocab_size) + ")");
   }
-  bool written = false;
-  if (s.dtype == DType::u16) {
-    s.narrow.assign(tokens.begin(), tokens.end());
-    written = write_items(s.spool, s.narrow.data(), sizeof(uint16_t), s.narrow.size());
-  } else {
-    written = write_items(s.spool, tokens.data(), sizeof(int32_t), tokens.size());
+  const std::span<const std::byte> bytes = stored_bytes(tokens, s.dtype, s.narrow);
+  if (!write_items(s.spool, bytes.data(), 1, bytes.size())) {
+    throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
   }
-  if (!written) throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
   s.sequence_lengths.push_back(static_cast<int32_t>(tokens.size()));
   s.tokens += static_cast<int64_t>(tokens.size());
 }
@@ -520,19 +529,13 @@ TokenSpoolWriter::~TokenSpoolWriter() {
 
 void TokenSpoolWriter::write_at(int64_t byte_offset, std::span<const int32_t> tokens) {
   if (fd_ < 0) throw Error(path_, "token writer used after close()");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
-      throw Error(path_, "token " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
-                             std::to_string(vocab_size_) + ")");
-    }
+  if (const size_t i = first_outside_vocabulary(tokens, vocab_size_); i < tokens.size()) {
+    throw Error(path_, "token " + std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab_size_) + ")");
   }
-  const char* bytes = reinterpret_cast<const char*>(tokens.data());
-  size_t size = tokens.size() * sizeof(int32_t);
-  if (dtype_ == DType::u16) {
-    narrow_.assign(tokens.begin(), tokens.end());
-    bytes = reinterpret_cast<const char*>(narrow_.data());
-    size = narrow_.size() * sizeof(uint16_t);
-  }
+  const std::span<const std::byte> stored = stored_bytes(tokens, dtype_, narrow_);
+  const char* bytes = reinterpret_cast<const char*>(stored.data());
+  size_t size = stored.size();
   while (size > 0) {
     const ssize_t written = ::pwrite(fd_, bytes, size, static_cast<off_t>(byte_offset));
     if (written < 0 && errno == EINTR) continue;
@@ -675,14 +678,13 @@ void TokenDatasetWriter::finish() {
   if (static_cast<int64_t>(s.sequence_lengths.size()) != s.document_indices.back()) end_document();
   const bool flushed = std::fflush(s.spool) == 0 && fsync(fileno(s.spool)) == 0;
   const std::string failure = errno_text();
-  struct stat spool_stat {};
-  const bool measured = fstat(fileno(s.spool), &spool_stat) == 0;
+  const uint64_t stored = flushed ? file_size(s.spool_path, fileno(s.spool)) : 0;
   const bool closed = std::fclose(s.spool) == 0;
   s.spool = nullptr;
-  if (!flushed || !closed || !measured) throw Error(s.prefix, "cannot write " + s.spool_path + ": " + failure);
+  if (!flushed || !closed) throw Error(s.prefix, "cannot write " + s.spool_path + ": " + failure);
   const int64_t expected = s.tokens * static_cast<int64_t>(dtype_size(s.dtype));
-  if (static_cast<int64_t>(spool_stat.st_size) != expected) {
-    throw Error(s.spool_path, "is " + std::to_string(spool_stat.st_size) + " bytes but its " + std::to_string(s.tokens) +
+  if (static_cast<int64_t>(stored) != expected) {
+    throw Error(s.spool_path, "is " + std::to_string(stored) + " bytes but its " + std::to_string(s.tokens) +
                                   " tokens take " + std::to_string(expected) + ": tokens reserved for another writer never arrived");
   }
 
