@@ -14,7 +14,6 @@ constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
 
 using Clock = std::chrono::steady_clock;
 
-
 bool in_root(int layer, int head_layer) { return layer == model::kEmbeddingLayer || layer >= head_layer; }
 
 }  // namespace

@@ -1364,6 +1364,15 @@ class SegmentSender {
   std::unique_ptr<comm::Request> placed_;
 };
 
+// The fields of `text`, each ended by a NUL (as rank 0 broadcasts lists of names).
+std::vector<std::string> nul_ended_fields(const std::string& text) {
+  std::vector<std::string> fields;
+  for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
+    fields.push_back(text.substr(start, end - start));
+  }
+  return fields;
+}
+
 // Rank 0's plan on every rank (broadcast as text: the reuse flag, then per file of the plan its
 // name and size, each ended by a NUL).
 void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const std::string& pattern,
@@ -1380,10 +1389,7 @@ void share_partition_plan(comm::Communicator& world, PartitionFiles& plan, const
   plan = PartitionFiles{};
   for (int i = 0; i < partitions; ++i) plan.paths.push_back(partition_file_name(pattern, i));
   plan.reused = text.at(0) == '1';
-  std::vector<std::string> fields;
-  for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
-    fields.push_back(text.substr(start, end - start));
-  }
+  const std::vector<std::string> fields = nul_ended_fields(text);
   for (size_t i = 1; i + 1 < fields.size(); i += 2) {
     if (!plan.reused) plan.inputs.push_back(fields[i]);
     plan.bytes.push_back(std::stoll(fields[i + 1]));
@@ -1415,11 +1421,7 @@ std::vector<std::string> share_token_files(comm::Communicator& world, const std:
   std::string text;
   for (const data::TokenDatasetWriter& out : writers) text += out.token_spool_path() + '\0';
   if (world.size() > 1) comm::broadcast_text(world, text, 0);
-  std::vector<std::string> paths;
-  for (size_t start = 0, end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
-    paths.push_back(text.substr(start, end - start));
-  }
-  return paths;
+  return nul_ended_fields(text);
 }
 
 // On a rank other than 0 that holds partitions: its writers into rank 0's token files, or none
