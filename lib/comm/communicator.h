@@ -128,6 +128,9 @@ inline void broadcast_text(Communicator& group, std::string& text, int root) {
 std::unique_ptr<Communicator> make_single_communicator();
 
 // The control world: MPI_COMM_WORLD when MpiRuntime is active, else a single-rank communicator.
-std::unique_ptr<Communicator> make_world_communicator();
+// `progress_thread` false: MPI's world runs no progress thread (see "Progress" above), for a
+// caller that tests its requests between pieces of work itself, as mt-tokenize --partitions does:
+// the thread's thousand wake-ups a second would only take its core.
+std::unique_ptr<Communicator> make_world_communicator(bool progress_thread = true);
 
 }  // namespace mt::comm

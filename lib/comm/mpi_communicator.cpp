@@ -597,9 +597,11 @@ long long progress_thread_polls(const Communicator& communicator) {
   return mpi && mpi->process().progress ? mpi->process().progress->polls() : 0;
 }
 
-std::unique_ptr<Communicator> make_world_communicator() {
+std::unique_ptr<Communicator> make_world_communicator(bool progress_thread) {
   if (!MpiRuntime::active()) return make_single_communicator();
-  return make_mpi_communicator(MPI_COMM_WORLD);
+  MpiCommunicatorOptions options;
+  options.progress_thread = progress_thread;
+  return make_mpi_communicator(MPI_COMM_WORLD, options);
 }
 
 }  // namespace mt::comm

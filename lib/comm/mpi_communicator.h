@@ -1,5 +1,6 @@
 // The MPI communicator (communicator.h) over any MPI communicator, with the tunables tests and
-// benchmarks set; make_world_communicator() uses the defaults on MPI_COMM_WORLD.
+// benchmarks set; make_world_communicator() uses the defaults on MPI_COMM_WORLD (with or without the
+// progress thread).
 // Tested in tests/mpi/test_communicator.cpp; measured by tests/bench/bench_comm_overlap.cpp.
 #pragma once
 

@@ -41,9 +41,7 @@ class CommEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     g_comms.push_back(mt::comm::make_world_communicator());
-    mt::comm::MpiCommunicatorOptions no_thread;
-    no_thread.progress_thread = false;
-    g_comms.push_back(mt::comm::make_mpi_communicator(MPI_COMM_WORLD, no_thread));
+    g_comms.push_back(mt::comm::make_world_communicator(/*progress_thread=*/false));
     mt::comm::MpiCommunicatorOptions chunked;
     chunked.max_count_per_call = 100;
     g_comms.push_back(mt::comm::make_mpi_communicator(MPI_COMM_WORLD, chunked));

@@ -181,7 +181,9 @@ int run_preprocess(mt::tools::ToolCli& cli, const TokenizeOptions& options, Toke
   preprocess.append_eod = options.append_eod;
   preprocess.allow_special = options.allow_special;
   preprocess.skip_bad_lines = options.skip_bad_lines;
-  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator();
+  // --partitions tests its messages between batches and sleeps while it waits (text/preprocess.h):
+  // MPI's progress thread would only wake a thousand times a second on the cores that tokenize.
+  const std::unique_ptr<mt::comm::Communicator> world = mt::comm::make_world_communicator(/*progress_thread=*/false);
   mt::text::PreprocessStats stats;
   if (options.partitions > 1) {
     mt::text::PartitionOptions partitions;
