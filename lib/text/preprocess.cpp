@@ -785,8 +785,10 @@ struct PartitionLayout {
     for (int64_t bytes : plan.bytes) starts.push_back(starts.back() + bytes);
     round_robin = !plan.reused && !options.keep_sequential;
     passes = round_robin ? partitions : 1;
-    // 16 chunks per partition (tiny ones for a tiny input), more for a big input: at most 64 MiB each.
-    const int64_t per_partition = std::max<int64_t>(16, (starts.back() / partitions >> 26) + 1);
+    // 16 chunks per partition (tiny ones for a tiny input), more for a big input: at most 4 MiB
+    // each, so that the ranks' last segments end close together (a segment takes 0.1 s or less to
+    // tokenize; 64 MiB chunks left one rank idle for up to a third of a second at the end).
+    const int64_t per_partition = std::max<int64_t>(16, (starts.back() / partitions >> 22) + 1);
     chunks = per_partition * partitions;
   }
   int64_t begin(int64_t chunk) const {

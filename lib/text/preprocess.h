@@ -147,7 +147,7 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // input, or with another copy of it, throws naming the file). Rank r holds partitions r, r + size,
 // ... and runs options.workers / partitions threads per partition it holds (options.workers is
 // the job's total, as Megatron's --workers; it must be divisible by the partitions). The files'
-// bytes, one after another, are cut into 16 or more chunks per partition (64 MiB at most; a line
+// bytes, one after another, are cut into 16 or more chunks per partition (4 MiB at most; a line
 // belongs to the chunk holding its first byte, found as Python's universal newlines end lines).
 // Round robin first counts each chunk's lines (each chunk by one rank, in proportion to the
 // partitions the ranks hold, summed over the ranks) so that each line's index, and so its
@@ -162,8 +162,9 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // output's token file, where the rank writes them (data::TokenSpoolWriter); batches that arrive
 // before their turn wait on rank 0 (PartitionOptions::spool_memory_bytes). A rank that cannot open
 // rank 0's token files (no shared filesystem) warns on stderr and sends its tokens with the index
-// for rank 0 to write. Every rank reads the input by path. Returns on rank 0 the outputs' counts
-// and paths.
+// for rank 0 to write. Every rank reads the input by path. The ranks test their messages between
+// batches and sleep while they wait, so `world` needs no progress thread. Returns on rank 0 the
+// outputs' counts and paths.
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress = {});
