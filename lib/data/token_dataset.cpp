@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/positional_io.h"
 #include "core/temporary_file.h"
 #include "io/hdf5_attributes.h"
 
@@ -534,15 +535,8 @@ void TokenSpoolWriter::write_at(int64_t byte_offset, std::span<const int32_t> to
                            std::to_string(vocab_size_) + ")");
   }
   const std::span<const std::byte> stored = stored_bytes(tokens, dtype_, narrow_);
-  const char* bytes = reinterpret_cast<const char*>(stored.data());
-  size_t size = stored.size();
-  while (size > 0) {
-    const ssize_t written = ::pwrite(fd_, bytes, size, static_cast<off_t>(byte_offset));
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) throw Error(path_, "cannot write: " + errno_text());
-    bytes += written;
-    size -= static_cast<size_t>(written);
-    byte_offset += written;
+  if (const std::string why = pwrite_all(fd_, stored.data(), stored.size(), byte_offset); !why.empty()) {
+    throw Error(path_, "cannot write: " + why);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/positional_io.h"
 
 namespace mt::text {
 
@@ -27,7 +28,9 @@ void RecordQueue::push(int64_t tag, std::string record) {
     return;
   }
   if (fd_ < 0) open_file();
-  write_all(record.data(), record.size(), write_offset_);
+  if (const std::string why = pwrite_all(fd_, record.data(), record.size(), write_offset_); !why.empty()) {
+    throw Error(path_, "spool file: write failed: " + why);
+  }
   write_offset_ += static_cast<off_t>(record.size());
   in_file_.emplace_back(tag, record.size());
 }
@@ -41,7 +44,9 @@ std::string RecordQueue::pop() {
     return record;
   }
   record.resize(in_file_.front().second);
-  read_all(record.data(), record.size(), read_offset_);
+  if (const std::string why = pread_all(fd_, record.data(), record.size(), read_offset_); !why.empty()) {
+    throw Error(path_, "spool file: read failed: " + why);
+  }
   read_offset_ += static_cast<off_t>(record.size());
   in_file_.pop_front();
   if (in_file_.empty()) {  // give the disk back
@@ -59,28 +64,6 @@ void RecordQueue::open_file() {
                            std::strerror(errno));
   }
   ::unlink(path_.c_str());
-}
-
-void RecordQueue::write_all(const char* p, size_t bytes, off_t offset) {
-  while (bytes > 0) {
-    const ssize_t wrote = ::pwrite(fd_, p, bytes, offset);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) throw Error(path_, std::string("spool file: write failed: ") + std::strerror(errno));
-    p += wrote;
-    offset += wrote;
-    bytes -= static_cast<size_t>(wrote);
-  }
-}
-
-void RecordQueue::read_all(char* p, size_t bytes, off_t offset) const {
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd_, p, bytes, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw Error(path_, std::string("spool file: read failed: ") + std::strerror(errno));
-    p += got;
-    offset += got;
-    bytes -= static_cast<size_t>(got);
-  }
 }
 
 }  // namespace mt::text

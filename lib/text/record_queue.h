@@ -37,8 +37,6 @@ class RecordQueue {
 
  private:
   void open_file();
-  void write_all(const char* p, size_t bytes, off_t offset);
-  void read_all(char* p, size_t bytes, off_t offset) const;
 
   std::string output_prefix_, path_;
   size_t& budget_;
