@@ -31,7 +31,8 @@ UnitParamGatherer::UnitParamGatherer(const model::ParamLayout& layout, const Red
       last_layer_(layout.last_layer),
       state_(layout.buckets.size(), State::gathered),
       requests_(layout.buckets.size()),
-      started_(layout.buckets.size()) {
+      started_(layout.buckets.size()),
+      start_call_seconds_(layout.buckets.size()) {
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const model::GradBucket& bucket = layout_.buckets[b];
     if (bucket.first_layer != bucket.last_layer) {
@@ -99,12 +100,13 @@ void UnitParamGatherer::release_all() {
 
 void UnitParamGatherer::gather(int layer, bool wait) {
   for (size_t b : unit_buckets(layout_, layer, head_layer_)) {
-    if (state_[b] == State::released) {
+    const bool starts = state_[b] == State::released;
+    if (starts) {
       start_bucket(b);
       ++gathers_;
       if (!wait) ++prefetched_;
     }
-    if (wait && state_[b] == State::in_flight) finish_bucket(b);
+    if (wait && state_[b] == State::in_flight) finish_bucket(b, /*blocked_throughout=*/starts);
   }
 }
 
@@ -121,17 +123,20 @@ void UnitParamGatherer::start_bucket(size_t bucket) {
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
   started_[bucket] = Clock::now();
   requests_[bucket] = group.all_gather_async(params_ + shard.begin, params_ + b.begin, shard.end - shard.begin, DType::f32);
-  gather_wait_seconds_ += seconds_since(started_[bucket]);  // the call blocks
+  start_call_seconds_[bucket] = seconds_since(started_[bucket]);  // the call blocks
 }
 
-void UnitParamGatherer::finish_bucket(size_t bucket) {
+void UnitParamGatherer::finish_bucket(size_t bucket, bool blocked_throughout) {
   if (requests_[bucket]) {
     const Clock::time_point waiting = Clock::now();
     requests_[bucket]->wait();
     requests_[bucket].reset();
     const Clock::time_point done = Clock::now();
-    gather_wait_seconds_ += seconds_between(waiting, done);
-    gather_seconds_ += seconds_between(started_[bucket], done);
+    const double gather = seconds_between(started_[bucket], done);
+    gather_seconds_ += gather;
+    // A gather waited for as soon as it started is all wait, the moments between the two calls
+    // (in which a loaded machine may deschedule the rank) included.
+    gather_wait_seconds_ += blocked_throughout ? gather : start_call_seconds_[bucket] + seconds_between(waiting, done);
   }
   state_[bucket] = State::gathered;
   const model::GradBucket& b = layout_.buckets[bucket];
@@ -140,7 +145,7 @@ void UnitParamGatherer::finish_bucket(size_t bucket) {
 
 void UnitParamGatherer::release_bucket(size_t bucket, bool force) {
   if (state_[bucket] == State::released && !force) return;
-  if (state_[bucket] == State::in_flight) finish_bucket(bucket);
+  if (state_[bucket] == State::in_flight) finish_bucket(bucket, /*blocked_throughout=*/false);
   const model::GradBucket& b = layout_.buckets[bucket];
   const comm::Communicator& group = groups_.of(b.group);
   const model::FlatRange shard = layout_.bucket_shard(static_cast<int>(bucket), group.rank(), group.size());
