@@ -891,7 +891,10 @@ class SegmentDealer {
         ready_.emplace_back(segment_, LineBatch{"", file, number, 1, true, part_.from});
         continue;
       }
-      if (open_.bytes.empty()) open_ = LineBatch{"", file, number, stride, false, part_.from};
+      if (open_.bytes.empty()) {
+        open_ = LineBatch{"", file, number, stride, false, part_.from};
+        open_.bytes.reserve(input_.batch_bytes + (input_.batch_bytes >> 4));  // no regrowth for ordinary lines
+      }
       open_.bytes.append(line.text);
       open_.bytes.push_back('\n');
       if (open_.bytes.size() >= input_.batch_bytes) make_ready();
