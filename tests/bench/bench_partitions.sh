@@ -26,7 +26,7 @@
 #     the same rounds, and its outputs compared with this build's
 #   corpus.txt: default data/corpus/war_and_peace_pg2600.txt (one JSONL document per paragraph)
 # Env: MT_BIN (default build/bin); MT_BENCH_MB and MT_BASELINE_BIN as --sizes and --baseline.
-# About 6 minutes on 2 quiet cores for --sizes 150,450 --repeat 5 --baseline DIR; 15 for --sizes 900 --repeat 9.
+# About 6 minutes on 2 quiet cores for --sizes 150,450 --repeat 5 --baseline DIR; 12 for --sizes 900 --repeat 9.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
