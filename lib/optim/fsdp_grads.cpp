@@ -126,9 +126,10 @@ void UnitGradReducer::reduce_bucket(size_t bucket) {
     } else {
       group.reduce_scatter(grads_ + b.begin, grads_ + shard.begin, shard.end - shard.begin, DType::f32,
                            comm::ReduceOp::sum);
-      reduce_seconds_ += seconds_since(started_[bucket]);
     }
-    reduce_wait_seconds_ += seconds_since(started_[bucket]);  // the call blocks
+    const double call = seconds_since(started_[bucket]);  // the call blocks
+    reduce_wait_seconds_ += call;
+    if (!overlap_) reduce_seconds_ += call;  // a blocking reduction is all wait, as a blocking gather is
   }
   if (!overlap_) complete_in_flight();
 }
