@@ -327,6 +327,17 @@ struct TokenDatasetWriter::State {
     if (finished || spool == nullptr) throw Error(prefix, "token dataset writer used after finish()");
   }
 
+  bool has_open_document() const { return static_cast<int64_t>(sequence_lengths.size()) != document_indices.back(); }
+
+  // The spool, flushed, holds exactly the tokens added and reserved: `stored` bytes.
+  void check_tokens_stored(uint64_t stored) const {
+    const int64_t expected = tokens * static_cast<int64_t>(dtype_size(dtype));
+    if (static_cast<int64_t>(stored) != expected) {
+      throw Error(spool_path, "is " + std::to_string(stored) + " bytes but its " + std::to_string(tokens) +
+                                  " tokens take " + std::to_string(expected) + ": tokens reserved for another writer never arrived");
+    }
+  }
+
   void write_idx() const {
     FILE* file = std::fopen(idx_temporary.c_str(), "wb");
     if (file == nullptr) throw Error(idx_final, "cannot create " + idx_temporary + ": " + errno_text());
@@ -540,9 +551,9 @@ void TokenSpoolWriter::write_at(int64_t byte_offset, std::span<const int32_t> to
   }
 }
 
-void TokenSpoolWriter::close() {
+void TokenSpoolWriter::close(bool make_durable) {
   if (fd_ < 0) return;
-  const bool synced = ::fdatasync(fd_) == 0;
+  const bool synced = !make_durable || ::fdatasync(fd_) == 0;
   const std::string failure = errno_text();
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;
@@ -666,21 +677,50 @@ void TokenDatasetWriter::append_dataset(const TokenDataset& source) {
   s.tokens += source.token_count();
 }
 
+void TokenDatasetWriter::append_writer(TokenDatasetWriter&& part_writer) {
+  State& s = *state_;
+  State& part = *part_writer.state_;
+  s.check_open();
+  part.check_open();
+  if (part.vocab_size != s.vocab_size) {
+    throw Error(s.prefix, "cannot append " + part.prefix + ": its vocabulary size is " + std::to_string(part.vocab_size) +
+                              ", not " + std::to_string(s.vocab_size));
+  }
+  if (part.has_open_document()) throw Error(part.prefix, "cannot be appended with a document still open");
+  if (std::fflush(part.spool) != 0) throw Error(part.prefix, "cannot write " + part.spool_path + ": " + errno_text());
+  part.check_tokens_stored(file_size(part.spool_path, fileno(part.spool)));
+  const size_t item = dtype_size(s.dtype);
+  const std::vector<std::pair<int64_t, int64_t>> all{{0, part.tokens}};
+  if (part.tokens > 0 && !copy_runs_in_kernel(s.spool, s.spool_path, part.spool_path, all, item)) {
+    std::vector<std::byte> block(kCopyBlockTokens * item);
+    const int64_t bytes = part.tokens * static_cast<int64_t>(item);
+    for (int64_t done = 0; done < bytes;) {
+      const size_t count = static_cast<size_t>(std::min<int64_t>(bytes - done, static_cast<int64_t>(block.size())));
+      if (const std::string why = pread_all(fileno(part.spool), block.data(), count, done); !why.empty()) {
+        throw Error(part.spool_path, "cannot read: " + why);
+      }
+      if (!write_items(s.spool, block.data(), 1, count)) throw Error(s.prefix, "cannot write to " + s.spool_path + ": " + errno_text());
+      done += static_cast<int64_t>(count);
+    }
+  }
+  const int64_t sequences_before = static_cast<int64_t>(s.sequence_lengths.size());
+  s.sequence_lengths.insert(s.sequence_lengths.end(), part.sequence_lengths.begin(), part.sequence_lengths.end());
+  for (size_t d = 1; d < part.document_indices.size(); ++d) s.document_indices.push_back(sequences_before + part.document_indices[d]);
+  s.tokens += part.tokens;
+  part_writer.state_.reset();
+}
+
 void TokenDatasetWriter::finish() {
   State& s = *state_;
   s.check_open();
-  if (static_cast<int64_t>(s.sequence_lengths.size()) != s.document_indices.back()) end_document();
+  if (s.has_open_document()) end_document();
   const bool flushed = std::fflush(s.spool) == 0 && fsync(fileno(s.spool)) == 0;
   const std::string failure = errno_text();
   const uint64_t stored = flushed ? file_size(s.spool_path, fileno(s.spool)) : 0;
   const bool closed = std::fclose(s.spool) == 0;
   s.spool = nullptr;
   if (!flushed || !closed) throw Error(s.prefix, "cannot write " + s.spool_path + ": " + failure);
-  const int64_t expected = s.tokens * static_cast<int64_t>(dtype_size(s.dtype));
-  if (static_cast<int64_t>(stored) != expected) {
-    throw Error(s.spool_path, "is " + std::to_string(stored) + " bytes but its " + std::to_string(s.tokens) +
-                                  " tokens take " + std::to_string(expected) + ": tokens reserved for another writer never arrived");
-  }
+  s.check_tokens_stored(stored);
 
   if (s.writes_megatron()) s.write_idx();
   if (s.writes_hdf5()) s.write_hdf5();

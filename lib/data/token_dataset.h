@@ -90,6 +90,14 @@ class TokenDatasetWriter {
   int64_t reserve_documents(std::span<const int32_t> sequence_lengths, std::span<const int32_t> sequences_per_document);
   // The temporary file the tokens go into (the .bin's temporary, or a spool beside the .h5's).
   const std::string& token_spool_path() const;
+  // Appends every document of `part`, an unfinished writer of the same vocabulary (mt-tokenize
+  // --partitions writes each partition into a writer of its own at once and appends partitions
+  // 1, 2, ... to partition 0's at the end), as if each of its documents had been added here: its
+  // index entries, and its token bytes copied as stored, by the kernel (copy_file_range) where it
+  // can. Tokens are not checked again (add_sequence and TokenSpoolWriter checked them). Throws
+  // mt::Error for another vocabulary, an open document in `part`, or tokens reserved in `part`
+  // that never arrived. `part` is left empty, its temporaries removed.
+  void append_writer(TokenDatasetWriter&& part);
   // Closes an open document (sequences added since the last end_document), writes the index and
   // renames every file into place (for .bin/.idx the .idx goes last, any older .idx is removed
   // first so a stale index never pairs with a new .bin: a kill between the renames leaves a .bin
@@ -112,7 +120,9 @@ class TokenDatasetWriter {
 // Writes tokens into another process's TokenDatasetWriter token file, at the offsets that writer
 // reserved (reserve_documents), in the dataset's dtype (optimal_token_dtype(vocab_size)) and
 // checked against the vocabulary as add_sequence checks them. close() makes them durable
-// (fdatasync) and closes the file: the writer's finish() must come after every close().
+// (fdatasync) and closes the file: the writer's finish() (or append_writer) must come after every
+// close(). close(false) does not sync: for a writer that only append_writer reads, whose copy the
+// finished file's own sync makes durable (the file's data is seen by every process once closed).
 class TokenSpoolWriter {
  public:
   // Throws mt::Error naming the file when it cannot be opened for writing.
@@ -122,7 +132,7 @@ class TokenSpoolWriter {
   ~TokenSpoolWriter();  // closes the file without syncing it (a run that failed)
 
   void write_at(int64_t byte_offset, std::span<const int32_t> tokens);
-  void close();
+  void close(bool make_durable = true);
 
  private:
   std::string path_;

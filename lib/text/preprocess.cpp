@@ -417,6 +417,24 @@ std::vector<data::TokenDatasetWriter> create_writers(const Tokenizer& tokenizer,
   return writers;
 }
 
+// Per pass of a partitioned run, one writer per key: pass 0's are the outputs (create_writers);
+// pass p's, appended to them at the end, are only ever temporaries, named as Megatron names
+// partition p's outputs: `<output_prefix>_<p>_<key>_document`.
+std::vector<std::vector<data::TokenDatasetWriter>> create_pass_writers(const Tokenizer& tokenizer,
+                                                                       const PreprocessOptions& options, int passes) {
+  std::vector<std::vector<data::TokenDatasetWriter>> writers;
+  writers.push_back(create_writers(tokenizer, options));
+  for (int pass = 1; pass < passes; ++pass) {
+    std::vector<data::TokenDatasetWriter>& pass_writers = writers.emplace_back();
+    for (const std::string& key : options.json_keys) {
+      pass_writers.push_back(data::TokenDatasetWriter::create(
+          options.output_prefix + "_" + std::to_string(pass) + "_" + key + "_document", data::TokenDatasetFormat::megatron,
+          tokenizer.vocab_size(), dataset_metadata(tokenizer)));
+    }
+  }
+  return writers;
+}
+
 }  // namespace
 
 std::vector<size_t> split_points_for_parallel_encoding(std::string_view text, size_t target_bytes) {
@@ -761,17 +779,18 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 namespace {
 
 // How a partitioned run splits its work. The files' bytes, one after another, are cut into
-// `chunks` equal byte ranges; a line belongs to the range holding its first byte. The output is a
-// sequence of segments, each the lines of one chunk that one pass takes: round robin makes one
-// pass per partition (pass p takes the lines whose index across the files, j, has j % N == p, so
-// the segments in order give partition 0's lines in order, then partition 1's, ...: Megatron's
-// merged order); with contiguous blocks (--keep-sequential-samples, or partition files reused,
-// partition i being file i) the merged order is the lines' own, one pass taking every line.
-// Round robin's line count of chunk j is made by rank (j % partitions) % ranks, in proportion to
-// the partitions a rank holds (r, r + ranks, ...). Segments are tokenized by whichever rank claims
-// them first, in order (SegmentWriter::claim), so a rank that is slower, holds fewer threads or,
-// as rank 0, also writes takes fewer, and rank 0, which writes the segments in order, has each
-// one's records soon after they are made.
+// `chunks` equal byte ranges; a line belongs to the range holding its first byte. A rank claims a
+// chunk, reads it once and deals its lines to the partitions' passes: round robin has one pass per
+// partition (pass p takes the lines whose index across the files, j, has j % N == p); with
+// contiguous blocks (--keep-sequential-samples, or partition files reused, partition i being file
+// i) the merged order is the lines' own, one pass taking every line. A chunk's lines of one pass
+// are a segment, numbered pass * chunks + chunk: the segments in order give partition 0's lines in
+// order, then partition 1's, ... (Megatron's merged order). Round robin's line count of chunk j is
+// made by rank (j % partitions) % ranks, in proportion to the partitions a rank holds (r, r +
+// ranks, ...). Chunks are tokenized by whichever rank claims them first, in order
+// (SegmentWriter::claim), so a rank that is slower, holds fewer threads or, as rank 0, also
+// writes takes fewer, and rank 0, which writes each pass's segments in order, has each one's
+// records soon after they are made.
 struct PartitionLayout {
   std::vector<std::string> files;
   std::vector<int64_t> starts;  // files[f]'s first byte in the whole; starts.back() is the total
@@ -795,8 +814,9 @@ struct PartitionLayout {
     return static_cast<int64_t>(static_cast<__int128>(starts.back()) * chunk / chunks);
   }
   int line_counter(int64_t chunk) const { return static_cast<int>(chunk % partitions % ranks); }
-  int64_t segments() const { return chunks * passes; }
+  int64_t segment(int pass, int64_t chunk) const { return pass * chunks + chunk; }
   int64_t chunk_of(int64_t segment) const { return segment % chunks; }
+  int pass_of(int64_t segment) const { return static_cast<int>(segment / chunks); }
 
   // Calls part_fn(file, from, to) for each file's part of the chunk: its bytes [from, to), in order.
   template <class PartFn>
@@ -816,20 +836,23 @@ struct PartitionBatch : TokenizedBatch {
   int64_t segment = 0;
 };
 
-// Hands out the segments this rank claims (`claim`: the next one, in increasing order, or -1
-// when none is left), in batches of whole lines of one file (about LineInputOptions::batch_bytes;
-// a too-long line alone, with no bytes). Round robin needs each chunk's first line index
-// (`first_lines`, from the ranks' counts); each pass reads a chunk again.
+// Deals the chunks this rank claims (`claim`: the next one, in increasing order, or -1 when none
+// is left) into batches of whole lines of one segment and one file (about
+// LineInputOptions::batch_bytes; a too-long line alone, with no bytes). Each chunk is read once:
+// its lines go to their passes' open batches (round robin: by each line's index, from the chunk's
+// first line index, `first_lines`, which the ranks' counts give), so batches of a chunk's segments
+// come interleaved, each segment's in order, and every batch of a chunk before any of the next.
 class SegmentDealer {
  public:
   SegmentDealer(const PartitionLayout& layout, std::vector<int64_t> first_lines, std::function<int64_t()> claim,
                 const LineInputOptions& input)
-      : layout_(layout), first_lines_(std::move(first_lines)), claim_(std::move(claim)), input_(input) {}
+      : layout_(layout), first_lines_(std::move(first_lines)), claim_(std::move(claim)), input_(input),
+        open_(static_cast<size_t>(layout.passes)) {}
 
   // Bytes of the files read so far.
   int64_t bytes_read() const { return bytes_read_ + (reader_ ? reader_->bytes_read() : 0); }
 
-  // The next batch of this rank's segments; false after the last.
+  // The next batch of this rank's chunks; false after the last.
   bool next(PartitionBatch& batch) {
     while (ready_.empty()) {
       if (!reader_ && !open_next()) return false;
@@ -842,21 +865,20 @@ class SegmentDealer {
   }
 
  private:
-  // Opens the next file part of the current segment, or of the next segment with one.
+  // Opens the next file part of the current chunk, or of the next chunk with one.
   bool open_next() {
     for (;;) {
       if (next_part_ == parts_.size()) {
         if (claimed_all_) return false;
-        segment_ = claim_();
-        if (segment_ < 0) {
+        chunk_ = claim_();
+        if (chunk_ < 0) {
           claimed_all_ = true;
           return false;
         }
         parts_.clear();
-        layout_.for_each_part(layout_.chunk_of(segment_),
-                              [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
+        layout_.for_each_part(chunk_, [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
         next_part_ = 0;
-        chunk_line_ = 0;
+        chunk_line_ = layout_.round_robin ? first_lines_[static_cast<size_t>(chunk_)] : 0;
         continue;
       }
       part_ = parts_[next_part_++];
@@ -866,45 +888,41 @@ class SegmentDealer {
     }
   }
 
-  bool takes(int64_t chunk_line) const {
-    if (!layout_.round_robin) return true;
-    const int64_t index = first_lines_[static_cast<size_t>(layout_.chunk_of(segment_))] + chunk_line;
-    return index % layout_.partitions == segment_ / layout_.chunks;
-  }
-
-  // Reads lines until a batch is ready or the file part ends (its open batch then becomes ready).
+  // Reads lines until a batch is ready or the file part ends (its open batches then become ready).
   void deal_one_batch() {
     const std::string& file = layout_.files[part_.file];
-    const int64_t stride = layout_.round_robin ? layout_.partitions : 1;
+    const int64_t stride = layout_.passes;
     PythonLines::Line line;
     while (ready_.empty()) {
       if (!reader_->next(line) || line.start >= part_.to) {
         bytes_read_ += reader_->bytes_read();
         reader_.reset();
-        make_ready();
+        for (int pass = 0; pass < layout_.passes; ++pass) make_ready(pass);
         return;
       }
       const int64_t number = ++part_line_;
-      if (!takes(chunk_line_++)) continue;
+      const int pass = static_cast<int>(chunk_line_++ % layout_.passes);
       if (line.too_long) {
-        make_ready();
-        ready_.emplace_back(segment_, LineBatch{"", file, number, 1, true, part_.from});
+        make_ready(pass);
+        ready_.emplace_back(layout_.segment(pass, chunk_), LineBatch{"", file, number, 1, true, part_.from});
         continue;
       }
-      if (open_.bytes.empty()) {
-        open_ = LineBatch{"", file, number, stride, false, part_.from};
-        open_.bytes.reserve(input_.batch_bytes + (input_.batch_bytes >> 4));  // no regrowth for ordinary lines
+      LineBatch& open = open_[static_cast<size_t>(pass)];
+      if (open.bytes.empty()) {
+        open = LineBatch{"", file, number, stride, false, part_.from};
+        open.bytes.reserve(input_.batch_bytes + (input_.batch_bytes >> 4));  // no regrowth for ordinary lines
       }
-      open_.bytes.append(line.text);
-      open_.bytes.push_back('\n');
-      if (open_.bytes.size() >= input_.batch_bytes) make_ready();
+      open.bytes.append(line.text);
+      open.bytes.push_back('\n');
+      if (open.bytes.size() >= input_.batch_bytes) make_ready(pass);
     }
   }
 
-  void make_ready() {
-    if (open_.bytes.empty()) return;
-    ready_.emplace_back(segment_, std::move(open_));
-    open_ = LineBatch{};
+  void make_ready(int pass) {
+    LineBatch& open = open_[static_cast<size_t>(pass)];
+    if (open.bytes.empty()) return;
+    ready_.emplace_back(layout_.segment(pass, chunk_), std::move(open));
+    open = LineBatch{};
   }
 
   struct Part {
@@ -916,14 +934,14 @@ class SegmentDealer {
   std::function<int64_t()> claim_;
   const LineInputOptions& input_;
   bool claimed_all_ = false;
-  int64_t segment_ = 0;
-  std::vector<Part> parts_;  // the current segment's chunk, per file
+  int64_t chunk_ = 0;
+  std::vector<Part> parts_;  // the current chunk, per file
   size_t next_part_ = 0;
   Part part_;
   std::optional<PythonLines> reader_;
-  int64_t chunk_line_ = 0;  // lines of the chunk read so far
+  int64_t chunk_line_ = 0;  // the index of the next line (round robin: across the files; else in the chunk)
   int64_t part_line_ = 0;   // lines of the file part read so far
-  LineBatch open_;          // lines taken, not yet a batch
+  std::vector<LineBatch> open_;  // per pass: lines taken, not yet a batch
   std::deque<std::pair<int64_t, LineBatch>> ready_;
   int64_t bytes_read_ = 0;  // of the file parts done
 };
@@ -1007,27 +1025,31 @@ void wait_sleeping(comm::Request& request) {
   while (!request.test()) std::this_thread::sleep_for(kPollInterval);
 }
 
-// Rank 0: hands out the segments and writes the outputs' index in segment order, each batch as
-// its rank makes it: its own batches with their tokens as they are tokenized, the other ranks'
-// as their index records arrive (per record a header {segment, size}, then its bytes; a header of
-// size -1 says the rank is done). For another rank's batch it reserves the tokens' place in each
-// output's token file (TokenDatasetWriter::reserve_documents) and sends the rank that place
-// ({segment, byte offset per key}, kPlacementTag; -1 for "drop them", after an error), and that
-// rank writes them there (SegmentSender), so tokens never cross MPI. A record whose turn has not
-// come waits in its rank's queue. A rank makes its segments in the order it claimed them, so it
-// has finished every segment before the last one it sent. Claims from the other ranks
+// Rank 0: hands out the chunks and writes each pass's segments in order into that pass's writers
+// (pass 0's are the outputs; the others' are appended to them at the end), each batch as its rank
+// makes it: its own batches with their tokens as they are tokenized, the other ranks' as their
+// index records arrive (per record a header {segment, size}, then its bytes; a header of size -1
+// says the rank is done). For another rank's batch it reserves the tokens' place in the pass's
+// token files (TokenDatasetWriter::reserve_documents) and sends the rank that place ({segment, byte
+// offset per key}, kPlacementTag; -1 for "drop them", after an error), and that rank writes them
+// there (SegmentSender), so tokens never cross MPI. A record whose turn has not come waits in its
+// rank's queue for its pass. A rank makes its chunks in the order it claimed them, so it has
+// finished every chunk before the one of the last record it sent. Claims from the other ranks
 // (SegmentClaimer) are answered whenever rank 0 is between batches.
 class SegmentWriter {
  public:
-  // `placing`: per rank, whether it writes its own tokens (SegmentSender) or sends whole records.
-  SegmentWriter(comm::Communicator& world, const PartitionLayout& layout, std::vector<data::TokenDatasetWriter>& writers,
-                std::vector<bool> placing, const std::string& output_prefix, size_t& budget)
-      : world_(world), layout_(layout), writers_(writers), placing_(std::move(placing)), owner_(static_cast<size_t>(layout.segments()), -1),
+  // `writers`: per pass, one writer per key. `placing`: per rank, whether it writes its own tokens
+  // (SegmentSender) or sends whole records.
+  SegmentWriter(comm::Communicator& world, const PartitionLayout& layout,
+                std::vector<std::vector<data::TokenDatasetWriter>>& writers, std::vector<bool> placing,
+                const std::string& output_prefix, size_t& budget)
+      : world_(world), layout_(layout), writers_(writers), placing_(std::move(placing)),
+        owner_(static_cast<size_t>(layout.chunks), -1), next_(static_cast<size_t>(layout.passes)),
         finished_(static_cast<size_t>(world.size())), headers_(static_cast<size_t>(world.size())),
         pending_(static_cast<size_t>(world.size())), claim_asks_(static_cast<size_t>(world.size())),
         claim_pending_(static_cast<size_t>(world.size())) {
     for (int r = 0; r < world.size(); ++r) {
-      queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
+      for (int pass = 0; pass < layout.passes; ++pass) queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
       if (r == 0) continue;
       listen(r);
       if (r < layout_.partitions) listen_for_claim(r);  // a rank holding no partition claims nothing
@@ -1039,8 +1061,8 @@ class SegmentWriter {
   // no rank waits for rank 0 and no receive is left posted; the error then stops the job.
   ~SegmentWriter() {
     try {
-      next_claim_ = layout_.segments();
-      finished_[0] = layout_.segments();
+      next_claim_ = layout_.chunks;
+      finished_[0] = layout_.chunks;
       while (!every_rank_done()) {
         answer_claims();
         take_in_records();
@@ -1054,28 +1076,30 @@ class SegmentWriter {
   SegmentWriter(const SegmentWriter&) = delete;
   SegmentWriter& operator=(const SegmentWriter&) = delete;
 
-  // The next segment for `rank`, or -1 when every segment is claimed.
+  // The next chunk for `rank`, or -1 when every chunk is claimed.
   int64_t claim(int rank) {
-    if (next_claim_ == layout_.segments()) return -1;
+    if (next_claim_ == layout_.chunks) return -1;
     owner_[static_cast<size_t>(next_claim_)] = rank;
     return next_claim_++;
   }
 
-  // One of rank 0's batches of `segment` (its segments come in order).
+  // One of rank 0's batches of `segment` (its chunks come in order).
   void add_own(int64_t segment, const std::vector<KeyOutput>& keys) {
-    finished_[0] = segment;
+    const int pass = layout_.pass_of(segment);
+    finished_[0] = layout_.chunk_of(segment);
     receive();
-    if (next_ == segment) {
-      for (size_t k = 0; k < writers_.size(); ++k) write_documents(keys[k], writers_[k]);
+    if (next_[static_cast<size_t>(pass)] == layout_.chunk_of(segment)) {
+      std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(pass)];
+      for (size_t k = 0; k < writers.size(); ++k) write_documents(keys[k], writers[k]);
     } else {
-      queues_[0]->push(segment, encode_record(keys));
+      queue(0, pass).push(segment, encode_record(keys));
     }
   }
 
   // Writes everything once rank 0 has made all its batches, answering claims until every rank is
   // done (has written its tokens where it was told).
   void finish() {
-    finished_[0] = layout_.segments();
+    finished_[0] = layout_.chunks;
     while (!receive() || !every_rank_done()) std::this_thread::sleep_for(kPollInterval);
     wait_for_sends();
   }
@@ -1083,7 +1107,7 @@ class SegmentWriter {
  private:
   // A claim's answer on its way to a rank (std::deque: elements stay where they are while sent).
   struct Answer {
-    int64_t segment = -1;
+    int64_t chunk = -1;
     std::unique_ptr<comm::Request> request;
   };
   // A batch's place in the token files on its way to the rank that holds its tokens.
@@ -1091,6 +1115,8 @@ class SegmentWriter {
     std::vector<int64_t> values;  // {segment, byte offset per key}
     std::unique_ptr<comm::Request> request;
   };
+
+  RecordQueue& queue(int rank, int pass) { return *queues_[static_cast<size_t>(rank * layout_.passes + pass)]; }
 
   void send_placement(int rank, std::vector<int64_t> values) {
     while (!placements_.empty() && placements_.front().request->test()) placements_.pop_front();
@@ -1111,14 +1137,16 @@ class SegmentWriter {
   // told to drop them.
   void drop_other_ranks_records() {
     for (int r = 1; r < world_.size(); ++r) {
-      RecordQueue& queue = *queues_[static_cast<size_t>(r)];
-      while (!queue.empty()) {
-        const int64_t segment = queue.front_tag();
-        queue.pop();
-        if (!placing_[static_cast<size_t>(r)]) continue;
-        std::vector<int64_t> drop(writers_.size() + 1, -1);
-        drop[0] = segment;
-        send_placement(r, std::move(drop));
+      for (int pass = 0; pass < layout_.passes; ++pass) {
+        RecordQueue& records = queue(r, pass);
+        while (!records.empty()) {
+          const int64_t segment = records.front_tag();
+          records.pop();
+          if (!placing_[static_cast<size_t>(r)]) continue;
+          std::vector<int64_t> drop(writers_[0].size() + 1, -1);
+          drop[0] = segment;
+          send_placement(r, std::move(drop));
+        }
       }
     }
   }
@@ -1139,33 +1167,43 @@ class SegmentWriter {
       std::unique_ptr<comm::Request>& pending = claim_pending_[static_cast<size_t>(r)];
       if (!pending || !pending->test()) continue;
       Answer& answer = answers_.emplace_back();
-      answer.segment = claim(r);
-      answer.request = world_.send_async(&answer.segment, 1, DType::i64, r, kClaimTag);
+      answer.chunk = claim(r);
+      answer.request = world_.send_async(&answer.chunk, 1, DType::i64, r, kClaimTag);
       pending.reset();
-      if (answer.segment >= 0) listen_for_claim(r);
+      if (answer.chunk >= 0) listen_for_claim(r);
     }
   }
 
   bool every_rank_done() const {
-    return std::all_of(finished_.begin(), finished_.end(), [&](int64_t f) { return f == layout_.segments(); });
+    return std::all_of(finished_.begin(), finished_.end(), [&](int64_t f) { return f == layout_.chunks; });
   }
 
   // Answers claims, takes in what has arrived and writes what is due; true once every segment is written.
   bool receive() {
     answer_claims();
     take_in_records();
-    while (next_ < layout_.segments()) {
-      const int owner = owner_[static_cast<size_t>(next_)];
+    bool all_written = true;
+    for (int pass = 0; pass < layout_.passes; ++pass) all_written = write_due(pass) && all_written;
+    return all_written;
+  }
+
+  // Writes the pass's segments in order as far as their records have come; true once all are written.
+  bool write_due(int pass) {
+    int64_t& chunk = next_[static_cast<size_t>(pass)];
+    std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(pass)];
+    while (chunk < layout_.chunks) {
+      const int owner = owner_[static_cast<size_t>(chunk)];
       if (owner < 0) return false;  // not claimed yet
-      RecordQueue& queue = *queues_[static_cast<size_t>(owner)];
-      if (!queue.empty() && queue.front_tag() == next_) {
+      RecordQueue& records = queue(owner, pass);
+      const int64_t segment = layout_.segment(pass, chunk);
+      if (!records.empty() && records.front_tag() == segment) {
         if (!placing_[static_cast<size_t>(owner)]) {
-          write_record(queue.pop(), writers_);
+          write_record(records.pop(), writers);
         } else {
-          send_placement(owner, reserve_record(next_, queue.pop(), writers_));
+          send_placement(owner, reserve_record(segment, records.pop(), writers));
         }
-      } else if (finished_[static_cast<size_t>(owner)] > next_) {
-        ++next_;
+      } else if (finished_[static_cast<size_t>(owner)] > chunk) {
+        ++chunk;
       } else {
         return false;
       }
@@ -1181,13 +1219,13 @@ class SegmentWriter {
         const auto [segment, size] = headers_[q];
         pending_[q].reset();
         if (size < 0) {
-          finished_[q] = layout_.segments();
+          finished_[q] = layout_.chunks;
           break;
         }
         std::string record(static_cast<size_t>(size), '\0');
         world_.recv(record.data(), size, DType::u8, r, kPartitionTag);
-        finished_[q] = segment;
-        queues_[q]->push(segment, std::move(record));
+        finished_[q] = layout_.chunk_of(segment);
+        queue(r, layout_.pass_of(segment)).push(segment, std::move(record));
         listen(r);
       }
     }
@@ -1195,36 +1233,37 @@ class SegmentWriter {
 
   comm::Communicator& world_;
   const PartitionLayout& layout_;
-  std::vector<data::TokenDatasetWriter>& writers_;
+  std::vector<std::vector<data::TokenDatasetWriter>>& writers_;  // per pass, per key
   std::vector<bool> placing_;       // per rank: it writes its own tokens, sending index records
-  std::vector<int> owner_;          // per segment: the rank that claimed it, -1 before
-  int64_t next_claim_ = 0;          // the first segment not claimed
-  int64_t next_ = 0;                // the segment being written
-  std::vector<int64_t> finished_;   // per rank: all its segments before this one are made
+  std::vector<int> owner_;          // per chunk: the rank that claimed it, -1 before
+  int64_t next_claim_ = 0;          // the first chunk not claimed
+  std::vector<int64_t> next_;       // per pass: the chunk whose segment is being written
+  std::vector<int64_t> finished_;   // per rank: all its chunks before this one are made
   std::vector<std::array<int64_t, 2>> headers_;
   std::vector<std::unique_ptr<comm::Request>> pending_;
   std::vector<int64_t> claim_asks_;  // per rank: the claim being received (its value is unused)
   std::vector<std::unique_ptr<comm::Request>> claim_pending_;
   std::deque<Answer> answers_;
   std::deque<Placement> placements_;
-  std::vector<std::unique_ptr<RecordQueue>> queues_;  // per rank: whole records, or index records (placing_)
+  // Per rank and pass (queue()): whole records, or index records (placing_).
+  std::vector<std::unique_ptr<RecordQueue>> queues_;
 };
 
-// A rank other than 0: claims its segments from rank 0, one ahead of the one it is reading, so
-// it seldom waits for an answer (rank 0 answers between its batches).
+// A rank other than 0: claims its chunks from rank 0, one ahead of the one it is reading, so it
+// seldom waits for an answer (rank 0 answers between its batches).
 class SegmentClaimer {
  public:
   explicit SegmentClaimer(comm::Communicator& world) : world_(world) {}
 
-  // The next segment this rank claimed, or -1 when none is left.
+  // The next chunk this rank claimed, or -1 when none is left.
   int64_t next() {
     for (;;) {
       if (answer_ && answer_->test()) take_answer();
       if (!claimed_.empty()) {
-        const int64_t segment = claimed_.front();
+        const int64_t chunk = claimed_.front();
         claimed_.pop_front();
         ask();
-        return segment;
+        return chunk;
       }
       if (no_more_) {
         if (ask_sent_) wait_sleeping(*ask_sent_);
@@ -1237,7 +1276,7 @@ class SegmentClaimer {
   }
 
  private:
-  // Asks for one more segment unless one is claimed or asked for already.
+  // Asks for one more chunk unless one is claimed or asked for already.
   void ask() {
     if (answer_ || no_more_ || !claimed_.empty()) return;
     if (ask_sent_) wait_sleeping(*ask_sent_);
@@ -1262,19 +1301,23 @@ class SegmentClaimer {
 };
 
 // A rank other than 0: sends each batch to rank 0 as it is made. Where it can open rank 0's
-// outputs' token files (a filesystem the ranks share), it sends the batch's index record only
-// (encode_record without tokens), keeps the tokens until rank 0, which writes the index in
-// segment order, sends their place in each token file (SegmentWriter), and writes them there
-// itself (data::TokenSpoolWriter), so tokens never cross MPI; otherwise it sends whole records and
-// rank 0 writes them. Rank 0 answers whenever it is between batches; while it is not (a long
-// line), at most kMaxHeld bytes of records and tokens wait here before this rank waits too.
-// finish() writes the rest, makes the writes durable and closes the files, then sends a header
-// saying this rank is done.
+// writers' token files (a filesystem the ranks share), it sends the batch's index record only
+// (encode_record without tokens), keeps the tokens until rank 0, which writes each pass's index in
+// segment order, sends their place in each of the pass's token files (SegmentWriter), and writes
+// them there itself (data::TokenSpoolWriter), so tokens never cross MPI; otherwise it sends whole
+// records and rank 0 writes them. Rank 0 answers whenever it is between batches; while it is not
+// (a long line), at most kMaxHeld bytes of records and tokens wait here before this rank waits
+// too. finish() writes the rest, makes the writes to the outputs durable (the other passes' token
+// files are only read by rank 0, which copies them into the outputs) and closes the files, then
+// sends a header saying this rank is done.
 class SegmentSender {
  public:
-  // `outputs`: per key, a writer into rank 0's token file; none when this rank sends whole records.
-  SegmentSender(comm::Communicator& world, std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs)
-      : world_(world), outputs_(std::move(outputs)), placement_(outputs_.size() + 1) {}
+  // `outputs`: per pass, a writer into rank 0's token file per key; none when this rank sends
+  // whole records.
+  SegmentSender(comm::Communicator& world, const PartitionLayout& layout,
+                std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs)
+      : world_(world), layout_(layout), outputs_(std::move(outputs)), held_(static_cast<size_t>(layout.passes)),
+        placement_(outputs_.empty() ? 1 : outputs_[0].size() + 1) {}
 
   void send(int64_t segment, std::vector<KeyOutput>& keys) {
     const bool places_tokens = !outputs_.empty();
@@ -1285,19 +1328,22 @@ class SegmentSender {
     sent.record_request = world_.send_async(sent.record.data(), sent.header[1], DType::u8, 0, kPartitionTag);
     held_bytes_ += sent.record.size();
     if (places_tokens) {
-      Held& held = held_.emplace_back();
+      Held& held = held_[static_cast<size_t>(layout_.pass_of(segment))].emplace_back();
       held.segment = segment;
       for (KeyOutput& out : keys) {
         held_bytes_ += out.tokens.size() * sizeof(int32_t);
         held.tokens.push_back(std::move(out.tokens));
       }
+      ++held_batches_;
     }
     drain(false);
   }
 
   void finish() {
     drain(true);
-    for (const auto& output : outputs_) output->close();
+    for (size_t pass = 0; pass < outputs_.size(); ++pass) {
+      for (const auto& output : outputs_[pass]) output->close(pass == 0);
+    }
     InFlight& done = in_flight_.emplace_back();
     done.header = {0, -1};
     done.header_request = world_.send_async(done.header.data(), 2, DType::i64, 0, kPartitionTag);
@@ -1316,8 +1362,8 @@ class SegmentSender {
     std::vector<std::vector<int32_t>> tokens;  // per key
   };
 
-  // Lets go of the records sent and writes the held batches whose place has come, oldest first
-  // (rank 0 places them in the order they were sent); waits while more than kMaxHeld bytes are
+  // Lets go of the records sent and writes the held batches whose place has come (rank 0 places
+  // each pass's batches in the order they were sent); waits while more than kMaxHeld bytes are
   // held, or, with `all`, until nothing is.
   void drain(bool all) {
     while (!in_flight_.empty()) {
@@ -1331,7 +1377,7 @@ class SegmentSender {
       held_bytes_ -= oldest.record.size();
       in_flight_.pop_front();
     }
-    while (!held_.empty()) {
+    while (held_batches_ > 0) {
       if (!placed_) {
         placed_ = world_.recv_async(placement_.data(), static_cast<int64_t>(placement_.size()), DType::i64, 0,
                                     kPlacementTag);
@@ -1342,28 +1388,34 @@ class SegmentSender {
         return;
       }
       placed_.reset();
-      write_oldest();
+      write_placed();
     }
   }
 
-  void write_oldest() {
-    Held& oldest = held_.front();
-    if (placement_[0] != oldest.segment) {
-      throw Error("partition placement", "for segment " + std::to_string(placement_[0]) + " came while segment " +
-                                             std::to_string(oldest.segment) + " waits");
+  // Writes the oldest held batch of the pass that placement_ is for, where it says.
+  void write_placed() {
+    const int64_t segment = placement_[0];
+    const size_t pass = static_cast<size_t>(layout_.pass_of(segment));
+    if (segment < 0 || pass >= held_.size() || held_[pass].empty() || held_[pass].front().segment != segment) {
+      throw Error("partition placement", "for segment " + std::to_string(segment) + " came for no batch held");
     }
-    for (size_t k = 0; k < outputs_.size(); ++k) {
-      if (placement_[k + 1] >= 0) outputs_[k]->write_at(placement_[k + 1], oldest.tokens[k]);
+    Held& oldest = held_[pass].front();
+    for (size_t k = 0; k < outputs_[pass].size(); ++k) {
+      if (placement_[k + 1] >= 0) outputs_[pass][k]->write_at(placement_[k + 1], oldest.tokens[k]);
       held_bytes_ -= oldest.tokens[k].size() * sizeof(int32_t);
     }
-    held_.pop_front();
+    held_[pass].pop_front();
+    --held_batches_;
   }
 
   static constexpr size_t kMaxHeld = size_t{64} << 20;
   comm::Communicator& world_;
-  std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs_;  // per key; none: whole records are sent
+  const PartitionLayout& layout_;
+  // Per pass, per key; none: whole records are sent.
+  std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs_;
   std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
-  std::deque<Held> held_;
+  std::vector<std::deque<Held>> held_;  // per pass, in the order sent
+  size_t held_batches_ = 0;
   size_t held_bytes_ = 0;  // of the records in flight and the tokens held
   std::vector<int64_t> placement_;  // the place being received: {segment, byte offset per key}
   std::unique_ptr<comm::Request> placed_;
@@ -1421,29 +1473,41 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
   }
 }
 
-// Rank 0's outputs' token files (TokenDatasetWriter::token_spool_path), on every rank.
-std::vector<std::string> share_token_files(comm::Communicator& world, const std::vector<data::TokenDatasetWriter>& writers) {
+// Rank 0's writers' token files (TokenDatasetWriter::token_spool_path), on every rank: per pass,
+// one per key.
+std::vector<std::vector<std::string>> share_token_files(comm::Communicator& world, const PartitionLayout& layout,
+                                                        const std::vector<std::vector<data::TokenDatasetWriter>>& writers) {
   std::string text;
-  for (const data::TokenDatasetWriter& out : writers) text += out.token_spool_path() + '\0';
+  for (const auto& pass : writers) {
+    for (const data::TokenDatasetWriter& out : pass) text += out.token_spool_path() + '\0';
+  }
   if (world.size() > 1) comm::broadcast_text(world, text, 0);
-  return nul_ended_fields(text);
+  const std::vector<std::string> paths = nul_ended_fields(text);
+  const size_t keys = paths.size() / static_cast<size_t>(layout.passes);
+  std::vector<std::vector<std::string>> per_pass;
+  for (size_t first = 0; first < paths.size(); first += keys) {
+    per_pass.emplace_back(paths.begin() + static_cast<std::ptrdiff_t>(first), paths.begin() + static_cast<std::ptrdiff_t>(first + keys));
+  }
+  return per_pass;
 }
 
-// On a rank other than 0 that holds partitions: its writers into rank 0's token files, or none
-// (a warning on stderr) where it cannot open them: no filesystem shared with rank 0, whose
-// outputs then take this rank's tokens over MPI.
-std::vector<std::unique_ptr<data::TokenSpoolWriter>> open_token_files(const comm::Communicator& world,
-                                                                     const std::vector<std::string>& paths, int held,
-                                                                     int64_t vocab_size) {
-  std::vector<std::unique_ptr<data::TokenSpoolWriter>> outputs;
+// On a rank other than 0 that holds partitions: its writers into rank 0's token files (per pass,
+// per key), or none (a warning on stderr) where it cannot open them: no filesystem shared with
+// rank 0, whose outputs then take this rank's tokens over MPI.
+std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> open_token_files(
+    const comm::Communicator& world, const std::vector<std::vector<std::string>>& paths, int held, int64_t vocab_size) {
+  std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs;
   if (held == 0 || world.rank() == 0) return outputs;
-  for (const std::string& path : paths) {
-    try {
-      outputs.push_back(std::make_unique<data::TokenSpoolWriter>(path, vocab_size));
-    } catch (const Error& e) {
-      log::warn(std::string("--partitions: ") + e.what() +
-                ": no filesystem shared with rank 0's outputs, so this rank sends its tokens to rank 0");
-      return {};
+  for (const std::vector<std::string>& pass : paths) {
+    std::vector<std::unique_ptr<data::TokenSpoolWriter>>& pass_outputs = outputs.emplace_back();
+    for (const std::string& path : pass) {
+      try {
+        pass_outputs.push_back(std::make_unique<data::TokenSpoolWriter>(path, vocab_size));
+      } catch (const Error& e) {
+        log::warn(std::string("--partitions: ") + e.what() +
+                  ": no filesystem shared with rank 0's outputs, so this rank sends its tokens to rank 0");
+        return {};
+      }
     }
   }
   return outputs;
@@ -1526,12 +1590,12 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
 
   const PartitionLayout layout(plan, partitions, world.size());
   std::vector<int64_t> first_lines = chunk_first_lines(world, layout);
-  // Rank 0 hands out the segments and writes the outputs' index, every segment in turn; the other
+  // Rank 0 hands out the chunks and writes each pass's index, every segment in turn; the other
   // ranks claim theirs from it, send it their index and write their tokens where it says.
-  std::vector<data::TokenDatasetWriter> writers;
-  if (world.rank() == 0) writers = create_writers(tokenizer, options);
-  std::vector<std::unique_ptr<data::TokenSpoolWriter>> token_outputs =
-      open_token_files(world, share_token_files(world, writers), held, tokenizer.vocab_size());
+  std::vector<std::vector<data::TokenDatasetWriter>> writers;  // per pass, per key
+  if (world.rank() == 0) writers = create_pass_writers(tokenizer, options, layout.passes);
+  std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> token_outputs =
+      open_token_files(world, share_token_files(world, layout, writers), held, tokenizer.vocab_size());
   const std::vector<bool> placing = ranks_placing_tokens(world, !token_outputs.empty());
   size_t budget = partitions.spool_memory_bytes;
   std::optional<SegmentWriter> writer;
@@ -1542,7 +1606,7 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
     writer.emplace(world, layout, writers, placing, options.output_prefix, budget);
     claim = [&] { return writer->claim(0); };
   } else {
-    sender.emplace(world, std::move(token_outputs));
+    sender.emplace(world, layout, std::move(token_outputs));
     if (held > 0) {
       claimer.emplace(world);
       claim = [&] { return claimer->next(); };
@@ -1568,7 +1632,9 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   std::vector<std::string> outputs;
   if (writer) {
     writer->finish();
-    for (data::TokenDatasetWriter& out : writers) {
+    for (size_t k = 0; k < writers[0].size(); ++k) {
+      data::TokenDatasetWriter& out = writers[0][k];
+      for (size_t pass = 1; pass < writers.size(); ++pass) out.append_writer(std::move(writers[pass][k]));
       out.finish();
       for (const std::string& path : out.final_paths()) outputs.push_back(path);
     }

@@ -103,9 +103,9 @@ PreprocessStats read_texts(const LineInputOptions& input, bool raw, const std::s
 // keep_sequential contiguous blocks of ceil(lines / N) lines (which equals one process). The
 // output `<output_prefix>_<key>_document` holds partition 0's documents, then partition 1's, ...:
 // the bytes Megatron's merge of its per-partition outputs writes. Unlike Megatron, no partition
-// file and no per-partition output is written: the ranks claim the files' chunks as they need
-// them and write their tokens into the outputs at the places rank 0 gives them, in the merged
-// order (see preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
+// file is written and per-partition outputs exist only as temporaries: the ranks claim the files'
+// chunks as they need them and write their tokens at the places rank 0 gives them (see
+// preprocess_partitions). Partition files an earlier run (Megatron's) left are read instead of
 // the input when all N exist, as Megatron does.
 struct PartitionOptions {
   int partitions = 2;
@@ -151,20 +151,22 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // belongs to the chunk holding its first byte, found as Python's universal newlines end lines).
 // Round robin first counts each chunk's lines (each chunk by one rank, in proportion to the
 // partitions the ranks hold, summed over the ranks) so that each line's index, and so its
-// partition, is known. The output is a sequence of segments, a chunk's lines of one partition
-// (partition 0's lines chunk by chunk, then partition 1's, ...; contiguous blocks and reused
-// partition files: the lines' own order, one segment per chunk); a rank holding a partition claims
-// the next unclaimed segment from rank 0 whenever it needs one (one ahead of the one it reads), so
-// a slower rank, one with fewer threads, or rank 0, which also writes, takes fewer, and reads only
-// the chunks of its segments. Each rank makes its segments in order and sends rank 0 each batch's
-// index as it is made (point to point); rank 0 writes the outputs' index, every chunk's share in
-// turn as soon as it is complete, and sends the rank the place of the batch's tokens in each
-// output's token file, where the rank writes them (data::TokenSpoolWriter); batches that arrive
-// before their turn wait on rank 0 (PartitionOptions::spool_memory_bytes). A rank that cannot open
-// rank 0's token files (no shared filesystem) warns on stderr and sends its tokens with the index
-// for rank 0 to write. Every rank reads the input by path. The ranks test their messages between
-// batches and sleep while they wait, so `world` needs no progress thread. Returns on rank 0 the
-// outputs' counts and paths.
+// partition, is known. A rank holding a partition claims the next unclaimed chunk from rank 0
+// whenever it needs one (one ahead of the one it reads), so a slower rank, one with fewer threads,
+// or rank 0, which also writes, takes fewer; it reads the chunk once and deals its lines to the
+// partitions (contiguous blocks and reused partition files: the lines' own order, all to one), a
+// chunk's lines of one partition being a segment. Each rank tokenizes its chunks in order and
+// sends rank 0 each batch's index as it is made (point to point); rank 0 writes each partition's
+// segments in chunk order into that partition's writers (partition 0's are the outputs; partition
+// p's are temporaries `<output_prefix>_<p>_<key>_document.bin.tmp-...`, appended to the outputs
+// at the end with data::TokenDatasetWriter::append_writer), each chunk's share as soon as it is
+// complete, and sends the rank the place of the batch's tokens in each of those writers' token
+// files, where the rank writes them (data::TokenSpoolWriter); batches that arrive before their turn
+// wait on rank 0 (PartitionOptions::spool_memory_bytes). A rank that cannot open rank 0's token
+// files (no shared filesystem) warns on stderr and sends its tokens with the index for rank 0 to
+// write. Every rank reads the input by path. The ranks test their messages between batches and
+// sleep while they wait, so `world` needs no progress thread. Returns on rank 0 the outputs'
+// counts and paths.
 PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const PreprocessOptions& options,
                                       const PartitionOptions& partitions, comm::Communicator& world,
                                       const PreprocessProgress& progress = {});

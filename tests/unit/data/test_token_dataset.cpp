@@ -407,6 +407,78 @@ TEST(TokenDataset, ReservedTokensThatNeverArriveOrDoNotFitAreRefused) {
   EXPECT_THROW(TokenSpoolWriter(dir.file("no_such_file"), 1000), Error);
 }
 
+// Documents 0-1 added to the output, 2-3 to a part writer (one reserved and written elsewhere,
+// unsynced), 4 to a second part: appending the parts equals one writer adding all five, and
+// leaves none of the parts' temporaries.
+TEST(TokenDataset, AppendingUnfinishedWritersEqualsAddingTheirDocuments) {
+  for (const int64_t vocab_size : {1000, 100000}) {
+    for (const TokenDatasetFormat format : {TokenDatasetFormat::megatron, TokenDatasetFormat::hdf5, TokenDatasetFormat::both}) {
+      TempDir dir;
+      const Corpus corpus = make_corpus(static_cast<int32_t>(vocab_size));  // 5 documents
+      TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("joined"), format, vocab_size);
+      TokenDatasetWriter first_part = TokenDatasetWriter::create(dir.file("part_1"), TokenDatasetFormat::megatron, vocab_size);
+      TokenDatasetWriter second_part = TokenDatasetWriter::create(dir.file("part_2"), TokenDatasetFormat::megatron, vocab_size);
+      const auto add = [&](TokenDatasetWriter& to, size_t d) {
+        for (const auto& sequence : corpus.documents[d]) to.add_sequence(sequence);
+        to.end_document();
+      };
+      add(writer, 0);
+      add(first_part, 2);
+      std::vector<int32_t> lengths, tokens;
+      for (const auto& sequence : corpus.documents[3]) {
+        lengths.push_back(static_cast<int32_t>(sequence.size()));
+        tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+      }
+      const std::vector<int32_t> per_document{static_cast<int32_t>(lengths.size())};
+      TokenSpoolWriter elsewhere(first_part.token_spool_path(), vocab_size);
+      elsewhere.write_at(first_part.reserve_documents(lengths, per_document), tokens);
+      elsewhere.close(false);
+      add(writer, 1);
+      add(second_part, 4);
+      writer.append_writer(std::move(first_part));
+      writer.append_writer(std::move(second_part));
+      EXPECT_EQ(writer.document_count(), 5);
+      writer.finish();
+
+      write_corpus(dir.file("added"), format, vocab_size, corpus);
+      std::vector<std::string> extensions{".bin", ".idx", ".h5"};
+      if (format == TokenDatasetFormat::megatron) extensions.pop_back();
+      if (format == TokenDatasetFormat::hdf5) extensions = {".h5"};
+      for (const std::string& extension : extensions) {
+        EXPECT_EQ(read_bytes(dir.file("joined") + extension), read_bytes(dir.file("added") + extension))
+            << extension << " vocab " << vocab_size;
+      }
+      for (const auto& entry : fs::directory_iterator(dir.path())) {
+        EXPECT_FALSE(entry.path().filename().string().starts_with("part_")) << entry.path();
+      }
+    }
+  }
+}
+
+TEST(TokenDataset, AppendingAWriterRefusesMissingTokensAnOpenDocumentAndAnotherVocabulary) {
+  TempDir dir;
+  TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("out"), TokenDatasetFormat::megatron, 1000);
+  TokenDatasetWriter missing = TokenDatasetWriter::create(dir.file("missing"), TokenDatasetFormat::megatron, 1000);
+  const std::vector<int32_t> lengths{3}, per_document{1};
+  missing.reserve_documents(lengths, per_document);  // never written
+  try {
+    writer.append_writer(std::move(missing));
+    FAIL() << "a part without its reserved tokens was appended";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is 0 bytes but its 3 tokens take 6: tokens reserved for another writer never arrived"),
+              std::string::npos)
+        << e.what();
+  }
+  TokenDatasetWriter open = TokenDatasetWriter::create(dir.file("open"), TokenDatasetFormat::megatron, 1000);
+  open.add_sequence(std::vector<int32_t>{1});
+  EXPECT_THROW(writer.append_writer(std::move(open)), Error);
+  TokenDatasetWriter wide = TokenDatasetWriter::create(dir.file("wide"), TokenDatasetFormat::megatron, 100000);
+  EXPECT_THROW(writer.append_writer(std::move(wide)), Error);
+  EXPECT_EQ(writer.document_count(), 0);
+  writer.finish();
+  EXPECT_EQ(TokenDataset::open(dir.file("out")).token_count(), 0);
+}
+
 TEST(TokenDataset, MegatronFilesEqualTheLayoutBuiltByHand) {
   for (const int64_t vocab_size : {1000, 100000}) {
     TempDir dir;
