@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -417,19 +418,20 @@ std::vector<data::TokenDatasetWriter> create_writers(const Tokenizer& tokenizer,
   return writers;
 }
 
-// Per pass of a partitioned run, one writer per key: pass 0's are the outputs (create_writers);
-// pass p's, appended to them at the end, are only ever temporaries, named as Megatron names
-// partition p's outputs: `<output_prefix>_<p>_<key>_document`.
-std::vector<std::vector<data::TokenDatasetWriter>> create_pass_writers(const Tokenizer& tokenizer,
-                                                                       const PreprocessOptions& options, int passes) {
+// Per partition written apart (round robin's N, else 1), one writer per key: partition 0's are
+// the outputs (create_writers); partition p's, appended to them at the end, are only ever
+// temporaries, named as Megatron names partition p's outputs: `<output_prefix>_<p>_<key>_document`.
+std::vector<std::vector<data::TokenDatasetWriter>> create_partition_writers(const Tokenizer& tokenizer,
+                                                                            const PreprocessOptions& options,
+                                                                            int partitions) {
   std::vector<std::vector<data::TokenDatasetWriter>> writers;
   writers.push_back(create_writers(tokenizer, options));
-  for (int pass = 1; pass < passes; ++pass) {
-    std::vector<data::TokenDatasetWriter>& pass_writers = writers.emplace_back();
+  for (int partition = 1; partition < partitions; ++partition) {
+    std::vector<data::TokenDatasetWriter>& partition_writers = writers.emplace_back();
     for (const std::string& key : options.json_keys) {
-      pass_writers.push_back(data::TokenDatasetWriter::create(
-          options.output_prefix + "_" + std::to_string(pass) + "_" + key + "_document", data::TokenDatasetFormat::megatron,
-          tokenizer.vocab_size(), dataset_metadata(tokenizer)));
+      partition_writers.push_back(data::TokenDatasetWriter::create(
+          options.output_prefix + "_" + std::to_string(partition) + "_" + key + "_document",
+          data::TokenDatasetFormat::megatron, tokenizer.vocab_size(), dataset_metadata(tokenizer)));
     }
   }
   return writers;
@@ -780,32 +782,34 @@ namespace {
 
 // How a partitioned run splits its work. The files' bytes, one after another, are cut into
 // `chunks` equal byte ranges; a line belongs to the range holding its first byte. A rank claims a
-// chunk, reads it once and deals its lines to the partitions' passes: round robin has one pass per
-// partition (pass p takes the lines whose index across the files, j, has j % N == p); with
-// contiguous blocks (--keep-sequential-samples, or partition files reused, partition i being file
-// i) the merged order is the lines' own, one pass taking every line. A chunk's lines of one pass
-// are a segment, numbered pass * chunks + chunk: the segments in order give partition 0's lines in
-// order, then partition 1's, ... (Megatron's merged order). Round robin's line count of chunk j is
-// made by rank (j % partitions) % ranks, in proportion to the partitions a rank holds (r, r +
-// ranks, ...). Chunks are tokenized by whichever rank claims them first, in order
-// (SegmentWriter::claim), so a rank that is slower, holds fewer threads or, as rank 0, also
-// writes takes fewer, and rank 0, which writes each pass's segments in order, has each one's
-// records soon after they are made.
+// chunk, reads it once and deals its lines to `streams`: round robin has one stream per partition,
+// line k of the chunk (counted from 0) going to stream k % N; with contiguous blocks
+// (--keep-sequential-samples, or partition files reused, partition i being file i) the merged
+// order is the lines' own, one stream taking every line. A chunk's lines of one stream are a
+// segment, tagged stream * chunks + chunk. Round robin's partition p takes the lines whose index
+// across the files, j, has j % N == p (Megatron's dealing), so chunk c's stream q is partition
+// (first + q) % N, where `first` is the index of the chunk's first line: the sum of the line
+// counts of the chunks before it, which the ranks report as they finish each chunk, and which
+// rank 0 therefore knows by the time it writes the chunk (it writes each partition's segments in
+// chunk order, and a chunk's turn comes only when every chunk before it is done). Chunks are
+// tokenized by whichever rank claims them first, in order (SegmentWriter::claim), so a rank that
+// is slower, holds fewer threads or, as rank 0, also writes takes fewer, and rank 0 has each
+// chunk's records soon after they are made.
 struct PartitionLayout {
   std::vector<std::string> files;
   std::vector<int64_t> starts;  // files[f]'s first byte in the whole; starts.back() is the total
   int64_t chunks = 1;
-  int partitions = 2, ranks = 1, passes = 1;
+  int partitions = 2, streams = 1;
   bool round_robin = false;
 
-  PartitionLayout(const PartitionFiles& plan, const PartitionOptions& options, int world_size)
-      : files(plan.reused ? plan.paths : plan.inputs), partitions(options.partitions), ranks(world_size) {
+  PartitionLayout(const PartitionFiles& plan, const PartitionOptions& options)
+      : files(plan.reused ? plan.paths : plan.inputs), partitions(options.partitions) {
     starts.push_back(0);
     for (int64_t bytes : plan.bytes) starts.push_back(starts.back() + bytes);
     round_robin = !plan.reused && !options.keep_sequential;
-    passes = round_robin ? partitions : 1;
+    streams = round_robin ? partitions : 1;
     // 16 chunks per partition (tiny ones for a tiny input), more for a big input: at most 4 MiB
-    // each, so that the ranks' last segments end close together (a segment takes 0.1 s or less to
+    // each, so that the ranks' last chunks end close together (a chunk takes 0.1 s or less to
     // tokenize; 64 MiB chunks left one rank idle for up to a third of a second at the end).
     const int64_t per_partition = std::max<int64_t>(16, (starts.back() / partitions >> 22) + 1);
     chunks = per_partition * partitions;
@@ -813,10 +817,17 @@ struct PartitionLayout {
   int64_t begin(int64_t chunk) const {
     return static_cast<int64_t>(static_cast<__int128>(starts.back()) * chunk / chunks);
   }
-  int line_counter(int64_t chunk) const { return static_cast<int>(chunk % partitions % ranks); }
-  int64_t segment(int pass, int64_t chunk) const { return pass * chunks + chunk; }
-  int64_t chunk_of(int64_t segment) const { return segment % chunks; }
-  int pass_of(int64_t segment) const { return static_cast<int>(segment / chunks); }
+  int64_t tag(int stream, int64_t chunk) const { return stream * chunks + chunk; }
+  int64_t chunk_of(int64_t tag) const { return tag % chunks; }
+  int stream_of(int64_t tag) const { return static_cast<int>(tag / chunks); }
+  // The output (a partition; 0 without round robin) of a chunk's stream, and the stream of an output.
+  int output_of(int stream, int64_t first_line) const {
+    return round_robin ? static_cast<int>((first_line + stream) % partitions) : 0;
+  }
+  int stream_for(int output, int64_t first_line) const {
+    return round_robin ? static_cast<int>(((output - first_line) % partitions + partitions) % partitions) : 0;
+  }
+  int outputs() const { return round_robin ? partitions : 1; }
 
   // Calls part_fn(file, from, to) for each file's part of the chunk: its bytes [from, to), in order.
   template <class PartFn>
@@ -831,97 +842,102 @@ struct PartitionLayout {
   }
 };
 
-// A batch of one segment's lines (a pipeline item) and, once tokenized, its documents.
+// A batch of one segment's lines (a pipeline item) and, once tokenized, its documents; or, with
+// chunk_lines >= 0 and no lines, the end of chunk `tag` (its line count).
 struct PartitionBatch : TokenizedBatch {
-  int64_t segment = 0;
+  int64_t tag = 0;
+  int64_t chunk_lines = -1;
 };
 
 // Deals the chunks this rank claims (`claim`: the next one, in increasing order, or -1 when none
 // is left) into batches of whole lines of one segment and one file (about
 // LineInputOptions::batch_bytes; a too-long line alone, with no bytes). Each chunk is read once:
-// its lines go to their passes' open batches (round robin: by each line's index, from the chunk's
-// first line index, `first_lines`, which the ranks' counts give), so batches of a chunk's segments
-// come interleaved, each segment's in order, and every batch of a chunk before any of the next.
+// its lines go to their streams' open batches, so batches of a chunk's segments come interleaved,
+// each segment's in order, then the chunk's end (its line count), before anything of the next.
 class SegmentDealer {
  public:
-  SegmentDealer(const PartitionLayout& layout, std::vector<int64_t> first_lines, std::function<int64_t()> claim,
-                const LineInputOptions& input)
-      : layout_(layout), first_lines_(std::move(first_lines)), claim_(std::move(claim)), input_(input),
-        open_(static_cast<size_t>(layout.passes)) {}
+  SegmentDealer(const PartitionLayout& layout, std::function<int64_t()> claim, const LineInputOptions& input)
+      : layout_(layout), claim_(std::move(claim)), input_(input), open_(static_cast<size_t>(layout.streams)) {}
 
   // Bytes of the files read so far.
   int64_t bytes_read() const { return bytes_read_ + (reader_ ? reader_->bytes_read() : 0); }
 
-  // The next batch of this rank's chunks; false after the last.
+  // The next batch of this rank's chunks, or a chunk's end; false after the last.
   bool next(PartitionBatch& batch) {
     while (ready_.empty()) {
-      if (!reader_ && !open_next()) return false;
-      deal_one_batch();
+      if (reader_) {
+        deal_one_batch();
+      } else if (next_part_ < parts_.size()) {
+        part_ = parts_[next_part_++];
+        reader_.emplace(layout_.files[part_.file], input_.max_line_bytes, part_.from);
+        part_line_ = 0;
+      } else if (chunk_ >= 0) {
+        PartitionBatch& end = ready_.emplace_back();
+        end.tag = chunk_;
+        end.chunk_lines = chunk_line_;
+        chunk_ = -1;
+      } else if (!claim_next()) {
+        return false;
+      }
     }
-    batch.segment = ready_.front().first;
-    batch.lines = std::move(ready_.front().second);
+    batch = std::move(ready_.front());
     ready_.pop_front();
     return true;
   }
 
  private:
-  // Opens the next file part of the current chunk, or of the next chunk with one.
-  bool open_next() {
-    for (;;) {
-      if (next_part_ == parts_.size()) {
-        if (claimed_all_) return false;
-        chunk_ = claim_();
-        if (chunk_ < 0) {
-          claimed_all_ = true;
-          return false;
-        }
-        parts_.clear();
-        layout_.for_each_part(chunk_, [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
-        next_part_ = 0;
-        chunk_line_ = layout_.round_robin ? first_lines_[static_cast<size_t>(chunk_)] : 0;
-        continue;
-      }
-      part_ = parts_[next_part_++];
-      reader_.emplace(layout_.files[part_.file], input_.max_line_bytes, part_.from);
-      part_line_ = 0;
-      return true;
+  bool claim_next() {
+    if (claimed_all_) return false;
+    chunk_ = claim_();
+    if (chunk_ < 0) {
+      claimed_all_ = true;
+      return false;
     }
+    parts_.clear();
+    layout_.for_each_part(chunk_, [&](size_t f, int64_t from, int64_t to) { parts_.push_back({f, from, to}); });
+    next_part_ = 0;
+    chunk_line_ = 0;
+    return true;
   }
 
   // Reads lines until a batch is ready or the file part ends (its open batches then become ready).
   void deal_one_batch() {
     const std::string& file = layout_.files[part_.file];
-    const int64_t stride = layout_.passes;
+    const int64_t stride = layout_.streams;
     PythonLines::Line line;
     while (ready_.empty()) {
       if (!reader_->next(line) || line.start >= part_.to) {
         bytes_read_ += reader_->bytes_read();
         reader_.reset();
-        for (int pass = 0; pass < layout_.passes; ++pass) make_ready(pass);
+        for (int stream = 0; stream < layout_.streams; ++stream) make_ready(stream);
         return;
       }
       const int64_t number = ++part_line_;
-      const int pass = static_cast<int>(chunk_line_++ % layout_.passes);
+      const int stream = static_cast<int>(chunk_line_++ % layout_.streams);
       if (line.too_long) {
-        make_ready(pass);
-        ready_.emplace_back(layout_.segment(pass, chunk_), LineBatch{"", file, number, 1, true, part_.from});
+        make_ready(stream);
+        PartitionBatch& batch = ready_.emplace_back();
+        batch.tag = layout_.tag(stream, chunk_);
+        batch.lines = LineBatch{"", file, number, 1, true, part_.from};
         continue;
       }
-      LineBatch& open = open_[static_cast<size_t>(pass)];
+      LineBatch& open = open_[static_cast<size_t>(stream)];
       if (open.bytes.empty()) {
         open = LineBatch{"", file, number, stride, false, part_.from};
         open.bytes.reserve(input_.batch_bytes + (input_.batch_bytes >> 4));  // no regrowth for ordinary lines
       }
       open.bytes.append(line.text);
       open.bytes.push_back('\n');
-      if (open.bytes.size() >= input_.batch_bytes) make_ready(pass);
+      if (open.bytes.size() >= input_.batch_bytes) make_ready(stream);
     }
   }
 
-  void make_ready(int pass) {
-    LineBatch& open = open_[static_cast<size_t>(pass)];
+  void make_ready(int stream) {
+    LineBatch& open = open_[static_cast<size_t>(stream)];
     if (open.bytes.empty()) return;
-    ready_.emplace_back(layout_.segment(pass, chunk_), std::move(open));
+    PartitionBatch& batch = ready_.emplace_back();
+    batch.tag = layout_.tag(stream, chunk_);
+    batch.lines = std::move(open);
     open = LineBatch{};
   }
 
@@ -930,19 +946,18 @@ class SegmentDealer {
     int64_t from = 0, to = 0;
   };
   const PartitionLayout& layout_;
-  std::vector<int64_t> first_lines_;  // round robin: per chunk, the index of its first line
   std::function<int64_t()> claim_;
   const LineInputOptions& input_;
   bool claimed_all_ = false;
-  int64_t chunk_ = 0;
+  int64_t chunk_ = -1;       // the chunk being read, -1 between chunks
   std::vector<Part> parts_;  // the current chunk, per file
   size_t next_part_ = 0;
   Part part_;
   std::optional<PythonLines> reader_;
-  int64_t chunk_line_ = 0;  // the index of the next line (round robin: across the files; else in the chunk)
+  int64_t chunk_line_ = 0;  // lines of the chunk read so far
   int64_t part_line_ = 0;   // lines of the file part read so far
-  std::vector<LineBatch> open_;  // per pass: lines taken, not yet a batch
-  std::deque<std::pair<int64_t, LineBatch>> ready_;
+  std::vector<LineBatch> open_;  // per stream: lines taken, not yet a batch
+  std::deque<PartitionBatch> ready_;
   int64_t bytes_read_ = 0;  // of the file parts done
 };
 
@@ -1001,13 +1016,13 @@ void write_record(const std::string& record, std::vector<data::TokenDatasetWrite
   for (size_t k = 0; k < writers.size(); ++k) write_documents(views[k], writers[k]);
 }
 
-// Adds an index record's documents to the outputs, key k's to writers[k], without their tokens:
-// {segment, then per key the byte offset in its token file where they go}, for the rank that
-// holds them.
-std::vector<int64_t> reserve_record(int64_t segment, const std::string& record,
+// Adds an index record's documents to output `output`, key k's to writers[k], without their
+// tokens: {the segment's tag, the output, then per key the byte offset in its token file where
+// they go}, for the rank that holds them.
+std::vector<int64_t> reserve_record(int64_t tag, int output, const std::string& record,
                                     std::vector<data::TokenDatasetWriter>& writers) {
   const std::vector<KeyOutputView> views = decode_record(record, writers.size());
-  std::vector<int64_t> placement{segment};
+  std::vector<int64_t> placement{tag, output};
   for (size_t k = 0; k < writers.size(); ++k) {
     placement.push_back(writers[k].reserve_documents(views[k].sequence_lengths, views[k].sequences_per_document));
   }
@@ -1025,31 +1040,41 @@ void wait_sleeping(comm::Request& request) {
   while (!request.test()) std::this_thread::sleep_for(kPollInterval);
 }
 
-// Rank 0: hands out the chunks and writes each pass's segments in order into that pass's writers
-// (pass 0's are the outputs; the others' are appended to them at the end), each batch as its rank
-// makes it: its own batches with their tokens as they are tokenized, the other ranks' as their
-// index records arrive (per record a header {segment, size}, then its bytes; a header of size -1
-// says the rank is done). For another rank's batch it reserves the tokens' place in the pass's
-// token files (TokenDatasetWriter::reserve_documents) and sends the rank that place ({segment, byte
-// offset per key}, kPlacementTag; -1 for "drop them", after an error), and that rank writes them
+// What a rank other than 0 sends rank 0 (kPartitionTag), a header of three numbers: a record
+// {tag, its size in bytes, 0}, then its bytes; a chunk's end {chunk, kChunkEnd, its line count};
+// the rank's end {0, kRankDone, 0}.
+constexpr int64_t kRankDone = -1;
+constexpr int64_t kChunkEnd = -2;
+using Header = std::array<int64_t, 3>;
+
+// Rank 0: hands out the chunks and writes them in order, each chunk's segments into their
+// outputs' writers (round robin: partition p's; partition 0's are the outputs, the others are
+// appended to them at the end), each batch as its rank makes it: its own batches with their
+// tokens as they are tokenized, the other ranks' as their index records arrive (Header). For
+// another rank's batch it reserves the tokens' place in the output's token files
+// (TokenDatasetWriter::reserve_documents) and sends the rank that place ({tag, output, byte offset
+// per key}, kPlacementTag; offsets -1 for "drop them", after an error), and that rank writes them
 // there (SegmentSender), so tokens never cross MPI. A record whose turn has not come waits in its
-// rank's queue for its pass. A rank makes its chunks in the order it claimed them, so it has
-// finished every chunk before the one of the last record it sent. Claims from the other ranks
-// (SegmentClaimer) are answered whenever rank 0 is between batches.
+// rank's queue for its stream. A rank makes its chunks in the order it claimed them and ends each
+// with its line count, so when a chunk's turn comes every chunk before it has ended and its
+// streams' partitions are known (PartitionLayout). Claims from the other ranks (SegmentClaimer)
+// are answered whenever rank 0 is between batches.
 class SegmentWriter {
  public:
-  // `writers`: per pass, one writer per key. `placing`: per rank, whether it writes its own tokens
-  // (SegmentSender) or sends whole records.
+  // `writers`: per output, one writer per key. `placing`: per rank, whether it writes its own
+  // tokens (SegmentSender) or sends whole records.
   SegmentWriter(comm::Communicator& world, const PartitionLayout& layout,
                 std::vector<std::vector<data::TokenDatasetWriter>>& writers, std::vector<bool> placing,
                 const std::string& output_prefix, size_t& budget)
       : world_(world), layout_(layout), writers_(writers), placing_(std::move(placing)),
-        owner_(static_cast<size_t>(layout.chunks), -1), next_(static_cast<size_t>(layout.passes)),
-        finished_(static_cast<size_t>(world.size())), headers_(static_cast<size_t>(world.size())),
-        pending_(static_cast<size_t>(world.size())), claim_asks_(static_cast<size_t>(world.size())),
-        claim_pending_(static_cast<size_t>(world.size())) {
+        owner_(static_cast<size_t>(layout.chunks), -1), chunk_lines_(static_cast<size_t>(layout.chunks), -1),
+        first_lines_{0}, finished_(static_cast<size_t>(world.size())),
+        headers_(static_cast<size_t>(world.size())), pending_(static_cast<size_t>(world.size())),
+        claim_asks_(static_cast<size_t>(world.size())), claim_pending_(static_cast<size_t>(world.size())) {
     for (int r = 0; r < world.size(); ++r) {
-      for (int pass = 0; pass < layout.passes; ++pass) queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
+      for (int stream = 0; stream < layout.streams; ++stream) {
+        queues_.push_back(std::make_unique<RecordQueue>(output_prefix, budget));
+      }
       if (r == 0) continue;
       listen(r);
       if (r < layout_.partitions) listen_for_claim(r);  // a rank holding no partition claims nothing
@@ -1083,17 +1108,24 @@ class SegmentWriter {
     return next_claim_++;
   }
 
-  // One of rank 0's batches of `segment` (its chunks come in order).
-  void add_own(int64_t segment, const std::vector<KeyOutput>& keys) {
-    const int pass = layout_.pass_of(segment);
-    finished_[0] = layout_.chunk_of(segment);
+  // One of rank 0's batches of segment `tag` (its chunks come in order).
+  void add_own(int64_t tag, const std::vector<KeyOutput>& keys) {
+    const int64_t chunk = layout_.chunk_of(tag);
+    finished_[0] = chunk;
     receive();
-    if (next_[static_cast<size_t>(pass)] == layout_.chunk_of(segment)) {
-      std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(pass)];
+    if (next_ == chunk) {  // its turn: the chunk's first line, so its streams' outputs, are known
+      const int output = layout_.output_of(layout_.stream_of(tag), first_lines_.at(static_cast<size_t>(chunk)));
+      std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(output)];
       for (size_t k = 0; k < writers.size(); ++k) write_documents(keys[k], writers[k]);
     } else {
-      queue(0, pass).push(segment, encode_record(keys));
+      queue(0, layout_.stream_of(tag)).push(tag, encode_record(keys));
     }
+  }
+
+  // The end of one of rank 0's chunks.
+  void end_own_chunk(int64_t chunk, int64_t lines) {
+    end_chunk(0, chunk, lines);
+    receive();
   }
 
   // Writes everything once rank 0 has made all its batches, answering claims until every rank is
@@ -1112,11 +1144,26 @@ class SegmentWriter {
   };
   // A batch's place in the token files on its way to the rank that holds its tokens.
   struct Placement {
-    std::vector<int64_t> values;  // {segment, byte offset per key}
+    std::vector<int64_t> values;  // {tag, output, byte offset per key}
     std::unique_ptr<comm::Request> request;
   };
 
-  RecordQueue& queue(int rank, int pass) { return *queues_[static_cast<size_t>(rank * layout_.passes + pass)]; }
+  RecordQueue& queue(int rank, int stream) { return *queues_[static_cast<size_t>(rank * layout_.streams + stream)]; }
+
+  // Notes that `rank` has made every chunk up to `chunk` and that `chunk` has `lines` lines; the
+  // first line index of every chunk whose predecessors' counts are all known follows.
+  void end_chunk(int rank, int64_t chunk, int64_t lines) {
+    if (chunk < 0 || chunk >= layout_.chunks || lines < 0) {
+      throw Error("partition chunk end", "chunk " + std::to_string(chunk) + " of " + std::to_string(layout_.chunks) +
+                                             " with " + std::to_string(lines) + " lines from rank " + std::to_string(rank));
+    }
+    chunk_lines_[static_cast<size_t>(chunk)] = lines;
+    finished_[static_cast<size_t>(rank)] = chunk + 1;
+    while (first_lines_.size() <= static_cast<size_t>(layout_.chunks) - 1 &&
+           chunk_lines_[first_lines_.size() - 1] >= 0) {
+      first_lines_.push_back(first_lines_.back() + chunk_lines_[first_lines_.size() - 1]);
+    }
+  }
 
   void send_placement(int rank, std::vector<int64_t> values) {
     while (!placements_.empty() && placements_.front().request->test()) placements_.pop_front();
@@ -1137,14 +1184,15 @@ class SegmentWriter {
   // told to drop them.
   void drop_other_ranks_records() {
     for (int r = 1; r < world_.size(); ++r) {
-      for (int pass = 0; pass < layout_.passes; ++pass) {
-        RecordQueue& records = queue(r, pass);
+      for (int stream = 0; stream < layout_.streams; ++stream) {
+        RecordQueue& records = queue(r, stream);
         while (!records.empty()) {
-          const int64_t segment = records.front_tag();
+          const int64_t tag = records.front_tag();
           records.pop();
           if (!placing_[static_cast<size_t>(r)]) continue;
-          std::vector<int64_t> drop(writers_[0].size() + 1, -1);
-          drop[0] = segment;
+          std::vector<int64_t> drop(writers_[0].size() + 2, -1);
+          drop[0] = tag;
+          drop[1] = 0;
           send_placement(r, std::move(drop));
         }
       }
@@ -1153,7 +1201,7 @@ class SegmentWriter {
 
   void listen(int rank) {
     pending_[static_cast<size_t>(rank)] =
-        world_.recv_async(headers_[static_cast<size_t>(rank)].data(), 2, DType::i64, rank, kPartitionTag);
+        world_.recv_async(headers_[static_cast<size_t>(rank)].data(), 3, DType::i64, rank, kPartitionTag);
   }
   void listen_for_claim(int rank) {
     claim_pending_[static_cast<size_t>(rank)] =
@@ -1182,50 +1230,57 @@ class SegmentWriter {
   bool receive() {
     answer_claims();
     take_in_records();
-    bool all_written = true;
-    for (int pass = 0; pass < layout_.passes; ++pass) all_written = write_due(pass) && all_written;
-    return all_written;
+    return write_due();
   }
 
-  // Writes the pass's segments in order as far as their records have come; true once all are written.
-  bool write_due(int pass) {
-    int64_t& chunk = next_[static_cast<size_t>(pass)];
-    std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(pass)];
-    while (chunk < layout_.chunks) {
-      const int owner = owner_[static_cast<size_t>(chunk)];
+  // Writes the chunks in order as far as their records have come, each chunk's segments into
+  // their outputs; true once all are written. A chunk's turn comes once every chunk before it has
+  // ended, so its first line, and so the output of each of its streams, is known. All of a
+  // chunk's segments are written before any of the next: each queue (a rank's stream) holds its
+  // records in chunk order, while a stream's output changes from chunk to chunk.
+  bool write_due() {
+    while (next_ < layout_.chunks) {
+      const int owner = owner_[static_cast<size_t>(next_)];
       if (owner < 0) return false;  // not claimed yet
-      RecordQueue& records = queue(owner, pass);
-      const int64_t segment = layout_.segment(pass, chunk);
-      if (!records.empty() && records.front_tag() == segment) {
-        if (!placing_[static_cast<size_t>(owner)]) {
-          write_record(records.pop(), writers);
-        } else {
-          send_placement(owner, reserve_record(segment, records.pop(), writers));
+      const int64_t first_line = first_lines_.at(static_cast<size_t>(next_));
+      for (int stream = 0; stream < layout_.streams; ++stream) {
+        RecordQueue& records = queue(owner, stream);
+        const int64_t tag = layout_.tag(stream, next_);
+        const int output = layout_.output_of(stream, first_line);
+        std::vector<data::TokenDatasetWriter>& writers = writers_[static_cast<size_t>(output)];
+        while (!records.empty() && records.front_tag() == tag) {
+          if (!placing_[static_cast<size_t>(owner)]) {
+            write_record(records.pop(), writers);
+          } else {
+            send_placement(owner, reserve_record(tag, output, records.pop(), writers));
+          }
         }
-      } else if (finished_[static_cast<size_t>(owner)] > chunk) {
-        ++chunk;
-      } else {
-        return false;
       }
+      if (finished_[static_cast<size_t>(owner)] <= next_) return false;
+      ++next_;
     }
     return true;
   }
 
-  // Queues the records that have arrived from the other ranks and notes the ranks that are done.
+  // Queues the records that have arrived from the other ranks and notes the chunks and ranks that are done.
   void take_in_records() {
     for (int r = 1; r < world_.size(); ++r) {
       const size_t q = static_cast<size_t>(r);
       while (pending_[q] && pending_[q]->test()) {
-        const auto [segment, size] = headers_[q];
+        const auto [tag, size, lines] = headers_[q];
         pending_[q].reset();
-        if (size < 0) {
+        if (size == kRankDone) {
           finished_[q] = layout_.chunks;
           break;
         }
-        std::string record(static_cast<size_t>(size), '\0');
-        world_.recv(record.data(), size, DType::u8, r, kPartitionTag);
-        finished_[q] = layout_.chunk_of(segment);
-        queue(r, layout_.pass_of(segment)).push(segment, std::move(record));
+        if (size == kChunkEnd) {
+          end_chunk(r, tag, lines);
+        } else {
+          std::string record(static_cast<size_t>(size), '\0');
+          world_.recv(record.data(), size, DType::u8, r, kPartitionTag);
+          finished_[q] = layout_.chunk_of(tag);
+          queue(r, layout_.stream_of(tag)).push(tag, std::move(record));
+        }
         listen(r);
       }
     }
@@ -1233,19 +1288,21 @@ class SegmentWriter {
 
   comm::Communicator& world_;
   const PartitionLayout& layout_;
-  std::vector<std::vector<data::TokenDatasetWriter>>& writers_;  // per pass, per key
-  std::vector<bool> placing_;       // per rank: it writes its own tokens, sending index records
-  std::vector<int> owner_;          // per chunk: the rank that claimed it, -1 before
-  int64_t next_claim_ = 0;          // the first chunk not claimed
-  std::vector<int64_t> next_;       // per pass: the chunk whose segment is being written
-  std::vector<int64_t> finished_;   // per rank: all its chunks before this one are made
-  std::vector<std::array<int64_t, 2>> headers_;
+  std::vector<std::vector<data::TokenDatasetWriter>>& writers_;  // per output, per key
+  std::vector<bool> placing_;          // per rank: it writes its own tokens, sending index records
+  std::vector<int> owner_;             // per chunk: the rank that claimed it, -1 before
+  std::vector<int64_t> chunk_lines_;   // per chunk: its line count once it has ended, -1 before
+  std::vector<int64_t> first_lines_;   // the first line index of chunks 0, 1, ... as far as known
+  int64_t next_claim_ = 0;             // the first chunk not claimed
+  int64_t next_ = 0;                   // the chunk whose segments are being written
+  std::vector<int64_t> finished_;      // per rank: all its chunks before this one are made
+  std::vector<Header> headers_;
   std::vector<std::unique_ptr<comm::Request>> pending_;
   std::vector<int64_t> claim_asks_;  // per rank: the claim being received (its value is unused)
   std::vector<std::unique_ptr<comm::Request>> claim_pending_;
   std::deque<Answer> answers_;
   std::deque<Placement> placements_;
-  // Per rank and pass (queue()): whole records, or index records (placing_).
+  // Per rank and stream (queue()): whole records, or index records (placing_).
   std::vector<std::unique_ptr<RecordQueue>> queues_;
 };
 
@@ -1300,36 +1357,33 @@ class SegmentClaimer {
   bool no_more_ = false;
 };
 
-// A rank other than 0: sends each batch to rank 0 as it is made. Where it can open rank 0's
-// writers' token files (a filesystem the ranks share), it sends the batch's index record only
-// (encode_record without tokens), keeps the tokens until rank 0, which writes each pass's index in
-// segment order, sends their place in each of the pass's token files (SegmentWriter), and writes
-// them there itself (data::TokenSpoolWriter), so tokens never cross MPI; otherwise it sends whole
-// records and rank 0 writes them. Rank 0 answers whenever it is between batches; while it is not
-// (a long line), at most kMaxHeld bytes of records and tokens wait here before this rank waits
-// too. finish() writes the rest, makes the writes to the outputs durable (the other passes' token
-// files are only read by rank 0, which copies them into the outputs) and closes the files, then
-// sends a header saying this rank is done.
+// A rank other than 0: sends each batch to rank 0 as it is made, and each chunk's end. Where it
+// can open rank 0's writers' token files (a filesystem the ranks share), it sends the batch's index
+// record only (encode_record without tokens), keeps the tokens until rank 0, which writes each
+// output's index in chunk order, sends their place in each of the output's token files
+// (SegmentWriter), and writes them there itself (data::TokenSpoolWriter), so tokens never cross
+// MPI; otherwise it sends whole records and rank 0 writes them. Rank 0 answers whenever it is
+// between batches; while it is not (a long line), at most kMaxHeld bytes of records and tokens
+// wait here before this rank waits too. finish() writes the rest, makes the writes into the
+// outputs durable (the other partitions' token files are only read by rank 0, which copies them
+// into the outputs) and closes the files, then sends a header saying this rank is done.
 class SegmentSender {
  public:
-  // `outputs`: per pass, a writer into rank 0's token file per key; none when this rank sends
-  // whole records.
-  SegmentSender(comm::Communicator& world, const PartitionLayout& layout,
-                std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs)
-      : world_(world), layout_(layout), outputs_(std::move(outputs)), held_(static_cast<size_t>(layout.passes)),
-        placement_(outputs_.empty() ? 1 : outputs_[0].size() + 1) {}
+  // `outputs`: per output (a partition), a writer into rank 0's token file per key; none when
+  // this rank sends whole records.
+  SegmentSender(comm::Communicator& world, std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs)
+      : world_(world), outputs_(std::move(outputs)), placement_(outputs_.empty() ? 2 : outputs_[0].size() + 2) {}
 
-  void send(int64_t segment, std::vector<KeyOutput>& keys) {
+  void send(int64_t tag, std::vector<KeyOutput>& keys) {
     const bool places_tokens = !outputs_.empty();
     InFlight& sent = in_flight_.emplace_back();
     sent.record = encode_record(keys, !places_tokens);
-    sent.header = {segment, static_cast<int64_t>(sent.record.size())};
-    sent.header_request = world_.send_async(sent.header.data(), 2, DType::i64, 0, kPartitionTag);
+    sent.header = {tag, static_cast<int64_t>(sent.record.size()), 0};
+    sent.header_request = world_.send_async(sent.header.data(), 3, DType::i64, 0, kPartitionTag);
     sent.record_request = world_.send_async(sent.record.data(), sent.header[1], DType::u8, 0, kPartitionTag);
     held_bytes_ += sent.record.size();
     if (places_tokens) {
-      Held& held = held_[static_cast<size_t>(layout_.pass_of(segment))].emplace_back();
-      held.segment = segment;
+      Held& held = held_[tag].emplace_back();
       for (KeyOutput& out : keys) {
         held_bytes_ += out.tokens.size() * sizeof(int32_t);
         held.tokens.push_back(std::move(out.tokens));
@@ -1339,41 +1393,54 @@ class SegmentSender {
     drain(false);
   }
 
+  void end_chunk(int64_t chunk, int64_t lines) {
+    InFlight& sent = in_flight_.emplace_back();
+    sent.header = {chunk, kChunkEnd, lines};
+    sent.header_request = world_.send_async(sent.header.data(), 3, DType::i64, 0, kPartitionTag);
+    drain(false);
+  }
+
   void finish() {
     drain(true);
-    for (size_t pass = 0; pass < outputs_.size(); ++pass) {
-      for (const auto& output : outputs_[pass]) output->close(pass == 0);
+    for (size_t output = 0; output < outputs_.size(); ++output) {
+      for (const auto& writer : outputs_[output]) writer->close(output == 0);
     }
     InFlight& done = in_flight_.emplace_back();
-    done.header = {0, -1};
-    done.header_request = world_.send_async(done.header.data(), 2, DType::i64, 0, kPartitionTag);
+    done.header = {0, kRankDone, 0};
+    done.header_request = world_.send_async(done.header.data(), 3, DType::i64, 0, kPartitionTag);
     wait_sleeping(*done.header_request);
     in_flight_.clear();
   }
 
  private:
   struct InFlight {
-    std::array<int64_t, 2> header{};
+    Header header{};
     std::string record;
-    std::unique_ptr<comm::Request> header_request, record_request;
+    std::unique_ptr<comm::Request> header_request, record_request;  // no record_request for a chunk's end
   };
   struct Held {
-    int64_t segment = 0;
     std::vector<std::vector<int32_t>> tokens;  // per key
   };
 
-  // Lets go of the records sent and writes the held batches whose place has come (rank 0 places
-  // each pass's batches in the order they were sent); waits while more than kMaxHeld bytes are
+  bool sent(InFlight& message, bool wait) {
+    for (auto* request : {message.header_request.get(), message.record_request.get()}) {
+      if (request == nullptr) continue;
+      if (wait) {
+        wait_sleeping(*request);
+      } else if (!request->test()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Lets go of the messages sent and writes the held batches whose place has come (rank 0 places
+  // each segment's batches in the order they were sent); waits while more than kMaxHeld bytes are
   // held, or, with `all`, until nothing is.
   void drain(bool all) {
     while (!in_flight_.empty()) {
       InFlight& oldest = in_flight_.front();
-      if (all || held_bytes_ > kMaxHeld) {
-        wait_sleeping(*oldest.header_request);
-        wait_sleeping(*oldest.record_request);
-      } else if (!oldest.header_request->test() || !oldest.record_request->test()) {
-        break;
-      }
+      if (!sent(oldest, all || held_bytes_ > kMaxHeld)) break;
       held_bytes_ -= oldest.record.size();
       in_flight_.pop_front();
     }
@@ -1392,32 +1459,35 @@ class SegmentSender {
     }
   }
 
-  // Writes the oldest held batch of the pass that placement_ is for, where it says.
+  // Writes the oldest held batch of the segment placement_ is for into the token files of the
+  // output (the partition) rank 0 placed it in, where it says.
   void write_placed() {
-    const int64_t segment = placement_[0];
-    const size_t pass = static_cast<size_t>(layout_.pass_of(segment));
-    if (segment < 0 || pass >= held_.size() || held_[pass].empty() || held_[pass].front().segment != segment) {
-      throw Error("partition placement", "for segment " + std::to_string(segment) + " came for no batch held");
+    const int64_t tag = placement_[0];
+    const auto found = held_.find(tag);
+    if (found == held_.end() || placement_[1] < 0 || placement_[1] >= static_cast<int64_t>(outputs_.size())) {
+      throw Error("partition placement", "for segment " + std::to_string(tag) + " in output " +
+                                             std::to_string(placement_[1]) + " came for no batch held");
     }
-    Held& oldest = held_[pass].front();
-    for (size_t k = 0; k < outputs_[pass].size(); ++k) {
-      if (placement_[k + 1] >= 0) outputs_[pass][k]->write_at(placement_[k + 1], oldest.tokens[k]);
+    const size_t output = static_cast<size_t>(placement_[1]);
+    Held& oldest = found->second.front();
+    for (size_t k = 0; k < oldest.tokens.size(); ++k) {
+      if (placement_[k + 2] >= 0) outputs_[output][k]->write_at(placement_[k + 2], oldest.tokens[k]);
       held_bytes_ -= oldest.tokens[k].size() * sizeof(int32_t);
     }
-    held_[pass].pop_front();
+    found->second.pop_front();
+    if (found->second.empty()) held_.erase(found);
     --held_batches_;
   }
 
   static constexpr size_t kMaxHeld = size_t{64} << 20;
   comm::Communicator& world_;
-  const PartitionLayout& layout_;
-  // Per pass, per key; none: whole records are sent.
+  // Per output, per key; none: whole records are sent.
   std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs_;
   std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
-  std::vector<std::deque<Held>> held_;  // per pass, in the order sent
+  std::map<int64_t, std::deque<Held>> held_;  // per segment tag, in the order sent
   size_t held_batches_ = 0;
   size_t held_bytes_ = 0;  // of the records in flight and the tokens held
-  std::vector<int64_t> placement_;  // the place being received: {segment, byte offset per key}
+  std::vector<int64_t> placement_;  // the place being received: {tag, output, byte offset per key}
   std::unique_ptr<comm::Request> placed_;
 };
 
@@ -1473,36 +1543,36 @@ void check_partition_files(const comm::Communicator& world, const PartitionFiles
   }
 }
 
-// Rank 0's writers' token files (TokenDatasetWriter::token_spool_path), on every rank: per pass,
+// Rank 0's writers' token files (TokenDatasetWriter::token_spool_path), on every rank: per partition,
 // one per key.
 std::vector<std::vector<std::string>> share_token_files(comm::Communicator& world, const PartitionLayout& layout,
                                                         const std::vector<std::vector<data::TokenDatasetWriter>>& writers) {
   std::string text;
-  for (const auto& pass : writers) {
-    for (const data::TokenDatasetWriter& out : pass) text += out.token_spool_path() + '\0';
+  for (const auto& partition : writers) {
+    for (const data::TokenDatasetWriter& out : partition) text += out.token_spool_path() + '\0';
   }
   if (world.size() > 1) comm::broadcast_text(world, text, 0);
   const std::vector<std::string> paths = nul_ended_fields(text);
-  const size_t keys = paths.size() / static_cast<size_t>(layout.passes);
-  std::vector<std::vector<std::string>> per_pass;
+  const size_t keys = paths.size() / static_cast<size_t>(layout.outputs());
+  std::vector<std::vector<std::string>> per_partition;
   for (size_t first = 0; first < paths.size(); first += keys) {
-    per_pass.emplace_back(paths.begin() + static_cast<std::ptrdiff_t>(first), paths.begin() + static_cast<std::ptrdiff_t>(first + keys));
+    per_partition.emplace_back(paths.begin() + static_cast<std::ptrdiff_t>(first), paths.begin() + static_cast<std::ptrdiff_t>(first + keys));
   }
-  return per_pass;
+  return per_partition;
 }
 
-// On a rank other than 0 that holds partitions: its writers into rank 0's token files (per pass,
+// On a rank other than 0 that holds partitions: its writers into rank 0's token files (per partition,
 // per key), or none (a warning on stderr) where it cannot open them: no filesystem shared with
 // rank 0, whose outputs then take this rank's tokens over MPI.
 std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> open_token_files(
     const comm::Communicator& world, const std::vector<std::vector<std::string>>& paths, int held, int64_t vocab_size) {
   std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs;
   if (held == 0 || world.rank() == 0) return outputs;
-  for (const std::vector<std::string>& pass : paths) {
-    std::vector<std::unique_ptr<data::TokenSpoolWriter>>& pass_outputs = outputs.emplace_back();
-    for (const std::string& path : pass) {
+  for (const std::vector<std::string>& partition : paths) {
+    std::vector<std::unique_ptr<data::TokenSpoolWriter>>& partition_outputs = outputs.emplace_back();
+    for (const std::string& path : partition) {
       try {
-        pass_outputs.push_back(std::make_unique<data::TokenSpoolWriter>(path, vocab_size));
+        partition_outputs.push_back(std::make_unique<data::TokenSpoolWriter>(path, vocab_size));
       } catch (const Error& e) {
         log::warn(std::string("--partitions: ") + e.what() +
                   ": no filesystem shared with rank 0's outputs, so this rank sends its tokens to rank 0");
@@ -1521,22 +1591,12 @@ std::vector<bool> ranks_placing_tokens(comm::Communicator& world, bool places_to
   return std::vector<bool>(flags.begin(), flags.end());
 }
 
-// Round robin: the index of each chunk's first line across the files, from the lines each rank
-// counts in its own chunks (summed over the ranks). Every mode sums them (zeros without round
-// robin): no rank goes on, and rank 0 makes no output, before every rank has checked its input.
-std::vector<int64_t> chunk_first_lines(comm::Communicator& world, const PartitionLayout& layout) {
-  std::vector<int64_t> counts(static_cast<size_t>(layout.chunks));
-  for (int64_t chunk = 0; chunk < layout.chunks; ++chunk) {
-    if (!layout.round_robin || layout.line_counter(chunk) != world.rank()) continue;
-    layout.for_each_part(chunk, [&](size_t f, int64_t from, int64_t to) {
-      counts[static_cast<size_t>(chunk)] += count_lines(layout.files[f], from, to);
-    });
-  }
-  if (world.size() > 1) wait_sleeping(*world.all_reduce_async(counts.data(), layout.chunks, DType::i64, comm::ReduceOp::sum));
-  if (!layout.round_robin) return {};
-  std::vector<int64_t> first(counts.size());
-  for (size_t j = 1; j < counts.size(); ++j) first[j] = first[j - 1] + counts[j - 1];
-  return first;
+// Returns once every rank has checked its input (check_partition_files): no rank goes on, and
+// rank 0 makes no output, before then.
+void wait_for_every_rank(comm::Communicator& world) {
+  if (world.size() == 1) return;
+  int64_t ready = 1;
+  wait_sleeping(*world.all_reduce_async(&ready, 1, DType::i64, comm::ReduceOp::sum));
 }
 
 void check_partition_options(const PreprocessOptions& options, int partitions) {
@@ -1588,12 +1648,12 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   int held = 0;  // partitions r, r + size, ...: workers / N threads each
   for (int p = world.rank(); p < n; p += world.size()) ++held;
 
-  const PartitionLayout layout(plan, partitions, world.size());
-  std::vector<int64_t> first_lines = chunk_first_lines(world, layout);
-  // Rank 0 hands out the chunks and writes each pass's index, every segment in turn; the other
-  // ranks claim theirs from it, send it their index and write their tokens where it says.
-  std::vector<std::vector<data::TokenDatasetWriter>> writers;  // per pass, per key
-  if (world.rank() == 0) writers = create_pass_writers(tokenizer, options, layout.passes);
+  wait_for_every_rank(world);
+  const PartitionLayout layout(plan, partitions);
+  // Rank 0 hands out the chunks and writes each partition's index, every segment in turn; the
+  // other ranks claim theirs from it, send it their index and write their tokens where it says.
+  std::vector<std::vector<data::TokenDatasetWriter>> writers;  // per output (partition), per key
+  if (world.rank() == 0) writers = create_partition_writers(tokenizer, options, layout.outputs());
   std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> token_outputs =
       open_token_files(world, share_token_files(world, layout, writers), held, tokenizer.vocab_size());
   const std::vector<bool> placing = ranks_placing_tokens(world, !token_outputs.empty());
@@ -1606,43 +1666,52 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
     writer.emplace(world, layout, writers, placing, options.output_prefix, budget);
     claim = [&] { return writer->claim(0); };
   } else {
-    sender.emplace(world, layout, std::move(token_outputs));
+    sender.emplace(world, std::move(token_outputs));
     if (held > 0) {
       claimer.emplace(world);
       claim = [&] { return claimer->next(); };
     }
   }
-  SegmentDealer dealer(layout, std::move(first_lines), claim, options.input);
+  SegmentDealer dealer(layout, claim, options.input);
   PreprocessStats mine;
   run_ordered_pipeline<PartitionBatch>(
       options.workers / n * held, [&](PartitionBatch& batch) { return dealer.next(batch); },
       [&](PartitionBatch& batch) { tokenize_batch(tokenizer, pool, options, eod, batch); },
       [&](PartitionBatch& batch) {
         if (batch.error) throw Error(numbered_in_file(*batch.error, batch.lines).message(), "");
-        if (writer) {
-          writer->add_own(batch.segment, batch.keys);
+        if (batch.chunk_lines >= 0) {
+          if (writer) {
+            writer->end_own_chunk(batch.tag, batch.chunk_lines);
+          } else {
+            sender->end_chunk(batch.tag, batch.chunk_lines);
+          }
+        } else if (writer) {
+          writer->add_own(batch.tag, batch.keys);
         } else {
-          sender->send(batch.segment, batch.keys);
+          sender->send(batch.tag, batch.keys);
         }
         add_counts(mine, batch.stats);
         mine.input_bytes = dealer.bytes_read();
         mine.seconds = seconds_since(start);
         if (progress) progress(mine);
       });
-  std::vector<std::string> outputs;
   if (writer) {
     writer->finish();
-    for (size_t k = 0; k < writers[0].size(); ++k) {
-      data::TokenDatasetWriter& out = writers[0][k];
-      for (size_t pass = 1; pass < writers.size(); ++pass) out.append_writer(std::move(writers[pass][k]));
-      out.finish();
-      for (const std::string& path : out.final_paths()) outputs.push_back(path);
-    }
   } else {
     sender->finish();
   }
-
   PreprocessStats total = sum_over_ranks(world, mine);
+  std::vector<std::string> outputs;
+  for (size_t k = 0; writer && k < writers[0].size(); ++k) {
+    data::TokenDatasetWriter& out = writers[0][k];
+    for (size_t partition = 1; partition < writers.size(); ++partition) out.append_writer(std::move(writers[partition][k]));
+    if (out.document_count() != total.documents) {  // every line made is written, once
+      throw Error("--partitions", "the ranks made " + std::to_string(total.documents) + " documents but " +
+                                      std::to_string(out.document_count()) + " were written");
+    }
+    out.finish();
+    for (const std::string& path : out.final_paths()) outputs.push_back(path);
+  }
   for (int64_t bytes : plan.bytes) total.input_bytes += bytes;
   total.outputs = std::move(outputs);
   total.partition_files_reused = plan.reused;

@@ -149,21 +149,22 @@ PartitionFiles plan_partition_files(const std::string& pattern, const PartitionO
 // the job's total, as Megatron's --workers; it must be divisible by the partitions). The files'
 // bytes, one after another, are cut into 16 or more chunks per partition (4 MiB at most; a line
 // belongs to the chunk holding its first byte, found as Python's universal newlines end lines).
-// Round robin first counts each chunk's lines (each chunk by one rank, in proportion to the
-// partitions the ranks hold, summed over the ranks) so that each line's index, and so its
-// partition, is known. A rank holding a partition claims the next unclaimed chunk from rank 0
-// whenever it needs one (one ahead of the one it reads), so a slower rank, one with fewer threads,
-// or rank 0, which also writes, takes fewer; it reads the chunk once and deals its lines to the
-// partitions (contiguous blocks and reused partition files: the lines' own order, all to one), a
-// chunk's lines of one partition being a segment. Each rank tokenizes its chunks in order and
-// sends rank 0 each batch's index as it is made (point to point); rank 0 writes each partition's
-// segments in chunk order into that partition's writers (partition 0's are the outputs; partition
-// p's are temporaries `<output_prefix>_<p>_<key>_document.bin.tmp-...`, appended to the outputs
-// at the end with data::TokenDatasetWriter::append_writer), each chunk's share as soon as it is
-// complete, and sends the rank the place of the batch's tokens in each of those writers' token
-// files, where the rank writes them (data::TokenSpoolWriter); batches that arrive before their turn
-// wait on rank 0 (PartitionOptions::spool_memory_bytes). A rank that cannot open rank 0's token
-// files (no shared filesystem) warns on stderr and sends its tokens with the index for rank 0 to
+// A rank holding a partition claims the next unclaimed chunk from rank 0 whenever it needs one
+// (one ahead of the one it reads), so a slower rank, one with fewer threads, or rank 0, which also
+// writes, takes fewer; it reads the chunk once and deals its lines to N streams, line k of the
+// chunk to stream k % N (contiguous blocks and reused partition files: all to one, in order), a
+// chunk's lines of one stream being a segment. Each rank tokenizes its chunks in order and sends
+// rank 0 each batch's index as it is made, and each chunk's line count at its end (point to
+// point). Rank 0 writes the chunks in order, as soon as each is complete: by then every chunk
+// before it has ended, so the index of its first line across the files, and so the partition of
+// each of its streams, is known (round robin: Megatron's line j to partition j % N). Each
+// partition has writers of its own (partition 0's are the outputs; partition p's are temporaries
+// `<output_prefix>_<p>_<key>_document.bin.tmp-...`, appended to the outputs at the end with
+// data::TokenDatasetWriter::append_writer); rank 0 sends the rank the place of each batch's tokens
+// in the token files of its partition's writers, where the rank writes them
+// (data::TokenSpoolWriter); batches that arrive before their turn wait on rank 0
+// (PartitionOptions::spool_memory_bytes). A rank that cannot open rank 0's token files (no shared
+// filesystem) warns on stderr and sends its tokens with the index for rank 0 to
 // write. Every rank reads the input by path. The ranks test their messages between batches and
 // sleep while they wait, so `world` needs no progress thread. Returns on rank 0 the outputs'
 // counts and paths.
