@@ -1068,7 +1068,7 @@ class SegmentWriter {
                 const std::string& output_prefix, size_t& budget)
       : world_(world), layout_(layout), writers_(writers), placing_(std::move(placing)),
         owner_(static_cast<size_t>(layout.chunks), -1), chunk_lines_(static_cast<size_t>(layout.chunks), -1),
-        first_lines_{0}, finished_(static_cast<size_t>(world.size())),
+        first_lines_{0}, finished_(static_cast<size_t>(world.size())), done_(static_cast<size_t>(world.size())),
         headers_(static_cast<size_t>(world.size())), pending_(static_cast<size_t>(world.size())),
         claim_asks_(static_cast<size_t>(world.size())), claim_pending_(static_cast<size_t>(world.size())) {
     for (int r = 0; r < world.size(); ++r) {
@@ -1088,6 +1088,7 @@ class SegmentWriter {
     try {
       next_claim_ = layout_.chunks;
       finished_[0] = layout_.chunks;
+      done_[0] = true;
       while (!every_rank_done()) {
         answer_claims();
         take_in_records();
@@ -1132,6 +1133,7 @@ class SegmentWriter {
   // done (has written its tokens where it was told).
   void finish() {
     finished_[0] = layout_.chunks;
+    done_[0] = true;
     while (!receive() || !every_rank_done()) std::this_thread::sleep_for(kPollInterval);
     wait_for_sends();
   }
@@ -1222,9 +1224,8 @@ class SegmentWriter {
     }
   }
 
-  bool every_rank_done() const {
-    return std::all_of(finished_.begin(), finished_.end(), [&](int64_t f) { return f == layout_.chunks; });
-  }
+  // Every rank has said it is done (a rank that ended the last chunk may still be writing tokens).
+  bool every_rank_done() const { return std::all_of(done_.begin(), done_.end(), [](bool done) { return done; }); }
 
   // Answers claims, takes in what has arrived and writes what is due; true once every segment is written.
   bool receive() {
@@ -1271,6 +1272,7 @@ class SegmentWriter {
         pending_[q].reset();
         if (size == kRankDone) {
           finished_[q] = layout_.chunks;
+          done_[q] = true;
           break;
         }
         if (size == kChunkEnd) {
@@ -1296,6 +1298,7 @@ class SegmentWriter {
   int64_t next_claim_ = 0;             // the first chunk not claimed
   int64_t next_ = 0;                   // the chunk whose segments are being written
   std::vector<int64_t> finished_;      // per rank: all its chunks before this one are made
+  std::vector<bool> done_;             // per rank: it has said it is done (its tokens written, durable)
   std::vector<Header> headers_;
   std::vector<std::unique_ptr<comm::Request>> pending_;
   std::vector<int64_t> claim_asks_;  // per rank: the claim being received (its value is unused)

@@ -1,4 +1,4 @@
-// text/preprocess.h's preprocess_partitions under MPI: segments go to whichever rank claims them
+// text/preprocess.h's preprocess_partitions under MPI: chunks go to whichever rank claims them
 // first, so a rank whose tokenizer is slow (a node under load) tokenizes few of them and the
 // others take the rest, and the output is still the bytes one process writes. Megatron's dealing,
 // chunk boundaries and bad input are tested in tests/unit/text/test_preprocess.cpp (a world of
@@ -47,7 +47,7 @@ std::string bytes_of(const std::string& file) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-TEST(PartitionsUnderMpi, ASlowRankClaimsFewSegmentsAndTheOutputIsOneProcesssBytes) {
+TEST(PartitionsUnderMpi, ASlowRankClaimsFewChunksAndTheOutputIsOneProcesssBytes) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
   constexpr int kLines = 2000;
   std::unique_ptr<mt::testing::TempDir> dir;
@@ -62,12 +62,12 @@ TEST(PartitionsUnderMpi, ASlowRankClaimsFewSegmentsAndTheOutputIsOneProcesssByte
 
   mt::text::PreprocessOptions options;
   options.input.inputs = {path + "/corpus.jsonl"};
-  options.input.batch_bytes = 512;  // many batches per segment
+  options.input.batch_bytes = 512;  // many batches per chunk
   options.workers = 2;
   options.output_format = mt::data::TokenDatasetFormat::megatron;
   mt::text::PartitionOptions partitions;
   partitions.partitions = 2;
-  // Rank 1 takes 2 ms a text: with segments dealt by rank, as before, it would tokenize half of them.
+  // Rank 1 takes 2 ms a text: with chunks dealt by rank it would tokenize half of them.
   const CountingTokenizer tokenizer(std::chrono::microseconds(world().rank() == 1 ? 2000 : 0));
   options.output_prefix = path + "/two";
   const mt::text::PreprocessStats stats = mt::text::preprocess_partitions(tokenizer, options, partitions, world());
@@ -85,6 +85,45 @@ TEST(PartitionsUnderMpi, ASlowRankClaimsFewSegmentsAndTheOutputIsOneProcesssByte
     }
   }
   world().barrier();  // rank 0 removes the directory after every rank is done with it
+}
+
+// A tiny input (32 chunks, most of them empty, of 20 short lines) run again and again: whichever
+// rank ends the last chunk, rank 0 writes the outputs only after every rank has said it is done
+// (its tokens written), so every run ends and equals one process's bytes.
+TEST(PartitionsUnderMpi, TinyInputsEndOnlyWhenEveryRankIsDone) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  std::unique_ptr<mt::testing::TempDir> dir;
+  std::string path;
+  if (world().rank() == 0) {
+    dir = std::make_unique<mt::testing::TempDir>("mt_test_partitions_tiny");
+    path = dir->path().string();
+    std::ofstream corpus(dir->file("corpus.jsonl"));
+    for (int i = 0; i < 20; ++i) corpus << R"({"text": "l)" << i << R"("})" << '\n';
+  }
+  mt::comm::broadcast_text(world(), path, 0);
+  mt::text::PreprocessOptions options;
+  options.input.inputs = {path + "/corpus.jsonl"};
+  options.workers = 2;
+  options.output_format = mt::data::TokenDatasetFormat::megatron;
+  mt::text::PartitionOptions partitions;
+  partitions.partitions = 2;
+  const CountingTokenizer tokenizer(std::chrono::microseconds(0));
+  if (world().rank() == 0) {
+    options.output_prefix = path + "/one";
+    const auto one_process = mt::comm::make_single_communicator();
+    mt::text::preprocess_partitions(tokenizer, options, partitions, *one_process);
+  }
+  for (int run = 0; run < 24; ++run) {
+    options.output_prefix = path + "/two" + std::to_string(run);
+    const mt::text::PreprocessStats stats = mt::text::preprocess_partitions(tokenizer, options, partitions, world());
+    if (world().rank() != 0) continue;
+    EXPECT_EQ(stats.documents, 20);
+    for (const std::string ext : {".bin", ".idx"}) {
+      EXPECT_EQ(bytes_of(options.output_prefix + "_text_document" + ext), bytes_of(path + "/one_text_document" + ext))
+          << "run " << run << ext;
+    }
+  }
+  world().barrier();
 }
 
 }  // namespace

@@ -73,9 +73,9 @@ const FlagSpec partitions =
     integer_flag("--partitions",
                  "Megatron's input partitions: --input is a glob whose lines are dealt round robin to N "
                  "partitions and written in partition order (Megatron's bytes); under MPI the ranks tokenize "
-                 "the chunks they claim from rank 0 and write their tokens where rank 0 places them in the "
-                 "outputs (on a filesystem they share; a rank without it sends them to rank 0); no partition "
-                 "files or per-partition outputs are written",
+                 "the chunks they claim from rank 0 and write their tokens where rank 0 places them "
+                 "(on a filesystem they share; a rank without it sends them to rank 0); no partition "
+                 "files are written, and per-partition outputs only as temporaries appended to the outputs",
                  mt::tools::at_least(1));
 const FlagSpec log_interval =
     integer_flag("--log-interval", "Progress line on stderr every N documents (0: none)", mt::tools::at_least(0));
