@@ -5,7 +5,7 @@
 # (in memory; a build that writes partition files, as a --baseline before issue 26's in-memory
 # dealing does, has them removed before each run so that it writes them every time) and putting
 # the partitions together in order (rank 0 writes the index; each rank its tokens, or, in a build
-# before that, rank 0 all of them).
+# before that, rank 0 all of them; partitions after the first appended to the outputs at the end).
 # Partitions exist to spread a corpus over nodes; one machine cannot measure that, only that the
 # extra steps cost little on the same cores. A benchmark, not a test: for each size it runs
 # --repeat rounds, each running every mode once in a shuffled order (this machine's speed drifts
@@ -26,7 +26,7 @@
 #     the same rounds, and its outputs compared with this build's
 #   corpus.txt: default data/corpus/war_and_peace_pg2600.txt (one JSONL document per paragraph)
 # Env: MT_BIN (default build/bin); MT_BENCH_MB and MT_BASELINE_BIN as --sizes and --baseline.
-# About 6 minutes on 2 quiet cores for --sizes 150,450 --repeat 5 --baseline DIR; 12 for --sizes 900 --repeat 9.
+# About 6 minutes on 2 quiet cores for --sizes 450 --repeat 5 --baseline DIR; 16 for --sizes 900 --repeat 9.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 MT_BIN="${MT_BIN:-$ROOT/build/bin}"
