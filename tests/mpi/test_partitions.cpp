@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -47,18 +48,28 @@ std::string bytes_of(const std::string& file) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// Rank 0 writes `lines` lines, line(i) each, to corpus.jsonl in a directory of its own, which it
+// returns (removed with it); `path`, on every rank, is that directory (every rank reads it: one
+// filesystem).
+std::unique_ptr<mt::testing::TempDir> corpus_on_rank_0(const std::string& name, int lines,
+                                                       const std::function<std::string(int)>& line, std::string& path) {
+  std::unique_ptr<mt::testing::TempDir> dir;
+  if (world().rank() == 0) {
+    dir = std::make_unique<mt::testing::TempDir>(name);
+    path = dir->path().string();
+    std::ofstream corpus(dir->file("corpus.jsonl"));
+    for (int i = 0; i < lines; ++i) corpus << line(i) << '\n';
+  }
+  mt::comm::broadcast_text(world(), path, 0);
+  return dir;
+}
+
 TEST(PartitionsUnderMpi, ASlowRankClaimsFewChunksAndTheOutputIsOneProcesssBytes) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
   constexpr int kLines = 2000;
-  std::unique_ptr<mt::testing::TempDir> dir;
   std::string path;
-  if (world().rank() == 0) {
-    dir = std::make_unique<mt::testing::TempDir>("mt_test_partitions_mpi");
-    path = dir->path().string();
-    std::ofstream corpus(dir->file("corpus.jsonl"));
-    for (int i = 0; i < kLines; ++i) corpus << R"({"text": "line )" << i << R"( of the corpus"})" << '\n';
-  }
-  mt::comm::broadcast_text(world(), path, 0);  // every rank reads it: one filesystem
+  const auto dir = corpus_on_rank_0("mt_test_partitions_mpi", kLines,
+                                    [](int i) { return R"({"text": "line )" + std::to_string(i) + R"( of the corpus"})"; }, path);
 
   mt::text::PreprocessOptions options;
   options.input.inputs = {path + "/corpus.jsonl"};
@@ -92,15 +103,9 @@ TEST(PartitionsUnderMpi, ASlowRankClaimsFewChunksAndTheOutputIsOneProcesssBytes)
 // (its tokens written), so every run ends and equals one process's bytes.
 TEST(PartitionsUnderMpi, TinyInputsEndOnlyWhenEveryRankIsDone) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
-  std::unique_ptr<mt::testing::TempDir> dir;
   std::string path;
-  if (world().rank() == 0) {
-    dir = std::make_unique<mt::testing::TempDir>("mt_test_partitions_tiny");
-    path = dir->path().string();
-    std::ofstream corpus(dir->file("corpus.jsonl"));
-    for (int i = 0; i < 20; ++i) corpus << R"({"text": "l)" << i << R"("})" << '\n';
-  }
-  mt::comm::broadcast_text(world(), path, 0);
+  const auto dir = corpus_on_rank_0("mt_test_partitions_tiny", 20,
+                                    [](int i) { return R"({"text": "l)" + std::to_string(i) + R"("})"; }, path);
   mt::text::PreprocessOptions options;
   options.input.inputs = {path + "/corpus.jsonl"};
   options.workers = 2;

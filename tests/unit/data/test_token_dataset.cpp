@@ -130,6 +130,19 @@ void write_corpus(const std::string& prefix, TokenDatasetFormat format, int64_t 
   writer.finish();
 }
 
+// The files of `dir`/`name` (as `format` writes them) equal those write_corpus writes for `corpus`.
+void expect_files_equal_written_corpus(const TempDir& dir, const std::string& name, TokenDatasetFormat format,
+                                       int64_t vocab_size, const Corpus& corpus) {
+  write_corpus(dir.file("added"), format, vocab_size, corpus);
+  std::vector<std::string> extensions{".bin", ".idx", ".h5"};
+  if (format == TokenDatasetFormat::megatron) extensions.pop_back();
+  if (format == TokenDatasetFormat::hdf5) extensions = {".h5"};
+  for (const std::string& extension : extensions) {
+    EXPECT_EQ(read_bytes(dir.file(name) + extension), read_bytes(dir.file("added") + extension))
+        << extension << " vocab " << vocab_size;
+  }
+}
+
 void expect_matches(const TokenDataset& dataset, const Corpus& corpus) {
   const Sequences sequences = corpus.sequences();
   ASSERT_EQ(dataset.sequence_count(), static_cast<int64_t>(sequences.size()));
@@ -364,14 +377,7 @@ TEST(TokenDataset, ReservedDocumentsWrittenElsewhereEqualAddingTheirSequences) {
       elsewhere.close();
       writer.finish();
 
-      write_corpus(dir.file("added"), format, vocab_size, corpus);
-      std::vector<std::string> extensions{".bin", ".idx", ".h5"};
-      if (format == TokenDatasetFormat::megatron) extensions.pop_back();
-      if (format == TokenDatasetFormat::hdf5) extensions = {".h5"};
-      for (const std::string& extension : extensions) {
-        EXPECT_EQ(read_bytes(dir.file("placed") + extension), read_bytes(dir.file("added") + extension))
-            << extension << " vocab " << vocab_size;
-      }
+      expect_files_equal_written_corpus(dir, "placed", format, vocab_size, corpus);
     }
   }
 }
@@ -440,14 +446,7 @@ TEST(TokenDataset, AppendingUnfinishedWritersEqualsAddingTheirDocuments) {
       EXPECT_EQ(writer.document_count(), 5);
       writer.finish();
 
-      write_corpus(dir.file("added"), format, vocab_size, corpus);
-      std::vector<std::string> extensions{".bin", ".idx", ".h5"};
-      if (format == TokenDatasetFormat::megatron) extensions.pop_back();
-      if (format == TokenDatasetFormat::hdf5) extensions = {".h5"};
-      for (const std::string& extension : extensions) {
-        EXPECT_EQ(read_bytes(dir.file("joined") + extension), read_bytes(dir.file("added") + extension))
-            << extension << " vocab " << vocab_size;
-      }
+      expect_files_equal_written_corpus(dir, "joined", format, vocab_size, corpus);
       for (const auto& entry : fs::directory_iterator(dir.path())) {
         EXPECT_FALSE(entry.path().filename().string().starts_with("part_")) << entry.path();
       }
