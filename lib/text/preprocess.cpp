@@ -790,8 +790,8 @@ namespace {
 // across the files, j, has j % N == p (Megatron's dealing), so chunk c's stream q is partition
 // (first + q) % N, where `first` is the index of the chunk's first line: the sum of the line
 // counts of the chunks before it, which the ranks report as they finish each chunk, and which
-// rank 0 therefore knows by the time it writes the chunk (it writes each partition's segments in
-// chunk order, and a chunk's turn comes only when every chunk before it is done). Chunks are
+// rank 0 therefore knows by the time it writes the chunk (it writes the chunks in order, and a
+// chunk's turn comes only when every chunk before it has ended). Chunks are
 // tokenized by whichever rank claims them first, in order (SegmentWriter::claim), so a rank that
 // is slower, holds fewer threads or, as rank 0, also writes takes fewer, and rank 0 has each
 // chunk's records soon after they are made.
@@ -820,14 +820,11 @@ struct PartitionLayout {
   int64_t tag(int stream, int64_t chunk) const { return stream * chunks + chunk; }
   int64_t chunk_of(int64_t tag) const { return tag % chunks; }
   int stream_of(int64_t tag) const { return static_cast<int>(tag / chunks); }
-  // The output (a partition; 0 without round robin) of a chunk's stream, and the stream of an output.
+  // The output (a partition written apart; 0 without round robin) of a chunk's stream: there are
+  // as many outputs as streams.
   int output_of(int stream, int64_t first_line) const {
     return round_robin ? static_cast<int>((first_line + stream) % partitions) : 0;
   }
-  int stream_for(int output, int64_t first_line) const {
-    return round_robin ? static_cast<int>(((output - first_line) % partitions + partitions) % partitions) : 0;
-  }
-  int outputs() const { return round_robin ? partitions : 1; }
 
   // Calls part_fn(file, from, to) for each file's part of the chunk: its bytes [from, to), in order.
   template <class PartFn>
@@ -1391,7 +1388,6 @@ class SegmentSender {
         held_bytes_ += out.tokens.size() * sizeof(int32_t);
         held.tokens.push_back(std::move(out.tokens));
       }
-      ++held_batches_;
     }
     drain(false);
   }
@@ -1447,7 +1443,7 @@ class SegmentSender {
       held_bytes_ -= oldest.record.size();
       in_flight_.pop_front();
     }
-    while (held_batches_ > 0) {
+    while (!held_.empty()) {
       if (!placed_) {
         placed_ = world_.recv_async(placement_.data(), static_cast<int64_t>(placement_.size()), DType::i64, 0,
                                     kPlacementTag);
@@ -1479,7 +1475,6 @@ class SegmentSender {
     }
     found->second.pop_front();
     if (found->second.empty()) held_.erase(found);
-    --held_batches_;
   }
 
   static constexpr size_t kMaxHeld = size_t{64} << 20;
@@ -1487,8 +1482,7 @@ class SegmentSender {
   // Per output, per key; none: whole records are sent.
   std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> outputs_;
   std::deque<InFlight> in_flight_;  // std::deque: elements stay where they are while sent
-  std::map<int64_t, std::deque<Held>> held_;  // per segment tag, in the order sent
-  size_t held_batches_ = 0;
+  std::map<int64_t, std::deque<Held>> held_;  // per segment tag, in the order sent; no empty entry
   size_t held_bytes_ = 0;  // of the records in flight and the tokens held
   std::vector<int64_t> placement_;  // the place being received: {tag, output, byte offset per key}
   std::unique_ptr<comm::Request> placed_;
@@ -1556,7 +1550,7 @@ std::vector<std::vector<std::string>> share_token_files(comm::Communicator& worl
   }
   if (world.size() > 1) comm::broadcast_text(world, text, 0);
   const std::vector<std::string> paths = nul_ended_fields(text);
-  const size_t keys = paths.size() / static_cast<size_t>(layout.outputs());
+  const size_t keys = paths.size() / static_cast<size_t>(layout.streams);
   std::vector<std::vector<std::string>> per_partition;
   for (size_t first = 0; first < paths.size(); first += keys) {
     per_partition.emplace_back(paths.begin() + static_cast<std::ptrdiff_t>(first), paths.begin() + static_cast<std::ptrdiff_t>(first + keys));
@@ -1656,7 +1650,7 @@ PreprocessStats preprocess_partitions(const Tokenizer& tokenizer, const Preproce
   // Rank 0 hands out the chunks and writes each partition's index, every segment in turn; the
   // other ranks claim theirs from it, send it their index and write their tokens where it says.
   std::vector<std::vector<data::TokenDatasetWriter>> writers;  // per output (partition), per key
-  if (world.rank() == 0) writers = create_partition_writers(tokenizer, options, layout.outputs());
+  if (world.rank() == 0) writers = create_partition_writers(tokenizer, options, layout.streams);
   std::vector<std::vector<std::unique_ptr<data::TokenSpoolWriter>>> token_outputs =
       open_token_files(world, share_token_files(world, layout, writers), held, tokenizer.vocab_size());
   const std::vector<bool> placing = ranks_placing_tokens(world, !token_outputs.empty());
