@@ -120,13 +120,31 @@ Corpus make_corpus(int32_t vocab_size) {
   return corpus;
 }
 
+// Adds document d of `corpus` to `writer`, sequence by sequence.
+void add_document(TokenDatasetWriter& writer, const Corpus& corpus, size_t d) {
+  for (const auto& sequence : corpus.documents[d]) writer.add_sequence(sequence);
+  writer.end_document();
+}
+
+// Reserves documents [first, end) of `corpus` in `writer` (reserve_documents): the byte offset
+// where their tokens go, and those tokens, for a TokenSpoolWriter to write.
+std::pair<int64_t, std::vector<int32_t>> reserve_corpus_documents(TokenDatasetWriter& writer, const Corpus& corpus,
+                                                                  size_t first, size_t end) {
+  std::vector<int32_t> lengths, per_document, tokens;
+  for (size_t d = first; d < end; ++d) {
+    per_document.push_back(static_cast<int32_t>(corpus.documents[d].size()));
+    for (const auto& sequence : corpus.documents[d]) {
+      lengths.push_back(static_cast<int32_t>(sequence.size()));
+      tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+    }
+  }
+  return {writer.reserve_documents(lengths, per_document), tokens};
+}
+
 void write_corpus(const std::string& prefix, TokenDatasetFormat format, int64_t vocab_size, const Corpus& corpus,
                   const TokenDatasetMetadata& metadata = {}) {
   TokenDatasetWriter writer = TokenDatasetWriter::create(prefix, format, vocab_size, metadata);
-  for (const auto& document : corpus.documents) {
-    for (const auto& sequence : document) writer.add_sequence(sequence);
-    writer.end_document();
-  }
+  for (size_t d = 0; d < corpus.documents.size(); ++d) add_document(writer, corpus, d);
   writer.finish();
 }
 
@@ -353,25 +371,10 @@ TEST(TokenDataset, ReservedDocumentsWrittenElsewhereEqualAddingTheirSequences) {
       TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("placed"), format, vocab_size);
       TokenSpoolWriter elsewhere(writer.token_spool_path(), vocab_size);
       // Documents 1-2 and 4 are written elsewhere (4 is the last: the file ends with its tokens).
-      const auto reserve = [&](size_t first, size_t end) {
-        std::vector<int32_t> lengths, per_document, tokens;
-        for (size_t d = first; d < end; ++d) {
-          per_document.push_back(static_cast<int32_t>(corpus.documents[d].size()));
-          for (const auto& sequence : corpus.documents[d]) {
-            lengths.push_back(static_cast<int32_t>(sequence.size()));
-            tokens.insert(tokens.end(), sequence.begin(), sequence.end());
-          }
-        }
-        return std::make_pair(writer.reserve_documents(lengths, per_document), tokens);
-      };
-      const auto add = [&](size_t d) {
-        for (const auto& sequence : corpus.documents[d]) writer.add_sequence(sequence);
-        writer.end_document();
-      };
-      add(0);
-      const auto [middle_offset, middle_tokens] = reserve(1, 3);
-      add(3);
-      const auto [last_offset, last_tokens] = reserve(4, 5);
+      add_document(writer, corpus, 0);
+      const auto [middle_offset, middle_tokens] = reserve_corpus_documents(writer, corpus, 1, 3);
+      add_document(writer, corpus, 3);
+      const auto [last_offset, last_tokens] = reserve_corpus_documents(writer, corpus, 4, 5);
       elsewhere.write_at(last_offset, last_tokens);  // in any order
       elsewhere.write_at(middle_offset, middle_tokens);
       elsewhere.close();
@@ -424,23 +427,14 @@ TEST(TokenDataset, AppendingUnfinishedWritersEqualsAddingTheirDocuments) {
       TokenDatasetWriter writer = TokenDatasetWriter::create(dir.file("joined"), format, vocab_size);
       TokenDatasetWriter first_part = TokenDatasetWriter::create(dir.file("part_1"), TokenDatasetFormat::megatron, vocab_size);
       TokenDatasetWriter second_part = TokenDatasetWriter::create(dir.file("part_2"), TokenDatasetFormat::megatron, vocab_size);
-      const auto add = [&](TokenDatasetWriter& to, size_t d) {
-        for (const auto& sequence : corpus.documents[d]) to.add_sequence(sequence);
-        to.end_document();
-      };
-      add(writer, 0);
-      add(first_part, 2);
-      std::vector<int32_t> lengths, tokens;
-      for (const auto& sequence : corpus.documents[3]) {
-        lengths.push_back(static_cast<int32_t>(sequence.size()));
-        tokens.insert(tokens.end(), sequence.begin(), sequence.end());
-      }
-      const std::vector<int32_t> per_document{static_cast<int32_t>(lengths.size())};
+      add_document(writer, corpus, 0);
+      add_document(first_part, corpus, 2);
+      const auto [offset, tokens] = reserve_corpus_documents(first_part, corpus, 3, 4);
       TokenSpoolWriter elsewhere(first_part.token_spool_path(), vocab_size);
-      elsewhere.write_at(first_part.reserve_documents(lengths, per_document), tokens);
+      elsewhere.write_at(offset, tokens);
       elsewhere.close(false);
-      add(writer, 1);
-      add(second_part, 4);
+      add_document(writer, corpus, 1);
+      add_document(second_part, corpus, 4);
       writer.append_writer(std::move(first_part));
       writer.append_writer(std::move(second_part));
       EXPECT_EQ(writer.document_count(), 5);
